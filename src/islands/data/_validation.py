@@ -1,0 +1,122 @@
+"""Argument checks shared by the data loaders, view splitters and partitioners.
+
+Every check raises :class:`~islands.errors.ValidationError` built with
+:func:`~islands.errors.invalid_parameter`, so the message names the parameter, the
+function it belongs to, what was expected and what was got.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from islands.errors import invalid_parameter
+
+__all__ = [
+    "RandomState",
+    "check_float",
+    "check_int",
+    "check_labels",
+    "check_random_state",
+    "describe",
+]
+
+RandomState = int | np.random.Generator | None
+"""What ``random_state`` parameters accept: a seed, a generator, or ``None`` (fresh entropy)."""
+
+
+def describe(value: Any) -> Any:
+    """Return a short stand-in for ``value`` to put in an error message.
+
+    Arrays are summarised by shape and dtype instead of being printed in full.
+    """
+    if isinstance(value, np.ndarray):
+        return _Summary(f"array(shape={value.shape}, dtype={value.dtype})")
+    return value
+
+
+class _Summary(str):
+    """A string whose ``repr`` is the string itself (so messages do not quote it)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+
+
+def check_int(
+    value: Any, name: str, owner: str, *, low: int | None = None, high: int | None = None
+) -> int:
+    """Return ``value`` as an ``int`` after checking it is an integer in ``[low, high]``."""
+    if (
+        not _is_int(value)
+        or (low is not None and value < low)
+        or (high is not None and value > high)
+    ):
+        lo = "-inf" if low is None else str(low)
+        expected = f"an int in [{lo}, inf)" if high is None else f"an int in [{lo}, {high}]"
+        raise invalid_parameter(name, owner, expected, describe(value))
+    return int(value)
+
+
+def check_float(
+    value: Any,
+    name: str,
+    owner: str,
+    *,
+    low: float = -math.inf,
+    low_inclusive: bool = True,
+) -> float:
+    """Return ``value`` as a finite ``float`` after checking it lies above ``low``."""
+    ok = isinstance(value, (numbers.Real, np.floating, np.integer)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+    if ok:
+        as_float = float(value)
+        ok = math.isfinite(as_float) and (as_float >= low if low_inclusive else as_float > low)
+    if not ok:
+        bracket = "[" if low_inclusive else "("
+        raise invalid_parameter(name, owner, f"a float in {bracket}{low:g}, inf)", describe(value))
+    return float(value)
+
+
+def check_random_state(random_state: Any, owner: str) -> np.random.Generator:
+    """Return a :class:`numpy.random.Generator` for ``random_state``.
+
+    A generator is used as is (so the caller's stream advances); an int seeds a new one;
+    ``None`` draws fresh entropy from the operating system.
+    """
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if random_state is None:
+        return np.random.default_rng()
+    if _is_int(random_state) and random_state >= 0:
+        return np.random.default_rng(int(random_state))
+    raise invalid_parameter(
+        "random_state",
+        owner,
+        "a non-negative int, a numpy.random.Generator or None",
+        describe(random_state),
+    )
+
+
+def check_labels(y: Any, name: str, owner: str) -> NDArray[np.int64]:
+    """Return ``y`` as a fresh 1-D ``int64`` array of class labels (at least one)."""
+    arr = np.asarray(y)
+    if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iu":
+        raise invalid_parameter(
+            name, owner, "a non-empty 1-D array of integer class labels", describe(arr)
+        )
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise invalid_parameter(name, owner, "labels that fit in int64", int(arr.max()))
+    return arr.astype(np.int64, copy=True)

@@ -1,0 +1,181 @@
+"""The local runner: every role of a protocol in its own thread, in one process.
+
+This is the embedded default that the estimators and the tests use. Messages still go
+through the wire codec and an in-memory transport, so byte counts are real and nothing is
+shared by reference between parties.
+
+If a role raises, the runner cancels the others (their next send or receive raises
+:class:`~islands.runtime.transport.RunCancelled`) and raises one error naming the party
+and the step where the failure began. A role waiting on a peer that returned or failed
+stops at once; a peer that goes silent is caught by the receive timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from islands.errors import PeerFailedError, ProtocolError, ValidationError
+from islands.runtime.party import DEFAULT_TIMEOUT, Party, check_party_names
+from islands.runtime.transcript import Transcript
+from islands.runtime.transport import MemoryTransport, RunCancelled
+
+__all__ = ["PartyInputError", "Role", "RunResult", "run_local"]
+
+Role = Callable[[Party], Any]
+"""A role bound to its inputs: called with the party context, returns the party's result.
+
+Bind inputs with :func:`functools.partial`, e.g. ``partial(s1, X=x, perturb=True)``.
+"""
+
+CANCEL_GRACE = 10.0
+"""Seconds the runner waits for the other roles to stop after one failed."""
+
+
+class PartyInputError(ValidationError):
+    """A role rejected its own input (a ``ValueError`` inside the role)."""
+
+    def __init__(self, message: str, *, party: str, step: str) -> None:
+        super().__init__(message)
+        self.party = party
+        self.step = step
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run returns.
+
+    Attributes
+    ----------
+    results
+        Each party's role return value, by party name.
+    transcript
+        Every message sent during the run.
+    wall_time
+        Seconds from the first role starting to the last returning.
+    """
+
+    results: dict[str, Any]
+    transcript: Transcript
+    wall_time: float
+
+    def __getitem__(self, party: str) -> Any:
+        return self.results[party]
+
+
+def run_local(
+    roles: Mapping[str, Role] | Sequence[tuple[str, Role]],
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    keep_payloads: bool = False,
+    transcript: Transcript | None = None,
+) -> RunResult:
+    """Run a protocol's roles in threads of this process and wait for all of them.
+
+    Parameters
+    ----------
+    roles
+        Party name → role, as a mapping or a sequence of ``(name, role)`` pairs (where a
+        duplicate name is an error).
+    timeout
+        Seconds any party waits for one message before giving up on its sender.
+    keep_payloads
+        Keep every message's bytes in the transcript, for audits.
+    transcript
+        Record into this transcript instead of a new one.
+
+    Returns
+    -------
+    RunResult
+
+    Raises
+    ------
+    PartyInputError
+        A role raised ``ValueError`` (bad input); names the party and step.
+    ProtocolError
+        Any other failure: names the party and step; the original exception is chained.
+        Timeouts are :class:`~islands.errors.PeerTimeoutError` (also a ``TimeoutError``).
+    """
+    pairs = list(roles.items()) if isinstance(roles, Mapping) else list(roles)
+    for item in pairs:
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise ValidationError(f"roles must be (name, role) pairs; got {item!r}")
+    names = check_party_names(name for name, _ in pairs)
+    for name, role in pairs:
+        if not callable(role):
+            raise ValidationError(f"the role of party {name!r} is not callable: {role!r}")
+    if transcript is None:
+        transcript = Transcript(keep_payloads=keep_payloads)
+
+    transport = MemoryTransport(names)
+    contexts = {n: Party(n, names, transport, transcript, timeout=timeout) for n in names}
+    results: dict[str, Any] = {}
+    failures: list[tuple[str, BaseException]] = []
+    lock = threading.Lock()
+    finished = threading.Event()
+    remaining = [len(names)]
+
+    def body(name: str, role: Role) -> None:
+        failed = False
+        try:
+            value = role(contexts[name])
+            with lock:
+                results[name] = value
+        except BaseException as exc:  # reported to the caller below, with context
+            failed = True
+            with lock:
+                failures.append((name, exc))
+            transport.cancel(f"stopped because party {name!r} failed")
+        finally:
+            transport.finish(name, failed=failed)
+            with lock:
+                remaining[0] -= 1
+                if remaining[0] == 0 or failed:
+                    finished.set()
+
+    threads = [
+        threading.Thread(target=body, args=(name, role), name=f"islands-{name}", daemon=True)
+        for name, role in pairs
+    ]
+    t0 = time.monotonic()
+    for thread in threads:
+        thread.start()
+    try:
+        finished.wait()
+    except BaseException:
+        transport.cancel("interrupted")
+        raise
+    if failures:
+        deadline = time.monotonic() + CANCEL_GRACE
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        raise _root_error(failures, contexts)
+    for thread in threads:
+        thread.join()
+    return RunResult(results=results, transcript=transcript, wall_time=time.monotonic() - t0)
+
+
+def _root_error(failures: list[tuple[str, BaseException]], contexts: dict[str, Party]) -> Exception:
+    """Pick the error that began the failure and name its party and step.
+
+    Failures are recorded in the order they happened; cancellations and "peer stopped"
+    errors are consequences of an earlier failure, so the first other one is the cause.
+    """
+    def consequence(exc: BaseException) -> bool:
+        return isinstance(exc, (RunCancelled, PeerFailedError))
+
+    name, exc = next(((n, e) for n, e in failures if not consequence(e)), failures[0])
+    if isinstance(exc, ProtocolError):
+        return exc
+    step = contexts[name].step
+    message = f"party {name!r} failed at step {step!r}: {type(exc).__name__}: {exc}"
+    error: Exception
+    if isinstance(exc, ValueError):
+        error = PartyInputError(message, party=name, step=step)
+    else:
+        error = ProtocolError(message, party=name, step=step)
+    error.__cause__ = exc
+    return error

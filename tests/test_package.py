@@ -1,0 +1,64 @@
+"""Package-level contracts: light import, CLI, no pickle."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+import islands
+from islands.cli import app
+
+HEAVY = ("torch", "tenseal", "grpc", "ray", "phe", "gmpy2", "pyarrow", "matplotlib",
+         "sklearn", "typer", "rich")
+
+
+def test_import_islands_stays_light() -> None:
+    code = (
+        "import sys, islands, islands.runtime, islands.crypto, islands.data, islands.securesum;"
+        f"print([m for m in {HEAVY!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_version_is_exposed() -> None:
+    assert re.fullmatch(r"\d+\.\d+\.\d+.*", islands.__version__)
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and islands.__version__ in result.output
+
+
+def test_cli_info_reports_components(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["info", "--json", str(tmp_path / "info.json")])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "info.json").read_text())
+    assert set(report["optional"]) >= {"torch", "tenseal", "phe", "grpcio", "ray"}
+    assert "Fashion-MNIST" in result.output
+
+
+def test_cli_demo_runs_the_secure_sum(tmp_path: Path) -> None:
+    out = tmp_path / "demo.json"
+    result = CliRunner().invoke(app, ["demo", "--seed", "3", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "Transcript: 18 messages" in result.output
+    doc = json.loads(out.read_text())
+    assert doc["parties"] == ["alice", "bob", "carol"] and doc["max_abs_error"] < 1e-6
+    assert doc["transcript"]["messages"] == 18
+
+
+def test_cli_demo_refuses_bad_options() -> None:
+    result = CliRunner().invoke(app, ["demo", "--parties", "1"])
+    assert result.exit_code != 0
+
+
+def test_no_pickle_in_the_package() -> None:
+    src = Path(islands.__file__).parent
+    offenders = [str(p) for p in src.rglob("*.py")
+                 if re.search(r"\bimport pickle\b|pickle\.loads|cloudpickle|allow_pickle=True",
+                              p.read_text())]
+    assert offenders == []

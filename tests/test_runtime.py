@@ -1,0 +1,304 @@
+"""Party runtime: messaging, transcripts, failures, timeouts, bad input."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pytest
+
+from islands.errors import (
+    DeadlockError,
+    PeerFailedError,
+    PeerTimeoutError,
+    ProtocolError,
+    ValidationError,
+    WireError,
+)
+from islands.runtime import Party, PartyInputError, RunCancelled, Transcript, run_local, wire
+
+
+def ping(party: Party, n: int) -> Any:
+    party.send("b", "ping", n)
+    return party.recv("b", "pong")
+
+
+def pong(party: Party) -> None:
+    party.send("a", "pong", party.recv("a", "ping") + 1)
+
+
+def test_ping_pong_and_transcript() -> None:
+    run = run_local({"a": partial(ping, n=41), "b": pong})
+    assert run.results == {"a": 42, "b": None}
+    recs = run.transcript.records
+    assert [(r.seq, r.sender, r.receiver, r.tag) for r in recs] == [
+        (0, "a", "b", "ping"), (1, "b", "a", "pong")]
+    assert recs[0].nbytes == len(wire.encode(41))
+    assert recs[0].summary == "int"
+    assert run.wall_time >= 0
+
+
+def test_party_context_names() -> None:
+    seen: dict[str, Any] = {}
+
+    def role(party: Party) -> None:
+        seen[party.name] = (party.peers, party.parties)
+
+    run_local([("x", role), ("y", role), ("z", role)])
+    assert seen["y"] == (("x", "z"), ("x", "y", "z"))
+
+
+def test_nothing_is_shared_by_reference() -> None:
+    original = np.arange(5.0)
+    got: dict[str, np.ndarray] = {}
+    ready = threading.Event()
+
+    def sender(party: Party) -> None:
+        arr = original.copy()
+        party.send("r", "arr", arr)
+        arr[:] = -1  # after sending: must not reach the receiver
+        ready.set()
+        party.recv("r", "done")
+
+    def receiver(party: Party) -> None:
+        ready.wait(5)
+        got["arr"] = party.recv("s", "arr")
+        got["arr"][0] = 99.0  # must not reach the transcript's copy
+        party.send("s", "done", None)
+
+    run = run_local({"s": sender, "r": receiver}, keep_payloads=True)
+    np.testing.assert_array_equal(got["arr"], [99.0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(run.transcript.received_by("r")[0].payload, original)
+
+
+def test_broadcast_gather_and_fifo_order() -> None:
+    def hub(party: Party) -> dict[str, Any]:
+        party.broadcast("hello", np.ones(3))
+        return party.gather("reply")
+
+    def spoke(party: Party) -> None:
+        x = party.recv("hub", "hello")
+        for i in range(3):
+            party.send("hub", "reply" if i == 0 else "extra", float(x.sum()) + i)
+
+    def hub2(party: Party) -> list[float]:
+        party.broadcast("hello", np.ones(3))
+        replies = party.gather("reply")
+        extras = [party.recv("s1", "extra") for _ in range(2)]
+        return [*replies.values(), *extras]
+
+    run = run_local({"hub": hub2, "s1": spoke, "s2": spoke})
+    assert run.results["hub"] == [3.0, 3.0, 4.0, 5.0]
+    assert run.transcript.totals("tag")["hello"].messages == 2
+    assert run.transcript.totals("sender")["hub"].messages == 2
+
+
+def test_broadcast_receivers_own_independent_copies() -> None:
+    big = np.ones(100_000)  # large enough to be decoded in place, without a copy
+    got: dict[str, np.ndarray] = {}
+    barrier = threading.Barrier(2)
+
+    def hub(party: Party) -> None:
+        party.broadcast("w", big)
+
+    def spoke(party: Party) -> None:
+        w = party.recv("hub", "w")
+        barrier.wait(5)
+        w += 1.0 if party.name == "s1" else 2.0  # in place: must not reach the other spoke
+        barrier.wait(5)
+        got[party.name] = w
+
+    run = run_local({"hub": hub, "s1": spoke, "s2": spoke}, keep_payloads=True)
+    assert got["s1"][0] == 2.0 and got["s2"][0] == 3.0 and big[0] == 1.0
+    assert all(r.payload[0] == 1.0 for r in run.transcript.records)
+
+
+def test_broadcast_to_subset() -> None:
+    def a(party: Party) -> None:
+        party.broadcast("m", 1, to=["c"])
+
+    def c(party: Party) -> Any:
+        return party.recv("a", "m")
+
+    run = run_local({"a": a, "b": lambda p: None, "c": c})
+    assert run.results["c"] == 1 and len(run.transcript) == 1
+
+
+def test_transcript_totals_json_and_queries() -> None:
+    run = run_local({"a": partial(ping, n=1), "b": pong}, keep_payloads=True)
+    t = run.transcript
+    assert [r.payload for r in t.received_by("b")] == [1]
+    assert [r.tag for r in t.sent_by("b")] == ["pong"]
+    assert [r.receiver for r in t.with_tag("pong")] == ["a"]
+    assert t.totals("pair")["a->b"].messages == 1
+    doc = json.loads(t.to_json())
+    assert doc["messages"] == 2 and doc["nbytes"] == t.total_bytes
+    assert doc["by_receiver"]["a"]["nbytes"] == t.records[1].nbytes
+    assert set(doc["records"][0]) == {"seq", "sender", "receiver", "tag", "nbytes", "summary",
+                                      "time"}
+    with pytest.raises(ValueError, match="'by' parameter"):
+        t.totals("colour")  # type: ignore[arg-type]
+
+
+def test_payload_not_kept_by_default() -> None:
+    run = run_local({"a": partial(ping, n=1), "b": pong})
+    with pytest.raises(LookupError, match="keep_payloads=True"):
+        _ = run.transcript.records[0].payload
+
+
+def test_given_transcript_is_used() -> None:
+    t = Transcript(keep_payloads=True)
+    run = run_local({"a": partial(ping, n=3), "b": pong}, transcript=t)
+    assert run.transcript is t and len(t) == 2
+
+
+# ----------------------------------------------------------------- failures
+
+
+def test_failure_names_party_and_step_and_stops_the_others() -> None:
+    cancelled = threading.Event()
+
+    def a(party: Party) -> None:
+        party.send("b", "x", 1)
+        try:
+            party.recv("b", "never", timeout=60)
+        except RunCancelled:
+            cancelled.set()
+            raise
+
+    def b(party: Party) -> None:
+        party.recv("a", "x")
+        raise KeyError("boom")
+
+    t0 = time.monotonic()
+    with pytest.raises(ProtocolError) as info:
+        run_local({"a": a, "b": b}, timeout=60)
+    assert time.monotonic() - t0 < 10
+    err = info.value
+    assert err.party == "b" and err.step == "x"
+    assert "party 'b' failed at step 'x'" in str(err) and "boom" in str(err)
+    assert isinstance(err.__cause__, KeyError)
+    assert cancelled.wait(5)
+
+
+def test_value_error_in_role_is_a_party_input_error() -> None:
+    def a(party: Party) -> None:
+        raise ValueError("X has NaN")
+
+    with pytest.raises(PartyInputError, match=r"party 'a'.*X has NaN") as info:
+        run_local({"a": a, "b": lambda p: p.recv("a", "m")})
+    assert isinstance(info.value, ValueError) and info.value.party == "a"
+
+
+def test_silent_peer_times_out_naming_it() -> None:
+    release = threading.Event()
+
+    def silent(party: Party) -> None:
+        release.wait(30)
+
+    def waiter(party: Party) -> Any:
+        try:
+            return party.recv("quiet", "hello", timeout=0.3)
+        finally:
+            release.set()
+
+    t0 = time.monotonic()
+    with pytest.raises(PeerTimeoutError) as info:
+        run_local({"quiet": silent, "w": waiter})
+    assert time.monotonic() - t0 < 10
+    err = info.value
+    assert (err.party, err.peer, err.tag) == ("w", "quiet", "hello")
+    assert isinstance(err, TimeoutError) and "'quiet'" in str(err)
+
+
+def test_run_timeout_applies_to_every_recv() -> None:
+    def silent(party: Party) -> None:
+        time.sleep(1.0)
+
+    with pytest.raises(PeerTimeoutError, match=r"0\.2 s"):
+        run_local({"s": silent, "w": lambda p: p.recv("s", "m")}, timeout=0.2)
+
+
+def test_peer_that_finished_without_sending_is_named_at_once() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(PeerFailedError, match="'w' was waiting for 'm' from 'gone'") as info:
+        run_local({"gone": lambda p: None, "w": lambda p: p.recv("gone", "m")}, timeout=60)
+    assert time.monotonic() - t0 < 5
+    assert info.value.peer == "gone"
+
+
+def test_peer_that_crashed_is_the_reported_cause() -> None:
+    def crash(party: Party) -> None:
+        raise RuntimeError("disk full")
+
+    waiting = [lambda p: p.recv("crash", "m", timeout=60)] * 3
+    roles = [("crash", crash)] + [(f"w{i}", r) for i, r in enumerate(waiting)]
+    with pytest.raises(ProtocolError, match=r"party 'crash' failed at step 'start'.*disk full"):
+        run_local(roles)
+
+
+def test_deadlock_is_detected_at_once() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(DeadlockError, match="every running party is waiting"):
+        run_local({"c": lambda p: p.recv("d", "q"), "d": lambda p: p.recv("c", "q")},
+                  timeout=60)
+    assert time.monotonic() - t0 < 5
+
+
+# ----------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("action", "error", "needle"),
+    [
+        (lambda p: p.send("zed", "t", 1), ValidationError, "unknown party"),
+        (lambda p: p.send("a", "t", 1), ValidationError, "cannot send to itself"),
+        (lambda p: p.send("b", 7, 1), ValidationError, "tags must be non-empty str"),
+        (lambda p: p.send("b", "", 1), ValidationError, "tags must be non-empty str"),
+        (lambda p: p.send("b", "t", {"x": object()}), WireError, "cannot send 't' to 'b'"),
+        (lambda p: p.broadcast("t", 1, to=["a"]), ValidationError, "itself"),
+        (lambda p: p.recv("nobody", "t"), ValidationError, "unknown party"),
+        (lambda p: p.recv("b", "t", timeout=-1), ValidationError, "'timeout' parameter"),
+        (lambda p: p.recv("b", "t", timeout=float("inf")), ValidationError, "finite"),
+    ],
+)
+def test_bad_calls_fail_at_the_sender_before_anything_leaves(
+    action: Any, error: type[Exception], needle: str
+) -> None:
+    caught: list[BaseException] = []
+
+    def a(party: Party) -> None:
+        try:
+            action(party)
+        except Exception as exc:
+            caught.append(exc)
+
+    run = run_local({"a": a, "b": lambda p: None})
+    assert len(caught) == 1 and isinstance(caught[0], error)
+    assert needle in str(caught[0])
+    assert len(run.transcript) == 0
+
+
+@pytest.mark.parametrize(
+    ("roles", "needle"),
+    [
+        ([("a", pong), ("a", pong)], "duplicate party name 'a'"),
+        ({"": pong}, "party names must be str"),
+        ({"a b": pong}, "party names must be str"),
+        ({"a": 3}, "not callable"),
+        ([("a",)], "pairs"),
+        ({}, "at least one party"),
+    ],
+)
+def test_bad_role_sets_are_refused(roles: Any, needle: str) -> None:
+    with pytest.raises(ValidationError, match=needle):
+        run_local(roles)
+
+
+def test_bad_run_timeout_is_refused() -> None:
+    with pytest.raises(ValidationError, match="'timeout'"):
+        run_local({"a": pong}, timeout=0)

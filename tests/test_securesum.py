@@ -1,0 +1,47 @@
+"""The secure-sum protocol end to end through the runner."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from islands.errors import ValidationError
+from islands.securesum import secure_sum
+
+
+def test_sum_of_three_parties_matches_plain_sum() -> None:
+    rng = np.random.default_rng(0)
+    values = {name: rng.normal(0, 100, (4, 5)) for name in ("a", "b", "c")}
+    result = secure_sum(values)
+    # 24 fractional bits: each input is rounded to within 2^-25, three of them add up
+    np.testing.assert_allclose(result.total, sum(values.values()), rtol=0, atol=3 * 2.0**-25)
+    assert result.total.shape == (4, 5)
+
+
+def test_no_party_receives_another_partys_input() -> None:
+    values = {"a": np.array([1.0, 2.0]), "b": np.array([3.0, 4.0]), "c": np.array([5.0, 6.0])}
+    result = secure_sum(values, keep_payloads=True)
+    t = result.transcript
+    assert {tag: tot.messages for tag, tot in t.totals("tag").items()} == {
+        "spec": 6, "share": 6, "partial": 6}
+    encoded = {n: (np.rint(v * 2**24).astype(np.int64).view(np.uint64)) for n, v in values.items()}
+    for record in t.with_tag("share"):
+        # a share is a uniformly random ring element, never the sender's encoded input
+        assert not np.array_equal(record.payload, encoded[record.sender])
+    for party in values:
+        assert len(t.received_by(party)) == 6
+
+
+def test_mismatched_shapes_are_caught_before_any_share_leaves() -> None:
+    with pytest.raises(ValidationError, match="shape"):
+        secure_sum({"a": np.zeros(3), "b": np.zeros(4), "c": np.zeros(3)})
+
+
+def test_non_finite_input_is_refused_before_sending() -> None:
+    with pytest.raises(ValidationError, match="NaN"):
+        secure_sum({"a": [np.nan], "b": [1.0]})
+
+
+def test_one_party_is_not_a_sum() -> None:
+    with pytest.raises(ValidationError, match="at least two parties"):
+        secure_sum({"a": [1.0]})
