@@ -21,8 +21,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.data._validation import check_int, describe
 from islands.errors import DataNotFoundError, ValidationError, invalid_parameter
+from islands.validation import check_int, describe
 
 __all__ = [
     "DATASET_NAMES",

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from islands.data._validation import (
+from islands.errors import ValidationError, invalid_parameter
+from islands.validation import (
     RandomState,
     check_float,
     check_int,
@@ -24,7 +25,6 @@ from islands.data._validation import (
     check_random_state,
     describe,
 )
-from islands.errors import ValidationError, invalid_parameter
 
 __all__ = [
     "parse_class_groups",

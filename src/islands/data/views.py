@@ -13,8 +13,8 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from islands.data._validation import check_int, describe
 from islands.errors import invalid_parameter
+from islands.validation import check_int, describe, is_int
 
 __all__ = ["split_image_views", "vertical_split", "vertical_split_indices"]
 
@@ -97,10 +97,6 @@ def split_image_views(
     return first.copy().reshape(n, -1), second.copy().reshape(n, -1)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
 def vertical_split_indices(
     n_features: int, parts: int | Sequence[Sequence[int]]
 ) -> list[NDArray[np.intp]]:
@@ -136,7 +132,7 @@ def _split_indices(
     n_features: int, parts: int | Sequence[Sequence[int]], owner: str
 ) -> list[NDArray[np.intp]]:
     n_features = check_int(n_features, "n_features", owner, low=1)
-    if _is_int(parts):
+    if is_int(parts):
         n_parts = check_int(parts, "parts", owner, low=1, high=n_features)
         return [
             block.astype(np.intp)
@@ -158,7 +154,7 @@ def _split_indices(
                 f"parts[{k}]", owner, "a non-empty sequence of column indices", describe(part)
             )
         for col in items:
-            if not _is_int(col) or not 0 <= col < n_features:
+            if not is_int(col) or not 0 <= col < n_features:
                 raise invalid_parameter(
                     f"parts[{k}]",
                     owner,

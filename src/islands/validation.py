@@ -1,4 +1,4 @@
-"""Argument checks shared by the data loaders, view splitters and partitioners.
+"""Argument checks shared across islands: ints, floats, seeds, labels.
 
 Every check raises :class:`~islands.errors.ValidationError` built with
 :func:`~islands.errors.invalid_parameter`, so the message names the parameter, the
@@ -23,6 +23,7 @@ __all__ = [
     "check_labels",
     "check_random_state",
     "describe",
+    "is_int",
 ]
 
 RandomState = int | np.random.Generator | None
@@ -48,7 +49,8 @@ class _Summary(str):
         return str(self)
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
+    """Tell whether ``value`` is an integer (Python or numpy), bools excluded."""
     return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(
         value, (bool, np.bool_)
     )
@@ -59,7 +61,7 @@ def check_int(
 ) -> int:
     """Return ``value`` as an ``int`` after checking it is an integer in ``[low, high]``."""
     if (
-        not _is_int(value)
+        not is_int(value)
         or (low is not None and value < low)
         or (high is not None and value > high)
     ):
@@ -100,7 +102,7 @@ def check_random_state(random_state: Any, owner: str) -> np.random.Generator:
         return random_state
     if random_state is None:
         return np.random.default_rng()
-    if _is_int(random_state) and random_state >= 0:
+    if is_int(random_state) and random_state >= 0:
         return np.random.default_rng(int(random_state))
     raise invalid_parameter(
         "random_state",
