@@ -44,7 +44,7 @@ def test_negative_values_wrap_as_twos_complement() -> None:
     assert enc[0] == np.uint64(2**64 - 1)
 
 
-@pytest.mark.parametrize("bad", [[np.nan], [np.inf], [max_abs_value(24, 3)]])
+@pytest.mark.parametrize("bad", [[np.nan], [np.inf], [max_abs_value(24, 3) * 1.000001]])
 def test_encode_rejects_non_finite_and_overflowing_values(bad: list[float]) -> None:
     with pytest.raises(ValidationError):
         encode_fixed(bad, frac_bits=24, headroom=3)
@@ -86,3 +86,17 @@ def test_sharing_rejects_bad_input() -> None:
         additive_shares(np.zeros(2), 2)  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="shape"):
         reconstruct([np.zeros(2, dtype=np.uint64), np.zeros(3, dtype=np.uint64)])
+
+
+def test_zero_dimensional_input_encodes_to_an_array() -> None:
+    enc = encode_fixed(1.5)
+    assert isinstance(enc, np.ndarray) and enc.shape == ()
+    assert decode_fixed(enc) == 1.5
+
+
+def test_bound_is_checked_after_rounding() -> None:
+    # with 2048 parties and 52 fractional bits the bound is below 2^53: rounding up to it
+    # must be refused, or the sum over all parties would wrap
+    x = np.nextafter(max_abs_value(52, 2048), 0)
+    with pytest.raises(ValidationError):
+        encode_fixed([x], frac_bits=52, headroom=2048)

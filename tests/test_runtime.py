@@ -302,3 +302,72 @@ def test_bad_role_sets_are_refused(roles: Any, needle: str) -> None:
 def test_bad_run_timeout_is_refused() -> None:
     with pytest.raises(ValidationError, match="'timeout'"):
         run_local({"a": pong}, timeout=0)
+
+
+# ----------------------------------------------------------------- review regressions
+
+
+def test_broadcast_to_nobody_sends_nothing() -> None:
+    run = run_local({"a": lambda p: p.broadcast("t", 1)})
+    assert run.results["a"] == 0 and len(run.transcript) == 0
+    run = run_local({"a": lambda p: p.broadcast("t", 1, to=[]), "b": lambda p: None})
+    assert run.results["a"] == 0
+
+
+def test_concurrent_receives_in_one_party_are_refused_clearly() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def a(party: Party) -> None:
+        with ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(party.recv, peer, "x", 5) for peer in ("b", "c")]
+            for f in futures:
+                f.result()
+
+    def sender(party: Party) -> None:
+        time.sleep(0.2)
+        party.send("a", "x", 1)
+
+    with pytest.raises(ProtocolError, match="already waiting"):
+        run_local({"a": a, "b": sender, "c": sender})
+
+
+def test_very_large_timeout_is_usable() -> None:
+    run = run_local({"a": partial(ping, n=1), "b": pong}, timeout=1e10)
+    assert run.results["a"] == 2
+
+
+def test_malformed_message_is_blamed_on_its_sender() -> None:
+    class Liar:
+        """A transport that corrupts every message in flight."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def send(self, sender: str, receiver: str, tag: str, data: Any) -> None:
+            self.inner.send(sender, receiver, tag, bytes(data[:-1]))
+
+        def recv(self, receiver: str, sender: str, tag: str, timeout: float) -> Any:
+            return self.inner.recv(receiver, sender, tag, timeout)
+
+    from islands.runtime import MemoryTransport
+
+    liar = Liar(MemoryTransport(["a", "b"]))
+    t = Transcript()
+    a = Party("a", ["a", "b"], liar, t)
+    b = Party("b", ["a", "b"], liar, t)
+    a.send("b", "x", np.zeros(3))
+    with pytest.raises(ProtocolError, match="malformed 'x' message from 'a'"):
+        b.recv("a", "x", timeout=1)
+
+
+def test_keyboard_interrupt_in_a_role_propagates() -> None:
+    def a(party: Party) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_local({"a": a, "b": lambda p: p.recv("a", "m", timeout=5)})
+
+
+def test_transcript_without_payloads_cannot_serve_an_audit() -> None:
+    with pytest.raises(ValidationError, match="keep_payloads"):
+        run_local({"a": pong}, keep_payloads=True, transcript=Transcript())

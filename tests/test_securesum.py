@@ -45,3 +45,7 @@ def test_non_finite_input_is_refused_before_sending() -> None:
 def test_one_party_is_not_a_sum() -> None:
     with pytest.raises(ValidationError, match="at least two parties"):
         secure_sum({"a": [1.0]})
+
+
+def test_scalars_can_be_summed() -> None:
+    assert float(secure_sum({"a": 1.0, "b": 2.0}).total) == 3.0

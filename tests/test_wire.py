@@ -272,3 +272,45 @@ def test_fuzz_mutated_messages_raise_only_wire_error(data: st.DataObject) -> Non
         wire.decode(bytes(buf))
     with contextlib.suppress(WireError):
         wire.decode_buffer(buf)
+
+
+# ----------------------------------------------------------------- review regressions
+
+
+def test_huge_shape_entries_fail_fast() -> None:
+    import time
+
+    import msgpack
+
+    big = msgpack.ExtType(2, b"\x00" + b"\xff" * 64000)  # a 512 000-bit shape entry
+    data = message(ext(1, [0, "<i8", [big] * 32, 0]))
+    t0 = time.perf_counter()
+    with pytest.raises(WireError, match="invalid array shape"):
+        wire.decode(data)
+    assert time.perf_counter() - t0 < 1.0
+    with pytest.raises(WireError, match="more bytes than the whole message"):
+        wire.decode(message(ext(1, [0, "<f8", [2**40] * 8, 8]), bytes(8)))
+
+
+def test_msgpack_timestamps_are_refused() -> None:
+    raw = b"\xd7\xff" + bytes(8)  # MessagePack's built-in extension -1
+    header = struct.pack("<4sBBHI", b"ISLW", 1, 0, 0, len(raw)) + raw
+    with pytest.raises(WireError, match="timestamp"):
+        wire.decode(header)
+    for wrapped in (b"\x91" + raw, b"\x81\xa1a" + raw):  # inside a list, inside a map
+        with pytest.raises(WireError, match="timestamp"):
+            wire.decode(struct.pack("<4sBBHI", b"ISLW", 1, 0, 0, len(wrapped)) + wrapped)
+
+
+def test_duplicate_map_keys_are_refused() -> None:
+    wrapped = b"\x82\xa1a\x01\xa1a\x02"
+    with pytest.raises(WireError, match="duplicate map key"):
+        wire.decode(struct.pack("<4sBBHI", b"ISLW", 1, 0, 0, len(wrapped)) + wrapped)
+
+
+@pytest.mark.parametrize("leaf", [1, np.zeros(2), Point(np.ones(1), "p", 1)])
+def test_nesting_at_the_limit_round_trips(leaf: Any) -> None:
+    obj: Any = leaf
+    for _ in range(wire.MAX_DEPTH - 1):
+        obj = (obj,)
+    assert same(wire.decode(wire.encode(obj)), obj)

@@ -65,14 +65,16 @@ def encode_fixed(
     if not np.all(np.isfinite(arr)):
         raise ValidationError("encode_fixed: x holds NaN or infinite values")
     bound = max_abs_value(f, headroom)
-    if arr.size and float(np.max(np.abs(arr))) >= bound:
+    scaled = np.asarray(np.rint(arr * float(2**f)))
+    # checked after rounding, in exact integers: headroom·|round(x·2^f)| < 2^63
+    if scaled.size and int(np.max(np.abs(scaled))) * headroom >= 2**63:
         raise ValidationError(
             f"encode_fixed: |x| reaches {float(np.max(np.abs(arr))):.3g}, but with "
             f"frac_bits={f} and headroom={headroom} values must stay below {bound:.3g}"
         )
-    scaled = np.rint(arr * float(2**f))
     # |scaled| < 2^63 here, so the int64 cast is exact; the view wraps negatives mod 2^64
-    return scaled.astype(np.int64).view(np.uint64)
+    encoded: NDArray[np.uint64] = scaled.astype(np.int64).view(np.uint64)
+    return encoded
 
 
 def decode_fixed(v: ArrayLike, *, frac_bits: int = DEFAULT_FRAC_BITS) -> NDArray[np.float64]:

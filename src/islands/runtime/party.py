@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from islands.errors import ValidationError, WireError
+from islands.errors import ProtocolError, ValidationError, WireError
 from islands.runtime import wire
 from islands.runtime.transcript import Transcript
 from islands.runtime.transport import Transport
@@ -164,12 +164,14 @@ class Party:
             ) from exc
 
     def _deliver(self, to: str, tag: str, data: bytearray, summary: str) -> None:
-        # recorded first: the receiver owns ``data`` once the transport has it
-        self._transcript.add(
-            sender=self._name, receiver=to, tag=tag, data=data, summary=summary,
-            time=time.monotonic() - self._t0,
-        )
+        # snapshot first: the receiver owns ``data`` once the transport has it; record
+        # only what was actually handed over
+        nbytes = len(data)
+        snapshot = bytes(data) if self._transcript.keep_payloads else None
+        sent_at = time.monotonic() - self._t0
         self._transport.send(self._name, to, tag, data)
+        self._transcript.add(sender=self._name, receiver=to, tag=tag, nbytes=nbytes,
+                             data=snapshot, summary=summary, time=sent_at)
 
     def recv(self, frm: str, tag: str, timeout: float | None = None) -> Any:
         """Wait for the next ``tag`` message from ``frm`` and return its decoded payload.
@@ -186,8 +188,14 @@ class Party:
         wait = self._timeout if timeout is None else _check_timeout(timeout)
         self._step = tag
         data = self._transport.recv(self._name, frm, tag, wait)
-        # a bytearray is this party's own copy: large arrays become views into it
-        return wire.decode_buffer(data) if type(data) is bytearray else wire.decode(data)
+        try:
+            # a bytearray is this party's own copy: large arrays become views into it
+            return wire.decode_buffer(data) if type(data) is bytearray else wire.decode(data)
+        except WireError as exc:
+            raise ProtocolError(
+                f"party {self._name!r} received a malformed {tag!r} message from {frm!r}: {exc}",
+                party=self._name, step=tag,
+            ) from exc
 
     def broadcast(self, tag: str, payload: Any, to: Iterable[str] | None = None) -> int:
         """Send the same payload to several peers (all by default); encodes it once.
@@ -200,6 +208,8 @@ class Party:
         targets = self._peers if to is None else tuple(self._check_peer(p, "send to") for p in to)
         tag = self._check_tag(tag)
         self._step = tag
+        if not targets:
+            return 0
         data = self._encode(payload, tag, targets)
         summary = wire.summarize(payload)
         # every receiver owns its buffer: copy before the first one can write into it

@@ -109,6 +109,10 @@ def run_local(
             raise ValidationError(f"the role of party {name!r} is not callable: {role!r}")
     if transcript is None:
         transcript = Transcript(keep_payloads=keep_payloads)
+    elif keep_payloads and not transcript.keep_payloads:
+        raise ValidationError(
+            "keep_payloads=True, but the transcript given was made with keep_payloads=False"
+        )
 
     transport = MemoryTransport(names)
     contexts = {n: Party(n, names, transport, transcript, timeout=timeout) for n in names}
@@ -170,6 +174,8 @@ def _root_error(failures: list[tuple[str, BaseException]], contexts: dict[str, P
     name, exc = next(((n, e) for n, e in failures if not consequence(e)), failures[0])
     if isinstance(exc, ProtocolError):
         return exc
+    if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: pass through as is
+        raise exc
     step = contexts[name].step
     message = f"party {name!r} failed at step {step!r}: {type(exc).__name__}: {exc}"
     error: Exception

@@ -99,18 +99,18 @@ class Transcript:
         self._lock = threading.Lock()
 
     def add(
-        self, *, sender: str, receiver: str, tag: str, data: bytes | bytearray, summary: str,
-        time: float,
+        self, *, sender: str, receiver: str, tag: str, nbytes: int, data: bytes | None,
+        summary: str, time: float,
     ) -> Record:
         """Append a message and return its record (with the next sequence number).
 
-        With ``keep_payloads`` an immutable copy of ``data`` is kept.
+        ``data`` (the encoded message) is kept only when the transcript keeps payloads.
         """
         with self._lock:
             record = Record(
                 seq=len(self._records), sender=sender, receiver=receiver, tag=tag,
-                nbytes=len(data), summary=summary, time=time,
-                data=bytes(data) if self.keep_payloads else None,
+                nbytes=nbytes, summary=summary, time=time,
+                data=data if self.keep_payloads else None,
             )
             self._records.append(record)
         return record

@@ -80,6 +80,12 @@ class MemoryTransport:
         deadline = time.monotonic() + timeout
         key = (receiver, sender, tag)
         with self._cond:
+            if receiver in self._waiting:
+                raise ProtocolError(
+                    f"party {receiver!r} is already waiting for {self._waiting[receiver][1]!r};"
+                    " one party receives from one thread at a time",
+                    party=receiver, step=tag,
+                )
             self._waiting[receiver] = (sender, tag)
             try:
                 while True:
@@ -110,7 +116,7 @@ class MemoryTransport:
                             f"{tag!r} from {sender!r}",
                             party=receiver, peer=sender, tag=tag, timeout=timeout,
                         )
-                    self._cond.wait(remaining)
+                    self._cond.wait(min(remaining, threading.TIMEOUT_MAX))
             finally:
                 del self._waiting[receiver]
 

@@ -44,7 +44,8 @@ rejected at the sender.
 Malformed, truncated or lying input raises :class:`~islands.errors.WireError` and no
 other exception: a wrong magic or version, an unknown extension, a dtype outside the
 allow-list, a shape whose size disagrees with nbytes, buffers that do not fit or leave
-trailing bytes, non-str map keys, nesting deeper than :data:`MAX_DEPTH`.
+trailing bytes, non-str or duplicate map keys, MessagePack's own timestamp extension,
+nesting deeper than :data:`MAX_DEPTH`, a header over :data:`MAX_HEADER` bytes.
 
 Copies: :func:`encode` and :func:`encode_buffer` copy each array once into the message;
 :func:`decode` copies each array once out of it (the input is left untouched), while
@@ -61,7 +62,6 @@ bytes that arrive from another organisation.
 from __future__ import annotations
 
 import dataclasses
-import math
 import struct
 from typing import Any, Final, TypeVar
 
@@ -74,6 +74,7 @@ __all__ = [
     "ALLOWED_DTYPES",
     "MAGIC",
     "MAX_DEPTH",
+    "MAX_HEADER",
     "VERSION",
     "ZERO_COPY_MIN",
     "decode",
@@ -91,6 +92,8 @@ MAX_DEPTH: Final = 64
 MAX_NDIM: Final = 32
 ALIGN: Final = 8
 BLOB_INLINE_MAX: Final = 4096
+MAX_HEADER: Final = 256 * 2**20
+"""Largest header accepted (bytes). Arrays and large bytes travel outside the header."""
 ZERO_COPY_MIN: Final = 65536
 """Arrays at least this large are views into the message in :func:`decode_buffer`;
 smaller ones are copied, so that keeping a small array does not keep a large message."""
@@ -107,6 +110,7 @@ ALLOWED_DTYPES: Final[frozenset[str]] = frozenset(
     {"|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8",
      "<f2", "<f4", "<f8", "<c8", "<c16"}
 )
+_INT63: Final = 2**63
 _INT64_MIN: Final = -(2**63)
 _UINT64_END: Final = 2**64
 
@@ -331,22 +335,28 @@ class _Decoder:
         return value
 
     def _unpack(self, raw: bytes | memoryview) -> Any:
+        # the header and an array/scalar/blob descriptor each count as a level here, so
+        # allow two more than the encoder, which counts containers only
         self.depth += 1
-        if self.depth > MAX_DEPTH:
+        if self.depth > MAX_DEPTH + 2:
             raise WireError(f"message nests deeper than {MAX_DEPTH} levels")
         try:
-            return msgpack.unpackb(
+            value = msgpack.unpackb(
                 raw, raw=False, use_list=True, strict_map_key=False,
-                ext_hook=self._ext, object_pairs_hook=_str_keyed_dict,
+                ext_hook=self._ext, object_pairs_hook=_str_keyed_dict, list_hook=_check_items,
             )
         finally:
             self.depth -= 1
+        if type(value) is msgpack.Timestamp:
+            raise WireError("timestamp values are not part of the islands wire format")
+        return value
 
     def _take(self, index: Any, nbytes: Any) -> memoryview:
-        if type(index) is not int or index != self.next_index:
-            raise WireError(f"buffer index {index!r} out of order (expected {self.next_index})")
-        if type(nbytes) is not int or nbytes < 0:
-            raise WireError(f"invalid buffer length {nbytes!r}")
+        if not _small_int(index) or index != self.next_index:
+            raise WireError(f"buffer index {_short(index)} out of order (expected "
+                            f"{self.next_index})")
+        if not _small_int(nbytes):
+            raise WireError(f"invalid buffer length {_short(nbytes)}")
         start = _align(self.pos)
         if start + nbytes > len(self.data):
             raise WireError(
@@ -395,16 +405,24 @@ class _Decoder:
         index, dtype_str, shape, nbytes = desc
         dtype = _parse_dtype(dtype_str)
         if not (isinstance(shape, list) and len(shape) <= MAX_NDIM
-                and all(type(s) is int and s >= 0 for s in shape)):
-            raise WireError(f"invalid array shape {shape!r}")
-        expected = math.prod(shape) * dtype.itemsize
+                and all(_small_int(s) for s in shape)):
+            raise WireError(f"invalid array shape {_short(shape)}")
+        # never multiply unbounded numbers: stop as soon as the size exceeds the message
+        expected = dtype.itemsize if 0 not in shape else 0
+        for s in shape:
+            expected *= s
+            if expected > len(self.data):
+                raise WireError(
+                    f"array shape {_short(shape)} of {dtype.str} needs more bytes than the "
+                    f"whole message ({len(self.data)})"
+                )
         if expected != nbytes:
             raise WireError(
                 f"array shape {tuple(shape)} of {dtype.str} needs {expected} bytes, "
-                f"the message declares {nbytes!r}"
+                f"the message declares {_short(nbytes)}"
             )
         view = self._take(index, nbytes)
-        flat = np.frombuffer(view, dtype=dtype, count=math.prod(shape))
+        flat = np.frombuffer(view, dtype=dtype, count=expected // dtype.itemsize)
         if dtype.kind == "b":
             # foreign bytes may hold values other than 0/1; normalise, never trust
             mask: np.ndarray[Any, Any] = flat.view(np.uint8) != 0
@@ -421,16 +439,44 @@ class _Decoder:
         name, fields = desc
         cls = _registry.get(name)
         if cls is None:
-            raise WireError(f"unknown message type {name!r}")
+            raise WireError(f"unknown message type {_short(name)}")
         expected = {f.name for f in dataclasses.fields(cls) if f.init}
         if set(fields) != expected:
             raise WireError(
-                f"message {name!r} has fields {sorted(fields)}, expected {sorted(expected)}"
+                f"message {_short(name)} has fields {_short(sorted(fields))}, expected "
+                f"{sorted(expected)}"
             )
         try:
             return cls(**fields)
         except Exception as exc:
-            raise WireError(f"message {name!r} rejected its fields: {exc}") from exc
+            raise WireError(f"message {_short(name)} rejected its fields: {exc}") from exc
+
+
+def _small_int(value: Any) -> bool:
+    return type(value) is int and 0 <= value < _INT63
+
+
+def _short(value: Any) -> str:
+    """Describe an untrusted value for an error message in bounded time and length."""
+    if type(value) is int and value.bit_length() > 64:
+        return f"<{value.bit_length()}-bit int>"
+    if type(value) in (list, tuple):
+        inner = ", ".join(_short(v) for v in value[:4])
+        return f"[{inner}{', ...' if len(value) > 4 else ''}]"
+    if type(value) in (int, float, bool) or value is None:
+        return repr(value)
+    if type(value) in (str, bytes):
+        text = repr(value[:40])
+        return text + ("..." if len(value) > 40 else "")
+    return f"<{type(value).__name__}>"
+
+
+def _check_items(items: list[Any]) -> list[Any]:
+    # msgpack decodes its own extension -1 (Timestamp) before ext_hook sees it: refuse it
+    for v in items:
+        if type(v) is msgpack.Timestamp:
+            raise WireError("timestamp values are not part of the islands wire format")
+    return items
 
 
 def _str_keyed_dict(pairs: list[tuple[Any, Any]]) -> dict[str, Any]:
@@ -438,13 +484,17 @@ def _str_keyed_dict(pairs: list[tuple[Any, Any]]) -> dict[str, Any]:
     for k, v in pairs:
         if type(k) is not str:
             raise WireError(f"map keys must be str, got {type(k).__name__}")
+        if type(v) is msgpack.Timestamp:
+            raise WireError("timestamp values are not part of the islands wire format")
+        if k in out:
+            raise WireError(f"duplicate map key {_short(k)}")
         out[k] = v
     return out
 
 
 def _parse_dtype(value: Any) -> np.dtype[Any]:
     if type(value) is not str or value not in ALLOWED_DTYPES:
-        raise WireError(f"dtype {value!r} is not allowed on the wire")
+        raise WireError(f"dtype {_short(value)} is not allowed on the wire")
     return np.dtype(value)
 
 
@@ -492,6 +542,8 @@ def _decode(view: memoryview, *, owned: bool) -> Any:
         raise WireError(f"unsupported wire version {version} (this build reads {VERSION})")
     if flags or reserved:
         raise WireError("reserved header bits are set")
+    if hlen > MAX_HEADER:
+        raise WireError(f"header of {hlen} bytes exceeds the limit of {MAX_HEADER}")
     if _PREFIX.size + hlen > len(view):
         raise WireError(f"header length {hlen} exceeds the message ({len(view)} bytes)")
     header = view[_PREFIX.size:_PREFIX.size + hlen]

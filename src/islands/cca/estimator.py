@@ -1,0 +1,245 @@
+"""``SwarmCCA``: the scikit-learn-style estimator over the two SCCA peers.
+
+``fit(X, Y)`` runs both peers of :mod:`islands.cca.protocol` in this process (one thread
+each, every message through the wire codec) and keeps what each peer ended with. In a
+real deployment each organisation runs only its own peer and gets only its own weights;
+the estimator holds both because it simulates both.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from islands.cca.protocol import SccaResult, peer
+from islands.errors import ValidationError, invalid_parameter
+from islands.runtime import Transcript, run_local
+from islands.validation import check_float, check_int, check_random_state
+
+__all__ = ["SwarmCCA"]
+
+Array = NDArray[np.float64]
+
+
+class SwarmCCA:
+    """Canonical correlation analysis between two peers with no server (SCCA).
+
+    Parameters
+    ----------
+    n_components : int or None, default=None
+        Number of canonical pairs to keep (the top ones); None keeps all min(p, q).
+    perturb : bool, default=True
+        Apply the paper's multiplicative perturbation (secret k1, k2 > 0 from a CSPRNG).
+        The canonical vectors are unchanged; only the ratios ρ_i/ρ_1 remain known, so
+        ``canonical_correlations_`` is None. **It does not protect the data**: see
+        :mod:`islands.cca.audit`.
+    threshold : float in (0, 1] or None, default=None
+        Keep only the components whose correlation ratio ρ_i/ρ_1 is at least this.
+    reg : float, default=0.0
+        Ridge term added to C11 and C22 (regularised CCA), for rank-deficient data.
+    rank_tol : float in (0, 1) or None, default=None
+        Rank-revealing QR: drop columns whose pivot falls below ``rank_tol`` times the
+        largest (their weights are zero). With neither ``reg`` nor ``rank_tol``, a
+        rank-deficient X or Y raises an error naming both options.
+    timeout : float, default=600.0
+        Seconds a peer waits for one message.
+    keep_payloads : bool, default=False
+        Keep every message in ``transcript_`` (for :mod:`islands.cca.audit`).
+    random_state : int, Generator or None, default=None
+        Accepted for a uniform API. SCCA's results do not depend on it: its only
+        randomness is the perturbation, drawn from the OS CSPRNG, which cancels out of the
+        canonical vectors (paper, Theorem 3).
+
+    Attributes
+    ----------
+    x_weights_, y_weights_ : ndarray of shape (p, d), (q, d)
+        Canonical vectors A and B, with AᵀC11A = BᵀC22B = I, C11 = X_cᵀX_c (paper eq. 1).
+    x_mean_, y_mean_ : ndarray
+        Column means used for centring.
+    correlation_ratios_ : ndarray of shape (d,)
+        ρ_i/ρ_1.
+    canonical_correlations_ : ndarray of shape (d,) or None
+        Exact ρ when ``perturb=False``; None when perturbed.
+    n_components_ : int
+        d, the number of pairs kept.
+    roles_ : dict
+        Which part each view played (``{"x": "s1", "y": "s2"}`` when p ≥ q).
+    x_rank_, y_rank_ : int
+        Columns used after rank handling.
+    transcript_ : Transcript
+        Every message of the fit.
+
+    References
+    ----------
+    .. [1] Li, Du. "Swarm canonical correlation analysis". Acta Automatica Sinica
+       50(9), 2024.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> z = rng.normal(size=(200, 2))
+    >>> X = np.hstack([z, rng.normal(size=(200, 3))])
+    >>> Y = np.hstack([z + 0.1 * rng.normal(size=(200, 2)), rng.normal(size=(200, 2))])
+    >>> cca = SwarmCCA(n_components=2, perturb=False).fit(X, Y)
+    >>> np.round(cca.canonical_correlations_, 2)
+    array([1., 0.99])
+    """
+
+    def __init__(
+        self,
+        n_components: int | None = None,
+        *,
+        perturb: bool = True,
+        threshold: float | None = None,
+        reg: float = 0.0,
+        rank_tol: float | None = None,
+        timeout: float = 600.0,
+        keep_payloads: bool = False,
+        random_state: int | np.random.Generator | None = None,
+    ) -> None:
+        self.n_components = n_components
+        self.perturb = perturb
+        self.threshold = threshold
+        self.reg = reg
+        self.rank_tol = rank_tol
+        self.timeout = timeout
+        self.keep_payloads = keep_payloads
+        self.random_state = random_state
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Return the constructor parameters (scikit-learn convention)."""
+        return {k: getattr(self, k) for k in (
+            "n_components", "perturb", "threshold", "reg", "rank_tol", "timeout",
+            "keep_payloads", "random_state")}
+
+    def set_params(self, **params: Any) -> SwarmCCA:
+        """Set constructor parameters (scikit-learn convention)."""
+        valid = self.get_params()
+        for key, value in params.items():
+            if key not in valid:
+                raise ValidationError(f"SwarmCCA has no parameter {key!r}; valid: {sorted(valid)}")
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = SwarmCCA().get_params()
+        changed = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()
+                            if v is not defaults[k] and v != defaults[k])
+        return f"SwarmCCA({changed})"
+
+    # ------------------------------------------------------------------ validation
+    def _validate_params(self) -> None:
+        owner = "SwarmCCA"
+        if self.n_components is not None:
+            check_int(self.n_components, "n_components", owner, low=1)
+        if not isinstance(self.perturb, (bool, np.bool_)):
+            raise invalid_parameter("perturb", owner, "a bool", self.perturb)
+        if self.threshold is not None:
+            t = check_float(self.threshold, "threshold", owner, low=0.0, low_inclusive=False)
+            if t > 1.0:
+                raise invalid_parameter("threshold", owner, "a float in (0, 1]", self.threshold)
+        check_float(self.reg, "reg", owner, low=0.0)
+        if self.rank_tol is not None:
+            tol = check_float(self.rank_tol, "rank_tol", owner, low=0.0, low_inclusive=False)
+            if tol >= 1.0:
+                raise invalid_parameter("rank_tol", owner, "a float in (0, 1)", self.rank_tol)
+        check_float(self.timeout, "timeout", owner, low=0.0, low_inclusive=False)
+        check_random_state(self.random_state, owner)
+
+    @staticmethod
+    def _validate_data(X: ArrayLike, Y: ArrayLike) -> tuple[Array, Array]:
+        blocks = []
+        for name, Z in (("X", X), ("Y", Y)):
+            arr = np.asarray(Z, dtype=np.float64)
+            if arr.ndim != 2:
+                raise ValidationError(
+                    f"{name} must be a 2-D array (n samples × features); got shape "
+                    f"{arr.shape}. Reshape a single feature with {name}.reshape(-1, 1)."
+                )
+            if not np.all(np.isfinite(arr)):
+                raise ValidationError(f"{name} holds NaN or infinite values")
+            blocks.append(arr)
+        x, y = blocks
+        if x.shape[0] != y.shape[0]:
+            raise ValidationError(
+                f"X and Y must have the same rows (aligned samples); got {x.shape[0]} and "
+                f"{y.shape[0]}"
+            )
+        if x.shape[0] < 2:
+            raise ValidationError(f"SCCA needs at least 2 samples; got {x.shape[0]}")
+        return x, y
+
+    # ------------------------------------------------------------------ API
+    def fit(self, X: ArrayLike, Y: ArrayLike) -> SwarmCCA:
+        """Run SCCA between a peer holding X (n×p) and a peer holding Y (n×q).
+
+        Raises
+        ------
+        ValidationError
+            For bad parameters or data, before any message is sent.
+        """
+        self._validate_params()
+        x, y = self._validate_data(X, Y)
+        limit = min(x.shape[1], y.shape[1])
+        if self.n_components is not None and self.n_components > limit:
+            raise invalid_parameter("n_components", "SwarmCCA",
+                                    f"an int in [1, min(p, q)] = [1, {limit}]",
+                                    self.n_components)
+        role = partial(peer, perturb=bool(self.perturb), n_components=self.n_components,
+                       threshold=self.threshold, reg=float(self.reg), rank_tol=self.rank_tol)
+        run = run_local(
+            {"x": partial(role, Z=x), "y": partial(role, Z=y)},
+            timeout=float(self.timeout), keep_payloads=bool(self.keep_payloads),
+        )
+        rx: SccaResult = run.results["x"]
+        ry: SccaResult = run.results["y"]
+        self.x_weights_ = rx.weights
+        self.y_weights_ = ry.weights
+        self.x_mean_ = rx.mean
+        self.y_mean_ = ry.mean
+        s1_result = rx if rx.role == "s1" else ry
+        self.correlation_ratios_ = s1_result.ratios
+        self.canonical_correlations_ = (
+            s1_result.correlations if rx.exact and ry.exact else None
+        )
+        self.n_components_ = int(s1_result.ratios.size)
+        self.roles_ = {"x": rx.role, "y": ry.role}
+        self.x_rank_, self.y_rank_ = rx.rank, ry.rank
+        self.transcript_: Transcript = run.transcript
+        self.results_ = {"x": rx, "y": ry}
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "x_weights_"):
+            raise RuntimeError("This SwarmCCA instance is not fitted yet; call fit(X, Y) first.")
+
+    def transform(
+        self, X: ArrayLike, Y: ArrayLike | None = None
+    ) -> Array | tuple[Array, Array]:
+        """Project onto the canonical vectors: (X − mean)·A, and (Y − mean)·B if Y is given."""
+        self._check_fitted()
+        x = np.asarray(X, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != self.x_weights_.shape[0]:
+            raise ValidationError(
+                f"X must have shape (n, {self.x_weights_.shape[0]}); got {x.shape}"
+            )
+        x_scores: Array = (x - self.x_mean_) @ self.x_weights_
+        if Y is None:
+            return x_scores
+        y = np.asarray(Y, dtype=np.float64)
+        if y.ndim != 2 or y.shape[1] != self.y_weights_.shape[0]:
+            raise ValidationError(
+                f"Y must have shape (n, {self.y_weights_.shape[0]}); got {y.shape}"
+            )
+        y_scores: Array = (y - self.y_mean_) @ self.y_weights_
+        return x_scores, y_scores
+
+    def fit_transform(self, X: ArrayLike, Y: ArrayLike) -> tuple[Array, Array]:
+        """Fit, then return both views' canonical scores."""
+        out = self.fit(X, Y).transform(X, Y)
+        assert isinstance(out, tuple)
+        return out
