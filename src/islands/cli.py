@@ -2,7 +2,8 @@
 
 Commands: ``islands --version``, ``islands info`` (which optional parts and data sets are
 installed), ``islands demo`` (a three-party secure sum through the runtime, with its
-transcript) and ``islands audit scca`` (what Swarm CCA's peers recover from each other).
+transcript), ``islands audit scca`` (what Swarm CCA's peers recover from each other) and
+``islands reproduce scca`` (the Swarm CCA paper's experiments as a report).
 """
 
 from __future__ import annotations
@@ -235,6 +236,45 @@ def audit_scca_command(
     if json_path is not None:
         json_path.write_text(json.dumps({"dataset": dataset, **report.to_dict()}, indent=2))
         console.print(f"wrote {json_path}")
+
+
+reproduce_app = typer.Typer(help="Reproduce a source paper's experiments as a report.",
+                            no_args_is_help=True)
+app.add_typer(reproduce_app, name="reproduce")
+
+
+@reproduce_app.command("scca")
+def reproduce_scca_command(
+    out: Annotated[Path, typer.Option(help="Folder for report.md, results.json and plots.")]
+    = Path("reports/scca"),
+    quick: Annotated[bool, typer.Option(help="Small settings (seconds, for smoke tests).")]
+    = False,
+    seed: Annotated[int, typer.Option(help="Seed of splits, classifiers and draws.")] = 0,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Also copy results.json here.")
+    ] = None,
+) -> None:
+    """Swarm CCA paper, Figs 3-7, on Fashion-MNIST and digits halves."""
+    from islands.experiments.scca import reproduce_scca
+
+    with console.status("starting") as status:
+        results = reproduce_scca(out, quick=quick, random_state=seed,
+                                 progress=lambda msg: status.update(escape(msg)))
+    verdicts: dict[str, int] = {}
+    for claim in results["agreement"]:
+        verdicts[claim["verdict"]] = verdicts.get(claim["verdict"], 0) + 1
+    table = Table(title="Agreement with the paper")
+    for col in ("figure", "data set", "verdict", "finding"):
+        table.add_column(col)
+    for claim in results["agreement"]:
+        table.add_row(claim["figure"], claim["dataset"], claim["verdict"],
+                      escape(claim["finding"]))
+    console.print(table)
+    console.print(f"{verdicts} in {results['wall_time_s']:.0f} s; report: {out / 'report.md'}")
+    for name in results.get("skipped", []):
+        console.print(f"[yellow]skipped[/] {escape(str(name))}")
+    if json_path is not None:
+        json_path.write_text((out / "results.json").read_text())
 
 
 def main() -> None:
