@@ -47,9 +47,10 @@ __all__ = [
     "embed",
     "leverage_norms",
     "pooled_cca",
+    "product_svd",
     "random_scale",
     "ratios_of",
-    "s1_product_svd",
+    "s1_product",
     "s2_rotation",
     "select_components",
     "sign_flip",
@@ -114,27 +115,30 @@ def whiten(
     """
     n, p = Z.shape
     mean = Z.mean(axis=0)
-    centred = Z - mean
+    # one n×p working copy in Fortran order, factored in place (Q overwrites it): the
+    # caller's array is never modified and no other n×p temporary is made
+    rows = n + p if reg > 0 else n
+    centred = np.empty((rows, p), order="F")
+    np.subtract(Z, mean, out=centred[:n])
     if reg > 0:
-        stacked = np.vstack([centred, np.sqrt(reg) * np.eye(p)])
-        q, r = np.linalg.qr(stacked)
+        centred[n:] = np.sqrt(reg) * np.eye(p)
+        q, r = scipy.linalg.qr(centred, mode="economic", overwrite_a=True, check_finite=False)
         return Whitening(basis=q[:n], r=r, kept=np.arange(p, dtype=np.intp), mean=mean,
                          n_features=p)
     if rank_tol is None:
-        q, r = np.linalg.qr(centred)
+        if p > n - 1:
+            raise _rank_error(name, f"p = {p} columns but only n - 1 = {n - 1} dimensions "
+                                    "after centring")
+        q, r = scipy.linalg.qr(centred, mode="economic", overwrite_a=True, check_finite=False)
         diag = np.abs(np.diag(r))
-        tol = max(n, p) * np.finfo(np.float64).eps * (diag.max() if diag.size else 0.0)
-        if p > n - 1 or diag.size == 0 or diag.min() <= tol:
-            rank = int(np.linalg.matrix_rank(centred)) if n * p <= 4_000_000 else None
-            got = f"rank {rank} < {p} columns" if rank is not None else "numerically singular"
-            raise ValidationError(
-                f"{name} is rank deficient after centring ({got}; n={n}): constant or "
-                "collinear columns, or p >= n. Pass reg > 0 (ridge on C11) or rank_tol "
-                "(e.g. 1e-10: drop dependent columns by rank-revealing QR)."
-            )
+        tol = max(n, p) * np.finfo(np.float64).eps * diag.max()
+        if diag.min() <= tol:
+            raise _rank_error(name, f"about {int(np.sum(diag > tol))} independent columns "
+                                    f"of {p}")
         return Whitening(basis=q, r=r, kept=np.arange(p, dtype=np.intp), mean=mean,
                          n_features=p)
-    q, r, piv = scipy.linalg.qr(centred, mode="economic", pivoting=True, check_finite=False)
+    q, r, piv = scipy.linalg.qr(centred, mode="economic", pivoting=True, overwrite_a=True,
+                                check_finite=False)
     diag = np.abs(np.diag(r))
     rank = int(np.sum(diag > rank_tol * diag[0])) if diag.size and diag[0] > 0 else 0
     rank = min(rank, n - 1)  # centring removes one dimension
@@ -142,6 +146,14 @@ def whiten(
         raise ValidationError(f"{name} is constant after centring: nothing to correlate")
     return Whitening(basis=np.ascontiguousarray(q[:, :rank]), r=r[:rank, :rank],
                      kept=np.asarray(piv[:rank], dtype=np.intp), mean=mean, n_features=p)
+
+
+def _rank_error(name: str, detail: str) -> ValidationError:
+    return ValidationError(
+        f"{name} is rank deficient after centring ({detail}): constant or collinear "
+        "columns, or p >= n. Pass reg > 0 (ridge on C11) or rank_tol (e.g. 1e-10: drop "
+        "dependent columns by rank-revealing QR)."
+    )
 
 
 def leverage_norms(basis: Array) -> Array:
@@ -160,24 +172,36 @@ def random_scale() -> float:
     return float(10.0 ** (4.0 * u - 2.0))
 
 
-def s2_rotation(basis_y: Array, delta: Array) -> tuple[Array, Array]:
+def s2_rotation(basis_y: Array, delta: Array, *, overwrite: bool = False) -> tuple[Array, Array]:
     """S2's step: the QR of H2ᵀ ∝ (Δx Q_y)ᵀ, returning (Q_w, R2) with R2 q×n.
 
-    R2 is what S2 sends (times its own k2); Q_w (q×q, orthogonal) stays with S2.
+    R2 is what S2 sends (times its own k2); Q_w (q×q, orthogonal) stays with S2. With
+    ``overwrite`` the basis is scaled in place (S2 needs it no more), saving an n×q copy.
     """
-    m = (basis_y * delta[:, None]).T  # q×n
-    q_dim = m.shape[0]
-    q_w, _ = np.linalg.qr(m[:, :q_dim])
+    scaled = basis_y if overwrite else basis_y.copy()
+    scaled *= delta[:, None]
+    m = scaled.T  # q×n view
+    q_w, _ = np.linalg.qr(m[:, : m.shape[0]])
     r2: Array = q_w.T @ m
     return q_w, r2
 
 
-def s1_product_svd(basis_x: Array, delta: Array, r2: Array) -> tuple[Array, Array, Array]:
-    """S1's step: SVD of F'' = Q_xᵀ Δx† R2ᵀ (p×q); returns (U'', Σ, W_f) with W_f q×k."""
+def s1_product(basis_x: Array, delta: Array, r2: Array, *, overwrite: bool = False) -> Array:
+    """S1's product F'' = Q_xᵀ Δx† R2ᵀ (p×q, Fortran order so the SVD can work in place).
+
+    With ``overwrite`` the received R2 is scaled in place (S1 owns that buffer).
+    """
     inv = np.zeros_like(delta)
     np.divide(1.0, delta, out=inv, where=delta > 0)  # Moore-Penrose inverse of diag(Δx)
-    f = basis_x.T @ (r2.T * inv[:, None])
-    u, s, wt = np.linalg.svd(f, full_matrices=False)
+    scaled = r2 if overwrite else r2.copy()
+    scaled *= inv[None, :]
+    f: Array = (scaled @ basis_x).T
+    return f
+
+
+def product_svd(f: Array) -> tuple[Array, Array, Array]:
+    """Thin SVD of F'' (destroying it): (U'', Σ, W_f) with F'' = U''·diag(Σ)·W_fᵀ."""
+    u, s, wt = scipy.linalg.svd(f, full_matrices=False, overwrite_a=True, check_finite=False)
     return u, s, wt.T
 
 
@@ -217,10 +241,10 @@ def pooled_cca(
     """
     wx = whiten(X, reg=reg, rank_tol=rank_tol, name="X")
     wy = whiten(Y, reg=reg, rank_tol=rank_tol, name="Y")
-    u, s, vt = np.linalg.svd(wx.basis.T @ wy.basis, full_matrices=False)
+    u, s, v = product_svd((wy.basis.T @ wx.basis).T)
     d = s.size if n_components is None else min(n_components, s.size)
     a = canonical_from_svd(wx.r, u[:, :d])
-    b = canonical_from_svd(wy.r, vt[:d].T)
+    b = canonical_from_svd(wy.r, v[:, :d])
     signs = sign_flip(a)
     return (np.clip(s[:d], 0.0, 1.0), embed(a * signs, wx.kept, wx.n_features),
             embed(b * signs, wy.kept, wy.n_features))

@@ -95,6 +95,22 @@ class SccaResult:
     scale: float
 
 
+class _Block:
+    """A party's whitened block while the protocol runs (mutable, so S2 can drop its basis)."""
+
+    def __init__(self, w: maths.Whitening) -> None:
+        self.basis: Array | None = w.basis
+        self.r, self.kept, self.mean, self.n_features = w.r, w.kept, w.mean, w.n_features
+        self.rank, self.n = w.rank, w.basis.shape[0]
+
+    def take_basis(self) -> Array:
+        """Hand the n×rank basis over; the block no longer holds it."""
+        basis, self.basis = self.basis, None
+        if basis is None:
+            raise RuntimeError("the basis was already used")
+        return basis
+
+
 def _check_block(Z: Any, name: str) -> Array:
     arr = np.asarray(Z, dtype=np.float64)
     if arr.ndim != 2:
@@ -119,8 +135,8 @@ def _other(party: Party, other: str | None) -> str:
     return party.peers[0]
 
 
-def _handshake(party: Party, other: str, w: maths.Whitening, perturb: bool) -> Dims:
-    n = w.basis.shape[0]
+def _handshake(party: Party, other: str, w: _Block, perturb: bool) -> Dims:
+    n = w.n
     party.send(other, "dims", Dims(n=n, rank=w.rank, perturb=perturb))
     theirs = party.recv(other, "dims")
     if not isinstance(theirs, Dims):
@@ -134,7 +150,7 @@ def _handshake(party: Party, other: str, w: maths.Whitening, perturb: bool) -> D
 
 
 def _s1_body(
-    party: Party, other: str, w: maths.Whitening, theirs: Dims, *, perturb: bool,
+    party: Party, other: str, w: _Block, theirs: Dims, *, perturb: bool,
     n_components: int | None, threshold: float | None,
 ) -> SccaResult:
     k1 = maths.random_scale() if perturb else 1.0
@@ -143,13 +159,17 @@ def _s1_body(
             f"n_components={n_components} exceeds min(p, q) = {min(w.rank, theirs.rank)} "
             f"(columns used: {party.name!r} {w.rank}, {other!r} {theirs.rank})"
         )
-    delta = maths.leverage_norms(w.basis)
+    basis = w.take_basis()
+    delta = maths.leverage_norms(basis)
     party.send(other, "delta", k1 * delta)
     r2 = party.recv(other, "R2")
     if not (isinstance(r2, np.ndarray) and r2.shape == (theirs.rank, delta.size)):
         raise ValidationError(f"peer {other!r} sent R2 of the wrong shape")
+    f = maths.s1_product(basis, delta, r2, overwrite=True)  # S1 owns the received buffer
+    del r2, basis  # n-sized arrays are not needed for the SVD
     # singular values of F'' are the paper's Σ' = k1·k2·Σ (Theorem 3)
-    u, sigma_p, wf = maths.s1_product_svd(w.basis, delta, r2)
+    u, sigma_p, wf = maths.product_svd(f)
+    del f
     ratios = maths.ratios_of(sigma_p)
     d = maths.select_components(ratios, n_components, threshold)
     a = maths.canonical_from_svd(w.r, u[:, :d])
@@ -166,15 +186,16 @@ def _s1_body(
 
 
 def _s2_body(
-    party: Party, other: str, w: maths.Whitening, theirs: Dims, *, perturb: bool
+    party: Party, other: str, w: _Block, theirs: Dims, *, perturb: bool
 ) -> SccaResult:
     k2 = maths.random_scale() if perturb else 1.0
     delta = party.recv(other, "delta")
-    n = w.basis.shape[0]
-    if not (isinstance(delta, np.ndarray) and delta.shape == (n,) and np.all(delta >= 0)):
+    if not (isinstance(delta, np.ndarray) and delta.shape == (w.n,) and np.all(delta >= 0)):
         raise ValidationError(f"peer {other!r} sent a malformed delta")
-    q_w, r2 = maths.s2_rotation(w.basis, delta)
-    party.send(other, "R2", k2 * r2)
+    q_w, r2 = maths.s2_rotation(w.take_basis(), delta, overwrite=True)
+    r2 *= k2
+    party.send(other, "R2", r2)
+    del r2
     rho = party.recv(other, "rho")
     wf = party.recv(other, "Wf")
     if not (isinstance(wf, np.ndarray) and wf.ndim == 2 and wf.shape[0] == w.rank
@@ -215,7 +236,7 @@ def s1(
         Rank-deficiency handling, see :func:`islands.cca.maths.whiten`.
     """
     other = _other(party, other)
-    w = maths.whiten(_check_block(X, "X"), reg=reg, rank_tol=rank_tol, name="X")
+    w = _Block(maths.whiten(_check_block(X, "X"), reg=reg, rank_tol=rank_tol, name="X"))
     theirs = _handshake(party, other, w, perturb)
     return _s1_body(party, other, w, theirs, perturb=perturb, n_components=n_components,
                     threshold=threshold)
@@ -230,7 +251,7 @@ def s2(
     Parameters are as for :func:`s1`; the number of components is S1's choice.
     """
     other = _other(party, other)
-    w = maths.whiten(_check_block(Y, "Y"), reg=reg, rank_tol=rank_tol, name="Y")
+    w = _Block(maths.whiten(_check_block(Y, "Y"), reg=reg, rank_tol=rank_tol, name="Y"))
     theirs = _handshake(party, other, w, perturb)
     return _s2_body(party, other, w, theirs, perturb=perturb)
 
@@ -247,8 +268,8 @@ def peer(
     must pass the same ``n_components`` and ``threshold`` (only S1 uses them).
     """
     other = _other(party, other)
-    w = maths.whiten(_check_block(Z, "data"), reg=reg, rank_tol=rank_tol,
-                     name=f"the data of {party.name!r}")
+    w = _Block(maths.whiten(_check_block(Z, "data"), reg=reg, rank_tol=rank_tol,
+                            name=f"the data of {party.name!r}"))
     theirs = _handshake(party, other, w, perturb)
     plays_s1 = w.rank > theirs.rank or (w.rank == theirs.rank and party.name < other)
     if plays_s1:
