@@ -371,3 +371,19 @@ def test_keyboard_interrupt_in_a_role_propagates() -> None:
 def test_transcript_without_payloads_cannot_serve_an_audit() -> None:
     with pytest.raises(ValidationError, match="keep_payloads"):
         run_local({"a": pong}, keep_payloads=True, transcript=Transcript())
+
+
+def test_blas_threads_are_shared_out_while_roles_run() -> None:
+    from threadpoolctl import threadpool_info
+
+    def blas_threads(party: Party) -> list[int]:
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    before = blas_threads(None)  # type: ignore[arg-type]
+    run = run_local({"a": blas_threads, "b": blas_threads}, blas_threads=1)
+    assert run.results["a"] and all(n == 1 for n in run.results["a"])
+    assert blas_threads(None) == before  # type: ignore[arg-type]
+    untouched = run_local({"a": blas_threads}, blas_threads=None)
+    assert untouched.results["a"] == before
+    with pytest.raises(ValidationError, match="'blas_threads'"):
+        run_local({"a": pong}, blas_threads=0)
