@@ -10,9 +10,13 @@
 :mod:`islands.data.partition`
     Horizontal splits, each party holding some rows: IID, by class, Dirichlet label
     skew, label-sorted shards and unbalanced sizes, plus :func:`partition_summary`.
+:mod:`islands.data.sources`
+    A party's rows read in blocks, pass after pass, from an array, a list of blocks, a
+    function or iterator of blocks, or a ``.npy``, Parquet or CSV file
+    (:func:`open_source`, :class:`BlockSource`).
 
 Importing this package loads only NumPy; scikit-learn is imported when a scikit-learn
-data set is loaded.
+data set is loaded, and pyarrow when a Parquet file is opened.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from islands.data.partition import (
     partition_summary,
     partition_unbalanced,
 )
+from islands.data.sources import SOURCE_EXTENSIONS, BlockSource, RowSource, open_source
 from islands.data.views import split_image_views, vertical_split, vertical_split_indices
 
 __all__ = [
@@ -47,11 +52,15 @@ __all__ = [
     "FASHION_MNIST_DEFAULT",
     "FASHION_MNIST_ENV",
     "SKLEARN_DATASETS",
+    "SOURCE_EXTENSIONS",
+    "BlockSource",
     "Dataset",
+    "RowSource",
     "find_fashion_mnist",
     "load",
     "load_fashion_mnist",
     "load_sklearn",
+    "open_source",
     "parse_class_groups",
     "partition_by_class",
     "partition_dirichlet",

@@ -1,0 +1,15 @@
+"""Federated PCA with differential privacy: ELFedPCA as published, a hardened mode, baselines.
+
+- :mod:`islands.pca.protocol`: the site and publisher roles of every mode;
+- :mod:`islands.pca.estimator`: :class:`FederatedPCA`, the scikit-learn-style API;
+- :mod:`islands.pca.maths`: noise calibration, moments, eigenvectors (pure functions).
+
+In the published scheme (``mode="elfedpca"``) every site knows the noise, so site 1
+recovers each site's matrix exactly; ``mode="secure"`` fixes that with pairwise masks and
+independent noise shares.
+"""
+
+from islands.pca.estimator import FederatedPCA
+from islands.pca.protocol import MODES, PcaConfig, publisher, site
+
+__all__ = ["MODES", "FederatedPCA", "PcaConfig", "publisher", "site"]

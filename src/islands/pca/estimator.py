@@ -1,0 +1,210 @@
+"""``FederatedPCA``: the scikit-learn-style estimator over the federated PCA roles.
+
+``fit(parts)`` runs one site per part plus a publisher in this process (one thread
+each, every message through the wire codec). Each part may be an in-memory array, a
+list of row blocks, a function returning an iterator of blocks, or a file path (NPY via
+memory map, Parquet, CSV); sites stream their data in blocks, so fitting needs O(d²)
+memory per site whatever its number of rows (three passes: sums for centring, the
+second moment, the published projection).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from islands.data.sources import RowSource, open_source
+from islands.errors import ValidationError, invalid_parameter
+from islands.pca import maths
+from islands.pca.protocol import MODES, PcaConfig, PublisherResult, SiteResult, publisher, site
+from islands.runtime import Role, Transcript, run_local
+from islands.validation import check_float, check_int, check_random_state
+
+__all__ = ["FederatedPCA"]
+
+Array = NDArray[np.float64]
+
+
+class FederatedPCA:
+    """PCA over sites that each hold some rows, with differential privacy.
+
+    Parameters
+    ----------
+    n_components : int
+        k, the number of components.
+    epsilon, delta : float or None
+        The (ε, δ) target of the DP modes, ε and δ in (0, 1): the classic Gaussian
+        mechanism, τ = sqrt(2 ln(1.25/δ))/(n ε), is only proven for ε < 1, so larger ε is
+        refused. Must be None for ``mode="plain"``.
+    mode : {"plain", "elfedpca", "secure", "dpdispca", "central"}, default="plain"
+        ``plain``: exact federated PCA, no noise. ``elfedpca``: the published scheme
+        (zero-sum centring masks from site 2, a shared noise seed, E/s per site): site 1
+        can recover every site's matrix. ``secure``: pairwise-masked sums, counts and
+        second moments (site 1 sees only totals) and independent CSPRNG noise shares
+        N(0, τ²/s) per site; the guarantee assumes no site colludes with site 1.
+        ``dpdispca``: each site adds its own noise for its own N_i (a local-noise
+        baseline). ``central``: one noise draw on the pooled data held by a trusted
+        curator (the reference). See :mod:`islands.pca.protocol`.
+    random_state : int, Generator or None
+        Seed of the statistical randomness of ``elfedpca``, ``dpdispca`` and
+        ``central`` (as those schemes publish it). ``secure`` draws its masks and noise
+        from the OS CSPRNG and is not reproducible by design.
+    block_size : int, default=8192
+        Rows per block when sites stream their data.
+    timeout : float, default=600.0
+        Seconds a party waits for one message.
+    keep_payloads : bool, default=False
+        Keep every message in ``transcript_`` (for :mod:`islands.pca.audit`).
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (k, d)
+        Principal axes (rows), as in scikit-learn.
+    mean_ : ndarray of shape (d,)
+        The joint mean.
+    explained_variance_ : ndarray of shape (k,)
+        Eigenvalues of the matrix site 1 decomposed, A' = Σ X̃ᵀX̃ / n (+ noise), with X̃
+        the centred rows (unit-normalised in the DP modes).
+    noisy_moment_ : ndarray of shape (d, d)
+        A' itself.
+    published_ : ndarray of shape (n, k)
+        The projections every site published, stacked in site order. Not
+        differentially private: raw projections of each site's rows.
+    epsilon_, delta_ : float or None
+        The privacy target.
+    tau_ : float, dict or None
+        The Gaussian noise scale: one τ, or each site's τ_i for ``dpdispca``.
+    n_samples_, n_features_in_, n_sites_ : int
+    transcript_ : Transcript
+
+    References
+    ----------
+    .. [1] ELFedPCA notes (``papers/elfedpca-notes.zh.txt``).
+    .. [2] Dwork, Talwar, Thakurta, Zhang. "Analyze Gauss". STOC 2014.
+    """
+
+    def __init__(
+        self,
+        n_components: int,
+        *,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        mode: str = "plain",
+        random_state: int | np.random.Generator | None = None,
+        block_size: int = 8192,
+        timeout: float = 600.0,
+        keep_payloads: bool = False,
+    ) -> None:
+        self.n_components = n_components
+        self.epsilon = epsilon
+        self.delta = delta
+        self.mode = mode
+        self.random_state = random_state
+        self.block_size = block_size
+        self.timeout = timeout
+        self.keep_payloads = keep_payloads
+
+    def _validate_params(self) -> None:
+        owner = "FederatedPCA"
+        if self.mode not in MODES:
+            raise invalid_parameter("mode", owner, f"one of {list(MODES)}", self.mode)
+        check_int(self.n_components, "n_components", owner, low=1)
+        if self.mode == "plain":
+            if self.epsilon is not None or self.delta is not None:
+                raise ValidationError(
+                    "mode='plain' adds no noise: leave epsilon and delta as None, or choose "
+                    "a DP mode"
+                )
+        else:
+            maths.check_privacy(self.epsilon, self.delta, owner)
+        check_int(self.block_size, "block_size", owner, low=1)
+        check_float(self.timeout, "timeout", owner, low=0.0, low_inclusive=False)
+        check_random_state(self.random_state, owner)
+
+    def _seed(self) -> int:
+        if isinstance(self.random_state, np.random.Generator):
+            return int(self.random_state.integers(0, 2**63 - 1))
+        if self.random_state is None:
+            return secrets.randbits(63)
+        return int(self.random_state)
+
+    def fit(self, parts: Sequence[RowSource]) -> FederatedPCA:
+        """Run federated PCA over one site per part.
+
+        Raises
+        ------
+        ValidationError
+            For bad parameters or data, before any message is sent.
+        """
+        self._validate_params()
+        if isinstance(parts, np.ndarray) or not isinstance(parts, Sequence) or len(parts) < 2:
+            raise ValidationError(
+                "parts must be a list of at least two sites' data (arrays, lists of blocks, "
+                "functions returning block iterators, or file paths)"
+            )
+        names = tuple(f"site{i + 1}" for i in range(len(parts)))
+        sources = [open_source(part, block_size=int(self.block_size), name=name)
+                   for name, part in zip(names, parts, strict=True)]
+        d = sources[0].n_features
+        for src in sources[1:]:
+            if src.n_features != d:
+                raise ValidationError(
+                    f"sites hold different numbers of features: {sources[0].name} has {d}, "
+                    f"{src.name} has {src.n_features}"
+                )
+        for src in sources:
+            if src.n_rows == 0:
+                raise ValidationError(f"{src.name} has no rows")
+        if self.n_components > d:
+            raise invalid_parameter("n_components", "FederatedPCA",
+                                    f"an int in [1, d] = [1, {d}]", self.n_components)
+        config = PcaConfig(
+            mode=self.mode,  # type: ignore[arg-type]
+            n_components=int(self.n_components), sites=names, publisher="publisher",
+            epsilon=None if self.epsilon is None else float(self.epsilon),
+            delta=None if self.delta is None else float(self.delta), seed=self._seed(),
+        )
+        roles: dict[str, Role] = {
+            name: partial(site, source=src, config=config)
+            for name, src in zip(names, sources, strict=True)
+        }
+        roles["publisher"] = partial(publisher, config=config)
+        run = run_local(roles, timeout=float(self.timeout),
+                        keep_payloads=bool(self.keep_payloads))
+        first: SiteResult = run.results[names[0]]
+        published: PublisherResult = run.results["publisher"]
+        self.components_ = first.components
+        self.mean_ = first.mean
+        self.explained_variance_ = first.eigenvalues
+        self.noisy_moment_ = first.noisy_moment
+        self.published_ = published.projection
+        self.epsilon_, self.delta_ = config.epsilon, config.delta
+        if self.mode == "dpdispca":
+            self.tau_: float | dict[str, float] | None = {
+                n: float(run.results[n].tau) for n in names}
+        else:
+            self.tau_ = first.tau
+        self.n_samples_ = first.n_total
+        self.n_features_in_ = d
+        self.n_sites_ = len(names)
+        self.transcript_: Transcript = run.transcript
+        self.results_: dict[str, Any] = run.results
+        return self
+
+    def transform(self, X: ArrayLike) -> Array:
+        """Project rows as the sites did: centre, unit-normalise in DP modes, project."""
+        if not hasattr(self, "components_"):
+            raise RuntimeError("This FederatedPCA instance is not fitted yet; call fit first.")
+        x = np.asarray(X, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != self.n_features_in_:
+            raise ValidationError(f"X must have shape (n, {self.n_features_in_}); got {x.shape}")
+        centred = x - self.mean_
+        if self.mode != "plain":
+            centred = maths.normalize_rows(centred)
+        out: Array = centred @ self.components_.T
+        return out
