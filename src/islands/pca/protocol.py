@@ -169,6 +169,14 @@ def _secure_normal(count: int, sigma: float) -> Array:
     return csprng_normal((count,), sigma)
 
 
+def _add_up(parts: list[Array]) -> Array:
+    """Sum same-shaped arrays in place (np.sum over a list would stack them all first)."""
+    total = np.array(parts[0], dtype=np.float64)
+    for part in parts[1:]:
+        total += part
+    return total
+
+
 def _check(value: Any, shape: tuple[int, ...], what: str, frm: str) -> Any:
     if not (isinstance(value, np.ndarray) and value.shape == shape):
         got = value.shape if isinstance(value, np.ndarray) else type(value).__name__
@@ -246,7 +254,7 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
                 total_ring += part
             total = decode_fixed(total_ring, frac_bits=STATS_FRAC_BITS)
         else:
-            total = np.sum(parts, axis=0)
+            total = _add_up(parts)
         n_total = round(float(total[-1]))
         mean = total[:-1] / n_total
         party.broadcast("mean", {"mean": mean, "n": n_total}, to=others)
@@ -306,7 +314,7 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
             noisy = maths.symmetric_from_upper(
                 decode_fixed(ring_total, frac_bits=MOMENT_FRAC_BITS), d)
         else:
-            noisy = np.sum(parts, axis=0)
+            noisy = _add_up(parts)
         values, comps = maths.top_components(noisy, k)
         party.broadcast("components", {"components": comps, "eigenvalues": values},
                         to=others)
