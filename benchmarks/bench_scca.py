@@ -83,10 +83,16 @@ def limit_threads(n: int) -> None:
 
 
 def source_digest() -> str:
-    """SHA-256 (first 16 hex) of the islands package sources: which code was measured."""
+    """SHA-256 (first 16 hex) of the sources SCCA runs on: which code was measured.
+
+    The top-level modules and the cca, runtime and data subpackages (edits elsewhere in
+    the package do not change what is measured here).
+    """
     h = hashlib.sha256()
     root = Path(islands.__file__).parent
-    for path in sorted(root.rglob("*.py")):
+    paths = [*root.glob("*.py"), *(f for sub in ("cca", "runtime", "data")
+                                   for f in (root / sub).rglob("*.py"))]
+    for path in sorted(paths):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -480,6 +486,10 @@ def main() -> None:
     if "sklearn" in results:
         print(f"note: the scikit-learn comparison runs at n = {results['sklearn']['n']} "
               "(--sklearn-n), not 60000: scikit-learn's CCA takes minutes there.")
+    if args.blas_threads == 1 and {"fmnist", "paper"} & results.keys():
+        print("note: with one BLAS thread the two SCCA peers run in parallel (a core each) "
+              "while the centralised baseline runs on one core; --blas-threads 0 gives the "
+              "baseline every core (and, on small shared machines, random multi-second stalls).")
     for key, reason in skipped.items():
         print(f"skipped {key}: {reason}")
     digests = {digest, source_digest()} | {
