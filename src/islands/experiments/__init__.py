@@ -3,6 +3,9 @@
 :mod:`islands.experiments.scca`
     :func:`~islands.experiments.scca.reproduce_scca`: Swarm CCA (Li & Du 2024, Figs 3-7)
     on two-view Fashion-MNIST and scikit-learn digits.
+:mod:`islands.experiments.pca`
+    :func:`~islands.experiments.pca.reproduce_pca`: federated DP-PCA (ELFedPCA notes):
+    captured variance and SVM accuracy against ε, k and sites, all five modes.
 :mod:`islands.experiments.report`
     Small helpers shared by the reproductions: ``results.json`` writing, Markdown
     tables and PNG figures.
@@ -14,4 +17,4 @@ inside the functions that need them. Import the submodules explicitly, e.g.
 
 from __future__ import annotations
 
-__all__ = ["report", "scca"]
+__all__ = ["pca", "report", "scca"]

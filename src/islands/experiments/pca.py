@@ -600,6 +600,7 @@ def _plot_sites(datasets: dict[str, Any], s: _Settings, path: Path) -> Path:
                     ax.plot(x, y, color=colour, marker=marker or ".", ls=ls,
                             label=f"{mode}, {balance}")
             ax.set_xscale("log")
+            ax.minorticks_off()
             ax.set_xticks(x, [str(n) for n in s.sites])
             ax.set_xlabel("number of sites s")
             ax.set_ylabel("captured variance q" if key == "q" else "SVM accuracy")
