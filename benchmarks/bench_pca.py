@@ -33,24 +33,28 @@ N`` caps every BLAS/OpenMP pool at N for both sides.
 from __future__ import annotations
 
 import argparse
-import gc
-import hashlib
 import json
 import math
 import os
 import platform
-import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy
 from scipy.linalg import subspace_angles
 
-import islands
+from common import (
+    environment,
+    fmt_bytes,
+    fmt_s,
+    limit_threads,
+    median,
+    once,
+    source_digest,
+    verdict,
+)
 from islands.pca import FederatedPCA
 
 TARGET_SKLEARN_RATIO = 1.5  # elfedpca / sklearn PCA
@@ -67,47 +71,18 @@ QUICK = {"n": 6000, "sites": 10, "sweep": (2, 5, 10)}
 
 
 # ---------------------------------------------------------------------------- helpers
-def limit_threads(n: int) -> None:
-    """Cap every loaded BLAS/OpenMP pool at n threads (n = 0: leave them alone)."""
-    if n > 0:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=n)
 
 
-def source_digest() -> str:
-    """SHA-256 (first 16 hex) of the islands package sources: which code was measured."""
-    h = hashlib.sha256()
-    root = Path(islands.__file__).parent
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:16]
 
 
-def median(xs: list[float]) -> float:
-    return float(statistics.median(xs))
 
 
-def once(fn: Callable[[], Any]) -> tuple[float, Any]:
-    gc.collect()
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
 
 
-def fmt_s(seconds: float) -> str:
-    return f"{seconds:.3f} s" if seconds < 100 else f"{seconds:.1f} s"
 
 
-def fmt_bytes(n: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:.0f} B"
 
 
-def verdict(ok: bool | None) -> str:
-    return "-" if ok is None else ("met" if ok else "MISSED")
 
 
 def load_parts(n: int, sites: int) -> list[np.ndarray]:
@@ -295,24 +270,6 @@ def sweep_table(sweep: dict[str, Any]) -> list[str]:
     return lines
 
 
-def environment() -> dict[str, Any]:
-    env: dict[str, Any] = {"python": platform.python_version(), "numpy": np.__version__,
-                           "scipy": scipy.__version__, "cpus": os.cpu_count(),
-                           "machine": platform.machine(), "platform": platform.platform()}
-    try:
-        import sklearn
-
-        env["sklearn"] = sklearn.__version__
-    except ImportError:
-        pass
-    try:
-        from threadpoolctl import threadpool_info
-
-        env["blas"] = [{k: i.get(k) for k in ("internal_api", "version", "num_threads",
-                                              "architecture")} for i in threadpool_info()]
-    except ImportError:
-        pass
-    return env
 
 
 BLAS_THREADS = [0]  # set from --blas-threads in main()

@@ -37,24 +37,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import hashlib
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy
 
-import islands
+from common import environment, fmt_s, limit_threads, median, once, source_digest, verdict
 from islands.cca import SwarmCCA
 from islands.cca.maths import pooled_cca
 from islands.errors import ValidationError
@@ -74,46 +70,16 @@ QUICK = {"fmnist_n": 5000, "sklearn_n": 500, "paper": (1300, 600, 600)}
 
 
 # ---------------------------------------------------------------------------- helpers
-def limit_threads(n: int) -> None:
-    """Cap every loaded BLAS/OpenMP pool at n threads (n = 0: leave them alone)."""
-    if n > 0:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=n)
 
 
-def source_digest() -> str:
-    """SHA-256 (first 16 hex) of the sources SCCA runs on: which code was measured.
-
-    The top-level modules and the cca, runtime and data subpackages (edits elsewhere in
-    the package do not change what is measured here).
-    """
-    h = hashlib.sha256()
-    root = Path(islands.__file__).parent
-    paths = [*root.glob("*.py"), *(f for sub in ("cca", "runtime", "data")
-                                   for f in (root / sub).rglob("*.py"))]
-    for path in sorted(paths):
-        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:16]
 
 
-def median(xs: list[float]) -> float:
-    return float(statistics.median(xs))
 
 
-def once(fn: Callable[[], Any]) -> tuple[float, Any]:
-    gc.collect()
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
 
 
-def fmt_s(seconds: float) -> str:
-    return f"{seconds:.3f} s" if seconds < 100 else f"{seconds:.1f} s"
 
 
-def verdict(ok: bool | None) -> str:
-    return "-" if ok is None else ("met" if ok else "MISSED")
 
 
 def rank_options(X: np.ndarray, Y: np.ndarray, forced: dict[str, Any]) -> tuple[dict[str, Any],
@@ -323,7 +289,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     return {"seconds": seconds, "rss_before": before, "peak_rss": peak,
             "peak_increase": peak - before, "input_bytes": X.nbytes + Y.nbytes,
             "peak_method": "VmHWM after clear_refs=5" if hwm_ok else "VmRSS sampled every 5 ms",
-            "ratios": ratios.tolist(), "source_digest": source_digest()}
+            "ratios": ratios.tolist(), "source_digest": source_digest(("cca", "runtime", "data"))}
 
 
 def run_child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -410,18 +376,6 @@ def table(results: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def environment() -> dict[str, Any]:
-    env: dict[str, Any] = {"python": platform.python_version(), "numpy": np.__version__,
-                           "scipy": scipy.__version__, "cpus": os.cpu_count(),
-                           "machine": platform.machine(), "platform": platform.platform()}
-    try:
-        from threadpoolctl import threadpool_info
-
-        env["blas"] = [{k: i.get(k) for k in ("internal_api", "version", "num_threads",
-                                              "architecture")} for i in threadpool_info()]
-    except ImportError:
-        pass
-    return env
 
 
 def main() -> None:
@@ -456,7 +410,7 @@ def main() -> None:
                               {"reg": args.reg} if args.reg is not None else {})
     results: dict[str, Any] = {}
     skipped: dict[str, str] = {}
-    digest = source_digest()
+    digest = source_digest(("cca", "runtime", "data"))
     started = time.perf_counter()
     from islands.errors import DataNotFoundError
 
@@ -492,7 +446,7 @@ def main() -> None:
               "baseline every core (and, on small shared machines, random multi-second stalls).")
     for key, reason in skipped.items():
         print(f"skipped {key}: {reason}")
-    digests = {digest, source_digest()} | {
+    digests = {digest, source_digest(("cca", "runtime", "data"))} | {
         run["source_digest"] for run in (results.get("paper", {}).get("runs", {}).get("scca", [])
                                          + results.get("paper", {}).get("runs", {}).get("pooled",
                                                                                         []))}

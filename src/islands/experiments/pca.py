@@ -38,8 +38,6 @@ References
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import math
 import time
 import warnings
@@ -58,10 +56,17 @@ from islands.data import (
     partition_iid,
     partition_unbalanced,
 )
-from islands.experiments.report import markdown_table, new_figure, save_figure, write_json
+from islands.experiments.report import (
+    Progress,
+    markdown_table,
+    new_figure,
+    save_figure,
+    setup_run,
+    thread_limit,
+    write_json,
+)
 from islands.pca import maths
 from islands.pca.estimator import FederatedPCA
-from islands.validation import check_int
 
 __all__ = [
     "BALANCES",
@@ -75,7 +80,6 @@ __all__ = [
 
 Array = NDArray[np.float64]
 Labels = NDArray[np.int64]
-Progress = Callable[[str], None]
 
 #: Every mode of FederatedPCA, the non-private one first.
 MODES = ("plain", "elfedpca", "secure", "dpdispca", "central")
@@ -826,23 +830,10 @@ def reproduce_pca(
     (:func:`islands.data.find_fashion_mnist`); digits always runs.
     """
     start = time.perf_counter()
-    owner = "reproduce_pca"
-    random_state = check_int(random_state, "random_state", owner, low=0)
-    if n_threads is not None:
-        n_threads = check_int(n_threads, "n_threads", owner, low=1)
-    say: Progress = progress if progress is not None else (lambda _msg: None)
-    s = _settings(bool(quick), random_state, n_threads)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with contextlib.ExitStack() as stack:
-        if n_threads is not None:
-            # threadpoolctl limits only the libraries already loaded: load SciPy's BLAS
-            # and scikit-learn's OpenMP runtime first.
-            for module in ("scipy.linalg", "sklearn.svm"):
-                importlib.import_module(module)
-            threadpoolctl = importlib.import_module("threadpoolctl")
-            stack.enter_context(threadpoolctl.threadpool_limits(limits=n_threads))
-        return _run(out, s, say, start)
+    run = setup_run("reproduce_pca", out_dir, random_state, n_threads, progress)
+    s = _settings(bool(quick), run.random_state, run.n_threads)
+    with thread_limit(run.n_threads, preload=("scipy.linalg", "sklearn.svm")):
+        return _run(run.out, s, run.say, start)
 
 
 def _run(out: Path, s: _Settings, say: Progress, start: float) -> dict[str, Any]:

@@ -5,18 +5,75 @@ Importing this module loads only NumPy; matplotlib is imported by :func:`new_fig
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from islands.validation import check_int
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["markdown_table", "new_figure", "save_figure", "to_jsonable", "write_json"]
+__all__ = [
+    "Progress",
+    "RunSetup",
+    "markdown_table",
+    "new_figure",
+    "save_figure",
+    "setup_run",
+    "thread_limit",
+    "to_jsonable",
+    "write_json",
+]
+
+Progress = Callable[[str], None]
+"""Called with a short message at each step of a reproduction."""
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """Validated common arguments of a reproduction."""
+
+    out: Path
+    random_state: int
+    n_threads: int | None
+    say: Progress
+
+
+def setup_run(
+    owner: str, out_dir: str | Path, random_state: Any, n_threads: Any,
+    progress: Progress | None,
+) -> RunSetup:
+    """Check a reproduction's common arguments and create its output folder."""
+    seed = check_int(random_state, "random_state", owner, low=0)
+    threads = None if n_threads is None else check_int(n_threads, "n_threads", owner, low=1)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    say: Progress = progress if progress is not None else (lambda _msg: None)
+    return RunSetup(out=out, random_state=seed, n_threads=threads, say=say)
+
+
+def thread_limit(n_threads: int | None, preload: Sequence[str]) -> AbstractContextManager[Any]:
+    """Limit BLAS/OpenMP pools to ``n_threads`` (None: leave them) while the run lasts.
+
+    threadpoolctl limits only the libraries already loaded, so the modules in
+    ``preload`` (e.g. ``"scipy.linalg"``, ``"sklearn.neighbors"``) are imported first.
+    """
+    if n_threads is None:
+        return contextlib.nullcontext()
+    for module in preload:
+        importlib.import_module(module)
+    threadpoolctl = importlib.import_module("threadpoolctl")
+    limiter: AbstractContextManager[Any] = threadpoolctl.threadpool_limits(limits=n_threads)
+    return limiter
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -32,8 +32,6 @@ every CCA here uses the rank-revealing option ``rank_tol=1e-10``.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import math
 import time
 import warnings
@@ -48,8 +46,15 @@ from numpy.typing import NDArray
 from islands.cca.estimator import SwarmCCA
 from islands.cca.maths import pooled_cca
 from islands.data import find_fashion_mnist, load_fashion_mnist, load_sklearn, split_image_views
-from islands.experiments.report import markdown_table, new_figure, save_figure, write_json
-from islands.validation import check_int
+from islands.experiments.report import (
+    Progress,
+    markdown_table,
+    new_figure,
+    save_figure,
+    setup_run,
+    thread_limit,
+    write_json,
+)
 
 __all__ = [
     "CCA_FRACTION",
@@ -66,7 +71,6 @@ __all__ = [
 
 Array = NDArray[np.float64]
 Labels = NDArray[np.int64]
-Progress = Callable[[str], None]
 
 #: Thresholds on the correlation ratio, 0.95 down to 0.15 (paper, Fig. 3).
 THRESHOLDS: Array = np.round(np.arange(0.95, 0.149, -0.05), 2)
@@ -758,23 +762,10 @@ def reproduce_scca(
     (:func:`islands.data.find_fashion_mnist`); digits always runs.
     """
     start = time.perf_counter()
-    owner = "reproduce_scca"
-    random_state = check_int(random_state, "random_state", owner, low=0)
-    if n_threads is not None:
-        n_threads = check_int(n_threads, "n_threads", owner, low=1)
-    say: Progress = progress if progress is not None else (lambda _msg: None)
-    s = _settings(bool(quick), random_state, n_threads)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with contextlib.ExitStack() as stack:
-        if n_threads is not None:
-            # threadpoolctl limits only the libraries already loaded: load scikit-learn's
-            # OpenMP runtime (through its neighbours module) and SciPy's BLAS first.
-            for module in ("scipy.linalg", "sklearn.neighbors"):
-                importlib.import_module(module)
-            threadpoolctl = importlib.import_module("threadpoolctl")
-            stack.enter_context(threadpoolctl.threadpool_limits(limits=n_threads))
-        return _run(out, s, say, start)
+    run = setup_run("reproduce_scca", out_dir, random_state, n_threads, progress)
+    s = _settings(bool(quick), run.random_state, run.n_threads)
+    with thread_limit(run.n_threads, preload=("scipy.linalg", "sklearn.neighbors")):
+        return _run(run.out, s, run.say, start)
 
 
 def _run(out: Path, s: _Settings, say: Progress, start: float) -> dict[str, Any]:

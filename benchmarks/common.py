@@ -1,0 +1,100 @@
+"""Helpers shared by the benchmark scripts: timing, formatting, provenance, environment.
+
+Benchmarks run as scripts (``python benchmarks/bench_x.py``), so this module is imported
+from the scripts' own folder.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy
+
+import islands
+
+
+def limit_threads(n: int) -> None:
+    """Cap every loaded BLAS/OpenMP pool at n threads (n = 0: leave them alone)."""
+    if n > 0:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=n)
+
+
+def source_digest(subpackages: Sequence[str] | None = None) -> str:
+    """SHA-256 (first 16 hex) of the islands sources measured: which code ran.
+
+    With ``subpackages``, only the top-level modules and those subpackages count, so
+    edits elsewhere in the package do not change the digest.
+    """
+    root = Path(islands.__file__).parent
+    if subpackages is None:
+        paths = list(root.rglob("*.py"))
+    else:
+        paths = [*root.glob("*.py"),
+                 *(f for sub in subpackages for f in (root / sub).rglob("*.py"))]
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def median(xs: list[float]) -> float:
+    """Median of timings."""
+    return float(statistics.median(xs))
+
+
+def once(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """Time one call (after a garbage collection); returns (seconds, result)."""
+    gc.collect()
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def fmt_s(seconds: float) -> str:
+    """Seconds for a table."""
+    return f"{seconds:.3f} s" if seconds < 100 else f"{seconds:.1f} s"
+
+
+def fmt_bytes(n: float) -> str:
+    """Bytes for a table."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def verdict(ok: bool | None) -> str:
+    """'met', 'MISSED' or '-' (no target)."""
+    return "-" if ok is None else ("met" if ok else "MISSED")
+
+
+def environment() -> dict[str, Any]:
+    """Versions, CPUs and BLAS pools of the machine the benchmark ran on."""
+    env: dict[str, Any] = {"python": platform.python_version(), "numpy": np.__version__,
+                           "scipy": scipy.__version__, "cpus": os.cpu_count(),
+                           "machine": platform.machine(), "platform": platform.platform()}
+    try:
+        import sklearn
+
+        env["sklearn"] = sklearn.__version__
+    except ImportError:
+        pass
+    try:
+        from threadpoolctl import threadpool_info
+
+        env["blas"] = [{k: i.get(k) for k in ("internal_api", "version", "num_threads",
+                                              "architecture")} for i in threadpool_info()]
+    except ImportError:
+        pass
+    return env
