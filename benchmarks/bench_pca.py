@@ -33,7 +33,6 @@ N`` caps every BLAS/OpenMP pool at N for both sides.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -46,7 +45,7 @@ import numpy as np
 from scipy.linalg import subspace_angles
 
 from common import (
-    environment,
+    finish,
     fmt_bytes,
     fmt_s,
     limit_threads,
@@ -348,16 +347,7 @@ def main() -> None:
             print(plot(sw, args.plot))
     for key, reason in skipped.items():
         print(f"skipped {key}: {reason}")
-    digests = {digest, source_digest()}
-    print(f"islands sources: {digest}" + ("" if len(digests) == 1 else
-          f"; WARNING: they changed during the run ({sorted(digests)}): figures mix versions"))
-    if args.json:
-        args.json.write_text(json.dumps({"benchmark": "pca", "quick": args.quick,
-                                         "blas_threads": args.blas_threads,
-                                         "argv": sys.argv[1:],
-                                         "source_digests": sorted(digests),
-                                         "environment": environment(), "results": results,
-                                         "skipped": skipped}, indent=2))
+    finish("pca", args, {digest, source_digest()}, results, skipped)
 
 
 if __name__ == "__main__":

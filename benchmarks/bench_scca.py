@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from common import environment, fmt_s, limit_threads, median, once, source_digest, verdict
+from common import finish, fmt_s, limit_threads, median, once, source_digest, verdict
 from islands.cca import SwarmCCA
 from islands.cca.maths import pooled_cca
 from islands.errors import ValidationError
@@ -450,15 +450,7 @@ def main() -> None:
         run["source_digest"] for run in (results.get("paper", {}).get("runs", {}).get("scca", [])
                                          + results.get("paper", {}).get("runs", {}).get("pooled",
                                                                                         []))}
-    print(f"islands sources: {digest}" + ("" if len(digests) == 1 else
-          f"; WARNING: they changed during the run ({sorted(digests)}): figures mix versions"))
-    if args.json:
-        args.json.write_text(json.dumps({"benchmark": "scca", "quick": args.quick,
-                                         "blas_threads": args.blas_threads,
-                                         "argv": sys.argv[1:],
-                                         "source_digests": sorted(digests),
-                                         "environment": environment(), "results": results,
-                                         "skipped": skipped}, indent=2))
+    finish("scca", args, digests, results, skipped)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -98,3 +100,18 @@ def environment() -> dict[str, Any]:
     except ImportError:
         pass
     return env
+
+
+def finish(name: str, args: Any, digests: set[str], results: dict[str, Any],
+           skipped: dict[str, str]) -> None:
+    """Print provenance (warning if the sources changed mid-run) and write ``--json``."""
+    first = sorted(digests)[0] if len(digests) == 1 else "several"
+    print(f"islands sources: {first}" + ("" if len(digests) == 1 else
+          f"; WARNING: they changed during the run ({sorted(digests)}): figures mix versions"))
+    if args.json:
+        args.json.write_text(json.dumps({"benchmark": name, "quick": args.quick,
+                                         "blas_threads": args.blas_threads,
+                                         "argv": sys.argv[1:],
+                                         "source_digests": sorted(digests),
+                                         "environment": environment(), "results": results,
+                                         "skipped": skipped}, indent=2))

@@ -41,7 +41,6 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +49,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.data import (
-    find_fashion_mnist,
     load_fashion_mnist,
     load_sklearn,
     partition_iid,
@@ -63,6 +61,7 @@ from islands.experiments.report import (
     save_figure,
     setup_run,
     thread_limit,
+    two_datasets,
     write_json,
 )
 from islands.pca import maths
@@ -837,13 +836,7 @@ def reproduce_pca(
 
 
 def _run(out: Path, s: _Settings, say: Progress, start: float) -> dict[str, Any]:
-    loaders: list[tuple[str, Callable[[_Settings], _Data]]] = []
-    skipped: dict[str, str] = {}
-    if find_fashion_mnist() is not None:
-        loaders.append(("fashion_mnist", _load_fashion))
-    else:
-        skipped["fashion_mnist"] = "Fashion-MNIST files not found"
-    loaders.append(("digits", _load_digits))
+    loaders, skipped = two_datasets(_load_fashion, _load_digits)
 
     datasets: dict[str, Any] = {}
     for name, load in loaders:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -31,6 +31,7 @@ __all__ = [
     "setup_run",
     "thread_limit",
     "to_jsonable",
+    "two_datasets",
     "write_json",
 ]
 
@@ -230,3 +231,21 @@ def save_figure(fig: Figure, path: str | Path, *, dpi: int = 110) -> Path:
     out = Path(path)
     fig.savefig(out, format="png", dpi=dpi)
     return out
+
+
+T = TypeVar("T")
+
+
+def two_datasets(fashion: T, digits: T) -> tuple[list[tuple[str, T]], dict[str, str]]:
+    """Choose the reproductions' data sets: Fashion-MNIST when its files exist, digits always.
+
+    Returns
+    -------
+    loaders, skipped
+        ``(name, loader)`` pairs to run, and the data sets skipped with the reason.
+    """
+    from islands.data import find_fashion_mnist
+
+    if find_fashion_mnist() is None:
+        return [("digits", digits)], {"fashion_mnist": "Fashion-MNIST files not found"}
+    return [("fashion_mnist", fashion), ("digits", digits)], {}

@@ -45,7 +45,7 @@ from numpy.typing import NDArray
 
 from islands.cca.estimator import SwarmCCA
 from islands.cca.maths import pooled_cca
-from islands.data import find_fashion_mnist, load_fashion_mnist, load_sklearn, split_image_views
+from islands.data import load_fashion_mnist, load_sklearn, split_image_views
 from islands.experiments.report import (
     Progress,
     markdown_table,
@@ -53,6 +53,7 @@ from islands.experiments.report import (
     save_figure,
     setup_run,
     thread_limit,
+    two_datasets,
     write_json,
 )
 
@@ -769,13 +770,7 @@ def reproduce_scca(
 
 
 def _run(out: Path, s: _Settings, say: Progress, start: float) -> dict[str, Any]:
-    loaders: list[tuple[str, Callable[[_Settings], _TwoViews]]] = []
-    skipped: dict[str, str] = {}
-    if find_fashion_mnist() is not None:
-        loaders.append(("fashion_mnist", _load_fashion))
-    else:
-        skipped["fashion_mnist"] = "Fashion-MNIST files not found"
-    loaders.append(("digits", _load_digits))
+    loaders, skipped = two_datasets(_load_fashion, _load_digits)
 
     datasets: dict[str, Any] = {}
     agreement: list[dict[str, str]] = []
