@@ -56,6 +56,7 @@ from islands.data import (
 )
 from islands.experiments.report import (
     Progress,
+    agreement_table,
     markdown_table,
     new_figure,
     save_figure,
@@ -769,13 +770,9 @@ def _report(results: dict[str, Any], files: dict[str, str], st: _Settings) -> st
               "The notes report CE (captured energy) and SVM experiments against DPdisPCA "
               "without their numbers; only the claims below can be checked. Verdicts are "
               "computed.", ""]
-    mark = {"agrees": "✔ agrees", "partly": "◐ partly", "differs": "✘ differs"}
-    lines.append(markdown_table(["claim", "here", "verdict"],
-                                [[c["claim"], c["finding"], mark[c["verdict"]]]
-                                 for c in results["agreement"]], align="lll"))
-    counts = {v: sum(c["verdict"] == v for c in results["agreement"]) for v in mark}
-    lines += ["", f"Summary: {counts['agrees']} agree, {counts['partly']} partly, "
-              f"{counts['differs']} differ.", ""]
+    claims = results["agreement"]
+    lines += agreement_table(["claim", "here"], [[c["claim"], c["finding"]] for c in claims],
+                             claims)
     return "\n".join(lines)
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Progress",
     "RunSetup",
+    "agreement_table",
     "markdown_table",
     "new_figure",
     "save_figure",
@@ -249,3 +250,22 @@ def two_datasets(fashion: T, digits: T) -> tuple[list[tuple[str, T]], dict[str, 
     if find_fashion_mnist() is None:
         return [("digits", digits)], {"fashion_mnist": "Fashion-MNIST files not found"}
     return [("fashion_mnist", fashion), ("digits", digits)], {}
+
+
+VERDICT_MARKS = {"agrees": "✔ agrees", "partly": "◐ partly", "differs": "✘ differs"}
+
+
+def agreement_table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], claims: Sequence[Mapping[str, str]]
+) -> list[str]:
+    """Markdown lines for the claims checked against a paper: a table plus a summary.
+
+    ``rows[i]`` holds the cells describing ``claims[i]``; a verdict column is added.
+    """
+    table = markdown_table([*headers, "verdict"],
+                           [[*row, VERDICT_MARKS[c["verdict"]]]
+                            for row, c in zip(rows, claims, strict=True)],
+                           align="l" * (len(headers) + 1))
+    counts = {v: sum(c["verdict"] == v for c in claims) for v in VERDICT_MARKS}
+    return [table, "", f"Summary: {counts['agrees']} agree, {counts['partly']} partly, "
+            f"{counts['differs']} differ.", ""]

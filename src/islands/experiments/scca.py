@@ -48,6 +48,7 @@ from islands.cca.maths import pooled_cca
 from islands.data import load_fashion_mnist, load_sklearn, split_image_views
 from islands.experiments.report import (
     Progress,
+    agreement_table,
     markdown_table,
     new_figure,
     save_figure,
@@ -704,14 +705,11 @@ def _report(results: dict[str, Any], files: dict[str, str]) -> str:
               "Each paper claim is checked against the numbers above (computed, not "
               "hand-written). The paper's data (HAPT, IMDB-WIKI) differ from ours, so "
               "only the *shape* of its results can be compared.", ""]
-    mark = {"agrees": "✔ agrees", "partly": "◐ partly", "differs": "✘ differs"}
-    lines.append(markdown_table(
-        ["figure", "data", "paper", "here", "verdict"],
-        [[c["figure"], data[c["dataset"]]["title"], c["paper"], c["finding"],
-          mark[c["verdict"]]] for c in results["agreement"]], align="lllll"))
-    counts = {v: sum(c["verdict"] == v for c in results["agreement"]) for v in mark}
-    lines += ["", f"Summary: {counts['agrees']} agree, {counts['partly']} partly, "
-              f"{counts['differs']} differ.", ""]
+    claims = results["agreement"]
+    lines += agreement_table(
+        ["figure", "data", "paper", "here"],
+        [[c["figure"], data[c["dataset"]]["title"], c["paper"], c["finding"]] for c in claims],
+        claims)
     return "\n".join(lines)
 
 
