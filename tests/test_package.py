@@ -19,7 +19,8 @@ HEAVY = ("torch", "tenseal", "grpc", "ray", "phe", "gmpy2", "pyarrow", "matplotl
 
 def test_import_islands_stays_light() -> None:
     code = (
-        "import sys, islands, islands.runtime, islands.crypto, islands.data, islands.securesum;"
+        "import sys, islands, islands.runtime, islands.crypto, islands.data, islands.securesum,"
+        " islands.hfl, islands.hfl.metrics, islands.hfl.strategy, islands.hfl.protocol;"
         f"print([m for m in {HEAVY!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

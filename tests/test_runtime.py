@@ -387,3 +387,181 @@ def test_blas_threads_are_shared_out_while_roles_run() -> None:
     assert untouched.results["a"] == before
     with pytest.raises(ValidationError, match="'blas_threads'"):
         run_local({"a": pong}, blas_threads=0)
+
+
+# ----------------------------------------------------------------- many parties
+
+
+MANY = 1000
+
+
+def _hub_and_spokes(hub: Any, spoke: Any, n: int = MANY) -> list[tuple[str, Any]]:
+    return [("hub", hub)] + [(f"s{i}", spoke) for i in range(n - 1)]
+
+
+def test_a_thousand_parties_round_trip() -> None:
+    def hub(party: Party) -> int:
+        got = party.gather("up")
+        for peer, value in got.items():
+            party.send(peer, "down", value + 1)
+        return sum(got.values())
+
+    def spoke(party: Party) -> int:
+        party.send("hub", "up", int(party.name[1:]))
+        return int(party.recv("hub", "down"))
+
+    run = run_local(_hub_and_spokes(hub, spoke), timeout=60, blas_threads=None)
+    assert run.results["hub"] == sum(range(MANY - 1))
+    assert all(run.results[f"s{i}"] == i + 1 for i in range(MANY - 1))
+    assert len(run.transcript) == 2 * (MANY - 1) and run.failures == {}
+
+
+def test_deadlock_among_many_parties_is_detected_at_once() -> None:
+    # the hub waits on one spoke while every spoke waits on the hub
+    t0 = time.monotonic()
+    with pytest.raises(DeadlockError, match="every running party is waiting"):
+        run_local(_hub_and_spokes(lambda p: p.recv("s0", "never"),
+                                  lambda p: p.recv("hub", "never")),
+                  timeout=60, blas_threads=None)
+    assert time.monotonic() - t0 < 30
+
+
+def test_deadlock_left_when_the_last_busy_party_returns_is_detected() -> None:
+    # a and b wait on each other; the deadlock only exists once every spoke has returned
+    def spoke(party: Party) -> None:
+        time.sleep(0.2)  # a and b are waiting by then
+
+    roles = [("a", lambda p: p.recv("b", "x")), ("b", lambda p: p.recv("a", "x"))]
+    roles += [(f"s{i}", spoke) for i in range(200)]
+    t0 = time.monotonic()
+    with pytest.raises(DeadlockError):
+        run_local(roles, timeout=60, blas_threads=None)
+    assert time.monotonic() - t0 < 30
+
+
+def test_peer_failed_among_many_parties_is_reported_at_once() -> None:
+    def hub(party: Party) -> None:
+        party.gather("up")
+
+    def spoke(party: Party) -> None:
+        if party.name != "s500":
+            party.send("hub", "up", 1)
+
+    t0 = time.monotonic()
+    with pytest.raises(PeerFailedError, match="'hub' was waiting for 'up' from 's500'"):
+        run_local(_hub_and_spokes(hub, spoke), timeout=60, blas_threads=None)
+    assert time.monotonic() - t0 < 30
+
+
+def test_memory_transport_wakes_only_the_receiver() -> None:
+    from islands.runtime import MemoryTransport
+
+    transport = MemoryTransport(["a", "b", "c"])
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(transport.recv("a", "b", "t", 5)))
+    waiter.start()
+    time.sleep(0.05)
+    transport.send("b", "c", "t", b"not for a")
+    transport.send("c", "a", "t", b"not from b")
+    time.sleep(0.05)
+    assert not got
+    transport.send("b", "a", "t", b"yes")
+    waiter.join(5)
+    assert got == [b"yes"]
+    assert transport.undelivered() == {("c", "b", "t"): 1, ("a", "c", "t"): 1}
+
+
+# ----------------------------------------------------------------- tolerated failures
+
+
+def _fl_hub(party: Party) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for peer in party.peers:
+        try:
+            out[peer] = party.recv(peer, "update")
+        except PeerFailedError as exc:
+            out[peer] = exc.peer
+    party.broadcast("model", sum(v for v in out.values() if isinstance(v, int)),
+                    to=[p for p, v in out.items() if isinstance(v, int)])
+    return out
+
+
+def _fl_client(party: Party) -> Any:
+    if party.name == "bad":
+        raise ValueError("client data corrupt")
+    party.send("hub", "update", 1)
+    return party.recv("hub", "model")
+
+
+def test_tolerated_failure_is_recorded_and_the_run_goes_on() -> None:
+    roles = {"hub": _fl_hub, "c1": _fl_client, "bad": _fl_client, "c2": _fl_client}
+    t0 = time.monotonic()
+    run = run_local(roles, timeout=60, tolerate=["bad"])
+    assert time.monotonic() - t0 < 10  # the hub's wait on 'bad' stopped at once
+    assert run.results["hub"] == {"c1": 1, "bad": "bad", "c2": 1}
+    assert run.results["c1"] == run.results["c2"] == 2
+    assert "bad" not in run.results and list(run.failures) == ["bad"]
+    assert isinstance(run.failures["bad"], ValueError)
+    assert "client data corrupt" in str(run.failures["bad"])
+
+
+def test_tolerated_failures_among_many_parties() -> None:
+    def spoke(party: Party) -> Any:
+        if int(party.name[1:]) % 100 == 7:
+            raise RuntimeError(f"{party.name} crashed")
+        party.send("hub", "update", 1)
+        return party.recv("hub", "model")
+
+    roles = [("hub", _fl_hub)] + [(f"s{i}", spoke) for i in range(MANY - 1)]
+    crashing = [f"s{i}" for i in range(MANY - 1) if i % 100 == 7]
+    run = run_local(roles, timeout=60, blas_threads=None, tolerate=[n for n, _ in roles[1:]])
+    assert list(run.failures) == crashing
+    assert sum(isinstance(v, int) for v in run.results["hub"].values()) == MANY - 1 - 10
+    assert all(run.results[f"s{i}"] == MANY - 11 for i in range(MANY - 1) if i % 100 != 7)
+
+
+def test_failure_not_tolerated_still_stops_the_run() -> None:
+    roles = {"hub": _fl_hub, "c1": _fl_client, "bad": _fl_client, "c2": _fl_client}
+    with pytest.raises(PartyInputError, match=r"party 'bad'.*client data corrupt"):
+        run_local(roles, timeout=60, tolerate=["c1", "c2"])
+
+    def hub(party: Party) -> None:
+        raise RuntimeError("server down")
+
+    with pytest.raises(ProtocolError, match=r"party 'hub' failed.*server down"):
+        run_local({"hub": hub, "c1": _fl_client}, timeout=60, tolerate=["c1"])
+
+
+def test_tolerated_party_is_not_shielded_from_keyboard_interrupt() -> None:
+    def a(party: Party) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_local({"a": a, "b": lambda p: p.recv("a", "m", timeout=5)}, tolerate=["a"])
+
+
+def test_peer_not_catching_a_tolerated_failure_fails_the_run() -> None:
+    def crash(party: Party) -> None:
+        raise RuntimeError("gone")
+
+    with pytest.raises(PeerFailedError, match="'w' was waiting for 'm' from 'c'"):
+        run_local({"c": crash, "w": lambda p: p.recv("c", "m")}, timeout=60, tolerate=["c"])
+
+
+@pytest.mark.parametrize(
+    ("tolerate", "needle"),
+    [
+        (["zed"], "cannot tolerate the failure of 'zed': not a party"),
+        (["a", 3], "cannot tolerate the failure of 3"),
+        ("a", "not a str"),
+        (5, "'tolerate' parameter"),
+    ],
+)
+def test_bad_tolerate_is_refused(tolerate: Any, needle: str) -> None:
+    with pytest.raises(ValidationError, match=needle):
+        run_local({"a": pong, "b": pong}, tolerate=tolerate)
+
+
+def test_run_result_failures_default_to_empty() -> None:
+    run = run_local({"a": partial(ping, n=1), "b": pong})
+    assert run.failures == {}

@@ -8,6 +8,11 @@ If a role raises, the runner cancels the others (their next send or receive rais
 :class:`~islands.runtime.transport.RunCancelled`) and raises one error naming the party
 and the step where the failure began. A role waiting on a peer that returned or failed
 stops at once; a peer that goes silent is caught by the receive timeout.
+
+Parties named in ``tolerate`` may fail without stopping the run (a federated-learning
+client that crashes): their exception is recorded in :attr:`RunResult.failures`, and a
+peer waiting on them gets :class:`~islands.errors.PeerFailedError` at once, which it may
+catch and carry on.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from islands.errors import PeerFailedError, ProtocolError, ValidationError
@@ -54,16 +59,21 @@ class RunResult:
     Attributes
     ----------
     results
-        Each party's role return value, by party name.
+        Each party's role return value, by party name; a tolerated party that failed
+        has none.
     transcript
         Every message sent during the run.
     wall_time
         Seconds from the first role starting to the last returning.
+    failures
+        The exception of each tolerated party (see ``tolerate`` of :func:`run_local`)
+        whose role raised, by party name in the run's party order; empty when none did.
     """
 
     results: dict[str, Any]
     transcript: Transcript
     wall_time: float
+    failures: dict[str, BaseException] = field(default_factory=dict)
 
     def __getitem__(self, party: str) -> Any:
         return self.results[party]
@@ -76,6 +86,7 @@ def run_local(
     keep_payloads: bool = False,
     transcript: Transcript | None = None,
     blas_threads: int | Literal["auto"] | None = "auto",
+    tolerate: Iterable[str] = (),
 ) -> RunResult:
     """Run a protocol's roles in threads of this process and wait for all of them.
 
@@ -97,18 +108,30 @@ def run_local(
         BLAS at once oversubscribe the cores (Swarm CCA at n = 60000 measured 7.4 s with
         the library default against 4.0 s so limited, on 2 cores). ``None`` leaves the
         libraries alone.
+    tolerate
+        Names of parties whose failure does not stop the run, e.g. the clients of a
+        federated-learning server that must survive one crashing. When such a party's
+        role raises an ``Exception``, the others go on: the party counts as failed, so a
+        peer waiting on it gets :class:`~islands.errors.PeerFailedError` at once (which
+        it may catch), and its exception is recorded in :attr:`RunResult.failures`
+        instead of a result. Other exceptions (``KeyboardInterrupt``, ``SystemExit``)
+        still stop the run and pass through.
 
     Returns
     -------
     RunResult
+        Returned once every role has returned or, if tolerated, failed.
 
     Raises
     ------
+    ValidationError
+        Bad roles or options, e.g. a name in ``tolerate`` that is not a party of the run.
     PartyInputError
-        A role raised ``ValueError`` (bad input); names the party and step.
+        A role not tolerated raised ``ValueError`` (bad input); names the party and step.
     ProtocolError
-        Any other failure: names the party and step; the original exception is chained.
-        Timeouts are :class:`~islands.errors.PeerTimeoutError` (also a ``TimeoutError``).
+        Any other failure of a role not tolerated: names the party and step; the
+        original exception is chained. Timeouts are
+        :class:`~islands.errors.PeerTimeoutError` (also a ``TimeoutError``).
     """
     pairs = list(roles.items()) if isinstance(roles, Mapping) else list(roles)
     for item in pairs:
@@ -118,6 +141,7 @@ def run_local(
     for name, role in pairs:
         if not callable(role):
             raise ValidationError(f"the role of party {name!r} is not callable: {role!r}")
+    tolerated = _check_tolerate(tolerate, names)
     if transcript is None:
         transcript = Transcript(keep_payloads=keep_payloads)
     elif keep_payloads and not transcript.keep_payloads:
@@ -129,18 +153,29 @@ def run_local(
     contexts = {n: Party(n, names, transport, transcript, timeout=timeout) for n in names}
     results: dict[str, Any] = {}
     failures: list[tuple[str, BaseException]] = []
+    tolerated_failures: dict[str, BaseException] = {}
     lock = threading.Lock()
     finished = threading.Event()
     remaining = [len(names)]
 
     def body(name: str, role: Role) -> None:
-        failed = False
+        failed = fatal = False
         try:
             value = role(contexts[name])
             with lock:
                 results[name] = value
-        except BaseException as exc:  # reported to the caller below, with context
+        except Exception as exc:  # reported to the caller below, with context
             failed = True
+            if name in tolerated:  # the run goes on; peers waiting on it stop at once
+                with lock:
+                    tolerated_failures[name] = exc
+            else:
+                fatal = True
+                with lock:
+                    failures.append((name, exc))
+                transport.cancel(f"stopped because party {name!r} failed")
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit: never tolerated
+            failed = fatal = True
             with lock:
                 failures.append((name, exc))
             transport.cancel(f"stopped because party {name!r} failed")
@@ -148,7 +183,7 @@ def run_local(
             transport.finish(name, failed=failed)
             with lock:
                 remaining[0] -= 1
-                if remaining[0] == 0 or failed:
+                if remaining[0] == 0 or fatal:
                     finished.set()
 
     threads = [
@@ -171,7 +206,34 @@ def run_local(
         raise _root_error(failures, contexts)
     for thread in threads:
         thread.join()
-    return RunResult(results=results, transcript=transcript, wall_time=time.monotonic() - t0)
+    return RunResult(
+        results=results, transcript=transcript, wall_time=time.monotonic() - t0,
+        failures={n: tolerated_failures[n] for n in names if n in tolerated_failures},
+    )
+
+
+def _check_tolerate(tolerate: Iterable[str], names: tuple[str, ...]) -> frozenset[str]:
+    if isinstance(tolerate, str):
+        raise ValidationError(
+            "The 'tolerate' parameter of run_local must be an iterable of party names, "
+            f"not a str. Got {tolerate!r}; write [{tolerate!r}] for one party."
+        )
+    try:
+        given = list(tolerate)
+    except TypeError:
+        raise ValidationError(
+            "The 'tolerate' parameter of run_local must be an iterable of party names. "
+            f"Got {tolerate!r} instead."
+        ) from None
+    known = set(names)
+    for name in given:
+        if not (isinstance(name, str) and name in known):
+            parties = repr(list(names)) if len(names) <= 10 else f"{len(names)} of them"
+            raise ValidationError(
+                f"cannot tolerate the failure of {name!r}: not a party of this run "
+                f"(parties: {parties})"
+            )
+    return frozenset(given)
 
 
 def _blas_limit(

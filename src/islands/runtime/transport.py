@@ -48,6 +48,10 @@ class MemoryTransport:
     instead of waiting out its timeout, and a run where every live party waits on another
     for a message nobody will send stops with :class:`DeadlockError`.
 
+    It scales to thousands of parties: one lock guards the state, but each receiver waits
+    on its own condition, so a message wakes only its receiver, and the deadlock check
+    costs O(1) unless every running party is waiting.
+
     Parameters
     ----------
     parties
@@ -56,10 +60,16 @@ class MemoryTransport:
 
     def __init__(self, parties: Iterable[str]) -> None:
         self._parties = tuple(parties)
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        # one condition per receiver, all on the one lock: a send wakes only its receiver
+        self._conds: dict[str, threading.Condition] = {
+            p: threading.Condition(self._lock) for p in self._parties
+        }
         self._mail: dict[tuple[str, str, str], deque[bytes | bytearray]] = {}
         self._state: dict[str, _State] = {p: "running" for p in self._parties}
-        self._waiting: dict[str, tuple[str, str]] = {}
+        self._running = len(self._state)  # parties whose state is "running"
+        self._waiting: dict[str, tuple[str, str]] = {}  # receiver -> (sender, tag)
+        self._waiting_on: dict[str, set[str]] = {}  # sender -> receivers waiting on it
         self._cancelled: str | None = None
 
     @property
@@ -67,26 +77,35 @@ class MemoryTransport:
         """The names of the parties on this transport."""
         return self._parties
 
+    def _cond(self, receiver: str) -> threading.Condition:
+        cond = self._conds.get(receiver)
+        if cond is None:  # a receiver the transport was not told about
+            cond = self._conds[receiver] = threading.Condition(self._lock)
+        return cond
+
     def send(self, sender: str, receiver: str, tag: str, data: bytes | bytearray) -> None:
         """Queue a message; raises :class:`RunCancelled` once the run is stopping."""
-        with self._cond:
+        with self._lock:
             if self._cancelled is not None:
                 raise RunCancelled(self._cancelled, party=sender, step=tag)
             self._mail.setdefault((receiver, sender, tag), deque()).append(data)
-            self._cond.notify_all()
+            if self._waiting.get(receiver) == (sender, tag):  # wake only whom it concerns
+                self._conds[receiver].notify_all()
 
     def recv(self, receiver: str, sender: str, tag: str, timeout: float) -> bytes | bytearray:
         """Wait for the next ``tag`` message from ``sender``; never longer than ``timeout``."""
         deadline = time.monotonic() + timeout
         key = (receiver, sender, tag)
-        with self._cond:
+        with self._lock:
             if receiver in self._waiting:
                 raise ProtocolError(
                     f"party {receiver!r} is already waiting for {self._waiting[receiver][1]!r};"
                     " one party receives from one thread at a time",
                     party=receiver, step=tag,
                 )
+            cond = self._cond(receiver)
             self._waiting[receiver] = (sender, tag)
+            self._waiting_on.setdefault(sender, set()).add(receiver)
             try:
                 while True:
                     box = self._mail.get(key)
@@ -116,33 +135,54 @@ class MemoryTransport:
                             f"{tag!r} from {sender!r}",
                             party=receiver, peer=sender, tag=tag, timeout=timeout,
                         )
-                    self._cond.wait(min(remaining, threading.TIMEOUT_MAX))
+                    cond.wait(min(remaining, threading.TIMEOUT_MAX))
             finally:
                 del self._waiting[receiver]
+                waiters = self._waiting_on[sender]
+                waiters.discard(receiver)
+                if not waiters:
+                    del self._waiting_on[sender]
 
     def _deadlocked(self) -> bool:
-        running = [p for p, s in self._state.items() if s == "running"]
-        if not running or any(p not in self._waiting for p in running):
+        """Whether every running party waits for a message that nobody can still send.
+
+        O(1) unless at least as many parties wait as run; only then are the waits read.
+        """
+        if self._running == 0 or len(self._waiting) < self._running:
             return False
-        return all(
-            not self._mail.get((p, *self._waiting[p])) and self._state.get(self._waiting[p][0])
-            == "running" for p in running
-        )
+        blocked = 0
+        for p, (sender, tag) in self._waiting.items():
+            if self._state.get(p) != "running":
+                continue
+            if self._mail.get((p, sender, tag)) or self._state.get(sender) != "running":
+                return False
+            blocked += 1
+        return blocked == self._running
+
+    def _wake_all(self) -> None:
+        for receiver in self._waiting:
+            self._conds[receiver].notify_all()
 
     def finish(self, party: str, *, failed: bool) -> None:
         """Mark a party's role as returned (or raised); wakes anyone waiting on it."""
-        with self._cond:
+        with self._lock:
+            if self._state.get(party) == "running":
+                self._running -= 1
             self._state[party] = "failed" if failed else "done"
-            self._cond.notify_all()
+            if self._deadlocked():  # the last party not waiting just stopped
+                self._wake_all()
+            else:
+                for receiver in self._waiting_on.get(party, ()):
+                    self._conds[receiver].notify_all()
 
     def cancel(self, reason: str) -> None:
         """Stop the run: every pending and future send/recv raises :class:`RunCancelled`."""
-        with self._cond:
+        with self._lock:
             if self._cancelled is None:
                 self._cancelled = reason
-            self._cond.notify_all()
+            self._wake_all()
 
     def undelivered(self) -> dict[tuple[str, str, str], int]:
         """Messages sent but never received, by (receiver, sender, tag)."""
-        with self._cond:
+        with self._lock:
             return {k: len(v) for k, v in self._mail.items() if v}

@@ -1,0 +1,45 @@
+"""Horizontal federated learning: clients with the same features and different rows.
+
+- :mod:`islands.hfl.protocol`: the server and client roles (models as flat vectors,
+  time in mini-batch steps, dropouts, checkpoints);
+- :mod:`islands.hfl.strategy`: :class:`FedAvg`, :class:`APFL`, :class:`FedProx`;
+- :mod:`islands.hfl.aggregate`: aggregators (the plain weighted mean here; protections
+  plug in behind the same interface);
+- :mod:`islands.hfl.maths`: FedAvg weights, APFL's batch and interval rules;
+- :mod:`islands.hfl.metrics`: accuracy, macro precision/recall/F1, Dev_avg;
+- :mod:`islands.hfl.models`, :mod:`islands.hfl.training`: PyTorch models and local SGD
+  (imported only when used: ``import islands.hfl`` does not load torch);
+- :mod:`islands.hfl.estimator`: :class:`FederatedModel`, the user API;
+- :mod:`islands.hfl.job`: TOML job files for ``islands run``.
+"""
+
+from typing import Any
+
+from islands.hfl.aggregate import Aggregator, MeanAggregator
+from islands.hfl.estimator import EpochRecord, FederatedModel
+from islands.hfl.protocol import client, server
+from islands.hfl.strategy import APFL, FedAvg, FedProx, LocalConfig, Strategy
+
+__all__ = [
+    "APFL",
+    "Aggregator",
+    "EpochRecord",
+    "FedAvg",
+    "FedProx",
+    "FederatedModel",
+    "LocalConfig",
+    "MeanAggregator",
+    "ModelSpec",
+    "Strategy",
+    "client",
+    "server",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # ModelSpec lives beside the torch models; load it (and torch) on first use only
+    if name == "ModelSpec":
+        from islands.hfl.models import ModelSpec
+
+        return ModelSpec
+    raise AttributeError(f"module 'islands.hfl' has no attribute {name!r}")

@@ -1,0 +1,356 @@
+"""``FederatedModel``: train one model over clients that each keep their own rows.
+
+``fit(parts)`` runs a server and one client per part in this process (one thread each,
+every message through the wire codec), with local training in PyTorch. Each client
+keeps ``eval_fraction`` of its rows as local evaluation data (the accuracy APFL's
+server weighs); a test set given to ``fit`` is scored at the end of every epoch by the
+caller's side, outside the protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from islands.errors import ValidationError, invalid_parameter
+from islands.hfl.aggregate import MeanAggregator
+from islands.hfl.metrics import classification_report, regression_report
+from islands.hfl.protocol import (
+    SERVER_FILE,
+    DropoutEvent,
+    RoundRecord,
+    ServerResult,
+    client,
+    server,
+)
+from islands.hfl.strategy import FedAvg, Strategy
+from islands.runtime import Role, Transcript, run_local
+from islands.validation import check_float, check_int, describe
+
+__all__ = ["EpochRecord", "FederatedModel", "client_seed", "split_local_eval"]
+
+log = logging.getLogger(__name__)
+
+Task = Literal["classification", "regression"]
+Vector = NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """The federation at the end of one epoch.
+
+    Attributes
+    ----------
+    epoch
+        From 1.
+    rounds, aggregations
+        Rounds run so far (equal unless resumed).
+    tau
+        τ of the epoch's last round.
+    local_accuracy
+        The server's weighted local accuracy (eq. 30) of its last round, or None.
+    test
+        Metrics of the global model on the test set given to ``fit`` (empty if none).
+    seconds
+        Wall time since the run began.
+    """
+
+    epoch: int
+    rounds: int
+    aggregations: int
+    tau: int
+    local_accuracy: float | None
+    test: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def client_seed(seed: int, index: int) -> int:
+    """Return the mini-batch seed of client ``index`` in a federation seeded ``seed``."""
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+
+
+def split_local_eval(n: int, fraction: float, seed: int) -> tuple[NDArray[np.intp],
+                                                                   NDArray[np.intp]]:
+    """Split ``range(n)`` into (train, local evaluation) rows, ``fraction`` for evaluation."""
+    n_eval = math.floor(n * fraction)
+    if n_eval >= n:
+        n_eval = n - 1
+    order = np.random.default_rng([seed, n]).permutation(n)
+    return np.sort(order[n_eval:]), np.sort(order[:n_eval])
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Set torch's intra-op threads for the duration (None: leave as is)."""
+    import torch
+
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+class FederatedModel:
+    """Horizontal federated training of a PyTorch model (FedAvg, APFL, FedProx, ...).
+
+    Parameters
+    ----------
+    model : ModelSpec
+        The architecture every party trains (:class:`islands.hfl.models.ModelSpec`).
+    strategy : Strategy, default=FedAvg()
+        The server's round hooks and aggregator (:mod:`islands.hfl.strategy`).
+    epochs : int, default=1
+        Epochs of local mini-batch steps.
+    task : {"classification", "regression"}, default="classification"
+    eval_fraction : float, default=0.1
+        Share of each client's rows kept back as its local evaluation data.
+    seed : int, default=0
+        Seeds the initial model, the local splits and every client's batch order.
+    concurrency : int or None, default=32
+        Clients training at the same time (None: all).
+    timeout : float, default=600.0
+        Seconds the server waits for one client's update before leaving it out.
+    checkpoint : path or None
+        Folder for the server's and clients' checkpoint files.
+    resume : bool, default=False
+        Continue the run checkpointed in ``checkpoint`` (starts afresh if there is none).
+    threads : int, "auto" or None, default="auto"
+        torch intra-op threads while training: "auto" shares the cores among the clients
+        that train at once.
+    keep_payloads : bool, default=False
+        Keep every message's bytes in ``transcript_`` (for audits).
+    callback : callable or None
+        ``callback(record: RoundRecord, epoch: EpochRecord | None)`` after every round
+        (``epoch`` set at the end of an epoch): progress bars, logging.
+
+    Attributes
+    ----------
+    params_ : numpy.ndarray
+        The final global model as a flat float32 vector.
+    rounds_ : list of RoundRecord
+    history_ : list of EpochRecord
+    aggregations_ : int
+    dropouts_ : list of DropoutEvent
+    client_failures_ : dict
+        The exception of each client that failed, by name.
+    batch_sizes_, counts_ : dict
+        Each client's mini-batch size and training rows.
+    steps_per_epoch_ : int
+    transcript_ : Transcript
+    wall_time_ : float
+    """
+
+    def __init__(self, model: Any, strategy: Strategy | None = None, *, epochs: int = 1,
+                 task: Task = "classification", eval_fraction: float = 0.1, seed: int = 0,
+                 concurrency: int | None = 32, timeout: float = 600.0,
+                 checkpoint: str | os.PathLike[str] | None = None, resume: bool = False,
+                 threads: int | Literal["auto"] | None = "auto",
+                 keep_payloads: bool = False,
+                 callback: Callable[[RoundRecord, EpochRecord | None], None] | None = None,
+                 ) -> None:
+        self.model = model
+        self.strategy = strategy
+        self.epochs = epochs
+        self.task = task
+        self.eval_fraction = eval_fraction
+        self.seed = seed
+        self.concurrency = concurrency
+        self.timeout = timeout
+        self.checkpoint = checkpoint
+        self.resume = resume
+        self.threads = threads
+        self.keep_payloads = keep_payloads
+        self.callback = callback
+
+    def _validate(self) -> None:
+        owner = "FederatedModel"
+        check_int(self.epochs, "epochs", owner, low=1)
+        if self.task not in ("classification", "regression"):
+            raise invalid_parameter("task", owner, "'classification' or 'regression'",
+                                    describe(self.task))
+        frac = check_float(self.eval_fraction, "eval_fraction", owner, low=0.0)
+        if frac >= 1:
+            raise invalid_parameter("eval_fraction", owner, "a float in [0, 1)", frac)
+        check_int(self.seed, "seed", owner, low=0)
+        if self.concurrency is not None:
+            check_int(self.concurrency, "concurrency", owner, low=1)
+        check_float(self.timeout, "timeout", owner, low=0.0, low_inclusive=False)
+        if self.resume and self.checkpoint is None:
+            raise invalid_parameter("resume", owner, "False when 'checkpoint' is None", True)
+        if not (self.threads in ("auto", None) or (
+                isinstance(self.threads, int) and self.threads >= 1)):
+            raise invalid_parameter("threads", owner, "'auto', None or an int >= 1",
+                                    describe(self.threads))
+
+    def _check_parts(self, parts: Sequence[Any]) -> list[tuple[NDArray[Any], NDArray[Any]]]:
+        from islands.hfl.models import ModelSpec
+
+        if not isinstance(self.model, ModelSpec):
+            raise invalid_parameter("model", "FederatedModel", "an islands.hfl.ModelSpec",
+                                    describe(self.model))
+        if not isinstance(parts, Sequence) or len(parts) == 0:
+            raise ValidationError("fit needs a non-empty list of (X, y) parts, one per client")
+        out = []
+        for k, part in enumerate(parts):
+            if not (isinstance(part, tuple | list) and len(part) == 2):
+                raise ValidationError(f"part {k} must be an (X, y) pair; got {describe(part)}")
+            X, y = np.asarray(part[0]), np.asarray(part[1])
+            if len(X) == 0:
+                raise ValidationError(f"client {k} has no data (part {k} is empty)")
+            if len(X) != len(y):
+                raise ValidationError(
+                    f"part {k}: X has {len(X)} rows but y has {len(y)} entries")
+            if self.task == "classification":
+                if y.dtype.kind not in "iu":
+                    raise ValidationError(f"part {k}: y must hold integer class labels")
+                bad = np.setdiff1d(np.unique(y), np.arange(self.model.n_outputs))
+                if bad.size:
+                    raise ValidationError(
+                        f"part {k}: labels {bad.tolist()} are outside the model's "
+                        f"{self.model.n_outputs} classes")
+            out.append((X, y))
+        return out
+
+    def fit(self, parts: Sequence[tuple[ArrayLike, ArrayLike]], *,
+            test: tuple[ArrayLike, ArrayLike] | None = None,
+            names: Sequence[str] | None = None) -> FederatedModel:
+        """Train over the clients' parts.
+
+        Parameters
+        ----------
+        parts
+            One ``(X, y)`` per client, rows as the model expects.
+        test
+            ``(X, y)`` scored with the global model after every epoch (optional).
+        names
+            Client names (default ``client-1``, ``client-2``, ...).
+
+        Returns
+        -------
+        FederatedModel
+            ``self``.
+        """
+        from islands.hfl.learner import TorchLearner
+        from islands.hfl.models import ModulePool, flat_parameters
+        from islands.hfl.training import Trainer
+
+        self._validate()
+        data = self._check_parts(parts)
+        names = [f"client-{k + 1}" for k in range(len(data))] if names is None else list(
+            names)
+        if len(names) != len(data):
+            raise ValidationError(f"{len(names)} names for {len(data)} parts")
+        strategy = FedAvg() if self.strategy is None else self.strategy
+        pool = ModulePool(self.model)
+        learners = []
+        for k, (X, y) in enumerate(data):
+            tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed, k))
+            learners.append(TorchLearner(self.model, X[tr], y[tr], X[ev], y[ev],
+                                         task=self.task, seed=client_seed(self.seed, k),
+                                         pool=pool))
+        initial = flat_parameters(self.model.build(self.seed))
+        scorer = None
+        if test is not None:
+            X_test, y_test = np.asarray(test[0]), np.asarray(test[1])
+            scorer = Trainer(self.model, X_test, y_test, task=self.task, pool=pool)
+
+        resume = bool(self.resume)
+        if resume and not (Path(self.checkpoint) / SERVER_FILE).is_file():  # type: ignore[arg-type]
+            log.warning("no checkpoint in %s: starting afresh", self.checkpoint)
+            resume = False
+        history: list[EpochRecord] = []
+        t0 = time.perf_counter()
+
+        def on_round(record: RoundRecord, params: Vector) -> None:
+            epoch_rec = None
+            if record.epoch_end:
+                metrics: dict[str, Any] = {}
+                if scorer is not None:
+                    metrics = self._report(y_test, scorer.predict(params, X_test))
+                epoch_rec = EpochRecord(
+                    epoch=record.epoch, rounds=record.round,
+                    aggregations=record.round, tau=record.tau,
+                    local_accuracy=record.accuracy, test=metrics,
+                    seconds=time.perf_counter() - t0)
+                history.append(epoch_rec)
+            if self.callback is not None:
+                self.callback(record, epoch_rec)
+
+        roles: dict[str, Role] = {
+            "server": partial(server, clients=names, strategy=strategy, initial=initial,
+                              epochs=self.epochs, concurrency=self.concurrency,
+                              client_timeout=self.timeout, checkpoint=self.checkpoint,
+                              resume=resume, on_round=on_round),
+        }
+        aggregator = getattr(strategy, "aggregator", MeanAggregator())
+        for name, learner in zip(names, learners, strict=True):
+            roles[name] = partial(client, server="server", learner=learner,
+                                  aggregator=aggregator, checkpoint=self.checkpoint,
+                                  resume=resume)
+        active = len(names) if self.concurrency is None else min(len(names), self.concurrency)
+        threads = (max(1, _cores() // active) if self.threads == "auto"
+                   else self.threads if isinstance(self.threads, int) else None)
+        transcript = Transcript(keep_payloads=self.keep_payloads)
+        with torch_threads(threads):
+            run = run_local(roles, timeout=self.timeout, transcript=transcript,
+                            tolerate=names, blas_threads=None)
+        result: ServerResult = run.results["server"]
+        self.params_ = result.params
+        self.rounds_ = result.rounds
+        self.history_ = history
+        self.aggregations_ = result.aggregations
+        self.dropouts_: list[DropoutEvent] = result.dropouts
+        self.client_failures_ = dict(run.failures)
+        self.batch_sizes_ = result.batch_sizes
+        self.counts_ = result.counts
+        self.steps_per_epoch_ = result.steps_per_epoch
+        self.transcript_ = run.transcript
+        self.wall_time_ = run.wall_time
+        self.client_names_ = names
+        self._scorer_pool = pool
+        return self
+
+    def _report(self, y: NDArray[Any], pred: NDArray[Any]) -> dict[str, Any]:
+        if self.task == "classification":
+            return classification_report(y, pred, self.model.n_outputs).to_dict()
+        return regression_report(y, pred).to_dict()
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "params_"):
+            raise ValidationError("this FederatedModel is not fitted yet; call fit first")
+
+    def predict(self, X: ArrayLike) -> NDArray[Any]:
+        """Class labels (classification) or values (regression) for the rows of ``X``."""
+        from islands.hfl.training import Trainer
+
+        self._check_fitted()
+        X = np.asarray(X)
+        dummy = np.zeros(1, dtype=np.int64 if self.task == "classification" else np.float32)
+        trainer = Trainer(self.model, X[:1], dummy, task=self.task, pool=self._scorer_pool)
+        return trainer.predict(self.params_, X)
+
+    def score(self, X: ArrayLike, y: ArrayLike) -> dict[str, Any]:
+        """Metrics of the final model on ``(X, y)`` (see :mod:`islands.hfl.metrics`)."""
+        return self._report(np.asarray(y), self.predict(X))

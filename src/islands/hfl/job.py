@@ -1,0 +1,568 @@
+"""Job files for ``islands run``: one TOML file describes a whole federated training run.
+
+A job names a data set, how its rows are divided between clients, the model, the
+strategy and its parameters, the epochs, the seed and an output folder::
+
+    name = "apfl-quick"
+    seed = 0
+    epochs = 3
+    output = "runs/apfl-quick"   # relative to the working directory
+    baseline = true              # also train centrally (CL) for Dev_avg and comparison
+
+    [data]
+    name = "fashion_mnist"       # or digits, breast_cancer, wine, diabetes
+    train_samples = 6000         # a random subset (optional)
+    test_samples = 2000
+
+    [partition]
+    kind = "classes"             # iid | classes | dirichlet | shards
+    clients = 3
+    groups = "0-3,4-6,7-9"
+
+    [model]
+    kind = "mlp"                 # mlp | cnn | linear
+    hidden = [200]
+
+    [strategy]
+    name = "apfl"                # fedavg | apfl | fedprox
+    tau = 15
+    phi = 5
+    batch_size = 512
+    lr = 0.1
+    momentum = 0.5
+
+Every key is checked: an unknown key (a typo) or a value of the wrong kind is an error
+naming the section and key. :func:`run_job` trains the federation, the centralised
+baseline (``baseline = true``) or, for a linear regression, the closed-form ridge
+solution, and returns one JSON-ready result; :func:`write_outputs` writes
+``results.json`` and the accuracy and τ curves as PNG.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from islands.data import (
+    load,
+    partition_by_class,
+    partition_dirichlet,
+    partition_iid,
+    partition_shards,
+)
+from islands.errors import DataNotFoundError, ValidationError
+from islands.hfl.estimator import EpochRecord, FederatedModel, client_seed, split_local_eval
+from islands.hfl.metrics import classification_report, dev_avg, regression_report
+from islands.hfl.protocol import RoundRecord
+from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
+
+__all__ = ["Job", "load_job", "parse_job", "run_job", "write_outputs"]
+
+Callback = Callable[[RoundRecord, EpochRecord | None], None]
+
+_TOP = {"name", "seed", "epochs", "output", "baseline", "task", "concurrency", "timeout",
+        "eval_fraction", "data", "partition", "model", "strategy"}
+_DATA = {"name", "train_samples", "test_samples", "test_fraction", "standardize", "path"}
+_PARTITION = {"kind", "clients", "groups", "alpha", "shards_per_client", "min_samples"}
+_MODEL = {"kind", "hidden", "channels"}
+_STRATEGY = {"name", "local_steps", "batch_size", "lr", "momentum", "weight_decay", "fraction",
+             "min_clients", "tau", "phi", "mbs", "adaptive", "client_batch_size", "mu", "evaluate"}
+_DATASETS = ("fashion_mnist", "digits", "breast_cancer", "wine", "diabetes")
+
+
+class JobError(ValidationError):
+    """A job file that cannot run: names the file, section and key."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """A parsed, checked job file (see the module docstring for the keys)."""
+
+    name: str
+    seed: int
+    epochs: int
+    output: str
+    baseline: bool
+    task: str
+    concurrency: int | None
+    timeout: float
+    eval_fraction: float
+    data: dict[str, Any]
+    partition: dict[str, Any]
+    model: dict[str, Any]
+    strategy: dict[str, Any]
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the job as plain values (recorded in ``results.json``)."""
+        return asdict(self)
+
+
+def load_job(path: str | Path) -> Job:
+    """Read and check a job file.
+
+    Raises
+    ------
+    DataNotFoundError
+        If the file does not exist.
+    JobError
+        If it is not valid TOML or a key is unknown, missing or of the wrong kind.
+    """
+    source = Path(path)
+    if not source.is_file():
+        raise DataNotFoundError(f"no job file at {source}")
+    try:
+        raw = tomllib.loads(source.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise JobError(f"job file {source} is not valid TOML: {exc}") from exc
+    return parse_job(raw, source=str(source))
+
+
+def _get(table: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: str,
+         default: Any = ..., check: Callable[[Any], bool] | None = None,
+         expected: str = "") -> Any:
+    if key not in table:
+        if default is ...:
+            raise JobError(f"{where}: missing key {key!r}")
+        return default
+    value = table[key]
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+    if ok and check is not None:
+        ok = check(value)
+    if not ok:
+        what = expected or " or ".join(k.__name__ for k in kinds)
+        raise JobError(f"{where}: {key!r} must be {what}; got {value!r}")
+    return value
+
+
+def _section(raw: Mapping[str, Any], name: str, allowed: set[str], where: str) -> dict[str, Any]:
+    table = raw.get(name)
+    if not isinstance(table, dict):
+        raise JobError(f"{where}: missing section [{name}]")
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise JobError(f"{where} [{name}]: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    return dict(table)
+
+
+def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
+    """Check a job given as a mapping (the parsed TOML) and return it as a :class:`Job`."""
+    where = f"job file {source}"
+    unknown = sorted(set(raw) - _TOP)
+    if unknown:
+        raise JobError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_TOP)}")
+    pos_int = (lambda v: v >= 1, "an int >= 1")
+    data = _section(raw, "data", _DATA, where)
+    _get(data, "name", (str,), f"{where} [data]", check=lambda v: v in _DATASETS,
+         expected=f"one of {list(_DATASETS)}")
+    for key in ("train_samples", "test_samples"):
+        _get(data, key, (int,), f"{where} [data]", None, *pos_int)
+    _get(data, "test_fraction", (float,), f"{where} [data]", 0.2, lambda v: 0 < v < 1,
+         "a float in (0, 1)")
+    _get(data, "standardize", (bool,), f"{where} [data]", False)
+    _get(data, "path", (str,), f"{where} [data]", None)
+
+    partition = _section(raw, "partition", _PARTITION, where)
+    kinds = ("iid", "classes", "dirichlet", "shards")
+    _get(partition, "kind", (str,), f"{where} [partition]", check=lambda v: v in kinds,
+         expected=f"one of {list(kinds)}")
+    _get(partition, "clients", (int,), f"{where} [partition]", None, *pos_int)
+    if partition["kind"] == "classes":
+        _get(partition, "groups", (str, list), f"{where} [partition]")
+    elif "clients" not in partition:
+        raise JobError(f"{where} [partition]: missing key 'clients'")
+    _get(partition, "alpha", (float, int), f"{where} [partition]", 0.5, lambda v: v > 0,
+         "a number > 0")
+    _get(partition, "shards_per_client", (int,), f"{where} [partition]", 2, *pos_int)
+
+    model = _section(raw, "model", _MODEL, where)
+    _get(model, "kind", (str,), f"{where} [model]", check=lambda v: v in ("mlp", "cnn",
+                                                                          "linear"),
+         expected="'mlp', 'cnn' or 'linear'")
+    _get(model, "hidden", (list,), f"{where} [model]", [200],
+         lambda v: all(isinstance(h, int) and h >= 1 for h in v), "a list of ints >= 1")
+    _get(model, "channels", (list,), f"{where} [model]", [16, 32],
+         lambda v: len(v) == 2 and all(isinstance(h, int) and h >= 1 for h in v),
+         "two ints >= 1")
+
+    strategy = _section(raw, "strategy", _STRATEGY, where)
+    _get(strategy, "name", (str,), f"{where} [strategy]",
+         check=lambda v: v in ("fedavg", "apfl", "fedprox"),
+         expected="'fedavg', 'apfl' or 'fedprox'")
+    for key in ("local_steps", "tau", "phi", "min_clients", "client_batch_size"):
+        _get(strategy, key, (int,), f"{where} [strategy]", None, *pos_int)
+    _get(strategy, "batch_size", (int, str), f"{where} [strategy]", None,
+         lambda v: v == "full" or (isinstance(v, int) and v >= 1), "an int >= 1 or 'full'")
+    for key in ("lr", "momentum", "weight_decay", "fraction", "mu"):
+        _get(strategy, key, (float, int), f"{where} [strategy]", None, lambda v: v >= 0,
+             "a number >= 0")
+    for key in ("mbs", "adaptive", "evaluate"):
+        _get(strategy, key, (bool,), f"{where} [strategy]", None)
+
+    task = _get(raw, "task", (str,), where, None,
+                lambda v: v in ("classification", "regression"),
+                "'classification' or 'regression'")
+    if task is None:
+        task = "regression" if data["name"] == "diabetes" else "classification"
+    concurrency = _get(raw, "concurrency", (int,), where, 32, *pos_int)
+    return Job(
+        name=_get(raw, "name", (str,), where, Path(source).stem),
+        seed=_get(raw, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0"),
+        epochs=_get(raw, "epochs", (int,), where, 1, *pos_int),
+        output=_get(raw, "output", (str,), where, f"runs/{Path(source).stem}"),
+        baseline=_get(raw, "baseline", (bool,), where, True),
+        task=task, concurrency=concurrency,
+        timeout=float(_get(raw, "timeout", (int, float), where, 600.0, lambda v: v > 0,
+                           "a number > 0")),
+        eval_fraction=float(_get(raw, "eval_fraction", (int, float), where, 0.1,
+                                 lambda v: 0 <= v < 1, "a number in [0, 1)")),
+        data=data, partition=partition, model=model, strategy=strategy, source=source,
+    )
+
+
+# --------------------------------------------------------------------------- building
+@dataclass
+class Prepared:
+    """A job's data, divided between clients, and the pieces built from the job."""
+
+    parts: list[tuple[NDArray[Any], NDArray[Any]]]
+    test: tuple[NDArray[Any], NDArray[Any]]
+    spec: Any
+    n_classes: int
+    dataset: str
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _subset(n: int, size: int | None, rng: np.random.Generator) -> NDArray[np.intp]:
+    if size is None or size >= n:
+        return np.arange(n)
+    return np.sort(rng.choice(n, size=size, replace=False))
+
+
+def prepare(job: Job) -> Prepared:
+    """Load the job's data, split train/test, divide the training rows between clients."""
+    from islands.hfl.models import ModelSpec
+
+    rng = np.random.default_rng(job.seed)
+    d = job.data
+    name = d["name"]
+    if name == "fashion_mnist":
+        kwargs = {"path": d["path"]} if d.get("path") else {}
+        train = load("fashion_mnist", split="train", **kwargs)
+        test = load("fashion_mnist", split="test", **kwargs)
+        tr = _subset(train.n_samples, d.get("train_samples"), rng)
+        te = _subset(test.n_samples, d.get("test_samples"), rng)
+        X, y = train.X[tr].astype(np.float32), train.y[tr]
+        X_test, y_test = test.X[te].astype(np.float32), test.y[te]
+        image: tuple[int, ...] | None = (1, 28, 28)
+    else:
+        full = load(name)
+        order = rng.permutation(full.n_samples)
+        n_test = max(1, round(full.n_samples * d.get("test_fraction", 0.2)))
+        te, tr = order[:n_test], order[n_test:]
+        tr = tr[_subset(len(tr), d.get("train_samples"), rng)]
+        te = te[_subset(len(te), d.get("test_samples"), rng)]
+        X = full.X[tr].reshape(len(tr), -1).astype(np.float32)
+        X_test = full.X[te].reshape(len(te), -1).astype(np.float32)
+        y, y_test = full.y[tr], full.y[te]
+        image = (1, *full.image_shape) if full.image_shape else None
+    if d.get("standardize"):
+        # statistics of the pooled training rows: in a deployment these are the sums
+        # Σx, Σx², n that a secure sum (islands.securesum) gives without pooling rows
+        mu, sd = X.mean(axis=0), X.std(axis=0)  # float32, as X
+        sd[sd == 0] = 1.0
+        X, X_test = (X - mu) / sd, (X_test - mu) / sd
+    regression = job.task == "regression"
+    if regression:
+        y = y.astype(np.float32)  # type: ignore[assignment]
+        y_test = y_test.astype(np.float32)  # type: ignore[assignment]
+        n_classes = 0
+    else:
+        n_classes = int(max(y.max(), y_test.max())) + 1
+
+    p = job.partition
+    if p["kind"] == "classes":
+        if regression:
+            raise JobError("[partition] kind 'classes' needs class labels (a classification "
+                           "data set)")
+        groups = p["groups"] if isinstance(p["groups"], str) else [list(g) for g in p["groups"]]
+        try:
+            idx = partition_by_class(y, groups)
+        except ValidationError as exc:
+            raise JobError(f"[partition] groups: {exc}") from exc
+        if p.get("clients") is not None and p["clients"] != len(idx):
+            raise JobError(f"[partition] clients = {p['clients']} but groups names "
+                           f"{len(idx)} groups")
+    elif p["kind"] == "iid":
+        idx = partition_iid(len(y), p["clients"], random_state=job.seed)
+    elif p["kind"] == "dirichlet":
+        if regression:
+            raise JobError("[partition] kind 'dirichlet' needs class labels")
+        idx = partition_dirichlet(y, p["clients"], alpha=float(p.get("alpha", 0.5)),
+                                  random_state=job.seed)
+    else:
+        if regression:
+            raise JobError("[partition] kind 'shards' needs class labels")
+        idx = partition_shards(y, p["clients"], shards_per_party=p.get("shards_per_client", 2),
+                               random_state=job.seed)
+    for k, rows in enumerate(idx):
+        if len(rows) == 0:
+            raise JobError(f"[partition] client {k + 1} gets no rows; change the partition")
+
+    m = job.model
+    kind = m["kind"]
+    if kind == "cnn":
+        if image is None:
+            raise JobError(f"[model] kind 'cnn' needs an image data set; {name} is tabular")
+        input_shape: tuple[int, ...] = image
+    else:
+        input_shape = (int(X.shape[1]),)
+    spec = ModelSpec(kind=kind, input_shape=input_shape,
+                     n_outputs=1 if regression else n_classes,
+                     hidden=tuple(m.get("hidden", [200])),
+                     channels=tuple(m.get("channels", [16, 32])))
+    parts = [(X[rows], y[rows]) for rows in idx]
+    summary = {"train_rows": len(y), "test_rows": len(y_test),
+               "client_rows": [len(r) for r in idx]}
+    if not regression:
+        summary["client_classes"] = [sorted(np.unique(y[r]).tolist()) for r in idx]
+    return Prepared(parts=parts, test=(X_test, y_test), spec=spec, n_classes=n_classes,
+                    dataset=name, summary=summary)
+
+
+def build_strategy(job: Job) -> Strategy:
+    """Build the strategy the job names, with its parameters (defaults as each class's)."""
+    s = {k: v for k, v in job.strategy.items() if k != "name"}
+    name = job.strategy["name"]
+    if s.get("batch_size") == "full" and name == "apfl":
+        raise JobError("[strategy] batch_size 'full' is for fedavg/fedprox")
+    allowed = {
+        "fedavg": {"local_steps", "batch_size", "lr", "momentum", "weight_decay", "fraction",
+                   "min_clients", "evaluate"},
+        "fedprox": {"mu", "local_steps", "batch_size", "lr", "momentum", "weight_decay",
+                    "fraction", "min_clients", "evaluate"},
+        "apfl": {"tau", "phi", "batch_size", "mbs", "adaptive", "client_batch_size", "lr",
+                 "momentum",
+                 "weight_decay", "min_clients"},
+    }[name]
+    extra = sorted(set(s) - allowed)
+    if extra:
+        raise JobError(f"[strategy] {extra} do not apply to {name!r}; it takes "
+                       f"{sorted(allowed)}")
+    if name == "apfl":
+        return APFL(**s)
+    if s.get("batch_size") == "full":
+        s["batch_size"] = None
+    seed = {"seed": job.seed}
+    kwargs: dict[str, Any] = {**s, **seed}
+    if name == "fedprox":
+        return FedProx(**kwargs)
+    return FedAvg(**kwargs)
+
+
+# --------------------------------------------------------------------------- running
+def _union_train(job: Job, parts: list[tuple[NDArray[Any], NDArray[Any]]]
+                 ) -> tuple[NDArray[Any], NDArray[Any]]:
+    """Return the rows the federation trains on (each client's part minus its local eval rows)."""
+    xs, ys = [], []
+    for k, (X, y) in enumerate(parts):
+        tr, _ = split_local_eval(len(y), job.eval_fraction, client_seed(job.seed, k))
+        xs.append(X[tr])
+        ys.append(y[tr])
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def _baseline_batch(strategy: Strategy, n_clients: int, n_rows: int) -> int:
+    if isinstance(strategy, APFL):
+        return strategy.batch_size
+    b = getattr(strategy, "batch_size", None)
+    return n_rows if b is None else min(n_rows, b * n_clients)
+
+
+def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
+            callback: Callback | None = None,
+            baseline_callback: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Run a job: the federation, then its baseline; return the JSON-ready results.
+
+    Parameters
+    ----------
+    job
+        From :func:`load_job`.
+    resume
+        Continue the run checkpointed in ``<output>/checkpoints``.
+    output
+        Overrides the job's ``output`` folder.
+    callback
+        Passed to :class:`FederatedModel` (progress per round).
+    baseline_callback
+        Called as ``(epoch, epochs)`` after each centralised epoch.
+
+    Returns
+    -------
+    dict
+        ``accuracy``, ``precision``, ``recall``, ``f1`` (classification) or ``mse``,
+        ``r2`` (regression) of the final global model on the test rows;
+        ``aggregations``; ``dev_avg`` when a baseline ran; ``baseline``, ``history``,
+        ``rounds``, ``bytes``, ``dropouts``, ``job``, ``data`` and ``wall_time_s``.
+    """
+    t0 = time.perf_counter()
+    out = Path(output if output is not None else job.output)
+    prep = prepare(job)
+    strategy = build_strategy(job)
+    fl = FederatedModel(prep.spec, strategy, epochs=job.epochs, task=job.task,  # type: ignore[arg-type]
+                        eval_fraction=job.eval_fraction, seed=job.seed,
+                        concurrency=job.concurrency, timeout=job.timeout,
+                        checkpoint=out / "checkpoints", resume=resume, callback=callback)
+    fl.fit(prep.parts, test=prep.test)
+    X_test, y_test = prep.test
+    final = fl.score(X_test, y_test)
+    totals_sent = fl.transcript_.totals("sender")
+    totals_recv = fl.transcript_.totals("receiver")
+    per_round = [r.seconds for r in fl.rounds_]
+    result: dict[str, Any] = {
+        "job": job.to_dict(),
+        "data": {"dataset": prep.dataset, **prep.summary, "model": prep.spec.describe(),
+                 "parameters": prep.spec.n_params()},
+        "strategy": repr(strategy),
+        **final,
+        "aggregations": fl.aggregations_,
+        "rounds": len(fl.rounds_),
+        "steps_per_epoch": fl.steps_per_epoch_,
+        "batch_sizes": fl.batch_sizes_,
+        "dropouts": [asdict(d) for d in fl.dropouts_],
+        "client_failures": {k: repr(v) for k, v in fl.client_failures_.items()},
+        "bytes": {"sent": {k: v.nbytes for k, v in totals_sent.items()},
+                  "received": {k: v.nbytes for k, v in totals_recv.items()},
+                  "total": fl.transcript_.total_bytes},
+        "seconds_per_round": {"mean": float(np.mean(per_round)) if per_round else 0.0,
+                              "max": float(np.max(per_round)) if per_round else 0.0},
+        "history": [asdict(h) for h in fl.history_],
+        "tau": [r.tau for r in fl.rounds_],
+        "local_accuracy": [r.accuracy for r in fl.rounds_],
+        "federated_seconds": fl.wall_time_,
+    }
+    if job.baseline:
+        result["baseline"] = _baseline(job, prep, strategy, fl, baseline_callback)
+        if job.task == "classification":
+            result["dev_avg"] = dev_avg(np.asarray(final["per_class_accuracy"]),
+                                        np.asarray(result["baseline"]["per_class_accuracy"]))
+    result["wall_time_s"] = time.perf_counter() - t0
+    return result
+
+
+def _baseline(job: Job, prep: Prepared, strategy: Strategy, fl: FederatedModel,
+              progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+    """Centralised training with the same model, optimiser and seed (or ridge's closed form)."""
+    from islands.hfl.training import Trainer, train_centralised
+
+    X, y = _union_train(job, prep.parts)
+    X_test, y_test = prep.test
+    cfg = strategy.local_config(1)
+    batch = _baseline_batch(strategy, len(prep.parts), len(y))
+    history: list[dict[str, Any]] = []
+    scorer = Trainer(prep.spec, X_test, y_test, task=job.task)  # type: ignore[arg-type]
+
+    def each_epoch(index: int, params: NDArray[np.float32]) -> None:
+        epoch = index + 1  # train_centralised counts epochs from 0
+        pred = scorer.predict(params, X_test)
+        metrics = (classification_report(y_test, pred, prep.n_classes).to_dict()
+                   if job.task == "classification" else regression_report(y_test, pred).to_dict())
+        history.append({"epoch": epoch, "test": metrics})
+        if progress is not None:
+            progress(epoch, job.epochs)
+
+    t0 = time.perf_counter()
+    params, losses = train_centralised(
+        prep.spec, X, y, epochs=job.epochs, batch_size=batch, lr=cfg.lr, momentum=cfg.momentum,
+        weight_decay=cfg.weight_decay, task=job.task, seed=job.seed,  # type: ignore[arg-type]
+        init_seed=job.seed, callback=each_epoch)
+    pred = scorer.predict(params, X_test)
+    out: dict[str, Any] = {}
+    if job.task == "classification":
+        out.update(classification_report(y_test, pred, prep.n_classes).to_dict())
+    else:
+        out.update(regression_report(y_test, pred).to_dict())
+    out.update(kind="centralised", batch_size=batch, history=history, losses=losses,
+               seconds=time.perf_counter() - t0)
+    if job.task == "regression" and job.model["kind"] == "linear":
+        out["closed_form"] = _ridge_closed_form(X, y, X_test, y_test, cfg.weight_decay,
+                                                fl.params_)
+    return out
+
+
+def _ridge_closed_form(X: NDArray[Any], y: NDArray[Any], X_test: NDArray[Any],
+                       y_test: NDArray[Any], weight_decay: float,
+                       federated: NDArray[np.float32]) -> dict[str, Any]:
+    """Ridge with the bias penalised too, as the tutorial's objective (§4).
+
+    min (1/n)·‖y − Xw − b‖² + λ(‖w‖² + b²); SGD's weight decay is the gradient of
+    (wd/2)·‖θ‖², so λ = wd/2 makes GD on the mean squared error converge to this θ.
+    """
+    n = len(y)
+    Xa = np.hstack([np.asarray(X, np.float64), np.ones((n, 1))])
+    lam = weight_decay / 2
+    theta = np.linalg.solve(Xa.T @ Xa / n + lam * np.eye(Xa.shape[1]),
+                            Xa.T @ np.asarray(y, np.float64) / n)
+    # torch's Linear stores (weight, bias): the same order as [w, b]
+    fed = np.asarray(federated, np.float64)
+    pred = np.hstack([np.asarray(X_test, np.float64),
+                      np.ones((len(y_test), 1))]) @ theta
+    return {"coef": theta[:-1].tolist(), "intercept": float(theta[-1]),
+            "federated_coef": fed[:-1].tolist(), "federated_intercept": float(fed[-1]),
+            "max_abs_difference": float(np.max(np.abs(fed - theta))),
+            "relative_difference": float(np.linalg.norm(fed - theta) / np.linalg.norm(theta)),
+            "test": regression_report(y_test, pred).to_dict(), "lambda": lam}
+
+
+# --------------------------------------------------------------------------- outputs
+def write_outputs(result: dict[str, Any], out: str | Path, *, json_path: str | Path | None = None
+                  ) -> list[Path]:
+    """Write ``results.json`` and the curves (``accuracy.png``, ``tau.png``) into ``out``."""
+    from islands.experiments.report import new_figure, save_figure, write_json
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = [write_json(folder / "results.json", result)]
+    if json_path is not None:
+        written.append(write_json(json_path, result))
+    regression = result["job"]["task"] == "regression"
+    key = "r2" if regression else "accuracy"
+    label = "test R²" if regression else "test accuracy"
+    fig = new_figure()
+    ax = fig.subplots()
+    hist = result["history"]
+    ax.plot([h["epoch"] for h in hist], [h["test"].get(key, math.nan) for h in hist],
+            marker="o", label=f"federated ({result['job']['strategy']['name']})")
+    base = result.get("baseline")
+    if base and base.get("history"):
+        ax.plot([h["epoch"] for h in base["history"]],
+                [h["test"].get(key, math.nan) for h in base["history"]],
+                marker="s", label="centralised")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(label)
+    ax.set_title(result["job"]["name"])
+    ax.grid(alpha=0.3)
+    ax.legend()
+    written.append(save_figure(fig, folder / "accuracy.png"))
+    fig = new_figure(6.4, 3.6)
+    ax = fig.subplots()
+    ax.step(range(1, len(result["tau"]) + 1), result["tau"], where="post")
+    ax.set_xlabel("round (aggregation)")
+    ax.set_ylabel("τ (local steps)")
+    ax.set_title(f"{result['job']['name']}: τ per round")
+    ax.grid(alpha=0.3)
+    written.append(save_figure(fig, folder / "tau.png"))
+    return written

@@ -1,0 +1,401 @@
+"""The models horizontal federated learning trains, and their flat-vector form.
+
+Models travel between server and clients as one flat ``float32`` vector: the parameters
+in ``module.parameters()`` order, each flattened row-major. Every module built here
+holds its parameters as views into one contiguous flat tensor, so loading a vector is
+one copy and an optimiser step is one vector-wide update (:mod:`islands.hfl.training`).
+
+Three model kinds (:class:`ModelSpec`):
+
+* ``"mlp"``: flatten → (Linear → ReLU) per hidden width → Linear(n_outputs). The
+  default 784-200-10 MLP of the FedAvg paper has 159,010 parameters
+  (784·200 + 200 + 200·10 + 10).
+* ``"cnn"``: for C×H×W images (H, W ≥ 12): Conv(C→c₁, 5×5, padding 2) → ReLU →
+  MaxPool 2 → Conv(c₁→c₂, 5×5, padding 2) → ReLU → MaxPool 2 → flatten →
+  Linear(→128) → ReLU → Linear(n_outputs). For 1×28×28 inputs, channels (16, 32) and
+  10 outputs: 215,370 parameters (416 + 12,832 + 1568·128 + 128 + 1,290).
+* ``"linear"``: flatten → Linear(d, n_outputs); with ``n_outputs=1`` a least-squares
+  regression model (d + 1 parameters), otherwise multinomial logistic regression.
+
+This module imports torch; ``import islands.hfl`` does not import it.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import nn
+
+from islands.errors import ValidationError, invalid_parameter
+from islands.validation import check_int, describe, is_int
+
+__all__ = [
+    "ModelKind",
+    "ModelSpec",
+    "ModulePool",
+    "flat_parameters",
+    "load_flat",
+]
+
+ModelKind = Literal["mlp", "cnn", "linear"]
+"""The model families :class:`ModelSpec` knows."""
+
+_KINDS: tuple[str, ...] = ("mlp", "cnn", "linear")
+_CNN_MIN_SIDE = 12
+_CNN_HIDDEN = 128
+_FLAT_ATTR = "_islands_flat"
+_PARAMS_ATTR = "_islands_params"
+
+
+def _int_tuple(value: Any, *, min_len: int, max_len: int | None = None) -> bool:
+    """Tell whether ``value`` is a sequence of positive ints of an allowed length."""
+    if not isinstance(value, (tuple, list)):
+        return False
+    if len(value) < min_len or (max_len is not None and len(value) > max_len):
+        return False
+    return all(is_int(v) and v >= 1 for v in value)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What model to train: enough to rebuild it identically anywhere.
+
+    Parameters
+    ----------
+    kind : {"mlp", "cnn", "linear"}
+        The model family (see the module docstring for the architectures).
+    input_shape : tuple of int
+        The shape of one example: ``(C, H, W)`` for images, ``(d,)`` for tabular rows.
+        ``"cnn"`` needs three dimensions with H, W ≥ 12.
+    n_outputs : int
+        Classes (classification) or 1 (regression).
+    hidden : tuple of int, default=(200,)
+        The hidden widths of ``"mlp"`` (may be empty: softmax regression). Ignored by
+        the other kinds.
+    channels : tuple of (int, int), default=(16, 32)
+        The output channels of the two convolutions of ``"cnn"``. Ignored by the other
+        kinds.
+
+    Examples
+    --------
+    >>> ModelSpec("mlp", (1, 28, 28), 10).n_params()
+    159010
+    >>> ModelSpec("cnn", (1, 28, 28), 10).n_params()
+    215370
+    """
+
+    kind: ModelKind
+    input_shape: tuple[int, ...]
+    n_outputs: int
+    hidden: tuple[int, ...] = (200,)
+    channels: tuple[int, int] = (16, 32)
+
+    def __post_init__(self) -> None:
+        owner = "ModelSpec"
+        if self.kind not in _KINDS:
+            raise invalid_parameter("kind", owner, "one of 'mlp', 'cnn', 'linear'", self.kind)
+        if not _int_tuple(self.input_shape, min_len=1):
+            raise invalid_parameter(
+                "input_shape", owner, "a non-empty tuple of positive ints", self.input_shape
+            )
+        object.__setattr__(self, "input_shape", tuple(int(v) for v in self.input_shape))
+        if self.kind == "cnn" and (
+            len(self.input_shape) != 3 or min(self.input_shape[1:]) < _CNN_MIN_SIDE
+        ):
+            raise invalid_parameter(
+                "input_shape",
+                owner,
+                f"(C, H, W) with H, W >= {_CNN_MIN_SIDE} for kind='cnn'",
+                self.input_shape,
+            )
+        object.__setattr__(self, "n_outputs", check_int(self.n_outputs, "n_outputs", owner, low=1))
+        if not _int_tuple(self.hidden, min_len=0):
+            raise invalid_parameter("hidden", owner, "a tuple of positive ints", self.hidden)
+        object.__setattr__(self, "hidden", tuple(int(v) for v in self.hidden))
+        if not _int_tuple(self.channels, min_len=2, max_len=2):
+            raise invalid_parameter(
+                "channels", owner, "a tuple of two positive ints", self.channels
+            )
+        object.__setattr__(self, "channels", (int(self.channels[0]), int(self.channels[1])))
+
+    @property
+    def input_size(self) -> int:
+        """The number of features of one example, the product of ``input_shape``."""
+        return math.prod(self.input_shape)
+
+    def _layers(self) -> list[nn.Module]:
+        """Return the layers of the architecture (the caller picks the device)."""
+        if self.kind == "linear":
+            return [nn.Flatten(), nn.Linear(self.input_size, self.n_outputs)]
+        if self.kind == "mlp":
+            layers: list[nn.Module] = [nn.Flatten()]
+            width = self.input_size
+            for h in self.hidden:
+                layers += [nn.Linear(width, h), nn.ReLU()]
+                width = h
+            layers.append(nn.Linear(width, self.n_outputs))
+            return layers
+        c, h, w = self.input_shape
+        c1, c2 = self.channels
+        flat = c2 * (h // 2 // 2) * (w // 2 // 2)
+        return [
+            nn.Conv2d(c, c1, 5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(c1, c2, 5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(flat, _CNN_HIDDEN),
+            nn.ReLU(),
+            nn.Linear(_CNN_HIDDEN, self.n_outputs),
+        ]
+
+    def empty(self) -> nn.Module:
+        """Build the module with uninitialised (arbitrary) parameters.
+
+        The parameters are views into one contiguous flat ``float32`` tensor, so
+        :func:`load_flat` and :func:`flat_parameters` are single copies. Nothing is
+        drawn from any random generator. Use :meth:`build` for an initialised model.
+        """
+        with torch.device("meta"):
+            module = nn.Sequential(*self._layers())
+        module = module.to_empty(device="cpu")
+        params = list(module.parameters())
+        flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32)
+        offset = 0
+        for p in params:
+            size = p.numel()
+            p.data = flat[offset : offset + size].view(p.shape)
+            offset += size
+        setattr(module, _FLAT_ATTR, flat)
+        setattr(module, _PARAMS_ATTR, tuple(params))  # walking the module tree is slow
+        return module
+
+    def build(self, seed: int) -> nn.Module:
+        """Build the model with PyTorch's default initialisation, drawn from ``seed``.
+
+        Every weight and bias of a layer with fan-in f is drawn uniformly from
+        [−1/√f, 1/√f] (the distribution of PyTorch's default ``reset_parameters``:
+        Kaiming-uniform with a = √5 for weights, the same bound for biases), from a
+        private :class:`torch.Generator` seeded with ``seed``, parameter by parameter in
+        ``parameters()`` order. The global torch RNG is neither read nor advanced, so
+        the same seed gives identical parameters in any thread, at any time.
+
+        Parameters
+        ----------
+        seed : int
+            A non-negative seed.
+
+        Returns
+        -------
+        torch.nn.Module
+            The model, parameters as views into one flat tensor (see :meth:`empty`).
+        """
+        seed = check_int(seed, "seed", "ModelSpec.build", low=0)
+        module = self.empty()
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for layer in module.modules():
+                if isinstance(layer, (nn.Linear, nn.Conv2d)):
+                    fan_in = layer.weight[0].numel()
+                    bound = 1.0 / math.sqrt(fan_in)
+                    layer.weight.uniform_(-bound, bound, generator=generator)
+                    if layer.bias is not None:
+                        layer.bias.uniform_(-bound, bound, generator=generator)
+        return module
+
+    def initial_params(self, seed: int) -> NDArray[np.float32]:
+        """Return the flat parameters of ``build(seed)``: an initial global model."""
+        return flat_parameters(self.build(seed))
+
+    def n_params(self) -> int:
+        """Return the number of scalar parameters, the length of the flat vector."""
+        with torch.device("meta"):
+            module = nn.Sequential(*self._layers())
+        return sum(p.numel() for p in module.parameters())
+
+    def describe(self) -> str:
+        """Return a one-line description, e.g. ``"MLP 784-200-10 (159,010 parameters)"``."""
+        shape = "×".join(str(v) for v in self.input_shape)
+        if self.kind == "mlp":
+            widths = "-".join(str(v) for v in (self.input_size, *self.hidden, self.n_outputs))
+            text = f"MLP {widths}"
+        elif self.kind == "cnn":
+            c1, c2 = self.channels
+            text = (
+                f"CNN on {shape}: conv5×5({c1})-pool-conv5×5({c2})-pool-fc{_CNN_HIDDEN}-"
+                f"fc{self.n_outputs}"
+            )
+        else:
+            text = f"linear {self.input_size}→{self.n_outputs}"
+        return f"{text} ({self.n_params():,} parameters)"
+
+
+def _flat_of(module: nn.Module) -> torch.Tensor | None:
+    """Return the flat tensor that ``module``'s parameters view, if built here."""
+    flat = getattr(module, _FLAT_ATTR, None)
+    return flat if isinstance(flat, torch.Tensor) else None
+
+
+def _params_of(module: nn.Module) -> tuple[nn.Parameter, ...]:
+    """Return ``module``'s parameters in order (cached for modules built here)."""
+    cached = getattr(module, _PARAMS_ATTR, None)
+    return cached if isinstance(cached, tuple) else tuple(module.parameters())
+
+
+def _flat_tensor(module: nn.Module) -> torch.Tensor:
+    """Return the flat tensor behind a module built by :class:`ModelSpec`, or raise."""
+    flat = _flat_of(module)
+    if flat is None:
+        raise ValidationError(
+            "The 'module' parameter must be built by ModelSpec (its parameters views into "
+            f"one flat tensor). Got {type(module).__name__} instead."
+        )
+    return flat
+
+
+def flat_parameters(module: nn.Module) -> NDArray[np.float32]:
+    """Return a ``float32`` copy of ``module``'s parameters as one flat vector.
+
+    The order is ``module.parameters()``, each parameter flattened row-major; works for
+    any module, and is a single copy for modules built by :class:`ModelSpec`.
+    """
+    flat = _flat_of(module)
+    if flat is None:
+        with torch.no_grad():
+            parts = [p.detach().reshape(-1).to(torch.float32) for p in _params_of(module)]
+            flat = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float32)
+    out: NDArray[np.float32] = flat.detach().numpy().copy()
+    return out
+
+
+def _check_vector(vector: Any, expected: int, name: str, owner: str) -> NDArray[np.float32]:
+    """Return ``vector`` as a C-contiguous ``float32`` array of length ``expected``."""
+    arr = np.asarray(vector)
+    if arr.shape != (expected,) or arr.dtype.kind not in "fiu":
+        raise invalid_parameter(
+            name, owner, f"a 1-D float vector of length {expected}", describe(arr)
+        )
+    with np.errstate(over="ignore"):  # values beyond float32 become inf, refused below
+        out = np.ascontiguousarray(arr, dtype=np.float32)
+    if not np.isfinite(out).all():
+        bad = int(np.count_nonzero(~np.isfinite(out)))
+        raise ValidationError(
+            f"The {name!r} parameter of {owner} must be finite (after conversion to "
+            f"float32). Got {bad} non-finite value(s) of {expected} instead."
+        )
+    return out
+
+
+def load_flat(module: nn.Module, vector: Any) -> None:
+    """Copy a flat vector into ``module``'s parameters (the inverse of :func:`flat_parameters`).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        Any module; a single copy for modules built by :class:`ModelSpec`.
+    vector : array-like of shape (n_params,)
+        Finite values, converted to ``float32``.
+
+    Raises
+    ------
+    ValidationError
+        If the length is not the module's number of parameters, or a value is not
+        finite (also after rounding to ``float32``).
+    """
+    params = _params_of(module)
+    expected = sum(p.numel() for p in params)
+    _load_checked(module, _check_vector(vector, expected, "vector", "load_flat"))
+
+
+def _load_checked(module: nn.Module, values: NDArray[np.float32]) -> None:
+    """Copy an already validated vector into ``module`` and drop its gradients."""
+    params = _params_of(module)
+    flat = _flat_of(module)
+    with torch.no_grad():
+        if flat is not None:
+            np.copyto(flat.numpy(), values)  # numpy copy: fine for read-only input
+        else:
+            tensor = torch.tensor(values)
+            offset = 0
+            for p in params:
+                size = p.numel()
+                p.copy_(tensor[offset : offset + size].view(p.shape))
+                offset += size
+    for p in params:
+        p.grad = None
+
+
+class ModulePool:
+    """A thread-safe pool of modules of one :class:`ModelSpec`.
+
+    Modules are created on demand and reused: with many client threads, only as many
+    modules exist as are borrowed at the same moment. A borrowed module's parameters
+    hold whatever the previous borrower left; load a flat vector (:func:`load_flat`)
+    to define them (which also drops any gradients). Gradients are cleared when a
+    module is returned, so a borrowed module never carries a ``.grad``.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The architecture of every module in the pool.
+
+    Examples
+    --------
+    >>> pool = ModulePool(ModelSpec("linear", (3,), 1))
+    >>> with pool.borrow() as module:
+    ...     load_flat(module, [1.0, 2.0, 3.0, 0.5])
+    >>> pool.size
+    1
+    """
+
+    def __init__(self, spec: ModelSpec):
+        if not isinstance(spec, ModelSpec):
+            raise invalid_parameter("spec", "ModulePool", "a ModelSpec", describe(spec))
+        self.spec = spec
+        self._lock = threading.Lock()
+        self._idle: list[nn.Module] = []
+        self._created = 0
+
+    @property
+    def size(self) -> int:
+        """How many modules the pool has created (idle and lent)."""
+        with self._lock:
+            return self._created
+
+    @property
+    def idle(self) -> int:
+        """How many modules are idle, ready to be lent."""
+        with self._lock:
+            return len(self._idle)
+
+    @contextmanager
+    def borrow(self) -> Iterator[nn.Module]:
+        """Lend a module for the duration of a ``with`` block, then take it back."""
+        with self._lock:
+            module = self._idle.pop() if self._idle else None
+            if module is None:
+                self._created += 1
+        if module is None:
+            module = self.spec.empty()
+        try:
+            yield module
+        finally:
+            _clear_grads(module)
+            with self._lock:
+                self._idle.append(module)
+
+
+def _clear_grads(module: nn.Module) -> None:
+    """Drop every parameter's ``.grad``."""
+    for p in _params_of(module):
+        p.grad = None

@@ -1,0 +1,629 @@
+"""Roles of horizontal FL: one server and any number of clients.
+
+Messages (models travel as flat float32 vectors):
+
+==========  ================  ==============================================================
+tag         direction         payload
+==========  ================  ==============================================================
+``join``    client → server   :class:`Join`: training and evaluation sample counts
+``task``    server → client   :class:`Task`: round, global vector, position in the epoch,
+                              local steps τ, batch size, optimiser; or :class:`Finish`
+``update``  client → server   :class:`Update`: the aggregator's payload for the new local
+                              model, the local loss, and (when asked) the local accuracy
+                              of the global model the round started from
+==========  ================  ==============================================================
+
+Time is counted in mini-batch steps. An epoch has S = min_k ⌊n_k/b_k⌋ steps (with APFL's
+batch rule every client's data then lasts one epoch); a round runs τ steps, cut short at
+the end of an epoch, so every epoch ends with an aggregation. Clients keep their
+momentum buffer from round to round (their local optimiser runs on).
+
+The server sends tasks to at most ``concurrency`` clients at once and takes their
+updates in a fixed order, adding each to a streaming aggregate, so at most
+``concurrency`` client models exist at a time and results do not depend on thread
+timing. A client that fails or stays silent longer than ``client_timeout`` is left out
+of the round (weights renormalised over the survivors), recorded as a
+:class:`DropoutEvent`, and the run goes on unless fewer than the strategy's
+``min_clients`` remain. A client that failed is not asked again; a late update is
+discarded.
+
+With ``checkpoint`` set, the server writes its state atomically after every aggregation
+and each client writes its own (its momentum buffer) to its own file; ``resume=True``
+continues from there and, with the same seeds, ends with exactly the model of an
+uninterrupted run.
+
+References
+----------
+.. [1] McMahan et al. "Communication-Efficient Learning of Deep Networks from
+   Decentralized Data". AISTATS 2017.
+.. [2] Zhang Ze-Hui et al. "Adaptive privacy-preserving federated learning", Acta
+   Automatica Sinica 2023 (APFL: local accuracy uploaded with the model, eq. 30).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from islands.errors import (
+    PeerFailedError,
+    PeerTimeoutError,
+    ProtocolError,
+    ValidationError,
+)
+from islands.hfl.aggregate import Aggregator
+from islands.hfl.checkpoint import load_checkpoint, save_checkpoint
+from islands.hfl.maths import round_steps, weighted_accuracy
+from islands.hfl.strategy import LocalConfig, Strategy
+from islands.runtime import Party, wire
+from islands.validation import check_float, check_int
+
+__all__ = [
+    "ClientResult",
+    "DropoutEvent",
+    "Finish",
+    "Join",
+    "Learner",
+    "LocalOutcome",
+    "RoundRecord",
+    "ServerResult",
+    "Task",
+    "Update",
+    "client",
+    "server",
+]
+
+log = logging.getLogger(__name__)
+
+Vector = NDArray[np.float32]
+SERVER_FILE = "server.ckpt"
+
+
+# --------------------------------------------------------------------------- messages
+@wire.register(name="hfl.Join")
+@dataclass(frozen=True)
+class Join:
+    """A client's opening message: how many samples it trains and evaluates on."""
+
+    n_train: int
+    n_eval: int
+
+
+@wire.register(name="hfl.Task")
+@dataclass(frozen=True)
+class Task:
+    """One round's instruction to one client."""
+
+    round: int
+    params: Any
+    epoch: int
+    step: int
+    steps: int
+    batch_size: int
+    lr: float
+    momentum: float
+    weight_decay: float
+    prox_mu: float
+    evaluate: bool
+
+
+@wire.register(name="hfl.Update")
+@dataclass(frozen=True)
+class Update:
+    """A client's answer to a task (``accuracy`` is NaN when not evaluated)."""
+
+    round: int
+    payload: Any
+    steps: int
+    loss: float
+    accuracy: float
+
+
+@wire.register(name="hfl.Finish")
+@dataclass(frozen=True)
+class Finish:
+    """The end of the run, with the final global model."""
+
+    params: Any
+    rounds: int
+
+
+# --------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class RoundRecord:
+    """What happened in one round, as the server saw it.
+
+    Attributes
+    ----------
+    round
+        From 1.
+    epoch, step
+        Position after the round (epoch counts completed epochs when ``epoch_end``).
+    tau
+        The strategy's interval τ this round.
+    steps
+        Local steps the clients ran (τ, or fewer at the end of an epoch).
+    clients
+        Clients asked to train.
+    survivors
+        Clients whose update was aggregated.
+    accuracy
+        Σ(n_k/n)·acc_k over the survivors' local accuracies of the round's starting
+        model (APFL eq. 30), or None when not evaluated.
+    loss
+        The survivors' mean local training loss, weighted by n_k.
+    seconds
+        Wall time of the round on the server.
+    epoch_end
+        Whether the round closed an epoch.
+    """
+
+    round: int
+    epoch: int
+    step: int
+    tau: int
+    steps: int
+    clients: int
+    survivors: int
+    accuracy: float | None
+    loss: float
+    seconds: float
+    epoch_end: bool
+
+
+@dataclass(frozen=True)
+class DropoutEvent:
+    """A client left out of a round, and why (``"failed"`` or ``"timeout"``)."""
+
+    round: int
+    client: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ServerResult:
+    """What the server ends with.
+
+    Attributes
+    ----------
+    params
+        The final global model.
+    rounds
+        One :class:`RoundRecord` per round (those before a resume included).
+    aggregations
+        Rounds aggregated.
+    dropouts
+        Every client left out of a round.
+    batch_sizes
+        Each client's mini-batch size.
+    steps_per_epoch
+        S, local steps per epoch.
+    counts
+        Each client's number of training samples.
+    resumed_from
+        The round a resumed run started after (0 for a fresh run).
+    """
+
+    params: Vector
+    rounds: list[RoundRecord]
+    aggregations: int
+    dropouts: list[DropoutEvent]
+    batch_sizes: dict[str, int]
+    steps_per_epoch: int
+    counts: dict[str, int]
+    resumed_from: int = 0
+
+
+@dataclass(frozen=True)
+class ClientResult:
+    """What a client ends with: the final global model and its own counts."""
+
+    params: Vector
+    rounds_trained: int
+    n_train: int
+    n_eval: int
+    losses: list[float] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- learner
+@dataclass(frozen=True)
+class LocalOutcome:
+    """What a learner returns from local training."""
+
+    params: Vector
+    momentum: Vector | None
+    loss: float
+
+
+class Learner(Protocol):
+    """What a client role needs from local training (see :mod:`islands.hfl.learner`)."""
+
+    @property
+    def n_train(self) -> int:
+        """Training samples."""
+
+    @property
+    def n_eval(self) -> int:
+        """Local evaluation samples (0: the client cannot report an accuracy)."""
+
+    def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
+              config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
+        """Run ``steps`` mini-batch steps from ``(epoch, step)`` starting at ``params``."""
+
+    def evaluate(self, params: Vector) -> float:
+        """Accuracy (or the task's score) of ``params`` on the local evaluation data."""
+
+
+# --------------------------------------------------------------------------- server
+def _check_vector(params: Any, dim: int | None, what: str) -> Vector:
+    vec = np.asarray(params)
+    if vec.ndim != 1 or vec.dtype != np.float32 or (dim is not None and vec.size != dim):
+        want = "a 1-D float32 vector" + ("" if dim is None else f" of {dim} values")
+        raise ValidationError(f"{what} must be {want}; got {vec.dtype} {vec.shape}")
+    if not np.all(np.isfinite(vec)):
+        raise ValidationError(f"{what} holds NaN or infinite values")
+    return vec
+
+
+def server(
+    party: Party,
+    *,
+    clients: Sequence[str],
+    strategy: Strategy,
+    initial: Vector,
+    epochs: int,
+    concurrency: int | None = 32,
+    client_timeout: float = 600.0,
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    on_round: Callable[[RoundRecord, Vector], None] | None = None,
+) -> ServerResult:
+    """Run the FL server: ``epochs`` epochs of rounds, as the strategy directs.
+
+    Parameters
+    ----------
+    party
+        The server's party context.
+    clients
+        The clients' party names, in the fixed order updates are taken.
+    strategy
+        Round hooks and the aggregator (:mod:`islands.hfl.strategy`).
+    initial
+        The initial global model (float32 vector).
+    epochs
+        Epochs of local steps to run.
+    concurrency
+        Clients training at once (None: every selected client).
+    client_timeout
+        Seconds to wait for one client's update before leaving it out of the round.
+    checkpoint
+        Folder to write ``server.ckpt`` into after every aggregation.
+    resume
+        Continue from the checkpoint in ``checkpoint``.
+    on_round
+        Called in the server's thread after every aggregation (progress, evaluation);
+        must not modify the vector it is given.
+
+    Returns
+    -------
+    ServerResult
+    """
+    params = _check_vector(initial, None, "the initial model")
+    epochs = check_int(epochs, "epochs", "server", low=1)
+    clients = list(clients)
+    if not clients:
+        raise ValidationError("the server needs at least one client")
+    if concurrency is not None:
+        concurrency = check_int(concurrency, "concurrency", "server", low=1)
+    client_timeout = check_float(client_timeout, "client_timeout", "server", low=0.0,
+                                 low_inclusive=False)
+    if resume and checkpoint is None:
+        raise ValidationError("resume=True needs the 'checkpoint' folder to resume from")
+    min_clients = int(getattr(strategy, "min_clients", 1))
+    dim = params.size
+
+    # -- joins: a client that fails before joining is a dropout of round 0
+    counts: dict[str, int] = {}
+    n_eval: dict[str, int] = {}
+    dropouts: list[DropoutEvent] = []
+    for name in clients:
+        try:
+            join = party.recv(name, "join", timeout=client_timeout)
+        except (PeerFailedError, PeerTimeoutError) as exc:
+            dropouts.append(_dropout(0, name, exc))
+            continue
+        if not isinstance(join, Join) or join.n_train < 1:
+            raise ProtocolError(f"client {name!r} sent a malformed join: {join!r}",
+                                party=party.name, step="join")
+        counts[name], n_eval[name] = int(join.n_train), int(join.n_eval)
+    if len(counts) < min_clients:
+        raise ProtocolError(
+            f"only {len(counts)} of {len(clients)} clients joined; the strategy needs at "
+            f"least min_clients={min_clients}", party=party.name, step="join")
+    batch_sizes = strategy.setup(counts)
+    steps_per_epoch = min(counts[c] // batch_sizes[c] for c in counts)
+
+    available = list(counts)
+    records: list[RoundRecord] = []
+    rnd = epoch = step = aggregations = 0
+    resumed_from = 0
+    ckpt_path = None if checkpoint is None else Path(checkpoint) / SERVER_FILE
+    if resume and ckpt_path is not None:
+        saved = load_checkpoint(ckpt_path)
+        if saved.get("clients") != clients or int(saved.get("dim", -1)) != dim:
+            raise ValidationError(
+                f"the checkpoint in {checkpoint} is of another federation (clients "
+                f"{saved.get('clients')}, {saved.get('dim')} parameters)")
+        params = np.array(saved["params"], dtype=np.float32)
+        rnd, epoch, step = int(saved["round"]), int(saved["epoch"]), int(saved["step"])
+        aggregations = int(saved["aggregations"])
+        available = [c for c in saved["available"] if c in counts]
+        strategy.set_state(saved["strategy"])
+        records = _records_from_columns(saved["records"])
+        dropouts = [DropoutEvent(**d) for d in saved["dropouts"]] + dropouts
+        resumed_from = rnd
+
+    while epoch < epochs:
+        t0 = time.perf_counter()
+        rnd += 1
+        tau = strategy.local_steps()
+        steps = round_steps(tau, step, steps_per_epoch)
+        chosen = strategy.select(rnd, available)
+        if len(chosen) < min_clients:
+            raise ProtocolError(
+                f"round {rnd}: {len(chosen)} clients available, fewer than "
+                f"min_clients={min_clients}", party=party.name, step="task")
+        config = strategy.local_config(rnd)
+        evaluate = strategy.needs_evaluation(rnd)
+        weights = {c: float(counts[c]) for c in chosen}
+        agg = strategy.aggregator.start(party, round=rnd, clients=chosen, weights=weights,
+                                        dim=dim)
+        results = _run_round(party, chosen, rnd, params, epoch, step, steps, batch_sizes,
+                             config, evaluate, agg, concurrency or len(chosen),
+                             client_timeout)
+        for name, reason in _failures(results):
+            dropouts.append(DropoutEvent(rnd, name, reason))
+            log.warning("round %d: client %r left out (%s)", rnd, name, reason)
+            if reason == "failed" and name in available:
+                available.remove(name)
+        survivors = [c for c in chosen if isinstance(results.get(c), Update)]
+        if len(survivors) < min_clients:
+            raise ProtocolError(
+                f"round {rnd}: only {len(survivors)} of {len(chosen)} clients returned an "
+                f"update, fewer than min_clients={min_clients}", party=party.name,
+                step="update")
+        params = agg.finish(survivors)
+        ups: list[Update] = [results[c] for c in survivors]
+        w_surv = [counts[c] for c in survivors]
+        accuracy = None
+        if evaluate:
+            scored = [(u.accuracy, n) for u, n in zip(ups, w_surv, strict=True)
+                      if not math.isnan(u.accuracy)]
+            if scored:
+                accuracy = weighted_accuracy([a for a, _ in scored], [n for _, n in scored])
+        strategy.observe(rnd, accuracy)
+        loss = float(np.average([u.loss for u in ups], weights=w_surv))
+        step += steps
+        epoch_end = step == steps_per_epoch
+        if epoch_end:
+            epoch, step = epoch + 1, 0
+        aggregations += 1
+        record = RoundRecord(round=rnd, epoch=epoch, step=step, tau=tau, steps=steps,
+                             clients=len(chosen), survivors=len(survivors),
+                             accuracy=accuracy, loss=loss,
+                             seconds=time.perf_counter() - t0, epoch_end=epoch_end)
+        records.append(record)
+        if ckpt_path is not None:
+            save_checkpoint(ckpt_path, {
+                "clients": clients, "dim": dim, "params": params, "round": rnd,
+                "epoch": epoch, "step": step, "aggregations": aggregations,
+                "available": available, "strategy": strategy.get_state(),
+                "records": _records_to_columns(records),
+                "dropouts": [asdict(d) for d in dropouts],
+            })
+        if on_round is not None:
+            view = params.view()
+            view.flags.writeable = False
+            on_round(record, view)
+
+    final = Finish(params=params, rounds=rnd)
+    for name in available:
+        party.send(name, "task", final)
+    return ServerResult(params=params, rounds=records, aggregations=aggregations,
+                        dropouts=dropouts, batch_sizes=batch_sizes,
+                        steps_per_epoch=steps_per_epoch, counts=counts,
+                        resumed_from=resumed_from)
+
+
+_RECORD_FIELDS = ("round", "epoch", "step", "tau", "steps", "clients", "survivors",
+                  "accuracy", "loss", "seconds", "epoch_end")
+
+
+def _records_to_columns(records: list[RoundRecord]) -> dict[str, Any]:
+    # one array per field: a checkpoint after round r encodes r records as a few
+    # buffers instead of r maps, which kept saving from growing quadratically slow
+    cols: dict[str, Any] = {}
+    for name in _RECORD_FIELDS:
+        values = [getattr(r, name) for r in records]
+        if name == "accuracy":
+            cols[name] = np.array([math.nan if v is None else v for v in values], np.float64)
+        elif name in ("loss", "seconds"):
+            cols[name] = np.array(values, np.float64)
+        elif name == "epoch_end":
+            cols[name] = np.array(values, np.bool_)
+        else:
+            cols[name] = np.array(values, np.int64)
+    return cols
+
+
+def _records_from_columns(cols: dict[str, Any]) -> list[RoundRecord]:
+    n = len(cols["round"])
+    out = []
+    for i in range(n):
+        acc = float(cols["accuracy"][i])
+        out.append(RoundRecord(
+            round=int(cols["round"][i]), epoch=int(cols["epoch"][i]), step=int(cols["step"][i]),
+            tau=int(cols["tau"][i]), steps=int(cols["steps"][i]),
+            clients=int(cols["clients"][i]),
+            survivors=int(cols["survivors"][i]), accuracy=None if math.isnan(acc) else acc,
+            loss=float(cols["loss"][i]), seconds=float(cols["seconds"][i]),
+            epoch_end=bool(cols["epoch_end"][i])))
+    return out
+
+
+def _dropout(rnd: int, name: str, exc: Exception) -> DropoutEvent:
+    reason = "timeout" if isinstance(exc, PeerTimeoutError) else "failed"
+    log.warning("round %d: client %r left out (%s)", rnd, name, reason)
+    return DropoutEvent(rnd, name, reason)
+
+
+def _failures(results: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(name, value) for name, value in results.items() if isinstance(value, str)]
+
+
+def _run_round(
+    party: Party, chosen: list[str], rnd: int, params: Vector, epoch: int, step: int,
+    steps: int, batch_sizes: dict[str, int], config: LocalConfig, evaluate: bool,
+    agg: Any, concurrency: int, client_timeout: float,
+) -> dict[str, Any]:
+    """Send tasks to at most ``concurrency`` clients at a time; take updates in order.
+
+    Returns each client's :class:`Update`, or ``"failed"``/``"timeout"``.
+    """
+    out: dict[str, Any] = {}
+    queue = deque(chosen)
+
+    def dispatch() -> None:
+        name = queue.popleft()
+        party.send(name, "task", Task(
+            round=rnd, params=params, epoch=epoch, step=step, steps=steps,
+            batch_size=batch_sizes[name], lr=config.lr, momentum=config.momentum,
+            weight_decay=config.weight_decay, prox_mu=config.prox_mu, evaluate=evaluate))
+
+    for _ in range(min(concurrency, len(chosen))):
+        dispatch()
+    for name in chosen:
+        deadline = time.monotonic() + client_timeout
+        try:
+            while True:  # skip late updates of earlier rounds
+                update = party.recv(name, "update",
+                                    timeout=max(deadline - time.monotonic(), 1e-3))
+                if isinstance(update, Update) and update.round < rnd:
+                    continue
+                break
+        except PeerFailedError:
+            out[name] = "failed"
+        except PeerTimeoutError:
+            out[name] = "timeout"
+        else:
+            if not isinstance(update, Update) or update.round != rnd:
+                raise ProtocolError(f"client {name!r} sent a malformed update in round {rnd}",
+                                    party=party.name, step="update")
+            agg.add(name, update.payload)
+            # keep the metadata, drop the payload (the aggregate holds what it needs)
+            out[name] = Update(round=update.round, payload=None, steps=update.steps,
+                               loss=float(update.loss), accuracy=float(update.accuracy))
+        if queue:
+            dispatch()
+    return out
+
+
+# --------------------------------------------------------------------------- client
+def client(
+    party: Party,
+    *,
+    server: str,
+    learner: Learner,
+    aggregator: Aggregator,
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    task_timeout: float = 3600.0,
+) -> ClientResult:
+    """Run an FL client: train on its own data whenever the server sends a task.
+
+    Parameters
+    ----------
+    party
+        The client's party context.
+    server
+        The server's party name.
+    learner
+        Local training and evaluation over the client's own data.
+    aggregator
+        The same aggregator the server's strategy uses (its client half).
+    checkpoint
+        Folder for this client's state file (``<name>.ckpt``): its momentum buffer after
+        each of its last two rounds.
+    resume
+        Load that state to continue a run whose server resumes.
+    task_timeout
+        Seconds to wait for the next task (a round of many clients can take long).
+
+    Returns
+    -------
+    ClientResult
+    """
+    if learner.n_train < 1:
+        raise ValidationError(f"client {party.name!r} has no training data")
+    party.send(server, "join", Join(n_train=learner.n_train, n_eval=learner.n_eval))
+    momentum: Vector | None = None
+    ckpt_path = None if checkpoint is None else Path(checkpoint) / f"{party.name}.ckpt"
+    saved: dict[str, Any] = {"rounds": [], "momenta": []}
+    if resume and ckpt_path is not None and ckpt_path.is_file():
+        saved = load_checkpoint(ckpt_path)
+    first = True
+    trained = 0
+    losses: list[float] = []
+    while True:
+        msg = party.recv(server, "task", timeout=task_timeout)
+        if isinstance(msg, Finish):
+            return ClientResult(params=np.array(msg.params, dtype=np.float32),
+                                rounds_trained=trained, n_train=learner.n_train,
+                                n_eval=learner.n_eval, losses=losses)
+        if not isinstance(msg, Task):
+            raise ProtocolError(f"client {party.name!r} got an unexpected message: "
+                                f"{type(msg).__name__}", party=party.name, step="task")
+        if first and resume and msg.round > 1:
+            momentum = _restore(saved, msg.round - 1, party.name)
+        first = False
+        params = np.asarray(msg.params)
+        accuracy = float("nan")
+        if msg.evaluate and learner.n_eval > 0:
+            accuracy = float(learner.evaluate(params))
+        config = LocalConfig(lr=msg.lr, momentum=msg.momentum,
+                             weight_decay=msg.weight_decay, prox_mu=msg.prox_mu)
+        outcome = learner.train(params, epoch=msg.epoch, step=msg.step, steps=msg.steps,
+                                batch_size=msg.batch_size, config=config, momentum=momentum)
+        momentum = outcome.momentum
+        trained += 1
+        losses.append(outcome.loss)
+        if ckpt_path is not None:
+            rounds = [*list(saved["rounds"])[-1:], msg.round]
+            momenta = [*list(saved["momenta"])[-1:], momentum]
+            saved = {"rounds": rounds, "momenta": momenta}
+            save_checkpoint(ckpt_path, saved)
+        payload = aggregator.client_payload(party, server=server, round=msg.round,
+                                            params=outcome.params)
+        party.send(server, "update", Update(round=msg.round, payload=payload,
+                                            steps=msg.steps, loss=outcome.loss,
+                                            accuracy=accuracy))
+
+
+def _restore(saved: dict[str, Any], rnd: int, name: str) -> Vector | None:
+    rounds = [int(r) for r in saved.get("rounds", [])]
+    if rnd not in rounds:
+        raise ProtocolError(
+            f"client {name!r} cannot resume at round {rnd + 1}: its checkpoint holds rounds "
+            f"{rounds}", party=name, step="task")
+    value = saved["momenta"][rounds.index(rnd)]
+    return None if value is None else np.array(value, dtype=np.float32)

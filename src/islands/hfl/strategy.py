@@ -1,0 +1,337 @@
+"""Strategies: the server's decisions each round (who trains, how long, how to combine).
+
+A strategy is a small object with round hooks that the server role calls:
+
+=========================  ==============================================================
+hook                       decides
+=========================  ==============================================================
+``setup(counts)``          each client's mini-batch size, from the clients' sample counts
+``select(round, clients)`` which of the available clients train this round
+``local_steps()``          τ, the local mini-batch steps before the next aggregation
+``local_config(round)``    the local optimiser: lr, momentum, weight decay, prox term μ
+``observe(round, acc)``    what the strategy learns from the round (APFL adapts τ)
+``get_state/set_state``    what a checkpoint must hold to resume exactly
+=========================  ==============================================================
+
+and an :class:`~islands.hfl.aggregate.Aggregator` it is given, which the server uses to
+combine the updates. :class:`FedAvg`, :class:`APFL` and :class:`FedProx` are built from
+the same parts: a batch rule (fixed, or APFL's eq. 26), an interval rule (fixed τ, or
+APFL's adaptive eq. 31) and a local optimiser configuration.
+
+References
+----------
+.. [1] McMahan et al. "Communication-Efficient Learning of Deep Networks from
+   Decentralized Data". AISTATS 2017.
+.. [2] Zhang Ze-Hui et al. "Adaptive privacy-preserving federated learning" (APFL),
+   Acta Automatica Sinica 2023, §3.3 and §5.
+.. [3] Li et al. "Federated Optimization in Heterogeneous Networks" (FedProx). MLSys 2020.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from islands.errors import ValidationError, invalid_parameter
+from islands.hfl.aggregate import Aggregator, MeanAggregator
+from islands.hfl.maths import TauState, apfl_batch_sizes, update_tau
+from islands.validation import check_float, check_int, describe
+
+__all__ = ["APFL", "FedAvg", "FedProx", "LocalConfig", "Strategy"]
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """The local optimiser every selected client runs this round.
+
+    Heavy-ball SGD, as ``torch.optim.SGD`` (dampening 0): g = ∇loss + λ·w + μ·(w − w_g),
+    v ← m·v + g, w ← w − lr·v, where w_g is the global model the round started from.
+    """
+
+    lr: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    prox_mu: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_float(self.lr, "lr", "LocalConfig", low=0.0, low_inclusive=False)
+        check_float(self.momentum, "momentum", "LocalConfig", low=0.0)
+        if self.momentum >= 1:
+            raise invalid_parameter("momentum", "LocalConfig", "a float in [0, 1)",
+                                    self.momentum)
+        check_float(self.weight_decay, "weight_decay", "LocalConfig", low=0.0)
+        check_float(self.prox_mu, "prox_mu", "LocalConfig", low=0.0)
+
+
+class Strategy(Protocol):
+    """The round hooks the server calls; see the module docstring."""
+
+    name: str
+    aggregator: Aggregator
+
+    def setup(self, counts: Mapping[str, int]) -> dict[str, int]:
+        """Return each client's mini-batch size given its training-sample count."""
+
+    def select(self, round: int, available: Sequence[str]) -> list[str]:
+        """Return the clients that train in ``round`` (from 1), in a fixed order."""
+
+    def local_steps(self) -> int:
+        """Return τ for the next round."""
+
+    def local_config(self, round: int) -> LocalConfig:
+        """Return the local optimiser of ``round``."""
+
+    def needs_evaluation(self, round: int) -> bool:
+        """Whether clients report their local accuracy of the global model this round."""
+
+    def observe(self, round: int, accuracy: float | None) -> None:
+        """Learn from a finished round (``accuracy``: eq. 30 over the survivors)."""
+
+    def get_state(self) -> dict[str, Any]:
+        """Return the mutable state, as wire-encodable values, for a checkpoint."""
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`get_state`'s output."""
+
+
+def _check_fraction(value: Any, owner: str) -> float:
+    frac = check_float(value, "fraction", owner, low=0.0, low_inclusive=False)
+    if frac > 1:
+        raise invalid_parameter("fraction", owner, "a float in (0, 1]", describe(value))
+    return frac
+
+
+def _fixed_batches(batch_size: int, counts: Mapping[str, int], owner: str) -> dict[str, int]:
+    for client, n in counts.items():
+        if batch_size > n:
+            raise ValidationError(
+                f"The 'batch_size' parameter of {owner} ({batch_size}) is larger than the "
+                f"{n} training samples of client {client!r}"
+            )
+    return dict.fromkeys(counts, batch_size)
+
+
+def _sample(fraction: float, min_clients: int, round: int, available: Sequence[str],
+            seed: int) -> list[str]:
+    if fraction >= 1:
+        return list(available)
+    want = max(min_clients, math.ceil(fraction * len(available)))
+    want = min(want, len(available))
+    # a generator per (seed, round): the same selection after a resume
+    rng = np.random.default_rng([seed, round])
+    picked = set(rng.choice(len(available), size=want, replace=False).tolist())
+    return [c for i, c in enumerate(available) if i in picked]
+
+
+class FedAvg:
+    """Federated averaging: every round each selected client runs τ local SGD steps.
+
+    Parameters
+    ----------
+    local_steps : int, default=1
+        τ, local mini-batch steps between aggregations (fixed).
+    batch_size : int or None, default=64
+        Every client's mini-batch size (each must hold at least this many samples);
+        None: full batch, every client's whole training data each step.
+    lr, momentum, weight_decay : float
+        The local optimiser (see :class:`LocalConfig`).
+    fraction : float, default=1.0
+        Share of the available clients that train each round (sampled per round from
+        ``seed``; at least ``min_clients``).
+    min_clients : int, default=1
+        Fewest surviving updates a round may aggregate; fewer is an error.
+    evaluate : bool, default=False
+        Ask clients for their local accuracy of the global model every round.
+    aggregator : Aggregator, default=MeanAggregator()
+        How updates are combined (weights n_k).
+    seed : int, default=0
+        Seed of client sampling.
+    """
+
+    def __init__(self, local_steps: int = 1, batch_size: int | None = 64, lr: float = 0.1,
+                 momentum: float = 0.0, weight_decay: float = 0.0, fraction: float = 1.0,
+                 min_clients: int = 1, evaluate: bool = False,
+                 aggregator: Aggregator | None = None, seed: int = 0) -> None:
+        owner = type(self).__name__
+        self.tau = check_int(local_steps, "local_steps", owner, low=1)
+        self.batch_size = (None if batch_size is None
+                           else check_int(batch_size, "batch_size", owner, low=1))
+        self._config = LocalConfig(lr=lr, momentum=momentum, weight_decay=weight_decay)
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.fraction = _check_fraction(fraction, owner)
+        self.min_clients = check_int(min_clients, "min_clients", owner, low=1)
+        self.evaluate = bool(evaluate)
+        self.aggregator = MeanAggregator() if aggregator is None else aggregator
+        self.seed = check_int(seed, "seed", owner, low=0)
+        self.name = "fedavg"
+
+    def setup(self, counts: Mapping[str, int]) -> dict[str, int]:
+        """Every client uses ``batch_size`` (or all its rows when it is None)."""
+        if self.batch_size is None:
+            return dict(counts)
+        return _fixed_batches(self.batch_size, counts, type(self).__name__)
+
+    def select(self, round: int, available: Sequence[str]) -> list[str]:
+        """All available clients, or a per-round sample of ``fraction`` of them."""
+        return _sample(self.fraction, self.min_clients, round, available, self.seed)
+
+    def local_steps(self) -> int:
+        """Return the fixed τ."""
+        return self.tau
+
+    def local_config(self, round: int) -> LocalConfig:
+        """Return the same optimiser every round."""
+        return self._config
+
+    def needs_evaluation(self, round: int) -> bool:
+        """As configured by ``evaluate``."""
+        return self.evaluate
+
+    def observe(self, round: int, accuracy: float | None) -> None:
+        """FedAvg learns nothing from a round."""
+
+    def get_state(self) -> dict[str, Any]:
+        """FedAvg has no mutable state."""
+        return {}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Nothing to restore."""
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(local_steps={self.tau}, "
+                f"batch_size={self.batch_size}, lr={self.lr}, momentum={self.momentum}, "
+                f"aggregator={self.aggregator!r})")
+
+
+class FedProx(FedAvg):
+    """FedAvg with FedProx's proximal term μ/2·‖w − w_g‖² in every local objective.
+
+    Parameters
+    ----------
+    mu : float, default=0.01
+        μ ≥ 0; μ = 0 is FedAvg.
+    **FedAvg parameters
+        As :class:`FedAvg`.
+    """
+
+    def __init__(self, mu: float = 0.01, local_steps: int = 1, batch_size: int | None = 64,
+                 lr: float = 0.1, momentum: float = 0.0, weight_decay: float = 0.0,
+                 fraction: float = 1.0, min_clients: int = 1, evaluate: bool = False,
+                 aggregator: Aggregator | None = None, seed: int = 0) -> None:
+        super().__init__(local_steps=local_steps, batch_size=batch_size, lr=lr,
+                         momentum=momentum, weight_decay=weight_decay, fraction=fraction,
+                         min_clients=min_clients, evaluate=evaluate, aggregator=aggregator,
+                         seed=seed)
+        self.mu = check_float(mu, "mu", "FedProx", low=0.0)
+        self._config = LocalConfig(lr=lr, momentum=momentum, weight_decay=weight_decay,
+                                   prox_mu=self.mu)
+        self.name = "fedprox"
+
+    def __repr__(self) -> str:
+        return f"FedProx(mu={self.mu}, " + super().__repr__().split("(", 1)[1]
+
+
+class APFL:
+    """APFL's adaptive aggregation: proportional mini-batches and a shrinking interval.
+
+    Each client's mini-batch is b_k = int(b_CL·n_k/n) (eq. 26; ``mbs=False`` gives every
+    client ``client_batch_size`` instead, the paper's "no mbs" ablation). Every round the
+    clients report their local test accuracy of the global model; the server weighs
+    them by n_k (eq. 30) and, after ``phi`` evaluations in a row without a new best,
+    sets τ ← max(τ − 1, 1) (eq. 31). The local optimiser is momentum SGD.
+
+    Parameters
+    ----------
+    tau : int, default=15
+        τ₀, the initial interval.
+    phi : int, default=5
+        Φ.
+    batch_size : int, default=512
+        b_CL, the centralised batch the clients' batches add up to.
+    mbs : bool, default=True
+        Apply the batch rule of eq. 26.
+    adaptive : bool, default=True
+        Apply the interval rule of eq. 31; False keeps τ fixed (the paper's
+        "FL (τ) + mbs" ablation rows).
+    client_batch_size : int or None
+        Every client's batch when ``mbs=False``; default ``batch_size // n_clients``
+        (the same total per step as the rule, split evenly instead of by data).
+    lr : float, default=0.1
+    momentum : float, default=0.5
+        The paper's optimiser.
+    weight_decay : float, default=0.0
+    min_clients : int, default=1
+    aggregator : Aggregator, default=MeanAggregator()
+        APFL's own protection (CKKS over a chaos permutation) is an aggregator too.
+
+    References
+    ----------
+    .. [1] Zhang Ze-Hui et al., Acta Automatica Sinica 2023, eqs. 26, 30, 31; §5.1 for
+       the defaults (τ₀ = 15, Φ = 5, b_CL = 512, lr 0.1, momentum 0.5).
+    """
+
+    def __init__(self, tau: int = 15, phi: int = 5, batch_size: int = 512, mbs: bool = True,
+                 adaptive: bool = True, client_batch_size: int | None = None, lr: float = 0.1,
+                 momentum: float = 0.5, weight_decay: float = 0.0, min_clients: int = 1,
+                 aggregator: Aggregator | None = None) -> None:
+        self.tau0 = check_int(tau, "tau", "APFL", low=1)
+        self.phi = check_int(phi, "phi", "APFL", low=1)
+        self.batch_size = check_int(batch_size, "batch_size", "APFL", low=1)
+        self.mbs = bool(mbs)
+        self.adaptive = bool(adaptive)
+        self.client_batch_size = (None if client_batch_size is None else
+                                  check_int(client_batch_size, "client_batch_size", "APFL",
+                                            low=1))
+        self._config = LocalConfig(lr=lr, momentum=momentum, weight_decay=weight_decay)
+        self.min_clients = check_int(min_clients, "min_clients", "APFL", low=1)
+        self.aggregator = MeanAggregator() if aggregator is None else aggregator
+        self.name = "apfl" if self.mbs else "apfl-no-mbs"
+        self.state = TauState(tau=self.tau0)
+
+    def setup(self, counts: Mapping[str, int]) -> dict[str, int]:
+        """Eq. 26, or a common batch size when the rule is off."""
+        if self.mbs:
+            return dict(zip(counts, apfl_batch_sizes(self.batch_size, list(counts.values())),
+                            strict=True))
+        size = self.client_batch_size or max(1, self.batch_size // len(counts))
+        return _fixed_batches(size, counts, "APFL")
+
+    def select(self, round: int, available: Sequence[str]) -> list[str]:
+        """Every available client, every round."""
+        return list(available)
+
+    def local_steps(self) -> int:
+        """Return the current τ."""
+        return self.state.tau
+
+    def local_config(self, round: int) -> LocalConfig:
+        """Momentum SGD."""
+        return self._config
+
+    def needs_evaluation(self, round: int) -> bool:
+        """Return True when adaptive: eq. 30 needs the accuracy of every round."""
+        return self.adaptive
+
+    def observe(self, round: int, accuracy: float | None) -> None:
+        """Eq. 31 on the round's weighted accuracy."""
+        if accuracy is not None and self.adaptive:
+            self.state = update_tau(self.state, accuracy, phi=self.phi)
+
+    def get_state(self) -> dict[str, Any]:
+        """τ, the best accuracy and the stale count."""
+        return {"tau": self.state.tau, "best": self.state.best, "stale": self.state.stale}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore τ, best and the stale count."""
+        self.state = TauState(tau=int(state["tau"]), best=float(state["best"]),
+                              stale=int(state["stale"]))
+
+    def __repr__(self) -> str:
+        return (f"APFL(tau={self.tau0}, phi={self.phi}, batch_size={self.batch_size}, "
+                f"mbs={self.mbs}, adaptive={self.adaptive}, lr={self._config.lr}, "
+                f"momentum={self._config.momentum}, "
+                f"aggregator={self.aggregator!r})")

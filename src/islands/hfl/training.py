@@ -1,0 +1,566 @@
+"""Deterministic mini-batch SGD on one party's data: the client update and the CL baseline.
+
+A federated client and the centralised baseline run the very same :class:`Trainer`, so
+their updates agree step for step. Everything is a pure function of its inputs:
+
+* **Batches.** Mini-batch ``step`` of ``epoch`` is ``perm[step·b:(step+1)·b]`` with
+  ``perm = np.random.default_rng([seed, epoch]).permutation(n)``
+  (:func:`batch_indices`); an epoch has ⌊n/b⌋ steps, the last partial batch is dropped
+  (:func:`steps_per_epoch`). Training from position (epoch, step) therefore draws the
+  same batches whoever asks, whatever happened before.
+* **Update.** With loss L (mean cross-entropy, or mean squared error for regression)
+  over the batch, w the current and w₀ the starting parameters of the call (the global
+  model)::
+
+      g = ∇L(w) + λ·w + μ·(w − w₀)        (weight decay λ, FedProx proximal term μ)
+      v = g on the first step without a buffer, else v = m·v + g     (if m > 0)
+      w = w − η·v   (or w − η·g if m = 0)
+
+  exactly :class:`torch.optim.SGD` (dampening 0, no Nesterov) plus the proximal term
+  μ/2·‖w − w₀‖² of FedProx. The momentum buffer v is returned and handed back by the
+  caller, so a client's buffer survives between rounds.
+* **State.** Modules come from a :class:`~islands.hfl.models.ModulePool` and keep nothing
+  between calls: each call loads the given vector and returns a copy of the result.
+
+All arithmetic is ``float32``. The number of intra-op threads is the caller's business
+(``torch.set_num_threads``); nothing here changes it. This module imports torch;
+``import islands.hfl`` does not import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from numpy.typing import NDArray
+from torch import nn
+
+from islands.errors import ValidationError, invalid_parameter
+from islands.hfl.models import (
+    ModelSpec,
+    ModulePool,
+    _check_vector,
+    _flat_tensor,
+    _load_checked,
+    _params_of,
+)
+from islands.validation import check_float, check_int, check_labels, describe, is_int
+
+__all__ = [
+    "Position",
+    "Task",
+    "TrainOutcome",
+    "Trainer",
+    "batch_indices",
+    "steps_per_epoch",
+    "train_centralised",
+]
+
+Task = Literal["classification", "regression"]
+"""What a :class:`Trainer` learns: class labels (cross-entropy) or real targets (MSE)."""
+
+_TASKS: tuple[str, ...] = ("classification", "regression")
+_PREDICT_ROWS = 4096
+
+
+def steps_per_epoch(n: int, batch_size: int) -> int:
+    """Return ⌊n/b⌋, the number of full mini-batches in one pass over ``n`` rows.
+
+    The last partial batch is dropped, as the step counts of the APFL paper imply.
+
+    Raises
+    ------
+    ValidationError
+        If ``n < 1`` or ``batch_size`` is not in [1, n].
+    """
+    n = check_int(n, "n", "steps_per_epoch", low=1)
+    check_int(batch_size, "batch_size", "steps_per_epoch", low=1, high=n)
+    return n // int(batch_size)
+
+
+def _permutation(n: int, seed: int, epoch: int) -> NDArray[np.int64]:
+    """Return the row order of ``epoch``: ``default_rng([seed, epoch]).permutation(n)``."""
+    perm: NDArray[np.int64] = np.random.default_rng([seed, epoch]).permutation(n)
+    return perm
+
+
+def batch_indices(n: int, batch_size: int, seed: int, epoch: int, step: int) -> NDArray[np.int64]:
+    """Return the row indices of mini-batch ``step`` of ``epoch``.
+
+    ``perm = np.random.default_rng([seed, epoch]).permutation(n)``, and the batch is
+    ``perm[step·b:(step+1)·b]``: the batches of one epoch are disjoint and together
+    cover ⌊n/b⌋·b distinct rows.
+
+    Parameters
+    ----------
+    n : int
+        The number of rows, at least 1.
+    batch_size : int
+        b, in [1, n].
+    seed, epoch : int
+        Non-negative; they select the permutation.
+    step : int
+        In [0, ⌊n/b⌋).
+
+    Returns
+    -------
+    ndarray of shape (batch_size,), dtype int64
+    """
+    owner = "batch_indices"
+    spe = steps_per_epoch(n, batch_size)
+    seed = check_int(seed, "seed", owner, low=0)
+    epoch = check_int(epoch, "epoch", owner, low=0)
+    step = check_int(step, "step", owner, low=0, high=spe - 1)
+    b = int(batch_size)
+    out: NDArray[np.int64] = _permutation(int(n), seed, epoch)[step * b : (step + 1) * b].copy()
+    return out
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where in the stream of mini-batches training stands: ``(epoch, step)``.
+
+    Parameters
+    ----------
+    epoch : int
+        Passes over the data completed, at least 0.
+    step : int
+        Mini-batches done in the current epoch, at least 0 (and below the number of
+        steps per epoch wherever one is known).
+
+    Examples
+    --------
+    >>> Position(0, 8).advance(5, steps_per_epoch=10)
+    Position(epoch=1, step=3)
+    """
+
+    epoch: int = 0
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epoch", check_int(self.epoch, "epoch", "Position", low=0))
+        object.__setattr__(self, "step", check_int(self.step, "step", "Position", low=0))
+
+    def check(self, steps_per_epoch: int, name: str, owner: str) -> None:
+        """Raise if ``step`` is not below ``steps_per_epoch``; the error names ``name``."""
+        if self.step >= steps_per_epoch:
+            raise invalid_parameter(
+                name, owner, f"a Position with step in [0, {steps_per_epoch})", self
+            )
+
+    def advance(self, steps: int, steps_per_epoch: int) -> Position:
+        """Return the position ``steps`` mini-batches later, rolling over epoch ends.
+
+        Parameters
+        ----------
+        steps : int
+            At least 0.
+        steps_per_epoch : int
+            At least 1, and above this position's ``step``.
+        """
+        owner = "Position.advance"
+        spe = check_int(steps_per_epoch, "steps_per_epoch", owner, low=1)
+        steps = check_int(steps, "steps", owner, low=0)
+        self.check(spe, "self", owner)
+        total = self.epoch * spe + self.step + steps
+        return Position(total // spe, total % spe)
+
+
+@dataclass(frozen=True)
+class TrainOutcome:
+    """What one :meth:`Trainer.train` call returns.
+
+    Attributes
+    ----------
+    params : ndarray of shape (n_params,), float32
+        The trained flat parameter vector (a fresh array).
+    momentum : ndarray of shape (n_params,), float32, or None
+        The momentum buffer after the last step, to hand to the next call; None when
+        momentum is 0.
+    loss : float
+        The mean of the mini-batch training losses of the steps (each computed before
+        its update).
+    steps : int
+        The number of steps run.
+    end : Position
+        The position after the last step, where the next call should start.
+    """
+
+    params: NDArray[np.float32]
+    momentum: NDArray[np.float32] | None
+    loss: float
+    steps: int
+    end: Position
+
+
+def _as_features(X: Any, spec: ModelSpec, name: str, owner: str) -> NDArray[np.float32]:
+    """Return ``X`` as a C-contiguous ``(n, *input_shape)`` float32 array, finite.
+
+    No copy when ``X`` is already writable, C-contiguous ``float32``.
+    """
+    arr = np.asarray(X)
+    shape = spec.input_shape
+    ok_shape = arr.ndim >= 1 and arr.shape[1:] in (shape, (spec.input_size,))
+    if not ok_shape or arr.dtype.kind not in "fiu":
+        expected = f"an array of shape (n, {', '.join(map(str, shape))})"
+        if len(shape) > 1:
+            expected += f" or (n, {spec.input_size})"
+        raise invalid_parameter(name, owner, expected + " of real numbers", describe(arr))
+    if arr.shape[0] == 0:
+        raise invalid_parameter(
+            name, owner, "at least one row (a party with no data cannot train)", describe(arr)
+        )
+    with np.errstate(over="ignore"):  # values beyond float32 become inf, refused below
+        out = np.ascontiguousarray(arr, dtype=np.float32)
+    if not out.flags.writeable:  # torch.from_numpy refuses to share read-only memory
+        out = out.copy()
+    if not np.isfinite(out).all():
+        raise ValidationError(
+            f"The {name!r} parameter of {owner} must hold finite values only. Got "
+            f"{int(np.count_nonzero(~np.isfinite(out)))} non-finite value(s) instead."
+        )
+    return out.reshape((out.shape[0], *shape))
+
+
+def _as_targets(
+    y: Any, n: int, task: str, n_outputs: int, name: str, owner: str
+) -> NDArray[np.int64] | NDArray[np.float32]:
+    """Validate targets: int64 labels in [0, n_outputs), or finite float32 values."""
+    arr = np.asarray(y)
+    if arr.shape != (n,):
+        raise invalid_parameter(name, owner, f"a 1-D array of length {n} (one per row)",
+                                describe(arr))
+    if task == "classification":
+        labels = check_labels(arr, name, owner)
+        if labels.min() < 0 or labels.max() >= n_outputs:
+            bad = labels[(labels < 0) | (labels >= n_outputs)]
+            raise invalid_parameter(
+                name, owner, f"class labels in [0, {n_outputs}) (n_outputs of the model)",
+                int(bad[0]),
+            )
+        return labels
+    if arr.dtype.kind not in "fiu":
+        raise invalid_parameter(name, owner, "real-valued regression targets", describe(arr))
+    with np.errstate(over="ignore"):
+        values = np.array(arr, dtype=np.float32)  # a private copy
+    if not np.isfinite(values).all():
+        raise ValidationError(
+            f"The {name!r} parameter of {owner} must hold finite values only. Got "
+            f"{int(np.count_nonzero(~np.isfinite(values)))} non-finite value(s) instead."
+        )
+    return values
+
+
+class Trainer:
+    """Mini-batch SGD of one model on one party's rows, deterministic and stateless.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model.
+    X : array-like of shape (n, *spec.input_shape) or (n, prod(input_shape))
+        The party's features, finite. Kept as a float32 tensor that shares memory with
+        ``X`` when it already is writable C-contiguous float32 (it is never written).
+    y : array-like of shape (n,)
+        Class labels in [0, spec.n_outputs) (classification) or real targets
+        (regression).
+    task : {"classification", "regression"}, default="classification"
+        Cross-entropy on class labels, or mean squared error on real targets
+        (``spec.n_outputs`` must then be 1).
+    seed : int, default=0
+        The seed of this party's batch order (see :func:`batch_indices`).
+    pool : ModulePool or None, default=None
+        Where to borrow modules from; share one pool between many trainers of the same
+        spec so that only as many modules exist as train at once. None: a private pool.
+
+    Attributes
+    ----------
+    n : int
+        The number of rows.
+    n_params : int
+        The length of the flat parameter vector.
+
+    Notes
+    -----
+    One Trainer may be used from several threads at once: every call borrows its own
+    module and keeps its state in local variables.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        X: Any,
+        y: Any,
+        *,
+        task: Task = "classification",
+        seed: int = 0,
+        pool: ModulePool | None = None,
+    ):
+        owner = "Trainer"
+        if not isinstance(spec, ModelSpec):
+            raise invalid_parameter("spec", owner, "a ModelSpec", describe(spec))
+        if task not in _TASKS:
+            raise invalid_parameter("task", owner, "'classification' or 'regression'", task)
+        if task == "regression" and spec.n_outputs != 1:
+            raise invalid_parameter(
+                "spec", owner, "a model with n_outputs=1 for task='regression'", spec
+            )
+        self.seed = check_int(seed, "seed", owner, low=0)
+        if pool is None:
+            pool = ModulePool(spec)
+        elif not isinstance(pool, ModulePool) or pool.spec != spec:
+            raise invalid_parameter("pool", owner, "None or a ModulePool of this spec",
+                                    describe(pool))
+        features = _as_features(X, spec, "X", owner)
+        targets = _as_targets(y, features.shape[0], task, spec.n_outputs, "y", owner)
+        self.spec = spec
+        self.task: Task = task
+        self.pool = pool
+        self.n = int(features.shape[0])
+        self.n_params = spec.n_params()
+        self._X = torch.from_numpy(features)
+        self._y = torch.from_numpy(targets)
+        self._perm: tuple[int, NDArray[np.int64]] | None = None
+
+    def __repr__(self) -> str:
+        return f"Trainer({self.spec.describe()}, n={self.n}, task={self.task!r}, seed={self.seed})"
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        """Return ⌊n/b⌋, the full mini-batches in one epoch of this party's rows."""
+        self._check_batch_size(batch_size, "Trainer.steps_per_epoch")
+        return self.n // int(batch_size)
+
+    def _check_batch_size(self, batch_size: Any, owner: str) -> int:
+        if not is_int(batch_size) or not 1 <= batch_size <= self.n:
+            raise invalid_parameter(
+                "batch_size", owner,
+                f"an int in [1, {self.n}] (this party holds n={self.n} rows)",
+                describe(batch_size),
+            )
+        return int(batch_size)
+
+    def _epoch_order(self, epoch: int) -> NDArray[np.int64]:
+        """Return the permutation of ``epoch``, cached for the latest epoch asked for."""
+        cached = self._perm  # one read: safe against other threads replacing it
+        if cached is not None and cached[0] == epoch:
+            return cached[1]
+        perm = _permutation(self.n, self.seed, epoch)
+        self._perm = (epoch, perm)
+        return perm
+
+    def _loss(self, module: nn.Module, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        out = module(xb)
+        if self.task == "classification":
+            return F.cross_entropy(out, yb)
+        return F.mse_loss(out.reshape(-1), yb)
+
+    def train(
+        self,
+        params: Any,
+        *,
+        start: Position,
+        steps: int,
+        batch_size: int,
+        lr: float,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        prox_mu: float = 0.0,
+        momentum_buffer: Any = None,
+    ) -> TrainOutcome:
+        """Run ``steps`` SGD steps from ``params``, starting at mini-batch ``start``.
+
+        Parameters
+        ----------
+        params : array-like of shape (n_params,)
+            The starting flat parameters w₀ (the global model), finite.
+        start : Position
+            The first mini-batch; ``start.step`` must be below ⌊n/b⌋.
+        steps : int
+            At least 1. Steps run on past epoch ends into the next epoch.
+        batch_size : int
+            b, in [1, n].
+        lr : float
+            η > 0.
+        momentum : float, default=0.0
+            m in [0, 1): heavy-ball momentum as in :class:`torch.optim.SGD`.
+        weight_decay : float, default=0.0
+            λ ≥ 0, added to the gradient as λ·w (L2 regularisation λ/2·‖w‖²).
+        prox_mu : float, default=0.0
+            μ ≥ 0, the FedProx proximal term μ/2·‖w − w₀‖² (gradient μ·(w − w₀)).
+        momentum_buffer : array-like of shape (n_params,) or None, default=None
+            The buffer a previous call returned (not modified). None starts a fresh
+            buffer (v = g on the first step). Must be None when momentum is 0.
+
+        Returns
+        -------
+        TrainOutcome
+        """
+        owner = "Trainer.train"
+        w0 = _check_vector(params, self.n_params, "params", owner)
+        if not isinstance(start, Position):
+            raise invalid_parameter("start", owner, "a Position", describe(start))
+        steps = check_int(steps, "steps", owner, low=1)
+        b = self._check_batch_size(batch_size, owner)
+        spe = self.n // b
+        start.check(spe, "start", owner)
+        lr = check_float(lr, "lr", owner, low=0.0, low_inclusive=False)
+        m = check_float(momentum, "momentum", owner, low=0.0)
+        if m >= 1.0:
+            raise invalid_parameter("momentum", owner, "a float in [0, 1)", momentum)
+        wd = check_float(weight_decay, "weight_decay", owner, low=0.0)
+        mu = check_float(prox_mu, "prox_mu", owner, low=0.0)
+        buf: torch.Tensor | None = None
+        if momentum_buffer is not None:
+            if m == 0.0:
+                raise invalid_parameter(
+                    "momentum_buffer", owner, "None when momentum is 0", describe(momentum_buffer)
+                )
+            buf = torch.from_numpy(
+                _check_vector(momentum_buffer, self.n_params, "momentum_buffer", owner).copy()
+            )
+
+        losses = 0.0
+        pos = start
+        with self.pool.borrow() as module:
+            _load_checked(module, w0)
+            flat = _flat_tensor(module)
+            anchor = flat.clone() if mu > 0.0 else None
+            tensors = _params_of(module)
+            for _ in range(steps):
+                perm = self._epoch_order(pos.epoch)
+                idx = torch.from_numpy(perm[pos.step * b : (pos.step + 1) * b])
+                with torch.enable_grad():
+                    loss = self._loss(module, self._X.index_select(0, idx),
+                                      self._y.index_select(0, idx))
+                    grads = torch.autograd.grad(loss, tensors)
+                with torch.no_grad():
+                    g = torch.cat([gi.reshape(-1) for gi in grads])
+                    if wd != 0.0:
+                        g.add_(flat, alpha=wd)
+                    if anchor is not None:
+                        g.add_(flat - anchor, alpha=mu)
+                    if m != 0.0:
+                        buf = g if buf is None else buf.mul_(m).add_(g)
+                        g = buf
+                    flat.add_(g, alpha=-lr)
+                losses += float(loss.item())
+                pos = Position(pos.epoch, pos.step + 1) if pos.step + 1 < spe else Position(
+                    pos.epoch + 1, 0
+                )
+            out_params: NDArray[np.float32] = flat.numpy().copy()
+        out_buf: NDArray[np.float32] | None = None if buf is None else buf.numpy()
+        return TrainOutcome(out_params, out_buf, losses / steps, steps, pos)
+
+    def _outputs(self, params: Any, X: Any, owner: str) -> torch.Tensor:
+        w = _check_vector(params, self.n_params, "params", owner)
+        features = torch.from_numpy(_as_features(X, self.spec, "X", owner))
+        chunks = []
+        with self.pool.borrow() as module, torch.no_grad():
+            _load_checked(module, w)
+            for lo in range(0, features.shape[0], _PREDICT_ROWS):
+                out = module(features[lo : lo + _PREDICT_ROWS])
+                if self.task == "classification":
+                    chunks.append(out.argmax(dim=1))
+                else:
+                    chunks.append(out.reshape(-1))
+        return torch.cat(chunks)
+
+    def predict(self, params: Any, X: Any) -> NDArray[Any]:
+        """Predict with the model ``params`` on ``X``, 4096 rows at a time.
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            Class labels (int64, the argmax of the outputs) for classification, the
+            float32 outputs for regression.
+        """
+        out: NDArray[Any] = self._outputs(params, X, "Trainer.predict").numpy()
+        return out
+
+    def evaluate(self, params: Any, X: Any, y: Any) -> float:
+        """Return the accuracy (classification) or the mean squared error (regression)."""
+        owner = "Trainer.evaluate"
+        pred = self.predict(params, X)
+        target = _as_targets(y, pred.shape[0], self.task, self.spec.n_outputs, "y", owner)
+        if self.task == "classification":
+            return float(np.mean(pred == target))
+        diff = pred.astype(np.float64) - target.astype(np.float64)
+        return float(np.mean(diff * diff))
+
+
+def train_centralised(
+    spec: ModelSpec,
+    X: Any,
+    y: Any,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+    task: Task = "classification",
+    seed: int = 0,
+    init_seed: int = 0,
+    callback: Callable[[int, NDArray[np.float32]], None] | None = None,
+) -> tuple[NDArray[np.float32], list[float]]:
+    """Train on pooled data: the centralised-learning (CL) baseline.
+
+    Builds the model with ``spec.build(init_seed)`` and runs ``epochs`` × ⌊n/b⌋ steps
+    through :meth:`Trainer.train`, one call per epoch, the momentum buffer carried
+    across. A federated run with one client holding the same rows, the same seeds and
+    the same hyper-parameters goes through exactly the same steps.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model.
+    X, y : array-like
+        The pooled data (see :class:`Trainer`).
+    epochs : int
+        At least 1.
+    batch_size, lr, momentum, weight_decay
+        As in :meth:`Trainer.train`.
+    task : {"classification", "regression"}, default="classification"
+        As in :class:`Trainer`.
+    seed : int, default=0
+        The seed of the batch order.
+    init_seed : int, default=0
+        The seed of the initial model.
+    callback : callable or None, default=None
+        Called as ``callback(epoch, params)`` after each epoch, ``epoch`` counting from
+        0 (the :attr:`Position.epoch` just completed), ``params`` a fresh flat copy.
+
+    Returns
+    -------
+    params : ndarray of shape (n_params,), float32
+        The final model.
+    history : list of float
+        The mean training loss of each epoch.
+    """
+    epochs = check_int(epochs, "epochs", "train_centralised", low=1)
+    trainer = Trainer(spec, X, y, task=task, seed=seed)
+    spe = trainer.steps_per_epoch(batch_size)
+    params = spec.initial_params(init_seed)
+    buf: NDArray[np.float32] | None = None
+    history: list[float] = []
+    for epoch in range(epochs):
+        outcome = trainer.train(
+            params,
+            start=Position(epoch, 0),
+            steps=spe,
+            batch_size=batch_size,
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            momentum_buffer=buf,
+        )
+        params, buf = outcome.params, outcome.momentum
+        history.append(outcome.loss)
+        if callback is not None:
+            callback(epoch, params.copy())
+    return params, history
+

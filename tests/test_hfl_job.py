@@ -1,0 +1,178 @@
+"""Job files and ``islands run``: parsing, errors, outputs, resume after a kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from islands.cli import app
+from islands.hfl.job import JobError, load_job, parse_job
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+DIGITS_JOB = """
+name = "tiny"
+seed = 0
+epochs = {epochs}
+output = "{output}"
+baseline = {baseline}
+
+[data]
+name = "digits"
+standardize = true
+
+[partition]
+kind = "classes"
+clients = 3
+groups = "{groups}"
+
+[model]
+kind = "mlp"
+hidden = [16]
+
+[strategy]
+name = "apfl"
+tau = 4
+phi = 2
+batch_size = 48
+lr = 0.05
+"""
+
+
+def _job(tmp_path: Path, *, epochs: int = 2, baseline: str = "true",
+         groups: str = "0-3,4-6,7-9", name: str = "job.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(DIGITS_JOB.format(epochs=epochs, output=tmp_path / "out",
+                                      baseline=baseline, groups=groups))
+    return path
+
+
+def test_every_example_job_parses() -> None:
+    examples = sorted((ROOT / "examples").glob("*.toml"))
+    assert {p.name for p in examples} >= {"apfl-quick.toml", "linear-regression.toml"}
+    for path in examples:
+        job = load_job(path)
+        assert job.epochs >= 1 and job.strategy["name"] in ("fedavg", "apfl", "fedprox")
+
+
+@pytest.mark.parametrize(("patch", "message"), [
+    ({"epochs": 0}, "'epochs' must be an int >= 1"),
+    ({"colour": "red"}, r"unknown key\(s\) \['colour'\]"),
+    ({"strategy": {"name": "apfl", "tau": 0}}, r"\[strategy\]: 'tau' must be an int >= 1"),
+    ({"strategy": {"name": "sgd"}}, "'name' must be one of|'fedavg', 'apfl' or 'fedprox'"),
+    ({"strategy": {"name": "apfl", "batch_size": -1}}, "'batch_size' must be"),
+    ({"partition": {"kind": "classes"}}, "missing key 'groups'"),
+    ({"data": {"name": "imagenet"}}, "'name' must be one of"),
+    ({"model": {"kind": "mlp", "hidden": [0]}}, "'hidden' must be a list of ints >= 1"),
+])
+def test_bad_job_keys_are_named(patch: dict[str, object], message: str) -> None:
+    raw: dict[str, object] = {
+        "epochs": 1, "data": {"name": "digits"},
+        "partition": {"kind": "iid", "clients": 2}, "model": {"kind": "mlp"},
+        "strategy": {"name": "fedavg"},
+    }
+    raw.update(patch)
+    with pytest.raises(JobError, match=message):
+        parse_job(raw)
+
+
+def test_strategy_keys_that_do_not_apply_are_refused(tmp_path: Path) -> None:
+    from islands.hfl.job import build_strategy
+
+    job = parse_job({"data": {"name": "digits"}, "partition": {"kind": "iid", "clients": 2},
+                     "model": {"kind": "mlp"}, "strategy": {"name": "fedavg", "phi": 3}})
+    with pytest.raises(JobError, match=r"\['phi'\] do not apply to 'fedavg'"):
+        build_strategy(job)
+
+
+def test_unknown_labels_in_a_partition_spec_fail_clearly(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", str(_job(tmp_path, groups="0-3,4-6,7-12"))])
+    assert result.exit_code == 1
+    assert "groups" in result.output and "[10, 11, 12]" in result.output
+
+
+def test_missing_job_file_is_a_clear_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "nope.toml")])
+    assert result.exit_code == 2 and "no job file" in result.output
+
+
+def test_run_writes_json_and_curves(tmp_path: Path) -> None:
+    out_json = tmp_path / "r.json"
+    result = CliRunner().invoke(app, ["run", str(_job(tmp_path)), "--json", str(out_json)])
+    assert result.exit_code == 0, result.output
+    res = json.loads(out_json.read_text())
+    for key in ("accuracy", "precision", "recall", "f1", "dev_avg", "aggregations"):
+        assert key in res, key
+    assert 0 <= res["accuracy"] <= 1 and res["aggregations"] == len(res["tau"])
+    assert res["baseline"]["kind"] == "centralised" and len(res["history"]) == 2
+    assert res["bytes"]["sent"]["server"] > 0
+    assert res["data"]["client_classes"] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    for name in ("results.json", "accuracy.png", "tau.png"):
+        assert (tmp_path / "out" / name).is_file()
+    assert "test metrics" in result.output and "Dev_avg" in result.output
+
+
+def test_linear_regression_job_reaches_the_closed_form(tmp_path: Path) -> None:
+    raw = load_job(ROOT / "examples" / "linear-regression.toml").to_dict()
+    raw.pop("source")
+    raw["epochs"] = 1200
+    from islands.hfl.job import run_job
+
+    res = run_job(parse_job(raw), output=tmp_path / "lr")
+    closed = res["baseline"]["closed_form"]
+    # one full-batch step per round on the same objective is gradient descent itself:
+    # after 1200 steps it sits on the ridge solution up to float32 rounding
+    assert closed["relative_difference"] < 1e-4
+    assert res["mse"] == pytest.approx(closed["test"]["mse"], rel=1e-4)
+
+
+def _ckpt_params(folder: Path) -> np.ndarray:
+    from islands.hfl.checkpoint import load_checkpoint
+
+    return np.asarray(load_checkpoint(folder / "checkpoints" / "server.ckpt")["params"])
+
+
+def test_killed_run_resumes_to_the_uninterrupted_model(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    cmd = [sys.executable, "-m", "islands.cli", "run"]
+    (tmp_path / "a").mkdir()
+    whole = _job(tmp_path / "a", epochs=30, baseline="false")
+    subprocess.run([*cmd, str(whole)], env=env, check=True, capture_output=True, timeout=600)
+
+    killed_dir = tmp_path / "b"
+    killed_dir.mkdir()
+    job = _job(killed_dir, epochs=30, baseline="false")
+    proc = subprocess.Popen([*cmd, str(job)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    ckpt = killed_dir / "out" / "checkpoints" / "server.ckpt"
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if ckpt.is_file():
+                time.sleep(0.3)  # a few more rounds, then kill it mid-run
+                break
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    from islands.hfl.checkpoint import load_checkpoint
+
+    stopped_at = load_checkpoint(ckpt)["round"]
+    subprocess.run([*cmd, str(job), "--resume"], env=env, check=True, capture_output=True,
+                   timeout=600)
+    res = json.loads((killed_dir / "out" / "results.json").read_text())
+    assert res["aggregations"] > stopped_at
+    np.testing.assert_array_equal(_ckpt_params(killed_dir / "out"),
+                                  _ckpt_params(tmp_path / "a" / "out"))
