@@ -128,7 +128,7 @@ class FederatedModel:
         Share of each client's rows kept back as its local evaluation data.
     seed : int, default=0
         Seeds the initial model, the local splits and every client's batch order.
-    concurrency : int or None, default=32
+    concurrency : int or None, default=8
         Clients training at the same time (None: all).
     timeout : float, default=600.0
         Seconds the server waits for one client's update before leaving it out.
@@ -164,7 +164,7 @@ class FederatedModel:
 
     def __init__(self, model: Any, strategy: Strategy | None = None, *, epochs: int = 1,
                  task: Task = "classification", eval_fraction: float = 0.1, seed: int = 0,
-                 concurrency: int | None = 32, timeout: float = 600.0,
+                 concurrency: int | None = 8, timeout: float = 600.0,
                  checkpoint: str | os.PathLike[str] | None = None, resume: bool = False,
                  threads: int | Literal["auto"] | None = "auto",
                  keep_payloads: bool = False,
@@ -302,7 +302,7 @@ class FederatedModel:
             "server": partial(server, clients=names, strategy=strategy, initial=initial,
                               epochs=self.epochs, concurrency=self.concurrency,
                               client_timeout=self.timeout, checkpoint=self.checkpoint,
-                              resume=resume, on_round=on_round),
+                              resume=resume, on_round=on_round, send_final=False),
         }
         aggregator = getattr(strategy, "aggregator", MeanAggregator())
         for name, learner in zip(names, learners, strict=True):

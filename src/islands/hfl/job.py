@@ -217,7 +217,7 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
                 "'classification' or 'regression'")
     if task is None:
         task = "regression" if data["name"] == "diabetes" else "classification"
-    concurrency = _get(raw, "concurrency", (int,), where, 32, *pos_int)
+    concurrency = _get(raw, "concurrency", (int,), where, 8, *pos_int)
     return Job(
         name=_get(raw, "name", (str,), where, Path(source).stem),
         seed=_get(raw, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0"),

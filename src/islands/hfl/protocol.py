@@ -132,7 +132,7 @@ class Update:
 @wire.register(name="hfl.Finish")
 @dataclass(frozen=True)
 class Finish:
-    """The end of the run, with the final global model."""
+    """The end of the run, with the final global model (None if not sent)."""
 
     params: Any
     rounds: int
@@ -226,9 +226,9 @@ class ServerResult:
 
 @dataclass(frozen=True)
 class ClientResult:
-    """What a client ends with: the final global model and its own counts."""
+    """What a client ends with: the final global model (if sent) and its own counts."""
 
-    params: Vector
+    params: Vector | None
     rounds_trained: int
     n_train: int
     n_eval: int
@@ -282,11 +282,12 @@ def server(
     strategy: Strategy,
     initial: Vector,
     epochs: int,
-    concurrency: int | None = 32,
+    concurrency: int | None = 8,
     client_timeout: float = 600.0,
     checkpoint: str | os.PathLike[str] | None = None,
     resume: bool = False,
     on_round: Callable[[RoundRecord, Vector], None] | None = None,
+    send_final: bool = True,
 ) -> ServerResult:
     """Run the FL server: ``epochs`` epochs of rounds, as the strategy directs.
 
@@ -313,6 +314,9 @@ def server(
     on_round
         Called in the server's thread after every aggregation (progress, evaluation);
         must not modify the vector it is given.
+    send_final
+        Send the final model to the clients with :class:`Finish` (a simulation whose
+        caller reads the model from the server can skip N copies of it).
 
     Returns
     -------
@@ -436,7 +440,7 @@ def server(
             view.flags.writeable = False
             on_round(record, view)
 
-    final = Finish(params=params, rounds=rnd)
+    final = Finish(params=params if send_final else None, rounds=rnd)
     for name in available:
         party.send(name, "task", final)
     return ServerResult(params=params, rounds=records, aggregations=aggregations,
@@ -587,7 +591,8 @@ def client(
     while True:
         msg = party.recv(server, "task", timeout=task_timeout)
         if isinstance(msg, Finish):
-            return ClientResult(params=np.array(msg.params, dtype=np.float32),
+            final = None if msg.params is None else np.array(msg.params, dtype=np.float32)
+            return ClientResult(params=final,
                                 rounds_trained=trained, n_train=learner.n_train,
                                 n_eval=learner.n_eval, losses=losses)
         if not isinstance(msg, Task):
@@ -617,6 +622,9 @@ def client(
         party.send(server, "update", Update(round=msg.round, payload=payload,
                                             steps=msg.steps, loss=outcome.loss,
                                             accuracy=accuracy))
+        # msg.params is a view of the received buffer: let go of it (and of the new
+        # model) before waiting, or every idle client holds two models
+        del msg, params, outcome, payload
 
 
 def _restore(saved: dict[str, Any], rnd: int, name: str) -> Vector | None:
