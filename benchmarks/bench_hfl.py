@@ -77,8 +77,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -86,6 +85,7 @@ from typing import Any
 import numpy as np
 
 from common import finish, fmt_bytes, fmt_s, limit_threads, median, once, source_digest, verdict
+from islands.hfl.estimator import torch_threads
 
 TARGET_FL_CL = 1.3  # FL / CL, one epoch
 TARGET_NOOP_S = 3.0  # s per round at 1000 clients
@@ -112,18 +112,6 @@ QUICK = {"mlp_rows": 12000, "cnn_rows": 12000, "clients": (10, 100)}
 def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
         os.cpu_count() or 1)
-
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def mlp_spec() -> Any:
