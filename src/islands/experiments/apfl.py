@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 from islands.experiments.report import (
     Progress,
     agreement_table,
+    claim,
     markdown_table,
     new_figure,
     save_figure,
@@ -224,35 +225,31 @@ def _run(out: Path, s: _Settings, say: Progress, start: float) -> dict[str, Any]
     return results
 
 
-def _claim(claim: str, finding: str, verdict: str) -> dict[str, str]:
-    return {"claim": claim, "finding": finding, "verdict": verdict}
-
-
 def _claims(rows: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
     pct = {k: 100 * v["accuracy"] for k, v in rows.items()}
     apfl, t1 = rows["APFL"], rows["FL τ=1"]
     out = []
     gap = pct["CL"] - pct["APFL"]
-    out.append(_claim("APFL within 1 point of CL (paper: 90.15 vs 89.36)",
+    out.append(claim("APFL within 1 point of CL (paper: 90.15 vs 89.36)",
                       f"CL {pct['CL']:.2f}, APFL {pct['APFL']:.2f} (gap {gap:.2f})",
                       "agrees" if gap <= 1 else "partly" if gap <= 3 else "differs"))
     ratio = apfl["aggregations"] / max(t1["aggregations"], 1)
-    out.append(_claim("APFL needs at most half the aggregations of τ=1 (paper: 2339/5250)",
+    out.append(claim("APFL needs at most half the aggregations of τ=1 (paper: 2339/5250)",
                       f"{apfl['aggregations']}/{t1['aggregations']} = {ratio:.2f}",
                       "agrees" if ratio <= 0.5 else "partly" if ratio < 1 else "differs"))
     ordered = pct["FL τ=15"] < pct["FL τ=1"] and pct["FL τ=4"] < pct["FL τ=1"]
-    out.append(_claim("On this non-IID split, τ=15 and τ=4 fall well below τ=1 "
+    out.append(claim("On this non-IID split, τ=15 and τ=4 fall well below τ=1 "
                       "(paper: 65.99, 72.77 vs 89.10)",
                       f"τ=15 {pct['FL τ=15']:.2f}, τ=4 {pct['FL τ=4']:.2f}, "
                       f"τ=1 {pct['FL τ=1']:.2f}",
                       "agrees" if ordered and pct["FL τ=1"] - pct["FL τ=15"] >= 3 else
                       "partly" if ordered else "differs"))
     mbs = pct["FL τ=4 + mbs"] - pct["FL τ=4"]
-    out.append(_claim("The batch rule helps at τ=4 (paper: 72.77 → 76.23)",
+    out.append(claim("The batch rule helps at τ=4 (paper: 72.77 → 76.23)",
                       f"{pct['FL τ=4']:.2f} → {pct['FL τ=4 + mbs']:.2f} ({mbs:+.2f})",
                       "agrees" if mbs > 0.5 else "partly" if mbs > -0.5 else "differs"))
     dev = rows["APFL"]["dev_avg"] * 100
-    out.append(_claim("APFL's per-class deviation from CL is small (paper: Dev_avg 0.87)",
+    out.append(claim("APFL's per-class deviation from CL is small (paper: Dev_avg 0.87)",
                       f"Dev_avg {dev:.2f} points",
                       "agrees" if dev <= 2 else "partly" if dev <= 5 else "differs"))
 
@@ -318,7 +315,7 @@ def _report(out: Path, results: dict[str, Any]) -> None:
         "",
         f"Three clients hold classes 0-3, 4-6 and 7-9; {s['train_rows']} training rows "
         f"(10% of each client's rows kept as its local test data), {s['test_rows']} test "
-        f"rows. Model: {s['model_description']} ({s['parameters']:,} parameters). "
+        f"rows. Model: {s['model_description']}. "
         f"Momentum SGD (lr 0.1, momentum 0.5), b_CL = {s['batch']}, seed {s['seed']}.",
         "",
         (f"**{s['epochs']} epochs per row, not the paper's 50** (`islands reproduce apfl "

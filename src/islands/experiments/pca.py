@@ -57,6 +57,7 @@ from islands.data import (
 from islands.experiments.report import (
     Progress,
     agreement_table,
+    claim,
     markdown_table,
     new_figure,
     save_figure,
@@ -471,10 +472,6 @@ def _null_text(vc: dict[str, Any]) -> str:
             f"{vc['expected_abs_diff_if_equal']:.4f} (from the seed-to-seed sds)")
 
 
-def _claim(claim: str, finding: str, verdict: str) -> dict[str, str]:
-    return {"claim": claim, "finding": finding, "verdict": verdict}
-
-
 def _agreement(datasets: dict[str, Any], f: dict[str, Any], s: _Settings) -> list[dict[str,
                                                                                     str]]:
     out: list[dict[str, str]] = []
@@ -486,14 +483,14 @@ def _agreement(datasets: dict[str, Any], f: dict[str, Any], s: _Settings) -> lis
     ratios = ", ".join(f"s={n}: {nr['elfedpca'][n]:.3f} vs {nr['central'][n]:.3f}"
                        for n in nr["elfedpca"])
     close = all(abs(nr["elfedpca"][n] - nr["central"][n]) < 0.05 for n in nr["elfedpca"])
-    out.append(_claim(
+    out.append(claim(
         "ELFedPCA reaches the noise level of centralised DP-PCA "
         "(τ = sqrt(2 ln(1.25/δ))/(nε)).",
         f"τ identical in every run: {same_tau}. Measured sd of A' − A over τ "
         f"(ELFedPCA vs central): {ratios}.",
         "agrees" if same_tau and close else "differs"))
     vc = f["vs_central"]["elfedpca"]
-    out.append(_claim(
+    out.append(claim(
         "ELFedPCA's utility equals centralised DP-PCA's (same noise distribution).",
         f"q(ELFedPCA) − q(central): mean {vc['mean_diff']:+.4f}, mean |Δ| "
         f"{vc['mean_abs_diff']:.4f}, max |Δ| {vc['max_abs_diff']:.4f}; "
@@ -503,7 +500,7 @@ def _agreement(datasets: dict[str, Any], f: dict[str, Any], s: _Settings) -> lis
     local = [max(t) / min(t) for ds in datasets.values() for res in ds["settings"].values()
              for t in res["dpdispca"]["tau"] if isinstance(t, list)]
     more = all(nr["dpdispca"][n] > nr["elfedpca"][n] for n in nr["dpdispca"])
-    out.append(_claim(
+    out.append(claim(
         "ELFedPCA adds less noise than DPdisPCA, whose local τ_i ∝ 1/N_i.",
         "DPdisPCA effective noise over τ: "
         + ", ".join(f"s={n}: {v:.2f} (√s = {math.sqrt(int(n)):.2f})"
@@ -513,7 +510,7 @@ def _agreement(datasets: dict[str, Any], f: dict[str, Any], s: _Settings) -> lis
     q_elf, q_dp = _cells(datasets, "elfedpca", "q_mean"), _cells(datasets, "dpdispca",
                                                                   "q_mean")
     frac = float(np.mean(q_elf > q_dp))
-    out.append(_claim(
+    out.append(claim(
         "ELFedPCA has higher utility than DPdisPCA: captured variance (the notes' CE).",
         f"q(ELFedPCA) > q(DPdisPCA) in {frac:.0%} of {q_elf.size} (data set, split, s, ε, k) "
         f"cells; mean gain {float(np.mean(q_elf - q_dp)):+.3f}.",
@@ -522,7 +519,7 @@ def _agreement(datasets: dict[str, Any], f: dict[str, Any], s: _Settings) -> lis
                                                                     "svm_mean")
     frac_a = float(np.mean(a_elf > a_dp))
     ties = float(np.mean(a_elf == a_dp))
-    out.append(_claim(
+    out.append(claim(
         "ELFedPCA has higher utility than DPdisPCA: SVM accuracy on the projected data.",
         f"SVM accuracy higher in {frac_a:.0%} of {a_elf.size} cells (ties {ties:.0%}); "
         f"mean gain {100 * float(np.mean(a_elf - a_dp)):+.2f} pts.",

@@ -26,6 +26,7 @@ __all__ = [
     "Progress",
     "RunSetup",
     "agreement_table",
+    "claim",
     "markdown_table",
     "new_figure",
     "save_figure",
@@ -250,6 +251,11 @@ def two_datasets(fashion: T, digits: T) -> tuple[list[tuple[str, T]], dict[str, 
     if find_fashion_mnist() is None:
         return [("digits", digits)], {"fashion_mnist": "Fashion-MNIST files not found"}
     return [("fashion_mnist", fashion), ("digits", digits)], {}
+
+
+def claim(claim: str, finding: str, verdict: str) -> dict[str, str]:
+    """One claim of a paper checked here: what it says, what was found, the verdict."""
+    return {"claim": claim, "finding": finding, "verdict": verdict}
 
 
 VERDICT_MARKS = {"agrees": "✔ agrees", "partly": "◐ partly", "differs": "✘ differs"}

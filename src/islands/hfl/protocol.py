@@ -338,7 +338,6 @@ def server(
 
     # -- joins: a client that fails before joining is a dropout of round 0
     counts: dict[str, int] = {}
-    n_eval: dict[str, int] = {}
     dropouts: list[DropoutEvent] = []
     for name in clients:
         try:
@@ -349,7 +348,7 @@ def server(
         if not isinstance(join, Join) or join.n_train < 1:
             raise ProtocolError(f"client {name!r} sent a malformed join: {join!r}",
                                 party=party.name, step="join")
-        counts[name], n_eval[name] = int(join.n_train), int(join.n_eval)
+        counts[name] = int(join.n_train)
     if len(counts) < min_clients:
         raise ProtocolError(
             f"only {len(counts)} of {len(clients)} clients joined; the strategy needs at "
