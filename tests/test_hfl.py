@@ -14,6 +14,7 @@ import pytest
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl import APFL, FedAvg, FederatedModel, FedProx, LocalConfig, MeanAggregator
 from islands.hfl.aggregate import MeanAggregator as Mean
+from islands.hfl.aggregate import ServerLink
 from islands.hfl.checkpoint import load_checkpoint, save_checkpoint
 from islands.hfl.maths import (
     TauState,
@@ -315,7 +316,8 @@ def test_mean_aggregator_refuses_malformed_updates() -> None:
     class P:
         name = "server"
 
-    agg = Mean().start(P(), round=1, clients=["a"], weights={"a": 1.0}, dim=3)  # type: ignore[arg-type]
+    agg = Mean().server_half().start(
+        ServerLink(P(), 1.0), round=1, clients=["a"], weights={"a": 1.0}, dim=3)  # type: ignore[arg-type]
     with pytest.raises(ProtocolError, match="malformed update from 'a'"):
         agg.add("a", np.array([1.0, np.nan, 2.0], np.float32))
     with pytest.raises(ProtocolError, match="not in this round"):

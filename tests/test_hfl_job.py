@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -176,3 +177,57 @@ def test_killed_run_resumes_to_the_uninterrupted_model(tmp_path: Path) -> None:
     assert res["aggregations"] > stopped_at
     np.testing.assert_array_equal(_ckpt_params(killed_dir / "out"),
                                   _ckpt_params(tmp_path / "a" / "out"))
+
+
+def _protected(tmp_path: Path, protect: str, extra: str = "", epochs: int = 4) -> Path:
+    text = DIGITS_JOB.format(epochs=epochs, output=tmp_path / "out", baseline="false",
+                             groups="0-3,4-6,7-9")
+    text = text.replace('name = "tiny"\n', f'name = "tiny"\nprotect = {protect}\n') + extra
+    path = tmp_path / f"job-{abs(hash(protect + extra))}.toml"
+    path.write_text(text)
+    return path
+
+
+def test_ckks_over_chaos_matches_the_unprotected_run(tmp_path: Path) -> None:
+    pytest.importorskip("tenseal")
+    from islands.hfl.job import run_job
+
+    plain = run_job(load_job(_protected(tmp_path, "[]")))
+    runner = CliRunner()
+    path = _protected(tmp_path, '["ckks", "chaos"]')
+    res = runner.invoke(app, ["run", str(path), "--output", str(tmp_path / "p"), "--json",
+                              str(tmp_path / "p.json")])
+    assert res.exit_code == 0, res.output
+    protected = json.loads((tmp_path / "p.json").read_text())
+    assert protected["protect"] == ["ckks", "chaos"]
+    assert abs(protected["accuracy"] - plain["accuracy"]) <= 0.005
+    assert protected["aggregations"] == plain["aggregations"]
+    assert "protected by ckks + chaos" in res.output
+
+
+def test_secagg_with_dp_job_reports_the_budget(tmp_path: Path) -> None:
+    pytest.importorskip("dp_accounting")
+    extra = ('\n[secagg]\nthreshold = 2\n\n[dp]\nclip = 5.0\nnoise_multiplier = 0.5\n'
+             'noise = "distributed"\n')
+    path = _protected(tmp_path, '["secagg", "dp"]', extra, epochs=1)
+    res = CliRunner().invoke(app, ["run", str(path), "--output", str(tmp_path / "o"),
+                                   "--json", str(tmp_path / "o.json")])
+    assert res.exit_code == 0, res.output
+    out = json.loads((tmp_path / "o.json").read_text())
+    assert out["privacy"]["delta"] == 1e-5 and out["privacy"]["epsilon"] > 0
+    eps = out["epsilon"]
+    assert all(b > a for a, b in itertools.pairwise(eps))
+    assert "privacy spent ε" in res.output
+
+
+def test_protection_options_are_checked(tmp_path: Path) -> None:
+    bad = [
+        ('["rot13"]', "", "a list of names among"),
+        ('["secagg"]', "\n[dp]\nclip = 1.0\n", "does not use 'dp'"),
+        ('["dp"]', "\n[dp]\nclipp = 1.0\n", "unknown key"),
+        ('["dp"]', "\n[dp]\nclip = -1.0\n", "'clip'"),
+        ('["ckks", "paillier"]', "", "two base aggregators"),
+    ]
+    for protect, extra, message in bad:
+        with pytest.raises(JobError, match=message):
+            load_job(_protected(tmp_path, protect, extra))

@@ -20,7 +20,9 @@ HEAVY = ("torch", "tenseal", "grpc", "ray", "phe", "gmpy2", "pyarrow", "matplotl
 def test_import_islands_stays_light() -> None:
     code = (
         "import sys, islands, islands.runtime, islands.crypto, islands.data, islands.securesum,"
-        " islands.hfl, islands.hfl.metrics, islands.hfl.strategy, islands.hfl.protocol;"
+        " islands.hfl, islands.hfl.metrics, islands.hfl.strategy, islands.hfl.protocol,"
+        " islands.hfl.protect, islands.hfl.secagg, islands.hfl.additive,"
+        " islands.hfl.homomorphic, islands.privacy;"
         f"print([m for m in {HEAVY!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

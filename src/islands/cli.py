@@ -283,6 +283,72 @@ def audit_pca_command(
         console.print(f"wrote {json_path}")
 
 
+@audit_app.command("gradients")
+def audit_gradients_command(
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for gradient_leakage.png (the image and each recovery) and "
+             "audit.json.")] = None,
+    protections: Annotated[str, typer.Option(
+        help="Comma-separated, among plain, secagg, ckks, dp ('ckks' also runs the "
+             "collusion of a client with the server).")] = "plain,secagg,ckks,dp",
+    dataset: Annotated[str | None, typer.Option(
+        help="'fashion_mnist' or 'digits' (default: Fashion-MNIST, digits if it is "
+             "missing).")] = None,
+    sample: Annotated[int | None, typer.Option(
+        min=0, help="Training row client 1 holds (default: drawn from --seed).")] = None,
+    dp_clip: Annotated[float, typer.Option(help="DP clip norm S.")] = 1.0,
+    dp_noise: Annotated[float, typer.Option(help="DP noise multiplier σ.")] = 1.0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the samples and the model.")] = 0,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the result (key 'errors') as JSON.")
+    ] = None,
+) -> None:
+    """Attack one client's one-sample update from the server (APFL §2.1), per protection."""
+    from islands.errors import IslandsError
+    from islands.experiments.report import write_json
+    from islands.hfl.audit import PROTECTIONS, audit_gradients
+
+    names = [p.strip() for p in protections.split(",") if p.strip()]
+    if not names or any(p not in PROTECTIONS for p in names):
+        raise typer.BadParameter(f"a comma-separated subset of {', '.join(PROTECTIONS)}",
+                                 param_hint="--protections")
+    if dataset not in (None, "fashion_mnist", "digits"):
+        raise typer.BadParameter("use 'fashion_mnist' or 'digits'", param_hint="--dataset")
+    console.print("Three clients, one FedAvg round of one full-batch SGD step each; client 1 "
+                  "holds one image. The server attacks what it received: "
+                  "x_i = ΔW\\[j,i]/Δb\\[j] on the first layer.")
+    try:
+        with console.status("running one federation per protection and the attacks"):
+            result = audit_gradients(out, protections=names, seed=seed, sample=sample,
+                                     dp_clip=dp_clip, dp_noise=dp_noise, dataset=dataset)
+    except IslandsError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(1) from exc
+    if "dataset" in result["notes"]:
+        console.print(f"[yellow]{escape(result['notes']['dataset'])}[/]")
+    table = Table(title=f"Server's recovery of client 1's image ({result['dataset']} "
+                        f"#{result['sample_index']}, label {result['label']}); "
+                        "error ‖x̂ − x‖/‖x‖, 0 = exact, 1 = guessing 0")
+    for col in ("protection", "error", "readings"):
+        table.add_column(col, justify="right" if col == "error" else "left")
+    for name, error in result["errors"].items():
+        readings = ", ".join(f"{view} {value:.2e}" for view, value
+                             in result["views"].get(name, {}).items())
+        colour = "red" if error < 0.1 else "green"
+        table.add_row(escape(name), f"[{colour}]{error:.2e}[/]", escape(readings))
+    console.print(table)
+    for name, note in result["notes"].items():
+        if name != "dataset":
+            console.print(f"[bold]{escape(name)}[/]: {escape(note)}")
+    if result.get("figure"):
+        console.print(f"figure: {escape(str(result['figure']))}")
+    if result.get("json"):
+        console.print(f"wrote {escape(str(result['json']))}")
+    if json_path is not None:
+        write_json(json_path, result)
+        console.print(f"wrote {escape(str(json_path))}")
+
+
 @app.command("run")
 def run_command(
     job_file: Annotated[Path, typer.Argument(help="The job's TOML file (see examples/).")],
@@ -306,7 +372,8 @@ def run_command(
         console.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     out = output if output is not None else Path(job.output)
-    console.print(f"job [bold]{escape(job.name)}[/]: {job.strategy['name']} on "
+    protect = f" protected by {' + '.join(job.protect)}" if job.protect else ""
+    console.print(f"job [bold]{escape(job.name)}[/]: {job.strategy['name']}{protect} on "
                   f"{job.data['name']}, {job.epochs} epoch(s), output {escape(str(out))}")
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                TimeElapsedColumn())
@@ -315,7 +382,8 @@ def run_command(
 
         def on_round(record: Any, epoch: Any) -> None:
             acc = "" if record.accuracy is None else f" local acc {record.accuracy:.3f}"
-            info = f"round {record.round} τ={record.tau}{acc}"
+            eps = "" if record.epsilon is None else f" ε={record.epsilon:.2f}"
+            info = f"round {record.round} τ={record.tau}{acc}{eps}"
             if epoch is not None and epoch.test:
                 key = "accuracy" if "accuracy" in epoch.test else "r2"
                 info += f" | epoch {epoch.epoch} test {key} {epoch.test[key]:.4f}"
@@ -362,6 +430,13 @@ def _summarise_job(result: dict[str, Any]) -> None:
         facts.append(f"Dev_avg {result['dev_avg']:.4f}")
     if result["dropouts"]:
         facts.append(f"{len(result['dropouts'])} dropout(s)")
+    if result.get("protect"):
+        facts.append("protected by " + " + ".join(result["protect"]))
+    if result.get("privacy"):
+        facts.append(f"privacy spent ε = {result['privacy']['epsilon']:.3f} at "
+                     f"δ = {result['privacy']['delta']:g}")
+    if result.get("stopped"):
+        facts.append(f"stopped early ({result['stopped']})")
     if base is not None and base.get("closed_form"):
         facts.append(f"max |θ_fed − θ_ridge| {base['closed_form']['max_abs_difference']:.2e}")
     console.print("; ".join(facts) + f"; {result['wall_time_s']:.1f} s in all")

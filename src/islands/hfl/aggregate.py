@@ -1,42 +1,211 @@
 """Aggregators: how client updates become the next global model.
 
 An aggregator is an object a strategy is given (composition, not a strategy subclass per
-protection). It has a client half and a server half, so that protections that change
-what a client uploads (masking, encryption, permutation, noise) fit the same interface:
+protection). It is configuration plus two factories, one per side, so that a protection
+that changes what a client uploads (masking, encryption, permutation, noise) and what the
+server can do with it fits the same interface:
 
-* client side, :meth:`Aggregator.client_payload`: turns the client's new parameter
-  vector into what it uploads (the plain mean uploads the vector itself);
-* server side, :meth:`Aggregator.start` opens one round's aggregation, which receives
-  each survivor's payload through :meth:`RoundAggregation.add` as it arrives (streaming:
-  the server never needs every update in memory at once) and produces the new global
-  vector from the clients that survived in :meth:`RoundAggregation.finish`. Weights of
-  clients that dropped out are left out and the rest renormalised.
+* :meth:`Aggregator.client_half` makes the state one client keeps for the whole run
+  (its keys, its shares): a :class:`ClientHalf`;
+* :meth:`Aggregator.server_half` makes the server's: a :class:`ServerHalf`.
+
+A round, as the server role (:func:`islands.hfl.protocol.server`) drives it::
+
+    half.setup(link, clients)               once per run: key agreement, key dealing
+    agg = half.start(link, round, ...)      set-up phases of the round (SecAgg keys)
+    ... tasks to agg.participants, each with its weight agg.weights[c]
+    ... client: half.payload(...) -> upload; server: agg.add(client, upload), in order
+    payload = agg.finish(survivors)         unmasking phases; the new global payload
+    half.reveal(payload)                    the plain model, if the server may see it
+
+The global *payload* is what the server sends back in the next task: the plain vector
+for the plain mean and secure aggregation (the server learns the mean, nothing else), a
+ciphertext for CKKS and Paillier, a permuted vector under the chaos permutation. A client
+turns it into its model with :meth:`ClientHalf.open`; :meth:`ServerHalf.reveal` returns
+None where the server cannot.
+
+Phases of an aggregator's own protocol travel as :class:`AggStep` messages on the
+client's ``task`` tag and :class:`AggReply` answers on ``agg``; :class:`ServerLink`
+sends and gathers them with a deadline and reports who failed or timed out at which
+stage, so that every stage of every protection handles dropouts the same way.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.errors import ProtocolError, ValidationError
-from islands.runtime import Party
+from islands.errors import PeerFailedError, PeerTimeoutError, ProtocolError, ValidationError
+from islands.runtime import Party, wire
 
-__all__ = ["Aggregator", "MeanAggregator", "RoundAggregation"]
+__all__ = [
+    "AggReply",
+    "AggStep",
+    "Aggregator",
+    "ClientHalf",
+    "MeanAggregator",
+    "RoundAggregation",
+    "ServerHalf",
+    "ServerLink",
+    "StageDropout",
+    "check_update_vector",
+    "normalised_weights_of",
+]
 
 Vector = NDArray[np.float32]
 
 
+# --------------------------------------------------------------------------- messages
+@wire.register(name="hfl.AggStep")
+@dataclass(frozen=True)
+class AggStep:
+    """One phase message of an aggregator's protocol, server → client (``task`` tag)."""
+
+    round: int
+    phase: str
+    body: Any
+
+
+@wire.register(name="hfl.AggReply")
+@dataclass(frozen=True)
+class AggReply:
+    """A client's answer to an :class:`AggStep` (``agg`` tag)."""
+
+    round: int
+    phase: str
+    body: Any
+
+
+@dataclass(frozen=True)
+class StageDropout:
+    """A client lost at one stage of an aggregator's protocol."""
+
+    round: int
+    client: str
+    reason: str  # "failed" or "timeout"
+    stage: str
+
+
+class ServerLink:
+    """The server's side of the aggregator phases: send steps, gather replies.
+
+    Parameters
+    ----------
+    party
+        The server's party context.
+    timeout
+        Seconds a gather waits in all (the server's ``client_timeout``).
+    """
+
+    def __init__(self, party: Party, timeout: float) -> None:
+        self.party = party
+        self.timeout = timeout
+        self.dropouts: list[StageDropout] = []
+
+    @property
+    def name(self) -> str:
+        """The server's name."""
+        return self.party.name
+
+    def send(self, round: int, phase: str, bodies: Mapping[str, Any]) -> None:
+        """Send ``AggStep(round, phase, bodies[c])`` to every client ``c`` in ``bodies``."""
+        for client, body in bodies.items():
+            self.party.send(client, "task", AggStep(round=round, phase=phase, body=body))
+
+    def gather(self, round: int, phase: str, clients: Sequence[str]) -> dict[str, Any]:
+        """Collect each client's reply to ``phase``; failures become :class:`StageDropout`.
+
+        Replies of earlier rounds or other phases (late answers of a client that timed
+        out before) are skipped. Returns the replies of the clients that answered, in
+        the order given.
+        """
+        deadline = time.monotonic() + self.timeout
+        out: dict[str, Any] = {}
+        for client in clients:
+            try:
+                while True:
+                    msg = self.party.recv(client, "agg",
+                                          timeout=max(deadline - time.monotonic(), 1e-3))
+                    if isinstance(msg, AggReply) and (
+                        msg.round < round or (msg.round == round and msg.phase != phase)
+                    ):
+                        continue
+                    break
+            except PeerFailedError:
+                self.dropouts.append(StageDropout(round, client, "failed", phase))
+                continue
+            except PeerTimeoutError:
+                self.dropouts.append(StageDropout(round, client, "timeout", phase))
+                continue
+            if not isinstance(msg, AggReply) or msg.round != round:
+                raise ProtocolError(
+                    f"client {client!r} sent a malformed reply to {phase!r} in round {round}",
+                    party=self.party.name, step=phase)
+            out[client] = msg.body
+        return out
+
+    def exchange(self, round: int, phase: str, bodies: Mapping[str, Any]) -> dict[str, Any]:
+        """:meth:`send` then :meth:`gather` from the same clients."""
+        self.send(round, phase, bodies)
+        return self.gather(round, phase, list(bodies))
+
+
+# --------------------------------------------------------------------------- protocols
 class RoundAggregation(Protocol):
-    """One round's aggregation on the server."""
+    """One round's aggregation on the server.
+
+    ``participants`` are the clients that train this round (the round's set-up phases
+    may have lost some) and ``weights`` their aggregation weights p_k, which sum to 1
+    over the participants and are sent to each in its task.
+    """
+
+    participants: list[str]
+    weights: dict[str, float]
 
     def add(self, client: str, payload: Any) -> None:
         """Take one client's upload (called in a fixed client order, for determinism)."""
 
-    def finish(self, survivors: Sequence[str]) -> Vector:
-        """Return the new global vector from the survivors' uploads."""
+    def finish(self, survivors: Sequence[str]) -> Any:
+        """Return the new global payload from the survivors' uploads."""
+
+
+class ServerHalf(Protocol):
+    """The server's state for one run."""
+
+    def setup(self, link: ServerLink, clients: Sequence[str]) -> list[str]:
+        """Run-level set-up (key dealing); return the clients still in."""
+
+    def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
+              weights: Mapping[str, float], dim: int) -> RoundAggregation:
+        """Open the aggregation of ``round`` over ``clients`` (``weights``: n_k)."""
+
+    def reveal(self, payload: Any) -> Vector | None:
+        """Return the plain global model in ``payload``, or None if the server cannot see it."""
+
+    def get_state(self) -> dict[str, Any]:
+        """Return what a checkpoint must hold to resume."""
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`get_state`."""
+
+
+class ClientHalf(Protocol):
+    """A client's state for one run."""
+
+    def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
+        """Handle one phase message; the return value is the reply (None: no reply)."""
+
+    def open(self, payload: Any) -> Vector:
+        """Turn a global payload from :meth:`RoundAggregation.finish` into the model."""
+
+    def payload(self, party: Party, *, server: str, round: int, params: Vector,
+                base: Vector, weight: float) -> Any:
+        """Return the upload for ``params`` (the new local model; ``base``: the round's start)."""
 
 
 class Aggregator(Protocol):
@@ -44,83 +213,148 @@ class Aggregator(Protocol):
 
     name: str
 
-    def client_payload(
-        self, party: Party, *, server: str, round: int, params: Vector
-    ) -> Any:
-        """Client side: what to upload for ``params`` (the client's new model)."""
+    def client_half(self) -> ClientHalf:
+        """Make a fresh client half (one per client party)."""
 
-    def start(
-        self, party: Party, *, round: int, clients: Sequence[str], weights: Mapping[str, float],
-        dim: int,
-    ) -> RoundAggregation:
-        """Server side: open the aggregation of ``round`` over ``clients``."""
+    def server_half(self) -> ServerHalf:
+        """Make a fresh server half."""
 
 
+# --------------------------------------------------------------------------- helpers
+def normalised_weights_of(clients: Sequence[str], weights: Mapping[str, float]) -> dict[str, float]:
+    """p_k = w_k / Σ w over ``clients`` (each weight finite and > 0)."""
+    values = [float(weights[c]) for c in clients]
+    if not values or not all(np.isfinite(values)) or min(values) <= 0:
+        raise ValidationError(f"aggregation weights must be finite and > 0; got {values}")
+    total = sum(values)
+    return {c: v / total for c, v in zip(clients, values, strict=True)}
+
+
+def check_update_vector(vec: Any, dim: int, who: str, *, server: str) -> NDArray[Any]:
+    """Check a client's plain upload is ``dim`` finite floats (ProtocolError otherwise)."""
+    arr = np.asarray(vec)
+    if arr.shape != (dim,) or arr.dtype.kind != "f" or not np.all(np.isfinite(arr)):
+        raise ProtocolError(
+            f"server {server!r} got a malformed update from {who!r}: expected {dim} finite "
+            f"floats, got {arr.dtype} array of shape {arr.shape}", party=server, step="update")
+    return arr
+
+
+class StreamingRound:
+    """Book-keeping shared by the round aggregations: who is in, who was added.
+
+    Checks that every upload comes from a participant, once, and that ``finish`` is
+    given exactly the clients added.
+    """
+
+    def __init__(self, server: str, clients: Sequence[str], weights: Mapping[str, float]):
+        self.server = server
+        self.participants = list(clients)
+        self.weights = normalised_weights_of(self.participants, weights)
+        self.added: list[str] = []
+
+    def admit(self, client: str) -> float:
+        """Record ``client``'s upload; return its weight p_k."""
+        if client not in self.weights:
+            raise ProtocolError(
+                f"server {self.server!r} got an update from {client!r}, which is not in "
+                "this round", party=self.server, step="update")
+        if client in self.added:
+            raise ProtocolError(
+                f"server {self.server!r} got two updates from {client!r} in one round",
+                party=self.server, step="update")
+        self.added.append(client)
+        return self.weights[client]
+
+    def check_survivors(self, survivors: Sequence[str]) -> float:
+        """Check ``survivors`` are the clients added; return Σ p_k over them."""
+        if sorted(survivors) != sorted(self.added):
+            raise ValidationError(
+                f"survivors {list(survivors)} differ from the clients added {self.added}")
+        if not self.added:
+            raise ProtocolError("no client update to aggregate", party=self.server,
+                                step="aggregate")
+        return sum(self.weights[c] for c in self.added)
+
+
+class PlainServerHalf:
+    """Defaults for a server half: no set-up, nothing to checkpoint."""
+
+    def setup(self, link: ServerLink, clients: Sequence[str]) -> list[str]:
+        """No run-level set-up."""
+        return list(clients)
+
+    def get_state(self) -> dict[str, Any]:
+        """Nothing to keep."""
+        return {}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Nothing to restore."""
+
+
+def unexpected_step(party: Party, step: AggStep, aggregator: str) -> ProtocolError:
+    """Make the error for a phase message an aggregator does not know."""
+    return ProtocolError(
+        f"client {party.name!r} got phase {step.phase!r} of round {step.round}, which the "
+        f"{aggregator} aggregator does not have", party=party.name, step=step.phase)
+
+
+# --------------------------------------------------------------------------- plain mean
 class MeanAggregator:
     """The plain weighted mean of FedAvg, Σ_k (n_k/n_S)·w_k over the survivors S.
 
     The server sees every client's model in the clear: protection comes from the
-    aggregators in :mod:`islands.hfl` that replace this one.
+    aggregators in :mod:`islands.hfl.protect` that replace or wrap this one.
     """
 
     name = "mean"
 
-    def client_payload(
-        self, party: Party, *, server: str, round: int, params: Vector
-    ) -> Vector:
-        """Upload the vector itself."""
-        return params
+    def client_half(self) -> _MeanClient:
+        """Make a client half that uploads the model itself."""
+        return _MeanClient()
 
-    def start(
-        self, party: Party, *, round: int, clients: Sequence[str], weights: Mapping[str, float],
-        dim: int,
-    ) -> _MeanRound:
-        """Open a streaming weighted sum."""
-        return _MeanRound(party.name, weights, dim)
+    def server_half(self) -> _MeanServer:
+        """Make a server half that sums the uploads, streaming."""
+        return _MeanServer()
 
     def __repr__(self) -> str:
         return "MeanAggregator()"
 
 
-class _MeanRound:
-    def __init__(self, server: str, weights: Mapping[str, float], dim: int) -> None:
-        self._server = server
-        self._weights = dict(weights)
+class _MeanClient:
+    def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
+        raise unexpected_step(party, step, "mean")
+
+    def open(self, payload: Any) -> Vector:
+        return np.asarray(payload)
+
+    def payload(self, party: Party, *, server: str, round: int, params: Vector,
+                base: Vector, weight: float) -> Vector:
+        return params
+
+
+class _MeanServer(PlainServerHalf):
+    def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
+              weights: Mapping[str, float], dim: int) -> _MeanRound:
+        return _MeanRound(link.name, clients, weights, dim)
+
+    def reveal(self, payload: Any) -> Vector:
+        return np.asarray(payload)
+
+
+class _MeanRound(StreamingRound):
+    def __init__(self, server: str, clients: Sequence[str], weights: Mapping[str, float],
+                 dim: int) -> None:
+        super().__init__(server, clients, weights)
         self._dim = dim
         self._total = np.zeros(dim, dtype=np.float64)
-        self._weight = 0.0
-        self._added: list[str] = []
 
     def add(self, client: str, payload: Any) -> None:
-        if client not in self._weights:
-            raise ProtocolError(
-                f"server {self._server!r} got an update from {client!r}, which is not in "
-                "this round", party=self._server, step="update",
-            )
-        if client in self._added:
-            raise ProtocolError(
-                f"server {self._server!r} got two updates from {client!r} in one round",
-                party=self._server, step="update",
-            )
-        vec = np.asarray(payload)
-        if vec.shape != (self._dim,) or vec.dtype.kind != "f" or not np.all(np.isfinite(vec)):
-            raise ProtocolError(
-                f"server {self._server!r} got a malformed update from {client!r}: expected "
-                f"{self._dim} finite floats, got {vec.dtype} array of shape {vec.shape}",
-                party=self._server, step="update",
-            )
-        w = self._weights[client]
+        vec = check_update_vector(payload, self._dim, client, server=self.server)
+        w = self.admit(client)
         # in float64: a Python float times a float32 array would round to float32
         self._total += w * vec.astype(np.float64)
-        self._weight += w
-        self._added.append(client)
 
     def finish(self, survivors: Sequence[str]) -> Vector:
-        if sorted(survivors) != sorted(self._added):
-            raise ValidationError(
-                f"survivors {list(survivors)} differ from the clients added {self._added}"
-            )
-        if not self._added or self._weight <= 0:
-            raise ProtocolError("no client update to aggregate", party=self._server,
-                                step="aggregate")
-        return (self._total / self._weight).astype(np.float32)
+        weight = self.check_survivors(survivors)
+        return (self._total / weight).astype(np.float32)

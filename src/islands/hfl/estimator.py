@@ -283,11 +283,18 @@ class FederatedModel:
         history: list[EpochRecord] = []
         t0 = time.perf_counter()
 
-        def on_round(record: RoundRecord, params: Vector) -> None:
+        aggregator = getattr(strategy, "aggregator", MeanAggregator())
+        halves = [aggregator.client_half() for _ in names]
+
+        def on_round(record: RoundRecord, payload: Any) -> None:
             epoch_rec = None
             if record.epoch_end:
                 metrics: dict[str, Any] = {}
                 if scorer is not None:
+                    # where the server cannot see the model (CKKS, Paillier, chaos), the
+                    # evaluation opens it as the first client would: the test set and the
+                    # user stand on the clients' side here, never on the server's
+                    params = halves[0].open(payload)
                     metrics = self._report(y_test, scorer.predict(params, X_test))
                 epoch_rec = EpochRecord(
                     epoch=record.epoch, rounds=record.round,
@@ -304,11 +311,10 @@ class FederatedModel:
                               client_timeout=self.timeout, checkpoint=self.checkpoint,
                               resume=resume, on_round=on_round, send_final=False),
         }
-        aggregator = getattr(strategy, "aggregator", MeanAggregator())
-        for name, learner in zip(names, learners, strict=True):
+        for name, learner, half in zip(names, learners, halves, strict=True):
             roles[name] = partial(client, server="server", learner=learner,
-                                  aggregator=aggregator, checkpoint=self.checkpoint,
-                                  resume=resume)
+                                  aggregator=aggregator, half=half,
+                                  checkpoint=self.checkpoint, resume=resume)
         active = len(names) if self.concurrency is None else min(len(names), self.concurrency)
         threads = (max(1, _cores() // active) if self.threads == "auto"
                    else self.threads if isinstance(self.threads, int) else None)
@@ -317,7 +323,10 @@ class FederatedModel:
             run = run_local(roles, timeout=self.timeout, transcript=transcript,
                             tolerate=names, blas_threads=None)
         result: ServerResult = run.results["server"]
-        self.params_ = result.params
+        self.params_: Vector = (result.params if result.params is not None
+                        else halves[0].open(result.payload))
+        self.stopped_ = result.stopped
+        self.privacy_ = result.privacy
         self.rounds_ = result.rounds
         self.history_ = history
         self.aggregations_ = result.aggregations

@@ -31,6 +31,20 @@ strategy and its parameters, the epochs, the seed and an output folder::
     lr = 0.1
     momentum = 0.5
 
+Protections (:mod:`islands.hfl.protect`) are a list, each with an optional section of
+options named after it::
+
+    protect = ["ckks", "chaos"]  # or e.g. ["secagg", "dp"]; default: none
+
+    [dp]                         # client-level differential privacy
+    clip = 1.0
+    noise_multiplier = 1.0
+    noise = "distributed"        # or "local"
+    target_epsilon = 8.0         # stop before exceeding it (optional)
+
+    [secagg]
+    threshold = 0.6              # t as a fraction of the round's clients, or an int
+
 Every key is checked: an unknown key (a typo) or a value of the wrong kind is an error
 naming the section and key. :func:`run_job` trains the federation, the centralised
 baseline (``baseline = true``) or, for a linear regression, the closed-form ridge
@@ -73,8 +87,18 @@ __all__ = ["Job", "load_job", "parse_job", "run_job", "write_outputs"]
 
 Callback = Callable[[RoundRecord, EpochRecord | None], None]
 
+_PROTECT_OPTIONS: dict[str, set[str]] = {
+    "secagg": {"threshold", "frac_bits"},
+    "additive": {"frac_bits"},
+    "ckks": {"poly_modulus_degree", "coeff_mod_bit_sizes", "scale_bits"},
+    "paillier": {"key_bits", "frac_bits", "int_bits", "max_clients", "packed"},
+    "chaos": set(),
+    "dp": {"clip", "noise_multiplier", "noise", "guaranteed", "delta", "target_epsilon",
+           "accountant"},
+}
 _TOP = {"name", "seed", "epochs", "output", "baseline", "task", "concurrency", "timeout",
-        "eval_fraction", "data", "partition", "model", "strategy"}
+        "eval_fraction", "data", "partition", "model", "strategy", "protect",
+        *_PROTECT_OPTIONS}
 _DATA = {"name", "train_samples", "test_samples", "test_fraction", "standardize", "path"}
 _PARTITION = {"kind", "clients", "groups", "alpha", "shards_per_client", "min_samples"}
 _MODEL = {"kind", "hidden", "channels"}
@@ -105,10 +129,14 @@ class Job:
     model: dict[str, Any]
     strategy: dict[str, Any]
     source: str = ""
+    protect: list[str] = field(default_factory=list)
+    protect_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the job as plain values (recorded in ``results.json``)."""
-        return asdict(self)
+        """Return the job as plain values, as the file has them (and ``source``)."""
+        out = asdict(self)
+        out.update(out.pop("protect_options"))
+        return out
 
 
 def load_job(path: str | Path) -> Job:
@@ -218,6 +246,23 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     if task is None:
         task = "regression" if data["name"] == "diabetes" else "classification"
     concurrency = _get(raw, "concurrency", (int,), where, 8, *pos_int)
+    protect = _get(raw, "protect", (list,), where, [],
+                   lambda v: all(isinstance(p, str) and p in _PROTECT_OPTIONS for p in v),
+                   f"a list of names among {sorted(_PROTECT_OPTIONS)}")
+    options: dict[str, dict[str, Any]] = {}
+    for name, allowed in _PROTECT_OPTIONS.items():
+        if name not in raw:
+            continue
+        if name not in protect:
+            raise JobError(f"{where}: section [{name}] is given but protect = {protect} does "
+                           f"not use {name!r}")
+        options[name] = _section(raw, name, allowed, where)
+    try:
+        from islands.hfl.protect import build_aggregator
+
+        build_aggregator(protect, options)  # every value checked before anything runs
+    except (ValidationError, TypeError, ImportError) as exc:
+        raise JobError(f"{where}: protect = {protect}: {exc}") from exc
     return Job(
         name=_get(raw, "name", (str,), where, Path(source).stem),
         seed=_get(raw, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0"),
@@ -230,6 +275,7 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
         eval_fraction=float(_get(raw, "eval_fraction", (int, float), where, 0.1,
                                  lambda v: 0 <= v < 1, "a number in [0, 1)")),
         data=data, partition=partition, model=model, strategy=strategy, source=source,
+        protect=list(protect), protect_options=options,
     )
 
 
@@ -362,6 +408,10 @@ def build_strategy(job: Job) -> Strategy:
     if extra:
         raise JobError(f"[strategy] {extra} do not apply to {name!r}; it takes "
                        f"{sorted(allowed)}")
+    if job.protect:
+        from islands.hfl.protect import build_aggregator
+
+        s["aggregator"] = build_aggregator(job.protect, job.protect_options)
     if name == "apfl":
         return APFL(**s)
     if s.get("batch_size") == "full":
@@ -450,6 +500,11 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
         "seconds_per_round": {"mean": float(np.mean(per_round)) if per_round else 0.0,
                               "max": float(np.max(per_round)) if per_round else 0.0},
         "history": [asdict(h) for h in fl.history_],
+        "protect": list(job.protect),
+        "privacy": (None if fl.privacy_ is None
+                    else {"epsilon": fl.privacy_[0], "delta": fl.privacy_[1]}),
+        "stopped": fl.stopped_,
+        "epsilon": [r.epsilon for r in fl.rounds_],
         "tau": [r.tau for r in fl.rounds_],
         "local_accuracy": [r.accuracy for r in fl.rounds_],
         "federated_seconds": fl.wall_time_,

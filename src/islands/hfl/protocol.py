@@ -11,7 +11,15 @@ tag         direction         payload
 ``update``  client → server   :class:`Update`: the aggregator's payload for the new local
                               model, the local loss, and (when asked) the local accuracy
                               of the global model the round started from
+``task``    server → client   :class:`~islands.hfl.aggregate.AggStep`: a phase of the
+                              aggregator's own protocol (key agreement, unmasking)
+``agg``     client → server   :class:`~islands.hfl.aggregate.AggReply`: the answer
 ==========  ================  ==============================================================
+
+The global model travels as the aggregator's *payload*: the plain vector for the plain
+mean and secure aggregation, a ciphertext under CKKS or Paillier, which only the
+clients can open (:mod:`islands.hfl.aggregate`). The first task carries the initial
+model in the clear (it is public: a seeded initialisation).
 
 Time is counted in mini-batch steps. An epoch has S = min_k ⌊n_k/b_k⌋ steps (with APFL's
 batch rule every client's data then lasts one epoch); a round runs τ steps, cut short at
@@ -61,7 +69,14 @@ from islands.errors import (
     ProtocolError,
     ValidationError,
 )
-from islands.hfl.aggregate import Aggregator
+from islands.hfl.aggregate import (
+    Aggregator,
+    AggReply,
+    AggStep,
+    ClientHalf,
+    RoundAggregation,
+    ServerLink,
+)
 from islands.hfl.checkpoint import load_checkpoint, save_checkpoint
 from islands.hfl.maths import round_steps, weighted_accuracy
 from islands.hfl.strategy import LocalConfig, Strategy
@@ -115,6 +130,8 @@ class Task:
     weight_decay: float
     prox_mu: float
     evaluate: bool
+    weight: float = 1.0
+    initial: bool = False
 
 
 @wire.register(name="hfl.Update")
@@ -132,7 +149,7 @@ class Update:
 @wire.register(name="hfl.Finish")
 @dataclass(frozen=True)
 class Finish:
-    """The end of the run, with the final global model (None if not sent)."""
+    """The end of the run, with the final global payload (None if not sent)."""
 
     params: Any
     rounds: int
@@ -166,6 +183,8 @@ class RoundRecord:
         Wall time of the round on the server.
     epoch_end
         Whether the round closed an epoch.
+    epsilon
+        The differential-privacy budget ε spent after the round (None without DP).
     """
 
     round: int
@@ -179,15 +198,22 @@ class RoundRecord:
     loss: float
     seconds: float
     epoch_end: bool
+    epsilon: float | None = None
 
 
 @dataclass(frozen=True)
 class DropoutEvent:
-    """A client left out of a round, and why (``"failed"`` or ``"timeout"``)."""
+    """A client lost in a round, why (``"failed"`` or ``"timeout"``) and at which stage.
+
+    ``stage`` is ``"join"``, ``"update"`` (its update is left out) or a phase of the
+    aggregator's protocol (e.g. secure aggregation's ``"unmask"``, after which the
+    client's update still counts).
+    """
 
     round: int
     client: str
     reason: str
+    stage: str = "update"
 
 
 @dataclass(frozen=True)
@@ -197,7 +223,8 @@ class ServerResult:
     Attributes
     ----------
     params
-        The final global model.
+        The final global model, or None where the server cannot see it (CKKS,
+        Paillier, chaos permutation: the clients open ``payload``).
     rounds
         One :class:`RoundRecord` per round (those before a resume included).
     aggregations
@@ -212,9 +239,15 @@ class ServerResult:
         Each client's number of training samples.
     resumed_from
         The round a resumed run started after (0 for a fresh run).
+    payload
+        The final global payload, as the clients receive it.
+    stopped
+        Why the run ended before its epochs (e.g. the privacy budget), or None.
+    privacy
+        The (ε, δ) spent, or None without differential privacy.
     """
 
-    params: Vector
+    params: Vector | None
     rounds: list[RoundRecord]
     aggregations: int
     dropouts: list[DropoutEvent]
@@ -222,6 +255,9 @@ class ServerResult:
     steps_per_epoch: int
     counts: dict[str, int]
     resumed_from: int = 0
+    payload: Any = None
+    stopped: str | None = None
+    privacy: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -286,7 +322,7 @@ def server(
     client_timeout: float = 600.0,
     checkpoint: str | os.PathLike[str] | None = None,
     resume: bool = False,
-    on_round: Callable[[RoundRecord, Vector], None] | None = None,
+    on_round: Callable[[RoundRecord, Any], None] | None = None,
     send_final: bool = True,
 ) -> ServerResult:
     """Run the FL server: ``epochs`` epochs of rounds, as the strategy directs.
@@ -306,14 +342,16 @@ def server(
     concurrency
         Clients training at once (None: every selected client).
     client_timeout
-        Seconds to wait for one client's update before leaving it out of the round.
+        Seconds to wait for one client's update (or one phase of the aggregator's
+        protocol) before leaving it out.
     checkpoint
         Folder to write ``server.ckpt`` into after every aggregation.
     resume
-        Continue from the checkpoint in ``checkpoint``.
+        Continue from the checkpoint in ``checkpoint`` (only where the server can see
+        the model: a resumed run deals new keys).
     on_round
-        Called in the server's thread after every aggregation (progress, evaluation);
-        must not modify the vector it is given.
+        Called in the server's thread after every aggregation with the round's record
+        and the global payload (progress, evaluation); must not modify it.
     send_final
         Send the final model to the clients with :class:`Finish` (a simulation whose
         caller reads the model from the server can skip N copies of it).
@@ -335,6 +373,8 @@ def server(
         raise ValidationError("resume=True needs the 'checkpoint' folder to resume from")
     min_clients = int(getattr(strategy, "min_clients", 1))
     dim = params.size
+    half = strategy.aggregator.server_half()
+    link = ServerLink(party, client_timeout)
 
     # -- joins: a client that fails before joining is a dropout of round 0
     counts: dict[str, int] = {}
@@ -343,7 +383,7 @@ def server(
         try:
             join = party.recv(name, "join", timeout=client_timeout)
         except (PeerFailedError, PeerTimeoutError) as exc:
-            dropouts.append(_dropout(0, name, exc))
+            dropouts.append(_dropout(0, name, exc, "join"))
             continue
         if not isinstance(join, Join) or join.n_train < 1:
             raise ProtocolError(f"client {name!r} sent a malformed join: {join!r}",
@@ -356,7 +396,16 @@ def server(
     batch_sizes = strategy.setup(counts)
     steps_per_epoch = min(counts[c] // batch_sizes[c] for c in counts)
 
-    available = list(counts)
+    available = half.setup(link, list(counts))
+    _drain(link, dropouts, available)
+    if len(available) < min_clients:
+        raise ProtocolError(
+            f"only {len(available)} clients finished the {strategy.aggregator.name} "
+            f"aggregator's set-up; the strategy needs at least min_clients={min_clients}",
+            party=party.name, step="setup")
+    model: Any = params  # the global payload; the plain initial model until round 1
+    plain: Vector | None = params
+    initial_model = True
     records: list[RoundRecord] = []
     rnd = epoch = step = aggregations = 0
     resumed_from = 0
@@ -367,16 +416,29 @@ def server(
             raise ValidationError(
                 f"the checkpoint in {checkpoint} is of another federation (clients "
                 f"{saved.get('clients')}, {saved.get('dim')} parameters)")
-        params = np.array(saved["params"], dtype=np.float32)
+        plain = half.reveal(saved["params"])
+        if plain is None:
+            raise ValidationError(
+                f"cannot resume under the {strategy.aggregator.name} aggregator: the saved "
+                "model is encrypted or permuted under keys of the interrupted run, which "
+                "are not checkpointed")
+        model = plain = np.array(plain, dtype=np.float32)
         rnd, epoch, step = int(saved["round"]), int(saved["epoch"]), int(saved["step"])
         aggregations = int(saved["aggregations"])
-        available = [c for c in saved["available"] if c in counts]
+        available = [c for c in saved["available"] if c in available]
         strategy.set_state(saved["strategy"])
+        half.set_state(saved.get("aggregator", {}))
         records = _records_from_columns(saved["records"])
         dropouts = [DropoutEvent(**d) for d in saved["dropouts"]] + dropouts
         resumed_from = rnd
 
+    stopped = None
     while epoch < epochs:
+        if _exhausted(half):
+            stopped = "privacy budget"
+            log.warning("stopping before round %d: another round would exceed the target "
+                        "epsilon", rnd + 1)
+            break
         t0 = time.perf_counter()
         rnd += 1
         tau = strategy.local_steps()
@@ -388,24 +450,33 @@ def server(
                 f"min_clients={min_clients}", party=party.name, step="task")
         config = strategy.local_config(rnd)
         evaluate = strategy.needs_evaluation(rnd)
-        weights = {c: float(counts[c]) for c in chosen}
-        agg = strategy.aggregator.start(party, round=rnd, clients=chosen, weights=weights,
-                                        dim=dim)
-        results = _run_round(party, chosen, rnd, params, epoch, step, steps, batch_sizes,
-                             config, evaluate, agg, concurrency or len(chosen),
-                             client_timeout)
+        agg = half.start(link, round=rnd, clients=chosen,
+                         weights={c: float(counts[c]) for c in chosen}, dim=dim)
+        _drain(link, dropouts, available)
+        participants = list(agg.participants)
+        if len(participants) < min_clients:
+            raise ProtocolError(
+                f"round {rnd}: {len(participants)} clients left after the aggregator's "
+                f"set-up, fewer than min_clients={min_clients}", party=party.name,
+                step="setup")
+        results = _run_round(party, participants, rnd, model, initial_model, epoch, step,
+                             steps, batch_sizes, config, evaluate, agg,
+                             concurrency or len(participants), client_timeout)
         for name, reason in _failures(results):
             dropouts.append(DropoutEvent(rnd, name, reason))
             log.warning("round %d: client %r left out (%s)", rnd, name, reason)
             if reason == "failed" and name in available:
                 available.remove(name)
-        survivors = [c for c in chosen if isinstance(results.get(c), Update)]
+        survivors = [c for c in participants if isinstance(results.get(c), Update)]
         if len(survivors) < min_clients:
             raise ProtocolError(
                 f"round {rnd}: only {len(survivors)} of {len(chosen)} clients returned an "
                 f"update, fewer than min_clients={min_clients}", party=party.name,
                 step="update")
-        params = agg.finish(survivors)
+        model = agg.finish(survivors)
+        _drain(link, dropouts, available)
+        plain = half.reveal(model)
+        initial_model = False
         ups: list[Update] = [results[c] for c in survivors]
         w_surv = [counts[c] for c in survivors]
         accuracy = None
@@ -421,35 +492,61 @@ def server(
         if epoch_end:
             epoch, step = epoch + 1, 0
         aggregations += 1
+        spent = _spent(half)
         record = RoundRecord(round=rnd, epoch=epoch, step=step, tau=tau, steps=steps,
                              clients=len(chosen), survivors=len(survivors),
                              accuracy=accuracy, loss=loss,
-                             seconds=time.perf_counter() - t0, epoch_end=epoch_end)
+                             seconds=time.perf_counter() - t0, epoch_end=epoch_end,
+                             epsilon=None if spent is None else spent[0])
         records.append(record)
         if ckpt_path is not None:
             save_checkpoint(ckpt_path, {
-                "clients": clients, "dim": dim, "params": params, "round": rnd,
+                "clients": clients, "dim": dim, "params": model, "round": rnd,
                 "epoch": epoch, "step": step, "aggregations": aggregations,
                 "available": available, "strategy": strategy.get_state(),
+                "aggregator": half.get_state(),
                 "records": _records_to_columns(records),
                 "dropouts": [asdict(d) for d in dropouts],
             })
         if on_round is not None:
-            view = params.view()
-            view.flags.writeable = False
-            on_round(record, view)
+            if isinstance(model, np.ndarray):
+                model = model.view()
+                model.flags.writeable = False
+            on_round(record, model)
 
-    final = Finish(params=params if send_final else None, rounds=rnd)
+    final = Finish(params=model if send_final else None, rounds=rnd)
     for name in available:
         party.send(name, "task", final)
-    return ServerResult(params=params, rounds=records, aggregations=aggregations,
+    return ServerResult(params=plain, rounds=records, aggregations=aggregations,
                         dropouts=dropouts, batch_sizes=batch_sizes,
                         steps_per_epoch=steps_per_epoch, counts=counts,
-                        resumed_from=resumed_from)
+                        resumed_from=resumed_from, payload=model, stopped=stopped,
+                        privacy=_spent(half))
+
+
+def _drain(link: ServerLink, dropouts: list[DropoutEvent], available: list[str]) -> None:
+    """Move the aggregator phases' losses into the run's dropout log."""
+    for d in link.dropouts:
+        dropouts.append(DropoutEvent(d.round, d.client, d.reason, d.stage))
+        log.warning("round %d: client %r lost at stage %r (%s)", d.round, d.client, d.stage,
+                    d.reason)
+        if d.reason == "failed" and d.client in available:
+            available.remove(d.client)
+    link.dropouts.clear()
+
+
+def _spent(half: Any) -> tuple[float, float] | None:
+    spent = getattr(half, "spent", None)
+    return None if spent is None else spent()
+
+
+def _exhausted(half: Any) -> bool:
+    exhausted = getattr(half, "exhausted", None)
+    return False if exhausted is None else bool(exhausted())
 
 
 _RECORD_FIELDS = ("round", "epoch", "step", "tau", "steps", "clients", "survivors",
-                  "accuracy", "loss", "seconds", "epoch_end")
+                  "accuracy", "loss", "seconds", "epoch_end", "epsilon")
 
 
 def _records_to_columns(records: list[RoundRecord]) -> dict[str, Any]:
@@ -458,7 +555,7 @@ def _records_to_columns(records: list[RoundRecord]) -> dict[str, Any]:
     cols: dict[str, Any] = {}
     for name in _RECORD_FIELDS:
         values = [getattr(r, name) for r in records]
-        if name == "accuracy":
+        if name in ("accuracy", "epsilon"):
             cols[name] = np.array([math.nan if v is None else v for v in values], np.float64)
         elif name in ("loss", "seconds"):
             cols[name] = np.array(values, np.float64)
@@ -472,22 +569,25 @@ def _records_to_columns(records: list[RoundRecord]) -> dict[str, Any]:
 def _records_from_columns(cols: dict[str, Any]) -> list[RoundRecord]:
     n = len(cols["round"])
     out = []
+    eps_col = cols.get("epsilon", [math.nan] * n)
     for i in range(n):
         acc = float(cols["accuracy"][i])
+        eps = float(eps_col[i])
         out.append(RoundRecord(
             round=int(cols["round"][i]), epoch=int(cols["epoch"][i]), step=int(cols["step"][i]),
             tau=int(cols["tau"][i]), steps=int(cols["steps"][i]),
             clients=int(cols["clients"][i]),
             survivors=int(cols["survivors"][i]), accuracy=None if math.isnan(acc) else acc,
             loss=float(cols["loss"][i]), seconds=float(cols["seconds"][i]),
-            epoch_end=bool(cols["epoch_end"][i])))
+            epoch_end=bool(cols["epoch_end"][i]),
+            epsilon=None if math.isnan(eps) else eps))
     return out
 
 
-def _dropout(rnd: int, name: str, exc: Exception) -> DropoutEvent:
+def _dropout(rnd: int, name: str, exc: Exception, stage: str) -> DropoutEvent:
     reason = "timeout" if isinstance(exc, PeerTimeoutError) else "failed"
     log.warning("round %d: client %r left out (%s)", rnd, name, reason)
-    return DropoutEvent(rnd, name, reason)
+    return DropoutEvent(rnd, name, reason, stage)
 
 
 def _failures(results: dict[str, Any]) -> list[tuple[str, str]]:
@@ -495,9 +595,9 @@ def _failures(results: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _run_round(
-    party: Party, chosen: list[str], rnd: int, params: Vector, epoch: int, step: int,
-    steps: int, batch_sizes: dict[str, int], config: LocalConfig, evaluate: bool,
-    agg: Any, concurrency: int, client_timeout: float,
+    party: Party, chosen: list[str], rnd: int, params: Any, initial: bool, epoch: int,
+    step: int, steps: int, batch_sizes: dict[str, int], config: LocalConfig, evaluate: bool,
+    agg: RoundAggregation, concurrency: int, client_timeout: float,
 ) -> dict[str, Any]:
     """Send tasks to at most ``concurrency`` clients at a time; take updates in order.
 
@@ -511,7 +611,8 @@ def _run_round(
         party.send(name, "task", Task(
             round=rnd, params=params, epoch=epoch, step=step, steps=steps,
             batch_size=batch_sizes[name], lr=config.lr, momentum=config.momentum,
-            weight_decay=config.weight_decay, prox_mu=config.prox_mu, evaluate=evaluate))
+            weight_decay=config.weight_decay, prox_mu=config.prox_mu, evaluate=evaluate,
+            weight=agg.weights[name], initial=initial))
 
     for _ in range(min(concurrency, len(chosen))):
         dispatch()
@@ -548,6 +649,7 @@ def client(
     server: str,
     learner: Learner,
     aggregator: Aggregator,
+    half: ClientHalf | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
     resume: bool = False,
     task_timeout: float = 3600.0,
@@ -563,7 +665,10 @@ def client(
     learner
         Local training and evaluation over the client's own data.
     aggregator
-        The same aggregator the server's strategy uses (its client half).
+        The same aggregator the server's strategy uses (its client half is made here).
+    half
+        A client half made by the caller (``aggregator.client_half()``), to keep a
+        handle on it (a simulation that opens encrypted models for evaluation).
     checkpoint
         Folder for this client's state file (``<name>.ckpt``): its momentum buffer after
         each of its last two rounds.
@@ -578,6 +683,7 @@ def client(
     """
     if learner.n_train < 1:
         raise ValidationError(f"client {party.name!r} has no training data")
+    own = aggregator.client_half() if half is None else half
     party.send(server, "join", Join(n_train=learner.n_train, n_eval=learner.n_eval))
     momentum: Vector | None = None
     ckpt_path = None if checkpoint is None else Path(checkpoint) / f"{party.name}.ckpt"
@@ -589,8 +695,15 @@ def client(
     losses: list[float] = []
     while True:
         msg = party.recv(server, "task", timeout=task_timeout)
+        if isinstance(msg, AggStep):
+            reply = own.on_step(party, server=server, step=msg)
+            if reply is not None:
+                party.send(server, "agg", AggReply(round=msg.round, phase=msg.phase,
+                                                   body=reply))
+            del msg, reply
+            continue
         if isinstance(msg, Finish):
-            final = None if msg.params is None else np.array(msg.params, dtype=np.float32)
+            final = None if msg.params is None else own.open(msg.params)
             return ClientResult(params=final,
                                 rounds_trained=trained, n_train=learner.n_train,
                                 n_eval=learner.n_eval, losses=losses)
@@ -600,7 +713,8 @@ def client(
         if first and resume and msg.round > 1:
             momentum = _restore(saved, msg.round - 1, party.name)
         first = False
-        params = np.asarray(msg.params)
+        params = np.asarray(msg.params) if msg.initial else own.open(msg.params)
+        params = _check_vector(params, None, f"the global model client {party.name!r} got")
         accuracy = float("nan")
         if msg.evaluate and learner.n_eval > 0:
             accuracy = float(learner.evaluate(params))
@@ -616,8 +730,8 @@ def client(
             momenta = [*list(saved["momenta"])[-1:], momentum]
             saved = {"rounds": rounds, "momenta": momenta}
             save_checkpoint(ckpt_path, saved)
-        payload = aggregator.client_payload(party, server=server, round=msg.round,
-                                            params=outcome.params)
+        payload = own.payload(party, server=server, round=msg.round, params=outcome.params,
+                              base=params, weight=float(msg.weight))
         party.send(server, "update", Update(round=msg.round, payload=payload,
                                             steps=msg.steps, loss=outcome.loss,
                                             accuracy=accuracy))

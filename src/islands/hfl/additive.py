@@ -1,0 +1,198 @@
+"""Additive secret sharing of the updates (the FL privacy tutorial, §3.2), as an aggregator.
+
+Each of the m clients of a round encodes x_k = round(p_k·w_k·2^f) in Z_2^64
+(:mod:`islands.crypto.fixedpoint`), splits it into m additive shares with a
+cryptographic generator (:func:`islands.crypto.sharing.additive_shares`), keeps one and
+sends share j straight to client j (tag ``ss-share``). Once every update is in, the
+server asks each client for the sum of the shares it holds (phase ``ss-sum``) and adds
+the m partial sums: Σ_k x_k, the weighted mean. The server sees only partial sums, each
+a uniformly random ring element unless it colludes with all but one client.
+
+This is the simpler, cheaper alternative to :mod:`islands.hfl.secagg` for a small
+federation whose clients can reach one another; it has **no dropout recovery**: a
+client that drops after shares were sent takes other clients' shares with it, and the
+round fails with an error that says so (use secure aggregation where clients drop).
+Shares are sent over the runtime's channels, which must be confidential (mutual TLS in
+a deployment). Encoding, range and rounding are those of secure aggregation:
+|p·w| < 2^(63−f)/m, error ≤ m·2^-(f+1) on the mean.
+
+References
+----------
+.. [1] The FL privacy-computing tutorial, §3.2 (``papers/fl-privacy-computing-tutorial``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from islands.crypto.fixedpoint import decode_fixed, encode_fixed
+from islands.crypto.sharing import additive_shares
+from islands.errors import ProtocolError, ValidationError, invalid_parameter
+from islands.hfl.aggregate import (
+    AggStep,
+    PlainServerHalf,
+    ServerLink,
+    StreamingRound,
+    unexpected_step,
+)
+from islands.runtime import Party
+from islands.validation import check_float, is_int
+
+__all__ = ["AdditiveSharing"]
+
+Vector = NDArray[np.float32]
+
+
+class AdditiveSharing:
+    """Additive secret sharing over Z_2^64 between the clients of each round.
+
+    Parameters
+    ----------
+    frac_bits : int, default=32
+        Fractional bits of the fixed-point encoding.
+    timeout : float, default=600
+        Seconds a client waits for the other clients' shares.
+    """
+
+    name = "additive"
+
+    def __init__(self, frac_bits: int = 32, timeout: float = 600.0) -> None:
+        if not is_int(frac_bits) or not 8 <= int(frac_bits) <= 48:
+            raise invalid_parameter("frac_bits", "AdditiveSharing", "an int in [8, 48]",
+                                    frac_bits)
+        self.frac_bits = int(frac_bits)
+        self.timeout = check_float(timeout, "timeout", "AdditiveSharing", low=0.0,
+                                   low_inclusive=False)
+
+    def client_half(self) -> _Client:
+        """Make a client's half: splits its update, sums the shares it holds."""
+        return _Client(self.frac_bits, self.timeout)
+
+    def server_half(self) -> _Server:
+        """Make the server's half: adds the clients' partial sums."""
+        return _Server(self.frac_bits)
+
+    def __repr__(self) -> str:
+        return f"AdditiveSharing(frac_bits={self.frac_bits})"
+
+
+class _Client:
+    def __init__(self, frac_bits: int, timeout: float) -> None:
+        self.frac_bits, self.timeout = frac_bits, timeout
+        self.round = 0
+        self.roster: list[str] = []
+        self.own: NDArray[np.uint64] | None = None
+
+    def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
+        if step.phase == "ss-roster":
+            roster = step.body
+            if not isinstance(roster, list) or party.name not in roster:
+                raise ProtocolError("additive sharing: malformed roster", party=party.name,
+                                    step="ss-roster")
+            self.round, self.roster, self.own = step.round, list(roster), None
+            return None
+        if step.phase == "ss-sum":
+            return self._sum(party, step)
+        raise unexpected_step(party, step, "additive sharing")
+
+    def open(self, payload: Any) -> Vector:
+        return np.asarray(payload)
+
+    def payload(self, party: Party, *, server: str, round: int, params: Vector,
+                base: Vector, weight: float) -> NDArray[np.uint64]:
+        if round != self.round or not self.roster:
+            raise ProtocolError(f"additive sharing: client {party.name!r} has no roster for "
+                                f"round {round}", party=party.name, step="update")
+        m = len(self.roster)
+        try:
+            x = encode_fixed(float(weight) * np.asarray(params, dtype=np.float64),
+                             frac_bits=self.frac_bits, headroom=m)
+        except ValidationError as exc:
+            raise ValidationError(f"additive sharing: client {party.name!r}'s update is "
+                                  f"outside the fixed-point range ({exc})") from exc
+        if m == 1:
+            self.own = x
+        else:
+            shares = additive_shares(x, m)
+            for peer, share in zip(self.roster, shares, strict=True):
+                if peer == party.name:
+                    self.own = share
+                else:
+                    party.send(peer, "ss-share", {"round": round, "share": share})
+        return np.zeros(0, dtype=np.uint64)  # the update itself travels as shares
+
+    def _sum(self, party: Party, step: AggStep) -> NDArray[np.uint64]:
+        if step.round != self.round or self.own is None:
+            raise ProtocolError(f"additive sharing: client {party.name!r} holds no shares for "
+                                f"round {step.round}", party=party.name, step="ss-sum")
+        total = self.own.copy()
+        for peer in self.roster:
+            if peer == party.name:
+                continue
+            while True:  # skip shares of a failed earlier round
+                msg = party.recv(peer, "ss-share", timeout=self.timeout)
+                if not isinstance(msg, dict) or not is_int(msg.get("round")):
+                    raise ProtocolError(f"additive sharing: a malformed share from {peer!r}",
+                                        party=party.name, step="ss-sum")
+                if msg["round"] >= self.round:
+                    break
+            share = np.asarray(msg.get("share"))
+            if msg["round"] != self.round or share.shape != total.shape or (
+                    share.dtype != np.uint64):
+                raise ProtocolError(f"additive sharing: a malformed share from {peer!r}",
+                                    party=party.name, step="ss-sum")
+            total += share
+        self.own = None
+        out: NDArray[np.uint64] = total
+        return out
+
+
+class _Server(PlainServerHalf):
+    def __init__(self, frac_bits: int) -> None:
+        self.frac_bits = frac_bits
+
+    def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
+              weights: Mapping[str, float], dim: int) -> _Round:
+        link.send(round, "ss-roster", {c: list(clients) for c in clients})
+        return _Round(link, round, clients, weights, dim, self.frac_bits)
+
+    def reveal(self, payload: Any) -> Vector:
+        return np.asarray(payload)
+
+
+class _Round(StreamingRound):
+    def __init__(self, link: ServerLink, rnd: int, clients: Sequence[str],
+                 weights: Mapping[str, float], dim: int, frac_bits: int) -> None:
+        super().__init__(link.name, clients, weights)
+        self.link, self.round, self.dim, self.frac_bits = link, rnd, dim, frac_bits
+
+    def add(self, client: str, payload: Any) -> None:
+        self.admit(client)
+
+    def finish(self, survivors: Sequence[str]) -> Vector:
+        weight = self.check_survivors(survivors)
+        lost = [c for c in self.participants if c not in survivors]
+        if lost:
+            raise ProtocolError(
+                f"additive sharing round {self.round}: clients {lost} dropped after the "
+                "shares were sent, taking shares of the others' updates with them; this "
+                "aggregator cannot recover (use secure aggregation, protect = ['secagg'])",
+                party=self.server, step="ss-sum")
+        sums = self.link.exchange(self.round, "ss-sum", {c: None for c in self.participants})
+        missing = [c for c in self.participants if c not in sums]
+        if missing:
+            raise ProtocolError(
+                f"additive sharing round {self.round}: no partial sum from {missing}; the "
+                "round cannot be finished", party=self.server, step="ss-sum")
+        total = np.zeros(self.dim, dtype=np.uint64)
+        for c in self.participants:
+            part = np.asarray(sums[c])
+            if part.shape != (self.dim,) or part.dtype != np.uint64:
+                raise ProtocolError(f"client {c!r} sent a malformed partial sum",
+                                    party=self.server, step="ss-sum")
+            total += part
+        return (decode_fixed(total, frac_bits=self.frac_bits) / weight).astype(np.float32)

@@ -1,0 +1,423 @@
+"""Protections that wrap any aggregator: the chaos permutation and client-level DP.
+
+Both compose with every aggregator of :mod:`islands.hfl` (plain mean, secure
+aggregation, additive sharing, CKKS, Paillier) and with each other, and
+:func:`build_aggregator` builds the stack a job's ``protect = [...]`` names:
+
+* the base is at most one of ``"secagg"``, ``"additive"``, ``"ckks"``, ``"paillier"``
+  (default: the plain mean);
+* ``"chaos"`` permutes every upload's coordinates first (APFL's CKKS over a chaos
+  permutation is ``["ckks", "chaos"]``);
+* ``"dp"`` clips and noises the update before anything else.
+
+Chaos permutation (APFL §3.2, ALGORITHMS.md §3): the clients share a logistic-map key
+(x₀, λ) dealt by the first client (:mod:`islands.hfl.keys`) and permute their model by
+the argsort of the orbit; since all use the same permutation, the coordinate-wise
+aggregate of the permuted vectors is the permuted aggregate, which the clients
+unpermute. The server never holds the key. Alone (over the plain mean) it hides only
+*which* coordinate is which, not the values: it is obfuscation, not encryption.
+
+Client-level differential privacy (DP-FedAvg; the tutorial §3.3, McMahan et al. 2018):
+each client clips its update Δ = w − w_global to L2 ≤ S and adds Gaussian noise from a
+cryptographic generator; the server averages with equal weights. Noise is added
+
+* ``"local"``: N(0, σ²S²) by each client (its update alone is (ε, δ)-DP; the mean is
+  over-noised by √m), or
+* ``"distributed"``: N(0, σ²S²/t) by each client, t the *guaranteed* number of
+  survivors (secure aggregation's threshold, or ``guaranteed``): any t or more
+  survivors' sum carries at least N(0, σ²S²). Only the sum is protected, so use it
+  with secure aggregation or additive sharing, which hide single updates.
+
+Each round is one Gaussian mechanism on the clipped sum (sensitivity S for adding or
+removing one client) with noise multiplier σ, subsampled with rate q = clients per round
+/ clients (q = 1 when all train); :class:`islands.privacy.PrivacyAccountant` composes
+them (RDP by default) and the server reports (ε, δ) after every round; with
+``target_epsilon`` the run stops before the round that would exceed it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from islands.crypto import chaos
+from islands.errors import ValidationError, invalid_parameter
+from islands.hfl.aggregate import (
+    Aggregator,
+    AggStep,
+    ClientHalf,
+    MeanAggregator,
+    RoundAggregation,
+    ServerHalf,
+    ServerLink,
+)
+from islands.hfl.keys import KeyReceiver, deal_key
+from islands.runtime import Party
+from islands.validation import check_float, is_int
+
+__all__ = ["BASES", "ChaosPermutation", "ClientDP", "build_aggregator"]
+
+Vector = NDArray[np.float32]
+
+
+# --------------------------------------------------------------------------- chaos
+def _chaos_secret() -> tuple[bytes, bytes]:
+    key = chaos.generate_chaos_key()
+    return struct.pack("<dd", key.x0, key.lam), b""
+
+
+class ChaosPermutation:
+    """APFL's chaos permutation of the uploads, around another aggregator.
+
+    Parameters
+    ----------
+    inner : Aggregator, default=MeanAggregator()
+        What aggregates the permuted vectors (CKKS in the APFL paper).
+    """
+
+    def __init__(self, inner: Aggregator | None = None) -> None:
+        self.inner = MeanAggregator() if inner is None else inner
+        self.name = f"chaos+{self.inner.name}"
+
+    def client_half(self) -> _ChaosClient:
+        """Make a client half: permutes before the inner upload, unpermutes after."""
+        return _ChaosClient(self.inner.client_half())
+
+    def server_half(self) -> _ChaosServer:
+        """Make the server half: deals the key (it never sees it), then the inner half."""
+        return _ChaosServer(self.inner.server_half())
+
+    def __repr__(self) -> str:
+        return f"ChaosPermutation({self.inner!r})"
+
+
+class _ChaosClient:
+    def __init__(self, inner: ClientHalf) -> None:
+        self.inner = inner
+        self.key: chaos.ChaosKey | None = None
+        self._index: NDArray[np.int64] | None = None
+        self.keys = KeyReceiver("chaos", _chaos_secret, self._install)
+
+    def _install(self, secret: bytes) -> None:
+        if len(secret) != 16:
+            raise ValidationError("the chaos key dealt is malformed")
+        x0, lam = struct.unpack("<dd", secret)
+        self.key = chaos.ChaosKey(x0=x0, lam=lam)
+        self._index = None
+        return None
+
+    def index(self, n: int) -> NDArray[np.int64]:
+        if self.key is None:
+            raise ValidationError("no chaos key has been dealt to this client")
+        if self._index is None or self._index.size != n:
+            self._index = chaos.permutation(self.key, n)
+        return self._index
+
+    def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
+        if self.keys.handles(step):
+            return self.keys.on_step(party, step)
+        return self.inner.on_step(party, server=server, step=step)
+
+    def open(self, payload: Any) -> Vector:
+        opened = self.inner.open(payload)
+        return np.asarray(chaos.unpermute(opened, self.index(opened.size)), dtype=np.float32)
+
+    def payload(self, party: Party, *, server: str, round: int, params: Vector,
+                base: Vector, weight: float) -> Any:
+        index = self.index(params.size)
+        return self.inner.payload(party, server=server, round=round,
+                                  params=chaos.permute(params, index),
+                                  base=chaos.permute(base, index), weight=weight)
+
+
+class _ChaosServer:
+    def __init__(self, inner: ServerHalf) -> None:
+        self.inner = inner
+
+    def setup(self, link: ServerLink, clients: Sequence[str]) -> list[str]:
+        _, dealt = deal_key(link, list(clients), "chaos", lambda public: None)
+        return self.inner.setup(link, dealt)
+
+    def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
+              weights: Mapping[str, float], dim: int) -> RoundAggregation:
+        return self.inner.start(link, round=round, clients=clients, weights=weights, dim=dim)
+
+    def reveal(self, payload: Any) -> Vector | None:
+        return None  # permuted: the server does not know which coordinate is which
+
+    def get_state(self) -> dict[str, Any]:
+        return self.inner.get_state()
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        self.inner.set_state(state)
+
+
+# --------------------------------------------------------------------------- DP
+NOISE_MODES = ("local", "distributed")
+
+
+class ClientDP:
+    """Client-level differential privacy (clip, Gaussian noise, accountant) around an aggregator.
+
+    Parameters
+    ----------
+    inner : Aggregator, default=MeanAggregator()
+        What aggregates the noised updates.
+    clip : float, default=1.0
+        S, the L2 bound of each client's update w − w_global.
+    noise_multiplier : float, default=1.0
+        σ: the sum of the survivors' updates carries noise of standard deviation ≥ σS.
+    noise : {"local", "distributed"}, default="local"
+        Where the noise is added (module docstring).
+    guaranteed : int, optional
+        t for ``"distributed"`` noise: the number of survivors the noise is calibrated
+        for. Default: secure aggregation's threshold when the inner aggregator is one,
+        else every client of the round (no dropout margin).
+    delta : float, default=1e-5
+        δ of the reported (ε, δ).
+    target_epsilon : float, optional
+        Stop the run before the round that would spend more.
+    accountant : {"rdp", "pld"}, default="rdp"
+        dp-accounting's accountant.
+    """
+
+    def __init__(self, inner: Aggregator | None = None, *, clip: float = 1.0,
+                 noise_multiplier: float = 1.0, noise: str = "local",
+                 guaranteed: int | None = None, delta: float = 1e-5,
+                 target_epsilon: float | None = None, accountant: str = "rdp") -> None:
+        self.inner = MeanAggregator() if inner is None else inner
+        self.clip = check_float(clip, "clip", "ClientDP", low=0.0, low_inclusive=False)
+        self.noise_multiplier = check_float(noise_multiplier, "noise_multiplier", "ClientDP",
+                                            low=0.0, low_inclusive=False)
+        if noise not in NOISE_MODES:
+            raise invalid_parameter("noise", "ClientDP", f"one of {NOISE_MODES}", noise)
+        self.noise = noise
+        if guaranteed is not None and (not is_int(guaranteed) or guaranteed < 1):
+            raise invalid_parameter("guaranteed", "ClientDP", "an int >= 1", guaranteed)
+        self.guaranteed = guaranteed
+        self.delta = check_float(delta, "delta", "ClientDP", low=0.0, low_inclusive=False)
+        if self.delta >= 1:
+            raise invalid_parameter("delta", "ClientDP", "a float in (0, 1)", delta)
+        self.target_epsilon = (None if target_epsilon is None else check_float(
+            target_epsilon, "target_epsilon", "ClientDP", low=0.0, low_inclusive=False))
+        if accountant not in ("rdp", "pld"):
+            raise invalid_parameter("accountant", "ClientDP", "'rdp' or 'pld'", accountant)
+        self.accountant = accountant
+        self.name = f"dp+{self.inner.name}"
+
+    def client_half(self) -> _DPClient:
+        """Make a client half: clip and noise, then the inner upload."""
+        return _DPClient(self.inner.client_half(), self.clip)
+
+    def server_half(self) -> _DPServer:
+        """Make the server half: equal weights, noise calibration, the accountant."""
+        return _DPServer(self)
+
+    def __repr__(self) -> str:
+        return (f"ClientDP({self.inner!r}, clip={self.clip}, noise_multiplier="
+                f"{self.noise_multiplier}, noise={self.noise!r})")
+
+
+class _DPClient:
+    def __init__(self, inner: ClientHalf, clip: float) -> None:
+        self.inner, self.clip = inner, clip
+        self.round = 0
+        self.std: float | None = None
+
+    def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
+        if step.phase == "dp-noise":
+            std = step.body
+            if not isinstance(std, float) or not np.isfinite(std) or std <= 0:
+                raise ValidationError(f"client {party.name!r} got a malformed noise scale")
+            self.round, self.std = step.round, std
+            return None
+        return self.inner.on_step(party, server=server, step=step)
+
+    def open(self, payload: Any) -> Vector:
+        return self.inner.open(payload)
+
+    def payload(self, party: Party, *, server: str, round: int, params: Vector,
+                base: Vector, weight: float) -> Any:
+        from islands.privacy import clip_l2, gaussian_noise
+
+        if self.round != round or self.std is None:
+            raise ValidationError(f"client {party.name!r} has no noise scale for round {round}")
+        delta = np.asarray(params, np.float64) - np.asarray(base, np.float64)
+        clipped, _ = clip_l2(delta, self.clip)
+        noised = clipped + gaussian_noise(delta.shape, self.std)
+        private = (np.asarray(base, np.float64) + noised).astype(np.float32)
+        return self.inner.payload(party, server=server, round=round, params=private,
+                                  base=base, weight=weight)
+
+
+class _DPServer:
+    def __init__(self, config: ClientDP) -> None:
+        self.config = config
+        self.inner = config.inner.server_half()
+        self.clients = 0
+        self.steps = 0
+        self._accountant: Any = None
+        self._rate: float | None = None
+
+    def setup(self, link: ServerLink, clients: Sequence[str]) -> list[str]:
+        out = self.inner.setup(link, clients)
+        self.clients = len(out)
+        return out
+
+    def _guaranteed(self, participants: int, round_clients: int) -> int:
+        cfg = self.config
+        if cfg.noise == "local":
+            return 1
+        if cfg.guaranteed is not None:
+            return cfg.guaranteed
+        threshold = getattr(cfg.inner, "threshold", None)
+        if threshold is not None:
+            from islands.hfl.secagg import threshold_for
+
+            return threshold_for(threshold, round_clients)
+        return participants
+
+    def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
+              weights: Mapping[str, float], dim: int) -> RoundAggregation:
+        cfg = self.config
+        if self._rate is None:
+            self._rate = min(1.0, len(clients) / max(self.clients, len(clients)))
+        # equal weights: the sum of clipped updates has sensitivity S
+        agg = self.inner.start(link, round=round, clients=clients,
+                               weights={c: 1.0 for c in clients}, dim=dim)
+        participants = list(agg.participants)
+        t = self._guaranteed(len(participants), len(clients))
+        if cfg.noise == "distributed" and len(participants) < t:
+            raise ValidationError(
+                f"round {round}: {len(participants)} clients, fewer than the {t} the "
+                "distributed noise is calibrated for")
+        from islands.privacy import distributed_noise_std
+
+        std = distributed_noise_std(cfg.noise_multiplier, cfg.clip, t)
+        link.send(round, "dp-noise", {c: float(std) for c in participants})
+        return _DPRound(agg, self)
+
+    def account(self) -> None:
+        self.steps += 1
+
+    def _acct(self) -> Any:
+        from islands.privacy import PrivacyAccountant
+
+        cfg = self.config
+        if self._accountant is None:
+            self._accountant = PrivacyAccountant(
+                cfg.noise_multiplier, sampling_rate=self._rate or 1.0, delta=cfg.delta,
+                method=cfg.accountant)
+        acct = self._accountant
+        if acct.steps < self.steps:
+            acct.step(self.steps - acct.steps)
+        return acct
+
+    def spent(self) -> tuple[float, float]:
+        acct = self._acct()
+        eps, delta = acct.spent()
+        return float(eps), float(delta)
+
+    def exhausted(self) -> bool:
+        target = self.config.target_epsilon
+        return target is not None and bool(self._acct().would_exceed(target, 1))
+
+    def reveal(self, payload: Any) -> Vector | None:
+        return self.inner.reveal(payload)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"inner": self.inner.get_state(), "steps": self.steps,
+                "rate": -1.0 if self._rate is None else self._rate}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        if not state:
+            return
+        self.inner.set_state(state.get("inner", {}))
+        self.steps = int(state.get("steps", 0))
+        rate = float(state.get("rate", -1.0))
+        self._rate = None if rate < 0 else rate
+        self._accountant = None
+
+
+class _DPRound:
+    def __init__(self, inner: RoundAggregation, server: _DPServer) -> None:
+        self.inner, self.server = inner, server
+        self.participants = inner.participants
+        self.weights = inner.weights
+
+    def add(self, client: str, payload: Any) -> None:
+        self.inner.add(client, payload)
+
+    def finish(self, survivors: Sequence[str]) -> Any:
+        out = self.inner.finish(survivors)
+        self.server.account()
+        return out
+
+
+# --------------------------------------------------------------------------- jobs
+BASES = ("mean", "secagg", "additive", "ckks", "paillier")
+WRAPPERS = ("chaos", "dp")
+
+
+def build_aggregator(protect: Sequence[str], options: Mapping[str, Mapping[str, Any]]
+                     | None = None) -> Aggregator:
+    """Build the aggregator stack for ``protect`` (a job's ``protect = [...]``).
+
+    Parameters
+    ----------
+    protect
+        Names among ``secagg``, ``additive``, ``ckks``, ``paillier`` (at most one),
+        ``chaos`` and ``dp``, in any order.
+    options
+        Keyword arguments per name, e.g. ``{"dp": {"clip": 1.0}, "secagg":
+        {"threshold": 0.6}}``.
+
+    Raises
+    ------
+    ValidationError
+        For an unknown name, two bases, a repeated name, or options of a name not used.
+    """
+    names = list(protect)
+    opts = {k: dict(v) for k, v in (options or {}).items()}
+    unknown = [n for n in names if n not in BASES + WRAPPERS]
+    if unknown:
+        raise ValidationError(f"unknown protection(s) {unknown}; choose among "
+                              f"{list(BASES[1:] + WRAPPERS)}")
+    if len(set(names)) != len(names):
+        raise ValidationError(f"protect lists a protection twice: {names}")
+    bases = [n for n in names if n in BASES]
+    if len(bases) > 1:
+        raise ValidationError(f"protect names two base aggregators {bases}; choose one")
+    stray = [k for k in opts if k not in names]
+    if stray:
+        raise ValidationError(f"options given for protections not in protect: {stray}")
+    base = bases[0] if bases else "mean"
+    agg: Aggregator
+    if base == "secagg":
+        from islands.hfl.secagg import SecureAggregation
+
+        agg = SecureAggregation(**opts.get("secagg", {}))
+    elif base == "additive":
+        from islands.hfl.additive import AdditiveSharing
+
+        agg = AdditiveSharing(**opts.get("additive", {}))
+    elif base == "ckks":
+        from islands.hfl.homomorphic import CKKSAggregator
+
+        agg = CKKSAggregator(**opts.get("ckks", {}))
+    elif base == "paillier":
+        from islands.hfl.homomorphic import PaillierAggregator
+
+        agg = PaillierAggregator(**opts.get("paillier", {}))
+    else:
+        agg = MeanAggregator()
+    if "chaos" in names:
+        agg = ChaosPermutation(agg, **opts.get("chaos", {}))
+    if "dp" in names:
+        agg = ClientDP(agg, **opts.get("dp", {}))
+    return agg
+

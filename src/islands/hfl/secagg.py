@@ -1,0 +1,510 @@
+r"""Secure aggregation with dropout recovery (Bonawitz et al., CCS 2017), as an aggregator.
+
+The server learns Σ_k p_k·w_k over the clients whose update it received, and nothing
+else about any one client, even when up to n − t clients drop out during the round. One
+round is an explicit state machine on both sides (the semi-honest protocol of [1]_,
+Fig. 4, without the consistency-check round, which only matters against an active
+server):
+
+=====  ===============  ====================================================================
+stage  phase            what happens
+=====  ===============  ====================================================================
+0      ``advertise``    server → U0: a fresh session id and t. Each client makes two X25519
+                        key pairs (c: envelopes, s: masks) and replies with both public
+                        keys. U1 = who answered; |U1| ≥ t or the round fails.
+1      ``share-keys``   server → U1: everyone's public keys. Each client draws a self-mask
+                        seed b_u, Shamir-shares b_u and its mask private key s_u into
+                        |U1| shares (t-of-|U1|), and seals share v for each v with
+                        AES-GCM under the c-agreement (:mod:`islands.crypto.envelope`).
+                        U2 = who answered; |U2| ≥ t.
+1b     ``deliver``      server → U2: the list U2 and the envelopes addressed to each (no
+                        reply). Then the round's training tasks go to U2.
+2      masked input     each client uploads y_u = x_u + PRG(b_u) + Σ_{v∈U2} ±PRG(s_uv)
+                        mod 2^64, x_u the fixed-point encoding of p_u·w_u. U3 = the
+                        clients whose update arrived; |U3| ≥ t.
+3      ``unmask``       server → U3: U3 and the dropped U2 \ U3. Each client opens the
+                        envelopes it holds and returns the b-shares of U3 and the
+                        s-shares of the dropped, never both for one client. U5 = who
+                        answered; |U5| ≥ t. The server rebuilds every b_u (u ∈ U3) and
+                        every dropped s_v, removes the self masks and the dropped clients'
+                        pairwise masks, and decodes Σ_{U3} x_u.
+=====  ===============  ====================================================================
+
+Dropout handling, stage by stage: a client lost at stage 0 or 1 is simply not in the
+round (it does not train); lost during training (between 1b and 2) its pairwise masks
+are removed with its reconstructed s key; lost at stage 3 its update still counts (its
+b is rebuilt from the others' shares). Fewer than t at any stage is a
+:class:`~islands.errors.ProtocolError` naming the round and stage.
+
+Encoding and range: x = round(p·w·2^f) in Z_2^64 with f = ``frac_bits`` (default 32),
+checked so that the sum over |U2| clients cannot wrap: |p·w| < 2^(63−f)/|U2|
+(2^31/|U2| with the default: 4.3·10^6 for 500 clients). A value outside the range is a
+:class:`~islands.errors.ValidationError` at the client, never a silent wrap-around.
+Precision: each client's rounding is ≤ 2^-(f+1), so the mean is within
+|U3|·2^-(f+1)/Σ_{U3} p of the exact weighted mean (1.2·10^-7 for 1000 clients).
+
+Security (semi-honest, as [1]_ Thm. 6.2): any t − 1 shares of b_u or s_u are
+independent of them (Shamir, :mod:`islands.crypto.shamir`), so the server with fewer
+than t colluding clients sees each y_u masked by PRG outputs it cannot compute. Public
+keys are trusted as relayed: against a server that substitutes keys, authenticate them
+(mutual TLS in a deployment, or signatures — the active-security version of [1]_). Keys,
+seeds and session ids come from OpenSSL's and the OS's CSPRNG, never numpy; masks are
+ChaCha20 streams (:mod:`islands.crypto.prg`). Fresh keys every round, so a dropped
+client's reconstructed s key reveals nothing about other rounds.
+
+Cost: per client, two key pairs, |U1| envelopes and |U2| PRG streams of the model's
+length; per server, |U3| self-mask streams plus |U3|·|U2 \ U3| pairwise streams for
+the dropped (the quadratic term [1]_ §7 measures; ``benchmarks/bench_protect.py``).
+
+References
+----------
+.. [1] K. Bonawitz, V. Ivanov, B. Kreuter, A. Marcedone, H. B. McMahan, S. Patel,
+   D. Ramage, A. Segal, K. Seth. "Practical Secure Aggregation for Privacy-Preserving
+   Machine Learning." ACM CCS 2017.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from numpy.typing import NDArray
+
+from islands.crypto import shamir
+from islands.crypto.envelope import open_sealed, pair_context, seal
+from islands.crypto.fixedpoint import decode_fixed, encode_fixed
+from islands.crypto.masking import MaskingKey, generate_key, pairwise_mask
+from islands.crypto.prg import expand
+from islands.errors import ProtocolError, ValidationError, invalid_parameter
+from islands.hfl.aggregate import (
+    AggStep,
+    PlainServerHalf,
+    ServerLink,
+    StreamingRound,
+    unexpected_step,
+)
+from islands.runtime import Party
+from islands.validation import is_int
+
+__all__ = ["SecureAggregation", "threshold_for"]
+
+Vector = NDArray[np.float32]
+KEY_BYTES = 32
+_CONTEXT = b"islands secagg v1"
+_ENVELOPE = b"islands secagg shares v1"
+
+
+def threshold_for(threshold: float | int, n: int) -> int:
+    """T for ``n`` clients: an int is t itself; a fraction φ ∈ (0, 1) gives ⌊φ·n⌋ + 1.
+
+    Raises
+    ------
+    ValidationError
+        If the int exceeds ``n`` (the round cannot finish).
+    """
+    if is_int(threshold):
+        t = int(threshold)
+        if t > n:
+            raise ValidationError(
+                f"secure aggregation: threshold t={t} exceeds the {n} clients of the round")
+        return t
+    return min(n, math.floor(float(threshold) * n) + 1)
+
+
+def _round_context(session: bytes, rnd: int) -> bytes:
+    return _CONTEXT + session + rnd.to_bytes(8, "big")
+
+
+def _aad(session: bytes, rnd: int, sender: str, receiver: str) -> bytes:
+    return pair_context(b"aad", session + rnd.to_bytes(8, "big"), sender, receiver) + (
+        b"\x00" if sender < receiver else b"\x01")
+
+
+def _share_bytes(share: shamir.Share) -> bytes:
+    return np.asarray(share.y, dtype="<u4").tobytes()
+
+
+def _share_from(x: int, data: Any, who: str) -> shamir.Share:
+    if not isinstance(data, bytes) or len(data) != 4 * shamir.chunk_count(KEY_BYTES):
+        raise ProtocolError(f"secure aggregation: a malformed share from {who}")
+    return shamir.Share(x=x, y=np.frombuffer(data, dtype="<u4").astype(np.uint32))
+
+
+class SecureAggregation:
+    """Bonawitz et al.'s secure aggregation with t-of-n dropout recovery.
+
+    Parameters
+    ----------
+    threshold : float or int, default=0.5
+        t, the clients that must survive every stage: a fraction φ ∈ (0, 1) of the
+        round's clients (t = ⌊φ·n⌋ + 1, a strict majority by default) or an int.
+        Up to n − t clients may drop out; fewer than t colluding clients learn nothing
+        about another client's update together with the server.
+    frac_bits : int, default=32
+        Fractional bits f of the fixed-point encoding over Z_2^64 (see the module
+        docstring for the range and the rounding bound).
+
+    Notes
+    -----
+    Composes with FedAvg and APFL (any strategy), the chaos permutation and
+    client-level DP (:mod:`islands.hfl.protect`). The server learns the weighted mean
+    of the survivors: :meth:`ServerHalf.reveal` returns it.
+    """
+
+    name = "secagg"
+
+    def __init__(self, threshold: float | int = 0.5, frac_bits: int = 32) -> None:
+        if is_int(threshold):
+            if int(threshold) < 1:
+                raise invalid_parameter("threshold", "SecureAggregation",
+                                        "an int >= 1 or a fraction in (0, 1)", threshold)
+        elif not isinstance(threshold, float) or not 0.0 < threshold < 1.0:
+            raise invalid_parameter("threshold", "SecureAggregation",
+                                    "an int >= 1 or a fraction in (0, 1)", threshold)
+        if not is_int(frac_bits) or not 8 <= int(frac_bits) <= 48:
+            raise invalid_parameter("frac_bits", "SecureAggregation", "an int in [8, 48]",
+                                    frac_bits)
+        self.threshold = threshold
+        self.frac_bits = int(frac_bits)
+
+    def client_half(self) -> SecAggClient:
+        """Make a client's state machine."""
+        return SecAggClient(self.frac_bits)
+
+    def server_half(self) -> SecAggServer:
+        """Make the server's state machine."""
+        return SecAggServer(self.threshold, self.frac_bits)
+
+    def __repr__(self) -> str:
+        return f"SecureAggregation(threshold={self.threshold!r}, frac_bits={self.frac_bits})"
+
+
+# --------------------------------------------------------------------------- client
+class ClientStage(enum.Enum):
+    """Where a client is in one round."""
+
+    IDLE = "idle"
+    ADVERTISED = "advertised"
+    SHARED = "shared"
+    DELIVERED = "delivered"
+    MASKED = "masked"
+    UNMASKED = "unmasked"
+
+
+class SecAggClient:
+    """One client's side: keys, shares and masks of the current round."""
+
+    def __init__(self, frac_bits: int) -> None:
+        self.frac_bits = frac_bits
+        self.stage = ClientStage.IDLE
+        self.round = 0
+        self._c: MaskingKey | None = None
+        self._s: MaskingKey | None = None
+        self._b: bytes | None = None
+        self._session = b""
+        self._t = 0
+        self._u1: list[str] = []
+        self._keys: dict[str, tuple[bytes, bytes]] = {}
+        self._u2: list[str] = []
+        self._envelopes: dict[str, bytes] = {}
+
+    def _expect(self, party: Party, step: AggStep, *stages: ClientStage) -> None:
+        if step.round != self.round or self.stage not in stages:
+            raise ProtocolError(
+                f"secure aggregation: client {party.name!r} got {step.phase!r} of round "
+                f"{step.round} while at stage {self.stage.value!r} of round {self.round}",
+                party=party.name, step=step.phase)
+
+    def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
+        """Run one stage of the client's state machine; return the reply."""
+        if step.phase == "advertise":
+            return self._advertise(party, step)
+        if step.phase == "share-keys":
+            self._expect(party, step, ClientStage.ADVERTISED)
+            return self._share_keys(party, step)
+        if step.phase == "deliver":
+            self._expect(party, step, ClientStage.SHARED)
+            return self._deliver(party, step)
+        if step.phase == "unmask":
+            self._expect(party, step, ClientStage.MASKED)
+            return self._unmask(party, step)
+        raise unexpected_step(party, step, "secure")
+
+    def _advertise(self, party: Party, step: AggStep) -> dict[str, bytes]:
+        body = step.body
+        if step.round <= self.round and self.stage is not ClientStage.IDLE:
+            raise ProtocolError(
+                f"secure aggregation: client {party.name!r} was asked to advertise keys for "
+                f"round {step.round} again", party=party.name, step="advertise")
+        session, t = body.get("session"), body.get("threshold")
+        if not isinstance(session, bytes) or len(session) != 16 or not is_int(t) or t < 1:
+            raise ProtocolError("secure aggregation: malformed advertise request",
+                                party=party.name, step="advertise")
+        self.round, self._session, self._t = step.round, session, int(t)
+        self._c, self._s = generate_key(), generate_key()
+        self._b = None
+        self._envelopes = {}
+        self.stage = ClientStage.ADVERTISED
+        return {"c": self._c.public, "s": self._s.public}
+
+    def _share_keys(self, party: Party, step: AggStep) -> dict[str, bytes]:
+        assert self._c is not None and self._s is not None
+        keys = step.body.get("keys")
+        if not isinstance(keys, dict) or party.name not in keys:
+            raise ProtocolError("secure aggregation: malformed key list",
+                                party=party.name, step="share-keys")
+        mine = keys[party.name]
+        if list(mine) != [self._c.public, self._s.public]:
+            raise ProtocolError(
+                f"secure aggregation: the key list gives client {party.name!r} keys that "
+                "are not its own", party=party.name, step="share-keys")
+        if len(keys) < self._t:
+            raise ProtocolError(
+                f"secure aggregation round {self.round}: {len(keys)} clients advertised "
+                f"keys, below the threshold t={self._t}", party=party.name, step="share-keys")
+        flat = [k for pair in keys.values() for k in pair]
+        if len(set(flat)) != len(flat):
+            raise ProtocolError("secure aggregation: two clients present the same key",
+                                party=party.name, step="share-keys")
+        self._u1 = sorted(keys)
+        self._keys = {v: (bytes(k[0]), bytes(k[1])) for v, k in keys.items()}
+        self._b = secrets.token_bytes(KEY_BYTES)
+        n = len(self._u1)
+        s_shares = shamir.split(self._s.private.private_bytes_raw(), n, self._t)
+        b_shares = shamir.split(self._b, n, self._t)
+        out: dict[str, bytes] = {}
+        for i, v in enumerate(self._u1):
+            plain = _pack_pair(_share_bytes(s_shares[i]), _share_bytes(b_shares[i]))
+            if v == party.name:
+                self._envelopes[v] = plain  # its own shares stay with it, unsealed
+                continue
+            out[v] = seal(self._c, self._keys[v][0], plain,
+                          context=pair_context(_ENVELOPE, self._session, party.name, v),
+                          aad=_aad(self._session, self.round, party.name, v))
+        self.stage = ClientStage.SHARED
+        return out
+
+    def _deliver(self, party: Party, step: AggStep) -> None:
+        u2, envelopes = step.body.get("u2"), step.body.get("shares")
+        if (not isinstance(u2, list) or party.name not in u2 or not set(u2) <= set(self._u1)
+                or not isinstance(envelopes, dict)
+                or set(envelopes) != set(u2) - {party.name}):
+            raise ProtocolError("secure aggregation: malformed share delivery",
+                                party=party.name, step="deliver")
+        if len(u2) < self._t:
+            raise ProtocolError(
+                f"secure aggregation round {self.round}: {len(u2)} clients shared keys, "
+                f"below the threshold t={self._t}", party=party.name, step="deliver")
+        self._u2 = sorted(u2)
+        self._envelopes.update({v: bytes(e) for v, e in envelopes.items()})
+        self.stage = ClientStage.DELIVERED
+        return None
+
+    def open(self, payload: Any) -> Vector:
+        """Return the mean the server sent (it is plain: nothing to open)."""
+        return np.asarray(payload)
+
+    def payload(self, party: Party, *, server: str, round: int, params: Vector,
+                base: Vector, weight: float) -> NDArray[np.uint64]:
+        """Mask the fixed-point encoding of p·w (stage 2)."""
+        if round != self.round or self.stage is not ClientStage.DELIVERED:
+            raise ProtocolError(
+                f"secure aggregation: client {party.name!r} has no keys for round {round} "
+                f"(stage {self.stage.value!r} of round {self.round})", party=party.name,
+                step="update")
+        assert self._s is not None and self._b is not None
+        scaled = float(weight) * np.asarray(params, dtype=np.float64)
+        try:
+            x = encode_fixed(scaled, frac_bits=self.frac_bits, headroom=len(self._u2))
+        except ValidationError as exc:
+            raise ValidationError(
+                f"secure aggregation: client {party.name!r}'s update is outside the "
+                f"fixed-point range ({exc})") from exc
+        n = x.size
+        x += expand(self._b, n, label=b"secagg self")
+        peers = {v: self._keys[v][1] for v in self._u2 if v != party.name}
+        if peers:
+            x += pairwise_mask(party.name, self._s, peers, n,
+                               context=_round_context(self._session, self.round),
+                               label=b"secagg input")
+        self.stage = ClientStage.MASKED
+        return x
+
+    def _unmask(self, party: Party, step: AggStep) -> dict[str, dict[str, bytes]]:
+        assert self._c is not None
+        survivors, dropped = step.body.get("survivors"), step.body.get("dropped")
+        if (not isinstance(survivors, list) or not isinstance(dropped, list)
+                or party.name not in survivors):
+            raise ProtocolError("secure aggregation: malformed unmask request",
+                                party=party.name, step="unmask")
+        # the check that protects every client: never reveal both shares of one client
+        if set(survivors) & set(dropped) or set(survivors) | set(dropped) != set(self._u2):
+            raise ProtocolError(
+                f"secure aggregation: client {party.name!r} refuses to unmask: survivors and "
+                "dropped clients must split the round's clients exactly",
+                party=party.name, step="unmask")
+        if len(survivors) < self._t:
+            raise ProtocolError(
+                f"secure aggregation round {self.round}: {len(survivors)} survivors, below "
+                f"the threshold t={self._t}", party=party.name, step="unmask")
+        b_out: dict[str, bytes] = {}
+        s_out: dict[str, bytes] = {}
+        for v in self._u2:
+            plain = self._envelopes[v]
+            if v != party.name:
+                plain = open_sealed(
+                    self._c, self._keys[v][0], plain,
+                    context=pair_context(_ENVELOPE, self._session, party.name, v),
+                    aad=_aad(self._session, self.round, v, party.name), sender=repr(v))
+            s_share, b_share = _unpack_pair(plain)
+            if v in survivors:
+                b_out[v] = b_share
+            else:
+                s_out[v] = s_share
+        self.stage = ClientStage.UNMASKED
+        self._envelopes = {}
+        return {"b": b_out, "s": s_out}
+
+
+def _pack_pair(a: bytes, b: bytes) -> bytes:
+    return len(a).to_bytes(4, "big") + a + b
+
+
+def _unpack_pair(data: bytes) -> tuple[bytes, bytes]:
+    k = int.from_bytes(data[:4], "big")
+    return data[4:4 + k], data[4 + k:]
+
+
+# --------------------------------------------------------------------------- server
+class SecAggServer(PlainServerHalf):
+    """The server's side; one :class:`SecAggRound` per round."""
+
+    def __init__(self, threshold: float | int, frac_bits: int) -> None:
+        self.threshold = threshold
+        self.frac_bits = frac_bits
+
+    def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
+              weights: Mapping[str, float], dim: int) -> SecAggRound:
+        """Run stages 0, 1 and 1b; the round's participants are U2."""
+        return SecAggRound(link, round, list(clients), weights, dim,
+                           threshold_for(self.threshold, len(clients)), self.frac_bits)
+
+    def reveal(self, payload: Any) -> Vector:
+        """Return the mean: the server learns it."""
+        return np.asarray(payload)
+
+
+class ServerStage(enum.Enum):
+    """Where the server is in one round."""
+
+    KEYS = "keys"
+    COLLECTING = "collecting"
+    DONE = "done"
+
+
+class SecAggRound(StreamingRound):
+    """One round on the server: set-up in the constructor, unmasking in :meth:`finish`."""
+
+    def __init__(self, link: ServerLink, rnd: int, clients: list[str],
+                 weights: Mapping[str, float], dim: int, t: int, frac_bits: int) -> None:
+        self.link, self.round, self.t, self.frac_bits, self.dim = link, rnd, t, frac_bits, dim
+        self.stage = ServerStage.KEYS
+        self.session = secrets.token_bytes(16)
+        adverts = link.exchange(rnd, "advertise", {
+            c: {"session": self.session, "threshold": t} for c in clients})
+        u1 = [c for c in clients if c in adverts]
+        self._require(len(u1), "advertise")
+        keys: dict[str, list[bytes]] = {}
+        for c in u1:
+            a = adverts[c]
+            if not isinstance(a, dict) or not all(
+                    isinstance(a.get(k), bytes) and len(a[k]) == KEY_BYTES for k in "cs"):
+                raise ProtocolError(f"client {c!r} advertised malformed keys",
+                                    party=link.name, step="advertise")
+            keys[c] = [a["c"], a["s"]]
+        self.keys = keys
+        envelopes = link.exchange(rnd, "share-keys", {c: {"keys": keys} for c in u1})
+        u2 = [c for c in u1 if c in envelopes]
+        self._require(len(u2), "share-keys")
+        for c in u2:
+            env = envelopes[c]
+            if not isinstance(env, dict) or set(env) != set(u1) - {c}:
+                raise ProtocolError(f"client {c!r} sent shares for the wrong clients",
+                                    party=link.name, step="share-keys")
+        link.send(rnd, "deliver", {
+            u: {"u2": u2, "shares": {v: envelopes[v][u] for v in u2 if v != u}} for u in u2})
+        super().__init__(link.name, u2, {c: weights[c] for c in u2})
+        self.u1 = sorted(u1)
+        self._total = np.zeros(dim, dtype=np.uint64)
+        self.stage = ServerStage.COLLECTING
+
+    def _require(self, count: int, stage: str) -> None:
+        if count < self.t:
+            raise ProtocolError(
+                f"secure aggregation round {self.round}: only {count} clients left at stage "
+                f"{stage!r}, below the threshold t={self.t}; the round cannot be finished",
+                party=self.link.name, step=stage)
+
+    def add(self, client: str, payload: Any) -> None:
+        """Add one masked input y_u (mod 2^64)."""
+        if self.stage is not ServerStage.COLLECTING:
+            raise ProtocolError("secure aggregation: an update after the unmasking",
+                                party=self.server, step="update")
+        y = np.asarray(payload)
+        if y.shape != (self.dim,) or y.dtype != np.uint64:
+            raise ProtocolError(
+                f"server {self.server!r} got a malformed masked update from {client!r}: "
+                f"expected {self.dim} uint64 ring elements, got {y.dtype} {y.shape}",
+                party=self.server, step="update")
+        self.admit(client)
+        self._total += y
+
+    def finish(self, survivors: Sequence[str]) -> Vector:
+        """Stage 3: collect shares, remove the masks, decode the weighted mean."""
+        weight = self.check_survivors(survivors)
+        u3 = [c for c in self.participants if c in survivors]
+        self._require(len(u3), "masked input")
+        dropped = [c for c in self.participants if c not in survivors]
+        answers = self.link.exchange(self.round, "unmask", {
+            c: {"survivors": u3, "dropped": dropped} for c in u3})
+        responders = [c for c in u3 if c in answers]
+        self._require(len(responders), "unmask")
+        holders = responders[:self.t]
+        xs = [self.u1.index(c) + 1 for c in holders]
+        coefficients = shamir.lagrange_at_zero(xs)
+        for c in holders:
+            a = answers[c]
+            if (not isinstance(a, dict) or not isinstance(a.get("b"), dict)
+                    or not isinstance(a.get("s"), dict) or set(a["b"]) != set(u3)
+                    or set(a["s"]) != set(dropped)):
+                raise ProtocolError(f"client {c!r} sent a malformed unmask answer",
+                                    party=self.server, step="unmask")
+        total = self._total
+        for u in u3:
+            shares = [_share_from(x, answers[c]["b"][u], repr(c)) for x, c in zip(xs, holders,
+                                                                                   strict=True)]
+            b = shamir.combine(shares, KEY_BYTES, coefficients=coefficients)
+            total -= expand(b, self.dim, label=b"secagg self")
+        context = _round_context(self.session, self.round)
+        for v in dropped:
+            shares = [_share_from(x, answers[c]["s"][v], repr(c)) for x, c in zip(xs, holders,
+                                                                                   strict=True)]
+            raw = shamir.combine(shares, KEY_BYTES, coefficients=coefficients)
+            private = X25519PrivateKey.from_private_bytes(raw)
+            key = MaskingKey(private=private, public=private.public_key().public_bytes_raw())
+            if key.public != self.keys[v][1]:
+                raise ProtocolError(
+                    f"secure aggregation round {self.round}: the mask key rebuilt for dropped "
+                    f"client {v!r} does not match its public key (inconsistent shares)",
+                    party=self.server, step="unmask")
+            # v's mask restricted to the survivors is exactly minus the survivors' terms
+            # for their pairs with v: adding it back removes them
+            total += pairwise_mask(v, key, {u: self.keys[u][1] for u in u3}, self.dim,
+                                   context=context, label=b"secagg input")
+        self.stage = ServerStage.DONE
+        return (decode_fixed(total, frac_bits=self.frac_bits) / weight).astype(np.float32)
