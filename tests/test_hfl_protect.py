@@ -318,3 +318,54 @@ def test_build_aggregator_checks_its_input() -> None:
         build_aggregator(["dp"], {"dp": {"clip": -1.0}})
     stack = build_aggregator(["dp", "chaos", "secagg"])
     assert stack.name == "dp+chaos+secagg"
+
+
+# --------------------------------------------------------------------------- bad input
+def test_mismatched_vector_lengths_are_refused() -> None:
+    class Short:
+        def __init__(self) -> None:
+            self.inner = SecAggClient(frac_bits=32)
+
+        def on_step(self, party: Any, **kw: Any) -> Any:
+            return self.inner.on_step(party, **kw)
+
+        def open(self, payload: Any) -> Any:
+            return self.inner.open(payload)
+
+        def payload(self, party: Any, **kw: Any) -> Any:
+            return self.inner.payload(party, **kw)[:-1]
+
+    with pytest.raises(ProtocolError, match="malformed masked update from 'c1'"):
+        run(SecureAggregation(), k=3, epochs=1, halves={"c1": Short()})
+
+
+def test_homomorphic_rounds_refuse_other_lengths_and_keys() -> None:
+    pytest.importorskip("tenseal")
+    from islands.crypto import ckks, paillier
+    from islands.hfl.aggregate import ServerLink
+    from islands.hfl.homomorphic import CKKSAggregator, PaillierAggregator
+
+    class P:
+        name = "server"
+
+    link = ServerLink(P(), 1.0)  # type: ignore[arg-type]
+    ctx, other = ckks.make_context(), ckks.make_context()
+    half = CKKSAggregator().server_half()
+    half.context = ckks.load_context(ckks.public_context_bytes(ctx), secret=False)
+    rnd = half.start(link, round=1, clients=["a", "b"], weights={"a": 1.0, "b": 1.0}, dim=10)
+    with pytest.raises(ProtocolError, match="'a'"):
+        rnd.add("a", ckks.encrypt_vector(ctx, np.zeros(9000)))
+    with pytest.raises(ProtocolError, match="another key"):
+        rnd.add("b", ckks.encrypt_vector(other, np.zeros(10)))
+
+    pk, _ = paillier.generate_keypair(1024)
+    pk2, _ = paillier.generate_keypair(1024)
+    agg = PaillierAggregator(key_bits=1024)
+    phalf = agg.server_half()
+    phalf.public_key = pk
+    prnd = phalf.start(link, round=1, clients=["a", "b"], weights={"a": 1.0, "b": 1.0}, dim=50)
+    prnd.add("a", paillier.encrypt_vector(pk, np.zeros(50), agg.spec))
+    with pytest.raises(ProtocolError, match="'b'"):
+        prnd.add("b", paillier.encrypt_vector(pk, np.zeros(500), agg.spec))
+    with pytest.raises(ProtocolError, match="'b'"):
+        prnd.add("b", paillier.encrypt_vector(pk2, np.zeros(50), agg.spec))
