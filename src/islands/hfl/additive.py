@@ -29,14 +29,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.crypto.fixedpoint import decode_fixed, encode_fixed
 from islands.crypto.sharing import additive_shares
-from islands.errors import ProtocolError, ValidationError, invalid_parameter
+from islands.errors import ProtocolError
 from islands.hfl.aggregate import (
     AggStep,
     PlainServerHalf,
     ServerLink,
     StreamingRound,
+    check_ring_frac_bits,
+    ring_encode,
+    ring_mean,
     unexpected_step,
 )
 from islands.runtime import Party
@@ -61,10 +63,7 @@ class AdditiveSharing:
     name = "additive"
 
     def __init__(self, frac_bits: int = 32, timeout: float = 600.0) -> None:
-        if not is_int(frac_bits) or not 8 <= int(frac_bits) <= 48:
-            raise invalid_parameter("frac_bits", "AdditiveSharing", "an int in [8, 48]",
-                                    frac_bits)
-        self.frac_bits = int(frac_bits)
+        self.frac_bits = check_ring_frac_bits(frac_bits, "AdditiveSharing")
         self.timeout = check_float(timeout, "timeout", "AdditiveSharing", low=0.0,
                                    low_inclusive=False)
 
@@ -108,12 +107,8 @@ class _Client:
             raise ProtocolError(f"additive sharing: client {party.name!r} has no roster for "
                                 f"round {round}", party=party.name, step="update")
         m = len(self.roster)
-        try:
-            x = encode_fixed(float(weight) * np.asarray(params, dtype=np.float64),
-                             frac_bits=self.frac_bits, headroom=m)
-        except ValidationError as exc:
-            raise ValidationError(f"additive sharing: client {party.name!r}'s update is "
-                                  f"outside the fixed-point range ({exc})") from exc
+        x = ring_encode(params, weight, frac_bits=self.frac_bits, headroom=m,
+                        who=f"additive sharing: client {party.name!r}")
         if m == 1:
             self.own = x
         else:
@@ -195,4 +190,4 @@ class _Round(StreamingRound):
                 raise ProtocolError(f"client {c!r} sent a malformed partial sum",
                                     party=self.server, step="ss-sum")
             total += part
-        return (decode_fixed(total, frac_bits=self.frac_bits) / weight).astype(np.float32)
+        return ring_mean(total, frac_bits=self.frac_bits, weight=weight)

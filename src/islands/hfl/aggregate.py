@@ -40,7 +40,14 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.errors import PeerFailedError, PeerTimeoutError, ProtocolError, ValidationError
+from islands.crypto.fixedpoint import decode_fixed, encode_fixed
+from islands.errors import (
+    PeerFailedError,
+    PeerTimeoutError,
+    ProtocolError,
+    ValidationError,
+    invalid_parameter,
+)
 from islands.runtime import Party, wire
 
 __all__ = [
@@ -290,6 +297,32 @@ class PlainServerHalf:
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Nothing to restore."""
+
+
+def check_ring_frac_bits(frac_bits: Any, owner: str) -> int:
+    """Fractional bits of a Z_2^64 aggregator's fixed point: an int in [8, 48]."""
+    if isinstance(frac_bits, bool) or not isinstance(frac_bits, (int, np.integer)) or not (
+            8 <= int(frac_bits) <= 48):
+        raise invalid_parameter("frac_bits", owner, "an int in [8, 48]", frac_bits)
+    return int(frac_bits)
+
+
+def ring_encode(params: Vector, weight: float, *, frac_bits: int, headroom: int,
+                who: str) -> NDArray[np.uint64]:
+    """Encode p·w in Z_2^64 so that ``headroom`` uploads sum without wrapping.
+
+    A value outside the range is a ValidationError naming ``who`` (never a wrap-around).
+    """
+    scaled = float(weight) * np.asarray(params, dtype=np.float64)
+    try:
+        return encode_fixed(scaled, frac_bits=frac_bits, headroom=headroom)
+    except ValidationError as exc:
+        raise ValidationError(f"{who}'s update is outside the fixed-point range ({exc})") from exc
+
+
+def ring_mean(total: NDArray[np.uint64], *, frac_bits: int, weight: float) -> Vector:
+    """Decode Σ p_k·w_k from the ring and divide by the survivors' Σ p_k."""
+    return (decode_fixed(total, frac_bits=frac_bits) / weight).astype(np.float32)
 
 
 def unexpected_step(party: Party, step: AggStep, aggregator: str) -> ProtocolError:

@@ -77,7 +77,6 @@ from numpy.typing import NDArray
 
 from islands.crypto import shamir
 from islands.crypto.envelope import open_sealed, pair_context, seal
-from islands.crypto.fixedpoint import decode_fixed, encode_fixed
 from islands.crypto.masking import MaskingKey, generate_key, pairwise_mask
 from islands.crypto.prg import expand
 from islands.errors import ProtocolError, ValidationError, invalid_parameter
@@ -86,6 +85,9 @@ from islands.hfl.aggregate import (
     PlainServerHalf,
     ServerLink,
     StreamingRound,
+    check_ring_frac_bits,
+    ring_encode,
+    ring_mean,
     unexpected_step,
 )
 from islands.runtime import Party
@@ -166,11 +168,8 @@ class SecureAggregation:
         elif not isinstance(threshold, float) or not 0.0 < threshold < 1.0:
             raise invalid_parameter("threshold", "SecureAggregation",
                                     "an int >= 1 or a fraction in (0, 1)", threshold)
-        if not is_int(frac_bits) or not 8 <= int(frac_bits) <= 48:
-            raise invalid_parameter("frac_bits", "SecureAggregation", "an int in [8, 48]",
-                                    frac_bits)
         self.threshold = threshold
-        self.frac_bits = int(frac_bits)
+        self.frac_bits = check_ring_frac_bits(frac_bits, "SecureAggregation")
 
     def client_half(self) -> SecAggClient:
         """Make a client's state machine."""
@@ -318,13 +317,8 @@ class SecAggClient:
                 f"(stage {self.stage.value!r} of round {self.round})", party=party.name,
                 step="update")
         assert self._s is not None and self._b is not None
-        scaled = float(weight) * np.asarray(params, dtype=np.float64)
-        try:
-            x = encode_fixed(scaled, frac_bits=self.frac_bits, headroom=len(self._u2))
-        except ValidationError as exc:
-            raise ValidationError(
-                f"secure aggregation: client {party.name!r}'s update is outside the "
-                f"fixed-point range ({exc})") from exc
+        x = ring_encode(params, weight, frac_bits=self.frac_bits, headroom=len(self._u2),
+                        who=f"secure aggregation: client {party.name!r}")
         n = x.size
         x += expand(self._b, n, label=b"secagg self")
         peers = {v: self._keys[v][1] for v in self._u2 if v != party.name}
@@ -507,4 +501,4 @@ class SecAggRound(StreamingRound):
             total += pairwise_mask(v, key, {u: self.keys[u][1] for u in u3}, self.dim,
                                    context=context, label=b"secagg input")
         self.stage = ServerStage.DONE
-        return (decode_fixed(total, frac_bits=self.frac_bits) / weight).astype(np.float32)
+        return ring_mean(total, frac_bits=self.frac_bits, weight=weight)
