@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import islands
 from islands.cli import app
 
-HEAVY = ("torch", "tenseal", "grpc", "ray", "phe", "gmpy2", "pyarrow", "matplotlib",
+HEAVY = ("torch", "opacus", "tenseal", "grpc", "ray", "phe", "gmpy2", "pyarrow", "matplotlib",
          "sklearn", "typer", "rich")
 
 

@@ -383,6 +383,8 @@ def run_command(
         def on_round(record: Any, epoch: Any) -> None:
             acc = "" if record.accuracy is None else f" local acc {record.accuracy:.3f}"
             eps = "" if record.epsilon is None else f" ε={record.epsilon:.2f}"
+            if record.sample_epsilon is not None:
+                eps += f" DP-SGD ε={record.sample_epsilon:.2f}"
             info = f"round {record.round} τ={record.tau}{acc}{eps}"
             if epoch is not None and epoch.test:
                 key = "accuracy" if "accuracy" in epoch.test else "r2"
@@ -435,6 +437,9 @@ def _summarise_job(result: dict[str, Any]) -> None:
     if result.get("privacy"):
         facts.append(f"privacy spent ε = {result['privacy']['epsilon']:.3f} at "
                      f"δ = {result['privacy']['delta']:g}")
+    if result.get("sample_privacy"):
+        facts.append(f"DP-SGD privacy spent ε = {result['sample_privacy']['epsilon']:.3f} "
+                     f"at δ = {result['sample_privacy']['delta']:g} (largest of the clients)")
     if result.get("stopped"):
         facts.append(f"stopped early ({result['stopped']})")
     if base is not None and base.get("closed_form"):

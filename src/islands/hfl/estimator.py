@@ -26,6 +26,7 @@ from numpy.typing import ArrayLike, NDArray
 from islands.errors import ValidationError, invalid_parameter
 from islands.hfl.aggregate import MeanAggregator
 from islands.hfl.metrics import classification_report, regression_report
+from islands.hfl.protect import SampleDP
 from islands.hfl.protocol import (
     SERVER_FILE,
     DropoutEvent,
@@ -144,6 +145,9 @@ class FederatedModel:
     callback : callable or None
         ``callback(record: RoundRecord, epoch: EpochRecord | None)`` after every round
         (``epoch`` set at the end of an epoch): progress bars, logging.
+    sample_dp : SampleDP or None
+        Train every client with DP-SGD under these settings (sample-level differential
+        privacy, :mod:`islands.hfl.dpsgd`); the server accounts each client's budget.
 
     Attributes
     ----------
@@ -160,6 +164,12 @@ class FederatedModel:
     steps_per_epoch_ : int
     transcript_ : Transcript
     wall_time_ : float
+    stopped_ : str or None
+        Why the run ended early (``"privacy budget"``), or None.
+    privacy_ : tuple or None
+        Client-level (ε, δ) spent (with ``protect`` DP), or None.
+    sample_privacy_ : tuple or None
+        The largest sample-level (ε, δ) of any client (with ``sample_dp``), or None.
     """
 
     def __init__(self, model: Any, strategy: Strategy | None = None, *, epochs: int = 1,
@@ -169,6 +179,7 @@ class FederatedModel:
                  threads: int | Literal["auto"] | None = "auto",
                  keep_payloads: bool = False,
                  callback: Callable[[RoundRecord, EpochRecord | None], None] | None = None,
+                 sample_dp: SampleDP | None = None,
                  ) -> None:
         self.model = model
         self.strategy = strategy
@@ -183,10 +194,14 @@ class FederatedModel:
         self.threads = threads
         self.keep_payloads = keep_payloads
         self.callback = callback
+        self.sample_dp = sample_dp
 
     def _validate(self) -> None:
         owner = "FederatedModel"
         check_int(self.epochs, "epochs", owner, low=1)
+        if self.sample_dp is not None and not isinstance(self.sample_dp, SampleDP):
+            raise invalid_parameter("sample_dp", owner, "None or a SampleDP",
+                                    describe(self.sample_dp))
         if self.task not in ("classification", "regression"):
             raise invalid_parameter("task", owner, "'classification' or 'regression'",
                                     describe(self.task))
@@ -269,7 +284,7 @@ class FederatedModel:
             tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed, k))
             learners.append(TorchLearner(self.model, X[tr], y[tr], X[ev], y[ev],
                                          task=self.task, seed=client_seed(self.seed, k),
-                                         pool=pool))
+                                         pool=pool, dp=self.sample_dp))
         initial = flat_parameters(self.model.build(self.seed))
         scorer = None
         if test is not None:
@@ -309,7 +324,8 @@ class FederatedModel:
             "server": partial(server, clients=names, strategy=strategy, initial=initial,
                               epochs=self.epochs, concurrency=self.concurrency,
                               client_timeout=self.timeout, checkpoint=self.checkpoint,
-                              resume=resume, on_round=on_round, send_final=False),
+                              resume=resume, on_round=on_round, send_final=False,
+                              sample_dp=self.sample_dp),
         }
         for name, learner, half in zip(names, learners, halves, strict=True):
             roles[name] = partial(client, server="server", learner=learner,
@@ -327,6 +343,7 @@ class FederatedModel:
                         else halves[0].open(result.payload))
         self.stopped_ = result.stopped
         self.privacy_ = result.privacy
+        self.sample_privacy_ = result.sample_privacy
         self.rounds_ = result.rounds
         self.history_ = history
         self.aggregations_ = result.aggregations

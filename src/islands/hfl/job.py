@@ -45,6 +45,11 @@ options named after it::
     [secagg]
     threshold = 0.6              # t as a fraction of the round's clients, or an int
 
+    [dp-sgd]                     # sample-level DP: every client trains with DP-SGD
+    clip = 1.0                   # per-sample gradient bound C
+    noise_multiplier = 1.1
+    target_epsilon = 8.0
+
 Every key is checked: an unknown key (a typo) or a value of the wrong kind is an error
 naming the section and key. :func:`run_job` trains the federation, the centralised
 baseline (``baseline = true``) or, for a linear regression, the closed-form ridge
@@ -95,6 +100,7 @@ _PROTECT_OPTIONS: dict[str, set[str]] = {
     "chaos": set(),
     "dp": {"clip", "noise_multiplier", "noise", "guaranteed", "delta", "target_epsilon",
            "accountant"},
+    "dp-sgd": {"clip", "noise_multiplier", "delta", "target_epsilon", "accountant"},
 }
 _TOP = {"name", "seed", "epochs", "output", "baseline", "task", "concurrency", "timeout",
         "eval_fraction", "data", "partition", "model", "strategy", "protect",
@@ -258,9 +264,10 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
                            f"not use {name!r}")
         options[name] = _section(raw, name, allowed, where)
     try:
-        from islands.hfl.protect import build_aggregator
+        from islands.hfl.protect import build_aggregator, build_sample_dp
 
         build_aggregator(protect, options)  # every value checked before anything runs
+        build_sample_dp(protect, options)
     except (ValidationError, TypeError, ImportError) as exc:
         raise JobError(f"{where}: protect = {protect}: {exc}") from exc
     return Job(
@@ -471,11 +478,14 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
     t0 = time.perf_counter()
     out = Path(output if output is not None else job.output)
     prep = prepare(job)
+    from islands.hfl.protect import build_sample_dp
+
     strategy = build_strategy(job)
     fl = FederatedModel(prep.spec, strategy, epochs=job.epochs, task=job.task,  # type: ignore[arg-type]
                         eval_fraction=job.eval_fraction, seed=job.seed,
                         concurrency=job.concurrency, timeout=job.timeout,
-                        checkpoint=out / "checkpoints", resume=resume, callback=callback)
+                        checkpoint=out / "checkpoints", resume=resume, callback=callback,
+                        sample_dp=build_sample_dp(job.protect, job.protect_options))
     fl.fit(prep.parts, test=prep.test)
     X_test, y_test = prep.test
     final = fl.score(X_test, y_test)
@@ -503,8 +513,11 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
         "protect": list(job.protect),
         "privacy": (None if fl.privacy_ is None
                     else {"epsilon": fl.privacy_[0], "delta": fl.privacy_[1]}),
+        "sample_privacy": (None if fl.sample_privacy_ is None else
+                           {"epsilon": fl.sample_privacy_[0], "delta": fl.sample_privacy_[1]}),
         "stopped": fl.stopped_,
         "epsilon": [r.epsilon for r in fl.rounds_],
+        "sample_epsilon": [r.sample_epsilon for r in fl.rounds_],
         "tau": [r.tau for r in fl.rounds_],
         "local_accuracy": [r.accuracy for r in fl.rounds_],
         "federated_seconds": fl.wall_time_,

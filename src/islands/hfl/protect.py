@@ -33,6 +33,15 @@ removing one client) with noise multiplier σ, subsampled with rate q = clients 
 / clients (q = 1 when all train); :class:`islands.privacy.PrivacyAccountant` composes
 them (RDP by default) and the server reports (ε, δ) after every round; with
 ``target_epsilon`` the run stops before the round that would exceed it.
+
+Sample-level differential privacy (``"dp-sgd"``, :class:`SampleDP`): every client trains
+with DP-SGD (Abadi et al. 2016; :mod:`islands.hfl.dpsgd`, per-sample gradients from
+Opacus), which protects each *training example* of that client, whatever the other
+parties do with its updates. It is not an aggregator: it changes local training, so it
+composes with every protection above. Each client's budget is its own (ε, δ) over its
+own rows; both the client (which refuses to overspend) and the server (which stops the
+run before a round that would, :class:`SampleBudget`) account it, and the server
+reports the largest ε among the clients.
 """
 
 from __future__ import annotations
@@ -59,7 +68,16 @@ from islands.hfl.keys import KeyReceiver, deal_key
 from islands.runtime import Party
 from islands.validation import check_float, is_int
 
-__all__ = ["BASES", "ChaosPermutation", "ClientDP", "build_aggregator"]
+__all__ = [
+    "BASES",
+    "SAMPLE_LEVEL",
+    "ChaosPermutation",
+    "ClientDP",
+    "SampleBudget",
+    "SampleDP",
+    "build_aggregator",
+    "build_sample_dp",
+]
 
 Vector = NDArray[np.float32]
 
@@ -358,9 +376,129 @@ class _DPRound:
         return out
 
 
+# --------------------------------------------------------------------------- DP-SGD
+class SampleDP:
+    """Sample-level differential privacy: DP-SGD settings shared by a federation.
+
+    Each local step draws a Poisson sample of the client's rows (each row independently
+    with probability q = b/n, b the client's batch size, n its training rows), clips
+    every per-sample gradient to L2 ≤ C, adds N(0, σ²C²) from a cryptographic generator
+    to their sum and divides by b (:mod:`islands.hfl.dpsgd`). One step is one release of
+    the Poisson-subsampled Gaussian mechanism with noise multiplier σ and sampling rate
+    q; :class:`islands.privacy.PrivacyAccountant` composes them.
+
+    Parameters
+    ----------
+    clip : float, default=1.0
+        C, the per-sample gradient L2 bound.
+    noise_multiplier : float, default=1.0
+        σ: the noise std divided by C.
+    delta : float, default=1e-5
+        δ of the reported (ε, δ); keep it below 1/n.
+    target_epsilon : float, optional
+        Stop the run before a round that would take any client past this ε.
+    accountant : {"rdp", "pld"}, default="rdp"
+        dp-accounting's accountant.
+    """
+
+    name = "dp-sgd"
+
+    def __init__(self, *, clip: float = 1.0, noise_multiplier: float = 1.0,
+                 delta: float = 1e-5, target_epsilon: float | None = None,
+                 accountant: str = "rdp") -> None:
+        owner = "SampleDP"
+        self.clip = check_float(clip, "clip", owner, low=0.0, low_inclusive=False)
+        self.noise_multiplier = check_float(noise_multiplier, "noise_multiplier", owner,
+                                            low=0.0, low_inclusive=False)
+        self.delta = check_float(delta, "delta", owner, low=0.0, low_inclusive=False)
+        if self.delta >= 1:
+            raise invalid_parameter("delta", owner, "a float in (0, 1)", delta)
+        self.target_epsilon = (None if target_epsilon is None else check_float(
+            target_epsilon, "target_epsilon", owner, low=0.0, low_inclusive=False))
+        if accountant not in ("rdp", "pld"):
+            raise invalid_parameter("accountant", owner, "'rdp' or 'pld'", accountant)
+        self.accountant = accountant
+
+    def sampling_rate(self, batch_size: int, n: int) -> float:
+        """Return q = b/n, the Poisson sampling rate for ``n`` rows and batch size ``b``."""
+        if not is_int(n) or n < 1:
+            raise invalid_parameter("n", "SampleDP.sampling_rate", "an int >= 1", n)
+        if not is_int(batch_size) or not 1 <= batch_size <= n:
+            raise invalid_parameter("batch_size", "SampleDP.sampling_rate",
+                                    f"an int in [1, {n}]", batch_size)
+        return int(batch_size) / int(n)
+
+    def new_accountant(self, batch_size: int, n: int) -> Any:
+        """Return a fresh :class:`~islands.privacy.PrivacyAccountant` for one client."""
+        from islands.privacy import PrivacyAccountant
+
+        return PrivacyAccountant(self.noise_multiplier,
+                                 sampling_rate=self.sampling_rate(batch_size, n),
+                                 delta=self.delta, method=self.accountant)
+
+    def __repr__(self) -> str:
+        return (f"SampleDP(clip={self.clip}, noise_multiplier={self.noise_multiplier}, "
+                f"delta={self.delta}, target_epsilon={self.target_epsilon})")
+
+
+class SampleBudget:
+    """The server's view of every client's DP-SGD budget (one accountant per client).
+
+    The server knows each client's rows (its join), batch size and steps per round (it
+    sets them), so it can account exactly what the clients account themselves.
+
+    Parameters
+    ----------
+    dp
+        The federation's DP-SGD settings.
+    counts, batch_sizes
+        Training rows and batch size per client.
+    """
+
+    def __init__(self, dp: SampleDP, counts: Mapping[str, int],
+                 batch_sizes: Mapping[str, int]) -> None:
+        self.dp = dp
+        self.accountants = {c: dp.new_accountant(int(batch_sizes[c]), int(counts[c]))
+                            for c in counts}
+
+    def would_exceed(self, clients: Sequence[str], steps: int) -> bool:
+        """Whether ``steps`` more steps would take any of ``clients`` past the target."""
+        target = self.dp.target_epsilon
+        return target is not None and any(
+            self.accountants[c].would_exceed(target, steps) for c in clients)
+
+    def step(self, clients: Sequence[str], steps: int) -> None:
+        """Account ``steps`` DP-SGD steps for each of ``clients``."""
+        for c in clients:
+            self.accountants[c].step(steps)
+
+    def spent(self) -> tuple[float, float]:
+        """Return the largest (ε, δ) among the clients."""
+        return max(a.epsilon() for a in self.accountants.values()), self.dp.delta
+
+    def get_state(self) -> dict[str, Any]:
+        """Return every client's accountant state, for checkpoints."""
+        return {c: a.get_state() for c, a in self.accountants.items()}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`get_state` saved (clients not in the run are ignored)."""
+        for c, st in state.items():
+            if c in self.accountants:
+                self.accountants[c].set_state(st)
+
+
 # --------------------------------------------------------------------------- jobs
 BASES = ("mean", "secagg", "additive", "ckks", "paillier")
 WRAPPERS = ("chaos", "dp")
+SAMPLE_LEVEL = ("dp-sgd",)
+
+
+def build_sample_dp(protect: Sequence[str], options: Mapping[str, Mapping[str, Any]]
+                    | None = None) -> SampleDP | None:
+    """Return the :class:`SampleDP` that ``protect`` asks for (``"dp-sgd"``), or None."""
+    if "dp-sgd" not in protect:
+        return None
+    return SampleDP(**dict((options or {}).get("dp-sgd", {})))
 
 
 def build_aggregator(protect: Sequence[str], options: Mapping[str, Mapping[str, Any]]
@@ -371,7 +509,8 @@ def build_aggregator(protect: Sequence[str], options: Mapping[str, Mapping[str, 
     ----------
     protect
         Names among ``secagg``, ``additive``, ``ckks``, ``paillier`` (at most one),
-        ``chaos`` and ``dp``, in any order.
+        ``chaos`` and ``dp``, in any order; ``dp-sgd`` is allowed and left to
+        :func:`build_sample_dp` (it changes training, not aggregation).
     options
         Keyword arguments per name, e.g. ``{"dp": {"clip": 1.0}, "secagg":
         {"threshold": 0.6}}``.
@@ -383,10 +522,10 @@ def build_aggregator(protect: Sequence[str], options: Mapping[str, Mapping[str, 
     """
     names = list(protect)
     opts = {k: dict(v) for k, v in (options or {}).items()}
-    unknown = [n for n in names if n not in BASES + WRAPPERS]
+    unknown = [n for n in names if n not in BASES + WRAPPERS + SAMPLE_LEVEL]
     if unknown:
         raise ValidationError(f"unknown protection(s) {unknown}; choose among "
-                              f"{list(BASES[1:] + WRAPPERS)}")
+                              f"{list(BASES[1:] + WRAPPERS + SAMPLE_LEVEL)}")
     if len(set(names)) != len(names):
         raise ValidationError(f"protect lists a protection twice: {names}")
     bases = [n for n in names if n in BASES]

@@ -79,6 +79,7 @@ from islands.hfl.aggregate import (
 )
 from islands.hfl.checkpoint import load_checkpoint, save_checkpoint
 from islands.hfl.maths import round_steps, weighted_accuracy
+from islands.hfl.protect import SampleBudget, SampleDP
 from islands.hfl.strategy import LocalConfig, Strategy
 from islands.runtime import Party, wire
 from islands.validation import check_float, check_int
@@ -184,7 +185,11 @@ class RoundRecord:
     epoch_end
         Whether the round closed an epoch.
     epsilon
-        The differential-privacy budget ε spent after the round (None without DP).
+        The client-level differential-privacy budget ε spent after the round (None
+        without client-level DP).
+    sample_epsilon
+        The largest sample-level (DP-SGD) ε of any client after the round (None
+        without DP-SGD).
     """
 
     round: int
@@ -199,6 +204,7 @@ class RoundRecord:
     seconds: float
     epoch_end: bool
     epsilon: float | None = None
+    sample_epsilon: float | None = None
 
 
 @dataclass(frozen=True)
@@ -244,7 +250,9 @@ class ServerResult:
     stopped
         Why the run ended before its epochs (e.g. the privacy budget), or None.
     privacy
-        The (ε, δ) spent, or None without differential privacy.
+        The client-level (ε, δ) spent, or None without client-level DP.
+    sample_privacy
+        The largest sample-level (ε, δ) of any client, or None without DP-SGD.
     """
 
     params: Vector | None
@@ -258,6 +266,7 @@ class ServerResult:
     payload: Any = None
     stopped: str | None = None
     privacy: tuple[float, float] | None = None
+    sample_privacy: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -324,6 +333,7 @@ def server(
     resume: bool = False,
     on_round: Callable[[RoundRecord, Any], None] | None = None,
     send_final: bool = True,
+    sample_dp: SampleDP | None = None,
 ) -> ServerResult:
     """Run the FL server: ``epochs`` epochs of rounds, as the strategy directs.
 
@@ -355,6 +365,10 @@ def server(
     send_final
         Send the final model to the clients with :class:`Finish` (a simulation whose
         caller reads the model from the server can skip N copies of it).
+    sample_dp
+        The DP-SGD settings the clients train with: the server then accounts every
+        client's sample-level budget, reports the largest ε and stops before a round
+        that would take a client past ``target_epsilon``.
 
     Returns
     -------
@@ -395,6 +409,7 @@ def server(
             f"least min_clients={min_clients}", party=party.name, step="join")
     batch_sizes = strategy.setup(counts)
     steps_per_epoch = min(counts[c] // batch_sizes[c] for c in counts)
+    budget = None if sample_dp is None else SampleBudget(sample_dp, counts, batch_sizes)
 
     available = half.setup(link, list(counts))
     _drain(link, dropouts, available)
@@ -428,6 +443,8 @@ def server(
         available = [c for c in saved["available"] if c in available]
         strategy.set_state(saved["strategy"])
         half.set_state(saved.get("aggregator", {}))
+        if budget is not None:
+            budget.set_state(saved.get("sample_budget", {}))
         records = _records_from_columns(saved["records"])
         dropouts = [DropoutEvent(**d) for d in saved["dropouts"]] + dropouts
         resumed_from = rnd
@@ -448,6 +465,12 @@ def server(
             raise ProtocolError(
                 f"round {rnd}: {len(chosen)} clients available, fewer than "
                 f"min_clients={min_clients}", party=party.name, step="task")
+        if budget is not None and budget.would_exceed(chosen, steps):
+            rnd -= 1
+            stopped = "privacy budget"
+            log.warning("stopping before round %d: its %d DP-SGD steps would take a client "
+                        "past the target epsilon", rnd + 1, steps)
+            break
         config = strategy.local_config(rnd)
         evaluate = strategy.needs_evaluation(rnd)
         agg = half.start(link, round=rnd, clients=chosen,
@@ -462,6 +485,8 @@ def server(
         results = _run_round(party, participants, rnd, model, initial_model, epoch, step,
                              steps, batch_sizes, config, evaluate, agg,
                              concurrency or len(participants), client_timeout)
+        if budget is not None:  # a client that dropped out may still have trained
+            budget.step(participants, steps)
         for name, reason in _failures(results):
             dropouts.append(DropoutEvent(rnd, name, reason))
             log.warning("round %d: client %r left out (%s)", rnd, name, reason)
@@ -497,7 +522,8 @@ def server(
                              clients=len(chosen), survivors=len(survivors),
                              accuracy=accuracy, loss=loss,
                              seconds=time.perf_counter() - t0, epoch_end=epoch_end,
-                             epsilon=None if spent is None else spent[0])
+                             epsilon=None if spent is None else spent[0],
+                             sample_epsilon=None if budget is None else budget.spent()[0])
         records.append(record)
         if ckpt_path is not None:
             save_checkpoint(ckpt_path, {
@@ -505,6 +531,7 @@ def server(
                 "epoch": epoch, "step": step, "aggregations": aggregations,
                 "available": available, "strategy": strategy.get_state(),
                 "aggregator": half.get_state(),
+                "sample_budget": {} if budget is None else budget.get_state(),
                 "records": _records_to_columns(records),
                 "dropouts": [asdict(d) for d in dropouts],
             })
@@ -521,7 +548,8 @@ def server(
                         dropouts=dropouts, batch_sizes=batch_sizes,
                         steps_per_epoch=steps_per_epoch, counts=counts,
                         resumed_from=resumed_from, payload=model, stopped=stopped,
-                        privacy=_spent(half))
+                        privacy=_spent(half),
+                        sample_privacy=None if budget is None else budget.spent())
 
 
 def _drain(link: ServerLink, dropouts: list[DropoutEvent], available: list[str]) -> None:
@@ -546,7 +574,7 @@ def _exhausted(half: Any) -> bool:
 
 
 _RECORD_FIELDS = ("round", "epoch", "step", "tau", "steps", "clients", "survivors",
-                  "accuracy", "loss", "seconds", "epoch_end", "epsilon")
+                  "accuracy", "loss", "seconds", "epoch_end", "epsilon", "sample_epsilon")
 
 
 def _records_to_columns(records: list[RoundRecord]) -> dict[str, Any]:
@@ -555,7 +583,7 @@ def _records_to_columns(records: list[RoundRecord]) -> dict[str, Any]:
     cols: dict[str, Any] = {}
     for name in _RECORD_FIELDS:
         values = [getattr(r, name) for r in records]
-        if name in ("accuracy", "epsilon"):
+        if name in ("accuracy", "epsilon", "sample_epsilon"):
             cols[name] = np.array([math.nan if v is None else v for v in values], np.float64)
         elif name in ("loss", "seconds"):
             cols[name] = np.array(values, np.float64)
@@ -570,9 +598,11 @@ def _records_from_columns(cols: dict[str, Any]) -> list[RoundRecord]:
     n = len(cols["round"])
     out = []
     eps_col = cols.get("epsilon", [math.nan] * n)
+    sample_col = cols.get("sample_epsilon", [math.nan] * n)
     for i in range(n):
         acc = float(cols["accuracy"][i])
         eps = float(eps_col[i])
+        sample_eps = float(sample_col[i])
         out.append(RoundRecord(
             round=int(cols["round"][i]), epoch=int(cols["epoch"][i]), step=int(cols["step"][i]),
             tau=int(cols["tau"][i]), steps=int(cols["steps"][i]),
@@ -580,7 +610,8 @@ def _records_from_columns(cols: dict[str, Any]) -> list[RoundRecord]:
             survivors=int(cols["survivors"][i]), accuracy=None if math.isnan(acc) else acc,
             loss=float(cols["loss"][i]), seconds=float(cols["seconds"][i]),
             epoch_end=bool(cols["epoch_end"][i]),
-            epsilon=None if math.isnan(eps) else eps))
+            epsilon=None if math.isnan(eps) else eps,
+            sample_epsilon=None if math.isnan(sample_eps) else sample_eps))
     return out
 
 

@@ -52,6 +52,7 @@ from islands.validation import check_float, check_int, check_labels, describe, i
 
 __all__ = [
     "Position",
+    "StepSettings",
     "Task",
     "TrainOutcome",
     "Trainer",
@@ -195,6 +196,40 @@ class TrainOutcome:
     loss: float
     steps: int
     end: Position
+
+
+@dataclass
+class StepSettings:
+    """The checked arguments of one :meth:`Trainer.train` call, and the update rule.
+
+    ``apply`` is the SGD step of the module docstring: given the flat parameters ``w``
+    (updated in place), the step's gradient ``g`` of the loss, the momentum buffer and
+    the FedProx anchor w₀, it adds λ·w and μ·(w − w₀) to ``g``, folds in momentum and
+    takes the step; it returns the new buffer.
+    """
+
+    params: NDArray[np.float32]
+    steps: int
+    batch_size: int
+    steps_per_epoch: int
+    lr: float
+    momentum: float
+    weight_decay: float
+    prox_mu: float
+    momentum_buffer: torch.Tensor | None
+
+    def apply(self, flat: torch.Tensor, g: torch.Tensor, buf: torch.Tensor | None,
+              anchor: torch.Tensor | None) -> torch.Tensor | None:
+        """One SGD step on ``flat`` (in place) from gradient ``g``; returns the buffer."""
+        if self.weight_decay != 0.0:
+            g.add_(flat, alpha=self.weight_decay)
+        if anchor is not None:
+            g.add_(flat - anchor, alpha=self.prox_mu)
+        if self.momentum != 0.0:
+            buf = g if buf is None else buf.mul_(self.momentum).add_(g)
+            g = buf
+        flat.add_(g, alpha=-self.lr)
+        return buf
 
 
 def _as_features(X: Any, spec: ModelSpec, name: str, owner: str) -> NDArray[np.float32]:
@@ -353,10 +388,7 @@ class Trainer:
         return perm
 
     def _loss(self, module: nn.Module, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        out = module(xb)
-        if self.task == "classification":
-            return F.cross_entropy(out, yb)
-        return F.mse_loss(out.reshape(-1), yb)
+        return self.loss(module, xb, yb)
 
     def train(
         self,
@@ -399,7 +431,44 @@ class Trainer:
         -------
         TrainOutcome
         """
-        owner = "Trainer.train"
+        st = self.settings(params, start=start, steps=steps, batch_size=batch_size, lr=lr,
+                           momentum=momentum, weight_decay=weight_decay, prox_mu=prox_mu,
+                           momentum_buffer=momentum_buffer, owner="Trainer.train")
+        b, spe, buf = st.batch_size, st.steps_per_epoch, st.momentum_buffer
+        losses = 0.0
+        pos = start
+        with self.pool.borrow() as module:
+            _load_checked(module, st.params)
+            flat = _flat_tensor(module)
+            anchor = flat.clone() if st.prox_mu > 0.0 else None
+            tensors = _params_of(module)
+            for _ in range(st.steps):
+                perm = self._epoch_order(pos.epoch)
+                idx = torch.from_numpy(perm[pos.step * b : (pos.step + 1) * b])
+                with torch.enable_grad():
+                    loss = self._loss(module, self._X.index_select(0, idx),
+                                      self._y.index_select(0, idx))
+                    grads = torch.autograd.grad(loss, tensors)
+                with torch.no_grad():
+                    g = torch.cat([gi.reshape(-1) for gi in grads])
+                    buf = st.apply(flat, g, buf, anchor)
+                losses += float(loss.item())
+                pos = pos.advance(1, spe)
+            out_params: NDArray[np.float32] = flat.numpy().copy()
+        out_buf: NDArray[np.float32] | None = None if buf is None else buf.numpy()
+        return TrainOutcome(out_params, out_buf, losses / st.steps, st.steps, pos)
+
+    def settings(self, params: Any, *, start: Position, steps: int, batch_size: int,
+                 lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
+                 prox_mu: float = 0.0, momentum_buffer: Any = None,
+                 owner: str = "Trainer.settings") -> StepSettings:
+        """Check the arguments of :meth:`train` and return them as :class:`StepSettings`.
+
+        Raises
+        ------
+        ValidationError
+            Naming the first argument out of range (see :meth:`train`).
+        """
         w0 = _check_vector(params, self.n_params, "params", owner)
         if not isinstance(start, Position):
             raise invalid_parameter("start", owner, "a Position", describe(start))
@@ -422,38 +491,25 @@ class Trainer:
             buf = torch.from_numpy(
                 _check_vector(momentum_buffer, self.n_params, "momentum_buffer", owner).copy()
             )
+        return StepSettings(w0, steps, b, spe, lr, m, wd, mu, buf)
 
-        losses = 0.0
-        pos = start
-        with self.pool.borrow() as module:
-            _load_checked(module, w0)
-            flat = _flat_tensor(module)
-            anchor = flat.clone() if mu > 0.0 else None
-            tensors = _params_of(module)
-            for _ in range(steps):
-                perm = self._epoch_order(pos.epoch)
-                idx = torch.from_numpy(perm[pos.step * b : (pos.step + 1) * b])
-                with torch.enable_grad():
-                    loss = self._loss(module, self._X.index_select(0, idx),
-                                      self._y.index_select(0, idx))
-                    grads = torch.autograd.grad(loss, tensors)
-                with torch.no_grad():
-                    g = torch.cat([gi.reshape(-1) for gi in grads])
-                    if wd != 0.0:
-                        g.add_(flat, alpha=wd)
-                    if anchor is not None:
-                        g.add_(flat - anchor, alpha=mu)
-                    if m != 0.0:
-                        buf = g if buf is None else buf.mul_(m).add_(g)
-                        g = buf
-                    flat.add_(g, alpha=-lr)
-                losses += float(loss.item())
-                pos = Position(pos.epoch, pos.step + 1) if pos.step + 1 < spe else Position(
-                    pos.epoch + 1, 0
-                )
-            out_params: NDArray[np.float32] = flat.numpy().copy()
-        out_buf: NDArray[np.float32] | None = None if buf is None else buf.numpy()
-        return TrainOutcome(out_params, out_buf, losses / steps, steps, pos)
+    @property
+    def features(self) -> torch.Tensor:
+        """The party's rows, a float32 tensor of shape (n, *input_shape); do not modify."""
+        return self._X
+
+    @property
+    def targets(self) -> torch.Tensor:
+        """The party's labels (int64) or targets (float32), shape (n,); do not modify."""
+        return self._y
+
+    def loss(self, module: nn.Module, xb: torch.Tensor, yb: torch.Tensor,
+             reduction: str = "mean") -> torch.Tensor:
+        """Return the task's loss of ``module`` on a batch (cross-entropy or squared error)."""
+        out = module(xb)
+        if self.task == "classification":
+            return F.cross_entropy(out, yb, reduction=reduction)
+        return F.mse_loss(out.reshape(-1), yb, reduction=reduction)
 
     def _outputs(self, params: Any, X: Any, owner: str) -> torch.Tensor:
         w = _check_vector(params, self.n_params, "params", owner)
