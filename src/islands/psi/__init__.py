@@ -61,8 +61,8 @@ def intersect(ids_a: Any, ids_b: Any, *, workers: int | None = None,
               timeout: float = 600.0) -> list[Any]:
     """Return the IDs ``ids_a`` and ``ids_b`` share, found by a two-party PSI protocol.
 
-    The order is the aligned order both parties agree on (sorted by the IDs' canonical
-    encoding). See :func:`align` for the parameters and errors.
+    The order is the aligned order both parties agree on: sorted (ints by value, strings
+    and bytes lexicographically). See :func:`align` for the parameters and errors.
 
     Examples
     --------

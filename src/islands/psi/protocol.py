@@ -18,10 +18,10 @@ The two parties hash and blind their own IDs at the same time, then each blinds 
 other's at the same time, so between two machines PSI takes two rounds of curve
 arithmetic, not four.
 
-A matches (H(x)^a)^b against (H(y)^b)^a; both then know the common IDs and each orders
-them the same way, by their canonical encoding (:func:`islands.crypto.psi.encode_ids`),
-so both end with one aligned list. What each learns (semi-honest parties): the other's
-set size and the intersection, nothing else; the random orders keep A's and B's input
+A matches (H(x)^a)^b against (H(y)^b)^a; both then know the common IDs and each sorts
+them (ints by value, strings and bytes lexicographically; both parties hold IDs of one
+kind), so both end with one aligned list. What each learns (semi-honest parties): the
+other's set size and the intersection, nothing else; the random orders keep A's and B's input
 orders from leaking, and the ascending ``matches`` carry no order either. A party that
 lies about ``matches`` or its blinded values changes the result; the protocol does not
 defend against that (malicious PSI needs more, e.g. zero-knowledge proofs).
@@ -109,9 +109,8 @@ def _points(value: Any, n: int, peer: str, tag: str, me: str) -> NDArray[np.uint
     return arr
 
 
-def _aligned(encoded: list[bytes], rows: NDArray[np.int64], ids: list[Any]) -> tuple[
-        list[Any], NDArray[np.int64]]:
-    order = sorted(range(rows.size), key=lambda i: encoded[int(rows[i])])
+def _aligned(rows: NDArray[np.int64], ids: list[Any]) -> tuple[list[Any], NDArray[np.int64]]:
+    order = sorted(range(rows.size), key=lambda i: ids[int(rows[i])])
     out_rows = rows[np.asarray(order, dtype=np.int64)] if order else rows
     return [ids[int(r)] for r in out_rows], out_rows.astype(np.int64)
 
@@ -167,7 +166,7 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None) 
     if not hits:
         raise _empty(party, peer)
     rows = np.asarray([r for _, r in hits], dtype=np.int64)
-    common, rows = _aligned(encoded, rows, values)
+    common, rows = _aligned(rows, values)
     return Alignment(common, rows, theirs.n)
 
 
@@ -200,5 +199,5 @@ def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None) 
     if positions.size == 0:
         raise _empty(party, peer)
     rows = perm[positions.astype(np.int64)]
-    common, rows = _aligned(encoded, rows, values)
+    common, rows = _aligned(rows, values)
     return Alignment(common, rows, theirs.n)
