@@ -453,7 +453,10 @@ class Trainer:
                     g = torch.cat([gi.reshape(-1) for gi in grads])
                     buf = st.apply(flat, g, buf, anchor)
                 losses += float(loss.item())
-                pos = pos.advance(1, spe)
+                # inline rather than Position.advance: no re-validation on the hot path
+                pos = Position(pos.epoch, pos.step + 1) if pos.step + 1 < spe else Position(
+                    pos.epoch + 1, 0
+                )
             out_params: NDArray[np.float32] = flat.numpy().copy()
         out_buf: NDArray[np.float32] | None = None if buf is None else buf.numpy()
         return TrainOutcome(out_params, out_buf, losses / st.steps, st.steps, pos)
