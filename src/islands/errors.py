@@ -14,6 +14,7 @@ __all__ = [
     "DataNotFoundError",
     "DeadlockError",
     "IslandsError",
+    "JobError",
     "PeerFailedError",
     "PeerTimeoutError",
     "ProtocolError",
@@ -80,6 +81,10 @@ class PeerFailedError(ProtocolError):
 
 class DeadlockError(ProtocolError):
     """Every running party is waiting for a message that no party will send."""
+
+
+class JobError(ValidationError):
+    """A job file that cannot run: names the file, section and key."""
 
 
 def invalid_parameter(name: str, owner: str, expected: str, got: Any) -> ValidationError:

@@ -30,6 +30,35 @@ RandomState = int | np.random.Generator | None
 """What ``random_state`` parameters accept: a seed, a generator, or ``None`` (fresh entropy)."""
 
 
+def read_toml(path: Any) -> dict[str, Any]:
+    """Read a job file as TOML.
+
+    Raises
+    ------
+    DataNotFoundError
+        If the file does not exist.
+    JobError
+        If it is not valid TOML.
+    """
+    import sys
+    from pathlib import Path
+
+    from islands.errors import DataNotFoundError, JobError
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    source = Path(path)
+    if not source.is_file():
+        raise DataNotFoundError(f"no job file at {source}")
+    try:
+        raw: dict[str, Any] = tomllib.loads(source.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise JobError(f"job file {source} is not valid TOML: {exc}") from exc
+    return raw
+
+
 def describe(value: Any) -> Any:
     """Return a short stand-in for ``value`` to put in an error message.
 

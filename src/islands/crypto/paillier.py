@@ -53,9 +53,10 @@ converts every intermediate back to ``int``; decryption here is the same CRT
 ``gmpy2.mpz`` with the exponentiations batched in ``gmpy2.powmod_base_list``.
 
 Randomness: r is drawn with :mod:`secrets` (the OS CSPRNG) uniformly in [1, n) and
-redrawn unless gcd(r, n) = 1; numpy's generators are never used. Each r^n mod n² is
-used for exactly one ciphertext: :class:`RandomnessPool` pops it before use, and a pool
-is never refilled with old values.
+redrawn unless gcd(r, n) = 1 (DJN's α, below, with ``secrets.randbits``); numpy's
+generators are never used. Each r^n mod n² (or h_s^α) is used for exactly one
+ciphertext: :class:`RandomnessPool` pops it before use, and a pool is never refilled
+with old values.
 
 Speeding up r^n mod n². At 2048 bits about 99% of encryption is this exponentiation,
 and it does not depend on the message, so :class:`RandomnessPool` precomputes it
@@ -80,6 +81,53 @@ vs 0.72 s), the loop itself taking 0.29 s instead of 0.16 s. So a background poo
 worth it when the client has an idle core or idle time before it must encrypt (waiting
 on the network, or training in torch, which releases the GIL); on a saturated machine
 it only moves the same work earlier.
+
+DJN randomness. Damgård, Jurik and Nielsen [5]_ (§4.2) replace the fresh r^n by a power
+of one fixed n-th residue. The key owner takes an *admissible* n = p·q (p ≡ q ≡ 3 mod 4,
+gcd(p - 1, q - 1) = 2), x uniform in Z_n^*, h = -x² mod n, and publishes
+h_s = h^n mod n² beside n (:func:`generate_djn_keypair`); an encrypting party draws α
+uniformly in [0, 2^ceil(k/2)), k the bits of n, and computes
+
+    Enc(m) = (1 + n·m) · h_s^α mod n²
+
+(``encrypt(pk, ms, pool=RandomnessPool(pk, djn_base=hs))``). h_s^α is an n-th residue,
+so this is an ordinary Paillier ciphertext of m under the same key: :func:`decrypt`,
+:func:`add` and the vector helpers are unchanged, and DJN and plain ciphertexts add
+together. The short exponent is DJN's choice and the randomness is no longer uniform
+over the n-th residues, so Paillier's own proof does not cover it; DJN argue that the
+scheme is still semantically secure under the decisional composite residuosity
+assumption, and this module relies on their argument (it is also the default
+encryption of Intel's IPCL and SecretFlow's HEU). h_s is public but must be authentic,
+like n: an h_s of small order would leave m readable (h_s = -1 gives c = ±(1 + n·m)),
+and one that is not an n-th residue breaks decryption. :func:`check_djn_base` checks
+what can be checked without the factors (range, a unit, not ±1) and, given the private
+key, that h_s is an n-th residue.
+
+As h_s is fixed, :class:`FixedBaseEngine` precomputes h_s^(d·2^(w·i)) mod n² for every
+window digit d and position i (w = 8: 128 rows of 255 residues at 2048 bits), after
+which one value costs at most 128 multiplications modulo n² instead of a 2048-bit
+exponentiation. Measured on the development VM (2048-bit key, Python 3.11.7, gmpy2
+2.3.2 / GMP 6.3.0, one thread; ``compute(200)`` timed with ``time.perf_counter``,
+median of 5 runs (3 for w = 4 / 6 / 10), runs within 1% of each other; a range spans
+medians from separate sessions)::
+
+    randomness factor, per value                           ms      vs r^n
+    r^n mod n², public (``powmod_base_list``)               8.57    1.0×
+    r^n mod n², CRT with the private key                    3.15    2.7×
+    DJN h_s^α, α of 1024 bits, ``powmod_exp_list``          4.36    2.0×
+    DJN h_s^α, fixed-base table, w = 8 (default)            0.69-0.74  12×
+    DJN table with w = 4 / 6 / 10                          1.33 / 0.95 / 0.61
+
+The w = 8 table took 0.17-0.24 s to build (once, on first use) and added 18 MiB to the
+process (16 MiB of residue data: 32,640 residues of 512 bytes); w = 4 / 6 / 10 hold 2 /
+5 / 51 MiB and take 0.02 / 0.06 / 0.58 s. Pack + encrypt of 2,000 values (50
+ciphertexts) computing the factors on the spot took 38 ms with the table built and
+0.22 s with a new pool (table included), against 0.43-0.54 s with r^n; 54,000 values
+took 1.0 s against 13 s. The table's multiplications hold the GIL (a few µs each): in a
+background thread, 512 values filled in 0.64 s while a pure-Python loop next to it
+slowed from 0.28 s to 0.46 s (together 0.64 s, as one after the other), whereas
+``powmod_exp_list`` left the loop at 0.27 s but filled only 64 values in 0.39 s. The
+table is therefore the default; ``FixedBaseEngine(method="powmod")`` is the comparison.
 
 Throughput (2048-bit key, default spec: 40 values per ciphertext; measured on the
 development machine, a 2-core AMD EPYC VM shared with other jobs, Python 3.11.7, gmpy2
@@ -116,6 +164,9 @@ References
    Homomorphic Encryption for Cross-Silo Federated Learning." USENIX ATC 2020.
 .. [4] E. Barker. "Recommendation for Key Management, Part 1: General." NIST SP 800-57
    Part 1 Rev. 5, 2020.
+.. [5] I. Damgård, M. Jurik, J. B. Nielsen. "A generalization of Paillier's public-key
+   system with applications to electronic voting." International Journal of
+   Information Security 9(6), pp. 371-385, 2010.
 """
 
 from __future__ import annotations
@@ -139,10 +190,13 @@ from islands.validation import check_int, describe, is_int
 
 __all__ = [
     "DEFAULT_KEY_BITS",
+    "DJN_WINDOW_BITS",
     "FINGERPRINT_BYTES",
+    "FixedBaseEngine",
     "PackingSpec",
     "RandomnessPool",
     "add",
+    "check_djn_base",
     "ciphertexts_from_bytes",
     "ciphertexts_to_bytes",
     "decrypt",
@@ -150,6 +204,7 @@ __all__ = [
     "encrypt",
     "encrypt_vector",
     "fingerprint",
+    "generate_djn_keypair",
     "generate_keypair",
     "pack",
     "packing_spec",
@@ -171,6 +226,9 @@ MAX_KEY_BITS = 16384
 
 FINGERPRINT_BYTES = 32
 """Length of a key fingerprint (SHA-256), which prefixes every vector blob."""
+
+DJN_WINDOW_BITS = 8
+"""Default window w of :class:`FixedBaseEngine`'s table (about 16 MiB at 2048 bits)."""
 
 _MPZ = type(gmpy2.mpz(0))
 _POOL_BATCH = 8  # r^n values computed per GIL-free powmod_base_list call in the background
@@ -202,15 +260,79 @@ def generate_keypair(
     tuple
         ``(public_key, private_key)``.
     """
+    bits = _check_key_bits(bits, "generate_keypair")
+    public_key, private_key = paillier.generate_paillier_keypair(n_length=bits)
+    return public_key, private_key
+
+
+def _check_key_bits(bits: Any, owner: str) -> int:
     if not is_int(bits) or not MIN_KEY_BITS <= bits <= MAX_KEY_BITS or bits % 256 != 0:
         raise invalid_parameter(
             "bits",
-            "generate_keypair",
+            owner,
             f"an int in [{MIN_KEY_BITS}, {MAX_KEY_BITS}] and a multiple of 256",
             describe(bits),
         )
-    public_key, private_key = paillier.generate_paillier_keypair(n_length=int(bits))
-    return public_key, private_key
+    return int(bits)
+
+
+def _djn_prime(bits: int) -> Any:
+    """Draw a prime p ≡ 3 (mod 4) of exactly ``bits`` bits (next_prime of a CSPRNG draw)."""
+    while True:
+        start = gmpy2.bit_set(gmpy2.mpz(secrets.randbits(bits)), bits - 1)
+        p = gmpy2.next_prime(start)
+        if p % 4 == 3 and p.bit_length() == bits:
+            return p
+
+
+def generate_djn_keypair(
+    bits: int = DEFAULT_KEY_BITS,
+) -> tuple[paillier.PaillierPublicKey, paillier.PaillierPrivateKey, int]:
+    """Generate a Paillier key pair on an admissible modulus, and its DJN base h_s.
+
+    Damgård, Jurik and Nielsen [5]_ (§4.2) call n = p·q *admissible* when
+    p ≡ q ≡ 3 (mod 4) and gcd(p - 1, q - 1) = 2. Here p and q are drawn as in
+    :func:`generate_keypair` (``bits/2``-bit starting points from the OS CSPRNG,
+    :mod:`secrets`, then ``gmpy2.next_prime``), each redrawn until it is ≡ 3 (mod 4),
+    and the pair redrawn until p ≠ q, gcd(p - 1, q - 1) = 2 and n has exactly ``bits``
+    bits. Then x is drawn uniformly in Z_n^*, h = -x² mod n and h_s = h^n mod n²
+    (computed by CRT with the factors). The keys are ordinary phe keys: every function of
+    this module takes them, and ciphertexts made with or without h_s decrypt alike.
+
+    Parameters
+    ----------
+    bits
+        Size of n, as for :func:`generate_keypair`: an int in [1024, 16384] and a
+        multiple of 256.
+
+    Returns
+    -------
+    tuple
+        ``(public_key, private_key, hs)``: phe keys and h_s, an int in (1, n²), which is
+        public. Give it to encrypting parties alongside the public key (it needs the same
+        authenticity: see :func:`check_djn_base`) and pass it as
+        ``RandomnessPool(public_key, djn_base=hs)``.
+
+    Examples
+    --------
+    >>> pk, sk, hs = generate_djn_keypair(1024)
+    >>> c = encrypt(pk, [42], pool=RandomnessPool(pk, djn_base=hs))
+    >>> decrypt(sk, c)
+    [42]
+    """
+    bits = _check_key_bits(bits, "generate_djn_keypair")
+    half = bits // 2
+    while True:
+        p, q = _djn_prime(half), _djn_prime(half)
+        if p != q and gmpy2.gcd(p - 1, q - 1) == 2 and (p * q).bit_length() == bits:
+            break
+    n = p * q
+    public_key = paillier.PaillierPublicKey(int(n))
+    private_key = paillier.PaillierPrivateKey(public_key, int(p), int(q))
+    x = _random_units(n, 1)[0]
+    h = (-x * x) % n
+    hs = _RnEngine(n, private_key).powers([h])[0]  # h^n mod n², by CRT
+    return public_key, private_key, int(hs)
 
 
 def _modulus(public_key: Any, owner: str) -> tuple[Any, Any]:
@@ -229,6 +351,79 @@ def _check_private_key(private_key: Any, owner: str) -> Any:
             "private_key", owner, "a phe.paillier.PaillierPrivateKey", describe(private_key)
         )
     return private_key
+
+
+def _int_summary(value: Any) -> str:
+    """Describe ``value`` briefly for an error message (big ints by their bit length)."""
+    v = _as_mpz(value)
+    if v is None:
+        return repr(describe(value))
+    return str(v) if v.bit_length() <= 64 else f"an int of {v.bit_length()} bits"
+
+
+def check_djn_base(
+    public_key: paillier.PaillierPublicKey,
+    hs: Any,
+    owner: str = "check_djn_base",
+    *,
+    private_key: paillier.PaillierPrivateKey | None = None,
+) -> Any:
+    """Check a DJN base h_s received from another party; return it as an mpz.
+
+    Public checks: h_s must be an int in [2, n² - 2] that is a unit modulo n
+    (gcd(h_s, n) = 1). 1 and n² - 1 (≡ -1) are rejected because their powers are ±1,
+    which would leave the plaintext readable in (1 + n·m)·h_s^α. These checks cannot tell
+    whether h_s is an n-th residue of large order, as :func:`generate_djn_keypair` makes
+    it; a wrong h_s breaks decryption (h_s not an n-th residue) or hides nothing (h_s of
+    small order), so h_s must reach the encrypting party as authenticated as the public
+    key itself. A party holding ``private_key`` can also check that h_s is an n-th
+    residue (it decrypts to 0).
+
+    Parameters
+    ----------
+    public_key
+        The key h_s belongs to.
+    hs
+        The candidate h_s (int, numpy integer or gmpy2.mpz).
+    owner
+        Name of the calling function or class, for error messages.
+    private_key
+        Optional matching private key: also check that h_s is an n-th residue modulo n².
+
+    Returns
+    -------
+    gmpy2.mpz
+        ``hs``.
+
+    Raises
+    ------
+    ValidationError
+        If ``hs`` fails a check (the message names ``hs`` and ``owner``), or
+        ``private_key`` does not match ``public_key``.
+    """
+    n, n2 = _modulus(public_key, owner)
+    v = _as_mpz(hs)
+    if v is None or not 2 <= v <= n2 - 2:
+        raise ValidationError(
+            f"The 'hs' parameter of {owner} must be an int in [2, n**2 - 2]. Got "
+            f"{_int_summary(hs)} instead."
+        )
+    if gmpy2.gcd(v, n) != 1:
+        raise ValidationError(
+            f"The 'hs' parameter of {owner} must be a unit modulo n (gcd(hs, n) = 1). Got "
+            f"{_int_summary(hs)} that shares a factor with n instead."
+        )
+    if private_key is not None:
+        _check_private_key(private_key, owner)
+        if int(private_key.public_key.n) != int(n):
+            raise ValidationError(f"{owner}: private_key does not match public_key")
+        if decrypt(private_key, [v]) != [0]:
+            raise ValidationError(
+                f"The 'hs' parameter of {owner} must be an n-th residue modulo n**2 "
+                "(h^n mod n**2, which encrypts 0). Got one that decrypts to a non-zero "
+                "value instead."
+            )
+    return v
 
 
 def _key_bytes(n: Any) -> int:
@@ -660,10 +855,143 @@ class _RnEngine:
         return [bq + q2 * ((ap - bq) * q2_inv % p2) for ap, bq in zip(a, b, strict=True)]
 
 
+class FixedBaseEngine:
+    """Computes DJN randomness factors h_s^α mod n² for fresh short exponents α.
+
+    Each value uses a fresh α = ``secrets.randbits(ceil(k/2))`` (k the bit length of n),
+    uniform in [0, 2^ceil(k/2)) as in DJN [5]_ §4.2. The engine has the interface
+    :class:`RandomnessPool` uses (``n``, ``n2``, ``compute(count)``); build the pool with
+    ``RandomnessPool(public_key, djn_base=hs)`` rather than using the engine directly.
+
+    Parameters
+    ----------
+    public_key
+        The Paillier public key.
+    hs
+        Its DJN base h_s (from :func:`generate_djn_keypair`); checked with
+        :func:`check_djn_base`.
+    method
+        ``"table"`` (default): fixed-base windowed exponentiation with a precomputed
+        table, row i holding h_s^(d·2^(w·i)) mod n² for d = 1 … 2^w - 1, so one value
+        costs at most ceil(ceil(k/2)/w) multiplications modulo n² (128 at 2048 bits
+        with w = 8). ``"powmod"``: ``gmpy2.powmod_exp_list(hs, alphas, n²)``, a
+        square-and-multiply in C per value that releases the GIL. At 2048 bits on the
+        development VM the table took 0.69-0.74 ms per value and powmod 4.3 ms (module
+        docstring), so the table is the default; powmod needs no table and leaves the GIL
+        free, which only matters for a background pool on an otherwise idle core.
+    window
+        Window w of the table, an int in [1, 12]. The table has ceil(ceil(k/2)/w) rows of
+        2^w - 1 residues of 2·ceil(k/8) bytes: 128 × 255 × 512 B ≈ 16 MiB at 2048 bits
+        with w = 8 (18 MiB of process memory measured), built once in about 0.2 s on first
+        use (:attr:`table_bytes`). w = 10 saves a fifth of the multiplications for
+        3.2× the memory.
+
+    Raises
+    ------
+    ValidationError
+        If ``public_key``, ``hs``, ``method`` or ``window`` is invalid.
+    """
+
+    METHODS = ("table", "powmod")
+
+    def __init__(
+        self,
+        public_key: paillier.PaillierPublicKey,
+        hs: Any,
+        *,
+        method: str = "table",
+        window: int = DJN_WINDOW_BITS,
+    ) -> None:
+        owner = "FixedBaseEngine"
+        self.n, self.n2 = _modulus(public_key, owner)
+        self.hs = check_djn_base(public_key, hs, owner)
+        if method not in self.METHODS:
+            raise invalid_parameter("method", owner, "'table' or 'powmod'", describe(method))
+        self.method = method
+        self.window = check_int(window, "window", owner, low=1, high=12)
+        self.exponent_bits = (int(self.n).bit_length() + 1) // 2  # ceil(k/2)
+        self.rows = -(-self.exponent_bits // self.window)
+        self._table: list[list[Any]] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def table_bytes(self) -> int:
+        """Bytes of residue data in the table: rows × (2^w - 1) × 2·ceil(k/8)."""
+        return self.rows * ((1 << self.window) - 1) * _ciphertext_width(self.n)
+
+    def _get_table(self) -> list[list[Any]]:
+        table = self._table
+        if table is None:
+            with self._lock:  # the pool's thread and its caller may both get here first
+                if self._table is None:
+                    self._table = self._build_table()
+                table = self._table
+        return table
+
+    def _build_table(self) -> list[list[Any]]:
+        n2, size = self.n2, (1 << self.window) - 1
+        table: list[list[Any]] = []
+        base = self.hs  # h_s^(2^(w·i)) for row i
+        for _ in range(self.rows):
+            row = [base]
+            for _ in range(size - 1):
+                row.append(row[-1] * base % n2)
+            table.append(row)
+            base = row[-1] * base % n2  # h_s^((2^w - 1 + 1)·2^(w·i))
+        return table
+
+    def compute(self, count: int) -> list[Any]:
+        """Return h_s^α mod n² for ``count`` fresh α drawn with :mod:`secrets`."""
+        if count <= 0:
+            return []
+        bits = self.exponent_bits
+        return self.powers([secrets.randbits(bits) for _ in range(count)])
+
+    def powers(self, alphas: Sequence[int]) -> list[Any]:
+        """Return [h_s^α mod n² for α in alphas], each α an int in [0, 2^ceil(k/2)).
+
+        Raises
+        ------
+        ValidationError
+            If an α is not an int in that range (the table covers no larger exponent).
+        """
+        limit = 1 << self.exponent_bits
+        exps: list[int] = []
+        for i, a in enumerate(alphas):
+            if not is_int(a) or not 0 <= a < limit:
+                raise ValidationError(
+                    f"FixedBaseEngine.powers: alphas[{i}] must be an int in "
+                    f"[0, 2**{self.exponent_bits})"
+                )
+            exps.append(int(a))
+        if not exps:
+            return []
+        if self.method == "powmod":
+            values: list[Any] = gmpy2.powmod_exp_list(self.hs, exps, self.n2)
+            return values
+        table, n2 = self._get_table(), self.n2
+        w, mask = self.window, (1 << self.window) - 1
+        out = []
+        for a in exps:
+            acc = None
+            for row in table:  # row i: digit i of α in base 2^w
+                d = a & mask
+                a >>= w
+                if d:
+                    acc = row[d - 1] if acc is None else acc * row[d - 1] % n2
+                if not a:
+                    break
+            out.append(gmpy2.mpz(1) if acc is None else acc)
+        return out
+
+
+_Engine = _RnEngine | FixedBaseEngine
+
+
 class _PoolState:
     """What a pool and its background thread share (the thread never holds the pool)."""
 
-    def __init__(self, engine: _RnEngine, size: int) -> None:
+    def __init__(self, engine: _Engine, size: int) -> None:
         self.engine = engine
         self.size = size
         self.items: deque[Any] = deque()
@@ -688,14 +1016,17 @@ class _PoolState:
                 if self.closed:
                     return
                 self.items.extend(batch)
+                self.cond.notify_all()  # for anyone waiting for the pool to fill
 
 
 class RandomnessPool:
-    """Precomputed r^n mod n^2 for one public key, each used once and then discarded.
+    """Precomputed randomness factors for one public key, each used once and discarded.
 
-    Every value comes from a fresh r drawn with :mod:`secrets` uniformly in Z_n^*;
-    :meth:`take` removes the value it returns, and :meth:`take` on an empty pool computes
-    a new one on the spot, so no value is ever used for two ciphertexts.
+    The factors are r^n mod n² with a fresh r drawn with :mod:`secrets` uniformly in
+    Z_n^*, or, with ``djn_base``, h_s^α mod n² with a fresh α drawn with :mod:`secrets`
+    uniformly in [0, 2^ceil(k/2)) (DJN, module docstring). :meth:`take` removes the
+    value it returns, and :meth:`take` on an empty pool computes a new one on the spot,
+    so no value is ever used for two ciphertexts.
 
     Parameters
     ----------
@@ -713,12 +1044,26 @@ class RandomnessPool:
         :meth:`close` (or use ``with``) to stop it.
     private_key
         Optional matching private key: values are then computed by CRT modulo p² and q²
-        (≈ 2.7× faster at 2048 bits, same values; see the module docstring).
+        (≈ 2.7× faster at 2048 bits, same values; see the module docstring). Together
+        with ``djn_base`` it is not used for computing (the DJN table is faster still)
+        but to check that ``djn_base`` is an n-th residue (:func:`check_djn_base`).
+    djn_base
+        Optional DJN base h_s of ``public_key`` (from :func:`generate_djn_keypair`): the
+        values are then h_s^α mod n², computed by a :class:`FixedBaseEngine` with its
+        fixed-base table (built on first use, ≈ 0.2 s and 16 MiB at 2048 bits, in the
+        background thread if there is one), ≈ 12× faster than r^n at 2048 bits. The
+        ciphertexts are ordinary Paillier ciphertexts (:func:`decrypt` is unchanged).
+        Background pools: the table's multiplications hold the GIL (a few µs each, so
+        the caller's thread is not blocked for long, but it shares one core's worth of
+        Python with the pool while the pool fills).
 
     Examples
     --------
     >>> pk, sk = generate_keypair(1024)
     >>> with RandomnessPool(pk, 4, private_key=sk) as pool:
+    ...     blob = encrypt_vector(pk, [0.5, -1.25], packing_spec(1024), pool=pool)
+    >>> pk, sk, hs = generate_djn_keypair(1024)
+    >>> with RandomnessPool(pk, 4, djn_base=hs) as pool:
     ...     blob = encrypt_vector(pk, [0.5, -1.25], packing_spec(1024), pool=pool)
     """
 
@@ -729,6 +1074,7 @@ class RandomnessPool:
         *,
         background: bool = False,
         private_key: paillier.PaillierPrivateKey | None = None,
+        djn_base: int | None = None,
     ) -> None:
         owner = "RandomnessPool"
         n, _ = _modulus(public_key, owner)
@@ -741,8 +1087,14 @@ class RandomnessPool:
             _check_private_key(private_key, owner)
             if int(private_key.public_key.n) != int(n):
                 raise ValidationError("RandomnessPool: private_key does not match public_key")
+        engine: _Engine
+        if djn_base is not None:
+            check_djn_base(public_key, djn_base, owner, private_key=private_key)
+            engine = FixedBaseEngine(public_key, djn_base)
+        else:
+            engine = _RnEngine(n, private_key)
         self.public_key = public_key
-        self._state = _PoolState(_RnEngine(n, private_key), size)
+        self._state = _PoolState(engine, size)
         self._thread: threading.Thread | None = None
         if background:
             self._thread = threading.Thread(
@@ -765,8 +1117,13 @@ class RandomnessPool:
         with self._state.cond:
             self._state.items.extend(batch)
 
+    @property
+    def djn(self) -> bool:
+        """Whether the values are DJN factors h_s^α (``djn_base`` was given)."""
+        return isinstance(self._state.engine, FixedBaseEngine)
+
     def take(self) -> Any:
-        """Remove and return one r^n mod n² (computed now if the pool is empty)."""
+        """Remove and return one r^n (or h_s^α) mod n², computed now if the pool is empty."""
         return self._take(1)[0]
 
     def _take(self, count: int) -> list[Any]:
@@ -829,7 +1186,10 @@ def encrypt(
         Integers m with 0 ≤ m < n (e.g. from :func:`pack`).
     pool
         Precomputed r^n values for this key; each is used once. Without a pool (or once
-        it runs dry) r^n is computed on the spot.
+        it runs dry) r^n is computed on the spot. A pool built with ``djn_base`` supplies
+        h_s^α instead of r^n (DJN, module docstring), computed on the spot by its table
+        once it runs dry: ``encrypt(pk, ms, pool=RandomnessPool(pk, djn_base=hs))`` is
+        DJN encryption.
 
     Returns
     -------

@@ -52,20 +52,15 @@ References
 
 from __future__ import annotations
 
-import atexit
 import hashlib
-import itertools
-import multiprocessing
-import os
 import secrets
-import threading
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.crypto.processes import check_workers, chunks, process_pool, usable_cores
 from islands.errors import ValidationError, invalid_parameter
 from islands.validation import describe
 
@@ -86,13 +81,6 @@ _A = 486662
 _MAX_TRIES = 64
 _PARALLEL_MIN = 20_000  # below this, a pool costs more than it saves
 _KINDS = {int: "int", str: "str", bytes: "bytes"}
-
-
-def usable_cores() -> int:
-    """Return the CPU cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
 
 
 def encode_ids(ids: Any, name: str, owner: str) -> tuple[list[bytes], str]:
@@ -203,43 +191,8 @@ def _blind_chunk(key: bytes, points: bytes) -> bytes:
     return b"".join(out)
 
 
-_POOLS: dict[int, ProcessPoolExecutor] = {}
-_POOL_LOCK = threading.Lock()
-
-
-def _pool(workers: int) -> ProcessPoolExecutor:
-    with _POOL_LOCK:
-        pool = _POOLS.get(workers)
-        if pool is None:
-            # forkserver: the parties run in threads, and forking a threaded process
-            # can copy a held lock into the child
-            method = ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
-                      else "spawn")
-            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method))
-            _POOLS[workers] = pool
-        return pool
-
-
-@atexit.register
-def _shutdown_pools() -> None:
-    with _POOL_LOCK:
-        for pool in _POOLS.values():
-            pool.shutdown(wait=False, cancel_futures=True)
-        _POOLS.clear()
-
-
-def _check_workers(workers: int | None, owner: str) -> int:
-    if workers is None:
-        return usable_cores()
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise invalid_parameter("workers", owner, "None or an int >= 1", describe(workers))
-    return workers
-
-
 def _chunked(n: int, workers: int) -> list[tuple[int, int]]:
-    parts = max(1, min(workers * 4, n // 5000))
-    bounds = np.linspace(0, n, parts + 1).astype(int)
-    return [(int(lo), int(hi)) for lo, hi in itertools.pairwise(bounds)]
+    return chunks(n, max(1, min(workers * 4, n // 5000)))
 
 
 def hash_to_curve(encoded: Sequence[bytes], salt: bytes, *,
@@ -262,12 +215,12 @@ def hash_to_curve(encoded: Sequence[bytes], salt: bytes, *,
     owner = "hash_to_curve"
     if not isinstance(salt, bytes) or not 16 <= len(salt) <= 64:
         raise invalid_parameter("salt", owner, "16 to 64 bytes", describe(salt))
-    workers = _check_workers(workers, owner)
+    workers = check_workers(workers, owner)
     items = list(encoded)
     if workers == 1 or len(items) < _PARALLEL_MIN:
         raw = _hash_chunk(salt, items)
     else:
-        pool = _pool(workers)
+        pool = process_pool(workers)
         futures = [pool.submit(_hash_chunk, salt, items[lo:hi])
                    for lo, hi in _chunked(len(items), workers)]
         raw = b"".join(f.result() for f in futures)
@@ -313,14 +266,14 @@ def blind(key: bytes, points: Any, *, workers: int | None = None,
     arr = np.asarray(points)
     if arr.dtype != np.uint8 or arr.ndim != 2 or arr.shape[1] != POINT_BYTES:
         raise invalid_parameter(name, owner, "a uint8 array of shape (n, 32)", describe(arr))
-    workers = _check_workers(workers, owner)
+    workers = check_workers(workers, owner)
     raw = np.ascontiguousarray(arr).tobytes()
     n = arr.shape[0]
     try:
         if workers == 1 or n < _PARALLEL_MIN:
             out = _blind_chunk(key, raw)
         else:
-            pool = _pool(workers)
+            pool = process_pool(workers)
             step = POINT_BYTES
             futures = [pool.submit(_blind_chunk, key, raw[lo * step : hi * step])
                        for lo, hi in _chunked(n, workers)]

@@ -60,7 +60,6 @@ solution, and returns one JSON-ready result; :func:`write_outputs` writes
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -70,11 +69,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 from islands.data import (
     load,
     partition_by_class,
@@ -82,11 +76,12 @@ from islands.data import (
     partition_iid,
     partition_shards,
 )
-from islands.errors import DataNotFoundError, ValidationError
+from islands.errors import JobError, ValidationError
 from islands.hfl.estimator import EpochRecord, FederatedModel, client_seed, split_local_eval
 from islands.hfl.metrics import classification_report, dev_avg, regression_report
 from islands.hfl.protocol import RoundRecord
 from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
+from islands.validation import read_toml
 
 __all__ = ["Job", "load_job", "parse_job", "run_job", "write_outputs"]
 
@@ -112,9 +107,6 @@ _STRATEGY = {"name", "local_steps", "batch_size", "lr", "momentum", "weight_deca
              "min_clients", "tau", "phi", "mbs", "adaptive", "client_batch_size", "mu", "evaluate"}
 _DATASETS = ("fashion_mnist", "digits", "breast_cancer", "wine", "diabetes")
 
-
-class JobError(ValidationError):
-    """A job file that cannot run: names the file, section and key."""
 
 
 @dataclass(frozen=True)
@@ -155,14 +147,7 @@ def load_job(path: str | Path) -> Job:
     JobError
         If it is not valid TOML or a key is unknown, missing or of the wrong kind.
     """
-    source = Path(path)
-    if not source.is_file():
-        raise DataNotFoundError(f"no job file at {source}")
-    try:
-        raw = tomllib.loads(source.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise JobError(f"job file {source} is not valid TOML: {exc}") from exc
-    return parse_job(raw, source=str(source))
+    return parse_job(read_toml(path), source=str(path))
 
 
 def _get(table: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: str,

@@ -1,0 +1,18 @@
+"""Vertical federated learning: one model over features split between organisations.
+
+Organisations that hold different features of the same people train one model
+(Yang et al. 2019, §2.4.2).
+
+- :class:`VerticalLinearRegression`, :class:`VerticalLogisticRegression`: the estimators;
+  ``fit(X_a, X_b, y, ids_a=None, ids_b=None)`` aligns rows by private set intersection
+  when IDs are given, then trains under Paillier encryption with a coordinator.
+- :mod:`islands.vfl.protocol`: the roles of the coordinator C, the active party B
+  (labels) and the passive parties A_1 … A_k, and of federated inference (Table 2).
+- :mod:`islands.vfl.maths`: the objectives, fixed-point arithmetic and the centralised
+  references the protocol is tested against.
+"""
+
+from islands.vfl.estimator import VerticalLinearRegression, VerticalLogisticRegression
+from islands.vfl.protocol import Plan
+
+__all__ = ["Plan", "VerticalLinearRegression", "VerticalLogisticRegression"]

@@ -1,0 +1,419 @@
+"""``VerticalLinearRegression`` and ``VerticalLogisticRegression``: the user API.
+
+``fit(X_a, X_b, y, ids_a=None, ids_b=None)`` simulates the whole federation in this
+process: with IDs, private set intersection (:mod:`islands.psi`) aligns each passive
+party with B first; then the coordinator C and the data parties run the roles of
+:mod:`islands.vfl.protocol`, each in its own thread, every message encoded to bytes.
+In a deployment each organisation runs only its own role and keeps only its own weights;
+the estimator holds all of them because it plays every party.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from islands.crypto import paillier
+from islands.errors import ValidationError, invalid_parameter
+from islands.runtime import Transcript, run_local
+from islands.validation import check_float, check_int, check_random_state, describe
+from islands.vfl import maths
+from islands.vfl.protocol import (
+    Clock,
+    CoordinatorResult,
+    PartyModel,
+    Plan,
+    active,
+    check_plan,
+    coordinator,
+    inference_coordinator,
+    inference_party,
+    passive,
+)
+
+__all__ = ["VerticalLinearRegression", "VerticalLogisticRegression"]
+
+Array = NDArray[np.float64]
+
+_PARAMS = ("learning_rate", "lam", "epochs", "batch_size", "tol", "key_bits", "djn",
+           "feature_bits", "score_bits", "timeout", "keep_payloads", "random_state")
+
+
+def _blocks(X_a: Any, name: str) -> list[Array]:
+    """One passive party's matrix, or a list of them, as float arrays."""
+    items = list(X_a) if isinstance(X_a, (list, tuple)) else [X_a]
+    if not items:
+        raise ValidationError(f"{name} must hold at least one passive party's features")
+    out = []
+    for i, x in enumerate(items):
+        label = name if len(items) == 1 else f"{name}[{i}]"
+        arr = np.asarray(x, dtype=np.float64)
+        if arr.ndim != 2 or arr.shape[1] < 1:
+            raise ValidationError(f"{label} must be a 2-D array (rows × features); got shape "
+                                  f"{arr.shape}. Reshape one feature with .reshape(-1, 1).")
+        if not np.all(np.isfinite(arr)):
+            raise ValidationError(f"{label} holds NaN or infinite values")
+        out.append(arr)
+    return out
+
+
+def _passive_names(k: int) -> list[str]:
+    return ["A"] if k == 1 else [f"A{i + 1}" for i in range(k)]
+
+
+class _VerticalModel:
+    """Shared machinery of the two estimators (fit, alignment, inference)."""
+
+    _objective = "linear"
+    _default_lr = 0.05
+
+    def __init__(
+        self,
+        *,
+        learning_rate: float | None = None,
+        lam: float = 0.0,
+        epochs: int = 20,
+        batch_size: int = 256,
+        tol: float | None = 1e-4,
+        key_bits: int = paillier.DEFAULT_KEY_BITS,
+        djn: bool = True,
+        feature_bits: int = 16,
+        score_bits: int = 32,
+        timeout: float = 600.0,
+        keep_payloads: bool = False,
+        random_state: int | np.random.Generator | None = None,
+    ) -> None:
+        self.learning_rate = learning_rate
+        self.lam = lam
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.tol = tol
+        self.key_bits = key_bits
+        self.djn = djn
+        self.feature_bits = feature_bits
+        self.score_bits = score_bits
+        self.timeout = timeout
+        self.keep_payloads = keep_payloads
+        self.random_state = random_state
+
+    # ------------------------------------------------------------ sklearn conventions
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Return the constructor parameters (scikit-learn convention)."""
+        return {k: getattr(self, k) for k in _PARAMS}
+
+    def set_params(self, **params: Any) -> Any:
+        """Set constructor parameters (scikit-learn convention)."""
+        for key, value in params.items():
+            if key not in _PARAMS:
+                raise ValidationError(f"{type(self).__name__} has no parameter {key!r}; "
+                                      f"valid: {sorted(_PARAMS)}")
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = type(self)().get_params()
+        changed = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()
+                            if v is not defaults[k] and v != defaults[k])
+        return f"{type(self).__name__}({changed})"
+
+    # ------------------------------------------------------------ validation
+    def _plan(self) -> Plan:
+        owner = type(self).__name__
+        lr = self._default_lr if self.learning_rate is None else check_float(
+            self.learning_rate, "learning_rate", owner, low=0.0, low_inclusive=False)
+        lam = check_float(self.lam, "lam", owner, low=0.0)
+        epochs = check_int(self.epochs, "epochs", owner, low=1)
+        batch_size = check_int(self.batch_size, "batch_size", owner, low=1)
+        tol = None if self.tol is None else check_float(self.tol, "tol", owner, low=0.0,
+                                                         low_inclusive=False)
+        check_int(self.key_bits, "key_bits", owner, low=paillier.MIN_KEY_BITS)
+        if not isinstance(self.djn, (bool, np.bool_)):
+            raise invalid_parameter("djn", owner, "a bool", describe(self.djn))
+        check_float(self.timeout, "timeout", owner, low=0.0, low_inclusive=False)
+        rng = check_random_state(self.random_state, owner)
+        seed = int(rng.integers(0, 2**31 - 1))
+        try:
+            return check_plan(Plan(self._objective, lr, lam, epochs, batch_size, seed, tol,
+                                   self.feature_bits, self.score_bits), owner)
+        except ValidationError as exc:
+            raise ValidationError(str(exc)) from None
+
+    def _targets(self, y: ArrayLike, n: int) -> Array:
+        arr = np.asarray(y, dtype=np.float64)
+        if arr.ndim != 1 or arr.shape[0] != n:
+            raise ValidationError(f"y must be 1-D with one value per row of X_b ({n}); got "
+                                  f"shape {arr.shape}")
+        if not np.all(np.isfinite(arr)):
+            raise ValidationError("y holds NaN or infinite values")
+        return arr
+
+    @staticmethod
+    def _align(blocks: list[Array], x_b: Array, y: Any, ids_a: Any, ids_b: Any,
+               timeout: float) -> tuple[list[Array], Array, Any, list[Any]]:
+        """Run PSI between B and every passive party; keep the rows all share."""
+        from islands.psi import align
+
+        lists = list(ids_a) if len(blocks) > 1 else [ids_a]
+        if len(lists) != len(blocks):
+            raise ValidationError(f"ids_a must hold one ID list per passive party "
+                                  f"({len(blocks)}); got {len(lists)}")
+        for i, (ids, x) in enumerate(zip(lists, blocks, strict=True)):
+            if len(ids) != x.shape[0]:
+                raise ValidationError(f"ids_a{'' if len(blocks) == 1 else f'[{i}]'} has "
+                                      f"{len(ids)} IDs for {x.shape[0]} rows")
+        if len(ids_b) != x_b.shape[0]:
+            raise ValidationError(f"ids_b has {len(ids_b)} IDs for {x_b.shape[0]} rows of X_b")
+        pairs = [align(ids, ids_b, timeout=timeout) for ids in lists]
+        # B learns each pairwise intersection; the rows every party shares are kept, in
+        # B's aligned (sorted) order, and B tells each A which of its common IDs survive
+        common = set(pairs[0][1].ids)
+        for _, b_side in pairs[1:]:
+            common &= set(b_side.ids)
+        if not common:
+            raise ValidationError("the parties share no ID across all of them")
+        order = [v for v in pairs[0][1].ids if v in common]
+        b_rows = {v: int(r) for v, r in zip(pairs[0][1].ids, pairs[0][1].rows, strict=True)}
+        aligned_blocks = []
+        for (a_side, _), x in zip(pairs, blocks, strict=True):
+            rows_of = {v: int(r) for v, r in zip(a_side.ids, a_side.rows, strict=True)}
+            aligned_blocks.append(x[[rows_of[v] for v in order]])
+        rows_b = [b_rows[v] for v in order]
+        return aligned_blocks, x_b[rows_b], np.asarray(y)[rows_b], order
+
+    # ------------------------------------------------------------ API
+    def fit(self, X_a: Any, X_b: ArrayLike, y: ArrayLike, ids_a: Any = None,
+            ids_b: Any = None) -> Any:
+        """Train by the encrypted protocol of Yang et al. (2019), Table 1.
+
+        Parameters
+        ----------
+        X_a
+            The passive party's features (n_a × p_a), or a list with one matrix per
+            passive party A_1 … A_k.
+        X_b
+            The active party's features (n_b × p_b); B also holds ``y``.
+        y
+            Targets for X_b's rows.
+        ids_a, ids_b
+            Row IDs (a list per passive party when there are several). Given, the rows
+            are aligned by private set intersection first; None: the rows are already
+            aligned (same count, same order).
+
+        Raises
+        ------
+        ValidationError
+            For bad parameters or data, before any message is sent.
+        """
+        plan = self._plan()
+        blocks = _blocks(X_a, "X_a")
+        (x_b,) = _blocks([X_b], "X_b")
+        if (ids_a is None) != (ids_b is None):
+            raise ValidationError("give both ids_a and ids_b (private alignment) or neither")
+        targets = self._encode_targets(y, x_b.shape[0])
+        for i, x in enumerate([*blocks, x_b]):
+            label = "X_b" if i == len(blocks) else ("X_a" if len(blocks) == 1 else f"X_a[{i}]")
+            maths.encode(x, plan.feature_bits, maths.MAX_ABS_FEATURE, label,
+                         type(self).__name__)
+        ids: list[Any] | None = None
+        if ids_a is not None:
+            blocks, x_b, targets, ids = self._align(blocks, x_b, targets, ids_a, ids_b,
+                                                    float(self.timeout))
+        else:
+            for i, x in enumerate(blocks):
+                if x.shape[0] != x_b.shape[0]:
+                    label = "X_a" if len(blocks) == 1 else f"X_a[{i}]"
+                    raise ValidationError(f"{label} has {x.shape[0]} rows but X_b has "
+                                          f"{x_b.shape[0]}; without IDs the rows must be "
+                                          "aligned already (pass ids_a and ids_b to align)")
+        self.ids_ = ids
+        names = _passive_names(len(blocks))
+        roles: dict[str, Any] = {
+            "C": partial(coordinator, active="B", passive=names, plan=plan,
+                         key_bits=int(self.key_bits), djn=bool(self.djn)),
+            "B": partial(active, X=x_b, y=targets, coordinator="C", passive=names, plan=plan),
+        }
+        for name, x in zip(names, blocks, strict=True):
+            roles[name] = partial(passive, X=x, coordinator="C", active="B", plan=plan)
+        run = run_local(roles, timeout=float(self.timeout),
+                        keep_payloads=bool(self.keep_payloads), blas_threads=None)
+        result_c: CoordinatorResult = run.results["C"]
+        models: dict[str, PartyModel] = {n: run.results[n] for n in [*names, "B"]}
+        coefs = [models[n].theta for n in names]
+        self.coef_a_ = coefs[0] if len(coefs) == 1 else coefs
+        self.coef_b_ = models["B"].theta[:-1]
+        self.intercept_ = float(models["B"].theta[-1])
+        self.loss_history_ = list(result_c.epoch_losses)
+        self.batch_losses_ = list(result_c.batch_losses)
+        self.n_epochs_ = result_c.epochs
+        self.converged_ = result_c.converged
+        self.key_bits_ = result_c.key_bits
+        self.plan_ = plan
+        self.timing_: dict[str, Clock] = {"C": result_c.clock,
+                                          **{n: m.clock for n, m in models.items()}}
+        self.transcript_: Transcript = run.transcript
+        self.n_passive_ = len(blocks)
+        return self
+
+    def _encode_targets(self, y: Any, n: int) -> Array:
+        return self._targets(y, n)
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "coef_b_"):
+            raise RuntimeError(f"This {type(self).__name__} instance is not fitted yet; call "
+                               "fit(X_a, X_b, y) first.")
+
+    def _scores(self, X_a: Any, X_b: ArrayLike) -> Array:
+        """Return z for every row, by the inference protocol of Table 2 (C adds partial scores)."""
+        self._check_fitted()
+        blocks = _blocks(X_a, "X_a")
+        (x_b,) = _blocks([X_b], "X_b")
+        coefs: list[Array] = ([self.coef_a_] if isinstance(self.coef_a_, np.ndarray)
+                              else list(self.coef_a_))
+        if len(blocks) != len(coefs):
+            raise ValidationError(f"X_a must hold {len(coefs)} passive parties' features; "
+                                  f"got {len(blocks)}")
+        for i, (x, c) in enumerate(zip([*blocks, x_b], [*coefs, self.coef_b_], strict=True)):
+            label = "X_b" if i == len(blocks) else ("X_a" if len(blocks) == 1 else f"X_a[{i}]")
+            if x.shape[1] != c.size or x.shape[0] != x_b.shape[0]:
+                raise ValidationError(f"{label} must have shape ({x_b.shape[0]}, {c.size}); "
+                                      f"got {x.shape}")
+        names = _passive_names(len(blocks))
+        roles: dict[str, Any] = {
+            "C": partial(inference_coordinator, query=np.arange(x_b.shape[0]),
+                         parties=[*names, "B"]),
+            "B": partial(inference_party, X=x_b, theta=np.append(self.coef_b_, self.intercept_),
+                         coordinator="C", intercept=True),
+        }
+        for name, x, c in zip(names, blocks, coefs, strict=True):
+            roles[name] = partial(inference_party, X=x, theta=c, coordinator="C")
+        run = run_local(roles, timeout=float(self.timeout), blas_threads=None)
+        self.inference_transcript_ = run.transcript
+        scores: Array = run.results["C"]
+        return scores
+
+
+class VerticalLinearRegression(_VerticalModel):
+    """Least-squares regression over features split between organisations, under Paillier.
+
+    Passive parties A_1 … A_k hold features, the active party B holds features and the
+    target, and a coordinator C holds the Paillier key; training follows Yang et al.
+    (2019), Table 1 (see :mod:`islands.vfl.protocol`): C only ever decrypts gradients
+    masked with one-time pads, and the loss. The iterates are those of centralised
+    mini-batch gradient descent on L = (1/b)·Σ(z − y)² + (λ/2)‖θ‖² with the features
+    rounded to 2^-feature_bits and scores to 2^-score_bits
+    (:func:`islands.vfl.maths.fixed_point_gd`).
+
+    Parameters
+    ----------
+    learning_rate : float or None, default=None
+        Step size η (None: 0.05, which converges on standardised features whose
+        correlation matrix has largest eigenvalue below 20).
+    lam : float, default=0.0
+        L2 penalty λ (the intercept is not penalised).
+    epochs : int, default=20
+        Most passes over the aligned rows.
+    batch_size : int, default=256
+        Rows per mini-batch.
+    tol : float or None, default=1e-4
+        Stop when an epoch's mean loss changes by less than ``tol`` (relative).
+    key_bits : int, default=2048
+        Paillier modulus size; 1024 is for tests only.
+    djn : bool, default=True
+        DJN key with short fixed-base randomness (faster encryption; see
+        :mod:`islands.crypto.paillier`); False for textbook Paillier.
+    feature_bits, score_bits : int, default=16, 32
+        Fixed-point precision of features and of scores/residuals.
+    timeout : float, default=600.0
+        Seconds a party waits for one message.
+    keep_payloads : bool, default=False
+        Keep every message in ``transcript_`` (audits).
+    random_state : int, Generator or None
+        Seeds the public mini-batch order.
+
+    Attributes
+    ----------
+    coef_a_ : ndarray or list of ndarray
+        The passive party's weights (a list with several passive parties).
+    coef_b_ : ndarray
+        The active party's weights.
+    intercept_ : float
+    loss_history_ : list of float
+        Mean loss of every epoch, as C decrypted it.
+    batch_losses_ : list of float
+    n_epochs_ : int
+    timing_ : dict of party name to Clock
+        Seconds of homomorphic work, plain compute and messaging (incl. waiting).
+    transcript_ : Transcript
+        Every message of the fit.
+    ids_ : list or None
+        The aligned IDs when the fit aligned them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 4)); y = X @ [1.0, -2.0, 0.5, 3.0] + 1.0
+    >>> model = VerticalLinearRegression(epochs=60, learning_rate=0.1, key_bits=1024,
+    ...                                  tol=None).fit(X[:, :2], X[:, 2:], y)
+    >>> np.round(model.coef_a_, 2), np.round(model.coef_b_, 2), round(model.intercept_, 2)
+    (array([ 1., -2.]), array([0.5, 3. ]), 1.0)
+    """
+
+    _objective = "linear"
+    _default_lr = 0.05
+
+    def predict(self, X_a: Any, X_b: ArrayLike) -> Array:
+        """Predict by the inference protocol (Table 2): C adds the parties' partial scores."""
+        return self._scores(X_a, X_b)
+
+
+class VerticalLogisticRegression(_VerticalModel):
+    """Logistic regression over features split between organisations, under Paillier.
+
+    As :class:`VerticalLinearRegression`, with the second-order Taylor expansion of the
+    logistic loss, log 2 − yz/2 + z²/8 for labels y = ±1 (Hardy et al. 2017), so that the
+    residual e = z − 2y is linear in the encrypted scores. Labels may be any two classes
+    (as scikit-learn accepts them): ``classes_[1]`` becomes +1. The default step is 0.3
+    (the Taylor loss's curvature is ¼ of the feature covariance).
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (2,)
+        The two labels, sorted.
+
+    See :class:`VerticalLinearRegression` for the parameters and the other attributes.
+    """
+
+    _objective = "logistic"
+    _default_lr = 0.3
+
+    def _encode_targets(self, y: Any, n: int) -> Array:
+        arr = np.asarray(y)
+        if arr.ndim != 1 or arr.shape[0] != n:
+            raise ValidationError(f"y must be 1-D with one label per row of X_b ({n}); got "
+                                  f"shape {arr.shape}")
+        classes = np.unique(arr)
+        if classes.size != 2:
+            raise ValidationError(f"VerticalLogisticRegression needs exactly two classes in "
+                                  f"y; got {classes.size}: {classes[:5].tolist()}")
+        self.classes_ = classes
+        return np.where(arr == classes[1], 1.0, -1.0)
+
+    def decision_function(self, X_a: Any, X_b: ArrayLike) -> Array:
+        """Return z = Σ partial scores, by the inference protocol (positive: ``classes_[1]``)."""
+        return self._scores(X_a, X_b)
+
+    def predict_proba(self, X_a: Any, X_b: ArrayLike) -> Array:
+        """Probabilities of ``classes_[0]`` and ``classes_[1]``, σ(z) for the latter."""
+        p = maths.sigmoid(self._scores(X_a, X_b))
+        out: Array = np.column_stack([1.0 - p, p])
+        return out
+
+    def predict(self, X_a: Any, X_b: ArrayLike) -> NDArray[Any]:
+        """Return the more probable class of every row."""
+        z = self._scores(X_a, X_b)
+        out: NDArray[Any] = np.where(z > 0, self.classes_[1], self.classes_[0])
+        return out

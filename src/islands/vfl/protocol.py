@@ -1,0 +1,645 @@
+"""The roles of vertical linear and logistic regression (Yang et al. 2019, Tables 1–2).
+
+Parties: ``C`` the coordinator (holds the Paillier private key, sees no data), ``B`` the
+active party (features X_B, labels y, the intercept) and one or more passive parties
+``A_1 … A_k`` (features X_k). Rows are already aligned (:mod:`islands.psi`). The maths
+is :mod:`islands.vfl.maths`: residual e = Σ_k u_k + v, gradient (c1/b)·Xᵀe + λθ, loss
+c0 + (c2/b)·Σe² + penalty. [[·]] is Paillier encryption under C's key.
+
+Messages, in order (every one a wire message in the transcript):
+
+==========  ===========  =================================================================
+tag         sender → to  payload
+==========  ===========  =================================================================
+hello       A_k, B → C   :class:`Hello`: rows and features (C checks the rows agree)
+setup       C → all      :class:`Setup`: the public key n, DJN base h_s, the plan
+                         — for every mini-batch of b rows (same plan for every party) —
+u           A_k → B      [[ũ_k]]: b ciphertexts of A_k's partial scores
+residual    B → A_k      [[ẽ]] = Π_k [[ũ_k]] · Enc(ṽ): b ciphertexts, re-randomised
+                         by B's fresh encryption of ṽ
+gradient    A_k, B → C   [[G + R]]: Π_i [[ẽ_i]]^(x̃_ij) · Enc(R_j) for every feature j,
+                         R_j uniform modulo n from the CSPRNG (one-time pad)
+share       A_k → B      [[Σ_i ẽ_i·ũ_k,i + penalty_k]]: one ciphertext
+loss        B → C        [[Σ_i ẽ_i²+ penalties]] = Π_k share_k · Π_i [[ẽ_i]]^(ṽ_i) · Enc(pen_B)
+masked      C → A_k, B   G + R mod n for the party's features: decrypted, still masked
+                         — after every epoch —
+status      C → all      :class:`Status`: epoch, its loss, whether to go on
+==========  ===========  =================================================================
+
+A and B remove their masks (G = masked − R mod n, read as a signed integer), scale,
+add λθ and step. What each party sees: C sees uniformly random masked gradients and the
+loss of every batch (Table 1 reveals the loss to C too); B sees only ciphertexts from A
+and C's masked values for its own mask; A sees ciphertexts and its own masked values.
+Nothing defends against a party that deviates (honest-but-curious, non-colluding, as in
+the paper); B must re-randomise [[ẽ]], otherwise A could divide it by its own [[ũ]] and
+read B's v = u_B − y in the clear.
+
+Two departures from the letter of Table 1, same information flow: the regulariser λθ is
+added after unmasking (each party knows its own θ) rather than encrypted, and the loss
+is assembled from shares Σ_i ẽ_i·ũ_k,i sent after the residual instead of A's Σ_i ũ_i²
+sent before it, because with several passive parties the cross terms ũ_k·ũ_l cannot be
+formed under additive encryption; for one A both give the same L.
+
+Inference (Table 2): :func:`inference_coordinator` sends row IDs to every party, each
+returns its partial scores in the clear (:func:`inference_party`), C adds them.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from islands.crypto import paillier
+from islands.crypto.paillier_ops import VectorCipher, decrypt_signed
+from islands.errors import ProtocolError, ValidationError
+from islands.runtime import Party, wire
+from islands.vfl import maths
+from islands.vfl.cleartext import ClearCipher
+from islands.vfl.maths import Objective, Precision
+
+__all__ = [
+    "CoordinatorResult",
+    "Hello",
+    "PartyModel",
+    "Plan",
+    "Setup",
+    "Status",
+    "active",
+    "coordinator",
+    "inference_coordinator",
+    "inference_party",
+    "passive",
+]
+
+Array = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+OBJECTIVES = {"linear": maths.LINEAR, "logistic": maths.LOGISTIC}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The public hyper-parameters every party must share.
+
+    Attributes
+    ----------
+    objective
+        ``"linear"`` or ``"logistic"``.
+    learning_rate, lam
+        Step size η and L2 penalty λ.
+    epochs, batch_size
+        Passes over the aligned rows and rows per mini-batch.
+    seed
+        Seed of the public batch order (:func:`islands.vfl.maths.batch_plan`).
+    tol
+        Stop once an epoch's mean loss improves by less than ``tol`` (relative); None
+        runs every epoch.
+    feature_bits, score_bits
+        Fixed-point precision (:class:`islands.vfl.maths.Precision`).
+    encryption
+        ``"paillier"``; ``"none"`` runs the same messages in the clear
+        (:mod:`islands.vfl.cleartext`), as a baseline for benchmarks only.
+    """
+
+    objective: str = "linear"
+    learning_rate: float = 0.05
+    lam: float = 0.0
+    epochs: int = 10
+    batch_size: int = 256
+    seed: int = 0
+    tol: float | None = None
+    feature_bits: int = 16
+    score_bits: int = 32
+    encryption: str = "paillier"
+
+    @property
+    def loss(self) -> Objective:
+        """The model's :class:`~islands.vfl.maths.Objective`."""
+        return OBJECTIVES[self.objective]
+
+    @property
+    def precision(self) -> Precision:
+        """The fixed-point :class:`~islands.vfl.maths.Precision`."""
+        return Precision(self.feature_bits, self.score_bits)
+
+
+@wire.register(name="vfl.Hello")
+@dataclass(frozen=True)
+class Hello:
+    """A data party's row and feature counts."""
+
+    rows: int
+    features: int
+
+
+@wire.register(name="vfl.Setup")
+@dataclass(frozen=True)
+class Setup:
+    """The coordinator's public key (n and the optional DJN base) and the plan."""
+
+    n: bytes
+    djn_base: int | None
+    plan: dict[str, Any]
+
+
+@wire.register(name="vfl.Status")
+@dataclass(frozen=True)
+class Status:
+    """End of an epoch: whether training goes on (the loss stays with C)."""
+
+    epoch: int
+    go_on: bool
+
+
+@dataclass
+class Clock:
+    """Seconds one party spent on homomorphic work, plain compute and messaging.
+
+    ``messaging`` is the time inside send and receive, which includes waiting for peers.
+    """
+
+    he: float = 0.0
+    compute: float = 0.0
+    messaging: float = 0.0
+
+    @contextmanager
+    def timing(self, what: str) -> Any:
+        """Add the time spent in the ``with`` block to ``what``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            setattr(self, what, getattr(self, what) + time.perf_counter() - t0)
+
+
+@dataclass
+class PartyModel:
+    """What a data party ends with: its own weights (B's last entry is the intercept)."""
+
+    name: str
+    theta: Array
+    epochs: int
+    clock: Clock = field(default_factory=Clock)
+
+
+@dataclass
+class CoordinatorResult:
+    """What the coordinator ends with: the loss of every batch and epoch."""
+
+    batch_losses: list[float]
+    epoch_losses: list[float]
+    epochs: int
+    key_bits: int
+    clock: Clock = field(default_factory=Clock)
+    converged: bool = False
+
+
+def check_plan(plan: Any, owner: str) -> Plan:
+    """Validate a :class:`Plan`; errors name the field and ``owner``."""
+    if not isinstance(plan, Plan):
+        raise ValidationError(f"{owner}: plan must be a islands.vfl.protocol.Plan")
+    if plan.objective not in OBJECTIVES:
+        raise ValidationError(f"{owner}: objective must be one of {sorted(OBJECTIVES)}; got "
+                              f"{plan.objective!r}")
+    for name in ("learning_rate", "lam"):
+        value = getattr(plan, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                np.isfinite(value) and 0 <= value <= 1e6) or (
+                name == "learning_rate" and value == 0):
+            raise ValidationError(f"{owner}: {name} must be a finite float "
+                                  f"{'in (0' if name == 'learning_rate' else 'in [0'}, 1e6]; got "
+                                  f"{value!r}")
+    for name in ("epochs", "batch_size"):
+        value = getattr(plan, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValidationError(f"{owner}: {name} must be an int >= 1; got {value!r}")
+    if isinstance(plan.seed, bool) or not isinstance(plan.seed, int) or plan.seed < 0:
+        raise ValidationError(f"{owner}: seed must be an int >= 0; got {plan.seed!r}")
+    if plan.tol is not None and (isinstance(plan.tol, bool) or not isinstance(
+            plan.tol, (int, float)) or not plan.tol > 0):
+        raise ValidationError(f"{owner}: tol must be None or a float > 0; got {plan.tol!r}")
+    if plan.encryption not in ("paillier", "none"):
+        raise ValidationError(f"{owner}: encryption must be 'paillier' or 'none'; got "
+                              f"{plan.encryption!r}")
+    plan.precision  # noqa: B018 - validates the bit counts
+    return plan
+
+
+def _check_names(party: Party, active: str, passive: Sequence[str]) -> list[str]:
+    """Return [*passive, active] after checking the names are distinct peers."""
+    names = [*passive, active]
+    if not passive or len(set(names)) != len(names) or party.name in passive:
+        raise ValidationError(f"party {party.name!r}: the passive parties {list(passive)} "
+                              f"and the active party {active!r} must be distinct, with at "
+                              "least one passive party")
+    return names
+
+
+def _send(party: Party, clock: Clock, to: str, tag: str, payload: Any) -> None:
+    with clock.timing("messaging"):
+        party.send(to, tag, payload)
+
+
+def _recv(party: Party, clock: Clock, frm: str, tag: str) -> Any:
+    with clock.timing("messaging"):
+        return party.recv(frm, tag)
+
+
+def _join(party: Party, clock: Clock, coordinator: str, plan: Plan, rows: int,
+          features: int) -> Any:
+    """Say hello to C, receive and check the key and the plan."""
+    _send(party, clock, coordinator, "hello", Hello(rows, features))
+    setup = _recv(party, clock, coordinator, "setup")
+    if not isinstance(setup, Setup):
+        raise ProtocolError(f"coordinator {coordinator!r} sent a malformed setup",
+                            party=party.name, step="setup")
+    mine = asdict(plan)
+    if setup.plan != mine:
+        diff = {k: (mine.get(k), setup.plan.get(k)) for k in set(mine) | set(setup.plan)
+                if mine.get(k) != setup.plan.get(k)}
+        raise ValidationError(f"party {party.name!r}: its plan differs from coordinator "
+                              f"{coordinator!r}'s (mine, theirs): {diff}")
+    if plan.encryption == "none":
+        return ClearCipher()
+    public_key = paillier.public_key_from_bytes(setup.n)
+    djn_base = None
+    if setup.djn_base is not None:
+        djn_base = int(paillier.check_djn_base(
+            public_key, setup.djn_base, f"party {party.name!r} (setup from {coordinator!r})"))
+    return VectorCipher(public_key, djn_base)
+
+
+def _masks(cipher: Any, count: int) -> list[int]:
+    """One-time pads uniform modulo n, as signed representatives."""
+    return [secrets.randbelow(cipher.n) - cipher.half for _ in range(count)]
+
+
+def _unmask(cipher: Any, masked: Any, masks: list[int], party: Party,
+            frm: str) -> list[int]:
+    if (not isinstance(masked, list) or len(masked) != len(masks)
+            or not all(isinstance(v, int) and 0 <= v < cipher.n for v in masked)):
+        raise ProtocolError(f"coordinator {frm!r} sent malformed masked gradients",
+                            party=party.name, step="masked")
+    n, half = cipher.n, cipher.half
+    out = []
+    for v, r in zip(masked, masks, strict=True):
+        g = (v - r) % n
+        out.append(g - n if g > half else g)
+    return out
+
+
+def _status(party: Party, clock: Clock, coordinator: str, epoch: int) -> bool:
+    status = _recv(party, clock, coordinator, "status")
+    if not isinstance(status, Status) or status.epoch != epoch:
+        raise ProtocolError(f"coordinator {coordinator!r} sent a malformed status",
+                            party=party.name, step="status")
+    return bool(status.go_on)
+
+
+def _encode_features(X: Any, name: str, owner: str, precision: Precision,
+                     intercept: bool) -> tuple[IntArray, Array]:
+    x = np.asarray(X, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 1:
+        raise ValidationError(f"{owner}: {name} must be a 2-D array with at least one row; "
+                              f"got shape {x.shape}")
+    enc = maths.encode(x, precision.feature_bits, maths.MAX_ABS_FEATURE, name, owner)
+    if intercept:
+        enc = np.hstack([enc, np.full((x.shape[0], 1), 1 << precision.feature_bits,
+                                      dtype=np.int64)])
+    # exact: numerators are below 2^(30 + feature_bits) <= 2^52
+    return enc, enc.astype(np.float64) / float(1 << precision.feature_bits)
+
+
+def passive(party: Party, X: Any, *, coordinator: str = "C", active: str = "B",
+            plan: Plan) -> PartyModel:
+    """Play a passive party A_k: features only.
+
+    Parameters
+    ----------
+    party
+        This party's context.
+    X
+        Its features for the aligned rows (n × p_k), standardised.
+    coordinator, active
+        Names of C and B.
+    plan
+        The shared :class:`Plan`.
+
+    Returns
+    -------
+    PartyModel
+        θ_k.
+    """
+    owner = f"party {party.name!r}"
+    plan = check_plan(plan, owner)
+    precision, clock = plan.precision, Clock()
+    with clock.timing("compute"):
+        x_enc, x_float = _encode_features(X, "X", owner, precision, intercept=False)
+    n, p = x_enc.shape
+    cipher = _join(party, clock, coordinator, plan, n, p)
+    theta = np.zeros(p)
+    epochs_run = 0
+    for epoch in range(plan.epochs):
+        for rows in maths.batch_plan(n, plan.batch_size, epoch, plan.seed):
+            with clock.timing("compute"):
+                u = maths.encode(x_float[rows] @ theta, precision.score_bits,
+                                 maths.MAX_ABS_SCORE, "partial scores", owner)
+            with clock.timing("he"):
+                blob = cipher.to_bytes(cipher.encrypt(u))
+            _send(party, clock, active, "u", blob)
+            residual = _recv(party, clock, active, "residual")
+            with clock.timing("he"):
+                e = cipher.from_bytes(residual, rows.size, "residual", owner)
+                sums = cipher.weighted(e, np.hstack([x_enc[rows], u[:, None]]))
+                masks = _masks(cipher, p)
+                penalty = maths.penalty_units(theta, plan.lam, rows.size, plan.loss, precision)
+                extra = cipher.encrypt([*masks, penalty])
+                gradient = cipher.add(sums[:p], extra[:p])
+                share = cipher.add(sums[p:], extra[p:])
+                g_blob, s_blob = cipher.to_bytes(gradient), cipher.to_bytes(share)
+            _send(party, clock, coordinator, "gradient", g_blob)
+            _send(party, clock, active, "share", s_blob)
+            masked = _recv(party, clock, coordinator, "masked")
+            with clock.timing("compute"):
+                g_int = _unmask(cipher, masked, masks, party, coordinator)
+                grad = maths.gradient_from_sum(g_int, theta, plan.lam, rows.size, plan.loss,
+                                               precision)
+                theta = theta - plan.learning_rate * grad
+        epochs_run = epoch + 1
+        if not _status(party, clock, coordinator, epoch):
+            break
+    return PartyModel(party.name, theta, epochs_run, clock)
+
+
+def active(party: Party, X: Any, y: Any, *, coordinator: str = "C",
+           passive: Sequence[str] = ("A",), plan: Plan) -> PartyModel:
+    """Play the active party B: features, labels and the intercept.
+
+    Parameters
+    ----------
+    party
+        This party's context.
+    X
+        Its features for the aligned rows (n × p_B), standardised.
+    y
+        Targets: reals for the linear model, ±1 for the logistic one.
+    coordinator, passive
+        Names of C and of the passive parties.
+    plan
+        The shared :class:`Plan`.
+
+    Returns
+    -------
+    PartyModel
+        θ_B with the intercept last.
+    """
+    owner = f"party {party.name!r}"
+    plan = check_plan(plan, owner)
+    precision, objective, clock = plan.precision, plan.loss, Clock()
+    passive = _check_names(party, party.name, passive)[:-1]
+    with clock.timing("compute"):
+        x_enc, x_float = _encode_features(X, "X", owner, precision, intercept=True)
+        labels = np.asarray(y, dtype=np.float64)
+        if labels.shape != (x_enc.shape[0],) or not np.all(np.isfinite(labels)):
+            raise ValidationError(f"{owner}: y must be a finite 1-D array with one entry per "
+                                  f"row of X ({x_enc.shape[0]}); got shape {labels.shape}")
+        if objective is maths.LOGISTIC and not np.all(np.abs(labels) == 1.0):
+            raise ValidationError(f"{owner}: the logistic model needs labels in {{-1, +1}}")
+    n, p = x_enc.shape
+    cipher = _join(party, clock, coordinator, plan, n, p - 1)
+    theta = np.zeros(p)
+    epochs_run = 0
+    for epoch in range(plan.epochs):
+        for rows in maths.batch_plan(n, plan.batch_size, epoch, plan.seed):
+            b = rows.size
+            with clock.timing("compute"):
+                v = maths.encode(x_float[rows] @ theta - objective.label_factor * labels[rows],
+                                 precision.score_bits, 4 * maths.MAX_ABS_SCORE,
+                                 "partial scores", owner)
+            us = [_recv(party, clock, a, "u") for a in passive]
+            with clock.timing("he"):
+                e = cipher.encrypt(v)  # fresh randomness: re-randomises the sum
+                for a, blob in zip(passive, us, strict=True):
+                    e = cipher.add(e, cipher.from_bytes(blob, b, "u", f"{owner} (from {a!r})"))
+                e_blob = cipher.to_bytes(e)
+            for a in passive:
+                _send(party, clock, a, "residual", e_blob)
+            with clock.timing("he"):
+                sums = cipher.weighted(e, np.hstack([x_enc[rows], v[:, None]]))
+                masks = _masks(cipher, p)
+                penalty = maths.penalty_units(theta[:-1], plan.lam, b, objective, precision)
+                extra = cipher.encrypt([*masks, penalty])
+                g_blob = cipher.to_bytes(cipher.add(sums[:p], extra[:p]))
+            _send(party, clock, coordinator, "gradient", g_blob)
+            shares = [_recv(party, clock, a, "share") for a in passive]
+            with clock.timing("he"):
+                loss = cipher.add(sums[p:], extra[p:])
+                for a, blob in zip(passive, shares, strict=True):
+                    loss = cipher.add(loss, cipher.from_bytes(blob, 1, "share",
+                                                              f"{owner} (from {a!r})"))
+                loss_blob = cipher.to_bytes(loss)
+            _send(party, clock, coordinator, "loss", loss_blob)
+            masked = _recv(party, clock, coordinator, "masked")
+            with clock.timing("compute"):
+                g_int = _unmask(cipher, masked, masks, party, coordinator)
+                grad = maths.gradient_from_sum(g_int, theta, plan.lam, b, objective, precision,
+                                               intercept=True)
+                theta = theta - plan.learning_rate * grad
+        epochs_run = epoch + 1
+        if not _status(party, clock, coordinator, epoch):
+            break
+    return PartyModel(party.name, theta, epochs_run, clock)
+
+
+def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A",),
+                plan: Plan, key_bits: int = paillier.DEFAULT_KEY_BITS,
+                djn: bool = True, keys: tuple[Any, Any, int | None] | None = None,
+                ) -> CoordinatorResult:
+    """Play the coordinator C: make the key, decrypt masked gradients and the loss.
+
+    Parameters
+    ----------
+    party
+        C's context.
+    active, passive
+        Names of B and of the passive parties.
+    plan
+        The shared :class:`Plan`.
+    key_bits
+        Paillier modulus size (2048: about 112-bit security; 1024 for tests only).
+    djn
+        Generate a DJN key (admissible modulus and public base h_s) so the parties can
+        encrypt with short fixed-base exponents (:mod:`islands.crypto.paillier`); False
+        keeps textbook randomness r^n.
+    keys
+        ``(public_key, private_key, djn_base or None)`` to use instead of generating a
+        key pair (key generation at 2048 bits takes seconds; tests and audits also use
+        it to read what C decrypts).
+
+    Returns
+    -------
+    CoordinatorResult
+    """
+    owner = f"coordinator {party.name!r}"
+    plan = check_plan(plan, owner)
+    precision, objective, clock = plan.precision, plan.loss, Clock()
+    data_parties = _check_names(party, active, passive)
+    hellos = {}
+    for name in data_parties:
+        hello = _recv(party, clock, name, "hello")
+        if not isinstance(hello, Hello) or hello.rows < 1:
+            raise ProtocolError(f"party {name!r} sent a malformed hello", party=party.name,
+                                step="hello")
+        hellos[name] = hello
+    rows = {hellos[name].rows for name in data_parties}
+    if len(rows) != 1:
+        counts = {name: hellos[name].rows for name in data_parties}
+        raise ValidationError(f"{owner}: the parties hold different numbers of aligned rows "
+                              f"{counts}; align them first (islands.psi)")
+    n = rows.pop()
+    with clock.timing("he"):
+        if plan.encryption == "none":
+            public_key = private_key = djn_base = None
+        elif keys is not None:
+            public_key, private_key, djn_base = keys
+            if djn_base is not None:
+                djn_base = int(paillier.check_djn_base(public_key, djn_base, owner))
+        elif djn:
+            public_key, private_key, djn_base = paillier.generate_djn_keypair(key_bits)
+        else:
+            public_key, private_key = paillier.generate_keypair(key_bits)
+            djn_base = None
+    cipher: Any
+    if public_key is None:
+        cipher = ClearCipher()
+        setup = Setup(b"", None, asdict(plan))
+        key_size = 0
+    else:
+        cipher = VectorCipher(public_key, djn_base, workers=1)
+        setup = Setup(paillier.public_key_to_bytes(public_key), djn_base, asdict(plan))
+        key_size = int(public_key.n).bit_length()
+
+    def decrypt(cts: list[Any]) -> list[int]:
+        if private_key is None:
+            out: list[int] = cipher.decrypt(cts)
+            return out
+        return paillier.decrypt(private_key, cts)
+
+    def decrypt_one_signed(cts: list[Any]) -> int:
+        if private_key is None:
+            return int(cipher.decrypt_signed(cts)[0])
+        return decrypt_signed(private_key, cts)[0]
+
+    with clock.timing("messaging"):
+        party.broadcast("setup", setup, to=data_parties)
+    widths = {name: hellos[name].features + (1 if name == active else 0)
+              for name in data_parties}
+    batch_losses: list[float] = []
+    epoch_losses: list[float] = []
+    epochs_run, converged = 0, False
+    for epoch in range(plan.epochs):
+        total, count = 0.0, 0
+        for batch in maths.batch_plan(n, plan.batch_size, epoch, plan.seed):
+            for name in data_parties:
+                blob = _recv(party, clock, name, "gradient")
+                with clock.timing("he"):
+                    cts = cipher.from_bytes(blob, widths[name], "gradient",
+                                            f"{owner} (from {name!r})")
+                    masked = decrypt(cts)
+                _send(party, clock, name, "masked", masked)
+            blob = _recv(party, clock, active, "loss")
+            with clock.timing("he"):
+                value = decrypt_one_signed(cipher.from_bytes(
+                    blob, 1, "loss", f"{owner} (from {active!r})"))
+            loss = maths.decode_loss(value, batch.size, objective, precision)
+            batch_losses.append(loss)
+            total += loss * batch.size
+            count += batch.size
+        epoch_losses.append(total / count)
+        epochs_run = epoch + 1
+        if plan.tol is not None and epoch > 0:
+            prev, cur = epoch_losses[-2], epoch_losses[-1]
+            converged = abs(prev - cur) <= plan.tol * abs(prev)
+        go_on = epoch + 1 < plan.epochs and not converged
+        with clock.timing("messaging"):
+            party.broadcast("status", Status(epoch, go_on), to=data_parties)
+        if not go_on:
+            break
+    return CoordinatorResult(batch_losses, epoch_losses, epochs_run, key_size, clock,
+                             converged)
+
+
+# ------------------------------------------------------------------------- inference
+
+
+def inference_party(party: Party, X: Any, theta: Any, *, coordinator: str = "C",
+                    ids: Sequence[Any] | None = None, intercept: bool = False) -> int:
+    """Answer the coordinator's queries with this party's partial scores (Table 2).
+
+    Parameters
+    ----------
+    X
+        This party's features, one row per ID.
+    theta
+        Its weights (with the intercept last when ``intercept``).
+    ids
+        The IDs of X's rows; None: queries name row positions.
+
+    Returns
+    -------
+    int
+        Rows scored.
+    """
+    owner = f"party {party.name!r}"
+    x = np.asarray(X, dtype=np.float64)
+    w = np.asarray(theta, dtype=np.float64)
+    width = x.shape[1] + (1 if intercept else 0) if x.ndim == 2 else -1
+    if x.ndim != 2 or w.shape != (width,) or not np.all(np.isfinite(x)):
+        raise ValidationError(f"{owner}: X must be a finite 2-D array matching theta "
+                              f"({w.shape}); got X of shape {x.shape}")
+    index = None if ids is None else {v: i for i, v in enumerate(ids)}
+    query = party.recv(coordinator, "query")
+    if index is None:
+        rows = np.asarray(query)
+        if rows.dtype.kind not in "iu" or rows.ndim != 1 or (
+                rows.size and (rows.min() < 0 or rows.max() >= x.shape[0])):
+            raise ProtocolError(f"coordinator {coordinator!r} asked for rows this party "
+                                "does not hold", party=party.name, step="query")
+    else:
+        missing = [v for v in query if v not in index]
+        if missing:
+            raise ValidationError(f"{owner} holds no row for the IDs {missing[:5]!r}")
+        rows = np.asarray([index[v] for v in query], dtype=np.int64)
+    scores = x[rows] @ (w[:-1] if intercept else w)
+    if intercept:
+        scores = scores + w[-1]
+    party.send(coordinator, "partial", scores)
+    return int(rows.size)
+
+
+def inference_coordinator(party: Party, query: Any, *, parties: Sequence[str]) -> Array:
+    """Ask every party for its partial scores of ``query`` (IDs or rows) and add them.
+
+    Returns
+    -------
+    ndarray
+        z = Σ partial scores, one per queried ID (the decision function).
+    """
+    payload: Any = (query.astype(np.int64) if isinstance(query, np.ndarray)
+                    and query.dtype.kind in "iu" else list(query))
+    for name in parties:
+        party.send(name, "query", payload)
+    total = np.zeros(len(payload))
+    for name in parties:
+        part = np.asarray(party.recv(name, "partial"), dtype=np.float64)
+        if part.shape != total.shape:
+            raise ProtocolError(f"party {name!r} sent {part.shape} partial scores for "
+                                f"{total.shape[0]} IDs", party=party.name, step="partial")
+        total += part
+    return total

@@ -1,0 +1,77 @@
+"""Vertical jobs (islands run, kind = "vertical") and the quick vfl reproduction."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("sklearn")
+pytest.importorskip("phe")
+
+from islands.vfl.job import JobError, load_vertical_job, parse_vertical_job, run_vertical
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_the_examples_parse() -> None:
+    for path in EXAMPLES.glob("vfl-*.toml"):
+        job = load_vertical_job(path)
+        assert job.model["key_bits"] >= 2048 and job.name == path.stem
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({"name": "x", "kind": "vertical", "colour": 1}, "unknown key"),
+    ({"name": "x", "kind": "vertical", "model": {"kind": "tree"}}, "'kind' must be"),
+    ({"name": "x", "kind": "vertical", "model": {"epochs": 0}}, "'epochs' must be"),
+    ({"name": "x", "kind": "vertical", "data": {"name": "mnist"}}, "'name' must be one of"),
+    ({"name": "x", "kind": "vertical", "parties": {"psi": "yes"}}, "'psi' must be bool"),
+])
+def test_bad_jobs_name_the_key(raw: dict[str, Any], message: str) -> None:
+    with pytest.raises(JobError, match=message):
+        parse_vertical_job(raw)
+
+
+def test_a_two_passive_linear_job_runs_and_matches_scikit_learn() -> None:
+    job = parse_vertical_job({"name": "t", "kind": "vertical", "data": {"name": "diabetes"},
+                              "parties": {"b_features": 4, "passive": 2},
+                              "model": {"kind": "linear", "key_bits": 1024, "epochs": 30,
+                                        "batch_size": 64}})
+    r = run_vertical(job)
+    assert r["features"] == {"passive": [3, 3], "active": 4}
+    assert abs(r["metrics"]["r2"] - r["metrics"]["sklearn_r2"]) < 0.02
+    assert r["max_abs_diff_to_centralised_gd"] < 1e-4
+    assert len(r["epoch_seconds"]) == r["epochs_run"] == len(r["loss_history"])
+    assert set(r["per_epoch_split"]) == {"A1", "A2", "B", "C"}
+
+
+def test_cli_runs_a_vertical_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from islands.cli import main
+
+    job = tmp_path / "job.toml"
+    job.write_text('name = "bc"\nkind = "vertical"\n[data]\nname = "breast_cancer"\n'
+                   '[parties]\nb_features = 10\npsi = true\n'
+                   '[model]\nkind = "logistic"\nkey_bits = 1024\nepochs = 3\n')
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["islands", "run", str(job), "--output", str(out)])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code in (0, None)
+    result = json.loads((out / "results.json").read_text())
+    assert result["aligned_ids"] < 455 and result["metrics"]["auc"] > 0.95
+    assert (out / "loss.png").stat().st_size > 1000
+
+
+def test_quick_reproduction(tmp_path: Path) -> None:
+    from islands.experiments.vfl import reproduce_vfl
+
+    messages: list[str] = []
+    results = reproduce_vfl(tmp_path, quick=True, progress=messages.append)
+    assert set(results["runs"]) == {"diabetes", "breast_cancer", "synthetic"}
+    assert all(c["verdict"] != "differs" for c in results["agreement"])
+    report = (tmp_path / "report.md").read_text()
+    assert "Cost per epoch" in report and (tmp_path / "loss_curves.png").exists()
+    assert any("[breast_cancer]" in m for m in messages)
