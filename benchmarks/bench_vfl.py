@@ -32,18 +32,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import itertools
-
 import numpy as np
 
 from common import environment, fmt_bytes, fmt_s
-
-
-def epochs_of(run: Any) -> list[float]:
-    """Seconds of every epoch, from the coordinator's 'status' messages to B."""
-    marks = [r.time for r in run.transcript if r.tag == "setup" and r.receiver == "B"]
-    marks += [r.time for r in run.transcript if r.tag == "status" and r.receiver == "B"]
-    return [b - a for a, b in itertools.pairwise(marks)]
 
 
 def train(blocks: list[Any], y: Any, plan: Any, keys: Any) -> tuple[Any, float]:
@@ -69,7 +60,7 @@ def breast_cancer(keys: dict[str, Any]) -> dict[str, Any]:
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import StandardScaler
 
-    from islands.vfl.protocol import Plan
+    from islands.vfl.protocol import Plan, epoch_seconds
 
     X, y = load_breast_cancer(return_X_y=True)
     x_tr, x_te, y_tr, y_te = train_test_split(X, y, test_size=0.2, random_state=0, stratify=y)
@@ -84,7 +75,7 @@ def breast_cancer(keys: dict[str, Any]) -> dict[str, Any]:
         plan = Plan("logistic", learning_rate=0.3, epochs=3, batch_size=256, seed=0,
                     encryption=encryption)
         run, wall = train(blocks, labels, plan, key)
-        per_epoch = epochs_of(run)
+        per_epoch = epoch_seconds(run.transcript)
         theta_a, theta_b = run.results["A"].theta, run.results["B"].theta
         z = x_te[:, 10:] @ theta_a + x_te[:, :10] @ theta_b[:-1] + theta_b[-1]
         out[name] = {"epoch_s": per_epoch, "steady_epoch_s": float(np.mean(per_epoch[1:])),
@@ -99,7 +90,7 @@ def breast_cancer(keys: dict[str, Any]) -> dict[str, Any]:
 
 def synthetic(rows: int, keys: dict[str, Any]) -> dict[str, Any]:
     from islands.crypto.processes import usable_cores
-    from islands.vfl.protocol import Plan
+    from islands.vfl.protocol import Plan, epoch_seconds
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(rows, 40))
@@ -107,7 +98,8 @@ def synthetic(rows: int, keys: dict[str, Any]) -> dict[str, Any]:
     plan = Plan("logistic", learning_rate=0.3, epochs=1, batch_size=1024, seed=0)
     run, wall = train([X[:, :20], X[:, 20:]], y, plan, keys["djn"])
     return {"rows": rows, "features": [20, 20], "batch_size": 1024,
-            "workers": usable_cores(), "epoch_s": epochs_of(run)[0], "wall_s": wall,
+            "workers": usable_cores(), "epoch_s": epoch_seconds(run.transcript)[0],
+            "wall_s": wall,
             "bytes": run.transcript.total_bytes, "loss": run.results["C"].epoch_losses,
             "clock": clocks(run)}
 

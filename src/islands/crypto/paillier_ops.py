@@ -220,12 +220,7 @@ class VectorCipher:
 
     def from_bytes(self, blob: Any, count: int, name: str, owner: str) -> list[Any]:
         """Parse :meth:`to_bytes` output holding exactly ``count`` ciphertexts."""
-        if not isinstance(blob, (bytes, bytearray, memoryview)):
-            raise ValidationError(f"{owner}: {name} is not bytes")
-        raw = memoryview(blob).cast("B")
-        if bytes(raw[:paillier.FINGERPRINT_BYTES]) != self.fingerprint:
-            raise ValidationError(f"{owner}: {name} was encrypted under another public key")
-        cts = paillier.ciphertexts_from_bytes(self.public_key, raw[paillier.FINGERPRINT_BYTES:])
+        cts = paillier._split_blob(self.public_key, blob, owner, name)
         if len(cts) != count:
             raise ValidationError(f"{owner}: {name} holds {len(cts)} ciphertexts, expected "
                                   f"{count}")

@@ -29,6 +29,7 @@ from islands.vfl.protocol import (
     active,
     check_plan,
     coordinator,
+    epoch_seconds,
     inference_coordinator,
     inference_party,
     passive,
@@ -141,15 +142,6 @@ class _VerticalModel:
         except ValidationError as exc:
             raise ValidationError(str(exc)) from None
 
-    def _targets(self, y: ArrayLike, n: int) -> Array:
-        arr = np.asarray(y, dtype=np.float64)
-        if arr.ndim != 1 or arr.shape[0] != n:
-            raise ValidationError(f"y must be 1-D with one value per row of X_b ({n}); got "
-                                  f"shape {arr.shape}")
-        if not np.all(np.isfinite(arr)):
-            raise ValidationError("y holds NaN or infinite values")
-        return arr
-
     @staticmethod
     def _align(blocks: list[Array], x_b: Array, y: Any, ids_a: Any, ids_b: Any,
                timeout: float) -> tuple[list[Array], Array, Any, list[Any]]:
@@ -254,11 +246,18 @@ class _VerticalModel:
         self.timing_: dict[str, Clock] = {"C": result_c.clock,
                                           **{n: m.clock for n, m in models.items()}}
         self.transcript_: Transcript = run.transcript
+        self.epoch_seconds_ = epoch_seconds(run.transcript)
         self.n_passive_ = len(blocks)
         return self
 
     def _encode_targets(self, y: Any, n: int) -> Array:
-        return self._targets(y, n)
+        arr = np.asarray(y, dtype=np.float64)
+        if arr.ndim != 1 or arr.shape[0] != n:
+            raise ValidationError(f"y must be 1-D with one value per row of X_b ({n}); got "
+                                  f"shape {arr.shape}")
+        if not np.all(np.isfinite(arr)):
+            raise ValidationError("y holds NaN or infinite values")
+        return arr
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "coef_b_"):

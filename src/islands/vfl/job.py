@@ -39,7 +39,6 @@ epoch and each party's split between homomorphic work, plain compute and messagi
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -261,11 +260,14 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
         f"({m['key_bits']}-bit{' DJN' if m['djn'] else ''} key)")
     est.fit(blocks_a if len(blocks_a) > 1 else blocks_a[0], block_b, target, **fit_args)
     a_test = list(parts_te[:-1])
-    z = est._scores(a_test if len(a_test) > 1 else a_test[0], parts_te[-1])
+    test_a = a_test if len(a_test) > 1 else a_test[0]
+    # one run of the inference protocol (Table 2) scores the test rows
+    z = (est.decision_function(test_a, parts_te[-1])
+         if isinstance(est, VerticalLogisticRegression) else est.predict(test_a, parts_te[-1]))
     joined_tr, joined_te = np.hstack(parts_tr), np.hstack(parts_te)
     metrics: dict[str, Any]
-    if logistic:
-        labels = est.predict(a_test if len(a_test) > 1 else a_test[0], parts_te[-1])
+    if isinstance(est, VerticalLogisticRegression):
+        labels = np.where(z > 0, est.classes_[1], est.classes_[0])
         ref = LogisticRegression(max_iter=2000).fit(joined_tr, y_tr)
         metrics = {"accuracy": float(accuracy_score(y_te, labels)),
                    "auc": float(roc_auc_score(y_te, z)),
@@ -289,10 +291,7 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
         coefs = [est.coef_a_] if isinstance(est.coef_a_, np.ndarray) else list(est.coef_a_)
         got = np.concatenate([*coefs, est.coef_b_, [est.intercept_]])
         lossless = float(np.max(np.abs(got - np.concatenate(ref_thetas))))
-    records = list(est.transcript_)
-    marks = [r.time for r in records if r.tag == "setup" and r.receiver == "B"]
-    marks += [r.time for r in records if r.tag == "status" and r.receiver == "B"]
-    epoch_s = [b2 - a2 for a2, b2 in itertools.pairwise(marks)]
+    epoch_s = est.epoch_seconds_
     epochs = max(est.n_epochs_, 1)
     return {
         "job": {**asdict(job)},

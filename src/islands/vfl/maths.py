@@ -59,6 +59,7 @@ __all__ = [
     "batch_plan",
     "centralised_gd",
     "encode",
+    "encode_features",
     "fixed_point_gd",
     "sigmoid",
 ]
@@ -147,6 +148,27 @@ def encode(values: ArrayLike, frac_bits: int, bound: float, name: str, owner: st
             "lower the learning rate (training may have diverged)")
     out: IntArray = np.rint(arr * float(2**frac_bits)).astype(np.int64)
     return out
+
+
+def encode_features(X: ArrayLike, precision: Precision, *, intercept: bool,
+                    name: str = "X", owner: str = "encode_features") -> IntArray:
+    """Encode a feature block; with ``intercept`` append the all-ones column (2^feature_bits).
+
+    Raises
+    ------
+    ValidationError
+        Naming ``name`` and ``owner`` for a block that is not 2-D with a row, or holds a
+        value that :func:`encode` refuses.
+    """
+    x = np.asarray(X, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 1:
+        raise ValidationError(f"{owner}: {name} must be a 2-D array with at least one row; "
+                              f"got shape {x.shape}")
+    enc = encode(x, precision.feature_bits, MAX_ABS_FEATURE, name, owner)
+    if intercept:
+        ones = np.full((x.shape[0], 1), 1 << precision.feature_bits, dtype=np.int64)
+        enc = np.hstack([enc, ones])
+    return enc
 
 
 def sigmoid(z: ArrayLike) -> Array:
@@ -250,9 +272,8 @@ def fixed_point_gd(blocks: list[Array], y: Array, *, objective: Objective, lam: 
     Returns the final weights (B's with θ_0 last) and the loss of every batch.
     """
     n = int(y.size)
-    xs = [encode(b, precision.feature_bits, MAX_ABS_FEATURE, "X", "fixed_point_gd")
-          for b in blocks]
-    xs[-1] = np.hstack([xs[-1], np.full((n, 1), 1 << precision.feature_bits, np.int64)])
+    xs = [encode_features(b, precision, intercept=i == len(blocks) - 1, owner="fixed_point_gd")
+          for i, b in enumerate(blocks)]
     thetas = [np.zeros(x.shape[1]) for x in xs]
     losses = []
     for epoch in range(epochs):

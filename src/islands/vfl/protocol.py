@@ -46,6 +46,7 @@ returns its partial scores in the clear (:func:`inference_party`), C adds them.
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import time
 from collections.abc import Sequence
@@ -73,6 +74,7 @@ __all__ = [
     "Status",
     "active",
     "coordinator",
+    "epoch_seconds",
     "inference_coordinator",
     "inference_party",
     "passive",
@@ -302,18 +304,18 @@ def _status(party: Party, clock: Clock, coordinator: str, epoch: int) -> bool:
     return bool(status.go_on)
 
 
-def _encode_features(X: Any, name: str, owner: str, precision: Precision,
+def _encode_features(X: Any, owner: str, precision: Precision,
                      intercept: bool) -> tuple[IntArray, Array]:
-    x = np.asarray(X, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] < 1:
-        raise ValidationError(f"{owner}: {name} must be a 2-D array with at least one row; "
-                              f"got shape {x.shape}")
-    enc = maths.encode(x, precision.feature_bits, maths.MAX_ABS_FEATURE, name, owner)
-    if intercept:
-        enc = np.hstack([enc, np.full((x.shape[0], 1), 1 << precision.feature_bits,
-                                      dtype=np.int64)])
+    enc = maths.encode_features(X, precision, intercept=intercept, owner=owner)
     # exact: numerators are below 2^(30 + feature_bits) <= 2^52
     return enc, enc.astype(np.float64) / float(1 << precision.feature_bits)
+
+
+def epoch_seconds(transcript: Any, active: str = "B") -> list[float]:
+    """Seconds of every epoch of a run, from C's setup and end-of-epoch messages to B."""
+    marks = [r.time for r in transcript if r.tag == "setup" and r.receiver == active]
+    marks += [r.time for r in transcript if r.tag == "status" and r.receiver == active]
+    return [b - a for a, b in itertools.pairwise(marks)]
 
 
 def passive(party: Party, X: Any, *, coordinator: str = "C", active: str = "B",
@@ -340,7 +342,7 @@ def passive(party: Party, X: Any, *, coordinator: str = "C", active: str = "B",
     plan = check_plan(plan, owner)
     precision, clock = plan.precision, Clock()
     with clock.timing("compute"):
-        x_enc, x_float = _encode_features(X, "X", owner, precision, intercept=False)
+        x_enc, x_float = _encode_features(X, owner, precision, intercept=False)
     n, p = x_enc.shape
     cipher = _join(party, clock, coordinator, plan, n, p)
     theta = np.zeros(p)
@@ -404,7 +406,7 @@ def active(party: Party, X: Any, y: Any, *, coordinator: str = "C",
     precision, objective, clock = plan.precision, plan.loss, Clock()
     passive = _check_names(party, party.name, passive)[:-1]
     with clock.timing("compute"):
-        x_enc, x_float = _encode_features(X, "X", owner, precision, intercept=True)
+        x_enc, x_float = _encode_features(X, owner, precision, intercept=True)
         labels = np.asarray(y, dtype=np.float64)
         if labels.shape != (x_enc.shape[0],) or not np.all(np.isfinite(labels)):
             raise ValidationError(f"{owner}: y must be a finite 1-D array with one entry per "
