@@ -76,7 +76,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from contextlib import suppress
 from functools import partial
 from pathlib import Path
@@ -84,7 +83,18 @@ from typing import Any
 
 import numpy as np
 
-from common import finish, fmt_bytes, fmt_s, limit_threads, median, once, source_digest, verdict
+from common import (
+    finish,
+    fmt_bytes,
+    fmt_s,
+    limit_threads,
+    median,
+    once,
+    process_tree,
+    reset_peak,
+    source_digest,
+    verdict,
+)
 from islands.hfl.estimator import torch_threads
 
 TARGET_FL_CL = 1.3  # FL / CL, one epoch
@@ -173,40 +183,6 @@ def cpu_seconds() -> tuple[float, float]:
     return busy, ours
 
 
-def reset_peak() -> bool:
-    """Reset this process's peak RSS (VmHWM): Linux >= 4.0."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = defaultdict(list)
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        kids[int(stat.rsplit(")", 1)[1].split()[1])].append(int(entry.name))
-    return kids
-
-
-def tree(root: int) -> list[int]:
-    """``root`` and all its descendants."""
-    kids = _children()
-    out, stack = [], [root]
-    while stack:
-        pid = stack.pop()
-        out.append(pid)
-        stack.extend(kids.get(pid, ()))
-    return out
-
 
 def tree_pss(pids: list[int]) -> int:
     """PSS summed over ``pids`` (bytes), from /proc/<pid>/smaps_rollup."""
@@ -231,7 +207,7 @@ def run_sampled(cmd: list[str], env: dict[str, str], timeout: float) -> dict[str
         peak = procs = samples = 0
         timed_out = False
         while proc.poll() is None:
-            pids = tree(proc.pid)
+            pids = process_tree(proc.pid)
             peak = max(peak, tree_pss(pids))
             samples += 1
             procs = max(procs, len(pids))

@@ -50,6 +50,38 @@ def source_digest(subpackages: Sequence[str] | None = None) -> str:
     return h.hexdigest()[:16]
 
 
+def process_tree(root: int) -> list[int]:
+    """``root`` and all its descendants, from ``/proc`` (Linux)."""
+    from collections import defaultdict
+
+    kids: dict[int, list[int]] = defaultdict(list)
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        kids[int(stat.rsplit(")", 1)[1].split()[1])].append(int(entry.name))
+    out, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        out.append(pid)
+        stack.extend(kids.get(pid, ()))
+    return out
+
+
+def reset_peak() -> bool:
+    """Reset this process's peak RSS (VmHWM): Linux >= 4.0."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def median(xs: list[float]) -> float:
     """Median of timings."""
     return float(statistics.median(xs))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -323,3 +324,23 @@ def test_mean_aggregator_refuses_malformed_updates() -> None:
     with pytest.raises(ProtocolError, match="not in this round"):
         agg.add("b", np.zeros(3, np.float32))
     assert isinstance(MeanAggregator(), Mean)
+
+
+def test_in_process_training_runs_on_a_pool_of_concurrency_threads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # every OS thread that calls torch keeps ~0.6 MB: with many clients only the pool's
+    # threads may train, not one thread per client role
+    seen: set[str] = set()
+    train = TorchLearner.train
+
+    def recording(self: Any, params: Any, **kw: Any) -> Any:
+        seen.add(threading.current_thread().name)
+        return train(self, params, **kw)
+
+    monkeypatch.setattr(TorchLearner, "train", recording)
+    X, y = _blobs(240)
+    parts = [(X[k::12], y[k::12]) for k in range(12)]
+    fm = FederatedModel(SPEC, FedAvg(local_steps=2, batch_size=5), concurrency=3,
+                        seed=1).fit(parts)
+    assert fm.workers_ == 3 and fm.aggregations_ >= 2
+    assert 1 <= len(seen) <= 3 and all(n.startswith("islands-train") for n in seen), seen

@@ -4,7 +4,9 @@ Commands: ``islands --version``, ``islands info`` (which optional parts and data
 installed), ``islands demo`` (a three-party secure sum through the runtime, with its
 transcript), ``islands run JOB.toml`` (a federated training job), ``islands audit scca`` /
 ``islands audit pca`` (what each protocol's parties recover from each other) and
-``islands reproduce scca|pca|apfl|vfl`` (a paper's experiments as a report).
+``islands reproduce scca|pca|apfl|vfl`` (a paper's experiments as a report),
+``islands certs`` (a federation's CA and party certificates) and ``islands party --config
+FILE`` (one organisation's party of a deployed federation, over gRPC with mutual TLS).
 """
 
 from __future__ import annotations
@@ -377,12 +379,17 @@ def run_command(
         raise typer.Exit(2) from exc
     out = output if output is not None else Path(job.output)
     protect = f" protected by {' + '.join(job.protect)}" if job.protect else ""
+    on_ray = ""
+    if job.backend == "ray":
+        where = escape(job.ray_address) if job.ray_address else "a local instance"
+        on_ray = f", training on Ray ({where})"
     console.print(f"job [bold]{escape(job.name)}[/]: {job.strategy['name']}{protect} on "
-                  f"{job.data['name']}, {job.epochs} epoch(s), output {escape(str(out))}")
+                  f"{job.data['name']}, {job.epochs} epoch(s){on_ray}, output {escape(str(out))}")
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
-        fl_task = bar.add_task("federated", total=job.epochs, info="")
+        fl_task = bar.add_task("federated", total=job.epochs,
+                               info="starting Ray…" if job.backend == "ray" else "")
 
         def on_round(record: Any, epoch: Any) -> None:
             acc = "" if record.accuracy is None else f" local acc {record.accuracy:.3f}"
@@ -621,6 +628,85 @@ def _summarise_reproduction(results: dict[str, Any], out: Path, json_path: Path 
         console.print(f"[yellow]skipped[/] {escape(str(name))}")
     if json_path is not None:
         json_path.write_text((out / "results.json").read_text())
+
+
+@app.command("certs")
+def certs_command(
+    parties: Annotated[str, typer.Option(
+        help="Comma-separated party names, as in the federation file's [parties].")],
+    out: Annotated[Path, typer.Option(help="Folder to write ca.pem, ca.key and "
+                                           "<party>.pem/<party>.key into.")],
+    days: Annotated[int, typer.Option(help="Validity of the certificates.")] = 365,
+    force: Annotated[bool, typer.Option(help="Overwrite existing files.")] = False,
+) -> None:
+    """Create a federation's CA and one key and certificate per party (mutual TLS)."""
+    from islands.deploy.certs import make_certificates
+    from islands.errors import IslandsError
+
+    names = [p.strip() for p in parties.split(",") if p.strip()]
+    try:
+        files = make_certificates(names, out, days=days, overwrite=force)
+    except IslandsError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    table = Table(title=f"certificates in {escape(str(out))} (valid {days} days)")
+    table.add_column("party")
+    table.add_column("give it")
+    for name, tls in files.parties.items():
+        table.add_row(escape(name), escape(f"{tls.ca.name}, {tls.cert.name}, {tls.key.name}"))
+    console.print(table)
+    console.print(f"[yellow]keep {escape(str(files.ca_key))} offline[/]: whoever holds it can "
+                  "admit any party. Hand each party only ca.pem and its own pair, over a "
+                  "channel you trust.")
+
+
+@app.command("party")
+def party_command(
+    config: Annotated[Path, typer.Option("--config", help="This party's TOML file.")],
+    insecure: Annotated[bool, typer.Option(
+        help="No TLS: loopback testing only (refused for any other address).")] = False,
+    resume: Annotated[bool, typer.Option(
+        help="Horizontal FL: continue from the checkpoints in the output folder.")] = False,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Also write the party's summary here.")
+    ] = None,
+) -> None:
+    """Run one organisation's party of a federation, over gRPC with mutual TLS."""
+    import logging
+
+    from islands.deploy.config import load_party_config
+    from islands.deploy.launch import run_configured
+    from islands.errors import IslandsError
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_party_config(config, insecure=True if insecure else None)
+    except (IslandsError, OSError) as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    fed = cfg.federation
+    if cfg.insecure:
+        console.print("[bold red]INSECURE: no TLS. Loopback testing only.[/]")
+    console.print(f"party [bold]{escape(cfg.name)}[/] of [bold]{escape(fed.name)}[/] "
+                  f"({fed.protocol}, {len(fed.parties)} parties); waiting up to "
+                  f"{fed.connect_timeout:g} s for the peers")
+    with console.status("connecting") as status:
+        def ready(run_id: str) -> None:
+            status.update(f"run {run_id[:8]}: running {fed.protocol}")
+            console.print(f"all {len(fed.parties) - 1} peers reachable; run {run_id[:8]}")
+
+        try:
+            record = run_configured(cfg, resume=resume, on_ready=ready)
+        except (IslandsError, OSError) as exc:
+            console.print(f"[red]error:[/] {escape(str(exc))}")
+            raise typer.Exit(1) from exc
+    sent = sum(record["bytes_sent"].values())
+    console.print(f"done in {record['total_seconds']:.2f} s (role {record['role_seconds']:.2f} s,"
+                  f" connecting {record['connect_seconds']:.2f} s); sent "
+                  f"{record['messages_sent']} messages, {sent / 1e6:.3f} MB")
+    console.print(f"wrote {escape(str(cfg.output))}")
+    if json_path is not None:
+        json_path.write_text(json.dumps(record, indent=2, default=float) + "\n")
 
 
 def main() -> None:

@@ -10,6 +10,8 @@
 - :mod:`islands.hfl.models`, :mod:`islands.hfl.training`: PyTorch models and local SGD
   (imported only when used: ``import islands.hfl`` does not load torch);
 - :mod:`islands.hfl.estimator`: :class:`FederatedModel`, the user API;
+- :mod:`islands.hfl.ray_backend`: the clients' local training in Ray workers
+  (``FederatedModel(backend="ray")``; Ray imported only when used);
 - :mod:`islands.hfl.job`: TOML job files for ``islands run``.
 """
 

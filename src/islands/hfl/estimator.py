@@ -5,16 +5,25 @@ every message through the wire codec), with local training in PyTorch. Each clie
 keeps ``eval_fraction`` of its rows as local evaluation data (the accuracy APFL's
 server weighs); a test set given to ``fit`` is scored at the end of every epoch by the
 caller's side, outside the protocol.
+
+Where the torch work runs is the ``backend``: ``"local"`` runs it on a small thread
+pool of this process, as many threads as clients train at once
+(:class:`~islands.hfl.learner.PooledLearner`); ``"ray"`` runs it in Ray workers, on
+this machine or a Ray cluster (:mod:`islands.hfl.ray_backend`). The roles and their
+messages are the same either way, and so are the results for the same seeds.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import math
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -39,12 +48,15 @@ from islands.hfl.strategy import FedAvg, Strategy
 from islands.runtime import Role, Transcript, run_local
 from islands.validation import check_float, check_int, describe
 
-__all__ = ["EpochRecord", "FederatedModel", "client_seed", "split_local_eval"]
+__all__ = ["BACKENDS", "EpochRecord", "FederatedModel", "client_seed", "split_local_eval"]
 
 log = logging.getLogger(__name__)
 
 Task = Literal["classification", "regression"]
+Backend = Literal["local", "ray"]
 Vector = NDArray[np.float32]
+BACKENDS: tuple[str, ...] = ("local", "ray")
+"""Where the clients' local training runs: this process, or Ray workers."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +151,8 @@ class FederatedModel:
         Continue the run checkpointed in ``checkpoint`` (starts afresh if there is none).
     threads : int, "auto" or None, default="auto"
         torch intra-op threads while training: "auto" shares the cores among the clients
-        that train at once.
+        that train at once (with ``backend="ray"``: 1 in each worker, which holds one
+        CPU; an int sets every worker's threads).
     keep_payloads : bool, default=False
         Keep every message's bytes in ``transcript_`` (for audits).
     callback : callable or None
@@ -148,6 +161,18 @@ class FederatedModel:
     sample_dp : SampleDP or None
         Train every client with DP-SGD under these settings (sample-level differential
         privacy, :mod:`islands.hfl.dpsgd`); the server accounts each client's budget.
+    backend : {"local", "ray"}, default="local"
+        Where the clients' local training and evaluation run: ``"local"`` on a thread
+        pool of this process (as many threads as clients train at once), ``"ray"`` in
+        Ray workers, one per free CPU of the Ray cluster up to ``concurrency``
+        (:mod:`islands.hfl.ray_backend`). The roles run in this process either way, and
+        the results are the same for the same seeds and ``threads``.
+    ray_address : str or None, default=None
+        With ``backend="ray"``: None starts a local Ray instance on the usable cores
+        (and shuts it down after ``fit``); otherwise the address of a running Ray
+        cluster (``"auto"``, ``"host:6379"``, ``"ray://host:10001"``), on whose nodes
+        islands must be installed. If Ray is already initialised in this process, that
+        instance is used.
 
     Attributes
     ----------
@@ -170,6 +195,8 @@ class FederatedModel:
         Client-level (ε, δ) spent (with ``protect`` DP), or None.
     sample_privacy_ : tuple or None
         The largest sample-level (ε, δ) of any client (with ``sample_dp``), or None.
+    workers_ : int
+        Threads (``"local"``) or Ray workers (``"ray"``) that ran the local training.
     """
 
     def __init__(self, model: Any, strategy: Strategy | None = None, *, epochs: int = 1,
@@ -179,7 +206,8 @@ class FederatedModel:
                  threads: int | Literal["auto"] | None = "auto",
                  keep_payloads: bool = False,
                  callback: Callable[[RoundRecord, EpochRecord | None], None] | None = None,
-                 sample_dp: SampleDP | None = None,
+                 sample_dp: SampleDP | None = None, backend: Backend = "local",
+                 ray_address: str | None = None,
                  ) -> None:
         self.model = model
         self.strategy = strategy
@@ -195,6 +223,8 @@ class FederatedModel:
         self.keep_payloads = keep_payloads
         self.callback = callback
         self.sample_dp = sample_dp
+        self.backend = backend
+        self.ray_address = ray_address
 
     def _validate(self) -> None:
         owner = "FederatedModel"
@@ -218,6 +248,21 @@ class FederatedModel:
                 isinstance(self.threads, int) and self.threads >= 1)):
             raise invalid_parameter("threads", owner, "'auto', None or an int >= 1",
                                     describe(self.threads))
+        if self.backend not in BACKENDS:
+            raise invalid_parameter("backend", owner, "'local' or 'ray'", describe(self.backend))
+        address = self.ray_address
+        if address is not None:
+            if not (isinstance(address, str) and address
+                    and not any(c.isspace() for c in address)):
+                raise invalid_parameter(
+                    "ray_address", owner, "None or a Ray address such as 'auto', "
+                    "'host:6379' or 'ray://host:10001'", describe(address))
+            if self.backend != "ray":
+                raise invalid_parameter("ray_address", owner,
+                                        "None unless backend='ray'", address)
+        if self.backend == "ray" and importlib.util.find_spec("ray") is None:
+            raise ImportError("The 'backend' parameter of FederatedModel is 'ray', but Ray "
+                              "is not installed: pip install 'islands[ray]'")
 
     def _check_parts(self, parts: Sequence[Any]) -> list[tuple[NDArray[Any], NDArray[Any]]]:
         from islands.hfl.models import ModelSpec
@@ -267,9 +312,7 @@ class FederatedModel:
         FederatedModel
             ``self``.
         """
-        from islands.hfl.learner import TorchLearner
-        from islands.hfl.models import ModulePool, flat_parameters
-        from islands.hfl.training import Trainer
+        from islands.hfl.models import ModulePool
 
         self._validate()
         data = self._check_parts(parts)
@@ -279,12 +322,65 @@ class FederatedModel:
             raise ValidationError(f"{len(names)} names for {len(data)} parts")
         strategy = FedAvg() if self.strategy is None else self.strategy
         pool = ModulePool(self.model)
+        active = len(names) if self.concurrency is None else min(len(names), self.concurrency)
+        with contextlib.ExitStack() as stack:
+            if self.backend == "ray":
+                learners, workers = self._ray_learners(stack, data, names, active)
+            else:
+                learners, workers = self._local_learners(stack, data, pool, active)
+            self._run(learners, names, strategy, pool, active, test)
+        self.workers_ = workers
+        return self
+
+    def _local_learners(self, stack: contextlib.ExitStack, data: list[tuple[NDArray[Any],
+                        NDArray[Any]]], pool: Any, active: int) -> tuple[list[Any], int]:
+        """TorchLearners whose calls run on a pool of ``active`` threads."""
+        from islands.hfl.learner import PooledLearner, TorchLearner
+
         learners = []
         for k, (X, y) in enumerate(data):
             tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed, k))
             learners.append(TorchLearner(self.model, X[tr], y[tr], X[ev], y[ev],
                                          task=self.task, seed=client_seed(self.seed, k),
                                          pool=pool, dp=self.sample_dp))
+        # only the pool's threads call torch (each OS thread that does keeps ~0.6 MB)
+        executor = ThreadPoolExecutor(max_workers=active, thread_name_prefix="islands-train")
+        stack.callback(executor.shutdown, wait=False, cancel_futures=True)
+        return [PooledLearner(learner, executor) for learner in learners], active
+
+    def _ray_learners(self, stack: contextlib.ExitStack, data: list[tuple[NDArray[Any],
+                      NDArray[Any]]], names: list[str], active: int) -> tuple[list[Any], int]:
+        """Learners whose calls run in Ray workers (started here, stopped on exit)."""
+        from islands.hfl.ray_backend import RayWorkerPool, check_client_data, ray_session
+
+        checked = []  # every client's rows checked before Ray starts: errors come first
+        for k, (X, y) in enumerate(data):
+            tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed, k))
+            checked.append(check_client_data(self.model, self.task, X[tr], y[tr], X[ev],
+                                             y[ev]))
+        stack.enter_context(ray_session(self.ray_address))
+        threads = self.threads if isinstance(self.threads, int) else (
+            1 if self.threads == "auto" else None)
+        workers = stack.enter_context(RayWorkerPool(
+            self.model, workers=active, task=self.task, threads=threads, dp=self.sample_dp,
+            timeout=self.timeout))
+        log.info("training on %d Ray workers (pids %s)", workers.size, workers.pids)
+        pending = deque(checked)
+        del checked
+        learners = []
+        for k, name in enumerate(names):
+            X, y, X_ev, y_ev = pending.popleft()  # let go of it: the object store has it
+            learners.append(workers.learner(name, X, y, X_ev, y_ev,
+                                            seed=client_seed(self.seed, k), checked=True))
+        return learners, workers.size
+
+    def _run(self, learners: list[Any], names: list[str], strategy: Strategy, pool: Any,
+             active: int,
+             test: tuple[ArrayLike, ArrayLike] | None) -> None:
+        """Run the server and client roles over ``learners``; set the fitted attributes."""
+        from islands.hfl.models import flat_parameters
+        from islands.hfl.training import Trainer
+
         initial = flat_parameters(self.model.build(self.seed))
         scorer = None
         if test is not None:
@@ -331,7 +427,6 @@ class FederatedModel:
             roles[name] = partial(client, server="server", learner=learner,
                                   aggregator=aggregator, half=half,
                                   checkpoint=self.checkpoint, resume=resume)
-        active = len(names) if self.concurrency is None else min(len(names), self.concurrency)
         threads = (max(1, _cores() // active) if self.threads == "auto"
                    else self.threads if isinstance(self.threads, int) else None)
         transcript = Transcript(keep_payloads=self.keep_payloads)
@@ -356,7 +451,6 @@ class FederatedModel:
         self.wall_time_ = run.wall_time
         self.client_names_ = names
         self._scorer_pool = pool
-        return self
 
     def _report(self, y: NDArray[Any], pred: NDArray[Any]) -> dict[str, Any]:
         if self.task == "classification":

@@ -8,6 +8,9 @@ strategy and its parameters, the epochs, the seed and an output folder::
     epochs = 3
     output = "runs/apfl-quick"   # relative to the working directory
     baseline = true              # also train centrally (CL) for Dev_avg and comparison
+    backend = "local"            # or "ray": local training in Ray workers (optional)
+    ray_address = "auto"         # with backend = "ray": a running cluster (optional;
+                                 # without it a local Ray starts on this machine's cores)
 
     [data]
     name = "fashion_mnist"       # or digits, breast_cancer, wine, diabetes
@@ -77,7 +80,13 @@ from islands.data import (
     partition_shards,
 )
 from islands.errors import JobError, ValidationError
-from islands.hfl.estimator import EpochRecord, FederatedModel, client_seed, split_local_eval
+from islands.hfl.estimator import (
+    BACKENDS,
+    EpochRecord,
+    FederatedModel,
+    client_seed,
+    split_local_eval,
+)
 from islands.hfl.metrics import classification_report, dev_avg, regression_report
 from islands.hfl.protocol import RoundRecord
 from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
@@ -98,8 +107,8 @@ _PROTECT_OPTIONS: dict[str, set[str]] = {
     "dp-sgd": {"clip", "noise_multiplier", "delta", "target_epsilon", "accountant"},
 }
 _TOP = {"name", "seed", "epochs", "output", "baseline", "task", "concurrency", "timeout",
-        "eval_fraction", "data", "partition", "model", "strategy", "protect",
-        *_PROTECT_OPTIONS}
+        "eval_fraction", "data", "partition", "model", "strategy", "protect", "backend",
+        "ray_address", *_PROTECT_OPTIONS}
 _DATA = {"name", "train_samples", "test_samples", "test_fraction", "standardize", "path"}
 _PARTITION = {"kind", "clients", "groups", "alpha", "shards_per_client", "min_samples"}
 _MODEL = {"kind", "hidden", "channels"}
@@ -129,6 +138,8 @@ class Job:
     source: str = ""
     protect: list[str] = field(default_factory=list)
     protect_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    backend: str = "local"
+    ray_address: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the job as plain values, as the file has them (and ``source``)."""
@@ -237,6 +248,15 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     if task is None:
         task = "regression" if data["name"] == "diabetes" else "classification"
     concurrency = _get(raw, "concurrency", (int,), where, 8, *pos_int)
+    backend = _get(raw, "backend", (str,), where, "local", lambda v: v in BACKENDS,
+                   " or ".join(repr(b) for b in BACKENDS))
+    # None: as Job.to_dict writes an absent address (TOML itself has no null)
+    ray_address = _get(raw, "ray_address", (str, type(None)), where, None,
+                       lambda v: v is None or (bool(v) and not any(c.isspace() for c in v)),
+                       "a Ray address such as 'auto', 'host:6379' or 'ray://host:10001'")
+    if ray_address is not None and backend != "ray":
+        raise JobError(f"{where}: 'ray_address' is only used with backend = \"ray\"; got "
+                       f"backend = {backend!r}")
     protect = _get(raw, "protect", (list,), where, [],
                    lambda v: all(isinstance(p, str) and p in _PROTECT_OPTIONS for p in v),
                    f"a list of names among {sorted(_PROTECT_OPTIONS)}")
@@ -267,7 +287,8 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
         eval_fraction=float(_get(raw, "eval_fraction", (int, float), where, 0.1,
                                  lambda v: 0 <= v < 1, "a number in [0, 1)")),
         data=data, partition=partition, model=model, strategy=strategy, source=source,
-        protect=list(protect), protect_options=options,
+        protect=list(protect), protect_options=options, backend=backend,
+        ray_address=ray_address,
     )
 
 
@@ -458,7 +479,9 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
         ``accuracy``, ``precision``, ``recall``, ``f1`` (classification) or ``mse``,
         ``r2`` (regression) of the final global model on the test rows;
         ``aggregations``; ``dev_avg`` when a baseline ran; ``baseline``, ``history``,
-        ``rounds``, ``bytes``, ``dropouts``, ``job``, ``data`` and ``wall_time_s``.
+        ``rounds``, ``bytes``, ``dropouts``, ``job``, ``data``, ``backend`` (with
+        ``ray_address`` and ``workers``: threads or Ray workers that trained) and
+        ``wall_time_s``.
     """
     t0 = time.perf_counter()
     out = Path(output if output is not None else job.output)
@@ -470,7 +493,9 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
                         eval_fraction=job.eval_fraction, seed=job.seed,
                         concurrency=job.concurrency, timeout=job.timeout,
                         checkpoint=out / "checkpoints", resume=resume, callback=callback,
-                        sample_dp=build_sample_dp(job.protect, job.protect_options))
+                        sample_dp=build_sample_dp(job.protect, job.protect_options),
+                        backend=job.backend,  # type: ignore[arg-type]
+                        ray_address=job.ray_address)
     fl.fit(prep.parts, test=prep.test)
     X_test, y_test = prep.test
     final = fl.score(X_test, y_test)
@@ -482,6 +507,9 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
         "data": {"dataset": prep.dataset, **prep.summary, "model": prep.spec.describe(),
                  "parameters": prep.spec.n_params()},
         "strategy": repr(strategy),
+        "backend": job.backend,
+        "ray_address": job.ray_address,
+        "workers": fl.workers_,
         **final,
         "aggregations": fl.aggregations_,
         "rounds": len(fl.rounds_),

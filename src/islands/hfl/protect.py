@@ -73,6 +73,7 @@ __all__ = [
     "SAMPLE_LEVEL",
     "ChaosPermutation",
     "ClientDP",
+    "SampleAccount",
     "SampleBudget",
     "SampleDP",
     "build_aggregator",
@@ -485,6 +486,63 @@ class SampleBudget:
         for c, st in state.items():
             if c in self.accountants:
                 self.accountants[c].set_state(st)
+
+
+class SampleAccount:
+    """A client's own DP-SGD budget: checked before local steps, accounted after them.
+
+    The client's side of what :class:`SampleBudget` accounts on the server's. The
+    accountant is made at the first call, for that call's batch size (the sampling
+    rate q = b/n it assumes). Kept by whoever holds the client's learner state
+    (:class:`~islands.hfl.learner.TorchLearner`, or the driver-side learner of the Ray
+    backend), whoever runs the steps.
+
+    Parameters
+    ----------
+    dp
+        The DP-SGD settings (:class:`~islands.hfl.protect.SampleDP`).
+    n_train
+        The client's training rows n.
+    """
+
+    def __init__(self, dp: SampleDP, n_train: int) -> None:
+        self.dp = dp
+        self.n_train = int(n_train)
+        self._accountant: Any = None
+        self._batch_size: int | None = None
+
+    def check(self, batch_size: int, steps: int) -> None:
+        """Refuse ``steps`` steps at ``batch_size`` that the budget does not allow.
+
+        Raises
+        ------
+        ValidationError
+            If the steps would take the client past ``target_epsilon``, or the batch size
+            changed (the accountant's sampling rate would be wrong).
+        """
+        if self._accountant is None:
+            self._accountant = self.dp.new_accountant(batch_size, self.n_train)
+            self._batch_size = batch_size
+        elif batch_size != self._batch_size:
+            raise ValidationError(
+                f"DP-SGD: the batch size changed from {self._batch_size} to {batch_size}; "
+                "the privacy accountant assumes one sampling rate")
+        target = self.dp.target_epsilon
+        if target is not None and self._accountant.would_exceed(target, steps):
+            raise ValidationError(
+                f"DP-SGD: {steps} more steps would take this client past its target "
+                f"epsilon {target} (spent {self._accountant.epsilon():.3g})")
+
+    def step(self, steps: int) -> None:
+        """Account ``steps`` steps that ran (after a successful :meth:`check`)."""
+        self._accountant.step(steps)
+
+    def spent(self) -> tuple[float, float]:
+        """Return the (ε, δ) spent so far."""
+        if self._accountant is None:
+            return (0.0, self.dp.delta)
+        eps, delta = self._accountant.spent()
+        return (float(eps), float(delta))
 
 
 # --------------------------------------------------------------------------- jobs

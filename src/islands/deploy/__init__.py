@@ -1,0 +1,1 @@
+"""Deployment: one process per organisation, over gRPC with mutual TLS."""

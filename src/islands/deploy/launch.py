@@ -1,0 +1,136 @@
+"""Run one organisation's party from its party file: ``islands party --config FILE``.
+
+Everything that can be checked alone is checked before the party listens: the files, the
+federation description, the data's shape and the protocol's options. The party then
+reaches every peer (bounded by ``connect_timeout``), runs its role over gRPC with mutual
+TLS (:func:`islands.runtime.grpc_transport.run_party`) and writes its result.
+
+A result is written only when the role finished: files go to a hidden folder beside the
+output and are renamed into place at the end, so a crashed or failed run never leaves
+something that looks complete. A failure writes ``<output>.failed.json`` instead (the
+error, the step and the run ID; no data).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from islands.deploy.config import PartyConfig, load_party_config
+from islands.deploy.protocols import prepare
+from islands.errors import JobError
+from islands.runtime.grpc_transport import run_party
+
+__all__ = ["run_configured", "run_party_file"]
+
+MARKER = "party.json"
+
+
+def _check_output(out: Path) -> None:
+    """Refuse, before the run, an output folder that is not an earlier result of ours."""
+    if out.exists() and not (out.is_dir() and (out / MARKER).is_file()):
+        raise JobError(f"the output {out} exists and is not an islands party result; "
+                       "choose another 'output' or move it away")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not os.access(out.parent, os.W_OK):
+        raise JobError(f"cannot write the output into {out.parent}")
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Move a finished result folder into place, replacing an earlier result of ours."""
+    if out.exists():
+        _check_output(out)
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, out)
+
+
+@contextlib.contextmanager
+def _threads(threads: int | None) -> Iterator[None]:
+    """Limit BLAS (and torch, when loaded) to ``threads`` threads while the party runs."""
+    if threads is None:
+        yield
+        return
+    import sys
+
+    from threadpoolctl import threadpool_limits
+
+    torch = sys.modules.get("torch")
+    before = None if torch is None else torch.get_num_threads()
+    with threadpool_limits(limits=threads):
+        if torch is not None:
+            torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            if torch is not None and before is not None:
+                torch.set_num_threads(before)
+
+
+def run_configured(config: PartyConfig, *, resume: bool = False,
+                   on_ready: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the party a :class:`~islands.deploy.config.PartyConfig` describes.
+
+    Returns
+    -------
+    dict
+        The summary written to ``<output>/party.json``: party, protocol, run ID, times,
+        bytes sent, and the protocol's own summary.
+    """
+    fed = config.federation
+    prepared = prepare(config, resume=resume)
+    out = config.output
+    failed = out.with_name(out.name + ".failed.json")
+    _check_output(out)
+    t0 = time.monotonic()
+    try:
+        with _threads(config.threads):
+            run = run_party(config.name, prepared.role, fed.parties, tls=config.tls,
+                            insecure=config.insecure, listen=config.listen,
+                            digest=fed.digest, timeout=fed.timeout,
+                            connect_timeout=fed.connect_timeout, liveness=fed.liveness,
+                            max_message=fed.max_message, tolerate=prepared.tolerate,
+                            on_ready=on_ready)
+    except Exception as exc:
+        failed.write_text(json.dumps({
+            "party": config.name, "protocol": fed.protocol, "federation": fed.name,
+            "error": f"{type(exc).__name__}: {exc}",
+            "step": getattr(exc, "step", None), "peer": getattr(exc, "peer", None),
+        }, indent=2) + "\n", encoding="utf-8")
+        raise
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    summary = prepared.write(run.result, tmp)
+    sent = run.transcript.totals("receiver")
+    record = {
+        "party": config.name, "protocol": fed.protocol, "federation": fed.name,
+        "run_id": run.run_id, "description": prepared.description,
+        "connect_seconds": run.connect_time, "role_seconds": run.wall_time,
+        "total_seconds": time.monotonic() - t0,
+        "bytes_sent": {k: v.nbytes for k, v in sent.items()},
+        "messages_sent": len(run.transcript), "result": summary,
+    }
+    (tmp / MARKER).write_text(json.dumps(record, indent=2, default=float) + "\n",
+                              encoding="utf-8")
+    _publish(tmp, out)
+    if failed.exists():
+        failed.unlink()
+    return record
+
+
+def run_party_file(path: str | Path, *, insecure: bool | None = None, resume: bool = False,
+                   on_ready: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Load a party file and run it (see :func:`run_configured`)."""
+    return run_configured(load_party_config(path, insecure=insecure), resume=resume,
+                          on_ready=on_ready)

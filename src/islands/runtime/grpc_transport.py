@@ -1,0 +1,970 @@
+"""The gRPC transport: one process per organisation, mutual TLS, the same roles.
+
+Each party serves a small messaging service (``islands.Mailbox``) and pushes its
+messages to its peers' services; a role function sees the same
+:class:`~islands.runtime.transport.Transport` interface as in one process, so every
+protocol runs over the network unchanged (:func:`run_party`).
+
+Security
+--------
+Mutual TLS is the default. A party presents a certificate the federation's CA signed for
+its party name (:mod:`islands.deploy.certs`) and accepts a connection only from a peer
+whose certificate chains to that CA. The server reads the caller's party name from its
+certificate and refuses a message whose claimed sender differs; the caller checks that
+the server's certificate names the peer it meant to reach (``ssl_target_name_override``
+set to the peer's party name, so addresses may be plain IPs). ``insecure=True`` drops
+TLS; it is refused unless every address is a loopback address, and logs a warning.
+
+Messages
+--------
+Every message carries, in a header sent as gRPC metadata, the run ID, the sender, the tag,
+a sequence number and the size. The run ID is agreed at start-up: each party draws a
+random nonce, the parties exchange nonces (with a digest of the shared federation
+description, so parties started with different descriptions refuse to run), and the run
+ID is a hash of all of them. A message from another run (a replay, or a peer that
+restarted) is refused; a sequence number already delivered (a retry whose
+acknowledgement was lost) is acknowledged and dropped; a gap is refused. Bodies travel as
+a stream of chunks (1 MiB by default) and are reassembled into one buffer, so messages
+far above gRPC's 4 MB limit work (250 MB is benchmarked).
+
+Faults
+------
+A send that fails for a transient reason (peer not yet listening, connection reset) is
+retried with exponential backoff. A peer that stays unreachable for ``liveness``
+seconds counts as stopped: a message to it is dropped (as the in-memory transport keeps
+messages nobody will read), and whoever waits on it gets
+:class:`~islands.errors.PeerFailedError` naming the peer and the step. A party whose
+role returns or raises tells its peers (with its step and error), so they stop at once
+instead of waiting; a killed process is caught by probing the peer being waited on every
+``probe_interval`` seconds.
+
+gRPC is used through its generic handlers with raw bytes (no generated protobuf code):
+the payloads are already encoded by :mod:`islands.runtime.wire`, and the header is a
+small msgpack map checked field by field; nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+import os
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from islands.errors import PeerFailedError, PeerTimeoutError, ProtocolError, ValidationError
+from islands.runtime.party import DEFAULT_TIMEOUT, Party, check_party_names
+from islands.runtime.runner import PartyInputError
+from islands.runtime.transcript import Transcript
+from islands.runtime.transport import RunCancelled
+
+if TYPE_CHECKING:
+    from islands.deploy.certs import TlsFiles
+
+__all__ = ["GrpcTransport", "PartyRun", "run_party"]
+
+log = logging.getLogger(__name__)
+
+SERVICE = "islands.Mailbox"
+CHUNK = 1 << 20
+MAX_MESSAGE = 4 << 30
+HEADER_KEY = "islands-header-bin"
+_PROTOCOL_VERSION = 1
+_NOT_READY = "is not ready yet (still connecting to its peers)"
+
+
+def _grpc() -> Any:
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # no INFO lines on every handshake
+    import grpc
+
+    return grpc
+
+
+def _pack(obj: Mapping[str, Any]) -> bytes:
+    return bytes(msgpack.packb(dict(obj), use_bin_type=True))
+
+
+def _unpack(data: bytes, fields: Mapping[str, type | tuple[type, ...]]) -> dict[str, Any]:
+    """Decode a control map and check every field's type; anything else is refused."""
+    if len(data) > 1 << 16:
+        raise ValueError("control message too long")
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:  # malformed bytes from a peer
+        raise ValueError(f"malformed control message: {exc}") from None
+    if not isinstance(obj, dict) or set(obj) != set(fields):
+        raise ValueError(f"control message must hold exactly {sorted(fields)}")
+    for key, kind in fields.items():
+        value = obj[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+            raise ValueError(f"control field {key!r} has the wrong type")
+    return obj
+
+
+def _parse(request: bytes, fields: Mapping[str, type | tuple[type, ...]],
+           context: Any) -> dict[str, Any]:
+    """Decode a peer's control request, or end the call with INVALID_ARGUMENT."""
+    try:
+        return _unpack(request, fields)
+    except ValueError as exc:
+        context.abort(_grpc().StatusCode.INVALID_ARGUMENT, str(exc))
+        raise  # abort raises; this keeps the type checker informed
+
+
+_HELLO = {"v": int, "sender": str, "nonce": bytes, "digest": str}
+_HEADER = {"run": str, "sender": str, "tag": str, "seq": int, "size": int}
+_NOTICE = {"run": str, "sender": str, "state": str, "step": str, "error": str}
+_PING = {"run": str, "sender": str}
+
+
+def is_loopback(address: str) -> bool:
+    """Whether ``host:port`` names this machine only (127.0.0.0/8, ::1 or localhost)."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_address(address: Any, what: str) -> str:
+    if not isinstance(address, str) or ":" not in address:
+        raise ValidationError(f"{what} must be 'host:port'; got {address!r}")
+    port = address.rsplit(":", 1)[1]
+    if not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValidationError(f"{what} has no valid port: {address!r}")
+    return address
+
+
+def _positive(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+        raise ValidationError(f"The {name!r} parameter must be a positive number of seconds. "
+                              f"Got {value!r} instead.")
+    return float(value)
+
+
+class _Stalled(Exception):
+    """A stream cancelled for lack of progress, shaped like ``grpc.RpcError``."""
+
+    def __init__(self, code: Any, details: str) -> None:
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self) -> Any:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+@dataclass
+class _Peer:
+    """What this party knows of one peer."""
+
+    address: str
+    state: str = "running"  # running | done | failed | unreachable
+    detail: str = ""
+    step: str = ""
+    nonce: bytes | None = None
+    sent_seq: int = 0
+    recv_seq: int = 0
+    unreachable_since: float | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one send at a time
+    deliver_lock: threading.Lock = field(default_factory=threading.Lock)
+    channel: Any = None
+    calls: dict[str, Any] = field(default_factory=dict)
+
+
+class GrpcTransport:
+    """A :class:`~islands.runtime.transport.Transport` over gRPC, for one party.
+
+    Parameters
+    ----------
+    name
+        This party's name.
+    addresses
+        ``host:port`` of every party, this one included (where peers reach it).
+    listen
+        Address to bind (default: this party's entry in ``addresses``); e.g.
+        ``0.0.0.0:50051`` behind NAT.
+    tls
+        The CA certificate, this party's certificate and key. Required unless
+        ``insecure``.
+    insecure
+        No TLS, for loopback tests only: refused unless every address is loopback.
+    digest
+        A digest of the federation description every party must share.
+    liveness
+        Seconds a peer may stay unreachable before it counts as stopped.
+    probe_interval
+        Seconds between probes of a peer being waited on.
+    chunk
+        Bytes per streamed chunk.
+    max_message
+        Largest message accepted from a peer, in bytes.
+    send_timeout
+        Seconds a message may keep failing to reach a peer that still answers pings.
+    stall_timeout
+        Seconds a streamed message may make no progress before the attempt is retried.
+    """
+
+    def __init__(self, name: str, addresses: Mapping[str, str], *, listen: str | None = None,
+                 tls: TlsFiles | None = None, insecure: bool = False, digest: str = "",
+                 liveness: float = 15.0, probe_interval: float = 2.0, chunk: int = CHUNK,
+                 max_message: int = MAX_MESSAGE, send_timeout: float = DEFAULT_TIMEOUT,
+                 stall_timeout: float = 60.0) -> None:
+        names = check_party_names(addresses)
+        if name not in names:
+            raise ValidationError(f"party {name!r} is not in the federation {list(names)}")
+        for party, address in addresses.items():
+            _check_address(address, f"the address of party {party!r}")
+        self.listen = _check_address(listen if listen is not None else addresses[name],
+                                     f"the listen address of party {name!r}")
+        if insecure:
+            if tls is not None:
+                raise ValidationError("give either tls files or insecure=True, not both")
+            outside = [a for a in (self.listen, *addresses.values()) if not is_loopback(a)]
+            if outside:
+                raise ValidationError(
+                    f"insecure mode (no TLS) is for loopback tests only; refusing the "
+                    f"non-loopback address(es) {outside}")
+            log.warning("INSECURE: party %r runs WITHOUT TLS: anyone on this machine can "
+                        "read its messages or impersonate a peer. Loopback testing only.", name)
+        elif tls is None:
+            raise ValidationError(
+                f"party {name!r} needs TLS files (CA certificate, certificate, key); "
+                "pass insecure=True only for loopback tests")
+        else:
+            from islands.deploy.certs import check_tls
+
+            check_tls(tls, name)
+        if not isinstance(chunk, int) or chunk < 1024:
+            raise ValidationError(f"The 'chunk' parameter must be an int >= 1024. Got {chunk!r}.")
+        self.name = name
+        self.parties = names
+        self.digest = digest
+        self.liveness = _positive(liveness, "liveness")
+        self.probe_interval = _positive(probe_interval, "probe_interval")
+        self.chunk = chunk
+        if isinstance(max_message, bool) or not isinstance(max_message, int) or max_message < 1:
+            raise ValidationError(f"The 'max_message' parameter must be an int >= 1 (bytes). "
+                                  f"Got {max_message!r} instead.")
+        self.max_message = max_message
+        self.send_timeout = _positive(send_timeout, "send_timeout")
+        self.stall_timeout = _positive(stall_timeout, "stall_timeout")
+        self._insecure = insecure
+        self._pem = None if tls is None else tls.read()
+        self._nonce = secrets.token_bytes(16)
+        self._peers = {p: _Peer(address=a) for p, a in addresses.items() if p != name}
+        self._run_id: str | None = None
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._mail: dict[tuple[str, str], deque[bytearray]] = {}
+        self._cancelled: str | None = None
+        self._server: Any = None
+        self.port: int | None = None
+        self.duplicates = 0  # retried messages acknowledged and dropped
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def run_id(self) -> str | None:
+        """The run ID agreed with the peers (None before :meth:`handshake`)."""
+        return self._run_id
+
+    def start(self) -> None:
+        """Bind and start this party's messaging service."""
+        grpc = _grpc()
+        limit = self.chunk + (64 << 10)
+        options = [("grpc.max_receive_message_length", limit),
+                   ("grpc.max_send_message_length", limit)]
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=min(32, len(self._peers) + 4),
+                                       thread_name_prefix=f"islands-rpc-{self.name}"),
+            # no SO_REUSEPORT: a second instance of a party must fail to bind, not
+            # silently take half of its peers' connections
+            options=[*options, ("grpc.so_reuseport", 0)])
+        raw = {"request_deserializer": None, "response_serializer": None}
+        handlers = {
+            "Hello": grpc.unary_unary_rpc_method_handler(self._on_hello, **raw),
+            "Deliver": grpc.stream_unary_rpc_method_handler(self._on_deliver, **raw),
+            "DeliverOne": grpc.unary_unary_rpc_method_handler(self._on_deliver_one, **raw),
+            "Notice": grpc.unary_unary_rpc_method_handler(self._on_notice, **raw),
+            "Ping": grpc.unary_unary_rpc_method_handler(self._on_ping, **raw),
+        }
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE,
+                                                                              handlers),))
+        try:
+            if self._pem is None:
+                port = server.add_insecure_port(self.listen)
+            else:
+                ca, cert, key = self._pem
+                creds = grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
+                                                    require_client_auth=True)
+                port = server.add_secure_port(self.listen, creds)
+        except RuntimeError as exc:
+            raise ValidationError(f"party {self.name!r} cannot listen on {self.listen}: {exc}") \
+                from None
+        if not port:
+            raise ValidationError(f"party {self.name!r} cannot listen on {self.listen} "
+                                  "(address in use or not on this machine)")
+        server.start()
+        self._server, self.port = server, port
+        for peer, info in self._peers.items():
+            info.channel = self._channel(peer, info.address, options)
+
+    def _channel(self, peer: str, address: str, options: list[tuple[str, Any]]) -> Any:
+        grpc = _grpc()
+        options = [*options, ("grpc.keepalive_time_ms", 10_000),
+                   ("grpc.keepalive_timeout_ms", 5_000),
+                   ("grpc.initial_reconnect_backoff_ms", 100),
+                   ("grpc.max_reconnect_backoff_ms", 1_000)]
+        if self._pem is None:
+            return grpc.insecure_channel(address, options=options)
+        ca, cert, key = self._pem
+        creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key,
+                                             certificate_chain=cert)
+        # the peer must prove it is `peer`, whatever host or IP it is reached at
+        return grpc.secure_channel(address, creds,
+                                   options=[*options, ("grpc.ssl_target_name_override", peer)])
+
+    def _call(self, peer: str, method: str) -> Any:
+        info = self._peers[peer]
+        call = info.calls.get(method)
+        if call is None:
+            path = f"/{SERVICE}/{method}"
+            call = (info.channel.stream_unary(path) if method == "Deliver"
+                    else info.channel.unary_unary(path))
+            info.calls[method] = call
+        return call
+
+    def close(self, grace: float = 1.0) -> None:
+        """Stop serving and close the channels."""
+        if self._server is not None:
+            self._server.stop(grace).wait(grace + 1)
+            self._server = None
+        for info in self._peers.values():
+            if info.channel is not None:
+                info.channel.close()
+                info.channel = None
+
+    # ------------------------------------------------------------------ handshake
+    def handshake(self, timeout: float) -> str:
+        """Reach every peer (retrying until ``timeout``) and agree on the run ID.
+
+        Raises
+        ------
+        PeerTimeoutError
+            A peer could not be reached in time; names it, its address and the last error.
+        ProtocolError
+            A peer refused: different federation description, or not the party it claims.
+        """
+        grpc = _grpc()
+        deadline = time.monotonic() + _positive(timeout, "connect_timeout")
+        hello = _pack({"v": _PROTOCOL_VERSION, "sender": self.name, "nonce": self._nonce,
+                       "digest": self.digest})
+        for peer, info in self._peers.items():
+            delay, last = 0.05, "no answer"
+            while True:
+                with self._cond:
+                    if info.nonce is not None:
+                        # it said hello first: its certificate, name and federation
+                        # digest are checked, and it may have stopped serving since
+                        break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PeerTimeoutError(
+                        f"party {self.name!r} could not reach {peer!r} at {info.address} within "
+                        f"{timeout:g} s (last error: {last}). Is it running, is the address "
+                        "right, and was its certificate issued by this federation's CA?",
+                        party=self.name, peer=peer, tag="hello", timeout=timeout)
+                try:
+                    reply = self._call(peer, "Hello")(hello, timeout=min(max(left, 0.01), 5.0))
+                except grpc.RpcError as exc:
+                    code = exc.code()
+                    if code in (grpc.StatusCode.FAILED_PRECONDITION,
+                                grpc.StatusCode.INVALID_ARGUMENT,
+                                grpc.StatusCode.PERMISSION_DENIED,
+                                grpc.StatusCode.UNAUTHENTICATED):
+                        raise ProtocolError(f"party {peer!r} refused {self.name!r}: "
+                                            f"{exc.details()}", party=self.name,
+                                            step="hello") from None
+                    last = f"{code.name}: {exc.details()}"
+                    time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+                    delay = min(delay * 2, 1.0)
+                    continue
+                try:
+                    answer = _unpack(reply, _HELLO)
+                except ValueError as exc:
+                    raise ProtocolError(f"party {peer!r} answered hello badly: {exc}",
+                                        party=self.name, step="hello") from None
+                if answer["sender"] != peer or answer["digest"] != self.digest:
+                    raise ProtocolError(
+                        f"party {peer!r} at {info.address} answered as {answer['sender']!r} "
+                        "with a different federation description" if answer["digest"] !=
+                        self.digest else f"{info.address} answered as {answer['sender']!r}, "
+                        f"not {peer!r}", party=self.name, step="hello")
+                with self._cond:
+                    known = info.nonce
+                    if known is not None and known != answer["nonce"] and self._run_id:
+                        raise ProtocolError(
+                            f"party {peer!r} restarted during start-up; restart every party",
+                            party=self.name, step="hello")
+                    info.nonce = answer["nonce"]
+                    self._agree()
+                break
+        with self._cond:
+            self._agree()
+            assert self._run_id is not None
+            return self._run_id
+
+    def _agree(self) -> None:
+        """Fix the run ID once every peer's nonce is known (caller holds the lock).
+
+        A party learns a nonce from its own hello or from a peer's, so it may agree
+        before its own hellos are done: a peer that is ready early is then not refused
+        as "not ready" for long.
+        """
+        if self._run_id is not None or any(i.nonce is None for i in self._peers.values()):
+            return
+        nonces = {self.name: self._nonce}
+        nonces.update({p: i.nonce for p, i in self._peers.items() if i.nonce is not None})
+        h = hashlib.sha256(self.digest.encode())
+        for party in sorted(nonces):
+            h.update(party.encode() + b"\0" + nonces[party])
+        self._run_id = h.hexdigest()[:32]
+        self._cond.notify_all()
+
+    # ------------------------------------------------------------------ server side
+    def _caller(self, context: Any, claimed: str) -> str:
+        grpc = _grpc()
+        if claimed not in self._peers:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"{claimed!r} is not a peer of {self.name!r}")
+        if self._pem is not None:
+            ids = [i.decode(errors="replace") for i in (context.peer_identities() or [])]
+            if claimed not in ids:
+                context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                              f"the TLS peer {ids} may not speak as {claimed!r}")
+        return claimed
+
+    def _on_hello(self, request: bytes, context: Any) -> bytes:
+        grpc = _grpc()
+        hello = _parse(request, _HELLO, context)
+        sender = self._caller(context, hello["sender"])
+        if hello["v"] != _PROTOCOL_VERSION:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"protocol version {hello['v']} (this party speaks {_PROTOCOL_VERSION})")
+        if hello["digest"] != self.digest:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"{sender!r} and {self.name!r} were started with different "
+                          "federation descriptions")
+        with self._cond:  # check and set at once: a restarted peer cannot slip in between
+            info = self._peers[sender]
+            if self._run_id is not None and info.nonce != hello["nonce"]:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"party {self.name!r} is already in a run with another instance "
+                              f"of {sender!r}; restart every party to start a new run")
+            info.nonce = hello["nonce"]
+            self._agree()
+        return _pack({"v": _PROTOCOL_VERSION, "sender": self.name, "nonce": self._nonce,
+                      "digest": self.digest})
+
+    def _check_run(self, run: str, context: Any) -> None:
+        grpc = _grpc()
+        ours = self._run_id
+        if ours is None:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"party {self.name!r} {_NOT_READY}")
+        elif run != ours:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"message of run {run[:8]}…, but party {self.name!r} is in run "
+                          f"{ours[:8]}… (a replay, or a peer that restarted)")
+
+    def _on_deliver(self, chunks: Iterator[bytes], context: Any) -> bytes:
+        return self._accept(chunks, context)
+
+    def _on_deliver_one(self, body: bytes, context: Any) -> bytes:
+        # a message of one chunk: a unary call costs less than a stream of one
+        return self._accept(iter((body,)), context)
+
+    def _accept(self, chunks: Iterator[bytes], context: Any) -> bytes:
+        grpc = _grpc()
+        raw = dict(context.invocation_metadata()).get(HEADER_KEY)
+        try:
+            if not isinstance(raw, bytes):
+                raise ValueError("no message header")
+            header = _unpack(raw, _HEADER)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        sender = self._caller(context, header["sender"])
+        self._check_run(header["run"], context)
+        size = header["size"]
+        if not 0 <= size <= self.max_message:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"message of {size} bytes exceeds {self.name!r}'s limit "
+                          f"of {self.max_message}")
+        info = self._peers[sender]
+        with info.deliver_lock:  # a retry may overlap an attempt still being read
+            seq = header["seq"]
+            if seq <= info.recv_seq:
+                for _ in chunks:  # already delivered: the ack was lost; drop the copy
+                    pass
+                self.duplicates += 1
+                return b"dup"
+            if seq != info.recv_seq + 1:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"message {seq} from {sender!r} after {info.recv_seq}: a gap")
+            buf = bytearray(size)
+            view = memoryview(buf)
+            pos = 0
+            for piece in chunks:
+                end = pos + len(piece)
+                if end > size:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                  f"message from {sender!r} longer than its header says")
+                view[pos:end] = piece
+                pos = end
+            view.release()
+            if pos != size:
+                context.abort(grpc.StatusCode.DATA_LOSS,
+                              f"message from {sender!r} ended after {pos} of {size} bytes")
+            with self._cond:
+                info.recv_seq = seq
+                self._mail.setdefault((sender, header["tag"]), deque()).append(buf)
+                self._cond.notify_all()
+        return b"ok"
+
+    def _on_notice(self, request: bytes, context: Any) -> bytes:
+        grpc = _grpc()
+        notice = _parse(request, _NOTICE, context)
+        sender = self._caller(context, notice["sender"])
+        self._check_run(notice["run"], context)
+        if notice["state"] not in ("done", "failed"):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unknown state")
+        with self._cond:
+            info = self._peers[sender]
+            if info.state in ("running", "unreachable"):
+                info.state, info.step = notice["state"], notice["step"]
+                info.detail = notice["error"][:2000]
+            self._cond.notify_all()
+        return b"ok"
+
+    def _on_ping(self, request: bytes, context: Any) -> bytes:
+        ping = _parse(request, _PING, context)
+        self._caller(context, ping["sender"])
+        return self._nonce  # who answers: a restarted peer has another nonce
+
+    # ------------------------------------------------------------------ sending
+    def _attempt_timeout(self, size: int) -> float:
+        return 30.0 + size / 5e6  # one chunk at most: generous even on a slow link
+
+    def send(self, sender: str, receiver: str, tag: str, data: bytes | bytearray) -> None:
+        """Deliver one message to ``receiver``, retrying transient failures.
+
+        A failed attempt (peer not listening, connection reset, a stream that stalls for
+        ``stall_timeout`` seconds) is retried with exponential backoff. Once attempts have
+        failed for ``liveness`` seconds the peer is pinged: if it does not answer either,
+        it counts as stopped and the message is dropped with a warning (a later receive
+        from it raises :class:`~islands.errors.PeerFailedError`); if it answers, retries
+        go on until ``send_timeout``, then :class:`~islands.errors.PeerTimeoutError`.
+        A refusal (another run, not authenticated, too large, malformed, an error in the
+        receiver) raises :class:`~islands.errors.ProtocolError` at once.
+        """
+        grpc = _grpc()
+        if sender != self.name:
+            raise ValidationError(f"this transport sends for {self.name!r}, not {sender!r}")
+        if receiver not in self._peers:
+            raise ValidationError(f"{receiver!r} is not a peer of {self.name!r}")
+        if self._run_id is None:
+            raise ProtocolError("send before the handshake", party=self.name, step=tag)
+        info = self._peers[receiver]
+        size = len(data)
+        retryable = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                     grpc.StatusCode.CANCELLED)
+        with info.lock:
+            if self._cancelled is not None:
+                raise RunCancelled(self._cancelled, party=sender, step=tag)
+            if info.state != "running":
+                log.warning("party %r: %r %s; %r message dropped", self.name, receiver,
+                            info.state, tag)
+                return
+            seq = info.sent_seq + 1
+            header = _pack({"run": self._run_id, "sender": self.name, "tag": tag, "seq": seq,
+                            "size": size})
+            delay = 0.05
+            first_failure: float | None = None
+            while True:
+                try:
+                    self._attempt(receiver, data, header)
+                except (grpc.RpcError, _Stalled) as exc:
+                    code = exc.code()
+                    if code not in retryable:
+                        raise ProtocolError(
+                            f"party {receiver!r} refused {tag!r} from {self.name!r}: "
+                            f"{code.name}: {exc.details()}", party=self.name, step=tag) from None
+                    now = time.monotonic()
+                    first_failure = now if first_failure is None else first_failure
+                    failing = now - first_failure
+                    if failing > self.liveness and not self._answers(receiver):
+                        self._mark_unreachable(receiver, f"{code.name}: {exc.details()}", tag)
+                        log.warning("party %r: %r did not answer for %.0f s; %r message "
+                                    "dropped", self.name, receiver, failing, tag)
+                        return
+                    if failing > self.send_timeout:
+                        raise PeerTimeoutError(
+                            f"party {self.name!r} could not deliver {tag!r} to {receiver!r} "
+                            f"in {failing:.0f} s ({code.name}: {exc.details()})",
+                            party=self.name, peer=receiver, tag=tag,
+                            timeout=self.send_timeout) from None
+                    if self._cancelled is not None:
+                        raise RunCancelled(self._cancelled, party=sender, step=tag) from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                    continue
+                info.sent_seq = seq
+                info.unreachable_since = None
+                return
+
+    def _attempt(self, receiver: str, data: bytes | bytearray, header: bytes) -> None:
+        """One delivery attempt; raises ``grpc.RpcError`` or :class:`_Stalled`."""
+        metadata = ((HEADER_KEY, header),)
+        size = len(data)
+        if size <= self.chunk:
+            self._call(receiver, "DeliverOne")(bytes(data), timeout=self._attempt_timeout(size),
+                                               metadata=metadata)
+            return
+        # a long stream has no overall deadline (a slow link is not a dead peer); it is
+        # cancelled only when no chunk has moved for stall_timeout seconds
+        progress = [time.monotonic()]
+        call = self._call(receiver, "Deliver").future(self._chunks(data, progress),
+                                                      metadata=metadata)
+        grpc = _grpc()
+        while True:
+            try:
+                call.result(timeout=1.0)
+                return
+            except grpc.FutureTimeoutError:
+                if time.monotonic() - progress[0] > self.stall_timeout:
+                    call.cancel()
+            except grpc.FutureCancelledError:
+                raise _Stalled(grpc.StatusCode.DEADLINE_EXCEEDED,
+                               f"no progress for {self.stall_timeout:g} s") from None
+
+    def _answers(self, peer: str) -> bool:
+        """Whether ``peer`` answers a ping now."""
+        grpc = _grpc()
+        ping = _pack({"run": self._run_id or "", "sender": self.name})
+        try:
+            self._call(peer, "Ping")(ping, timeout=5.0)
+        except grpc.RpcError:
+            return False
+        return True
+
+    def _chunks(self, data: bytes | bytearray, progress: list[float]) -> Iterator[bytes]:
+        view = memoryview(data)
+        try:
+            for start in range(0, len(view), self.chunk):
+                progress[0] = time.monotonic()
+                yield bytes(view[start:start + self.chunk])
+        finally:
+            view.release()
+
+    def _mark_unreachable(self, peer: str, why: str, step: str) -> None:
+        with self._cond:
+            info = self._peers[peer]
+            if info.state == "running":
+                info.state, info.detail, info.step = "unreachable", why, step
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ receiving
+    def recv(self, receiver: str, sender: str, tag: str, timeout: float) -> bytes | bytearray:
+        """Wait for the next ``tag`` message from ``sender``; never longer than ``timeout``."""
+        if receiver != self.name:
+            raise ValidationError(f"this transport receives for {self.name!r}, not {receiver!r}")
+        if sender not in self._peers:
+            raise ValidationError(f"{sender!r} is not a peer of {self.name!r}")
+        deadline = time.monotonic() + timeout
+        next_probe = time.monotonic() + self.probe_interval
+        key = (sender, tag)
+        info = self._peers[sender]
+        while True:
+            with self._cond:
+                box = self._mail.get(key)
+                if box:
+                    return box.popleft()
+                if self._cancelled is not None:
+                    raise RunCancelled(self._cancelled, party=receiver, step=tag)
+                if info.state != "running":
+                    raise PeerFailedError(self._stopped_message(sender, tag), party=receiver,
+                                          peer=sender, tag=tag)
+                now = time.monotonic()
+                if now >= deadline:
+                    raise PeerTimeoutError(
+                        f"party {receiver!r} timed out after {timeout:g} s waiting for "
+                        f"{tag!r} from {sender!r}",
+                        party=receiver, peer=sender, tag=tag, timeout=timeout)
+                if now < next_probe:
+                    self._cond.wait(min(deadline, next_probe) - now)
+                    continue
+            self._probe(sender, tag)
+            next_probe = time.monotonic() + self.probe_interval
+
+    def _stopped_message(self, sender: str, tag: str) -> str:
+        info = self._peers[sender]
+        where = f" at step {info.step!r}" if info.step else ""
+        if info.state == "failed":
+            return (f"party {self.name!r} was waiting for {tag!r} from {sender!r}, but "
+                    f"{sender!r} failed{where}: {info.detail}")
+        if info.state == "done":
+            return (f"party {self.name!r} was waiting for {tag!r} from {sender!r}, but "
+                    f"{sender!r} finished without sending it")
+        return (f"party {self.name!r} was waiting for {tag!r} from {sender!r}, but {sender!r} "
+                f"stopped responding (unreachable for {self.liveness:g} s{where}; "
+                f"{info.detail})")
+
+    def _probe(self, peer: str, tag: str) -> None:
+        """Ping a peer being waited on; mark it stopped if it stays unreachable."""
+        grpc = _grpc()
+        info = self._peers[peer]
+        ping = _pack({"run": self._run_id or "", "sender": self.name})
+        try:
+            answer = self._call(peer, "Ping")(ping, timeout=min(self.probe_interval, 5.0))
+        except grpc.RpcError as exc:
+            now = time.monotonic()
+            if info.unreachable_since is None:
+                info.unreachable_since = now
+            elif now - info.unreachable_since >= self.liveness:
+                self._mark_unreachable(peer, f"{exc.code().name}: {exc.details()}", tag)
+            return
+        info.unreachable_since = None
+        if info.nonce is not None and answer != info.nonce:
+            with self._cond:
+                if info.state == "running":
+                    info.state, info.step = "failed", tag
+                    info.detail = "it restarted and is no longer in this run"
+                self._cond.notify_all()
+
+    # ------------------------------------------------------------------ end of run
+    def notify(self, state: str, step: str, error: str = "", *, within: float = 15.0) -> None:
+        """Tell every peer still serving that this party is ``done`` or ``failed``.
+
+        ``error`` should name the kind of failure only (an exception's type): its text
+        may describe this party's data, and peers get nothing of that. Peers are told
+        in parallel; one not yet ready (still connecting) is retried for ``within``
+        seconds.
+        """
+        grpc = _grpc()
+        if self._run_id is None:
+            return
+        body = _pack({"run": self._run_id, "sender": self.name, "state": state,
+                      "step": step, "error": error[:200]})
+        deadline = time.monotonic() + within
+
+        def tell(peer: str) -> None:
+            delay = 0.05
+            while self._peers[peer].state in ("running", "done"):
+                try:
+                    # wait_for_ready: a channel still backing off from a connection
+                    # refused before the peer listened must reconnect, not fail fast
+                    self._call(peer, "Notice")(body, timeout=3.0, wait_for_ready=True)
+                    return
+                except grpc.RpcError as exc:
+                    # retry only a peer that answers but has not agreed the run yet; one
+                    # that does not answer has stopped (or will be found so by probing)
+                    if (exc.code() != grpc.StatusCode.UNAVAILABLE
+                            or _NOT_READY not in (exc.details() or "")
+                            or time.monotonic() + delay > deadline):
+                        return
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+        # a peer that is done may still be lingering to learn how the run ended
+        targets = [p for p, i in self._peers.items() if i.state in ("running", "done")]
+        threads = [threading.Thread(target=tell, args=(p,), daemon=True) for p in targets]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(within + 5)
+
+    def linger(self, timeout: float) -> None:
+        """Keep serving until every peer has stopped, or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while any(i.state == "running" for i in self._peers.values()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(min(left, 0.5))
+
+    def cancel(self, reason: str) -> None:
+        """Make every pending and future send/receive of this party raise RunCancelled."""
+        with self._cond:
+            if self._cancelled is None:
+                self._cancelled = reason
+            self._cond.notify_all()
+
+    def peer_states(self) -> dict[str, str]:
+        """Each peer's state: running, done, failed or unreachable."""
+        with self._cond:
+            return {p: i.state for p, i in self._peers.items()}
+
+
+@dataclass(frozen=True)
+class PartyRun:
+    """What :func:`run_party` returns.
+
+    Attributes
+    ----------
+    result
+        The role's return value.
+    transcript
+        The messages this party sent.
+    run_id
+        The run ID the parties agreed.
+    wall_time
+        Seconds the role ran (after the handshake).
+    connect_time
+        Seconds the start-up handshake took.
+    """
+
+    result: Any
+    transcript: Transcript
+    run_id: str
+    wall_time: float
+    connect_time: float
+
+
+def run_party(
+    name: str,
+    role: Callable[[Party], Any],
+    addresses: Mapping[str, str],
+    *,
+    tls: TlsFiles | None = None,
+    insecure: bool = False,
+    listen: str | None = None,
+    digest: str = "",
+    timeout: float = DEFAULT_TIMEOUT,
+    connect_timeout: float = 60.0,
+    liveness: float = 15.0,
+    probe_interval: float = 2.0,
+    linger: float = 10.0,
+    keep_payloads: bool = False,
+    on_ready: Callable[[str], None] | None = None,
+    chunk: int = CHUNK,
+    max_message: int = MAX_MESSAGE,
+    tolerate: Iterable[str] = (),
+) -> PartyRun:
+    """Run one party's role against peers in other processes or on other hosts.
+
+    The role is the same function :func:`~islands.runtime.run_local` runs in a thread.
+
+    Parameters
+    ----------
+    name
+        This party.
+    role
+        Its role, inputs bound (``functools.partial``).
+    addresses
+        ``host:port`` of every party, this one included.
+    tls, insecure, listen, digest, liveness, probe_interval, chunk, max_message
+        See :class:`GrpcTransport`.
+    timeout
+        Seconds the role waits for one message.
+    connect_timeout
+        Seconds to wait for every peer to be reachable at start-up.
+    linger
+        Seconds to keep serving after the role ends, until the peers have ended too.
+    keep_payloads
+        Keep the bytes of every message sent in the transcript.
+    on_ready
+        Called with the run ID once every peer is reachable (progress output).
+    tolerate
+        Peers whose failure does not make this party's result incomplete (a federated
+        server's clients). Any other peer that failed by the end of the run makes
+        :func:`run_party` raise, even if this party's own role returned, as
+        :func:`~islands.runtime.run_local` fails the whole run.
+
+    Returns
+    -------
+    PartyRun
+
+    Raises
+    ------
+    PeerTimeoutError
+        A peer could not be reached at start-up, or went silent.
+    ProtocolError
+        The role failed, or a peer failed or stopped (names the party and the step).
+    """
+    transport = GrpcTransport(name, addresses, listen=listen, tls=tls, insecure=insecure,
+                              digest=digest, liveness=liveness, probe_interval=probe_interval,
+                              chunk=chunk, max_message=max_message, send_timeout=timeout)
+    tolerated = set(tolerate)
+    transcript = Transcript(keep_payloads=keep_payloads)
+    transport.start()
+    try:
+        t0 = time.monotonic()
+        run_id = transport.handshake(connect_timeout)
+        connected = time.monotonic() - t0
+        if on_ready is not None:
+            on_ready(run_id)
+        party = Party(name, transport.parties, transport, transcript, timeout=timeout)
+        t1 = time.monotonic()
+        try:
+            result = role(party)
+        except BaseException as exc:
+            # peers learn the step and the kind of error, not its text (which may
+            # describe this party's data)
+            transport.notify("failed", party.step, type(exc).__name__)
+            if isinstance(exc, ProtocolError) or not isinstance(exc, Exception):
+                raise
+            message = (f"party {name!r} failed at step {party.step!r}: "
+                       f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, ValueError):
+                raise PartyInputError(message, party=name, step=party.step) from exc
+            raise ProtocolError(message, party=name, step=party.step) from exc
+        wall = time.monotonic() - t1
+        transport.notify("done", party.step)
+        transport.linger(linger)
+        lost = {p: st for p, st in transport.peer_states().items()
+                if st in ("failed", "unreachable") and p not in tolerated}
+        if lost:
+            peer, state = next(iter(lost.items()))
+            raise PeerFailedError(
+                f"party {name!r} finished its role, but {peer!r} "
+                f"{'failed' if state == 'failed' else 'stopped responding'} during the run: "
+                "the run is incomplete", party=name, peer=peer, tag=party.step)
+        return PartyRun(result=result, transcript=transcript, run_id=run_id, wall_time=wall,
+                        connect_time=connected)
+    finally:
+        transport.close()
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """Return ``count`` TCP ports that were free on ``host`` a moment ago (tests, demos)."""
+    import socket
+
+    socks, ports = [], []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+            ports.append(int(s.getsockname()[1]))
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def loopback_addresses(names: Sequence[str]) -> dict[str, str]:
+    """Give each party a free loopback address."""
+    return {n: f"127.0.0.1:{p}" for n, p in zip(names, free_ports(len(names)), strict=True)}
+

@@ -1,0 +1,308 @@
+"""Deployment: one operating-system process per party over loopback with mutual TLS.
+
+Each test writes a federation (certificates, federation and party files) with
+:mod:`islands.deploy.local`, starts ``islands party --config FILE`` per party and checks
+the results against the same protocol run in one process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("grpc")
+
+from islands.deploy.config import load_party_config
+from islands.deploy.launch import run_configured
+from islands.deploy.local import start_parties, wait_parties, write_federation
+from islands.errors import JobError, ValidationError
+
+pytestmark = pytest.mark.timeout(300)
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+ENV = {"PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def run(files: dict[str, Path], timeout: float = 120, **kwargs: Any) -> dict[str, Any]:
+    procs = start_parties(files, env=ENV, **kwargs)
+    done = wait_parties(procs, files, timeout)
+    return done
+
+
+def assert_ok(done: dict[str, Any]) -> None:
+    bad = {n: f.log[-2000:] for n, f in done.items() if f.returncode != 0}
+    assert not bad, bad
+
+
+def correlated(n: int, p: int, q: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n, 4))
+    return (z @ rng.normal(size=(4, p)) + rng.normal(size=(n, p)),
+            z @ rng.normal(size=(4, q)) + rng.normal(size=(n, q)))
+
+
+def test_swarm_cca_across_processes_equals_in_process(tmp_path: Path) -> None:
+    from islands.cca import SwarmCCA
+
+    X, Y = correlated(1500, 7, 5)
+    np.save(tmp_path / "x.npy", X)
+    np.savetxt(tmp_path / "y.csv", Y, delimiter=",")
+    files = write_federation(tmp_path, "cca", {"x": {"data": "x.npy"}, "y": {"data": "y.csv"}},
+                             options={"perturb": False, "n_components": 3})
+    assert_ok(run(files))
+    ref = SwarmCCA(n_components=3, perturb=False).fit(X, Y)
+    np.testing.assert_array_equal(np.load(tmp_path / "out/x/weights.npy"), ref.x_weights_)
+    np.testing.assert_array_equal(np.load(tmp_path / "out/y/weights.npy"), ref.y_weights_)
+    record = json.loads((tmp_path / "out/x/party.json").read_text())
+    other = json.loads((tmp_path / "out/y/party.json").read_text())
+    assert record["run_id"] == other["run_id"]
+    assert record["result"]["canonical_correlations"] == pytest.approx(
+        ref.canonical_correlations_.tolist(), abs=0)
+
+
+def test_federated_pca_across_processes_equals_in_process(tmp_path: Path) -> None:
+    from islands.pca import FederatedPCA
+
+    rng = np.random.default_rng(1)
+    parts = [rng.normal(size=(300 + 50 * i, 6)) @ rng.normal(size=(6, 6)) for i in range(3)]
+    for i, part in enumerate(parts):
+        np.save(tmp_path / f"site{i + 1}.npy", part)
+    parties: dict[str, dict[str, Any]] = {f"site{i + 1}": {"data": f"site{i + 1}.npy"}
+                                          for i in range(3)}
+    parties["publisher"] = {}
+    options = {"publisher": "publisher", "mode": "elfedpca", "n_components": 2,
+               "epsilon": 0.5, "delta": 1e-5, "seed": 7}
+    files = write_federation(tmp_path, "pca", parties, options=options)
+    assert_ok(run(files))
+    ref = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="elfedpca", random_state=7).fit(parts)
+    np.testing.assert_array_equal(np.load(tmp_path / "out/site2/components.npy"),
+                                  ref.components_)
+    np.testing.assert_array_equal(np.load(tmp_path / "out/publisher/projection.npy"),
+                                  ref.published_)
+
+
+def _digits_clients(folder: Path, clients: int = 3) -> list[tuple[np.ndarray, np.ndarray]]:
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    X = (X / 16).astype(np.float32)
+    order = np.random.default_rng(0).permutation(len(y))[:600]
+    parts = [(X[i], y[i]) for i in np.array_split(order, clients)]
+    for k, (a, b) in enumerate(parts):
+        np.save(folder / f"c{k}.npy", np.column_stack([a, b]))
+    return parts
+
+
+HFL = {"server": "server", "features": 64, "classes": 10, "seed": 3,
+       "model": {"kind": "mlp", "hidden": [16]},
+       "strategy": {"name": "fedavg", "local_steps": 4, "batch_size": 32, "lr": 0.1}}
+
+
+def _hfl_parties(clients: int) -> dict[str, dict[str, Any]]:
+    return {"server": {"threads": 1},
+            **{f"c{k}": {"data": f"c{k}.npy", "threads": 1} for k in range(clients)}}
+
+
+def _in_process(parts: list[Any], epochs: int) -> np.ndarray:
+    from islands.hfl import FederatedModel
+    from islands.hfl.models import ModelSpec
+    from islands.hfl.strategy import FedAvg
+
+    spec = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(16,))
+    fl = FederatedModel(spec, FedAvg(local_steps=4, batch_size=32, lr=0.1, seed=3),
+                        epochs=epochs, seed=3, threads=1)
+    fl.fit(parts, names=[f"c{k}" for k in range(len(parts))])
+    return np.asarray(fl.params_)
+
+
+def test_fedavg_three_clients_across_processes_equals_in_process(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    parts = _digits_clients(tmp_path)
+    files = write_federation(tmp_path, "hfl", _hfl_parties(3), options={**HFL, "epochs": 2})
+    assert_ok(run(files))
+    expected = _in_process(parts, 2)
+    np.testing.assert_array_equal(np.load(tmp_path / "out/server/params.npy"), expected)
+    np.testing.assert_array_equal(np.load(tmp_path / "out/c1/params.npy"), expected)
+    server = json.loads((tmp_path / "out/server/result.json").read_text())
+    assert server["dropouts"] == [] and server["aggregations"] > 0
+
+
+def _wait_for(path: Path, procs: dict[str, subprocess.Popen[str]], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        assert all(p.poll() is None for p in procs.values()), "a party ended early"
+        time.sleep(0.05)
+
+
+def test_killed_server_stops_clients_by_name_and_a_restart_resumes(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    parts = _digits_clients(tmp_path)
+    epochs = 100  # long enough to be killed mid-run
+    files = write_federation(tmp_path, "hfl", _hfl_parties(3), options={**HFL, "epochs": epochs},
+                             settings={"liveness": 2.0, "timeout": 60})
+    procs = start_parties(files, env=ENV)
+    _wait_for(tmp_path / "out/server.checkpoints/server.ckpt", procs, 120)
+    procs["server"].send_signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    done = wait_parties(procs, files, 60)
+    assert time.monotonic() - t0 < 30
+    for k in range(3):
+        assert done[f"c{k}"].returncode == 1
+        assert "'server' stopped responding" in " ".join(done[f"c{k}"].log.split())
+        failed = json.loads((tmp_path / f"out/c{k}.failed.json").read_text())
+        assert failed["peer"] == "server"
+        assert not (tmp_path / f"out/c{k}").exists()  # nothing that looks complete
+    assert not (tmp_path / "out/server").exists()
+
+    assert_ok(run(files, timeout=240, extra_args=["--resume"]))
+    server = json.loads((tmp_path / "out/server/result.json").read_text())
+    assert server["resumed_from"] > 0
+    np.testing.assert_array_equal(np.load(tmp_path / "out/server/params.npy"),
+                                  _in_process(parts, epochs))
+    assert not (tmp_path / "out/c0.failed.json").exists()
+
+
+def test_killed_client_is_a_dropout(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    _digits_clients(tmp_path)
+    files = write_federation(tmp_path, "hfl", _hfl_parties(3),
+                             options={**HFL, "epochs": 80, "strategy": {
+                                 **HFL["strategy"], "min_clients": 2}},  # type: ignore[dict-item]
+                             settings={"liveness": 2.0, "timeout": 60})
+    procs = start_parties(files, env=ENV)
+    _wait_for(tmp_path / "out/server.checkpoints/server.ckpt", procs, 120)
+    procs["c1"].send_signal(signal.SIGKILL)
+    done = wait_parties(procs, files, 240)
+    for name in ("server", "c0", "c2"):
+        assert done[name].returncode == 0, done[name].log[-2000:]
+    server = json.loads((tmp_path / "out/server/result.json").read_text())
+    assert "c1" in {d["client"] for d in server["dropouts"]}
+    assert server["rounds"] > 0
+
+
+def test_config_errors_are_clear_and_come_before_connecting(tmp_path: Path) -> None:
+    X, Y = correlated(50, 3, 2)
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "y.npy", Y)
+    files = write_federation(tmp_path, "cca", {"x": {"data": "x.npy"}, "y": {"data": "y.npy"}},
+                             options={"n_components": 3})
+    # y holds 2 columns, fewer than n_components: refused before any connection
+    with pytest.raises(JobError, match="n_components = 3 exceeds the 2 columns of party 'y'"):
+        run_configured(load_party_config(files["y"]))
+    os.remove(tmp_path / "certs" / "x.key")
+    with pytest.raises(JobError, match=r"\[tls\]: the key file .*x\.key does not exist"):
+        load_party_config(files["x"])
+    text = files["y"].read_text().replace('name = "y"', 'name = "z"')
+    files["y"].write_text(text)
+    with pytest.raises(JobError, match="'z' is not a party"):
+        load_party_config(files["y"])
+    fed = tmp_path / "federation.toml"
+    fed.write_text(fed.read_text().replace('protocol = "cca"', 'protocol = "cca"\ncolour = 1'))
+    with pytest.raises(JobError, match=r"unknown key\(s\) \['colour'\]"):
+        load_party_config(files["y"])
+
+
+def test_hfl_data_of_the_wrong_width_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    np.save(tmp_path / "c0.npy", np.zeros((20, 10)))
+    np.save(tmp_path / "c1.npy", np.zeros((20, 65)))
+    files = write_federation(tmp_path, "hfl", _hfl_parties(2), options={**HFL, "epochs": 1})
+    with pytest.raises(JobError, match="has 9 feature columns; the federation's model takes 64"):
+        run_configured(load_party_config(files["c0"]))
+
+
+def test_certs_command(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from islands.cli import app
+
+    result = CliRunner().invoke(app, ["certs", "--parties", "bank,hospital", "--out",
+                                      str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "ca.pem", "ca.key", "bank.pem", "bank.key", "hospital.pem", "hospital.key"}
+    again = CliRunner().invoke(app, ["certs", "--parties", "bank", "--out", str(tmp_path)])
+    assert again.exit_code == 2 and "refusing to overwrite" in again.output
+    bad = CliRunner().invoke(app, ["certs", "--parties", "bank,bank", "--out",
+                                   str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "duplicate party name" in bad.output
+
+
+def test_insecure_flag_is_refused_off_loopback(tmp_path: Path) -> None:
+    from islands.runtime.grpc_transport import GrpcTransport
+
+    with pytest.raises(ValidationError, match="loopback tests only"):
+        GrpcTransport("a", {"a": "0.0.0.0:1", "b": "10.0.0.2:1"}, insecure=True)
+
+
+# ------------------------------------------------------------------ network namespaces
+def _netns_available() -> bool:
+    if shutil.which("ip") is None or os.geteuid() != 0:
+        return False
+    probe = f"isl-probe-{uuid.uuid4().hex[:6]}"
+    ok = subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode == 0
+    if ok:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return ok
+
+
+@pytest.mark.skipif(not _netns_available(), reason="needs root and `ip netns`")
+def test_parties_in_separate_network_namespaces(tmp_path: Path) -> None:
+    """Two hosts joined by a veth pair: the parties reach each other only over it."""
+    from islands.cca import SwarmCCA
+    from islands.deploy.local import _toml
+
+    tag = uuid.uuid4().hex[:5]
+    ns = {"x": f"isl-x-{tag}", "y": f"isl-y-{tag}"}
+    ip = {"x": "10.213.7.1", "y": "10.213.7.2"}
+    veth = {"x": f"vx{tag}", "y": f"vy{tag}"}
+
+    def sh(*cmd: str) -> None:
+        subprocess.run(cmd, check=True, capture_output=True)
+
+    try:
+        for name in ("x", "y"):
+            sh("ip", "netns", "add", ns[name])
+        sh("ip", "link", "add", veth["x"], "type", "veth", "peer", "name", veth["y"])
+        for name in ("x", "y"):
+            sh("ip", "link", "set", veth[name], "netns", ns[name])
+            sh("ip", "-n", ns[name], "addr", "add", f"{ip[name]}/24", "dev", veth[name])
+            sh("ip", "-n", ns[name], "link", "set", veth[name], "up")
+            sh("ip", "-n", ns[name], "link", "set", "lo", "up")
+        X, Y = correlated(800, 5, 4)
+        np.save(tmp_path / "x.npy", X)
+        np.save(tmp_path / "y.npy", Y)
+        files = write_federation(tmp_path, "cca", {"x": {"data": "x.npy"},
+                                                   "y": {"data": "y.npy"}},
+                                 options={"perturb": False})
+        fed = tmp_path / "federation.toml"
+        fed.write_text(_toml({"name": "netns", "protocol": "cca",
+                              "parties": {n: f"{ip[n]}:50051" for n in ("x", "y")},
+                              "cca": {"perturb": False}}))
+        procs = {}
+        for name in ("x", "y"):
+            log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115
+            procs[name] = subprocess.Popen(
+                ["ip", "netns", "exec", ns[name], os.sys.executable, "-m", "islands.cli",
+                 "party", "--config", str(files[name])],
+                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENV},
+                cwd=str(tmp_path))
+            log.close()
+        done = wait_parties(procs, files, 120)
+        assert_ok(done)
+        ref = SwarmCCA(perturb=False).fit(X, Y)
+        np.testing.assert_array_equal(np.load(tmp_path / "out/x/weights.npy"), ref.x_weights_)
+    finally:
+        for name in ("x", "y"):
+            subprocess.run(["ip", "netns", "del", ns[name]], capture_output=True)

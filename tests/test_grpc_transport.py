@@ -1,0 +1,473 @@
+"""The gRPC transport: mutual TLS, chunked messages, run IDs, sequence numbers, faults.
+
+Parties run as threads of this process here, each with its own transport and its own
+gRPC server on a loopback port; tests/test_deploy.py runs them as separate processes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+grpc = pytest.importorskip("grpc")
+
+from islands.deploy.certs import make_certificates, party_name_of  # noqa: E402
+from islands.errors import (  # noqa: E402
+    PeerFailedError,
+    PeerTimeoutError,
+    ProtocolError,
+    ValidationError,
+)
+from islands.runtime.grpc_transport import (  # noqa: E402
+    HEADER_KEY,
+    GrpcTransport,
+    _pack,
+    loopback_addresses,
+    run_party,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return make_certificates(["a", "b", "c"], tmp_path_factory.mktemp("certs"))
+
+
+def run_all(roles: dict[str, Any], certs: Any, **kwargs: Any) -> dict[str, Any]:
+    """Run each role with run_party in its own thread; return results or exceptions."""
+    addresses = kwargs.pop("addresses", None) or loopback_addresses(list(roles))
+    out: dict[str, Any] = {}
+
+    def go(name: str, role: Any) -> None:
+        try:
+            out[name] = run_party(name, role, addresses, tls=certs.parties[name],
+                                  digest=kwargs.get("digest", "d"),
+                                  **{k: v for k, v in kwargs.items() if k != "digest"})
+        except Exception as exc:
+            out[name] = exc
+
+    threads = [threading.Thread(target=go, args=item) for item in roles.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    return out
+
+
+def ping(party: Any, payload: Any) -> Any:
+    party.send("b", "ping", payload)
+    return party.recv("b", "pong")
+
+
+def pong(party: Any) -> str:
+    value = party.recv("a", "ping")
+    party.send("a", "pong", value)
+    return "ok"
+
+
+def test_certificates_name_their_party(certs: Any) -> None:
+    assert party_name_of(certs.parties["b"].cert.read_bytes()) == "b"
+    assert (certs.ca_key.stat().st_mode & 0o777) == 0o600
+    assert (certs.parties["a"].key.stat().st_mode & 0o777) == 0o600
+    with pytest.raises(ValidationError, match="refusing to overwrite"):
+        make_certificates(["a"], certs.ca_cert.parent)
+
+
+def test_round_trip_over_mutual_tls(certs: Any) -> None:
+    data = {"x": np.arange(12.0).reshape(3, 4), "s": "hello"}
+    out = run_all({"a": partial(ping, payload=data), "b": pong}, certs)
+    assert out["b"].result == "ok"
+    back = out["a"].result
+    np.testing.assert_array_equal(back["x"], data["x"])
+    assert back["s"] == "hello"
+    assert out["a"].run_id == out["b"].run_id
+    assert out["a"].transcript.total_bytes > 0
+
+
+def test_a_250_mb_message_streams_in_chunks(certs: Any) -> None:
+    big = np.ones(250_000_000 // 8)  # 250 MB, far above gRPC's 4 MB message limit
+
+    def sender(party: Any) -> int:
+        party.send("b", "big", big)
+        return int(party.recv("b", "sum"))
+
+    def receiver(party: Any) -> str:
+        got = party.recv("a", "big")
+        party.send("a", "sum", float(got.sum()))
+        return "ok"
+
+    out = run_all({"a": sender, "b": receiver}, certs)
+    assert out["a"].result == big.size
+
+
+def test_runs_agree_on_a_fresh_run_id(certs: Any) -> None:
+    first = run_all({"a": partial(ping, payload=1), "b": pong}, certs)
+    second = run_all({"a": partial(ping, payload=1), "b": pong}, certs)
+    assert first["a"].run_id != second["a"].run_id
+
+
+def test_different_federation_descriptions_refuse_to_run(certs: Any) -> None:
+    addresses = loopback_addresses(["a", "b"])
+    out: dict[str, Any] = {}
+
+    def go(name: str, role: Any, digest: str) -> None:
+        try:
+            out[name] = run_party(name, role, addresses, tls=certs.parties[name],
+                                  digest=digest, connect_timeout=10)
+        except Exception as exc:
+            out[name] = exc
+
+    threads = [threading.Thread(target=go, args=("a", partial(ping, payload=1), "one")),
+               threading.Thread(target=go, args=("b", pong, "two"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert any(isinstance(e, ProtocolError) and "different federation" in str(e)
+               for e in out.values())
+
+
+def test_unreachable_peer_is_named_after_a_bounded_wait(certs: Any) -> None:
+    addresses = loopback_addresses(["a", "b"])
+    t0 = time.monotonic()
+    with pytest.raises(PeerTimeoutError, match=r"could not reach 'b' at 127\.0\.0\.1:\d+"):
+        run_party("a", partial(ping, payload=1), addresses, tls=certs.parties["a"],
+                  connect_timeout=1.5)
+    assert time.monotonic() - t0 < 10
+
+
+def test_missing_certificate_is_a_clear_error(tmp_path: Path, certs: Any) -> None:
+    from islands.deploy.certs import TlsFiles
+
+    missing = TlsFiles(ca=certs.ca_cert, cert=tmp_path / "nope.pem", key=certs.parties["a"].key)
+    with pytest.raises(ValidationError, match=r"certificate file .*nope\.pem.* does not exist"):
+        run_party("a", pong, loopback_addresses(["a", "b"]), tls=missing)
+
+
+def test_insecure_mode_is_loopback_only() -> None:
+    with pytest.raises(ValidationError, match="loopback tests only"):
+        GrpcTransport("a", {"a": "127.0.0.1:5001", "b": "10.1.2.3:5001"}, insecure=True)
+    with pytest.raises(ValidationError, match="needs TLS files"):
+        GrpcTransport("a", {"a": "127.0.0.1:5001", "b": "127.0.0.1:5002"})
+
+
+def test_insecure_mode_runs_on_loopback() -> None:
+    addresses = loopback_addresses(["a", "b"])
+    out: dict[str, Any] = {}
+
+    def go(name: str, role: Any) -> None:
+        out[name] = run_party(name, role, addresses, insecure=True)
+
+    threads = [threading.Thread(target=go, args=("a", partial(ping, payload=7))),
+               threading.Thread(target=go, args=("b", pong))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert out["a"].result == 7
+
+
+def _raw_call(certs: Any, cert_of: str, target: str, address: str, method: str,
+              request: Any, metadata: Any = None, ca: Path | None = None) -> Any:
+    files = certs.parties[cert_of]
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=(ca or files.ca).read_bytes(), private_key=files.key.read_bytes(),
+        certificate_chain=files.cert.read_bytes())
+    with grpc.secure_channel(address, creds,
+                             options=[("grpc.ssl_target_name_override", target)]) as ch:
+        if method == "Deliver":
+            return ch.stream_unary(f"/islands.Mailbox/{method}")(
+                iter(request), timeout=5, metadata=metadata)
+        return ch.unary_unary(f"/islands.Mailbox/{method}")(request, timeout=5,
+                                                            metadata=metadata)
+
+
+@pytest.fixture
+def server_a(certs: Any) -> Any:
+    """Party a's transport, handshaken with a stand-in b, serving on loopback."""
+    addresses = loopback_addresses(["a", "b"])
+    a = GrpcTransport("a", addresses, tls=certs.parties["a"], digest="d")
+    b = GrpcTransport("b", addresses, tls=certs.parties["b"], digest="d")
+    a.start()
+    b.start()
+    runs: list[str] = []
+    t = threading.Thread(target=lambda: runs.append(b.handshake(10)))
+    t.start()
+    a.handshake(10)
+    t.join(10)
+    yield a, b, addresses
+    a.close(0)
+    b.close(0)
+
+
+def test_unauthenticated_client_is_refused(server_a: Any, certs: Any, tmp_path: Path) -> None:
+    _, _, addresses = server_a
+    rogue = make_certificates(["b"], tmp_path / "rogue")  # another CA's "b"
+    files = rogue.parties["b"]
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=certs.ca_cert.read_bytes(), private_key=files.key.read_bytes(),
+        certificate_chain=files.cert.read_bytes())
+    with grpc.secure_channel(addresses["a"], creds, options=[
+            ("grpc.ssl_target_name_override", "a")]) as ch, pytest.raises(grpc.RpcError) as info:
+        ch.unary_unary("/islands.Mailbox/Ping")(_pack({"run": "", "sender": "b"}), timeout=5)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # the TLS handshake fails
+    # while the federation's own b gets through to the same server
+    assert _raw_call(certs, "b", "a", addresses["a"], "Ping",
+                     _pack({"run": "", "sender": "b"})) == a_nonce(server_a)
+    # and without any client certificate
+    creds = grpc.ssl_channel_credentials(root_certificates=certs.ca_cert.read_bytes())
+    with grpc.secure_channel(addresses["a"], creds, options=[
+            ("grpc.ssl_target_name_override", "a")]) as ch, pytest.raises(grpc.RpcError):
+        ch.unary_unary("/islands.Mailbox/Ping")(_pack({"run": "", "sender": "b"}), timeout=5)
+
+
+def test_a_party_cannot_speak_as_another(server_a: Any, certs: Any) -> None:
+    a, _, addresses = server_a
+    header = _pack({"run": a.run_id, "sender": "b", "tag": "t", "seq": 1, "size": 1})
+    # c holds a valid certificate of this federation, but claims to be b
+    with pytest.raises(grpc.RpcError) as info:
+        _raw_call(certs, "c", "a", addresses["a"], "Deliver", [b"x"],
+                  metadata=((HEADER_KEY, header),))
+    assert info.value.code() in (grpc.StatusCode.UNAUTHENTICATED,
+                                 grpc.StatusCode.PERMISSION_DENIED)
+
+
+def test_replays_from_another_run_and_duplicates_are_rejected(server_a: Any,
+                                                                certs: Any) -> None:
+    a, _, addresses = server_a
+    old = _pack({"run": "0" * 32, "sender": "b", "tag": "t", "seq": 1, "size": 1})
+    with pytest.raises(grpc.RpcError) as info:
+        _raw_call(certs, "b", "a", addresses["a"], "Deliver", [b"x"],
+                  metadata=((HEADER_KEY, old),))
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "replay" in info.value.details()
+
+    header = _pack({"run": a.run_id, "sender": "b", "tag": "t", "seq": 1, "size": 1})
+    for _ in range(2):  # a retry after a lost acknowledgement: delivered once
+        _raw_call(certs, "b", "a", addresses["a"], "Deliver", [b"x"],
+                  metadata=((HEADER_KEY, header),))
+    assert a.duplicates == 1
+    assert bytes(a.recv("a", "b", "t", 1.0)) == b"x"
+    with pytest.raises(PeerTimeoutError):
+        a.recv("a", "b", "t", 0.3)
+    gap = _pack({"run": a.run_id, "sender": "b", "tag": "t", "seq": 5, "size": 1})
+    with pytest.raises(grpc.RpcError) as info:
+        _raw_call(certs, "b", "a", addresses["a"], "Deliver", [b"x"],
+                  metadata=((HEADER_KEY, gap),))
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    short = _pack({"run": a.run_id, "sender": "b", "tag": "t", "seq": 2, "size": 10})
+    with pytest.raises(grpc.RpcError) as info:
+        _raw_call(certs, "b", "a", addresses["a"], "Deliver", [b"x"],
+                  metadata=((HEADER_KEY, short),))
+    assert info.value.code() == grpc.StatusCode.DATA_LOSS
+
+
+def test_malformed_header_is_refused(server_a: Any, certs: Any) -> None:
+    _, _, addresses = server_a
+    with pytest.raises(grpc.RpcError) as info:
+        _raw_call(certs, "b", "a", addresses["a"], "Deliver", [b"x"],
+                  metadata=((HEADER_KEY, b"\x93\x01\x02\x03"),))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_failing_party_stops_its_peers_at_once_naming_it(certs: Any) -> None:
+    def broken(party: Any) -> None:
+        party.send("b", "first", 1)
+        raise RuntimeError("disk full")
+
+    def waiting(party: Any) -> None:
+        party.recv("a", "first")
+        party.recv("a", "second")
+
+    t0 = time.monotonic()
+    out = run_all({"a": broken, "b": waiting}, certs, timeout=60)
+    assert time.monotonic() - t0 < 20
+    assert isinstance(out["a"], ProtocolError) and "disk full" in str(out["a"])
+    err = out["b"]
+    assert isinstance(err, PeerFailedError)
+    assert err.peer == "a" and err.tag == "second"
+    assert "'a' failed at step 'first': RuntimeError" in str(err)
+    assert "disk full" not in str(err)  # the text may describe a's data: it stays with a
+
+
+def test_a_vanished_peer_is_detected_by_probing(certs: Any) -> None:
+    addresses = loopback_addresses(["a", "b"])
+    vanished = threading.Event()
+
+    def quitter(party: Any) -> None:
+        party.send("b", "first", 1)
+        vanished.set()
+
+    a = GrpcTransport("a", addresses, tls=certs.parties["a"], digest="d")
+    a.start()
+    handshaken = threading.Event()
+
+    def run_a() -> None:
+        a.handshake(10)
+        handshaken.set()
+        from islands.runtime import Party, Transcript
+
+        quitter(Party("a", a.parties, a, Transcript()))
+        a.close(0)  # gone without a word, as a killed process
+
+    t = threading.Thread(target=run_a)
+    t.start()
+
+    def waiting(party: Any) -> None:
+        party.recv("a", "first")
+        party.recv("a", "second")
+
+    t0 = time.monotonic()
+    with pytest.raises(PeerFailedError, match="'a' stopped responding") as info:
+        run_party("b", waiting, addresses, tls=certs.parties["b"], digest="d",
+                  liveness=1.0, probe_interval=0.3, timeout=60)
+    assert time.monotonic() - t0 < 20
+    assert info.value.peer == "a" and info.value.tag == "second"
+    t.join(10)
+
+
+def test_bad_transport_parameters() -> None:
+    with pytest.raises(ValidationError, match="not in the federation"):
+        GrpcTransport("z", {"a": "127.0.0.1:1", "b": "127.0.0.1:2"}, insecure=True)
+    with pytest.raises(ValidationError, match="host:port"):
+        GrpcTransport("a", {"a": "127.0.0.1", "b": "127.0.0.1:2"}, insecure=True)
+    with pytest.raises(ValidationError, match="liveness"):
+        GrpcTransport("a", {"a": "127.0.0.1:1", "b": "127.0.0.1:2"}, insecure=True,
+                      liveness=0)
+
+
+def a_nonce(server: Any) -> bytes:
+    return bytes(server[0]._nonce)
+
+
+def test_a_single_chunk_retry_is_delivered_once(server_a: Any, certs: Any) -> None:
+    a, _, addresses = server_a
+    header = _pack({"run": a.run_id, "sender": "b", "tag": "one", "seq": 1, "size": 3})
+    for _ in range(2):
+        _raw_call(certs, "b", "a", addresses["a"], "DeliverOne", b"abc",
+                  metadata=((HEADER_KEY, header),))
+    assert a.duplicates == 1
+    assert bytes(a.recv("a", "b", "one", 1.0)) == b"abc"
+
+
+def test_a_peer_that_finishes_its_handshake_late_is_waited_for(certs: Any) -> None:
+    """b listens but starts its own handshake 2 s after a; a must wait, not give up."""
+    addresses = loopback_addresses(["a", "b"])
+    b = GrpcTransport("b", addresses, tls=certs.parties["b"], digest="d")
+    b.start()
+    got: list[Any] = []
+
+    def late_b() -> None:
+        time.sleep(2.0)
+        b.handshake(10)
+        from islands.runtime import Party, Transcript
+
+        Party("b", b.parties, b, Transcript()).send("a", "hi", 5)
+        b.notify("done", "hi")
+        b.linger(5)
+
+    t = threading.Thread(target=late_b)
+    t.start()
+    try:
+        def receive(party: Any) -> Any:
+            return party.recv("b", "hi")
+
+        got.append(run_party("a", receive, addresses, tls=certs.parties["a"], digest="d",
+                             probe_interval=0.3, liveness=5.0, timeout=30).result)
+    finally:
+        t.join(15)
+        b.close(0)
+    assert got == [5]
+
+
+def test_a_failure_reaches_a_peer_that_started_late(certs: Any) -> None:
+    addresses = loopback_addresses(["a", "b", "c"])
+
+    def broken(party: Any) -> None:
+        raise ValueError("bad input")
+
+    def waiting(party: Any) -> None:
+        party.recv("a", "never")
+
+    out: dict[str, Any] = {}
+
+    def go(name: str, role: Any, delay: float) -> None:
+        time.sleep(delay)
+        try:
+            out[name] = run_party(name, role, addresses, tls=certs.parties[name], digest="d",
+                                  timeout=60, connect_timeout=30)
+        except Exception as exc:
+            out[name] = exc
+
+    threads = [threading.Thread(target=go, args=("a", broken, 0.0)),
+               threading.Thread(target=go, args=("b", waiting, 0.0)),
+               threading.Thread(target=go, args=("c", waiting, 2.0))]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert time.monotonic() - t0 < 30
+    for name in ("b", "c"):
+        assert isinstance(out[name], PeerFailedError), out[name]
+        assert "'a' failed" in str(out[name]) and "ValueError" in str(out[name])
+
+
+def test_a_result_is_incomplete_when_a_peer_fails_after_our_last_message(certs: Any) -> None:
+    def last_word(party: Any) -> str:
+        party.send("b", "final", 1)
+        return "sent"
+
+    def fails_after(party: Any) -> None:
+        party.recv("a", "final")
+        raise RuntimeError("crash while finishing")
+
+    out = run_all({"a": last_word, "b": fails_after}, certs)
+    assert isinstance(out["a"], PeerFailedError)
+    assert "finished its role, but 'b' failed" in str(out["a"])
+
+
+def test_a_peer_at_the_wrong_address_is_not_trusted(certs: Any) -> None:
+    """a's federation says b is where c listens: c's certificate does not name b."""
+    right = loopback_addresses(["a", "b", "c"])
+    c = GrpcTransport("c", right, tls=certs.parties["c"], digest="d")
+    c.start()
+    try:
+        wrong = {"a": right["a"], "b": right["c"]}
+        with pytest.raises(PeerTimeoutError, match="could not reach 'b'"):
+            run_party("a", pong, wrong, tls=certs.parties["a"], digest="d", connect_timeout=2)
+    finally:
+        c.close(0)
+
+
+def test_tls_files_are_checked_before_listening(certs: Any, tmp_path: Path) -> None:
+    from islands.deploy.certs import TlsFiles, check_tls
+
+    a, b = certs.parties["a"], certs.parties["b"]
+    with pytest.raises(ValidationError, match="does not belong to the certificate"):
+        check_tls(TlsFiles(ca=a.ca, cert=a.cert, key=b.key), "a")
+    with pytest.raises(ValidationError, match="issued to party 'b', not 'a'"):
+        check_tls(b, "a")
+    other = make_certificates(["a"], tmp_path / "other")
+    with pytest.raises(ValidationError, match="was not issued by the CA"):
+        check_tls(TlsFiles(ca=a.ca, cert=other.parties["a"].cert, key=other.parties["a"].key),
+                  "a")
+    (tmp_path / "junk.key").write_text("not a key")
+    with pytest.raises(ValidationError, match="not an unencrypted PEM private key"):
+        check_tls(TlsFiles(ca=a.ca, cert=a.cert, key=tmp_path / "junk.key"), "a")
+    check_tls(a, "a")
+
+
+def test_private_keys_stay_private_when_overwritten(tmp_path: Path) -> None:
+    files = make_certificates(["a"], tmp_path)
+    key = files.parties["a"].key
+    key.chmod(0o644)
+    make_certificates(["a"], tmp_path, overwrite=True)
+    assert (key.stat().st_mode & 0o777) == 0o600
