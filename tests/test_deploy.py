@@ -79,6 +79,15 @@ def test_federated_pca_across_processes_equals_in_process(tmp_path: Path) -> Non
         np.save(tmp_path / f"site{i + 1}.npy", part)
     parties: dict[str, dict[str, Any]] = {f"site{i + 1}": {"data": f"site{i + 1}.npy"}
                                           for i in range(3)}
+    try:  # one site brings Parquet
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({f"c{j}": parts[2][:, j] for j in range(6)}),
+                       tmp_path / "site3.parquet")
+        parties["site3"] = {"data": "site3.parquet"}
+    except ImportError:
+        pass
     parties["publisher"] = {}
     options = {"publisher": "publisher", "mode": "elfedpca", "n_components": 2,
                "epsilon": 0.5, "delta": 1e-5, "seed": 7}
@@ -135,6 +144,32 @@ def test_fedavg_three_clients_across_processes_equals_in_process(tmp_path: Path)
     np.testing.assert_array_equal(np.load(tmp_path / "out/c1/params.npy"), expected)
     server = json.loads((tmp_path / "out/server/result.json").read_text())
     assert server["dropouts"] == [] and server["aggregations"] > 0
+
+
+def test_vertical_logistic_regression_across_processes_equals_in_process(
+        tmp_path: Path) -> None:
+    pytest.importorskip("gmpy2")
+    from sklearn.datasets import load_breast_cancer
+
+    from islands.vfl import VerticalLogisticRegression
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    x_b, x_a = X[:, :10], X[:, 10:]
+    ref = VerticalLogisticRegression(epochs=2, key_bits=1024, random_state=0).fit(x_a, x_b, y)
+    np.save(tmp_path / "a.npy", x_a)
+    np.save(tmp_path / "b.npy", np.column_stack([x_b, y]))
+    options = {"coordinator": "C", "active": "B", "model": "logistic", "epochs": 2,
+               "key_bits": 1024, "seed": ref.plan_.seed}
+    files = write_federation(tmp_path, "vfl", {"C": {}, "B": {"data": "b.npy"},
+                                               "A": {"data": "a.npy"}}, options=options)
+    assert_ok(run(files))
+    np.testing.assert_array_equal(np.load(tmp_path / "out/A/theta.npy"), ref.coef_a_)
+    theta_b = np.load(tmp_path / "out/B/theta.npy")
+    np.testing.assert_array_equal(theta_b[:-1], ref.coef_b_)
+    assert theta_b[-1] == ref.intercept_
+    c = json.loads((tmp_path / "out/C/result.json").read_text())
+    assert c["epoch_losses"] == pytest.approx(ref.loss_history_, abs=0)
 
 
 def _wait_for(path: Path, procs: dict[str, subprocess.Popen[str]], timeout: float) -> None:
@@ -220,6 +255,23 @@ def test_hfl_data_of_the_wrong_width_is_refused(tmp_path: Path) -> None:
     files = write_federation(tmp_path, "hfl", _hfl_parties(2), options={**HFL, "epochs": 1})
     with pytest.raises(JobError, match="has 9 feature columns; the federation's model takes 64"):
         run_configured(load_party_config(files["c0"]))
+
+
+def test_vertical_options_and_labels_are_checked(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.zeros((30, 2)))
+    np.save(tmp_path / "b.npy", np.column_stack([np.zeros((30, 2)), np.arange(30) % 3]))
+    files = write_federation(tmp_path, "vfl", {"C": {}, "B": {"data": "b.npy"},
+                                               "A": {"data": "a.npy"}},
+                             options={"coordinator": "C", "active": "B", "key_bits": 1024})
+    with pytest.raises(JobError, match="exactly two classes in the labels; got 3"):
+        run_configured(load_party_config(files["B"]))
+    np.save(tmp_path / "a.npy", np.full((30, 2), 2.0**40))
+    with pytest.raises(JobError, match="the data of party 'A'"):
+        run_configured(load_party_config(files["A"]))
+    files = write_federation(tmp_path / "two", "vfl", {"C": {}, "B": {}},
+                             options={"coordinator": "C", "active": "C"})
+    with pytest.raises(JobError, match="must differ"):
+        run_configured(load_party_config(files["B"]))
 
 
 def test_certs_command(tmp_path: Path) -> None:

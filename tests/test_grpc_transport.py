@@ -262,6 +262,12 @@ def test_replays_from_another_run_and_duplicates_are_rejected(server_a: Any,
         _raw_call(certs, "b", "a", addresses["a"], "Deliver", [b"x"],
                   metadata=((HEADER_KEY, gap),))
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    # a header announcing 3 GB costs the receiver only what actually arrives
+    huge = _pack({"run": a.run_id, "sender": "b", "tag": "t", "seq": 2, "size": 3 << 30})
+    with pytest.raises(grpc.RpcError) as info:
+        _raw_call(certs, "b", "a", addresses["a"], "Deliver", [b"x"] * 3,
+                  metadata=((HEADER_KEY, huge),))
+    assert info.value.code() == grpc.StatusCode.DATA_LOSS
     short = _pack({"run": a.run_id, "sender": "b", "tag": "t", "seq": 2, "size": 10})
     with pytest.raises(grpc.RpcError) as info:
         _raw_call(certs, "b", "a", addresses["a"], "Deliver", [b"x"],

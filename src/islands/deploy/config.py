@@ -4,7 +4,7 @@ The **federation file** is the same at every organisation; parties compare a dig
 it when they connect and refuse to run with a peer whose copy differs::
 
     name = "cca-demo"
-    protocol = "cca"          # cca | pca | hfl
+    protocol = "cca"          # cca | pca | hfl | vfl
     timeout = 120             # seconds a party waits for one message
     connect_timeout = 60      # seconds to wait for every peer at start-up
     liveness = 15             # seconds a peer may stay unreachable mid-run
@@ -53,7 +53,7 @@ from islands.validation import read_toml
 __all__ = ["PROTOCOLS", "Federation", "PartyConfig", "load_federation", "load_party_config",
            "parse_federation", "parse_party_config"]
 
-PROTOCOLS = ("cca", "pca", "hfl")
+PROTOCOLS = ("cca", "pca", "hfl", "vfl")
 _FED_KEYS = {"name", "protocol", "timeout", "connect_timeout", "liveness", "max_message_mb",
              "parties", *PROTOCOLS}
 _PARTY_KEYS = {"name", "federation", "data", "labels", "output", "listen", "tls", "insecure",

@@ -13,6 +13,12 @@ Options by protocol (the federation file's ``[cca]``, ``[pca]`` or ``[hfl]`` sec
 ``pca`` (federated PCA; one party publishes, the others are sites in file order)
     ``publisher`` (party name, required), ``mode``, ``n_components`` (required),
     ``epsilon``, ``delta``, ``seed`` (shared noise seed, default 0), ``block_size``.
+``vfl`` (vertical linear or logistic regression, rows already aligned, e.g. by PSI)
+    ``coordinator`` and ``active`` (party names, required; the others are passive, in
+    file order), ``model`` (``"logistic"`` or ``"linear"``), ``learning_rate``,
+    ``lam``, ``epochs``, ``batch_size``, ``seed``, ``tol``, ``key_bits``, ``djn``,
+    ``feature_bits``, ``score_bits``. The active party's file holds the label in its
+    last column (or ``labels``); for the logistic model, of exactly two classes.
 ``hfl`` (horizontal FL; one server, the others are clients in file order)
     ``server`` (party name, required), ``features``, ``classes`` (0 for regression),
     ``epochs``, ``seed``, ``task``, ``concurrency``, ``client_timeout``,
@@ -338,8 +344,104 @@ def _hfl(config: PartyConfig, resume: bool) -> Prepared:
                                 f"{len(tr)} training rows")
 
 
+# --------------------------------------------------------------------------- vfl
+def _vfl(config: PartyConfig, resume: bool) -> Prepared:
+    from islands.crypto import paillier
+    from islands.vfl import maths as vmaths
+    from islands.vfl.protocol import Plan, active, check_plan, coordinator, passive
+
+    fed = config.federation
+    where = f"federation file {fed.source} [vfl]"
+    o = fed.options
+    _keys(o, {"coordinator", "active", "model", "learning_rate", "lam", "epochs",
+              "batch_size", "seed", "tol", "key_bits", "djn", "feature_bits", "score_bits"},
+          where)
+    roles = {}
+    for key in ("coordinator", "active"):
+        value = o.get(key)
+        if not isinstance(value, str) or value not in fed.parties:
+            raise JobError(f"{where}: {key!r} must name a party of [parties]; got {value!r}")
+        roles[key] = value
+    if roles["coordinator"] == roles["active"]:
+        raise JobError(f"{where}: the coordinator and the active party must differ")
+    c_name, b_name = roles["coordinator"], roles["active"]
+    passives = [p for p in fed.parties if p not in (c_name, b_name)]
+    if not passives:
+        raise JobError(f"{where}: vertical FL needs at least one passive party besides the "
+                       "coordinator and the active party")
+    model = _opt(o, "model", (str,), "logistic", where, lambda v: v in ("linear", "logistic"),
+                 "'linear' or 'logistic'")
+    default_lr = 0.3 if model == "logistic" else 0.05
+    lr = _opt(o, "learning_rate", (float, int), default_lr, where, lambda v: v > 0, "> 0")
+    tol = _opt(o, "tol", (float, int), 1e-4, where, lambda v: v > 0, "> 0")
+    try:
+        plan = check_plan(Plan(
+            model, float(lr), float(_opt(o, "lam", (float, int), 0.0, where, lambda v: v >= 0,
+                                         ">= 0")),
+            _opt(o, "epochs", (int,), 20, where, lambda v: v >= 1, "an int >= 1"),
+            _opt(o, "batch_size", (int,), 256, where, lambda v: v >= 1, "an int >= 1"),
+            _opt(o, "seed", (int,), 0, where, lambda v: v >= 0, "an int >= 0"),
+            float(tol), _opt(o, "feature_bits", (int,), 16, where),
+            _opt(o, "score_bits", (int,), 32, where)), "[vfl]")
+    except ValidationError as exc:
+        raise JobError(f"{where}: {exc}") from None
+    key_bits = _opt(o, "key_bits", (int,), paillier.DEFAULT_KEY_BITS, where,
+                    lambda v: v >= paillier.MIN_KEY_BITS and v % 256 == 0,
+                    f"an int >= {paillier.MIN_KEY_BITS}, a multiple of 256")
+    djn = _opt(o, "djn", (bool,), True, where)
+
+    def write_model(result: Any, out: Path) -> dict[str, Any]:
+        np.save(out / "theta.npy", result.theta)
+        summary = {"role": "active" if config.name == b_name else "passive",
+                   "epochs": result.epochs, "features": int(result.theta.size)
+                   - (config.name == b_name),
+                   "note": "the active party's last weight is the intercept"}
+        _save_json(out / "result.json", summary)
+        return summary
+
+    if config.name == c_name:
+        def write_c(result: Any, out: Path) -> dict[str, Any]:
+            summary = {"role": "coordinator", "epochs": result.epochs,
+                       "epoch_losses": result.epoch_losses, "converged": result.converged,
+                       "key_bits": result.key_bits}
+            _save_json(out / "result.json", summary)
+            return summary
+
+        return Prepared(role=partial(coordinator, active=b_name, passive=passives, plan=plan,
+                                     key_bits=key_bits, djn=djn),
+                        write=write_c, description=f"vertical {model} regression coordinator")
+    X = load_table(_need_data(config), what=f"the data of party {config.name!r}")
+    if config.name == b_name:
+        if config.labels is not None:
+            y = load_table(config.labels, what=f"the labels of party {config.name!r}")
+            y = y.reshape(-1)
+        else:
+            X, y = X[:, :-1], X[:, -1]
+    try:  # the fixed-point range, checked before anything is sent
+        vmaths.encode(X, plan.feature_bits, vmaths.MAX_ABS_FEATURE,
+                      f"the data of party {config.name!r}", "islands party")
+    except ValidationError as exc:
+        raise JobError(str(exc)) from None
+    if config.name != b_name:
+        return Prepared(role=partial(passive, X=X, coordinator=c_name, active=b_name, plan=plan),
+                        write=write_model,
+                        description=f"vertical {model} regression, passive, {X.shape[1]} columns")
+    if len(y) != len(X):
+        raise JobError(f"party {config.name!r}: {len(X)} rows of features but {len(y)} labels")
+    if model == "logistic":
+        classes = np.unique(y)
+        if classes.size != 2:
+            raise JobError(f"party {config.name!r}: logistic regression needs exactly two "
+                           f"classes in the labels; got {classes.size}")
+        y = np.where(y == classes[1], 1.0, -1.0)
+    return Prepared(role=partial(active, X=X, y=y, coordinator=c_name, passive=passives,
+                                 plan=plan),
+                    write=write_model,
+                    description=f"vertical {model} regression, active, {X.shape[1]} columns")
+
+
 _PROTOCOLS: dict[str, Callable[[PartyConfig, bool], Prepared]] = {
-    "cca": _cca, "pca": _pca, "hfl": _hfl}
+    "cca": _cca, "pca": _pca, "hfl": _hfl, "vfl": _vfl}
 
 
 def prepare(config: PartyConfig, *, resume: bool = False) -> Prepared:

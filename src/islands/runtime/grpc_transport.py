@@ -76,6 +76,7 @@ log = logging.getLogger(__name__)
 SERVICE = "islands.Mailbox"
 CHUNK = 1 << 20
 MAX_MESSAGE = 4 << 30
+PREALLOCATE = 64 << 20
 HEADER_KEY = "islands-header-bin"
 _PROTOCOL_VERSION = 1
 _NOT_READY = "is not ready yet (still connecting to its peers)"
@@ -522,17 +523,19 @@ class GrpcTransport:
             if seq != info.recv_seq + 1:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                               f"message {seq} from {sender!r} after {info.recv_seq}: a gap")
-            buf = bytearray(size)
-            view = memoryview(buf)
+            # memory follows the bytes that actually arrive: up to PREALLOCATE at once,
+            # then doubling, so a header announcing a huge size costs nothing by itself
+            buf = bytearray(min(size, PREALLOCATE))
             pos = 0
             for piece in chunks:
                 end = pos + len(piece)
                 if end > size:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                   f"message from {sender!r} longer than its header says")
-                view[pos:end] = piece
+                if end > len(buf):
+                    buf.extend(bytes(min(max(len(buf), end - len(buf)), size - len(buf))))
+                buf[pos:end] = piece
                 pos = end
-            view.release()
             if pos != size:
                 context.abort(grpc.StatusCode.DATA_LOSS,
                               f"message from {sender!r} ended after {pos} of {size} bytes")
