@@ -344,3 +344,50 @@ def test_in_process_training_runs_on_a_pool_of_concurrency_threads(
                         seed=1).fit(parts)
     assert fm.workers_ == 3 and fm.aggregations_ >= 2
     assert 1 <= len(seen) <= 3 and all(n.startswith("islands-train") for n in seen), seen
+
+
+def test_a_straggler_on_the_training_pool_drops_out_alone() -> None:
+    """A call the server gave up on keeps its pool thread; the next client must not wait."""
+    import time as _time
+    from concurrent.futures import ThreadPoolExecutor
+    from functools import partial
+
+    from sklearn.datasets import load_digits
+
+    from islands.hfl.learner import PooledLearner, TorchLearner
+    from islands.hfl.models import ModelSpec, flat_parameters
+    from islands.hfl.protocol import client, server
+    from islands.hfl.strategy import FedAvg
+    from islands.runtime import run_local
+
+    spec = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(8,))
+    X, y = load_digits(return_X_y=True)
+    X = (X / 16).astype(np.float32)
+
+    class Slow(TorchLearner):
+        slept = False
+
+        def train(self, params, **kw):  # type: ignore[no-untyped-def]
+            if not Slow.slept:
+                Slow.slept = True
+                _time.sleep(4)
+            return super().train(params, **kw)
+
+    names = ["c0", "c1", "c2"]
+    learners = [(Slow if k == 0 else TorchLearner)(spec, X[k::3], y[k::3], seed=k)
+                for k in range(3)]
+    executor = ThreadPoolExecutor(max_workers=2)  # twice the one client trained at a time
+    pooled = [PooledLearner(learner, executor, timeout=60) for learner in learners]
+    strategy = FedAvg(local_steps=2, batch_size=32, lr=0.1)
+    roles = {"server": partial(server, clients=names, strategy=strategy,
+                               initial=flat_parameters(spec.build(0)), epochs=1,
+                               concurrency=1, client_timeout=1.5)}
+    for name, learner in zip(names, pooled, strict=True):
+        roles[name] = partial(client, server="server", learner=learner,
+                              aggregator=strategy.aggregator)
+    try:
+        result = run_local(roles, tolerate=names, timeout=60, blas_threads=None)
+    finally:
+        executor.shutdown(wait=True)
+    dropped = {d.client for d in result.results["server"].dropouts}
+    assert dropped == {"c0"}

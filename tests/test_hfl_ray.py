@@ -6,6 +6,7 @@ import json
 import logging
 import subprocess
 import sys
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,28 @@ def test_a_worker_that_does_not_answer_in_time_is_a_timeout() -> None:
         with pytest.raises(WorkerTimeoutError, match=r"client 'c0'.* within"):
             learner.train(SPEC.initial_params(0), epoch=0, step=0, steps=1, batch_size=8,
                           config=LocalConfig(lr=0.1), momentum=None)
+
+
+def test_a_timed_out_call_does_not_hold_up_the_next_client() -> None:
+    """ray.cancel cannot stop a running actor call: the worker is restarted instead."""
+    X, y = _digits(1)[0]
+    with RayWorkerPool(SPEC, workers=1, threads=1, timeout=120) as pool:
+        slow = pool.learner("c0", X, y, seed=0)
+        other = pool.learner("c1", X[:64], y[:64], seed=1)
+        p0 = SPEC.initial_params(0)
+        other.train(p0, epoch=0, step=0, steps=1, batch_size=8, config=LocalConfig(lr=0.1),
+                    momentum=None)  # the worker is warm
+        pool.timeout = 1.0
+        with pytest.raises(WorkerTimeoutError):
+            slow.train(p0, epoch=0, step=0, steps=200_000, batch_size=16,
+                       config=LocalConfig(lr=0.1), momentum=None)
+        pool.timeout = 60
+        t0 = time.monotonic()
+        out = other.train(p0, epoch=0, step=0, steps=1, batch_size=8,
+                          config=LocalConfig(lr=0.1), momentum=None)
+        # the abandoned call alone would run for minutes; a restarted worker takes seconds
+        assert time.monotonic() - t0 < 30
+        assert np.all(np.isfinite(out.params))
 
 
 def test_dp_sgd_keeps_the_budget_in_the_driver() -> None:

@@ -10,7 +10,9 @@ Where the torch work runs is the ``backend``: ``"local"`` runs it on a small thr
 pool of this process, as many threads as clients train at once
 (:class:`~islands.hfl.learner.PooledLearner`); ``"ray"`` runs it in Ray workers, on
 this machine or a Ray cluster (:mod:`islands.hfl.ray_backend`). The roles and their
-messages are the same either way, and so are the results for the same seeds.
+messages are the same either way, and so are the results for the same seeds and the
+same torch thread count (an int ``threads``: with ``"auto"`` each backend picks its own,
+and float sums may then round differently).
 """
 
 from __future__ import annotations
@@ -86,6 +88,17 @@ class EpochRecord:
     local_accuracy: float | None
     test: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+
+
+def _without_traceback(exc: BaseException) -> BaseException:
+    """Drop the tracebacks of ``exc`` and its causes (their frames hold large objects)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+    return exc
 
 
 def client_seed(seed: int, index: int) -> int:
@@ -344,9 +357,12 @@ class FederatedModel:
                                          task=self.task, seed=client_seed(self.seed, k),
                                          pool=pool, dp=self.sample_dp))
         # only the pool's threads call torch (each OS thread that does keeps ~0.6 MB)
-        executor = ThreadPoolExecutor(max_workers=active, thread_name_prefix="islands-train")
+        # twice the clients that train at once: a straggler the server gave up on keeps
+        # its thread until it finishes, and must not delay the clients that follow
+        executor = ThreadPoolExecutor(max_workers=2 * active, thread_name_prefix="islands-train")
         stack.callback(executor.shutdown, wait=False, cancel_futures=True)
-        return [PooledLearner(learner, executor) for learner in learners], active
+        return [PooledLearner(learner, executor, timeout=float(self.timeout))
+                for learner in learners], active
 
     def _ray_learners(self, stack: contextlib.ExitStack, data: list[tuple[NDArray[Any],
                       NDArray[Any]]], names: list[str], active: int) -> tuple[list[Any], int]:
@@ -443,7 +459,9 @@ class FederatedModel:
         self.history_ = history
         self.aggregations_ = result.aggregations
         self.dropouts_: list[DropoutEvent] = result.dropouts
-        self.client_failures_ = dict(run.failures)
+        # without tracebacks: their frames would keep each failed client's learner (and
+        # under Ray its rows in the object store) alive as long as this estimator
+        self.client_failures_ = {k: _without_traceback(v) for k, v in run.failures.items()}
         self.batch_sizes_ = result.batch_sizes
         self.counts_ = result.counts
         self.steps_per_epoch_ = result.steps_per_epoch

@@ -22,6 +22,7 @@ Two small pieces compose with it:
 from __future__ import annotations
 
 from concurrent.futures import Executor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import numpy as np
@@ -155,13 +156,25 @@ class PooledLearner:
     inner
         The learner that does the work (e.g. a :class:`TorchLearner`).
     executor
-        The pool, shared by every client of the simulation; size it to the clients
-        that train at once.
+        The pool, shared by every client of the simulation; size it above the clients
+        that train at once, so that a call the server gave up on (still running on its
+        thread) does not hold up the next client's.
+    timeout
+        Seconds to wait for one call (None: no limit).
     """
 
-    def __init__(self, inner: Any, executor: Executor) -> None:
+    def __init__(self, inner: Any, executor: Executor, timeout: float | None = None) -> None:
         self.inner = inner
         self.executor = executor
+        self.timeout = timeout
+
+    def _result(self, future: Any, what: str) -> Any:
+        try:
+            return future.result(timeout=self.timeout)
+        except FutureTimeout:
+            future.cancel()  # if it has not started; a running call finishes on its thread
+            raise TimeoutError(f"local {what} did not finish within {self.timeout:g} s") \
+                from None
 
     @property
     def n_train(self) -> int:
@@ -179,12 +192,13 @@ class PooledLearner:
         future = self.executor.submit(self.inner.train, params, epoch=epoch, step=step,
                                       steps=steps, batch_size=batch_size, config=config,
                                       momentum=momentum)
-        outcome: LocalOutcome = future.result()
+        outcome: LocalOutcome = self._result(future, "training")
         return outcome
 
     def evaluate(self, params: Vector) -> float:
         """Run ``inner.evaluate`` on the pool."""
-        return float(self.executor.submit(self.inner.evaluate, params).result())
+        return float(self._result(self.executor.submit(self.inner.evaluate, params),
+                                  "evaluation"))
 
     def spent(self) -> tuple[float, float] | None:
         """Return the inner learner's sample-level (ε, δ), or None."""

@@ -48,7 +48,10 @@ threads are light (they wait); the torch work happens in the workers.
   fails and the server leaves that client out (a
   :class:`~islands.hfl.protocol.DropoutEvent`), as for any client that fails. A dead
   worker is restarted by Ray (``max_restarts``); the call in flight is not retried,
-  and later calls rebuild the worker's cache from the object store.
+  and later calls rebuild the worker's cache from the object store. ``ray.cancel``
+  cannot stop an actor call already running, so a worker whose call timed out is
+  killed and restarted the same way (bounded wait): otherwise the other clients
+  pinned to it would queue behind the abandoned call and time out in turn.
 * **DP-SGD.** The privacy accountant stays in the driver-side learner
   (:class:`~islands.hfl.protect.SampleAccount`): the budget is checked before a call
   and accounted after it returned; only the steps run in the worker.
@@ -102,7 +105,9 @@ log = logging.getLogger(__name__)
 
 Vector = NDArray[np.float32]
 ClientData = tuple[NDArray[Any], NDArray[Any], NDArray[Any] | None, NDArray[Any] | None]
-MAX_RESTARTS = 2
+MAX_RESTARTS = 8  # a worker is also restarted after each timed-out call
+RESTART_TIMEOUT_S = 120.0
+"""Seconds to wait for a worker restarted after a timeout (it re-imports torch)."""
 """How often Ray restarts a worker that died (the call in flight fails either way)."""
 PROBE_TIMEOUT_S = 10.0
 """Seconds to wait for a TCP connection to ``ray_address`` before refusing it."""
@@ -174,7 +179,10 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         return
     quiet: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
     if address is None:
-        ray.init(num_cpus=num_cpus or usable_cores(), include_dashboard=False, **quiet)
+        # address="local": a new instance here, even where RAY_ADDRESS or a `ray start`
+        # cluster on this machine would otherwise be joined
+        ray.init(address="local", num_cpus=num_cpus or usable_cores(),
+                 include_dashboard=False, **quiet)
     else:
         try:
             # ray.init retries a silent address for minutes: ask the port first
@@ -494,13 +502,42 @@ class RayWorkerPool:
             self._shared = (bits.copy(), ref)
             return ref
 
-    def wait(self, ref: Any, what: str, client: str) -> Any:
+    def _restart(self, actor: Any) -> None:
+        """Kill ``actor`` so that Ray restarts it; wait (bounded) until it answers again."""
+        ray = import_ray()
+        slot = next((i for i, a in enumerate(self.actors) if a is actor), None)
+        old = None if slot is None else self.pids[slot]
+        with contextlib.suppress(Exception):
+            ray.kill(actor, no_restart=False)
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                info = ray.get(actor.ready.remote(),
+                               timeout=max(0.1, deadline - time.monotonic()))
+            except Exception:  # restarting (ActorUnavailableError) or gone for good
+                time.sleep(0.2)
+                continue
+            if slot is None or int(info["pid"]) != old:  # the new process, not the old
+                if slot is not None:
+                    self.pids[slot] = int(info["pid"])
+                return
+            time.sleep(0.2)
+        log.warning("a Ray worker killed after a timeout did not come back within %.0f s",
+                    RESTART_TIMEOUT_S)
+
+    def wait(self, ref: Any, what: str, client: str, actor: Any = None) -> Any:
         """``ray.get(ref)`` with the pool's timeout; Ray's errors become WorkerErrors.
+
+        ``ray.cancel`` does not stop an actor call that is already running, so on a
+        timeout the call's ``actor`` is killed and restarted by Ray (it rebuilds its
+        clients from the object store): otherwise every other client pinned to it
+        would queue behind the abandoned call.
 
         Raises
         ------
         WorkerTimeoutError
-            If nothing came back within ``timeout`` (the call is cancelled).
+            If nothing came back within ``timeout`` (the call is cancelled and its
+            worker restarted).
         WorkerError
             If the worker raised or died.
         """
@@ -514,6 +551,8 @@ class RayWorkerPool:
             for r in refs:
                 with contextlib.suppress(Exception):
                     ray.cancel(r)
+            if actor is not None:
+                self._restart(actor)
             raise WorkerTimeoutError(
                 f"client {client!r}: the Ray worker did not finish {what} within "
                 f"{self.timeout:g} s", party=client, step=what) from exc
@@ -596,10 +635,11 @@ class RayLearner:
         """
         if self._account is not None:
             self._account.check(batch_size, steps)
-        ref = self._actor().train.remote(
+        actor = self._actor()
+        ref = actor.train.remote(
             self.key, [self.data], self.seed, self.pool.share(params), epoch, step, steps,
             batch_size, config, momentum)
-        new, buf, loss = self.pool.wait(ref, "train", self.name)
+        new, buf, loss = self.pool.wait(ref, "train", self.name, actor)
         if self._account is not None:
             self._account.step(steps)
         # copies: what ray.get returns are read-only views of the object store
@@ -611,9 +651,9 @@ class RayLearner:
         """Score ``params`` on the client's evaluation rows, in its worker."""
         if self._n_eval == 0:
             return float("nan")
-        ref = self._actor().evaluate.remote(self.key, [self.data], self.seed,
-                                            self.pool.share(params))
-        return float(self.pool.wait(ref, "evaluate", self.name))
+        actor = self._actor()
+        ref = actor.evaluate.remote(self.key, [self.data], self.seed, self.pool.share(params))
+        return float(self.pool.wait(ref, "evaluate", self.name, actor))
 
     def spent(self) -> tuple[float, float] | None:
         """Return the client's sample-level (ε, δ) so far, or None without DP-SGD."""
