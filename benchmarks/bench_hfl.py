@@ -90,9 +90,11 @@ from common import (
     limit_threads,
     median,
     once,
+    proc_kb,
     process_tree,
     reset_peak,
     source_digest,
+    status_kb,
     verdict,
 )
 from islands.hfl.estimator import torch_threads
@@ -153,15 +155,6 @@ def split(X: np.ndarray, y: np.ndarray, k: int) -> list[tuple[np.ndarray, np.nda
     return [(X[idx], y[idx]) for idx in partition_iid(len(y), k, random_state=SPLIT_SEED)]
 
 
-def status_kb(field: str) -> int:
-    """A field of /proc/self/status, in kB (VmRSS, VmHWM)."""
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
 def peak_bytes() -> int:
     """Peak RSS of this process image: VmHWM, as ``ru_maxrss`` but without what a child
     inherits from its parent (``ru_maxrss`` keeps the larger of the pre-exec copy of the
@@ -186,17 +179,7 @@ def cpu_seconds() -> tuple[float, float]:
 
 def tree_pss(pids: list[int]) -> int:
     """PSS summed over ``pids`` (bytes), from /proc/<pid>/smaps_rollup."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as fh:
-                for line in fh:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            pass
-    return total
+    return sum(proc_kb("smaps_rollup", "Pss", pid) for pid in pids) * 1024
 
 
 def run_sampled(cmd: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:

@@ -66,10 +66,13 @@ from common import (
     fmt_bytes,
     fmt_s,
     limit_threads,
+    proc_kb,
     process_tree,
     reset_peak,
     source_digest,
+    status_kb,
 )
+from islands.crypto.processes import usable_cores
 
 CLIENTS, QUICK_CLIENTS = 1000, 100
 ROUNDS = 3
@@ -83,34 +86,6 @@ DIGEST_PARTS = ("hfl", "runtime", "data")
 
 
 # ---------------------------------------------------------------------------- /proc
-def cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-        os.cpu_count() or 1)
-
-
-def status_kb(field: str, pid: int | str = "self") -> int:
-    """A field of /proc/<pid>/status in kB (0 if the process is gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def pss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            for line in fh:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def comm(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/comm") as fh:
@@ -149,7 +124,7 @@ class Sampler:
     def sample(self) -> None:
         workers = other = pss = n_workers = 0
         for pid in process_tree(self.me):
-            pss += pss_kb(pid)
+            pss += proc_kb("smaps_rollup", "Pss", pid)
             if pid == self.me:
                 continue
             rss = status_kb("VmRSS", pid)
@@ -253,7 +228,7 @@ def child(backend: str, n_clients: int, rounds: int) -> dict[str, Any]:
         "ray_other_rss_peak_bytes": sampler.peak["ray_other_rss_kb"] * 1024,
         "tree_pss_peak_bytes": sampler.peak["tree_pss_kb"] * 1024,
         "ray_workers_seen": sampler.max_workers, "samples": sampler.samples,
-        "other_cpu_share": max(0.0, busy - tree_cpu) / (cores() * span),
+        "other_cpu_share": max(0.0, busy - tree_cpu) / (usable_cores() * span),
         "wire_bytes": int(fm.transcript_.total_bytes),
     }
 
@@ -360,7 +335,7 @@ def main() -> None:
 
     print(f"Ray benchmark{' (--quick)' if args.quick else ''}: Python "
           f"{platform.python_version()}, torch {torch.__version__}, Ray {ray.__version__}, "
-          f"{cores()} CPUs, {time.perf_counter() - started:.0f} s in all")
+          f"{usable_cores()} CPUs, {time.perf_counter() - started:.0f} s in all")
     print_table(rows)
     finish("bench_ray", args, digests, {"runs": rows}, {})
 

@@ -50,7 +50,17 @@ from typing import Any
 
 import numpy as np
 
-from common import finish, fmt_s, limit_threads, median, once, source_digest, verdict
+from common import (
+    finish,
+    fmt_s,
+    limit_threads,
+    median,
+    once,
+    reset_peak,
+    source_digest,
+    status_kb,
+    verdict,
+)
 from islands.cca import SwarmCCA
 from islands.cca.maths import pooled_cca
 from islands.errors import ValidationError
@@ -219,23 +229,12 @@ def bench_sklearn(n: int, repeats: int, sk_repeats: int,
 
 # ---------------------------------------------------------------------------- 3
 def _status() -> dict[str, int]:
-    out = {}
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(("VmRSS:", "VmHWM:")):
-                out[line.split(":")[0]] = int(line.split()[1]) * 1024
-    return out
+    return {k: status_kb(k) * 1024 for k in ("VmRSS", "VmHWM")}
 
 
 def _reset_hwm() -> bool:
     """Reset the RSS high-water mark; True if the kernel honoured it."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-    except OSError:
-        return False
-    st = _status()
-    return st["VmHWM"] - st["VmRSS"] < (1 << 20)
+    return reset_peak() and status_kb("VmHWM") - status_kb("VmRSS") < 1024
 
 
 class _Sampler:

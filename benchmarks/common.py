@@ -72,6 +72,24 @@ def process_tree(root: int) -> list[int]:
     return out
 
 
+def proc_kb(name: str, field: str, pid: int | str = "self") -> int:
+    """A kB field of ``/proc/<pid>/<name>`` (``status``: VmRSS, VmHWM; ``smaps_rollup``:
+    Pss); 0 if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/{name}") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def status_kb(field: str, pid: int | str = "self") -> int:
+    """A field of ``/proc/<pid>/status`` in kB (VmRSS, VmHWM); 0 if the process is gone."""
+    return proc_kb("status", field, pid)
+
+
 def reset_peak() -> bool:
     """Reset this process's peak RSS (VmHWM): Linux >= 4.0."""
     try:

@@ -24,6 +24,8 @@ __all__ = [
     "check_random_state",
     "describe",
     "is_int",
+    "read_toml",
+    "table_value",
 ]
 
 RandomState = int | np.random.Generator | None
@@ -57,6 +59,48 @@ def read_toml(path: Any) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise JobError(f"job file {source} is not valid TOML: {exc}") from exc
     return raw
+
+
+def table_value(table: Any, key: str, kinds: tuple[type, ...], where: str,
+                default: Any = ..., check: Any = None, expected: str = "") -> Any:
+    """Return ``table[key]`` of a parsed job or configuration file, checked.
+
+    Parameters
+    ----------
+    table
+        The (sub)table, a mapping.
+    key
+        The key to read.
+    kinds
+        Accepted types (a bool is accepted only if ``bool`` is listed).
+    where
+        File and section, for the message.
+    default
+        Returned when the key is absent; without it, an absent key is an error.
+    check
+        A further test of the value (a callable returning bool).
+    expected
+        What to call the accepted values in the message (default: the type names).
+
+    Raises
+    ------
+    JobError
+        ``"<where>: '<key>' must be <expected>; got <value>"``, or a missing key.
+    """
+    from islands.errors import JobError
+
+    if key not in table:
+        if default is ...:
+            raise JobError(f"{where}: missing key {key!r}")
+        return default
+    value = table[key]
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+    if ok and check is not None:
+        ok = check(value)
+    if not ok:
+        what = expected or " or ".join(k.__name__ for k in kinds)
+        raise JobError(f"{where}: {key!r} must be {what}; got {value!r}")
+    return value
 
 
 def describe(value: Any) -> Any:

@@ -46,7 +46,7 @@ from typing import Any
 
 from islands.deploy.certs import TlsFiles
 from islands.errors import JobError, ValidationError
-from islands.runtime.grpc_transport import _check_address
+from islands.runtime.grpc_transport import check_address
 from islands.runtime.party import check_party_names
 from islands.validation import read_toml
 
@@ -139,7 +139,7 @@ def parse_federation(raw: Mapping[str, Any], *, source: str = "<federation>") ->
     try:
         check_party_names(parties)
         for name, address in parties.items():
-            _check_address(address, f"{where} [parties] {name}")
+            check_address(address, f"{where} [parties] {name}")
     except ValidationError as exc:
         raise JobError(f"{where} [parties]: {exc}") from None
     options = raw.get(protocol, {})
@@ -197,7 +197,7 @@ def parse_party_config(raw: Mapping[str, Any], *, source: str = "<party>",
     listen = raw.get("listen")
     if listen is not None:
         try:
-            _check_address(listen, f"{where}: 'listen'")
+            check_address(listen, f"{where}: 'listen'")
         except ValidationError as exc:
             raise JobError(str(exc)) from None
     in_file = raw.get("insecure", False)

@@ -64,16 +64,13 @@ def _threads(threads: int | None) -> Iterator[None]:
 
     from threadpoolctl import threadpool_limits
 
-    torch = sys.modules.get("torch")
-    before = None if torch is None else torch.get_num_threads()
-    with threadpool_limits(limits=threads):
-        if torch is not None:
-            torch.set_num_threads(threads)
-        try:
-            yield
-        finally:
-            if torch is not None and before is not None:
-                torch.set_num_threads(before)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(threadpool_limits(limits=threads))
+        if "torch" in sys.modules:  # an hfl party: its learner loaded torch
+            from islands.hfl.estimator import torch_threads
+
+            stack.enter_context(torch_threads(threads))
+        yield
 
 
 def run_configured(config: PartyConfig, *, resume: bool = False,

@@ -40,6 +40,7 @@ import numpy as np
 from islands.deploy.config import PartyConfig
 from islands.errors import JobError, ValidationError
 from islands.runtime import Role
+from islands.validation import table_value
 
 __all__ = ["Prepared", "load_table", "prepare"]
 
@@ -74,19 +75,6 @@ def _keys(options: Mapping[str, Any], allowed: set[str], where: str) -> None:
         raise JobError(f"{where}: unknown key(s) {extra}; allowed: {sorted(allowed)}")
 
 
-def _opt(options: Mapping[str, Any], key: str, kinds: tuple[type, ...], default: Any,
-         where: str, check: Callable[[Any], bool] = lambda v: True,
-         expected: str = "") -> Any:
-    value = options.get(key, default)
-    if value is default:
-        return value
-    if (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)
-            or not check(value)):
-        wanted = expected or " or ".join(k.__name__ for k in kinds)
-        raise JobError(f"{where}: {key!r} must be {wanted}; got {value!r}")
-    return value
-
-
 def _save_json(path: Path, obj: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(obj, indent=2, default=float) + "\n", encoding="utf-8")
 
@@ -109,12 +97,14 @@ def _cca(config: PartyConfig, resume: bool) -> Prepared:
     if len(fed.parties) != 2:
         raise JobError(f"{where}: Swarm CCA runs between exactly two parties; "
                        f"[parties] names {len(fed.parties)}")
-    n_components = _opt(o, "n_components", (int,), None, where, lambda v: v >= 1, "an int >= 1")
-    threshold = _opt(o, "threshold", (float, int), None, where, lambda v: 0 <= v <= 1,
+    n_components = table_value(o, "n_components", (int,), where, None, lambda v: v >= 1,
+                               "an int >= 1")
+    threshold = table_value(o, "threshold", (float, int), where, None, lambda v: 0 <= v <= 1,
                      "a number in [0, 1]")
-    perturb = _opt(o, "perturb", (bool,), True, where)
-    reg = _opt(o, "reg", (float, int), 0.0, where, lambda v: v >= 0, "a number >= 0")
-    rank_tol = _opt(o, "rank_tol", (float, int), None, where, lambda v: v > 0, "a number > 0")
+    perturb = table_value(o, "perturb", (bool,), where, True)
+    reg = table_value(o, "reg", (float, int), where, 0.0, lambda v: v >= 0, "a number >= 0")
+    rank_tol = table_value(o, "rank_tol", (float, int), where, None, lambda v: v > 0,
+                           "a number > 0")
     Z = load_table(_need_data(config), what=f"the data of party {config.name!r}")
     if n_components is not None and n_components > Z.shape[1]:
         raise JobError(f"{where}: n_components = {n_components} exceeds the {Z.shape[1]} "
@@ -151,16 +141,16 @@ def _pca(config: PartyConfig, resume: bool) -> Prepared:
     if not isinstance(pub, str) or pub not in fed.parties:
         raise JobError(f"{where}: 'publisher' must name a party of [parties]; got {pub!r}")
     sites = tuple(p for p in fed.parties if p != pub)
-    mode = _opt(o, "mode", (str,), "secure", where, lambda v: v in MODES, f"one of {MODES}")
+    mode = table_value(o, "mode", (str,), where, "secure", lambda v: v in MODES, f"one of {MODES}")
     if "n_components" not in o:
         raise JobError(f"{where}: missing key 'n_components'")
-    k = _opt(o, "n_components", (int,), None, where, lambda v: v >= 1, "an int >= 1")
-    eps = _opt(o, "epsilon", (float, int), None, where, lambda v: v > 0, "a number > 0")
-    delta = _opt(o, "delta", (float, int), None, where, lambda v: 0 < v < 1, "in (0, 1)")
+    k = table_value(o, "n_components", (int,), where, None, lambda v: v >= 1, "an int >= 1")
+    eps = table_value(o, "epsilon", (float, int), where, None, lambda v: v > 0, "a number > 0")
+    delta = table_value(o, "delta", (float, int), where, None, lambda v: 0 < v < 1, "in (0, 1)")
     if mode != "plain" and (eps is None or delta is None):
         raise JobError(f"{where}: mode {mode!r} needs 'epsilon' and 'delta'")
-    seed = _opt(o, "seed", (int,), 0, where, lambda v: v >= 0, "an int >= 0")
-    block = _opt(o, "block_size", (int,), 8192, where, lambda v: v >= 1, "an int >= 1")
+    seed = table_value(o, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0")
+    block = table_value(o, "block_size", (int,), where, 8192, lambda v: v >= 1, "an int >= 1")
     pca = PcaConfig(mode=mode, n_components=k, sites=sites, publisher=pub,
                     epsilon=None if eps is None else float(eps),
                     delta=None if delta is None else float(delta), seed=seed)
@@ -250,7 +240,7 @@ def _hfl(config: PartyConfig, resume: bool) -> Prepared:
             or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in shape)):
         raise JobError(f"{where}: 'features' must be the input size (an int >= 1, or a shape "
                        f"such as [1, 28, 28] for a cnn); got {o.get('features')!r}")
-    classes = _opt(o, "classes", (int,), None, where, lambda v: v >= 2, "an int >= 2")
+    classes = table_value(o, "classes", (int,), where, None, lambda v: v >= 2, "an int >= 2")
     if classification and classes is None:
         raise JobError(f"{where}: a classification task needs 'classes' (the number of labels)")
     spec = ModelSpec(kind=job.model["kind"], input_shape=tuple(shape),
@@ -260,7 +250,7 @@ def _hfl(config: PartyConfig, resume: bool) -> Prepared:
     strategy = build_strategy(job)
     sample_dp = build_sample_dp(job.protect, job.protect_options)
     checkpoint = config.output.with_name(config.output.name + ".checkpoints")
-    keep = _opt(o, "checkpoint", (bool,), True, where)
+    keep = table_value(o, "checkpoint", (bool,), where, True)
     ckpt = checkpoint if keep else None
     if ckpt is not None:
         ckpt.mkdir(parents=True, exist_ok=True)
@@ -369,26 +359,26 @@ def _vfl(config: PartyConfig, resume: bool) -> Prepared:
     if not passives:
         raise JobError(f"{where}: vertical FL needs at least one passive party besides the "
                        "coordinator and the active party")
-    model = _opt(o, "model", (str,), "logistic", where, lambda v: v in ("linear", "logistic"),
-                 "'linear' or 'logistic'")
+    model = table_value(o, "model", (str,), where, "logistic",
+                        lambda v: v in ("linear", "logistic"), "'linear' or 'logistic'")
     default_lr = 0.3 if model == "logistic" else 0.05
-    lr = _opt(o, "learning_rate", (float, int), default_lr, where, lambda v: v > 0, "> 0")
-    tol = _opt(o, "tol", (float, int), 1e-4, where, lambda v: v > 0, "> 0")
+    lr = table_value(o, "learning_rate", (float, int), where, default_lr, lambda v: v > 0, "> 0")
+    tol = table_value(o, "tol", (float, int), where, 1e-4, lambda v: v > 0, "> 0")
+    lam = table_value(o, "lam", (float, int), where, 0.0, lambda v: v >= 0, ">= 0")
     try:
         plan = check_plan(Plan(
-            model, float(lr), float(_opt(o, "lam", (float, int), 0.0, where, lambda v: v >= 0,
-                                         ">= 0")),
-            _opt(o, "epochs", (int,), 20, where, lambda v: v >= 1, "an int >= 1"),
-            _opt(o, "batch_size", (int,), 256, where, lambda v: v >= 1, "an int >= 1"),
-            _opt(o, "seed", (int,), 0, where, lambda v: v >= 0, "an int >= 0"),
-            float(tol), _opt(o, "feature_bits", (int,), 16, where),
-            _opt(o, "score_bits", (int,), 32, where)), "[vfl]")
+            model, float(lr), float(lam),
+            table_value(o, "epochs", (int,), where, 20, lambda v: v >= 1, "an int >= 1"),
+            table_value(o, "batch_size", (int,), where, 256, lambda v: v >= 1, "an int >= 1"),
+            table_value(o, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0"),
+            float(tol), table_value(o, "feature_bits", (int,), where, 16),
+            table_value(o, "score_bits", (int,), where, 32)), "[vfl]")
     except ValidationError as exc:
         raise JobError(f"{where}: {exc}") from None
-    key_bits = _opt(o, "key_bits", (int,), paillier.DEFAULT_KEY_BITS, where,
+    key_bits = table_value(o, "key_bits", (int,), where, paillier.DEFAULT_KEY_BITS,
                     lambda v: v >= paillier.MIN_KEY_BITS and v % 256 == 0,
                     f"an int >= {paillier.MIN_KEY_BITS}, a multiple of 256")
-    djn = _opt(o, "djn", (bool,), True, where)
+    djn = table_value(o, "djn", (bool,), where, True)
 
     def write_model(result: Any, out: Path) -> dict[str, Any]:
         np.save(out / "theta.npy", result.theta)

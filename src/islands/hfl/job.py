@@ -90,7 +90,7 @@ from islands.hfl.estimator import (
 from islands.hfl.metrics import classification_report, dev_avg, regression_report
 from islands.hfl.protocol import RoundRecord
 from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
-from islands.validation import read_toml
+from islands.validation import read_toml, table_value
 
 __all__ = ["Job", "load_job", "parse_job", "run_job", "write_outputs"]
 
@@ -161,23 +161,6 @@ def load_job(path: str | Path) -> Job:
     return parse_job(read_toml(path), source=str(path))
 
 
-def _get(table: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: str,
-         default: Any = ..., check: Callable[[Any], bool] | None = None,
-         expected: str = "") -> Any:
-    if key not in table:
-        if default is ...:
-            raise JobError(f"{where}: missing key {key!r}")
-        return default
-    value = table[key]
-    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-    if ok and check is not None:
-        ok = check(value)
-    if not ok:
-        what = expected or " or ".join(k.__name__ for k in kinds)
-        raise JobError(f"{where}: {key!r} must be {what}; got {value!r}")
-    return value
-
-
 def _section(raw: Mapping[str, Any], name: str, allowed: set[str], where: str) -> dict[str, Any]:
     table = raw.get(name)
     if not isinstance(table, dict):
@@ -196,68 +179,68 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
         raise JobError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_TOP)}")
     pos_int = (lambda v: v >= 1, "an int >= 1")
     data = _section(raw, "data", _DATA, where)
-    _get(data, "name", (str,), f"{where} [data]", check=lambda v: v in _DATASETS,
+    table_value(data, "name", (str,), f"{where} [data]", check=lambda v: v in _DATASETS,
          expected=f"one of {list(_DATASETS)}")
     for key in ("train_samples", "test_samples"):
-        _get(data, key, (int,), f"{where} [data]", None, *pos_int)
-    _get(data, "test_fraction", (float,), f"{where} [data]", 0.2, lambda v: 0 < v < 1,
+        table_value(data, key, (int,), f"{where} [data]", None, *pos_int)
+    table_value(data, "test_fraction", (float,), f"{where} [data]", 0.2, lambda v: 0 < v < 1,
          "a float in (0, 1)")
-    _get(data, "standardize", (bool,), f"{where} [data]", False)
-    _get(data, "path", (str,), f"{where} [data]", None)
+    table_value(data, "standardize", (bool,), f"{where} [data]", False)
+    table_value(data, "path", (str,), f"{where} [data]", None)
 
     partition = _section(raw, "partition", _PARTITION, where)
     kinds = ("iid", "classes", "dirichlet", "shards")
-    _get(partition, "kind", (str,), f"{where} [partition]", check=lambda v: v in kinds,
+    table_value(partition, "kind", (str,), f"{where} [partition]", check=lambda v: v in kinds,
          expected=f"one of {list(kinds)}")
-    _get(partition, "clients", (int,), f"{where} [partition]", None, *pos_int)
+    table_value(partition, "clients", (int,), f"{where} [partition]", None, *pos_int)
     if partition["kind"] == "classes":
-        _get(partition, "groups", (str, list), f"{where} [partition]")
+        table_value(partition, "groups", (str, list), f"{where} [partition]")
     elif "clients" not in partition:
         raise JobError(f"{where} [partition]: missing key 'clients'")
-    _get(partition, "alpha", (float, int), f"{where} [partition]", 0.5, lambda v: v > 0,
+    table_value(partition, "alpha", (float, int), f"{where} [partition]", 0.5, lambda v: v > 0,
          "a number > 0")
-    _get(partition, "shards_per_client", (int,), f"{where} [partition]", 2, *pos_int)
+    table_value(partition, "shards_per_client", (int,), f"{where} [partition]", 2, *pos_int)
 
     model = _section(raw, "model", _MODEL, where)
-    _get(model, "kind", (str,), f"{where} [model]", check=lambda v: v in ("mlp", "cnn",
+    table_value(model, "kind", (str,), f"{where} [model]", check=lambda v: v in ("mlp", "cnn",
                                                                           "linear"),
          expected="'mlp', 'cnn' or 'linear'")
-    _get(model, "hidden", (list,), f"{where} [model]", [200],
+    table_value(model, "hidden", (list,), f"{where} [model]", [200],
          lambda v: all(isinstance(h, int) and h >= 1 for h in v), "a list of ints >= 1")
-    _get(model, "channels", (list,), f"{where} [model]", [16, 32],
+    table_value(model, "channels", (list,), f"{where} [model]", [16, 32],
          lambda v: len(v) == 2 and all(isinstance(h, int) and h >= 1 for h in v),
          "two ints >= 1")
 
     strategy = _section(raw, "strategy", _STRATEGY, where)
-    _get(strategy, "name", (str,), f"{where} [strategy]",
+    table_value(strategy, "name", (str,), f"{where} [strategy]",
          check=lambda v: v in ("fedavg", "apfl", "fedprox"),
          expected="'fedavg', 'apfl' or 'fedprox'")
     for key in ("local_steps", "tau", "phi", "min_clients", "client_batch_size"):
-        _get(strategy, key, (int,), f"{where} [strategy]", None, *pos_int)
-    _get(strategy, "batch_size", (int, str), f"{where} [strategy]", None,
+        table_value(strategy, key, (int,), f"{where} [strategy]", None, *pos_int)
+    table_value(strategy, "batch_size", (int, str), f"{where} [strategy]", None,
          lambda v: v == "full" or (isinstance(v, int) and v >= 1), "an int >= 1 or 'full'")
     for key in ("lr", "momentum", "weight_decay", "fraction", "mu"):
-        _get(strategy, key, (float, int), f"{where} [strategy]", None, lambda v: v >= 0,
+        table_value(strategy, key, (float, int), f"{where} [strategy]", None, lambda v: v >= 0,
              "a number >= 0")
     for key in ("mbs", "adaptive", "evaluate"):
-        _get(strategy, key, (bool,), f"{where} [strategy]", None)
+        table_value(strategy, key, (bool,), f"{where} [strategy]", None)
 
-    task = _get(raw, "task", (str,), where, None,
+    task = table_value(raw, "task", (str,), where, None,
                 lambda v: v in ("classification", "regression"),
                 "'classification' or 'regression'")
     if task is None:
         task = "regression" if data["name"] == "diabetes" else "classification"
-    concurrency = _get(raw, "concurrency", (int,), where, 8, *pos_int)
-    backend = _get(raw, "backend", (str,), where, "local", lambda v: v in BACKENDS,
+    concurrency = table_value(raw, "concurrency", (int,), where, 8, *pos_int)
+    backend = table_value(raw, "backend", (str,), where, "local", lambda v: v in BACKENDS,
                    " or ".join(repr(b) for b in BACKENDS))
     # None: as Job.to_dict writes an absent address (TOML itself has no null)
-    ray_address = _get(raw, "ray_address", (str, type(None)), where, None,
+    ray_address = table_value(raw, "ray_address", (str, type(None)), where, None,
                        lambda v: v is None or (bool(v) and not any(c.isspace() for c in v)),
                        "a Ray address such as 'auto', 'host:6379' or 'ray://host:10001'")
     if ray_address is not None and backend != "ray":
         raise JobError(f"{where}: 'ray_address' is only used with backend = \"ray\"; got "
                        f"backend = {backend!r}")
-    protect = _get(raw, "protect", (list,), where, [],
+    protect = table_value(raw, "protect", (list,), where, [],
                    lambda v: all(isinstance(p, str) and p in _PROTECT_OPTIONS for p in v),
                    f"a list of names among {sorted(_PROTECT_OPTIONS)}")
     options: dict[str, dict[str, Any]] = {}
@@ -276,15 +259,15 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     except (ValidationError, TypeError, ImportError) as exc:
         raise JobError(f"{where}: protect = {protect}: {exc}") from exc
     return Job(
-        name=_get(raw, "name", (str,), where, Path(source).stem),
-        seed=_get(raw, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0"),
-        epochs=_get(raw, "epochs", (int,), where, 1, *pos_int),
-        output=_get(raw, "output", (str,), where, f"runs/{Path(source).stem}"),
-        baseline=_get(raw, "baseline", (bool,), where, True),
+        name=table_value(raw, "name", (str,), where, Path(source).stem),
+        seed=table_value(raw, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0"),
+        epochs=table_value(raw, "epochs", (int,), where, 1, *pos_int),
+        output=table_value(raw, "output", (str,), where, f"runs/{Path(source).stem}"),
+        baseline=table_value(raw, "baseline", (bool,), where, True),
         task=task, concurrency=concurrency,
-        timeout=float(_get(raw, "timeout", (int, float), where, 600.0, lambda v: v > 0,
+        timeout=float(table_value(raw, "timeout", (int, float), where, 600.0, lambda v: v > 0,
                            "a number > 0")),
-        eval_fraction=float(_get(raw, "eval_fraction", (int, float), where, 0.1,
+        eval_fraction=float(table_value(raw, "eval_fraction", (int, float), where, 0.1,
                                  lambda v: 0 <= v < 1, "a number in [0, 1)")),
         data=data, partition=partition, model=model, strategy=strategy, source=source,
         protect=list(protect), protect_options=options, backend=backend,

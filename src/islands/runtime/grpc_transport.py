@@ -69,7 +69,8 @@ from islands.runtime.transport import RunCancelled
 if TYPE_CHECKING:
     from islands.deploy.certs import TlsFiles
 
-__all__ = ["GrpcTransport", "PartyRun", "run_party"]
+__all__ = ["GrpcTransport", "PartyRun", "check_address", "free_ports", "is_loopback",
+           "loopback_addresses", "run_party"]
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,8 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def _check_address(address: Any, what: str) -> str:
+def check_address(address: Any, what: str) -> str:
+    """Return ``address`` if it is ``host:port`` with a valid port; ``what`` names it."""
     if not isinstance(address, str) or ":" not in address:
         raise ValidationError(f"{what} must be 'host:port'; got {address!r}")
     port = address.rsplit(":", 1)[1]
@@ -227,8 +229,8 @@ class GrpcTransport:
         if name not in names:
             raise ValidationError(f"party {name!r} is not in the federation {list(names)}")
         for party, address in addresses.items():
-            _check_address(address, f"the address of party {party!r}")
-        self.listen = _check_address(listen if listen is not None else addresses[name],
+            check_address(address, f"the address of party {party!r}")
+        self.listen = check_address(listen if listen is not None else addresses[name],
                                      f"the listen address of party {name!r}")
         if insecure:
             if tls is not None:

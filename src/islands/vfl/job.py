@@ -49,7 +49,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.errors import JobError
-from islands.validation import read_toml
+from islands.validation import read_toml, table_value
 
 __all__ = ["JobError", "VerticalJob", "is_vertical", "load_vertical_job", "parse_vertical_job",
            "run_vertical", "write_vertical_outputs"]
@@ -74,19 +74,6 @@ class VerticalJob:
     parties: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
     source: str = "<job>"
-
-
-def _check(table: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: str,
-           default: Any, ok: Callable[[Any], bool] = lambda _v: True,
-           expected: str = "") -> Any:
-    if key not in table:
-        return default
-    value = table[key]
-    good = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-    if not good or not ok(value):
-        raise JobError(f"{where}: {key!r} must be {expected or kinds[0].__name__}; got "
-                       f"{value!r}")
-    return value
 
 
 def _table(raw: Mapping[str, Any], name: str, allowed: set[str], where: str) -> dict[str, Any]:
@@ -121,43 +108,43 @@ def parse_vertical_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Vert
         raise JobError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_TOP)}")
     if raw.get("kind") != "vertical":
         raise JobError(f"{where}: kind must be 'vertical'")
-    name = _check(raw, "name", (str,), where, None, lambda v: bool(v), "a non-empty string")
+    name = table_value(raw, "name", (str,), where, None, lambda v: bool(v), "a non-empty string")
     if name is None:
         raise JobError(f"{where}: missing key 'name'")
-    seed = _check(raw, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0")
-    output = _check(raw, "output", (str,), where, f"runs/{name}")
+    seed = table_value(raw, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0")
+    output = table_value(raw, "output", (str,), where, f"runs/{name}")
     pos_int = (lambda v: v >= 1, "an int >= 1")
     d = _table(raw, "data", _DATA, where)
     dw = f"{where} [data]"
-    data = {"name": _check(d, "name", (str,), dw, "breast_cancer", lambda v: v in DATASETS,
+    data = {"name": table_value(d, "name", (str,), dw, "breast_cancer", lambda v: v in DATASETS,
                            f"one of {DATASETS}"),
-            "test_fraction": float(_check(d, "test_fraction", (float, int), dw, 0.2,
+            "test_fraction": float(table_value(d, "test_fraction", (float, int), dw, 0.2,
                                           lambda v: 0 < v < 1, "a number in (0, 1)")),
-            "rows": _check(d, "rows", (int,), dw, 10_000, *pos_int)}
+            "rows": table_value(d, "rows", (int,), dw, 10_000, *pos_int)}
     p = _table(raw, "parties", _PARTIES, where)
     pw = f"{where} [parties]"
-    parties = {"b_features": _check(p, "b_features", (int,), pw, None, *pos_int),
-               "a_features": _check(p, "a_features", (int,), pw, 20, *pos_int),
-               "passive": _check(p, "passive", (int,), pw, 1, *pos_int),
-               "psi": _check(p, "psi", (bool,), pw, False)}
+    parties = {"b_features": table_value(p, "b_features", (int,), pw, None, *pos_int),
+               "a_features": table_value(p, "a_features", (int,), pw, 20, *pos_int),
+               "passive": table_value(p, "passive", (int,), pw, 1, *pos_int),
+               "psi": table_value(p, "psi", (bool,), pw, False)}
     m = _table(raw, "model", _MODEL, where)
     mw = f"{where} [model]"
-    kind = _check(m, "kind", (str,), mw, "logistic", lambda v: v in ("linear", "logistic"),
+    kind = table_value(m, "kind", (str,), mw, "logistic", lambda v: v in ("linear", "logistic"),
                   "'linear' or 'logistic'")
     model = {"kind": kind,
-             "learning_rate": _check(m, "learning_rate", (float, int), mw, None,
+             "learning_rate": table_value(m, "learning_rate", (float, int), mw, None,
                                      lambda v: v > 0, "a number > 0"),
-             "lam": float(_check(m, "lam", (float, int), mw, 0.0, lambda v: v >= 0,
+             "lam": float(table_value(m, "lam", (float, int), mw, 0.0, lambda v: v >= 0,
                                  "a number >= 0")),
-             "epochs": _check(m, "epochs", (int,), mw, 20, *pos_int),
-             "batch_size": _check(m, "batch_size", (int,), mw, 256, *pos_int),
-             "tol": _check(m, "tol", (float, int), mw, 1e-4, lambda v: v > 0, "a number > 0"),
-             "key_bits": _check(m, "key_bits", (int,), mw, 2048,
+             "epochs": table_value(m, "epochs", (int,), mw, 20, *pos_int),
+             "batch_size": table_value(m, "batch_size", (int,), mw, 256, *pos_int),
+             "tol": table_value(m, "tol", (float, int), mw, 1e-4, lambda v: v > 0, "a number > 0"),
+             "key_bits": table_value(m, "key_bits", (int,), mw, 2048,
                                 lambda v: v >= 1024 and v % 256 == 0,
                                 "an int >= 1024, a multiple of 256"),
-             "djn": _check(m, "djn", (bool,), mw, True),
-             "feature_bits": _check(m, "feature_bits", (int,), mw, 16, *pos_int),
-             "score_bits": _check(m, "score_bits", (int,), mw, 32, *pos_int)}
+             "djn": table_value(m, "djn", (bool,), mw, True),
+             "feature_bits": table_value(m, "feature_bits", (int,), mw, 16, *pos_int),
+             "score_bits": table_value(m, "score_bits", (int,), mw, 32, *pos_int)}
     return VerticalJob(name, seed, output, data, parties, model, source)
 
 
