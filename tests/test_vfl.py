@@ -13,7 +13,7 @@ pytest.importorskip("phe")
 pytest.importorskip("gmpy2")
 
 from islands.crypto import paillier
-from islands.crypto.paillier_ops import decrypt_signed, weighted_products
+from islands.crypto.paillier_ops import decrypt_many, decrypt_signed, weighted_products
 from islands.errors import ValidationError
 from islands.runtime import run_local
 from islands.vfl import VerticalLinearRegression, VerticalLogisticRegression, maths
@@ -123,6 +123,13 @@ def test_weighted_products_equal_the_integer_dot_products() -> None:
     (single,) = paillier.encrypt(pk, [m[0] % pk.n])
     assert decrypt_signed(sk, weighted_products(pk, [single], one)) == [
         m[0] * (2**63 - 1), -m[0] * 2**63, 0]
+
+
+def test_decrypt_many_over_workers_equals_decrypt() -> None:
+    pk, sk, hs = djn_keys()
+    values = [(v * 7919) % pk.n for v in range(150)]
+    cts = paillier.encrypt(pk, values, pool=paillier.RandomnessPool(pk, djn_base=hs))
+    assert decrypt_many(sk, cts, workers=2) == values == decrypt_many(sk, cts, workers=1)
 
 
 # -------------------------------------------------------------------------- protocol

@@ -41,7 +41,7 @@ from islands.crypto import paillier
 from islands.crypto.processes import check_workers, chunks, process_pool
 from islands.errors import ValidationError
 
-__all__ = ["VectorCipher", "decrypt_signed", "weighted_products"]
+__all__ = ["VectorCipher", "decrypt_many", "decrypt_signed", "weighted_products"]
 
 _PARALLEL_ENCRYPT = 64  # encryptions below which a pool costs more than it saves
 _PARALLEL_ENTRIES = 4096  # multi-exponentiation entries (rows × columns), likewise
@@ -148,6 +148,29 @@ def weighted_products(public_key: phe_paillier.PaillierPublicKey, cts: Sequence[
             neg = neg * part[j][1] % n2
         out.append(pos if neg == 1 else pos * gmpy2.invert(neg, n2) % n2)
     return out
+
+
+def _decrypt_chunk(n: int, p: int, q: int, cts: list[Any]) -> list[int]:
+    key = phe_paillier.PaillierPrivateKey(phe_paillier.PaillierPublicKey(n), p, q)
+    return paillier.decrypt(key, cts)
+
+
+def decrypt_many(private_key: phe_paillier.PaillierPrivateKey, cts: Sequence[Any], *,
+                 workers: int | None = None) -> list[int]:
+    """:func:`islands.crypto.paillier.decrypt` spread over this party's worker processes.
+
+    The factors p and q go to the party's own worker processes (never to another party)
+    once a batch is large enough to pay for the transfer.
+    """
+    count = check_workers(workers, "decrypt_many")
+    if count > 1 and len(cts) >= _PARALLEL_ENCRYPT:
+        n = int(private_key.public_key.n)
+        p, q = int(private_key.p), int(private_key.q)
+        pool = process_pool(count)
+        futures = [pool.submit(_decrypt_chunk, n, p, q, list(cts[lo:hi]))
+                   for lo, hi in chunks(len(cts), count)]
+        return [m for f in futures for m in f.result(timeout=_WORKER_TIMEOUT)]
+    return paillier.decrypt(private_key, cts)
 
 
 def decrypt_signed(private_key: phe_paillier.PaillierPrivateKey,

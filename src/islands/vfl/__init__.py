@@ -8,11 +8,15 @@ Organisations that hold different features of the same people train one model
   when IDs are given, then trains under Paillier encryption with a coordinator.
 - :mod:`islands.vfl.protocol`: the roles of the coordinator C, the active party B
   (labels) and the passive parties A_1 … A_k, and of federated inference (Table 2).
+- :class:`FederatedTransferLearner` (:mod:`islands.vfl.ftl`): federated transfer
+  learning, B's labels teaching A across different features and few shared rows.
 - :mod:`islands.vfl.maths`: the objectives, fixed-point arithmetic and the centralised
   references the protocol is tested against.
 """
 
 from islands.vfl.estimator import VerticalLinearRegression, VerticalLogisticRegression
+from islands.vfl.ftl import FederatedTransferLearner
 from islands.vfl.protocol import Plan
 
-__all__ = ["Plan", "VerticalLinearRegression", "VerticalLogisticRegression"]
+__all__ = ["FederatedTransferLearner", "Plan", "VerticalLinearRegression",
+           "VerticalLogisticRegression"]

@@ -1,0 +1,17 @@
+"""Federated transfer learning: B's labels teach A, which holds other features.
+
+Liu, Kang, Xing, Chen, Yang (2020); Yang et al. (2019), §2.3.3 and §2.4.3. B (the
+source) holds labelled rows, A (the target) unlabelled rows with different features;
+they share a few rows. Each trains a network into a common space; A's rows are then
+scored against B's class directions.
+
+- :class:`FederatedTransferLearner`: the estimator (PSI alignment, training, inference).
+- :mod:`islands.vfl.ftl.protocol`: the two roles, encrypted under each party's Paillier
+  key or in the clear, and federated inference.
+- :mod:`islands.vfl.ftl.maths`: the Taylor losses, gradients and fixed point.
+"""
+
+from islands.vfl.ftl.estimator import FederatedTransferLearner
+from islands.vfl.ftl.protocol import Plan
+
+__all__ = ["FederatedTransferLearner", "Plan"]

@@ -1,0 +1,349 @@
+"""``FederatedTransferLearner``: the user API of federated transfer learning.
+
+``fit(X_a, X_b, y_b, ids_a, ids_b)`` simulates both parties in this process: private set
+intersection (:mod:`islands.psi`) finds the shared rows, then B (labels) and A run the
+roles of :mod:`islands.vfl.ftl.protocol` in threads, every message encoded to bytes.
+``predict_proba(X_a)`` runs federated inference: A's rows are scored against B's class
+directions under B's key. In a deployment each organisation runs only its own role and
+keeps only its own network; the estimator holds both because it plays both parties.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from islands.crypto import paillier
+from islands.errors import ValidationError
+from islands.runtime import Transcript, run_local
+from islands.validation import check_random_state
+from islands.vfl.ftl import maths
+from islands.vfl.ftl.protocol import (
+    Plan,
+    SourceModel,
+    TargetModel,
+    check_plan,
+    infer_source,
+    infer_target,
+    source,
+    target,
+)
+
+__all__ = ["FederatedTransferLearner"]
+
+Array = NDArray[np.float64]
+
+_PARAMS = ("dim", "hidden", "loss", "alignment", "alpha", "gamma", "source_weight",
+           "pretrain_epochs", "epochs", "batch_size", "learning_rate", "weight_decay", "tol",
+           "encryption", "key_bits", "djn", "frac_bits", "classes", "timeout", "verbose",
+           "random_state")
+
+
+def _matrix(x: Any, name: str) -> Array:
+    arr = np.asarray(x, dtype=np.float64) if not isinstance(x, np.ndarray) else x.astype(
+        np.float64, copy=False)
+    if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
+        raise ValidationError(f"{name} must be a 2-D array (rows × features); got shape "
+                              f"{arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValidationError(f"{name} holds NaN or infinite values")
+    return arr
+
+
+class FederatedTransferLearner:
+    """Label A's rows with B's labels, across different features and few shared rows.
+
+    Federated transfer learning (Liu et al. 2020; Yang et al. 2019, §2.3.3): B holds
+    labelled rows, A unlabelled rows with other features, and a few rows are held by
+    both. Each party trains a network into a common ``dim``-dimensional space; B's
+    labelled representations give one direction per class, Φ; A's rows are scored by
+    Φ·Net_A(x). Training exchanges the gradient terms under each party's Paillier key
+    with one-time pads (:mod:`islands.vfl.ftl.protocol`, which also lists what each
+    party learns).
+
+    Parameters
+    ----------
+    dim
+        Dimension d of the common representation.
+    hidden
+        Hidden layer widths of both networks.
+    loss
+        ``"softmax"``: second-order Taylor expansion of the K-class cross-entropy (an
+        extension, the default); ``"logistic"``: the paper's Taylor logistic loss, one
+        score per class beyond two classes.
+    alignment
+        ``"anchored"`` (default, an extension): B's representation is the fixed target
+        of the alignment, so B learns only batch aggregates; ``"symmetric"``: the paper's
+        ‖u^A − u^B‖² moves both networks, and reveals A's overlap representations to B.
+    alpha, gamma, source_weight
+        Weights of the label loss, the alignment and B's local loss on its own labels
+        (``source_weight=0`` is the paper).
+    pretrain_epochs
+        Epochs B trains on its own labels before the federation (0 is the paper).
+    epochs, batch_size, learning_rate, weight_decay
+        Passes over the overlap, overlap rows per step, Adam's step and L2 penalty.
+    tol
+        Stop when an epoch's loss improves by less than ``tol`` (relative); None: run
+        every epoch.
+    encryption
+        ``"paillier"`` (default) or ``"none"``: the same terms in the clear, as the
+        baseline for measurements only.
+    key_bits, djn
+        Paillier modulus size of each party's key; DJN fixed-base encryption.
+    frac_bits
+        Fixed-point fraction bits; encrypted and clear training agree to about 2^-frac_bits.
+    classes
+        The classes to expect (None: those of ``y_b``); a listed class with no
+        labelled row is an error.
+    timeout
+        Seconds a party waits for one message.
+    verbose
+        Print the loss after every epoch.
+    random_state
+        Seed of the batch order and of both networks' initial weights.
+
+    Attributes
+    ----------
+    classes_ : ndarray
+        The class labels, in the order of ``predict_proba``'s columns.
+    overlap_ids_ : list
+        The shared IDs found by PSI, in the parties' agreed order.
+    n_overlap_ : int
+        Their number.
+    loss_history_ : list of float
+        Mean federated loss of every epoch.
+    epoch_seconds_ : list of float
+        Wall time of every epoch.
+    timing_ : dict
+        Each party's :class:`~islands.vfl.protocol.Clock` (homomorphic work, plain
+        compute, messaging).
+    net_a_ : torch.nn.Module
+        A's network (what A keeps).
+    phi_ : ndarray
+        B's class directions Φ (K × d; what B keeps).
+    transcript_ : Transcript
+        Every training message.
+
+    Examples
+    --------
+    >>> ftl = FederatedTransferLearner(encryption="none", epochs=5)  # doctest: +SKIP
+    >>> ftl.fit(X_a, X_b, y_b, ids_a, ids_b).predict(X_a_new)        # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        *,
+        dim: int = 32,
+        hidden: tuple[int, ...] = (128,),
+        loss: str = "softmax",
+        alignment: str = "anchored",
+        alpha: float = 1.0,
+        gamma: float = 1.0,
+        source_weight: float = 1.0,
+        pretrain_epochs: int = 5,
+        epochs: int = 30,
+        batch_size: int = 64,
+        learning_rate: float = 1e-3,
+        weight_decay: float = 1e-4,
+        tol: float | None = None,
+        encryption: str = "paillier",
+        key_bits: int = paillier.DEFAULT_KEY_BITS,
+        djn: bool = True,
+        frac_bits: int = 24,
+        classes: ArrayLike | None = None,
+        timeout: float = 3600.0,
+        verbose: bool = False,
+        random_state: int | np.random.Generator | None = None,
+    ) -> None:
+        self.dim = dim
+        self.hidden = hidden
+        self.loss = loss
+        self.alignment = alignment
+        self.alpha = alpha
+        self.gamma = gamma
+        self.source_weight = source_weight
+        self.pretrain_epochs = pretrain_epochs
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.tol = tol
+        self.encryption = encryption
+        self.key_bits = key_bits
+        self.djn = djn
+        self.frac_bits = frac_bits
+        self.classes = classes
+        self.timeout = timeout
+        self.verbose = verbose
+        self.random_state = random_state
+
+    # ------------------------------------------------------------ sklearn conventions
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Return the constructor parameters (scikit-learn convention)."""
+        return {k: getattr(self, k) for k in _PARAMS}
+
+    def set_params(self, **params: Any) -> FederatedTransferLearner:
+        """Set constructor parameters (scikit-learn convention)."""
+        for key, value in params.items():
+            if key not in _PARAMS:
+                raise ValidationError(f"FederatedTransferLearner has no parameter {key!r}; "
+                                      f"valid: {sorted(_PARAMS)}")
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = FederatedTransferLearner().get_params()
+        changed = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()
+                            if not (v is defaults[k] or (np.isscalar(v) and v == defaults[k])
+                                    or (isinstance(v, tuple) and v == defaults[k])))
+        return f"FederatedTransferLearner({changed})"
+
+    def _plan(self) -> Plan:
+        owner = "FederatedTransferLearner"
+        rng = check_random_state(self.random_state, owner)
+        hidden = tuple(self.hidden) if isinstance(self.hidden, (list, tuple)) else self.hidden
+        plan = Plan(dim=self.dim, hidden=hidden, loss=self.loss,
+                    alignment=self.alignment, alpha=self.alpha, gamma=self.gamma,
+                    source_weight=self.source_weight, pretrain_epochs=self.pretrain_epochs,
+                    epochs=self.epochs, batch_size=self.batch_size,
+                    learning_rate=self.learning_rate, weight_decay=self.weight_decay,
+                    seed=int(rng.integers(0, 2**31 - 1)), tol=self.tol,
+                    frac_bits=self.frac_bits, encryption=self.encryption,
+                    key_bits=self.key_bits, djn=self.djn)
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) \
+                or not self.timeout > 0:
+            raise ValidationError(f"{owner}: timeout must be a float > 0; got "
+                                  f"{self.timeout!r}")
+        return check_plan(plan, owner)
+
+    def _labels(self, y_b: Any, n: int) -> tuple[NDArray[np.int64], Array]:
+        y = np.asarray(y_b)
+        if y.ndim != 1 or y.shape[0] != n:
+            raise ValidationError(f"y_b must be 1-D with one label per row of X_b ({n}); got "
+                                  f"shape {y.shape}")
+        if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
+            raise ValidationError("y_b holds NaN or infinite values")
+        present = np.unique(y)
+        if self.classes is None:
+            classes = present
+        else:
+            classes = np.unique(np.asarray(self.classes))
+            unknown = np.setdiff1d(present, classes)
+            if unknown.size:
+                raise ValidationError(f"y_b holds labels {unknown.tolist()} not in classes")
+            missing = np.setdiff1d(classes, present)
+            if missing.size:
+                raise ValidationError(f"classes {missing.tolist()} have no labelled row in "
+                                      "y_b: B cannot teach a class it has never seen")
+        if classes.size < 2:
+            raise ValidationError(f"y_b must hold at least 2 classes; got {classes.tolist()}")
+        return np.searchsorted(classes, y).astype(np.int64), classes
+
+    # ------------------------------------------------------------ API
+    def fit(self, X_a: ArrayLike, X_b: ArrayLike, y_b: ArrayLike, ids_a: Any,
+            ids_b: Any) -> FederatedTransferLearner:
+        """Find the shared rows by PSI, then train both networks (Liu et al. 2020, §4).
+
+        Parameters
+        ----------
+        X_a
+            A's features (n_a × p_a), standardised; A has no labels.
+        X_b
+            B's features (n_b × p_b), standardised.
+        y_b
+            B's labels, one per row of ``X_b``.
+        ids_a, ids_b
+            Row IDs of each side (ints, strings or bytes, unique); the rows both hold
+            are found by private set intersection.
+
+        Raises
+        ------
+        ValidationError
+            For bad parameters or data (naming them), or when the two sides share no
+            ID, before any training message is sent.
+        """
+        from islands.psi import align
+
+        plan = self._plan()
+        x_a = _matrix(X_a, "X_a")
+        x_b = _matrix(X_b, "X_b")
+        codes, classes = self._labels(y_b, x_b.shape[0])
+        for name, ids, x in (("ids_a", ids_a, x_a), ("ids_b", ids_b, x_b)):
+            if ids is None or len(ids) != x.shape[0]:
+                raise ValidationError(f"{name} must hold one ID per row ({x.shape[0]}); got "
+                                      f"{'None' if ids is None else len(ids)}")
+        side_a, side_b = align(list(ids_a), list(ids_b), timeout=float(self.timeout))
+        overlap_a = np.asarray(side_a.rows, dtype=np.int64)
+        overlap_b = np.asarray(side_b.rows, dtype=np.int64)
+        loss = maths.TaylorLoss(plan.loss, classes.size)
+
+        def progress(epoch: int, epochs: int, value: float) -> None:
+            if self.verbose:
+                print(f"epoch {epoch}/{epochs}: loss {value:.6f}", flush=True)
+
+        roles: dict[str, Any] = {
+            "A": partial(target, X=x_a[overlap_a], peer="B", plan=plan),
+            "B": partial(source, X=x_b, labels=codes, overlap=overlap_b,
+                         n_classes=classes.size, peer="A", plan=plan, progress=progress),
+        }
+        run = run_local(roles, timeout=float(self.timeout), blas_threads=None)
+        model_a: TargetModel = run.results["A"]
+        model_b: SourceModel = run.results["B"]
+        self.plan_ = plan
+        self.loss_ = loss
+        self.classes_ = classes
+        self.overlap_ids_ = list(side_a.ids)
+        self.n_overlap_ = len(self.overlap_ids_)
+        self.n_features_a_ = x_a.shape[1]
+        self.net_a_ = model_a.net
+        self.net_b_ = model_b.net
+        self.phi_ = model_b.phi
+        self.loss_history_ = list(model_b.epoch_losses)
+        self.batch_losses_ = list(model_b.batch_losses)
+        self.n_epochs_ = model_b.epochs
+        self.converged_ = model_b.converged
+        self.timing_ = {"A": model_a.clock, "B": model_b.clock}
+        self.transcript_: Transcript = run.transcript
+        marks = [r.time for r in run.transcript if r.tag == "status"]
+        # training starts once both hellos are out (B's follows its local pre-training)
+        start = max((r.time for r in run.transcript if r.tag == "hello"), default=None)
+        self.epoch_seconds_ = ([] if start is None else
+                               [b - a for a, b in zip([start, *marks[:-1]], marks, strict=True)])
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "net_a_"):
+            raise RuntimeError("This FederatedTransferLearner instance is not fitted yet; "
+                               "call fit(X_a, X_b, y_b, ids_a, ids_b) first.")
+
+    def decision_function(self, X_a: ArrayLike) -> Array:
+        """Scores Φ·Net_A(x) (n × K) for A's rows, by federated inference under B's key."""
+        self._check_fitted()
+        x = _matrix(X_a, "X_a")
+        if x.shape[1] != self.n_features_a_:
+            raise ValidationError(f"X_a must have {self.n_features_a_} features, as in fit; "
+                                  f"got {x.shape[1]}")
+        roles: dict[str, Any] = {
+            "A": partial(infer_target, net=self.net_a_, X=x, peer="B", plan=self.plan_),
+            "B": partial(infer_source, phi=self.phi_, peer="A", plan=self.plan_)}
+        run = run_local(roles, timeout=float(self.timeout), blas_threads=None)
+        self.inference_transcript_ = run.transcript
+        scores: Array = run.results["A"]
+        return scores
+
+    def predict_proba(self, X_a: ArrayLike) -> Array:
+        """Class probabilities (n × classes) for A's rows, columns in ``classes_`` order."""
+        self._check_fitted()
+        return self.loss_.proba(self.decision_function(X_a))
+
+    def predict(self, X_a: ArrayLike) -> NDArray[Any]:
+        """Return the most probable class of each of A's rows."""
+        self._check_fitted()
+        return np.asarray(self.classes_[np.argmax(self.predict_proba(X_a), axis=1)])
+
+    def score(self, X_a: ArrayLike, y: ArrayLike) -> float:
+        """Accuracy of :meth:`predict` on A's rows against true labels ``y``."""
+        return float(np.mean(self.predict(X_a) == np.asarray(y)))

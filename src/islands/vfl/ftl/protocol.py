@@ -1,0 +1,798 @@
+"""The roles of federated transfer learning: source B (labels) and target A, two parties.
+
+The two-party flow of Liu et al. (2020), §4 [1]_: no coordinator; each party makes its
+own Paillier key pair, computes the other party's gradient terms under the *other*
+party's key from that party's encrypted components and its own plaintext, adds a
+one-time pad, and asks the key owner to decrypt. The maths is
+:mod:`islands.vfl.ftl.maths`; ⟦·⟧_A is encryption under A's key, ⟦·⟧_B under B's.
+
+Messages of one mini-batch I of b overlap rows (``encryption="paillier"``):
+
+=========  ======  ===================================================================
+tag        from→to payload
+=========  ======  ===================================================================
+terms      B → A   ⟦P̃⟧_B (b × d), P̃_i = α·Φᵀt_i − 2γ·u_i^B at scale 2^(2f), and
+                   ⟦Q̃⟧_B (d × d), Q̃ = α·ΦᵀMΦ at scale 2^f
+reps       A → B   ⟦U⟧_A (b × d) and ⟦S⟧_A (d × d), S = UᵀU, at scale 2^f
+masked     A → B   ⟦P̃_i + Q̃u_i + r_i⟧_B for every row: Π_k ⟦Q̃_jk⟧^(u_ik)·⟦P̃_ij⟧ times
+                   a fresh encryption of the pad r (uniform modulo n_B)
+masked     B → A   ⟦G + R⟧_A (K × d), G = Σ_i t_i u_iᵀ + MΦS; with symmetric alignment
+                   also ⟦U + R'⟧_A; and ⟦b·L + ρ⟧_A, the batch loss (every pad fresh)
+opened     B → A   A's masked values, decrypted by B (residues modulo n_B)
+opened     A → B   B's masked values, decrypted by A (residues modulo n_A)
+status     B → A   after every epoch: its mean loss and whether training goes on
+=========  ======  ===================================================================
+
+Each party removes its pads and back-propagates its gradient through its own network:
+A's rows get (P̃_i + Q̃u_i + 2γu_i)/b, B's representations (α/b)·W·G (plus
+(2γ/b)(u_i^B − u_i^A) on the batch rows when the alignment is symmetric) and B adds
+its local source loss. With ``encryption="none"`` the same terms travel in the clear
+(``terms`` and ``reps`` only): the unprotected baseline the benchmarks compare with.
+
+What each party learns (honest-but-curious, no collusion; the paper's model):
+
+- A sees B's terms only encrypted; what it decrypts is its own gradient
+  P̃_i + Q̃u_i for every batch row, which mixes B's label of that row, Φ and u_i^B,
+  and the loss of every epoch. Per-row gradients at a cut layer are known to leak
+  labels in split learning; how much they leak here is not measured yet.
+- B sees A's rows only encrypted and decrypts the aggregate G (K × d) and the loss.
+  With symmetric alignment (the paper's loss) B's own gradient is
+  (2γ/b)(u_i^B − u_i^A) on the batch rows, so B learns A's representations u_i^A of
+  every overlap row exactly: any protocol that lets B back-propagate its own per-row
+  gradient reveals them. Anchored alignment removes that term, and B learns only G.
+- Inference (:func:`infer_source`, :func:`infer_target`): A learns Φu for its rows, so
+  after d queries with independent representations A can solve for Φ; B learns nothing.
+
+The paper encrypts the gradient of every network *parameter* (Σ_i ∂u_i/∂θ ·
+⟦∂L/∂u_i⟧, one ciphertext operation per parameter, row and dimension); for networks
+of more than a few hundred weights that is out of reach, so, like FATE's FTL, the
+parties exchange the gradient at the representation instead and back-propagate it
+locally. That is the difference that reveals per-row gradients to their owner.
+
+References
+----------
+.. [1] Y. Liu, Y. Kang, C. Xing, T. Chen, Q. Yang. "A Secure Federated Transfer Learning
+   Framework." IEEE Intelligent Systems 35(4), 2020 (arXiv:1812.03337).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import secrets
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from islands.crypto import paillier
+from islands.crypto.paillier_ops import VectorCipher, decrypt_many
+from islands.errors import ProtocolError, ValidationError
+from islands.runtime import Party, wire
+from islands.vfl import maths as vfl_maths
+from islands.vfl.ftl import maths
+from islands.vfl.ftl.maths import TaylorLoss
+from islands.vfl.protocol import Clock
+
+__all__ = [
+    "ALIGNMENTS",
+    "Plan",
+    "SourceModel",
+    "TargetModel",
+    "check_plan",
+    "infer_source",
+    "infer_target",
+    "make_net",
+    "source",
+    "target",
+]
+
+Array = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+ALIGNMENTS = ("anchored", "symmetric")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The public hyper-parameters both parties must share.
+
+    Attributes
+    ----------
+    dim
+        d, the dimension of the common representation.
+    hidden
+        Widths of the hidden layers of both networks (ReLU between linear layers).
+    loss
+        ``"softmax"`` or ``"logistic"`` (the paper's), :class:`~islands.vfl.ftl.maths.TaylorLoss`.
+    alignment
+        ``"anchored"`` (only A moves) or ``"symmetric"`` (the paper's).
+    alpha, gamma, source_weight
+        Weights α of the label loss, γ of the alignment, β of B's source loss.
+    pretrain_epochs
+        Epochs B trains on its own labels before the federation starts (B-local).
+    epochs, batch_size
+        Passes over the overlap rows and overlap rows per step.
+    learning_rate, weight_decay
+        Adam's step size and L2 penalty, for both networks.
+    seed
+        Seed of the public batch order and of both networks' initial weights.
+    tol
+        Stop once an epoch's mean loss improves by less than ``tol`` (relative).
+    frac_bits
+        Fixed-point fraction bits f.
+    encryption
+        ``"paillier"`` or ``"none"`` (the unprotected baseline).
+    key_bits, djn
+        Each party's Paillier modulus size and whether it uses DJN fixed-base randomness.
+    """
+
+    dim: int = 32
+    hidden: tuple[int, ...] = (128,)
+    loss: str = "softmax"
+    alignment: str = "anchored"
+    alpha: float = 1.0
+    gamma: float = 1.0
+    source_weight: float = 1.0
+    pretrain_epochs: int = 5
+    epochs: int = 30
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    weight_decay: float = 1e-4
+    seed: int = 0
+    tol: float | None = None
+    frac_bits: int = 24
+    encryption: str = "paillier"
+    key_bits: int = paillier.DEFAULT_KEY_BITS
+    djn: bool = True
+
+    def digest(self) -> str:
+        """SHA-256 of the plan's canonical JSON: what the parties compare."""
+        body = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def check_plan(plan: Any, owner: str) -> Plan:
+    """Validate a :class:`Plan`; errors name the field and ``owner``."""
+    if not isinstance(plan, Plan):
+        raise ValidationError(f"{owner}: plan must be an islands.vfl.ftl.Plan")
+
+    def bad(name: str, want: str) -> ValidationError:
+        return ValidationError(f"{owner}: {name} must be {want}; got {getattr(plan, name)!r}")
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+    def is_num(v: Any) -> bool:
+        return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(
+            v, (bool, np.bool_)) and bool(np.isfinite(v))
+
+    for name, low in (("dim", 1), ("epochs", 1), ("batch_size", 1), ("pretrain_epochs", 0),
+                      ("seed", 0)):
+        if not is_int(getattr(plan, name)) or getattr(plan, name) < low:
+            raise bad(name, f"an int >= {low}")
+    if plan.dim > 1024:
+        raise bad("dim", "at most 1024")
+    if not isinstance(plan.hidden, tuple) or not all(is_int(h) and 1 <= h <= 65536
+                                                       for h in plan.hidden):
+        raise bad("hidden", "a tuple of layer widths in [1, 65536]")
+    if plan.loss not in maths.LOSSES:
+        raise bad("loss", f"one of {list(maths.LOSSES)}")
+    if plan.alignment not in ALIGNMENTS:
+        raise bad("alignment", f"one of {list(ALIGNMENTS)}")
+    for name in ("alpha", "gamma", "source_weight", "weight_decay"):
+        if not is_num(getattr(plan, name)) or not 0 <= getattr(plan, name) <= 1e6:
+            raise bad(name, "a finite float in [0, 1e6]")
+    if plan.alpha == 0:
+        raise bad("alpha", "above 0 (it weights the label loss A learns from)")
+    if not is_num(plan.learning_rate) or not 0 < plan.learning_rate <= 10:
+        raise bad("learning_rate", "a float in (0, 10]")
+    if plan.tol is not None and (not is_num(plan.tol) or plan.tol <= 0):
+        raise bad("tol", "None or a float > 0")
+    if not is_int(plan.frac_bits) or not 8 <= plan.frac_bits <= 40:
+        raise bad("frac_bits", "an int in [8, 40]")
+    if plan.encryption not in ("paillier", "none"):
+        raise bad("encryption", "'paillier' or 'none'")
+    if not is_int(plan.key_bits) or not paillier.MIN_KEY_BITS <= plan.key_bits <= 8192 or (
+            plan.key_bits % 256):
+        raise bad("key_bits", f"a multiple of 256 in [{paillier.MIN_KEY_BITS}, 8192]")
+    if not isinstance(plan.djn, (bool, np.bool_)):
+        raise bad("djn", "a bool")
+    return plan
+
+
+@wire.register(name="ftl.Hello")
+@dataclass(frozen=True)
+class Hello:
+    """A party's overlap rows, feature count, plan digest and public key (None: clear)."""
+
+    rows: int
+    features: int
+    plan: str
+    n: bytes | None
+    djn_base: int | None
+    scores: int
+
+
+@wire.register(name="ftl.Pair")
+@dataclass(frozen=True)
+class Pair:
+    """Two components of one step: ciphertext blobs, or float arrays in the clear."""
+
+    first: Any
+    second: Any
+
+
+@wire.register(name="ftl.Status")
+@dataclass(frozen=True)
+class Status:
+    """End of an epoch: its mean loss and whether training goes on."""
+
+    epoch: int
+    loss: float
+    go_on: bool
+
+
+@dataclass
+class SourceModel:
+    """What B ends with: its network, Φ (K × d) and the loss of every epoch."""
+
+    net: Any
+    phi: Array
+    epoch_losses: list[float]
+    batch_losses: list[float]
+    epochs: int
+    converged: bool
+    clock: Clock = field(default_factory=Clock)
+
+
+@dataclass
+class TargetModel:
+    """What A ends with: its network and the losses B reported."""
+
+    net: Any
+    epoch_losses: list[float]
+    epochs: int
+    clock: Clock = field(default_factory=Clock)
+
+
+def make_net(n_features: int, plan: Plan, tag: int) -> Any:
+    """A's (``tag=0``) or B's (``tag=1``) network, initialised from the plan's seed.
+
+    Linear layers with torch's default uniform(±1/√fan_in) initialisation, drawn from a
+    private generator so that parties running in threads of one process do not share
+    torch's global random state.
+    """
+    import torch
+
+    widths = [n_features, *plan.hidden, plan.dim]
+    layers: list[Any] = []
+    for i, (w_in, w_out) in enumerate(itertools.pairwise(widths)):
+        if i:
+            layers.append(torch.nn.ReLU())
+        layers.append(torch.nn.Linear(w_in, w_out))
+    net = torch.nn.Sequential(*layers)
+    gen = torch.Generator().manual_seed(plan.seed * 2 + tag)
+    with torch.no_grad():
+        for layer in net:
+            if isinstance(layer, torch.nn.Linear):
+                bound = 1.0 / float(np.sqrt(layer.in_features))
+                torch.nn.init.uniform_(layer.weight, -bound, bound, generator=gen)
+                torch.nn.init.uniform_(layer.bias, -bound, bound, generator=gen)
+    return net
+
+
+def _optimizer(net: Any, plan: Plan) -> Any:
+    import torch
+
+    return torch.optim.Adam(net.parameters(), lr=plan.learning_rate,
+                            weight_decay=plan.weight_decay)
+
+
+def _tensor(x: Array) -> Any:
+    import torch
+
+    return torch.as_tensor(np.ascontiguousarray(x), dtype=torch.float32)
+
+
+# ------------------------------------------------------------------ crypto plumbing
+class _Keys:
+    """One party's key pair and ciphers for its own and its peer's public key."""
+
+    def __init__(self, plan: Plan, party: str) -> None:
+        self.plain = plan.encryption == "none"
+        self.mine: VectorCipher | None = None
+        self.peer: VectorCipher | None = None
+        self.private: Any = None
+        self.n_bytes: bytes | None = None
+        self.djn_base: int | None = None
+        if self.plain:
+            return
+        if plan.djn:
+            public, self.private, base = paillier.generate_djn_keypair(plan.key_bits)
+            self.djn_base = int(base)
+        else:
+            public, self.private = paillier.generate_keypair(plan.key_bits)
+        self.mine = VectorCipher(public, self.djn_base)
+        self.n_bytes = paillier.public_key_to_bytes(public)
+
+    def attach_peer(self, hello: Hello, peer: str, me: str) -> None:
+        if self.plain:
+            if hello.n is not None:
+                raise ValidationError(f"party {me!r}: peer {peer!r} encrypts but this party "
+                                      "runs in the clear")
+            return
+        self.peer = _peer_cipher(hello, peer, me)
+
+    def decrypt(self, cts: list[Any]) -> list[int]:
+        """Residues modulo this party's n (masked values: no sign is read)."""
+        return decrypt_many(self.private, cts)
+
+
+def _peer_cipher(hello: Hello, peer: str, me: str) -> VectorCipher:
+    """Return a cipher for the public key (and DJN base, checked) in the peer's hello."""
+    if not isinstance(hello.n, bytes):
+        raise ValidationError(f"party {me!r}: peer {peer!r} sent no public key")
+    public = paillier.public_key_from_bytes(hello.n)
+    base = None
+    if hello.djn_base is not None:
+        base = int(paillier.check_djn_base(public, hello.djn_base,
+                                           f"party {me!r} (hello from {peer!r})"))
+    return VectorCipher(public, base)
+
+
+def _pads(cipher: VectorCipher, count: int) -> list[int]:
+    return [secrets.randbelow(cipher.n) for _ in range(count)]
+
+
+def _encrypt_residues(cipher: VectorCipher, residues: list[int]) -> list[Any]:
+    """Fresh encryptions of residues modulo n (pads), through the signed interface."""
+    n, half = cipher.n, cipher.half
+    return cipher.encrypt([v - n if v > half else v for v in residues])
+
+
+def _blob(cipher: VectorCipher, value: Any, count: int, name: str, owner: str) -> list[Any]:
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise ProtocolError(f"{name} is not a ciphertext blob", party=owner, step=name)
+    return cipher.from_bytes(value, count, name, owner)
+
+
+def _array(value: Any, shape: tuple[int, ...], name: str, owner: str) -> Array:
+    if not isinstance(value, np.ndarray) or value.shape != shape or value.dtype != np.float64 \
+            or not np.all(np.isfinite(value)):
+        raise ProtocolError(f"{name} must be a finite float64 array of shape {shape}",
+                            party=owner, step=name)
+    return value
+
+
+def _residues(value: Any, count: int, n: int, name: str, owner: str) -> list[int]:
+    if not isinstance(value, list) or len(value) != count or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n for v in value):
+        raise ProtocolError(f"{name} must be {count} residues modulo n", party=owner, step=name)
+    return value
+
+
+def _unpad(values: list[int], pads: list[int], n: int) -> list[int]:
+    half = n // 2
+    out = []
+    for v, r in zip(values, pads, strict=True):
+        m = (v - r) % n
+        out.append(m - n if m > half else m)
+    return out
+
+
+def _matrix_products(cipher: VectorCipher, cts: list[Any], rows: int, weights: IntArray,
+                     ) -> list[Any]:
+    """⟦C W⟧ for C (rows × k) given as row-major ciphertexts and W (k × m) ints: rows·m."""
+    k = weights.shape[0]
+    out: list[Any] = []
+    for r in range(rows):
+        out.extend(cipher.weighted(cts[r * k:(r + 1) * k], weights))
+    return out
+
+
+def _hello(party: Party, peer: str, mine: Hello, clock: Clock) -> Hello:
+    with clock.timing("messaging"):
+        party.send(peer, "hello", mine)
+        theirs = party.recv(peer, "hello")
+    if not isinstance(theirs, Hello):
+        raise ProtocolError(f"peer {peer!r} sent a malformed hello", party=party.name,
+                            step="hello")
+    if theirs.plan != mine.plan:
+        raise ValidationError(f"party {party.name!r}: its plan differs from {peer!r}'s "
+                              "(compare every Plan field on both sides)")
+    if theirs.rows != mine.rows:
+        raise ValidationError(f"party {party.name!r} holds {mine.rows} overlap rows but "
+                              f"{peer!r} holds {theirs.rows}; align them first (PSI)")
+    return theirs
+
+
+def _batches(rows: int, plan: Plan, epoch: int) -> list[IntArray]:
+    return vfl_maths.batch_plan(rows, plan.batch_size, epoch, plan.seed)
+
+
+def _improved(losses: list[float], tol: float | None) -> bool:
+    if tol is None or len(losses) < 2:
+        return True
+    prev, last = losses[-2], losses[-1]
+    return abs(prev - last) > tol * max(abs(prev), 1e-12)
+
+
+# ------------------------------------------------------------------ roles
+def target(party: Party, X: Any, *, peer: str = "B", plan: Plan) -> TargetModel:
+    """Play A, the target party: features of the overlap rows, no labels.
+
+    Parameters
+    ----------
+    party
+        This party's context.
+    X
+        A's features of the overlap rows (N_AB × p_A), in the order both parties agreed
+        (:func:`islands.psi.initiator` / ``responder`` give it), standardised.
+    peer
+        B's name.
+    plan
+        The shared :class:`Plan`.
+
+    Returns
+    -------
+    TargetModel
+    """
+    plan = check_plan(plan, f"party {party.name!r}")
+    x = np.asarray(X, dtype=np.float64)
+    if x.ndim != 2 or not np.all(np.isfinite(x)):
+        raise ValidationError(f"party {party.name!r}: X must be a finite 2-D array")
+    clock = Clock()
+    keys = _Keys(plan, party.name)
+    hello = _hello(party, peer, Hello(x.shape[0], x.shape[1], plan.digest(), keys.n_bytes,
+                                      keys.djn_base, 0), clock)
+    keys.attach_peer(hello, peer, party.name)
+    k = hello.scores
+    if not isinstance(k, int) or k < 1:
+        raise ProtocolError(f"peer {peer!r} announced {k!r} scores", party=party.name,
+                            step="hello")
+    net = make_net(x.shape[1], plan, 0)
+    opt = _optimizer(net, plan)
+    d = plan.dim
+    xt = _tensor(x)
+    losses: list[float] = []
+    epoch = 0
+    for epoch in range(plan.epochs):
+        for rows in _batches(x.shape[0], plan, epoch):
+            b = rows.size
+            with clock.timing("compute"):
+                u_t = net(xt[rows])
+                u = u_t.detach().numpy().astype(np.float64)
+            if keys.plain:
+                with clock.timing("messaging"):
+                    party.send(peer, "reps", Pair(u, u.T @ u))
+                    terms = party.recv(peer, "terms")
+                p_tilde = _array(getattr(terms, "first", None), (b, d), "terms", party.name)
+                q_tilde = _array(getattr(terms, "second", None), (d, d), "terms", party.name)
+                g = p_tilde + u @ q_tilde.T
+            else:
+                g = _target_encrypted(party, peer, keys, clock, u, k, plan)
+            with clock.timing("compute"):
+                grad = (g + 2 * plan.gamma * u) / b
+                opt.zero_grad()
+                u_t.backward(_tensor(grad))
+                opt.step()
+        with clock.timing("messaging"):
+            status = party.recv(peer, "status")
+        if not isinstance(status, Status) or status.epoch != epoch:
+            raise ProtocolError(f"peer {peer!r} sent a malformed status", party=party.name,
+                                step="status")
+        losses.append(float(status.loss))
+        if not status.go_on:
+            break
+    return TargetModel(net, losses, epoch + 1, clock)
+
+
+def _target_encrypted(party: Party, peer: str, keys: _Keys, clock: Clock, u: Array, k: int,
+                      plan: Plan) -> Array:
+    """One encrypted step of A; returns P̃ + Q̃u (b × d) in floats."""
+    mine, theirs = keys.mine, keys.peer
+    assert mine is not None and theirs is not None
+    b, d, f = u.shape[0], plan.dim, plan.frac_bits
+    with clock.timing("he"):
+        u_int = maths.encode(u, f, "A's representation", f"party {party.name!r}")
+        s_int = maths.encode(u.T @ u, f, "A's S", f"party {party.name!r}")
+        reps = Pair(mine.to_bytes(mine.encrypt(u_int)), mine.to_bytes(mine.encrypt(s_int)))
+    with clock.timing("messaging"):
+        party.send(peer, "reps", reps)
+        terms = party.recv(peer, "terms")
+    if not isinstance(terms, Pair):
+        raise ProtocolError(f"peer {peer!r} sent malformed terms", party=party.name,
+                            step="terms")
+    with clock.timing("he"):
+        p_cts = _blob(theirs, terms.first, b * d, "terms", party.name)
+        q_cts = _blob(theirs, terms.second, d * d, "terms", party.name)
+        weights = np.array(u_int, dtype=np.int64).reshape(b, d).T  # d × b
+        # row j of Q̃ against every u_i: output (j, i) = Σ_k Q̃_jk u_ik
+        qu = _matrix_products(theirs, q_cts, d, weights)
+        qu_rows = [qu[j * b + i] for i in range(b) for j in range(d)]
+        pads = _pads(theirs, b * d)
+        masked = theirs.add(theirs.add(p_cts, qu_rows), _encrypt_residues(theirs, pads))
+    with clock.timing("messaging"):
+        party.send(peer, "masked", theirs.to_bytes(masked))
+        incoming = party.recv(peer, "masked")
+    # B's masked values: G (K·d), [U (b·d)], loss (1)
+    count = k * d + (b * d if plan.alignment == "symmetric" else 0) + 1
+    with clock.timing("he"):
+        cts = _blob(mine, incoming, count, "masked", party.name)
+        opened = keys.decrypt(cts)
+    with clock.timing("messaging"):
+        party.send(peer, "opened", opened)
+        mine_opened = party.recv(peer, "opened")
+    values = _unpad(_residues(mine_opened, b * d, theirs.n, "opened", party.name), pads,
+                    theirs.n)
+    return maths.decode(values, 2 * f, (b, d))
+
+
+def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
+           peer: str = "A", plan: Plan, progress: Any = None) -> SourceModel:
+    """Play B, the source party: features and labels of all its rows.
+
+    Parameters
+    ----------
+    party
+        This party's context.
+    X
+        B's features (N_B × p_B), standardised.
+    labels
+        Class codes 0 … n_classes − 1 for every row of ``X``.
+    overlap
+        Indices into ``X`` of the overlap rows, in the order both parties agreed.
+    n_classes
+        Number of classes.
+    peer
+        A's name.
+    plan
+        The shared :class:`Plan`.
+    progress
+        Optional callable ``(epoch, epochs, loss)`` called after every epoch.
+
+    Returns
+    -------
+    SourceModel
+    """
+    import torch
+
+    owner = f"party {party.name!r}"
+    plan = check_plan(plan, owner)
+    x = np.asarray(X, dtype=np.float64)
+    if x.ndim != 2 or not np.all(np.isfinite(x)):
+        raise ValidationError(f"{owner}: X must be a finite 2-D array")
+    y = np.asarray(labels, dtype=np.int64)
+    rows_o = np.asarray(overlap, dtype=np.int64)
+    if y.shape != (x.shape[0],) or y.min() < 0 or y.max() >= n_classes:
+        raise ValidationError(f"{owner}: labels must be {x.shape[0]} codes in "
+                              f"[0, {n_classes})")
+    if rows_o.ndim != 1 or rows_o.size == 0 or rows_o.min() < 0 or rows_o.max() >= x.shape[0]:
+        raise ValidationError(f"{owner}: overlap must index rows of X")
+    loss = TaylorLoss(plan.loss, n_classes)
+    m = loss.curvature()
+    w_all = maths.prototypes(loss, y)
+    t_all = loss.targets(y)
+    clock = Clock()
+    keys = _Keys(plan, party.name)
+    net = make_net(x.shape[1], plan, 1)
+    opt = _optimizer(net, plan)
+    xt = _tensor(x)
+    w_t, t_t, m_t = _tensor(w_all), _tensor(t_all), _tensor(m)
+    c0 = loss.constant
+
+    def source_loss(u_b: Any, phi_t: Any) -> Any:
+        scores = u_b @ phi_t.T
+        return c0 + (t_t * scores).sum(1).mean() + 0.5 * ((scores @ m_t) * scores).sum(1).mean()
+
+    with clock.timing("compute"):
+        _pretrain(net, opt, xt, y, loss, plan)
+    hello = _hello(party, peer, Hello(rows_o.size, x.shape[1], plan.digest(), keys.n_bytes,
+                                      keys.djn_base, loss.scores), clock)
+    keys.attach_peer(hello, peer, party.name)
+    d, k = plan.dim, loss.scores
+    epoch_losses: list[float] = []
+    batch_losses: list[float] = []
+    epoch, converged = 0, False
+    for epoch in range(plan.epochs):
+        start = len(batch_losses)
+        for rows in _batches(rows_o.size, plan, epoch):
+            b = rows.size
+            idx = rows_o[rows]
+            with clock.timing("compute"):
+                u_b_t = net(xt)
+                phi_t = w_t.T @ u_b_t
+                phi = phi_t.detach().numpy().astype(np.float64)
+                u_b = u_b_t.detach().numpy()[idx].astype(np.float64)
+                t = t_all[idx]
+                p, q = maths.target_terms(phi, t, m)
+                p_tilde = plan.alpha * p - 2 * plan.gamma * u_b
+                q_tilde = plan.alpha * q
+            u_a: Array | None
+            if keys.plain:
+                with clock.timing("messaging"):
+                    party.send(peer, "terms", Pair(p_tilde, q_tilde))
+                    reps = party.recv(peer, "reps")
+                u_a = _array(getattr(reps, "first", None), (b, d), "reps", owner)
+                with clock.timing("compute"):
+                    g = maths.phi_gradient(t, u_a, phi, m)
+                    fed = maths.batch_loss(loss, phi, t, u_a, u_b, alpha=plan.alpha,
+                                           gamma=plan.gamma)
+            else:
+                g, u_a, fed = _source_encrypted(party, peer, keys, clock, p_tilde, q_tilde,
+                                                phi, t, m, u_b, k, c0, plan)
+            with clock.timing("compute"):
+                grad = plan.alpha / b * (w_all @ g)
+                if plan.alignment == "symmetric":
+                    assert u_a is not None
+                    grad[idx] += 2 * plan.gamma / b * (u_b - u_a)
+                total = (u_b_t * _tensor(grad)).sum()
+                if plan.source_weight:
+                    total = total + plan.source_weight * source_loss(u_b_t, phi_t)
+                opt.zero_grad()
+                total.backward()
+                opt.step()
+            batch_losses.append(fed)
+        epoch_losses.append(float(np.mean(batch_losses[start:])))
+        go_on = epoch + 1 < plan.epochs and _improved(epoch_losses, plan.tol)
+        converged = not _improved(epoch_losses, plan.tol)
+        with clock.timing("messaging"):
+            party.send(peer, "status", Status(epoch, epoch_losses[-1], go_on))
+        if progress is not None:
+            progress(epoch + 1, plan.epochs, epoch_losses[-1])
+        if not go_on:
+            break
+    with torch.no_grad():
+        phi_final = (w_t.T @ net(xt)).numpy().astype(np.float64)
+    return SourceModel(net, phi_final, epoch_losses, batch_losses, epoch + 1, converged, clock)
+
+
+def _pretrain(net: Any, opt: Any, xt: Any, y: IntArray, loss: TaylorLoss, plan: Plan) -> None:
+    """B-local training on its own labels, prototypes from each mini-batch."""
+    if not plan.pretrain_epochs:
+        return
+    m_t = _tensor(loss.curvature())
+    rng = np.random.default_rng(plan.seed + 1)
+    size = max(256, plan.batch_size)
+    for _ in range(plan.pretrain_epochs):
+        order = rng.permutation(y.size)
+        for lo in range(0, y.size, size):
+            rows = order[lo:lo + size]
+            yb = y[rows]
+            try:
+                w = _tensor(maths.prototypes(loss, yb))
+            except ValidationError:  # a class absent from this batch: class means only
+                sign = loss.signs(yb)
+                w = _tensor(sign / np.maximum(sign.sum(axis=0), 1))
+            t = _tensor(loss.targets(yb))
+            u = net(xt[rows])
+            scores = u @ (w.T @ u).T
+            value = (t * scores).sum(1).mean() + 0.5 * ((scores @ m_t) * scores).sum(1).mean()
+            opt.zero_grad()
+            value.backward()
+            opt.step()
+
+
+def _source_encrypted(party: Party, peer: str, keys: _Keys, clock: Clock, p_tilde: Array,
+                      q_tilde: Array, phi: Array, t: Array, m: Array, u_b: Array, k: int,
+                      c0: float, plan: Plan) -> tuple[Array, Array | None, float]:
+    """One encrypted step of B; returns G (K × d), A's rows (symmetric only), the loss."""
+    mine, theirs = keys.mine, keys.peer
+    assert mine is not None and theirs is not None
+    owner = f"party {party.name!r}"
+    b, d, f = u_b.shape[0], plan.dim, plan.frac_bits
+    with clock.timing("he"):
+        p_int = maths.encode(p_tilde, 2 * f, "B's terms", owner)
+        q_int = maths.encode(q_tilde, f, "B's terms", owner)
+        terms = Pair(mine.to_bytes(mine.encrypt(p_int)), mine.to_bytes(mine.encrypt(q_int)))
+    with clock.timing("messaging"):
+        party.send(peer, "terms", terms)
+        reps = party.recv(peer, "reps")
+    if not isinstance(reps, Pair):
+        raise ProtocolError(f"peer {peer!r} sent malformed representations",
+                            party=party.name, step="reps")
+    symmetric = plan.alignment == "symmetric"
+    with clock.timing("he"):
+        u_cts = _blob(theirs, reps.first, b * d, "reps", party.name)
+        s_cts = _blob(theirs, reps.second, d * d, "reps", party.name)
+        # G_cj = Σ_i t_ic u_ij + Σ_l (MΦ)_cl S_lj: column j of U and S against [T; (MΦ)ᵀ]
+        weights = np.vstack([
+            np.array(maths.encode(t, f, "targets", owner), dtype=np.int64).reshape(b, k),
+            np.array(maths.encode((m @ phi).T, f, "MΦ", owner), dtype=np.int64).reshape(d, k),
+        ])
+        g_cols = []
+        for j in range(d):
+            column = [u_cts[i * d + j] for i in range(b)] + [s_cts[r * d + j] for r in range(d)]
+            g_cols.append(theirs.weighted(column, weights))
+        g_cts = [g_cols[j][c] for c in range(k) for j in range(d)]  # row-major K × d
+        # b·L = α·b·c0 + γΣ‖u^B‖² + Σ P̃_ij u_ij + Σ (Q̃/2 + γI)_jl S_jl
+        loss_weights = np.array(
+            maths.encode(p_tilde, f, "B's terms", owner)
+            + maths.encode(q_tilde / 2 + plan.gamma * np.eye(d), f, "B's terms", owner),
+            dtype=np.int64)[:, None]
+        loss_ct = theirs.weighted(u_cts + s_cts, loss_weights)
+        constant = plan.alpha * b * c0 + plan.gamma * float(np.sum(u_b ** 2))
+        (constant_int,) = maths.encode([constant], 2 * f, "the loss", owner)
+        to_open = g_cts + (u_cts if symmetric else []) + loss_ct
+        pads = _pads(theirs, len(to_open))
+        shifted = list(pads)
+        shifted[-1] = (pads[-1] + constant_int) % theirs.n
+        masked = theirs.add(to_open, _encrypt_residues(theirs, shifted))
+    with clock.timing("messaging"):
+        party.send(peer, "masked", theirs.to_bytes(masked))
+        incoming = party.recv(peer, "masked")
+    with clock.timing("he"):
+        cts = _blob(mine, incoming, b * d, "masked", party.name)
+        opened = keys.decrypt(cts)
+    with clock.timing("messaging"):
+        party.send(peer, "opened", opened)
+        theirs_opened = party.recv(peer, "opened")
+    # the constant travelled inside the last pad's encryption: remove the pads only
+    values = _unpad(_residues(theirs_opened, len(to_open), theirs.n, "opened", party.name),
+                    pads, theirs.n)
+    g = maths.decode(values[:k * d], 2 * f, (k, d))
+    u_a = maths.decode(values[k * d:k * d + b * d], f, (b, d)) if symmetric else None
+    fed = values[-1] / float(2 ** (2 * f)) / b
+    return g, u_a, float(fed)
+
+
+# ------------------------------------------------------------------ inference
+def infer_source(party: Party, phi: Any, *, peer: str = "A", plan: Plan) -> int:
+    """B's side of inference: send ⟦Φ⟧_B, decrypt A's masked scores; returns rows served.
+
+    A learns Φu for its rows; after d rows with independent representations it could
+    solve for Φ (see the module docstring). B learns nothing about A's rows.
+    """
+    plan = check_plan(plan, f"party {party.name!r}")
+    phi_arr = np.asarray(phi, dtype=np.float64)
+    k, d = phi_arr.shape
+    keys = _Keys(plan, party.name)
+    with_key = Hello(0, d, plan.digest(), keys.n_bytes, keys.djn_base, k)
+    party.send(peer, "hello", with_key)
+    hello = party.recv(peer, "hello")
+    if not isinstance(hello, Hello) or hello.plan != with_key.plan:
+        raise ValidationError(f"party {party.name!r}: peer {peer!r}'s plan differs")
+    rows = hello.rows
+    if keys.plain:
+        party.send(peer, "phi", phi_arr)
+        return int(rows)
+    mine = keys.mine
+    assert mine is not None
+    phi_int = maths.encode(phi_arr, plan.frac_bits, "Φ", f"party {party.name!r}")
+    party.send(peer, "phi", mine.to_bytes(mine.encrypt(phi_int)))
+    incoming = party.recv(peer, "masked")
+    cts = _blob(mine, incoming, rows * k, "masked", party.name)
+    party.send(peer, "opened", keys.decrypt(cts))
+    return int(rows)
+
+
+def infer_target(party: Party, net: Any, X: Any, *, peer: str = "B", plan: Plan) -> Array:
+    """A's side of inference: the scores Φu (rows × K) for its rows ``X``."""
+    import torch
+
+    plan = check_plan(plan, f"party {party.name!r}")
+    x = np.asarray(X, dtype=np.float64)
+    with torch.no_grad():
+        u = net(_tensor(x)).numpy().astype(np.float64)
+    party.send(peer, "hello", Hello(x.shape[0], x.shape[1], plan.digest(), None, None, 0))
+    hello = party.recv(peer, "hello")
+    if not isinstance(hello, Hello) or hello.plan != plan.digest():
+        raise ValidationError(f"party {party.name!r}: peer {peer!r}'s plan differs")
+    k, d, f = hello.scores, plan.dim, plan.frac_bits
+    if plan.encryption == "none":
+        phi = _array(party.recv(peer, "phi"), (k, d), "phi", party.name)
+        return np.asarray(u @ phi.T)
+    theirs = _peer_cipher(hello, peer, party.name)  # A needs no key of its own here
+    phi_cts = _blob(theirs, party.recv(peer, "phi"), k * d, "phi", party.name)
+    u_int = np.array(maths.encode(u, f, "A's representation", f"party {party.name!r}"),
+                     dtype=np.int64).reshape(x.shape[0], d)
+    scores = _matrix_products(theirs, phi_cts, k, u_int.T)  # (c, i) row-major
+    pads = _pads(theirs, len(scores))
+    masked = theirs.add(scores, _encrypt_residues(theirs, pads))
+    party.send(peer, "masked", theirs.to_bytes(masked))
+    opened = _residues(party.recv(peer, "opened"), len(scores), theirs.n, "opened", party.name)
+    values = maths.decode(_unpad(opened, pads, theirs.n), 2 * f, (k, x.shape[0]))
+    return np.asarray(values.T)

@@ -1,0 +1,225 @@
+"""Federated transfer learning (islands.vfl.ftl): maths, protocol, estimator, errors."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_breast_cancer
+from sklearn.preprocessing import StandardScaler
+
+from islands.errors import ValidationError
+from islands.runtime import run_local
+from islands.vfl import FederatedTransferLearner
+from islands.vfl.ftl import maths
+from islands.vfl.ftl.protocol import Plan, check_plan, infer_source, infer_target, source, target
+
+
+# ------------------------------------------------------------------ maths
+@pytest.mark.parametrize(("kind", "classes"), [("logistic", 2), ("logistic", 4),
+                                               ("softmax", 2), ("softmax", 5)])
+def test_gradients_match_autograd(kind: str, classes: int) -> None:
+    """a_gradient and phi_gradient are the derivatives of batch_loss (through Φ = WᵀU_B)."""
+    rng = np.random.default_rng(classes)
+    loss = maths.TaylorLoss(kind, classes)
+    n_b, b, d = 40, 7, 3
+    labels = np.arange(n_b) % classes
+    w = maths.prototypes(loss, labels)
+    t = loss.targets(labels[:b])
+    m = loss.curvature()
+    u_b = torch.tensor(rng.normal(size=(n_b, d)), requires_grad=True)
+    u_a = torch.tensor(rng.normal(size=(b, d)), requires_grad=True)
+    alpha, gamma = 0.7, 0.3
+    phi = torch.tensor(w).T @ u_b
+    scores = u_a @ phi.T
+    value = (alpha * (loss.constant + (torch.tensor(t) * scores).sum(1)
+                      + 0.5 * ((scores @ torch.tensor(m)) * scores).sum(1)).sum()
+             + gamma * ((u_a - u_b[:b]) ** 2).sum()) / b
+    value.backward()
+    phi_np = phi.detach().numpy()
+    ua, ub = u_a.detach().numpy(), u_b.detach().numpy()
+    assert maths.batch_loss(loss, phi_np, t, ua, ub[:b], alpha=alpha, gamma=gamma) == \
+        pytest.approx(float(value.detach()), rel=1e-12)
+    p, q = maths.target_terms(phi_np, t, m)
+    np.testing.assert_allclose(maths.a_gradient(p, q, ua, ub[:b], alpha=alpha, gamma=gamma),
+                               u_a.grad.numpy(), rtol=1e-10, atol=1e-12)
+    grad_b = alpha / b * (w @ maths.phi_gradient(t, ua, phi_np, m))
+    grad_b[:b] += 2 * gamma / b * (ub[:b] - ua)  # the symmetric alignment term
+    np.testing.assert_allclose(grad_b, u_b.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_taylor_losses_expand_the_real_losses_at_zero() -> None:
+    """ℓ matches log(1 + e^(−yφ)) / softmax cross-entropy to second order near φ = 0."""
+    phi = np.array([[1e-3], [-2e-3]])
+    logistic = maths.TaylorLoss("logistic", 2)
+    t = logistic.targets(np.array([1, 0]))
+    exact = np.log1p(np.exp(-np.array([1.0, -1.0]) * phi[:, 0]))
+    np.testing.assert_allclose(logistic.value(phi, t), exact, atol=1e-8)
+    softmax = maths.TaylorLoss("softmax", 3)
+    phi3 = np.array([[1e-3, -2e-3, 5e-4]])
+    t3 = softmax.targets(np.array([1]))
+    exact3 = np.log(np.exp(phi3).sum()) - phi3[0, 1]
+    np.testing.assert_allclose(softmax.value(phi3, t3), [exact3], atol=1e-8)
+    # the softmax expansion is minimised with a margin of K between the true class and
+    # the others, the one-vs-rest one pulls scores to ±2
+    assert np.allclose(softmax.proba(np.zeros((2, 3))), 1 / 3)
+    assert logistic.proba(np.array([[0.0]])).tolist() == [[0.5, 0.5]]
+
+
+def test_prototypes_need_every_class() -> None:
+    loss = maths.TaylorLoss("softmax", 3)
+    with pytest.raises(ValidationError, match=r"classes \[2\] have no labelled row"):
+        maths.prototypes(loss, np.array([0, 1, 1]))
+    w = maths.prototypes(loss, np.array([0, 1, 1, 2]))
+    np.testing.assert_allclose(w.sum(axis=0), 1.0)  # class means
+
+
+def test_encode_refuses_divergence() -> None:
+    with pytest.raises(ValidationError, match="diverged"):
+        maths.encode([np.inf], 24, "u", "party 'A'")
+    assert maths.decode(maths.encode([0.5, -1.25], 24, "u", "A"), 24, (2,)).tolist() == \
+        [0.5, -1.25]
+
+
+# ------------------------------------------------------------------ protocol
+def _data(n_b: int = 120, n_o: int = 24, classes: int = 2) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=(n_b, 3))
+    labels = (np.argmax(z @ rng.normal(size=(3, classes)), axis=1)).astype(np.int64)
+    x_b = np.hstack([z, rng.normal(size=(n_b, 2))]) + 0.1 * rng.normal(size=(n_b, 5))
+    x_a = np.hstack([z[:n_o] @ rng.normal(size=(3, 4)), rng.normal(size=(n_o, 2))])
+    return x_a, x_b, labels, np.arange(n_o)
+
+
+def _train(plan: Plan, classes: int = 2) -> tuple[object, object]:
+    x_a, x_b, labels, overlap = _data(classes=classes)
+    run = run_local({"A": partial(target, X=x_a, plan=plan),
+                     "B": partial(source, X=x_b, labels=labels, overlap=overlap,
+                                  n_classes=classes, plan=plan)}, timeout=120,
+                    blas_threads=None)
+    return run.results["A"], run.results["B"]
+
+
+def _scores(model_a: object, model_b: object, x: np.ndarray, plan: Plan) -> np.ndarray:
+    run = run_local({"A": partial(infer_target, net=model_a.net, X=x, plan=plan),  # type: ignore[attr-defined]
+                     "B": partial(infer_source, phi=model_b.phi, plan=plan)},  # type: ignore[attr-defined]
+                    timeout=120, blas_threads=None)
+    return np.asarray(run.results["A"])
+
+
+@pytest.mark.parametrize(("alignment", "loss", "classes"), [("anchored", "softmax", 3),
+                                                            ("symmetric", "logistic", 2)])
+def test_encrypted_equals_plain(alignment: str, loss: str, classes: int) -> None:
+    """Same seed: Paillier and clear runs give the same losses and scores to ~2^-24."""
+    common = dict(dim=3, hidden=(6,), epochs=2, batch_size=10, pretrain_epochs=1,
+                  alignment=alignment, loss=loss, key_bits=1024, seed=5)
+    plain = Plan(encryption="none", **common)  # type: ignore[arg-type]
+    secret = Plan(encryption="paillier", **common)  # type: ignore[arg-type]
+    a0, b0 = _train(plain, classes)
+    a1, b1 = _train(secret, classes)
+    np.testing.assert_allclose(b0.epoch_losses, b1.epoch_losses, rtol=1e-6)  # type: ignore[attr-defined]
+    np.testing.assert_allclose(a0.epoch_losses, b0.epoch_losses)  # type: ignore[attr-defined]
+    x_new = _data(classes=classes)[0][:6]
+    s0, s1 = _scores(a0, b0, x_new, plain), _scores(a1, b1, x_new, secret)
+    np.testing.assert_allclose(s0, s1, atol=1e-5)
+    with torch.no_grad():  # inference returns Φ·Net_A(x), in the clear and encrypted
+        direct = a1.net(torch.tensor(x_new, dtype=torch.float32)).numpy() @ b1.phi.T  # type: ignore[attr-defined]
+    np.testing.assert_allclose(s1, direct, atol=1e-5)
+    # training moved both networks away from their initial weights
+    assert b1.epoch_losses[-1] < b1.epoch_losses[0]  # type: ignore[attr-defined]
+
+
+def test_plans_must_agree() -> None:
+    x_a, x_b, labels, overlap = _data()
+    plan = Plan(encryption="none", dim=3, hidden=(4,), epochs=1, pretrain_epochs=0)
+    other = Plan(encryption="none", dim=3, hidden=(4,), epochs=2, pretrain_epochs=0)
+    with pytest.raises(Exception, match="plan differs"):
+        run_local({"A": partial(target, X=x_a, plan=plan),
+                   "B": partial(source, X=x_b, labels=labels, overlap=overlap, n_classes=2,
+                                plan=other)}, timeout=30, blas_threads=None)
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("loss", "hinge", "loss must be one of"), ("alignment", "both", "alignment must be"),
+    ("dim", 0, "dim must be"), ("hidden", [8], "hidden must be"),
+    ("alpha", 0.0, "alpha must be above 0"), ("encryption", "rsa", "encryption must be"),
+    ("key_bits", 1000, "key_bits must be"), ("frac_bits", 60, "frac_bits must be")])
+def test_plan_errors_name_the_field(field: str, value: object, match: str) -> None:
+    with pytest.raises(ValidationError, match=match):
+        check_plan(Plan(**{field: value}), "test")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ estimator
+@pytest.fixture(scope="module")
+def cancer() -> dict[str, np.ndarray]:
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    perm = np.random.default_rng(0).permutation(len(y))
+    return {"X": X, "y": y, "b": perm[:300], "a": np.concatenate([perm[:60], perm[300:480]]),
+            "test": perm[480:]}
+
+
+def _ids(rows: np.ndarray) -> list[str]:
+    return [f"person-{i}" for i in rows]
+
+
+def test_estimator_learns_and_follows_sklearn_conventions(cancer: dict[str, np.ndarray]) -> None:
+    X, y, a, b, test = cancer["X"], cancer["y"], cancer["a"], cancer["b"], cancer["test"]
+    labels = np.where(y == 1, "benign", "malignant")
+    model = FederatedTransferLearner(dim=8, hidden=(16,), epochs=15, batch_size=16,
+                                     encryption="none", random_state=0)
+    assert "encryption='none'" in repr(model)
+    model.fit(X[a][:, :15], X[b][:, 15:], labels[b], _ids(a), _ids(b))
+    assert model.n_overlap_ == 60 and sorted(model.overlap_ids_) == sorted(_ids(a[:60]))
+    assert list(model.classes_) == ["benign", "malignant"]
+    proba = model.predict_proba(X[test][:, :15])
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert model.score(X[test][:, :15], labels[test]) > 0.8
+    assert len(model.loss_history_) == 15 and len(model.epoch_seconds_) == 15
+    assert model.get_params()["dim"] == 8 and model.set_params(dim=4).dim == 4
+    with pytest.raises(ValidationError, match="X_a must have 15 features"):
+        model.predict(X[test][:, :14])
+
+
+def test_estimator_encrypted_equals_plain(cancer: dict[str, np.ndarray]) -> None:
+    X, y, a, b, test = cancer["X"], cancer["y"], cancer["a"], cancer["b"], cancer["test"]
+    kw = dict(dim=4, hidden=(8,), epochs=2, batch_size=30, pretrain_epochs=1, key_bits=1024,
+              random_state=3)
+    fits = [FederatedTransferLearner(encryption=enc, **kw).fit(  # type: ignore[arg-type]
+        X[a][:, :15], X[b][:, 15:], y[b], _ids(a), _ids(b)) for enc in ("none", "paillier")]
+    np.testing.assert_allclose(fits[0].loss_history_, fits[1].loss_history_, rtol=1e-6)
+    np.testing.assert_allclose(fits[0].decision_function(X[test][:20, :15]),
+                               fits[1].decision_function(X[test][:20, :15]), atol=1e-5)
+    assert fits[1].timing_["A"].he > 0 and fits[0].timing_["A"].he == 0
+
+
+def test_estimator_errors(cancer: dict[str, np.ndarray]) -> None:
+    X, y, a, b = cancer["X"], cancer["y"], cancer["a"], cancer["b"]
+    x_a, x_b = X[a][:, :15], X[b][:, 15:]
+    model = FederatedTransferLearner(encryption="none", epochs=1)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        model.predict(x_a)
+    with pytest.raises(ValidationError, match=r"(?i)intersect|share|common"):
+        model.fit(x_a, x_b, y[b], [f"a{i}" for i in a], [f"b{i}" for i in b])
+    with pytest.raises(ValidationError, match="ids_a must hold one ID per row"):
+        model.fit(x_a, x_b, y[b], _ids(a)[:-1], _ids(b))
+    with pytest.raises(ValidationError, match="y_b must be 1-D with one label per row"):
+        model.fit(x_a, x_b, y[b][:-1], _ids(a), _ids(b))
+    with pytest.raises(ValidationError, match="at least 2 classes"):
+        model.fit(x_a, x_b, np.zeros(len(b)), _ids(a), _ids(b))
+    with pytest.raises(ValidationError, match=r"classes \[2\] have no labelled row"):
+        FederatedTransferLearner(classes=[0, 1, 2]).fit(x_a, x_b, y[b], _ids(a), _ids(b))
+    with pytest.raises(ValidationError, match="not in classes"):
+        FederatedTransferLearner(classes=[0]).fit(x_a, x_b, y[b], _ids(a), _ids(b))
+    bad = x_a.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValidationError, match="X_a holds NaN"):
+        model.fit(bad, x_b, y[b], _ids(a), _ids(b))
+    with pytest.raises(ValidationError, match="X_b must be a 2-D array"):
+        model.fit(x_a, x_b[:, 0], y[b], _ids(a), _ids(b))
+    with pytest.raises(ValidationError, match="loss must be one of"):
+        FederatedTransferLearner(loss="hinge").fit(x_a, x_b, y[b], _ids(a), _ids(b))
+    with pytest.raises(ValidationError, match="no parameter 'depth'"):
+        model.set_params(depth=3)
