@@ -201,9 +201,11 @@ class FederatedTransferLearner:
                                     or (isinstance(v, tuple) and v == defaults[k])))
         return f"FederatedTransferLearner({changed})"
 
-    def _plan(self) -> Plan:
+    def _plan(self) -> tuple[Plan, tuple[int, int]]:
+        """Return the shared plan and each party's private seed for its initial weights."""
         owner = "FederatedTransferLearner"
         rng = check_random_state(self.random_state, owner)
+        seeds = (int(rng.integers(0, 2**62)), int(rng.integers(0, 2**62)))
         hidden = tuple(self.hidden) if isinstance(self.hidden, (list, tuple)) else self.hidden
         plan = Plan(dim=self.dim, hidden=hidden, loss=self.loss,
                     alignment=self.alignment, alpha=self.alpha, gamma=self.gamma,
@@ -217,7 +219,7 @@ class FederatedTransferLearner:
                 or not self.timeout > 0:
             raise ValidationError(f"{owner}: timeout must be a float > 0; got "
                                   f"{self.timeout!r}")
-        return check_plan(plan, owner)
+        return check_plan(plan, owner), seeds
 
     def _labels(self, y_b: Any, n: int) -> tuple[NDArray[np.int64], Array]:
         y = np.asarray(y_b)
@@ -267,7 +269,7 @@ class FederatedTransferLearner:
         """
         from islands.psi import align
 
-        plan = self._plan()
+        plan, seeds = self._plan()
         x_a = _matrix(X_a, "X_a")
         x_b = _matrix(X_b, "X_b")
         codes, classes = self._labels(y_b, x_b.shape[0])
@@ -275,7 +277,7 @@ class FederatedTransferLearner:
             if ids is None or len(ids) != x.shape[0]:
                 raise ValidationError(f"{name} must hold one ID per row ({x.shape[0]}); got "
                                       f"{'None' if ids is None else len(ids)}")
-        side_a, side_b = align(list(ids_a), list(ids_b), timeout=float(self.timeout))
+        side_a, side_b = align(ids_a, ids_b, timeout=float(self.timeout))
         overlap_a = np.asarray(side_a.rows, dtype=np.int64)
         overlap_b = np.asarray(side_b.rows, dtype=np.int64)
         loss = maths.TaylorLoss(plan.loss, classes.size)
@@ -285,9 +287,10 @@ class FederatedTransferLearner:
                 print(f"epoch {epoch}/{epochs}: loss {value:.6f}", flush=True)
 
         roles: dict[str, Any] = {
-            "A": partial(target, X=x_a[overlap_a], peer="B", plan=plan),
+            "A": partial(target, X=x_a[overlap_a], peer="B", plan=plan, init_seed=seeds[0]),
             "B": partial(source, X=x_b, labels=codes, overlap=overlap_b,
-                         n_classes=classes.size, peer="A", plan=plan, progress=progress),
+                         n_classes=classes.size, peer="A", plan=plan, progress=progress,
+                         init_seed=seeds[1]),
         }
         run = run_local(roles, timeout=float(self.timeout), blas_threads=None)
         model_a: TargetModel = run.results["A"]
@@ -319,8 +322,8 @@ class FederatedTransferLearner:
             raise RuntimeError("This FederatedTransferLearner instance is not fitted yet; "
                                "call fit(X_a, X_b, y_b, ids_a, ids_b) first.")
 
-    def decision_function(self, X_a: ArrayLike) -> Array:
-        """Scores Φ·Net_A(x) (n × K) for A's rows, by federated inference under B's key."""
+    def _scores(self, X_a: ArrayLike) -> Array:
+        """Return Φ·Net_A(x) (n × K) for A's rows, by federated inference under B's key."""
         self._check_fitted()
         x = _matrix(X_a, "X_a")
         if x.shape[1] != self.n_features_a_:
@@ -334,10 +337,18 @@ class FederatedTransferLearner:
         scores: Array = run.results["A"]
         return scores
 
+    def decision_function(self, X_a: ArrayLike) -> Array:
+        """Scores Φ·Net_A(x) for A's rows, by federated inference under B's key.
+
+        Shape (n,) for the paper's binary logistic loss (one score), else (n, K).
+        """
+        scores = self._scores(X_a)
+        return np.asarray(scores[:, 0]) if scores.shape[1] == 1 else scores
+
     def predict_proba(self, X_a: ArrayLike) -> Array:
         """Class probabilities (n × classes) for A's rows, columns in ``classes_`` order."""
         self._check_fitted()
-        return self.loss_.proba(self.decision_function(X_a))
+        return self.loss_.proba(self._scores(X_a))
 
     def predict(self, X_a: ArrayLike) -> NDArray[Any]:
         """Return the most probable class of each of A's rows."""

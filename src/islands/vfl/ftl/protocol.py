@@ -29,19 +29,32 @@ A's rows get (P̃_i + Q̃u_i + 2γu_i)/b, B's representations (α/b)·W·G (plus
 its local source loss. With ``encryption="none"`` the same terms travel in the clear
 (``terms`` and ``reps`` only): the unprotected baseline the benchmarks compare with.
 
-What each party learns (honest-but-curious, no collusion; the paper's model):
+What each party learns (honest-but-curious, no collusion: the paper's model; each
+party decrypts whatever its peer sends, so a peer that deviates, e.g. returns the other's
+own ciphertexts without pads, reads them in the clear; nothing here defends that):
 
+- Both: the hello shows the other's row and feature counts and K; the epoch losses.
 - A sees B's terms only encrypted; what it decrypts is its own gradient
-  P̃_i + Q̃u_i for every batch row, which mixes B's label of that row, Φ and u_i^B,
-  and the loss of every epoch. Per-row gradients at a cut layer are known to leak
-  labels in split learning; how much they leak here is not measured yet.
+  P̃_i + Q̃u_i for every batch row, which mixes B's label of that row, Φ and u_i^B.
+  That leaks B's labels of the overlap rows, as per-row gradients at a cut layer do in
+  split learning. In a review run on breast cancer (γ = 1, anchored, 3 epochs) the sign
+  of the first principal component of A's decrypted gradients gave the right label for
+  87% of the rows (62% by guessing the majority class); with γ = 0 and the binary
+  logistic loss every gradient is parallel to Φ and A reads every label of a batch up
+  to one sign. This leak is not defended.
 - B sees A's rows only encrypted and decrypts the aggregate G (K × d) and the loss.
-  With symmetric alignment (the paper's loss) B's own gradient is
+  From a batch of b ≤ K − 1 rows B could solve G for A's rows (a review recovered u
+  exactly from a one-row batch), so every batch has more than K rows (:func:`_batches`,
+  :func:`check_rows`). With symmetric alignment (the paper's loss) B's own gradient is
   (2γ/b)(u_i^B − u_i^A) on the batch rows, so B learns A's representations u_i^A of
   every overlap row exactly: any protocol that lets B back-propagate its own per-row
-  gradient reveals them. Anchored alignment removes that term, and B learns only G.
+  gradient reveals them. Anchored alignment removes that term.
 - Inference (:func:`infer_source`, :func:`infer_target`): A learns Φu for its rows, so
   after d queries with independent representations A can solve for Φ; B learns nothing.
+- Each network starts from its owner's private seed (``init_seed``), not the plan's.
+- Pads are uniform modulo n from ``secrets``; every value sent for decryption carries a
+  fresh encryption, which hides how it was computed from the key owner perfectly with
+  textbook randomness and computationally with DJN's short exponents (``djn=True``).
 
 The paper encrypts the gradient of every network *parameter* (Σ_i ∂u_i/∂θ ·
 ⟦∂L/∂u_i⟧, one ciphertext operation per parameter, row and dimension); for networks
@@ -61,7 +74,7 @@ import hashlib
 import itertools
 import json
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -191,8 +204,8 @@ def check_plan(plan: Any, owner: str) -> Plan:
         raise bad("learning_rate", "a float in (0, 10]")
     if plan.tol is not None and (not is_num(plan.tol) or plan.tol <= 0):
         raise bad("tol", "None or a float > 0")
-    if not is_int(plan.frac_bits) or not 8 <= plan.frac_bits <= 40:
-        raise bad("frac_bits", "an int in [8, 40]")
+    if not is_int(plan.frac_bits) or not 8 <= plan.frac_bits <= 32:
+        raise bad("frac_bits", "an int in [8, 32]")  # weights are int64: |v|·2^f < 2^62
     if plan.encryption not in ("paillier", "none"):
         raise bad("encryption", "'paillier' or 'none'")
     if not is_int(plan.key_bits) or not paillier.MIN_KEY_BITS <= plan.key_bits <= 8192 or (
@@ -200,7 +213,14 @@ def check_plan(plan: Any, owner: str) -> Plan:
         raise bad("key_bits", f"a multiple of 256 in [{paillier.MIN_KEY_BITS}, 8192]")
     if not isinstance(plan.djn, (bool, np.bool_)):
         raise bad("djn", "a bool")
-    return plan
+    # a normalised copy, so that numpy scalars and 1 vs 1.0 give the same digest
+    ints: dict[str, Any] = {k: int(getattr(plan, k)) for k in ("dim", "epochs", "batch_size",
+                                                "pretrain_epochs", "seed", "frac_bits",
+                                                "key_bits")}
+    floats: dict[str, Any] = {k: float(getattr(plan, k)) for k in (
+        "alpha", "gamma", "source_weight", "weight_decay", "learning_rate")}
+    return replace(plan, **ints, **floats, hidden=tuple(int(h) for h in plan.hidden),
+                   tol=None if plan.tol is None else float(plan.tol), djn=bool(plan.djn))
 
 
 @wire.register(name="ftl.Hello")
@@ -258,12 +278,13 @@ class TargetModel:
     clock: Clock = field(default_factory=Clock)
 
 
-def make_net(n_features: int, plan: Plan, tag: int) -> Any:
-    """A's (``tag=0``) or B's (``tag=1``) network, initialised from the plan's seed.
+def make_net(n_features: int, plan: Plan, seed: int | None) -> Any:
+    """Return a party's network, its initial weights drawn from its own ``seed``.
 
     Linear layers with torch's default uniform(±1/√fan_in) initialisation, drawn from a
     private generator so that parties running in threads of one process do not share
-    torch's global random state.
+    torch's global random state. ``seed`` is the party's own (None: fresh CSPRNG bits),
+    not the plan's public seed, so that the peer cannot rebuild its initial network.
     """
     import torch
 
@@ -272,9 +293,10 @@ def make_net(n_features: int, plan: Plan, tag: int) -> Any:
     for i, (w_in, w_out) in enumerate(itertools.pairwise(widths)):
         if i:
             layers.append(torch.nn.ReLU())
-        layers.append(torch.nn.Linear(w_in, w_out))
+        layers.append(torch.nn.utils.skip_init(  # type: ignore[no-untyped-call]
+            torch.nn.Linear, w_in, w_out))
     net = torch.nn.Sequential(*layers)
-    gen = torch.Generator().manual_seed(plan.seed * 2 + tag)
+    gen = torch.Generator().manual_seed(secrets.randbits(62) if seed is None else int(seed))
     with torch.no_grad():
         for layer in net:
             if isinstance(layer, torch.nn.Linear):
@@ -356,7 +378,10 @@ def _encrypt_residues(cipher: VectorCipher, residues: list[int]) -> list[Any]:
 def _blob(cipher: VectorCipher, value: Any, count: int, name: str, owner: str) -> list[Any]:
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise ProtocolError(f"{name} is not a ciphertext blob", party=owner, step=name)
-    return cipher.from_bytes(value, count, name, owner)
+    try:
+        return cipher.from_bytes(value, count, name, owner)
+    except ValidationError as exc:
+        raise ProtocolError(str(exc), party=owner, step=name) from None
 
 
 def _array(value: Any, shape: tuple[int, ...], name: str, owner: str) -> Array:
@@ -409,19 +434,39 @@ def _hello(party: Party, peer: str, mine: Hello, clock: Clock) -> Hello:
     return theirs
 
 
-def _batches(rows: int, plan: Plan, epoch: int) -> list[IntArray]:
-    return vfl_maths.batch_plan(rows, plan.batch_size, epoch, plan.seed)
+def _batches(rows: int, plan: Plan, epoch: int, scores: int) -> list[IntArray]:
+    """Return the public batch order; a last batch of at most K rows joins the one before.
+
+    From the aggregate G = Σ_i (t_i + MΦu_i)u_iᵀ of a batch of b ≤ K − 1 rows B could
+    solve for A's rows (a review recovered u exactly from a one-row batch), so no batch
+    has fewer than K + 1 rows (:func:`check_rows`).
+    """
+    batches = vfl_maths.batch_plan(rows, plan.batch_size, epoch, plan.seed)
+    if len(batches) > 1 and batches[-1].size <= scores:
+        batches[-2:] = [np.concatenate(batches[-2:])]
+    return batches
+
+
+def check_rows(rows: int, plan: Plan, scores: int, owner: str) -> None:
+    """Refuse overlaps or batches of at most K rows (see :func:`_batches`)."""
+    if rows <= scores or plan.batch_size <= scores:
+        raise ValidationError(f"{owner}: FTL needs more than K = {scores} overlap rows and "
+                              f"batch_size > {scores} (B could otherwise solve a batch's "
+                              f"aggregate for A's rows); got {rows} rows, batch_size "
+                              f"{plan.batch_size}")
 
 
 def _improved(losses: list[float], tol: float | None) -> bool:
+    """Whether the last epoch lowered the loss by more than tol·max(|previous|, 1)."""
     if tol is None or len(losses) < 2:
         return True
     prev, last = losses[-2], losses[-1]
-    return abs(prev - last) > tol * max(abs(prev), 1e-12)
+    return prev - last > tol * max(abs(prev), 1.0)
 
 
 # ------------------------------------------------------------------ roles
-def target(party: Party, X: Any, *, peer: str = "B", plan: Plan) -> TargetModel:
+def target(party: Party, X: Any, *, peer: str = "B", plan: Plan,
+           init_seed: int | None = None) -> TargetModel:
     """Play A, the target party: features of the overlap rows, no labels.
 
     Parameters
@@ -435,6 +480,8 @@ def target(party: Party, X: Any, *, peer: str = "B", plan: Plan) -> TargetModel:
         B's name.
     plan
         The shared :class:`Plan`.
+    init_seed
+        A's private seed for its initial weights (None: fresh random bits).
 
     Returns
     -------
@@ -450,17 +497,18 @@ def target(party: Party, X: Any, *, peer: str = "B", plan: Plan) -> TargetModel:
                                       keys.djn_base, 0), clock)
     keys.attach_peer(hello, peer, party.name)
     k = hello.scores
-    if not isinstance(k, int) or k < 1:
+    if not isinstance(k, int) or not 1 <= k <= 65536:
         raise ProtocolError(f"peer {peer!r} announced {k!r} scores", party=party.name,
                             step="hello")
-    net = make_net(x.shape[1], plan, 0)
+    check_rows(x.shape[0], plan, k, f"party {party.name!r}")
+    net = make_net(x.shape[1], plan, init_seed)
     opt = _optimizer(net, plan)
     d = plan.dim
     xt = _tensor(x)
     losses: list[float] = []
     epoch = 0
     for epoch in range(plan.epochs):
-        for rows in _batches(x.shape[0], plan, epoch):
+        for rows in _batches(x.shape[0], plan, epoch, k):
             b = rows.size
             with clock.timing("compute"):
                 u_t = net(xt[rows])
@@ -481,7 +529,8 @@ def target(party: Party, X: Any, *, peer: str = "B", plan: Plan) -> TargetModel:
                 opt.step()
         with clock.timing("messaging"):
             status = party.recv(peer, "status")
-        if not isinstance(status, Status) or status.epoch != epoch:
+        if not isinstance(status, Status) or status.epoch != epoch or not isinstance(
+                status.loss, float) or not isinstance(status.go_on, bool):
             raise ProtocolError(f"peer {peer!r} sent a malformed status", party=party.name,
                                 step="status")
         losses.append(float(status.loss))
@@ -532,7 +581,8 @@ def _target_encrypted(party: Party, peer: str, keys: _Keys, clock: Clock, u: Arr
 
 
 def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
-           peer: str = "A", plan: Plan, progress: Any = None) -> SourceModel:
+           peer: str = "A", plan: Plan, progress: Any = None,
+           init_seed: int | None = None) -> SourceModel:
     """Play B, the source party: features and labels of all its rows.
 
     Parameters
@@ -553,6 +603,9 @@ def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
         The shared :class:`Plan`.
     progress
         Optional callable ``(epoch, epochs, loss)`` called after every epoch.
+    init_seed
+        B's private seed for its initial weights and pre-training order (None: fresh
+        random bits).
 
     Returns
     -------
@@ -565,20 +618,28 @@ def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
     x = np.asarray(X, dtype=np.float64)
     if x.ndim != 2 or not np.all(np.isfinite(x)):
         raise ValidationError(f"{owner}: X must be a finite 2-D array")
+    if x.shape[0] == 0:
+        raise ValidationError(f"{owner}: X has no rows")
     y = np.asarray(labels, dtype=np.int64)
+    if not np.issubdtype(np.asarray(overlap).dtype, np.integer):
+        raise ValidationError(f"{owner}: overlap must hold integer row indices")
     rows_o = np.asarray(overlap, dtype=np.int64)
     if y.shape != (x.shape[0],) or y.min() < 0 or y.max() >= n_classes:
         raise ValidationError(f"{owner}: labels must be {x.shape[0]} codes in "
                               f"[0, {n_classes})")
-    if rows_o.ndim != 1 or rows_o.size == 0 or rows_o.min() < 0 or rows_o.max() >= x.shape[0]:
-        raise ValidationError(f"{owner}: overlap must index rows of X")
+    if rows_o.ndim != 1 or rows_o.size == 0 or rows_o.min() < 0 or rows_o.max() >= x.shape[0] \
+            or np.unique(rows_o).size != rows_o.size:
+        raise ValidationError(f"{owner}: overlap must index distinct rows of X")
     loss = TaylorLoss(plan.loss, n_classes)
+    check_rows(rows_o.size, plan, loss.scores, owner)
     m = loss.curvature()
     w_all = maths.prototypes(loss, y)
     t_all = loss.targets(y)
     clock = Clock()
     keys = _Keys(plan, party.name)
-    net = make_net(x.shape[1], plan, 1)
+    if init_seed is None:
+        init_seed = secrets.randbits(62)
+    net = make_net(x.shape[1], plan, init_seed)
     opt = _optimizer(net, plan)
     xt = _tensor(x)
     w_t, t_t, m_t = _tensor(w_all), _tensor(t_all), _tensor(m)
@@ -589,7 +650,7 @@ def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
         return c0 + (t_t * scores).sum(1).mean() + 0.5 * ((scores @ m_t) * scores).sum(1).mean()
 
     with clock.timing("compute"):
-        _pretrain(net, opt, xt, y, loss, plan)
+        _pretrain(net, opt, xt, y, loss, plan, init_seed)
     hello = _hello(party, peer, Hello(rows_o.size, x.shape[1], plan.digest(), keys.n_bytes,
                                       keys.djn_base, loss.scores), clock)
     keys.attach_peer(hello, peer, party.name)
@@ -599,7 +660,7 @@ def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
     epoch, converged = 0, False
     for epoch in range(plan.epochs):
         start = len(batch_losses)
-        for rows in _batches(rows_o.size, plan, epoch):
+        for rows in _batches(rows_o.size, plan, epoch, k):
             b = rows.size
             idx = rows_o[rows]
             with clock.timing("compute"):
@@ -650,12 +711,13 @@ def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
     return SourceModel(net, phi_final, epoch_losses, batch_losses, epoch + 1, converged, clock)
 
 
-def _pretrain(net: Any, opt: Any, xt: Any, y: IntArray, loss: TaylorLoss, plan: Plan) -> None:
+def _pretrain(net: Any, opt: Any, xt: Any, y: IntArray, loss: TaylorLoss, plan: Plan,
+              seed: int) -> None:
     """B-local training on its own labels, prototypes from each mini-batch."""
     if not plan.pretrain_epochs:
         return
     m_t = _tensor(loss.curvature())
-    rng = np.random.default_rng(plan.seed + 1)
+    rng = np.random.default_rng(seed)
     size = max(256, plan.batch_size)
     for _ in range(plan.pretrain_epochs):
         order = rng.permutation(y.size)
