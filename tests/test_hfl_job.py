@@ -233,3 +233,105 @@ def test_protection_options_are_checked(tmp_path: Path) -> None:
     for protect, extra, message in bad:
         with pytest.raises(JobError, match=message):
             load_job(_protected(tmp_path, protect, extra))
+
+
+CONTRIBUTION = """
+[contribution]
+methods = ["gtg", "exact", "loo"]
+validation_samples = 150
+tolerance = 0.01
+"""
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    ({"methods": ["shap"]}, "'methods' must be a list of distinct names"),
+    ({"methods": ["gtg", "gtg"]}, "'methods' must be a list of distinct names"),
+    ({"validation": "oracle"}, "'validation' must be 'server' or 'clients'"),
+    ({"weighting": "equal"}, "'weighting' must be 'fixed' or 'renormalised'"),
+    ({"max_permutations": 1}, "'max_permutations' must be an int >= 2"),
+    ({"confidence": 1.5}, "confidence"),
+    ({"colour": 1}, r"\[contribution\]: unknown key\(s\) \['colour'\]"),
+])
+def test_bad_contribution_sections_are_named(section: dict[str, object], message: str) -> None:
+    raw: dict[str, object] = {
+        "data": {"name": "digits"}, "partition": {"kind": "iid", "clients": 2},
+        "model": {"kind": "mlp"}, "strategy": {"name": "fedavg"}, "contribution": section}
+    with pytest.raises(JobError, match=message):
+        parse_job(raw)
+
+
+def test_contribution_is_refused_under_protections_that_hide_updates() -> None:
+    raw: dict[str, object] = {
+        "data": {"name": "digits"}, "partition": {"kind": "iid", "clients": 3},
+        "model": {"kind": "mlp"}, "strategy": {"name": "fedavg"}, "protect": ["secagg"],
+        "contribution": {}}
+    with pytest.raises(JobError, match="secure aggregation shows the server only the sum"):
+        parse_job(raw)
+    raw["protect"] = ["dp"]  # client-level DP over the plain mean: updates are visible
+    assert parse_job(raw).contribution == {"methods": ["gtg", "loo"], "validation": "server",
+                                           "validation_samples": 1000, "weighting": "fixed"}
+
+
+def test_contribution_job_writes_scores_and_the_command_shows_them(tmp_path: Path) -> None:
+    path = _protected(tmp_path, "[]", CONTRIBUTION)
+    runner = CliRunner()
+    res = runner.invoke(app, ["run", str(path)])
+    assert res.exit_code == 0, res.output
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    report = result["contribution"]
+    assert report["clients"] == ["client-1", "client-2", "client-3"]
+    assert report["settings"]["validation"] == "server (150 rows)"
+    exact = report["scores"]["exact"]
+    # efficiency: the exact per-round values add up to the run's gain in utility
+    assert sum(exact) == pytest.approx(report["gain"], abs=1e-9)
+    assert report["gain"] == pytest.approx(report["utility_final"] - report["utility_initial"],
+                                           abs=1e-9)
+    assert sum(report["shares"]) == pytest.approx(1.0)
+    assert (tmp_path / "out" / "contribution.png").is_file()
+    assert "leave-one-out" in res.output  # the run's summary shows the scores too
+
+    chart = tmp_path / "chart.png"
+    shown = runner.invoke(app, ["contribution", str(tmp_path / "out"), "--chart", str(chart)])
+    assert shown.exit_code == 0, shown.output
+    assert chart.is_file()
+    for name in report["clients"]:
+        assert name in shown.output
+    assert f"{100 * report['shares'][0]:.1f}%" in shown.output
+    assert "GTG-Shapley" in shown.output and "█" in shown.output
+
+
+def test_contribution_command_on_a_run_without_scores_is_a_clear_error(tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(app, ["contribution", str(tmp_path)])
+    assert missing.exit_code == 2 and "no results.json" in missing.output
+    (tmp_path / "results.json").write_text("{}")
+    plain = runner.invoke(app, ["contribution", str(tmp_path)])
+    assert plain.exit_code == 2 and "measured no contribution" in plain.output
+
+
+def test_resumed_run_values_clients_as_the_uninterrupted_one(tmp_path: Path) -> None:
+    from islands.data import load
+    from islands.hfl import FedAvg, FederatedModel, ModelSpec
+    from islands.hfl.contribution import Contribution
+
+    d = load("digits")
+    X = (d.X.reshape(len(d.y), -1) / 16).astype(np.float32)
+    parts = [(X[k:600:3], d.y[k:600:3]) for k in range(3)]
+    val = (X[1500:], d.y[1500:])
+    spec = ModelSpec("mlp", (64,), 10, hidden=(16,))
+
+    def model(epochs: int, checkpoint: Path | None, resume: bool = False) -> FederatedModel:
+        return FederatedModel(spec, FedAvg(local_steps=3, batch_size=32, lr=0.1,
+                                           momentum=0.5), epochs=epochs, seed=1,
+                              checkpoint=checkpoint, resume=resume,
+                              contribution=Contribution(val, methods=("gtg", "or", "loo")))
+
+    whole = model(4, None).fit(parts)
+    model(2, tmp_path).fit(parts)
+    resumed = model(4, tmp_path, resume=True).fit(parts)
+    np.testing.assert_array_equal(resumed.params_, whole.params_)
+    a, b = whole.contribution_, resumed.contribution_
+    assert a is not None and b is not None
+    for method in ("gtg", "or", "loo"):
+        np.testing.assert_allclose(b.scores[method], a.scores[method], atol=1e-12)
+    assert len(b.rounds) == len(a.rounds) == whole.aggregations_

@@ -486,6 +486,10 @@ def _summarise_job(result: dict[str, Any]) -> None:
              f"per round, {result['bytes']['total'] / 1e6:.1f} MB on the wire"]
     if "dev_avg" in result:
         facts.append(f"Dev_avg {result['dev_avg']:.4f}")
+    if result.get("contribution"):
+        from islands.hfl.contribution.report import contribution_rows, text_bars
+
+        _print_contribution(result["contribution"], contribution_rows, text_bars)
     if result["dropouts"]:
         facts.append(f"{len(result['dropouts'])} dropout(s)")
     if result.get("protect"):
@@ -501,6 +505,57 @@ def _summarise_job(result: dict[str, Any]) -> None:
     if base is not None and base.get("closed_form"):
         facts.append(f"max |θ_fed − θ_ridge| {base['closed_form']['max_abs_difference']:.2e}")
     console.print("; ".join(facts) + f"; {result['wall_time_s']:.1f} s in all")
+
+
+@app.command("contribution")
+def contribution_command(
+    run_dir: Annotated[Path, typer.Argument(help="The output folder of an 'islands run' "
+                                            "whose job had a [contribution] section.")],
+    chart: Annotated[Path | None, typer.Option(
+        help="Where to write the bar chart (default: RUN_DIR/contribution.png).")] = None,
+) -> None:
+    """Each client's contribution and reward share: a table and a bar chart."""
+    from islands.errors import IslandsError
+    from islands.hfl.contribution.report import (
+        contribution_rows,
+        load_contribution,
+        plot_contribution,
+        text_bars,
+    )
+
+    try:
+        report = load_contribution(run_dir)
+    except IslandsError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    _print_contribution(report, contribution_rows, text_bars)
+    path = plot_contribution(report, chart if chart is not None else run_dir / "contribution.png",
+                             title=f"{run_dir.name}: contributions")
+    console.print(f"wrote {escape(str(path))}")
+
+
+def _print_contribution(report: dict[str, Any], rows_of: Any, bars_of: Any) -> None:
+    """Print the scores table, the primary method's bars and how they were obtained."""
+    headers, rows = rows_of(report)
+    settings = report.get("settings", {})
+    table = Table(title=f"contributions ({settings.get('validation', '?')} validation, "
+                        f"{settings.get('weighting', '?')} weighting)")
+    for h in headers:
+        table.add_column(h, justify="left" if h == "client" else "right")
+    for row in rows:
+        table.add_row(*(escape(str(c)) for c in row))
+    console.print(table)
+    for line in bars_of(report):
+        console.print(escape(line))
+    facts = [f"utility {report['utility_initial']:.4f} → {report['utility_final']:.4f} "
+             f"(gain {report['gain']:+.4f})",
+             f"{report['evaluations']} coalition models scored in {report['seconds']:.1f} s"]
+    if "gtg" in report["scores"]:
+        facts.append(f"GTG: {report['permutations']} orders, {report['unconverged']} "
+                     f"round(s) at max_permutations, {report['skipped']} skipped")
+        if report.get("hoeffding") is not None:
+            facts.append(f"Hoeffding half-width {report['hoeffding']:.4f}")
+    console.print("; ".join(facts))
 
 
 reproduce_app = typer.Typer(help="Reproduce a source paper's experiments as a report.",

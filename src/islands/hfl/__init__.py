@@ -12,7 +12,9 @@
 - :mod:`islands.hfl.estimator`: :class:`FederatedModel`, the user API;
 - :mod:`islands.hfl.ray_backend`: the clients' local training in Ray workers
   (``FederatedModel(backend="ray")``; Ray imported only when used);
-- :mod:`islands.hfl.job`: TOML job files for ``islands run``.
+- :mod:`islands.hfl.job`: TOML job files for ``islands run``;
+- :mod:`islands.hfl.contribution`: each client's contribution (Shapley values from the
+  recorded updates, leave-one-out, retraining) and reward shares.
 """
 
 from typing import Any

@@ -24,7 +24,7 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -186,6 +186,11 @@ class FederatedModel:
         cluster (``"auto"``, ``"host:6379"``, ``"ray://host:10001"``), on whose nodes
         islands must be installed. If Ray is already initialised in this process, that
         instance is used.
+    contribution : Contribution or None
+        Value every client's contribution as the run trains, from the plain uploads
+        of each round (:mod:`islands.hfl.contribution`: GTG-Shapley, exact per-round
+        Shapley, one-round reconstruction, leave-one-out); the result is
+        ``contribution_``. Refused with an aggregator that hides single updates.
 
     Attributes
     ----------
@@ -210,6 +215,8 @@ class FederatedModel:
         The largest sample-level (ε, δ) of any client (with ``sample_dp``), or None.
     workers_ : int
         Threads (``"local"``) or Ray workers (``"ray"``) that ran the local training.
+    contribution_ : ContributionReport or None
+        Each client's scores and reward share (with ``contribution``), else None.
     """
 
     def __init__(self, model: Any, strategy: Strategy | None = None, *, epochs: int = 1,
@@ -220,7 +227,7 @@ class FederatedModel:
                  keep_payloads: bool = False,
                  callback: Callable[[RoundRecord, EpochRecord | None], None] | None = None,
                  sample_dp: SampleDP | None = None, backend: Backend = "local",
-                 ray_address: str | None = None,
+                 ray_address: str | None = None, contribution: Any = None,
                  ) -> None:
         self.model = model
         self.strategy = strategy
@@ -238,6 +245,7 @@ class FederatedModel:
         self.sample_dp = sample_dp
         self.backend = backend
         self.ray_address = ray_address
+        self.contribution = contribution
 
     def _validate(self) -> None:
         owner = "FederatedModel"
@@ -273,6 +281,18 @@ class FederatedModel:
             if self.backend != "ray":
                 raise invalid_parameter("ray_address", owner,
                                         "None unless backend='ray'", address)
+        if self.contribution is not None:
+            from islands.hfl.contribution import Contribution
+
+            if not isinstance(self.contribution, Contribution):
+                raise invalid_parameter("contribution", owner, "None or a Contribution",
+                                        describe(self.contribution))
+            if self.contribution.validation == "clients" and self.eval_fraction == 0:
+                raise invalid_parameter("eval_fraction", owner, "> 0 with contribution "
+                                        "validation='clients'", 0.0)
+            from islands.hfl.contribution import check_compatible
+
+            check_compatible(getattr(self.strategy, "aggregator", MeanAggregator()))
         if self.backend == "ray" and importlib.util.find_spec("ray") is None:
             raise ImportError("The 'backend' parameter of FederatedModel is 'ray', but Ray "
                               "is not installed: pip install 'islands[ray]'")
@@ -308,7 +328,8 @@ class FederatedModel:
 
     def fit(self, parts: Sequence[tuple[ArrayLike, ArrayLike]], *,
             test: tuple[ArrayLike, ArrayLike] | None = None,
-            names: Sequence[str] | None = None) -> FederatedModel:
+            names: Sequence[str] | None = None,
+            behaviour: Mapping[str, Callable[[Any], Any]] | None = None) -> FederatedModel:
         """Train over the clients' parts.
 
         Parameters
@@ -319,6 +340,11 @@ class FederatedModel:
             ``(X, y)`` scored with the global model after every epoch (optional).
         names
             Client names (default ``client-1``, ``client-2``, ...).
+        behaviour
+            Simulate misbehaving clients: ``{name: wrap}`` replaces that client's
+            learner with ``wrap(learner)``, e.g.
+            :class:`~islands.hfl.learner.FreeRider` (uploads the global model
+            unchanged).
 
         Returns
         -------
@@ -333,6 +359,12 @@ class FederatedModel:
             names)
         if len(names) != len(data):
             raise ValidationError(f"{len(names)} names for {len(data)} parts")
+        behaviour = dict(behaviour or {})
+        stray = sorted(set(behaviour) - set(names))
+        if stray or not all(callable(f) for f in behaviour.values()):
+            raise invalid_parameter("behaviour", "FederatedModel.fit",
+                                    "a mapping of client names to callables",
+                                    stray or describe(behaviour))
         strategy = FedAvg() if self.strategy is None else self.strategy
         pool = ModulePool(self.model)
         active = len(names) if self.concurrency is None else min(len(names), self.concurrency)
@@ -341,6 +373,8 @@ class FederatedModel:
                 learners, workers = self._ray_learners(stack, data, names, active)
             else:
                 learners, workers = self._local_learners(stack, data, pool, active)
+            learners = [behaviour[name](learner) if name in behaviour else learner
+                        for name, learner in zip(names, learners, strict=True)]
             self._run(learners, names, strategy, pool, active, test)
         self.workers_ = workers
         return self
@@ -403,6 +437,9 @@ class FederatedModel:
             X_test, y_test = np.asarray(test[0]), np.asarray(test[1])
             scorer = Trainer(self.model, X_test, y_test, task=self.task, pool=pool)
 
+        tracker = None
+        if self.contribution is not None:
+            tracker = self._tracker(learners, names, pool, initial)
         resume = bool(self.resume)
         if resume and not (Path(self.checkpoint) / SERVER_FILE).is_file():  # type: ignore[arg-type]
             log.warning("no checkpoint in %s: starting afresh", self.checkpoint)
@@ -437,7 +474,7 @@ class FederatedModel:
                               epochs=self.epochs, concurrency=self.concurrency,
                               client_timeout=self.timeout, checkpoint=self.checkpoint,
                               resume=resume, on_round=on_round, send_final=False,
-                              sample_dp=self.sample_dp),
+                              sample_dp=self.sample_dp, contribution=tracker),
         }
         for name, learner, half in zip(names, learners, halves, strict=True):
             roles[name] = partial(client, server="server", learner=learner,
@@ -469,6 +506,28 @@ class FederatedModel:
         self.wall_time_ = run.wall_time
         self.client_names_ = names
         self._scorer_pool = pool
+        self.contribution_ = None if tracker is None else tracker.report()
+
+    def _tracker(self, learners: list[Any], names: list[str], pool: Any,
+                 initial: Vector) -> Any:
+        """Build the contribution tracker: the server's validation rows or the clients'."""
+        from islands.hfl.contribution import (
+            ClientValidation,
+            ContributionTracker,
+            ServerValidation,
+        )
+
+        cfg = self.contribution
+        utility: Any
+        if cfg.validation == "clients":
+            utility = ClientValidation([(learner.evaluate, learner.n_eval)
+                                        for learner in learners])
+        else:
+            metric = cfg.metric or ("accuracy" if self.task == "classification" else "loss")
+            X_val, y_val = cfg.validation
+            utility = ServerValidation(self.model, X_val, y_val, task=self.task,
+                                       metric=metric, pool=pool)
+        return ContributionTracker(cfg, names, utility, initial, seed=self.seed)
 
     def _report(self, y: NDArray[Any], pred: NDArray[Any]) -> dict[str, Any]:
         if self.task == "classification":

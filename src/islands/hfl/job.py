@@ -53,6 +53,19 @@ options named after it::
     noise_multiplier = 1.1
     target_epsilon = 8.0
 
+Contribution measurement (:mod:`islands.hfl.contribution`): each client's score and
+reward share, valued round by round from the plain uploads (not with secagg, additive,
+ckks, paillier or chaos, which hide them)::
+
+    [contribution]
+    methods = ["gtg", "loo"]     # gtg | exact | or | loo; the first gives the shares
+    validation = "server"        # or "clients": their own evaluation rows (simulation)
+    validation_samples = 1000    # the server's rows, drawn from the test rows
+    metric = "accuracy"          # or "loss" (default: accuracy, loss for a regression)
+    weighting = "fixed"          # or "renormalised" (the papers' coalition models)
+    tolerance = 0.005            # gtg: confidence half-width per round
+    max_permutations = 200
+
 Every key is checked: an unknown key (a typo) or a value of the wrong kind is an error
 naming the section and key. :func:`run_job` trains the federation, the centralised
 baseline (``baseline = true``) or, for a linear regression, the closed-form ridge
@@ -108,7 +121,10 @@ _PROTECT_OPTIONS: dict[str, set[str]] = {
 }
 _TOP = {"name", "seed", "epochs", "output", "baseline", "task", "concurrency", "timeout",
         "eval_fraction", "data", "partition", "model", "strategy", "protect", "backend",
-        "ray_address", *_PROTECT_OPTIONS}
+        "ray_address", "contribution", *_PROTECT_OPTIONS}
+_CONTRIBUTION = {"methods", "validation", "validation_samples", "metric", "weighting",
+                 "tolerance", "confidence", "min_permutations", "max_permutations",
+                 "truncation", "round_truncation"}
 _DATA = {"name", "train_samples", "test_samples", "test_fraction", "standardize", "path"}
 _PARTITION = {"kind", "clients", "groups", "alpha", "shards_per_client", "min_samples"}
 _MODEL = {"kind", "hidden", "channels"}
@@ -140,11 +156,14 @@ class Job:
     protect_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     backend: str = "local"
     ray_address: str | None = None
+    contribution: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the job as plain values, as the file has them (and ``source``)."""
         out = asdict(self)
         out.update(out.pop("protect_options"))
+        if out["contribution"] is None:
+            del out["contribution"]
         return out
 
 
@@ -258,6 +277,9 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
         build_sample_dp(protect, options)
     except (ValidationError, TypeError, ImportError) as exc:
         raise JobError(f"{where}: protect = {protect}: {exc}") from exc
+    contribution = None
+    if "contribution" in raw:
+        contribution = _contribution_section(raw, where, protect, options)
     return Job(
         name=table_value(raw, "name", (str,), where, Path(source).stem),
         seed=table_value(raw, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0"),
@@ -271,8 +293,56 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
                                  lambda v: 0 <= v < 1, "a number in [0, 1)")),
         data=data, partition=partition, model=model, strategy=strategy, source=source,
         protect=list(protect), protect_options=options, backend=backend,
-        ray_address=ray_address,
+        ray_address=ray_address, contribution=contribution,
     )
+
+
+def _contribution_section(raw: Mapping[str, Any], where: str, protect: list[str],
+                          options: Mapping[str, Any]) -> dict[str, Any]:
+    """Check ``[contribution]``; every value is tried on a Contribution now."""
+    from islands.hfl.contribution import METHODS, check_compatible
+    from islands.hfl.protect import build_aggregator
+
+    sec = f"{where} [contribution]"
+    table = _section(raw, "contribution", _CONTRIBUTION, where)
+    table_value(table, "methods", (list,), sec, ["gtg", "loo"],
+                lambda v: bool(v) and all(isinstance(m, str) and m in METHODS for m in v)
+                and len(set(v)) == len(v), f"a list of distinct names among {list(METHODS)}")
+    table_value(table, "validation", (str,), sec, "server",
+                lambda v: v in ("server", "clients"), "'server' or 'clients'")
+    table_value(table, "validation_samples", (int,), sec, 1000, lambda v: v >= 1,
+                "an int >= 1")
+    table_value(table, "metric", (str,), sec, None, lambda v: v in ("accuracy", "loss"),
+                "'accuracy' or 'loss'")
+    table_value(table, "weighting", (str,), sec, "fixed",
+                lambda v: v in ("fixed", "renormalised"), "'fixed' or 'renormalised'")
+    for key in ("tolerance", "confidence", "truncation", "round_truncation"):
+        table_value(table, key, (float, int), sec, None, lambda v: v >= 0, "a number >= 0")
+    for key in ("min_permutations", "max_permutations"):
+        table_value(table, key, (int,), sec, None, lambda v: v >= 2, "an int >= 2")
+    table.setdefault("methods", ["gtg", "loo"])
+    table.setdefault("validation", "server")
+    table.setdefault("validation_samples", 1000)
+    table.setdefault("weighting", "fixed")
+    try:
+        _contribution_config(table, (np.zeros((1, 1)), np.zeros(1)))
+        check_compatible(build_aggregator(protect, options))
+    except ValidationError as exc:
+        raise JobError(f"{sec}: {exc}") from exc
+    return table
+
+
+def _contribution_config(table: Mapping[str, Any], validation: Any) -> Any:
+    """Build the :class:`Contribution` of a checked ``[contribution]`` table."""
+    from islands.hfl.contribution import Contribution
+
+    keys = ("metric", "weighting", "tolerance", "confidence", "min_permutations",
+            "max_permutations", "truncation", "round_truncation")
+    kwargs = {k: table[k] for k in keys if table.get(k) is not None}
+    for k in ("tolerance", "confidence", "truncation", "round_truncation"):
+        if k in kwargs:
+            kwargs[k] = float(kwargs[k])
+    return Contribution(validation, methods=tuple(table["methods"]), **kwargs)
 
 
 # --------------------------------------------------------------------------- building
@@ -472,13 +542,25 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
     from islands.hfl.protect import build_sample_dp
 
     strategy = build_strategy(job)
+    contribution = None
+    if job.contribution is not None:
+        c = job.contribution
+        if c["validation"] == "clients":
+            contribution = _contribution_config(c, "clients")
+        else:
+            # the server's own labelled rows, drawn from the test rows: never trained on,
+            # and the test metrics below stay on all the test rows
+            X_all, y_all = prep.test
+            rows = np.random.default_rng([job.seed, 7]).permutation(len(y_all))
+            rows = np.sort(rows[: c["validation_samples"]])
+            contribution = _contribution_config(c, (X_all[rows], y_all[rows]))
     fl = FederatedModel(prep.spec, strategy, epochs=job.epochs, task=job.task,  # type: ignore[arg-type]
                         eval_fraction=job.eval_fraction, seed=job.seed,
                         concurrency=job.concurrency, timeout=job.timeout,
                         checkpoint=out / "checkpoints", resume=resume, callback=callback,
                         sample_dp=build_sample_dp(job.protect, job.protect_options),
                         backend=job.backend,  # type: ignore[arg-type]
-                        ray_address=job.ray_address)
+                        ray_address=job.ray_address, contribution=contribution)
     fl.fit(prep.parts, test=prep.test)
     X_test, y_test = prep.test
     final = fl.score(X_test, y_test)
@@ -518,6 +600,8 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
         "local_accuracy": [r.accuracy for r in fl.rounds_],
         "federated_seconds": fl.wall_time_,
     }
+    if fl.contribution_ is not None:
+        result["contribution"] = fl.contribution_.to_dict()
     if job.baseline:
         result["baseline"] = _baseline(job, prep, strategy, fl, baseline_callback)
         if job.task == "classification":
@@ -629,4 +713,9 @@ def write_outputs(result: dict[str, Any], out: str | Path, *, json_path: str | P
     ax.set_title(f"{result['job']['name']}: τ per round")
     ax.grid(alpha=0.3)
     written.append(save_figure(fig, folder / "tau.png"))
+    if result.get("contribution"):
+        from islands.hfl.contribution.report import plot_contribution
+
+        written.append(plot_contribution(result["contribution"], folder / "contribution.png",
+                                         title=f"{result['job']['name']}: contributions"))
     return written

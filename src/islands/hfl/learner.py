@@ -34,7 +34,7 @@ from islands.hfl.protocol import LocalOutcome
 from islands.hfl.strategy import LocalConfig
 from islands.hfl.training import Position, Trainer
 
-__all__ = ["PooledLearner", "TorchLearner"]
+__all__ = ["FreeRider", "PooledLearner", "TorchLearner"]
 
 Vector = NDArray[np.float32]
 
@@ -204,3 +204,41 @@ class PooledLearner:
         """Return the inner learner's sample-level (ε, δ), or None."""
         spent = getattr(self.inner, "spent", None)
         return None if spent is None else spent()
+
+
+class FreeRider:
+    """A client that trains nothing: it uploads the global model it was sent, unchanged.
+
+    For simulations of contribution measurement (:mod:`islands.hfl.contribution`): it
+    joins with ``inner``'s sample counts (so it claims its aggregation weight) and
+    evaluates honestly, but its update w − w_global is zero.
+
+    Parameters
+    ----------
+    inner
+        The learner whose counts and evaluation it reports.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    @property
+    def n_train(self) -> int:
+        """The training samples it claims."""
+        return int(self.inner.n_train)
+
+    @property
+    def n_eval(self) -> int:
+        """Local evaluation samples."""
+        return int(self.inner.n_eval)
+
+    def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
+              config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
+        """Return ``params`` unchanged (loss reported as NaN: nothing was trained)."""
+        return LocalOutcome(params=np.array(params, dtype=np.float32), momentum=momentum,
+                            loss=float("nan"))
+
+    def evaluate(self, params: Vector) -> float:
+        """Return the inner learner's evaluation."""
+        return float(self.inner.evaluate(params))
+

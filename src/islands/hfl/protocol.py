@@ -91,6 +91,7 @@ __all__ = [
     "Join",
     "Learner",
     "LocalOutcome",
+    "RoundObserver",
     "RoundRecord",
     "ServerResult",
     "Task",
@@ -290,6 +291,23 @@ class LocalOutcome:
     loss: float
 
 
+class RoundObserver(Protocol):
+    """Sees every round's plain uploads on the server (contribution measurement)."""
+
+    def check_aggregator(self, aggregator: Aggregator) -> None:
+        """Raise if ``aggregator`` does not show the server single updates."""
+
+    def observe(self, round: int, base: Vector, uploads: dict[str, Any],
+                weights: dict[str, float]) -> None:
+        """Take the round's starting model, the survivors' uploads and weights."""
+
+    def get_state(self) -> dict[str, Any]:
+        """Return what a checkpoint must hold to resume."""
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state`."""
+
+
 class Learner(Protocol):
     """What a client role needs from local training (see :mod:`islands.hfl.learner`)."""
 
@@ -334,6 +352,7 @@ def server(
     on_round: Callable[[RoundRecord, Any], None] | None = None,
     send_final: bool = True,
     sample_dp: SampleDP | None = None,
+    contribution: RoundObserver | None = None,
 ) -> ServerResult:
     """Run the FL server: ``epochs`` epochs of rounds, as the strategy directs.
 
@@ -369,6 +388,10 @@ def server(
         The DP-SGD settings the clients train with: the server then accounts every
         client's sample-level budget, reports the largest ε and stops before a round
         that would take a client past ``target_epsilon``.
+    contribution
+        Values the clients from every round's plain uploads
+        (:class:`~islands.hfl.contribution.ContributionTracker`); refused, before any
+        message, when the aggregator hides single updates.
 
     Returns
     -------
@@ -386,6 +409,8 @@ def server(
     if resume and checkpoint is None:
         raise ValidationError("resume=True needs the 'checkpoint' folder to resume from")
     min_clients = int(getattr(strategy, "min_clients", 1))
+    if contribution is not None:
+        contribution.check_aggregator(strategy.aggregator)
     dim = params.size
     half = strategy.aggregator.server_half()
     link = ServerLink(party, client_timeout)
@@ -445,6 +470,8 @@ def server(
         half.set_state(saved.get("aggregator", {}))
         if budget is not None:
             budget.set_state(saved.get("sample_budget", {}))
+        if contribution is not None:
+            contribution.set_state(saved.get("contribution", {}))
         records = _records_from_columns(saved["records"])
         dropouts = [DropoutEvent(**d) for d in saved["dropouts"]] + dropouts
         resumed_from = rnd
@@ -482,9 +509,10 @@ def server(
                 f"round {rnd}: {len(participants)} clients left after the aggregator's "
                 f"set-up, fewer than min_clients={min_clients}", party=party.name,
                 step="setup")
+        uploads: dict[str, Any] | None = None if contribution is None else {}
         results = _run_round(party, participants, rnd, model, initial_model, epoch, step,
                              steps, batch_sizes, config, evaluate, agg,
-                             concurrency or len(participants), client_timeout)
+                             concurrency or len(participants), client_timeout, uploads)
         if budget is not None:  # a client that dropped out may still have trained
             budget.step(participants, steps)
         for name, reason in _failures(results):
@@ -500,6 +528,10 @@ def server(
                 step="update")
         model = agg.finish(survivors)
         _drain(link, dropouts, available)
+        if contribution is not None and uploads is not None and plain is not None:
+            contribution.observe(rnd, plain, {c: uploads[c] for c in survivors},
+                                 {c: agg.weights[c] for c in survivors})
+        del uploads
         plain = half.reveal(model)
         initial_model = False
         ups: list[Update] = [results[c] for c in survivors]
@@ -511,7 +543,11 @@ def server(
             if scored:
                 accuracy = weighted_accuracy([a for a, _ in scored], [n for _, n in scored])
         strategy.observe(rnd, accuracy)
-        loss = float(np.average([u.loss for u in ups], weights=w_surv))
+        # a client that trained nothing (a free-rider) may report no loss (NaN)
+        finite = [(u.loss, n) for u, n in zip(ups, w_surv, strict=True)
+                  if math.isfinite(u.loss)]
+        loss = (float(np.average([v for v, _ in finite], weights=[n for _, n in finite]))
+                if finite else math.nan)
         step += steps
         epoch_end = step == steps_per_epoch
         if epoch_end:
@@ -532,6 +568,7 @@ def server(
                 "available": available, "strategy": strategy.get_state(),
                 "aggregator": half.get_state(),
                 "sample_budget": {} if budget is None else budget.get_state(),
+                "contribution": {} if contribution is None else contribution.get_state(),
                 "records": _records_to_columns(records),
                 "dropouts": [asdict(d) for d in dropouts],
             })
@@ -629,10 +666,12 @@ def _run_round(
     party: Party, chosen: list[str], rnd: int, params: Any, initial: bool, epoch: int,
     step: int, steps: int, batch_sizes: dict[str, int], config: LocalConfig, evaluate: bool,
     agg: RoundAggregation, concurrency: int, client_timeout: float,
+    uploads: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Send tasks to at most ``concurrency`` clients at a time; take updates in order.
 
-    Returns each client's :class:`Update`, or ``"failed"``/``"timeout"``.
+    Returns each client's :class:`Update`, or ``"failed"``/``"timeout"``; with
+    ``uploads``, each aggregated payload is also kept there, by client.
     """
     out: dict[str, Any] = {}
     queue = deque(chosen)
@@ -665,6 +704,8 @@ def _run_round(
                 raise ProtocolError(f"client {name!r} sent a malformed update in round {rnd}",
                                     party=party.name, step="update")
             agg.add(name, update.payload)
+            if uploads is not None:
+                uploads[name] = update.payload
             # keep the metadata, drop the payload (the aggregate holds what it needs)
             out[name] = Update(round=update.round, payload=None, steps=update.steps,
                                loss=float(update.loss), accuracy=float(update.accuracy))

@@ -540,6 +540,30 @@ class Trainer:
         out: NDArray[Any] = self._outputs(params, X, "Trainer.predict").numpy()
         return out
 
+    def score_own(self, params: Any, metric: Literal["accuracy", "loss"]) -> float:
+        """Score ``params`` on this trainer's own rows (checked once, at construction).
+
+        ``"accuracy"``: the share of rows whose argmax is the label (classification);
+        ``"loss"``: minus the mean loss (cross-entropy, or squared error), so that
+        higher is better either way.
+        """
+        owner = "Trainer.score_own"
+        if metric not in ("accuracy", "loss"):
+            raise invalid_parameter("metric", owner, "'accuracy' or 'loss'", describe(metric))
+        if metric == "accuracy" and self.task != "classification":
+            raise invalid_parameter("metric", owner, "'loss' for a regression", metric)
+        w = _check_vector(params, self.n_params, "params", owner)
+        total = 0.0
+        with self.pool.borrow() as module, torch.no_grad():
+            _load_checked(module, w)
+            for lo in range(0, self.n, _PREDICT_ROWS):
+                xb, yb = self._X[lo : lo + _PREDICT_ROWS], self._y[lo : lo + _PREDICT_ROWS]
+                if metric == "accuracy":
+                    total += float((module(xb).argmax(dim=1) == yb).sum().item())
+                else:
+                    total += float(self.loss(module, xb, yb, reduction="sum").item())
+        return total / self.n if metric == "accuracy" else -total / self.n
+
     def evaluate(self, params: Any, X: Any, y: Any) -> float:
         """Return the accuracy (classification) or the mean squared error (regression)."""
         owner = "Trainer.evaluate"

@@ -1,0 +1,465 @@
+"""Per-client contribution of a horizontal-FL run, valued round by round as it trains.
+
+:class:`Contribution` is the configuration a user gives
+:class:`~islands.hfl.FederatedModel` (or a job's ``[contribution]`` section);
+:class:`ContributionTracker` is what the server role runs with it: after each
+aggregation it values the round's coalition game (:class:`~.game.RoundGame`) from the
+uploads it just aggregated, then lets them go. Methods:
+
+==========  ==============================================================================
+``gtg``     GTG-Shapley (Liu et al. 2022): per round, Monte-Carlo Shapley values over
+            orders of the round's survivors (guided first positions, within-round
+            truncation, a confidence-width stopping rule); a client's score is the sum
+            over rounds. Rounds whose gain |v(N) − v(∅)| is at most ``round_truncation``
+            are skipped (every client 0).
+``exact``   The same per-round game valued exactly (2^m coalitions for m survivors):
+            the multi-round reconstruction (MR) of Song et al. 2019.
+``or``      One-round reconstruction (OR, Song et al. 2019): the model of every
+            coalition S of the whole federation is carried through all rounds,
+            w_S ← w_S + Σ_{k∈S} c_k·(w_k − w) with the round's coefficients, and the
+            exact Shapley values of v(S) = utility(w_S) are computed at the end (2ⁿ
+            models kept: small federations only).
+``loo``     Leave-one-out per round, v_r(N) − v_r(N∖{k}), summed over rounds.
+==========  ==============================================================================
+
+Every per-round method satisfies efficiency in sum: Σ_k φ_k = Σ_r (v_r(N) − v_r(∅)) =
+utility(final) − utility(initial) (``gtg`` within its truncations, ``loo`` not at all:
+leave-one-out is not efficient); ``or``'s Σ φ_k = utility(final) − utility(initial)
+exactly.
+
+Which protections allow it: the uploads must reach the server in the clear, so only the
+plain mean and client-level DP over it (then each update is already noised: the scores
+are a post-processing of DP outputs and cost no privacy, but carry the noise) and
+DP-SGD. Secure aggregation, additive sharing, CKKS and Paillier exist to show the server
+the sum and nothing else, and a coalition's model needs the sum over that coalition —
+for S = {k}, client k's own update. The chaos permutation hides coordinates from the
+server, which could not then score a coalition model, and unpermuting is the clients'
+job, which would show them each other's updates. Under those, value clients by
+retraining (:mod:`islands.hfl.contribution.retrain`), which uses only final models.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from islands.errors import ValidationError, invalid_parameter
+from islands.hfl.contribution.game import WEIGHTINGS, RoundGame, Utility, coalition_coefficients
+from islands.hfl.contribution.maths import (
+    exact_shapley,
+    hoeffding_halfwidth,
+    leave_one_out,
+    permutation_shapley,
+    reward_shares,
+)
+from islands.validation import check_float, check_int, describe
+
+__all__ = [
+    "METHODS",
+    "Contribution",
+    "ContributionReport",
+    "ContributionTracker",
+    "IncompatibleAggregatorError",
+    "check_compatible",
+]
+
+log = logging.getLogger(__name__)
+
+Vector = NDArray[np.float32]
+METHODS: tuple[str, ...] = ("gtg", "exact", "or", "loo")
+MAX_ROUND_EXACT = 14
+"""``exact`` values 2^m coalitions per round: refused for federations above this size."""
+MAX_OR_CLIENTS = 16
+
+
+class IncompatibleAggregatorError(ValidationError):
+    """The aggregator hides the per-client updates that reconstruction needs."""
+
+
+_WHY = {
+    "secagg": "secure aggregation shows the server only the sum of the masked updates",
+    "additive": "additive sharing shows the server only the sum of the shares",
+    "ckks": "under CKKS the server holds only ciphertexts and their encrypted sum",
+    "paillier": "under Paillier the server holds only ciphertexts and their encrypted sum",
+    "chaos": ("the chaos permutation hides the coordinates from the server, which cannot "
+              "score a permuted coalition model, and unpermuting coalition models would "
+              "show the clients each other's updates"),
+}
+
+
+def check_compatible(aggregator: Any) -> None:
+    """Raise :class:`IncompatibleAggregatorError` unless the server sees plain updates.
+
+    The plain mean, and client-level DP around an aggregator that allows it, are
+    compatible; see the module docstring for why the others are not.
+    """
+    from islands.hfl.aggregate import MeanAggregator
+    from islands.hfl.protect import ChaosPermutation, ClientDP
+
+    agg = aggregator
+    while isinstance(agg, ClientDP):
+        agg = agg.inner
+    if isinstance(agg, MeanAggregator):
+        return
+    name = "chaos" if isinstance(agg, ChaosPermutation) else str(getattr(agg, "name", agg))
+    base = name.split("+")[-1]
+    why = _WHY.get(name) or _WHY.get(base) or (
+        f"the {name!r} aggregator is not known to show the server each client's update")
+    raise IncompatibleAggregatorError(
+        f"contribution by update reconstruction needs each client's update at the server, "
+        f"but {why}; valuing a coalition of one client would reveal that client's update. "
+        f"Use islands.hfl.contribution.retrain (it retrains on coalitions and needs only "
+        f"final models) or run without {name!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class Contribution:
+    """How to value the clients of a horizontal-FL run.
+
+    Parameters
+    ----------
+    validation : (X, y) or "clients"
+        Validation rows the server holds (never trained on), or ``"clients"``: every
+        client's own evaluation rows (simulations only; see
+        :class:`~islands.hfl.contribution.game.ClientValidation`).
+    methods : sequence of {"gtg", "exact", "or", "loo"}, default=("gtg", "loo")
+        Methods to compute (module docstring); the first gives the reward shares.
+    metric : {"accuracy", "loss"} or None
+        The utility: accuracy, or minus the mean loss. None: accuracy for
+        classification, loss for regression. With ``validation="clients"`` the clients'
+        own score is used (accuracy, or R² for a regression).
+    weighting : {"fixed", "renormalised"}, default="fixed"
+        How a coalition's model is rebuilt (:mod:`~islands.hfl.contribution.game`):
+        each client's share of the actual step (a client with a zero update is a null
+        player), or FedAvg over the coalition alone (GTG-Shapley's and Song et al.'s
+        choice, for reproducing them: it credits a free-rider for diluting harmful
+        updates).
+    tolerance : float, default=0.005
+        ``gtg``: stop a round's sampling once every client's confidence half-width is
+        at most this (utility units, per round).
+    confidence : float, default=0.95
+    min_permutations, max_permutations : int, default=10, 200
+        ``gtg``: orders sampled per round, at least and at most.
+    truncation : float, default=0.0
+        ``gtg``: within-round truncation threshold (0: off; exact efficiency).
+    round_truncation : float, default=0.0
+        ``gtg``: skip rounds whose gain is at most this (0: value every round).
+    seed : int or None
+        Seeds the orders sampled (None: the federation's seed).
+    """
+
+    validation: Any
+    methods: tuple[str, ...] = ("gtg", "loo")
+    metric: str | None = None
+    weighting: str = "fixed"
+    tolerance: float = 0.005
+    confidence: float = 0.95
+    min_permutations: int = 10
+    max_permutations: int = 200
+    truncation: float = 0.0
+    round_truncation: float = 0.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        owner = "Contribution"
+        methods = (self.methods,) if isinstance(self.methods, str) else tuple(self.methods)
+        if not methods or any(m not in METHODS for m in methods) or len(set(methods)) < len(
+                methods):
+            raise invalid_parameter("methods", owner, f"distinct names among {METHODS}",
+                                    describe(self.methods))
+        object.__setattr__(self, "methods", methods)
+        v = self.validation
+        if not (v == "clients" if isinstance(v, str) else (
+                isinstance(v, tuple | list) and len(v) == 2)):
+            raise invalid_parameter("validation", owner, "an (X, y) pair or 'clients'",
+                                    describe(v))
+        if self.metric not in (None, "accuracy", "loss"):
+            raise invalid_parameter("metric", owner, "None, 'accuracy' or 'loss'",
+                                    describe(self.metric))
+        if self.weighting not in WEIGHTINGS:
+            raise invalid_parameter("weighting", owner, f"one of {WEIGHTINGS}",
+                                    describe(self.weighting))
+        check_float(self.tolerance, "tolerance", owner, low=0.0, low_inclusive=False)
+        c = check_float(self.confidence, "confidence", owner, low=0.0, low_inclusive=False)
+        if c >= 1:
+            raise invalid_parameter("confidence", owner, "a float in (0, 1)", c)
+        lo = check_int(self.min_permutations, "min_permutations", owner, low=2)
+        check_int(self.max_permutations, "max_permutations", owner, low=lo)
+        check_float(self.truncation, "truncation", owner, low=0.0)
+        check_float(self.round_truncation, "round_truncation", owner, low=0.0)
+        if self.seed is not None:
+            check_int(self.seed, "seed", owner, low=0)
+
+    def settings(self) -> dict[str, Any]:
+        """Return the configuration without the validation rows (for results files)."""
+        # not asdict: it would deep-copy the validation rows only to drop them
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "validation"}
+        out["methods"] = list(self.methods)
+        out["validation"] = ("clients" if isinstance(self.validation, str)
+                             else f"server ({len(self.validation[1])} rows)")
+        return out
+
+
+@dataclass(frozen=True)
+class ContributionReport:
+    """Scores and reward shares of every client (:meth:`to_dict` for JSON).
+
+    Attributes
+    ----------
+    clients
+        Client names, in the federation's order.
+    scores
+        ``{method: [φ_k]}``: each client's contribution, in utility units.
+    halfwidth
+        ``{"gtg": [h_k]}``: the CLT confidence half-width of each ``gtg`` score (per
+        round half-widths combined in quadrature).
+    hoeffding
+        ``gtg``'s distribution-free half-width for all clients at once (per round
+        Hoeffding bounds at confidence split over the rounds, summed), or None.
+    shares
+        Reward shares from the first method (:func:`~.maths.reward_shares`).
+    primary
+        The method the shares come from.
+    utility_initial, utility_final
+        The utility of the initial and the final global model.
+    gain
+        Σ_r (v_r(N) − v_r(∅)): what efficient scores sum to.
+    rounds
+        Per round: ``round``, ``clients`` (indices of the survivors), ``gain`` and each
+        per-round method's values (for plots of contribution over time).
+    evaluations
+        Utility evaluations made (coalition models scored).
+    seconds
+        Time spent valuing: on the server between rounds, plus the scoring of ``or``'s
+        2ⁿ models when the report is made (so it can exceed the run's wall time).
+    permutations
+        ``gtg``: orders sampled over all rounds; ``unconverged``: rounds that hit
+        ``max_permutations``; ``skipped``: rounds skipped by ``round_truncation``.
+    settings
+        The :class:`Contribution` used.
+    """
+
+    clients: list[str]
+    scores: dict[str, list[float]]
+    halfwidth: dict[str, list[float]]
+    hoeffding: float | None
+    shares: list[float]
+    primary: str
+    utility_initial: float
+    utility_final: float
+    gain: float
+    rounds: list[dict[str, Any]]
+    evaluations: int
+    seconds: float
+    permutations: int
+    unconverged: int
+    skipped: int
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values, for ``results.json``."""
+        return asdict(self)
+
+
+class ContributionTracker:
+    """Values every round of a run from its plain uploads (see the module docstring).
+
+    Parameters
+    ----------
+    config
+        The :class:`Contribution` settings.
+    clients
+        The federation's client names, in order.
+    utility
+        Scores a model vector.
+    initial
+        The initial global model.
+    seed
+        Seeds ``gtg``'s orders when ``config.seed`` is None.
+    """
+
+    def __init__(self, config: Contribution, clients: Sequence[str], utility: Utility,
+                 initial: Vector, seed: int = 0) -> None:
+        if not isinstance(config, Contribution):
+            raise invalid_parameter("contribution", "ContributionTracker", "a Contribution",
+                                    describe(config))
+        self.config = config
+        self.clients = list(clients)
+        n = len(self.clients)
+        if "exact" in config.methods and n > MAX_ROUND_EXACT:
+            raise invalid_parameter("methods", "Contribution", f"no 'exact' above "
+                                    f"{MAX_ROUND_EXACT} clients (2^n coalitions a round)",
+                                    f"'exact' with {n} clients")
+        self.initial = np.array(initial, dtype=np.float32)
+        if "or" in config.methods:
+            if n > MAX_OR_CLIENTS:
+                raise invalid_parameter("methods", "Contribution", f"no 'or' above "
+                                        f"{MAX_OR_CLIENTS} clients (2^n models kept)",
+                                        f"'or' with {n} clients")
+            gib = (1 << n) * self.initial.size * 4 / 2**30
+            if gib > 4:
+                raise invalid_parameter("methods", "Contribution", "'or' only where 2^n "
+                                        "models fit in 4 GiB", f"{gib:.1f} GiB for {n} "
+                                        f"clients of {self.initial.size} parameters")
+        self.utility = utility
+        self.seed = int(config.seed if config.seed is not None else seed)
+        self._index = {c: k for k, c in enumerate(self.clients)}
+        self._totals = {m: np.zeros(n) for m in config.methods if m != "or"}
+        self._var = np.zeros(n)  # Σ_r stderr² of gtg
+        self._hoeffding: list[tuple[float, int, int]] = []
+        self._rounds: list[dict[str, Any]] = []
+        self._or: NDArray[np.float32] | None = None
+        if "or" in config.methods:
+            self._or = np.repeat(self.initial[None, :], 1 << n, axis=0)
+        self.evaluations = 0
+        self.seconds = 0.0
+        self.permutations = 0
+        self.unconverged = 0
+        self.skipped = 0
+        self._u0: float | None = None
+        self._last_full: float | None = None
+
+    def check_aggregator(self, aggregator: Any) -> None:
+        """Refuse an aggregator that hides single updates (:func:`check_compatible`)."""
+        check_compatible(aggregator)
+
+    # ------------------------------------------------------------------ per round
+    def observe(self, round: int, base: Vector, uploads: Mapping[str, Vector],
+                weights: Mapping[str, float]) -> None:
+        """Value one round from its survivors' uploads (``weights``: their p_k)."""
+        t0 = time.perf_counter()
+        names = [c for c in self.clients if c in uploads]
+        unknown = sorted(set(uploads) - set(names))
+        if unknown or not names:
+            raise ValidationError(f"round {round}: uploads from {unknown or 'no client'}, "
+                                  f"not clients of this federation")
+        idx = [self._index[c] for c in names]
+        cfg = self.config
+        game = RoundGame(base, [uploads[c] for c in names], [weights[c] for c in names],
+                         self.utility, cfg.weighting)
+        m = game.players
+        full = (1 << m) - 1
+        empty_v, full_v = game(0), game(full)
+        if self._u0 is None:
+            self._u0 = empty_v
+        self._last_full = full_v
+        entry: dict[str, Any] = {"round": int(round), "clients": idx,
+                                 "gain": full_v - empty_v}
+        for method in cfg.methods:
+            if method == "or":
+                continue
+            values: NDArray[np.float64]
+            if method == "gtg":
+                if cfg.round_truncation > 0 and abs(full_v - empty_v) <= cfg.round_truncation:
+                    values = np.zeros(m)
+                    self.skipped += 1
+                else:
+                    est = permutation_shapley(
+                        game, m, rng=np.random.default_rng([self.seed, int(round)]),
+                        tolerance=cfg.tolerance, confidence=cfg.confidence,
+                        min_permutations=cfg.min_permutations,
+                        max_permutations=cfg.max_permutations, truncation=cfg.truncation)
+                    values = est.values
+                    self._var[idx] += est.stderr**2
+                    self.permutations += est.permutations
+                    self.unconverged += int(not est.converged)
+                    self._hoeffding.append((est.value_range, est.permutations, m))
+            elif method == "exact":
+                values = exact_shapley(game, m)
+            else:
+                values = leave_one_out(game, m)
+            self._totals[method][idx] += values
+            entry[method] = [float(v) for v in values]
+        if self._or is not None:
+            self._carry_or(game, idx)
+        self._rounds.append(entry)
+        self.evaluations += game.evaluations
+        self.seconds += time.perf_counter() - t0
+        log.info("round %d valued: %d coalition models in %.2f s", round, game.evaluations,
+                 time.perf_counter() - t0)
+
+    def _carry_or(self, game: RoundGame, idx: list[int]) -> None:
+        """w_S ← w_S + Σ_{k∈S∩round} c_k·(w_k − w) for every coalition S of the federation."""
+        assert self._or is not None
+        deltas = game.deltas
+        for mask in range(1 << len(self.clients)):
+            local = sum(1 << j for j, g in enumerate(idx) if mask >> g & 1)
+            if local == 0:
+                continue
+            coef = coalition_coefficients(local, game.weights, game.weighting)
+            self._or[mask] += (coef.astype(np.float32) @ deltas).astype(np.float32)
+
+    # ------------------------------------------------------------------ results
+    def report(self) -> ContributionReport:
+        """Return the scores so far (a running job may call it between rounds)."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        n = len(self.clients)
+        scores = {m: [float(v) for v in t] for m, t in self._totals.items()}
+        u0 = self._u0 if self._u0 is not None else float(self.utility(self.initial))
+        u1 = self._last_full if self._last_full is not None else u0
+        evaluations = 0
+        if self._or is not None:
+            values = [float(self.utility(w)) for w in self._or]
+            evaluations = len(values)
+            scores["or"] = [float(v) for v in exact_shapley(lambda s: values[s], n)]
+            u0 = values[0]
+        scores = {m: scores[m] for m in cfg.methods}
+        z = NormalDist().inv_cdf(0.5 + cfg.confidence / 2)
+        halfwidth = ({"gtg": [float(z * math.sqrt(v)) for v in self._var]}
+                     if "gtg" in cfg.methods else {})
+        hoeffding = None
+        if self._hoeffding:
+            per = (1 - cfg.confidence) / len(self._hoeffding)
+            hoeffding = float(sum(hoeffding_halfwidth(r, t, 1 - per, k)
+                                  for r, t, k in self._hoeffding))
+        primary = cfg.methods[0]
+        shares = [float(s) for s in reward_shares(scores[primary])]
+        gain = float(sum(e["gain"] for e in self._rounds))
+        return ContributionReport(
+            clients=list(self.clients), scores=scores, halfwidth=halfwidth,
+            hoeffding=hoeffding, shares=shares, primary=primary, utility_initial=float(u0),
+            utility_final=float(u1), gain=gain, rounds=copy.deepcopy(self._rounds),
+            evaluations=self.evaluations + evaluations,
+            seconds=self.seconds + time.perf_counter() - t0, permutations=self.permutations,
+            unconverged=self.unconverged, skipped=self.skipped, settings=cfg.settings())
+
+    # ------------------------------------------------------------------ checkpoints
+    def get_state(self) -> dict[str, Any]:
+        """Return what a server checkpoint keeps to resume the valuation."""
+        return {"totals": {m: t.copy() for m, t in self._totals.items()},
+                "var": self._var.copy(),
+                "hoeffding": [list(h) for h in self._hoeffding],
+                "rounds": self._rounds, "or": self._or,
+                "counters": [self.evaluations, self.permutations, self.unconverged,
+                             self.skipped],
+                "seconds": self.seconds,
+                "u": [math.nan if self._u0 is None else self._u0,
+                      math.nan if self._last_full is None else self._last_full]}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`get_state`."""
+        if not state:
+            return
+        for m in self._totals:
+            self._totals[m] = np.array(state["totals"][m], dtype=np.float64)
+        self._var = np.array(state["var"], dtype=np.float64)
+        self._hoeffding = [(float(r), int(t), int(k)) for r, t, k in state["hoeffding"]]
+        self._rounds = [dict(e) for e in state["rounds"]]
+        if self._or is not None and state.get("or") is not None:
+            self._or = np.array(state["or"], dtype=np.float32)
+        self.evaluations, self.permutations, self.unconverged, self.skipped = (
+            int(v) for v in state["counters"])
+        self.seconds = float(state["seconds"])
+        u0, u1 = (float(v) for v in state["u"])
+        self._u0 = None if math.isnan(u0) else u0
+        self._last_full = None if math.isnan(u1) else u1
