@@ -1,0 +1,175 @@
+"""The contribution experiment (islands.experiments.contribution), run once in quick mode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from islands.data import find_fashion_mnist
+from islands.errors import ValidationError
+from islands.experiments.report import to_jsonable
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(find_fashion_mnist() is None,
+                                reason="Fashion-MNIST files not found")
+
+from islands.experiments.contribution import (  # noqa: E402
+    METHODS,
+    ROLES,
+    reproduce_contribution,
+)
+
+KEYS = {"settings", "clients", "federation", "contribution", "renormalised", "retrain",
+        "comparison", "gtg_check", "costs", "agreement", "figures", "wall_time_s"}
+FIGURES = ("contribution.png", "rounds.png", "agreement.png")
+
+Run = tuple[Path, dict[str, Any], list[str]]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    out = tmp_path_factory.mktemp("contribution_quick")
+    messages: list[str] = []
+    results = reproduce_contribution(out, quick=True, random_state=0,
+                                     progress=messages.append)
+    return out, results, messages
+
+
+def test_files_and_json(run: Run) -> None:
+    out, results, messages = run
+    for name in ("report.md", "results.json", *FIGURES):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    for name in FIGURES:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    assert results["figures"] == list(FIGURES)
+    doc = json.loads((out / "results.json").read_text())
+    assert set(doc) == KEYS
+    assert doc == to_jsonable(results)
+    assert doc["settings"]["quick"] is True and doc["settings"]["seed"] == 0
+    assert doc["settings"]["contribution"]["weighting"] == "fixed"
+    assert doc["settings"]["contribution"]["methods"] == list(METHODS)
+    assert messages[0] == "loading Fashion-MNIST" and messages[-1].startswith("done")
+    assert any(m.startswith("retraining coalitions: 32/32") for m in messages)
+    report = (out / "report.md").read_text()
+    assert "Quick settings" in report
+    assert "| client-5 | medium, free-rider |" in report
+    for name in FIGURES:
+        assert f"]({name})" in report, name
+    verdicts = [c["verdict"] for c in results["agreement"]]
+    assert set(verdicts) <= {"agrees", "partly", "differs"}
+    assert f"Summary: {verdicts.count('agrees')} agree" in report
+
+
+def test_clients_are_what_the_roles_say(run: Run) -> None:
+    _, results, _ = run
+    s, clients = results["settings"], results["clients"]
+    assert [c["role"] for c in clients] == list(ROLES)
+    assert [c["rows"] for c in clients] == list(s["sizes"])
+    assert sum(c["aggregation_weight"] for c in clients) == pytest.approx(1.0)
+    noisy = clients[s["noisy"]]
+    # 70% replaced, a tenth of those by the true label again: about 63% wrong
+    assert 0.5 < noisy["wrong_labels"] / noisy["rows"] < 0.75
+    assert all(c["wrong_labels"] == 0 for k, c in enumerate(clients) if k != s["noisy"])
+    assert [c["free_rider"] for c in clients] == [k == s["free_rider"]
+                                                  for k in range(len(clients))]
+    fed = results["federation"]
+    assert 0.3 < fed["test_accuracy"] <= 1
+    assert fed["validation_final"] > fed["validation_initial"]
+    assert fed["same_model_both_runs"] is True  # valuing does not change the training
+
+
+def test_free_rider_is_a_null_player(run: Run) -> None:
+    _, results, _ = run
+    fr = results["settings"]["free_rider"]
+    report, renorm = results["contribution"], results["renormalised"]
+    for method in METHODS:
+        assert report["scores"][method][fr] == 0.0, method
+        for entry in report["rounds"]:
+            if method != "or":
+                assert entry[method][entry["clients"].index(fr)] == 0.0
+    assert report["shares"][fr] == 0.0
+    assert report["halfwidth"]["gtg"][fr] == 0.0
+    # renormalised weighting lets the zero update dilute the others': not a null player
+    assert renorm["scores"]["exact"][fr] != 0.0
+    assert results["agreement"][0]["verdict"] == "agrees"
+
+
+def test_efficiency_and_shares(run: Run) -> None:
+    _, results, _ = run
+    report = results["contribution"]
+    n = len(report["clients"])
+    assert report["gain"] > 0
+    assert sum(report["shares"]) == pytest.approx(1.0)
+    assert all(s >= 0 for s in report["shares"])
+    assert sum(report["scores"]["exact"]) == pytest.approx(report["gain"], abs=1e-9)
+    assert sum(report["scores"]["gtg"]) == pytest.approx(report["gain"], abs=1e-9)
+    assert sum(report["scores"]["or"]) == pytest.approx(
+        report["utility_final"] - report["utility_initial"], abs=1e-9)
+    assert len(report["rounds"]) == results["federation"]["rounds"]
+    for entry in report["rounds"]:
+        assert sorted(entry["clients"]) == list(range(n))
+        assert sum(entry["exact"]) == pytest.approx(entry["gain"], abs=1e-9)
+    assert report["gain"] == pytest.approx(sum(e["gain"] for e in report["rounds"]))
+    # a round of 5 clients has 32 coalitions; OR scores 32 models more at the end
+    assert report["evaluations"] <= 32 * len(report["rounds"]) + 32
+    check = results["gtg_check"]
+    diff = np.abs(np.subtract(report["scores"]["gtg"], report["scores"]["exact"]))
+    np.testing.assert_allclose(check["abs_diff"], diff)
+    assert check["within"] == [bool(d <= h) for d, h in zip(diff, check["halfwidth"],
+                                                            strict=True)]
+
+
+def test_retraining_ground_truth(run: Run) -> None:
+    _, results, _ = run
+    report, retrain = results["contribution"], results["retrain"]
+    n = len(report["clients"])
+    assert retrain["trainings"] == 2**n - 1 and len(retrain["values"]) == 2**n
+    assert len(retrain["coalition_seconds"]) == 2**n
+    # the grand coalition retrained is the valued run; the empty one its initial model
+    assert retrain["full"] == report["utility_final"]
+    assert retrain["empty"] == report["utility_initial"]
+    assert sum(retrain["scores"]) == pytest.approx(retrain["full"] - retrain["empty"])
+    everyone = ",".join(str(k) for k in range(n))
+    assert retrain["values"][everyone] == retrain["full"] and retrain["values"][""] == (
+        retrain["empty"])
+    for k in range(n):
+        without = ",".join(str(j) for j in range(n) if j != k)
+        assert retrain["loo"][k] == pytest.approx(retrain["full"] - retrain["values"][without])
+        assert retrain["alone"][k] == retrain["values"][str(k)]
+    fr = results["settings"]["free_rider"]
+    # alone, the free-rider never changes the initial model
+    assert retrain["alone"][fr] == retrain["empty"]
+    costs = results["costs"]
+    assert costs["retrain_trainings"] == 2**n - 1 and costs["retrain_s"] > 0
+    assert costs["evaluations"] == report["evaluations"]
+    compared = {(c["method"], c["reference"]) for c in results["comparison"]}
+    assert compared == {*((m, "retrain") for m in METHODS), ("loo", "retrain_loo")}
+    for c in results["comparison"]:
+        rho = c["spearman"]
+        assert np.isnan(rho) or -1 <= rho <= 1
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValidationError, match="random_state"):
+        reproduce_contribution("unused", quick=True, random_state=-1)
+    with pytest.raises(ValidationError, match="n_threads"):
+        reproduce_contribution("unused", quick=True, n_threads=0)
+
+
+def test_the_command_prints_the_scores_and_the_claims(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from islands.cli import app
+
+    res = CliRunner().invoke(app, ["reproduce", "contribution", "--quick", "--out",
+                                   str(tmp_path / "r"), "--json", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert "retrained Shapley" in res.output and "free-rider" in res.output
+    share = results["contribution"]["shares"][0]
+    assert f"{100 * share:.1f}%" in res.output
+    assert "report:" in res.output and (tmp_path / "r" / "report.md").is_file()
