@@ -245,8 +245,10 @@ def test_permutation_shapley_guides_the_first_position_and_counts_evaluations() 
     assert calls[:2] == [0, (1 << n) - 1]
     assert est.evaluations == len(calls) == 2 + T * (n - 1)
     firsts = calls[2::n - 1]
-    # order t puts player t mod n first: every player is first T/n times
-    assert firsts == [1 << (t % n) for t in range(T)]
+    # every cycle of n orders puts each player first once, in a random order per cycle
+    for c in range(T // n):
+        assert sorted(firsts[c * n:(c + 1) * n]) == [1 << k for k in range(n)]
+    assert firsts[:n] != firsts[n:2 * n] or firsts[n:2 * n] != firsts[2 * n:]
     prefixes = [calls[2 + t * (n - 1): 2 + (t + 1) * (n - 1)] for t in range(T)]
     for p in prefixes:  # every order's prefixes grow by one player at a time
         assert [bin(m).count("1") for m in p] == list(range(1, n))
@@ -684,10 +686,29 @@ def test_tracker_state_round_trips_through_a_checkpoint(tmp_path: Path) -> None:
     tracker.observe(3, w, ups, counts)
     fresh.observe(3, w, ups, counts)
     assert plain(fresh.report()) == plain(tracker.report())
-    # an empty state (a checkpoint without contribution) changes nothing
+    # a checkpoint without contribution, or valued otherwise, is refused
     blank = ContributionTracker(tracker.config, tracker.clients, utility, feed[0][1])
-    blank.set_state({})
-    assert blank.report().gain == 0.0 and blank.report().rounds == []
+    with pytest.raises(ValidationError, match="holds no contribution valuation"):
+        blank.set_state({})
+    other_cfg = Contribution(tracker.config.validation, methods=("loo",))
+    other = ContributionTracker(other_cfg, tracker.clients, utility, feed[0][1])
+    with pytest.raises(ValidationError, match="other contribution settings"):
+        other.set_state(restored_state)
+
+
+def test_few_orders_favour_no_client_over_many_rounds() -> None:
+    # 30 identical players, 10 orders a round (fewer than the players), 60 rounds: the
+    # guided first positions must not go to the same low-index players every round
+    n, rounds = 30, 60
+    total = np.zeros(n)
+    for r in range(rounds):
+        est = permutation_shapley(_weight_game(np.ones(n), math.sqrt), n,
+                                  rng=np.random.default_rng([3, r]), tolerance=1.0,
+                                  min_permutations=10, max_permutations=10)
+        total += est.values
+    exact = math.sqrt(n) / n * rounds
+    assert abs(total[:10].mean() - total[10:].mean()) < 0.05 * exact
+    np.testing.assert_allclose(total.sum(), math.sqrt(n) * rounds, rtol=1e-9)
 
 
 # =========================================================================== federations
@@ -1042,3 +1063,20 @@ def test_plot_and_load_contribution(loss_run: FederatedModel, tmp_path: Path) ->
     assert loaded["scores"] == data["scores"] and loaded["clients"] == data["clients"]
     assert contribution_rows(loaded) == contribution_rows(data)
 
+
+
+@pytest.mark.parametrize("weighting", ["fixed", "renormalised"])
+def test_client_sampling_keeps_every_method_efficient(digits: dict[str, Any],
+                                                      weighting: str) -> None:
+    strategy = FedAvg(local_steps=2, batch_size=32, lr=0.2, fraction=0.6, seed=3)
+    fl = _fit(digits, Contribution(digits["val"], methods=ALL, metric="loss",
+                                   weighting=weighting), clients=5, strategy=strategy)
+    rep = fl.contribution_
+    assert rep is not None
+    assert any(len(e["clients"]) < 5 for e in rep.rounds)  # rounds of 3 of the 5
+    for m in ("gtg", "exact"):
+        assert sum(rep.scores[m]) == pytest.approx(rep.gain, abs=1e-9)
+    assert sum(rep.scores["or"]) == pytest.approx(rep.utility_final - rep.utility_initial,
+                                                  abs=1e-9)
+    for e in rep.rounds:  # a client that did not take part gets nothing that round
+        assert len(e["exact"]) == len(e["clients"])

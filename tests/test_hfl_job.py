@@ -335,3 +335,56 @@ def test_resumed_run_values_clients_as_the_uninterrupted_one(tmp_path: Path) -> 
     for method in ("gtg", "or", "loo"):
         np.testing.assert_allclose(b.scores[method], a.scores[method], atol=1e-12)
     assert len(b.rounds) == len(a.rounds) == whole.aggregations_
+
+
+def test_contribution_checks_that_need_the_task_or_the_data_come_first(tmp_path: Path) -> None:
+    base: dict[str, object] = {
+        "data": {"name": "diabetes"}, "partition": {"kind": "iid", "clients": 2},
+        "model": {"kind": "linear"}, "strategy": {"name": "fedavg"}}
+    with pytest.raises(JobError, match="'metric' must be 'loss' for a regression"):
+        parse_job({**base, "contribution": {"metric": "accuracy"}})
+    with pytest.raises(JobError, match="needs eval_fraction > 0"):
+        parse_job({**base, "eval_fraction": 0.0, "contribution": {"validation": "clients"}})
+    raw = {**base, "protect": ["dp"], "dp": {"noise": "distributed"}, "contribution": {}}
+    with pytest.raises(JobError, match="protects only their sum"):
+        parse_job(raw)
+    from islands.hfl.job import run_job
+
+    job = parse_job({**base, "contribution": {"validation_samples": 10_000}})
+    with pytest.raises(JobError, match="only 88 test rows"):
+        run_job(job, output=tmp_path / "o")
+
+
+def test_contribution_command_refuses_malformed_results(tmp_path: Path) -> None:
+    runner = CliRunner()
+    (tmp_path / "results.json").write_text("{not json")
+    res = runner.invoke(app, ["contribution", str(tmp_path)])
+    assert res.exit_code == 2 and "not valid JSON" in res.output
+    (tmp_path / "results.json").write_text('{"contribution": {"clients": []}}')
+    res = runner.invoke(app, ["contribution", str(tmp_path)])
+    assert res.exit_code == 2 and "incomplete" in res.output
+
+
+def test_resuming_with_other_contribution_settings_is_refused(tmp_path: Path) -> None:
+    from islands.data import load
+    from islands.errors import ValidationError
+    from islands.hfl import FedAvg, FederatedModel, ModelSpec
+    from islands.hfl.contribution import Contribution
+
+    d = load("digits")
+    X = (d.X.reshape(len(d.y), -1) / 16).astype(np.float32)
+    parts = [(X[k:400:2], d.y[k:400:2]) for k in range(2)]
+    spec = ModelSpec("mlp", (64,), 10, hidden=(8,))
+
+    def model(epochs: int, resume: bool, contribution: object) -> FederatedModel:
+        return FederatedModel(spec, FedAvg(local_steps=3, batch_size=32, lr=0.1),
+                              epochs=epochs, checkpoint=tmp_path, resume=resume,
+                              contribution=contribution)
+
+    val = (X[1500:], d.y[1500:])
+    model(1, False, None).fit(parts)
+    with pytest.raises(ValidationError, match="holds no contribution valuation"):
+        model(2, True, Contribution(val)).fit(parts)
+    model(1, False, Contribution(val, methods=("gtg",))).fit(parts)
+    with pytest.raises(ValidationError, match="other contribution settings"):
+        model(2, True, Contribution(val, methods=("gtg", "loo"))).fit(parts)

@@ -290,6 +290,9 @@ class FederatedModel:
             if self.contribution.validation == "clients" and self.eval_fraction == 0:
                 raise invalid_parameter("eval_fraction", owner, "> 0 with contribution "
                                         "validation='clients'", 0.0)
+            if self.contribution.metric == "accuracy" and self.task != "classification":
+                raise invalid_parameter("contribution", owner, "metric 'loss' (or None) for "
+                                        "a regression", "metric='accuracy'")
             from islands.hfl.contribution import check_compatible
 
             check_compatible(getattr(self.strategy, "aggregator", MeanAggregator()))
@@ -359,6 +362,8 @@ class FederatedModel:
             names)
         if len(names) != len(data):
             raise ValidationError(f"{len(names)} names for {len(data)} parts")
+        if self.contribution is not None:
+            self.contribution.check_clients(len(names))
         behaviour = dict(behaviour or {})
         stray = sorted(set(behaviour) - set(names))
         if stray or not all(callable(f) for f in behaviour.values()):

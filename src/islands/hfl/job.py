@@ -279,7 +279,7 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
         raise JobError(f"{where}: protect = {protect}: {exc}") from exc
     contribution = None
     if "contribution" in raw:
-        contribution = _contribution_section(raw, where, protect, options)
+        contribution = _contribution_section(raw, where, protect, options, task)
     return Job(
         name=table_value(raw, "name", (str,), where, Path(source).stem),
         seed=table_value(raw, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0"),
@@ -298,7 +298,7 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
 
 
 def _contribution_section(raw: Mapping[str, Any], where: str, protect: list[str],
-                          options: Mapping[str, Any]) -> dict[str, Any]:
+                          options: Mapping[str, Any], task: str) -> dict[str, Any]:
     """Check ``[contribution]``; every value is tried on a Contribution now."""
     from islands.hfl.contribution import METHODS, check_compatible
     from islands.hfl.protect import build_aggregator
@@ -324,6 +324,11 @@ def _contribution_section(raw: Mapping[str, Any], where: str, protect: list[str]
     table.setdefault("validation", "server")
     table.setdefault("validation_samples", 1000)
     table.setdefault("weighting", "fixed")
+    if table.get("metric") == "accuracy" and task != "classification":
+        raise JobError(f"{sec}: 'metric' must be 'loss' for a regression job; got 'accuracy'")
+    if table["validation"] == "clients" and raw.get("eval_fraction", 0.1) == 0:
+        raise JobError(f"{sec}: validation = \"clients\" needs eval_fraction > 0 (the "
+                       "clients' own evaluation rows)")
     try:
         _contribution_config(table, (np.zeros((1, 1)), np.zeros(1)))
         check_compatible(build_aggregator(protect, options))
@@ -552,6 +557,10 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
             # and the test metrics below stay on all the test rows
             X_all, y_all = prep.test
             rows = np.random.default_rng([job.seed, 7]).permutation(len(y_all))
+            if c["validation_samples"] > len(rows):
+                raise JobError(f"[contribution] validation_samples = "
+                               f"{c['validation_samples']}, but the job has only {len(rows)} "
+                               "test rows to draw the server's validation rows from")
             rows = np.sort(rows[: c["validation_samples"]])
             contribution = _contribution_config(c, (X_all[rows], y_all[rows]))
     fl = FederatedModel(prep.spec, strategy, epochs=job.epochs, task=job.task,  # type: ignore[arg-type]

@@ -543,9 +543,14 @@ def server(
             if scored:
                 accuracy = weighted_accuracy([a for a, _ in scored], [n for _, n in scored])
         strategy.observe(rnd, accuracy)
-        # a client that trained nothing (a free-rider) may report no loss (NaN)
+        # a client that trained nothing (a free-rider) reports no loss (NaN); any
+        # non-finite loss is left out of the round's mean, and said so
         finite = [(u.loss, n) for u, n in zip(ups, w_surv, strict=True)
                   if math.isfinite(u.loss)]
+        for name, u in zip(survivors, ups, strict=True):
+            if not math.isfinite(u.loss):
+                log.warning("round %d: client %r reported a loss of %s, left out of the "
+                            "round's mean loss", rnd, name, u.loss)
         loss = (float(np.average([v for v, _ in finite], weights=[n for _, n in finite]))
                 if finite else math.nan)
         step += steps

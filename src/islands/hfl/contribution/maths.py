@@ -146,8 +146,9 @@ class PermutationEstimate:
     permutations
         T, orders sampled.
     evaluations
-        Calls of the value function (coalitions already valued in this game are not
-        counted twice by the caching games of :mod:`~islands.hfl.contribution.game`).
+        Calls of the value function made here (a caching game such as
+        :class:`~islands.hfl.contribution.game.RoundGame` scores each coalition once
+        and counts its own ``evaluations``).
     converged
         Whether every half-width fell to the tolerance before ``max_permutations``.
     truncated
@@ -183,9 +184,13 @@ def permutation_shapley(
     """Estimate Shapley values by sampling orders of the players.
 
     Each order π gives every player its marginal contribution v(P ∪ {k}) − v(P), P the
-    players before it; φ̂ is the mean over the orders sampled. Order t puts player
-    t mod n first (GTG-Shapley's guided sampling: every player's singleton marginal
-    v({k}) − v(∅), usually the largest, is sampled equally often). Sampling stops after
+    players before it; φ̂ is the mean over the orders sampled. The first players of
+    orders t = cn, ..., cn + n − 1 are a fresh random permutation of the players
+    (GTG-Shapley's guided sampling: every player's singleton marginal v({k}) − v(∅),
+    usually the largest, is sampled equally often in every complete cycle), so every
+    order is, on its own, a uniformly random order and φ̂ is unbiased after any number
+    of orders; the variance is estimated as if the orders were independent (within a
+    cycle they are negatively dependent, so the half-width errs wide). Sampling stops after
     at least ``min_permutations`` orders once z·s_k/√T ≤ ``tolerance`` for every player
     (s_k the sample standard deviation of its marginals, z the normal quantile at
     ``confidence``), or at ``max_permutations``.
@@ -194,7 +199,8 @@ def permutation_shapley(
     efficient exactly. With ``truncation`` > 0, once |v(N) − v(P)| ≤ ``truncation`` the
     remaining players of the order get 0 without evaluating their coalitions
     (GTG-Shapley's within-round truncation): the estimate then sums to within
-    ``truncation`` of v(N) − v(∅) and each φ̂_k may be biased by up to ``truncation``.
+    ``truncation`` of v(N) − v(∅), but a single φ̂_k is not bounded by it — in a
+    non-monotone game a player whose later marginals are large is cut off entirely.
 
     Parameters
     ----------
@@ -239,9 +245,12 @@ def permutation_shapley(
     largest = 0.0
     t = 0
     converged = False
+    firsts = rng.permutation(n)
     while t < hi:
+        if t % n == 0 and t > 0:
+            firsts = rng.permutation(n)
         order = rng.permutation(n)
-        first = t % n
+        first = int(firsts[t % n])
         where = int(np.flatnonzero(order == first)[0])
         order[0], order[where] = order[where], order[0]
         mask, prev = 0, empty

@@ -38,11 +38,21 @@ def load_contribution(run_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise DataNotFoundError(f"no results.json in {run_dir}: is it the output folder of "
                                 "an 'islands run'?")
-    result = json.loads(path.read_text())
-    found = result.get("contribution")
+    try:
+        result = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"{path} is not valid JSON ({exc})") from exc
+    found = result.get("contribution") if isinstance(result, dict) else None
     if not isinstance(found, dict):
         raise ValidationError(f"the run in {run_dir} measured no contribution: add a "
                               "[contribution] section to its job file and run it again")
+    need = ("clients", "scores", "shares", "primary", "utility_initial", "utility_final",
+            "gain", "evaluations", "seconds")
+    missing = [k for k in need if k not in found]
+    if missing or not isinstance(found["scores"], dict) or found["primary"] not in found[
+            "scores"]:
+        raise ValidationError(f"the contribution results in {path} are incomplete "
+                              f"(missing {missing or ['the primary method scores']})")
     return found
 
 

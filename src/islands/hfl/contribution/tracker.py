@@ -28,14 +28,18 @@ leave-one-out is not efficient); ``or``'s Σ φ_k = utility(final) − utility(i
 exactly.
 
 Which protections allow it: the uploads must reach the server in the clear, so only the
-plain mean and client-level DP over it (then each update is already noised: the scores
-are a post-processing of DP outputs and cost no privacy, but carry the noise) and
-DP-SGD. Secure aggregation, additive sharing, CKKS and Paillier exist to show the server
-the sum and nothing else, and a coalition's model needs the sum over that coalition —
-for S = {k}, client k's own update. The chaos permutation hides coordinates from the
-server, which could not then score a coalition model, and unpermuting is the clients'
-job, which would show them each other's updates. Under those, value clients by
-retraining (:mod:`islands.hfl.contribution.retrain`), which uses only final models.
+plain mean, client-level DP over it with *local* noise, and DP-SGD. Under local noise the
+scores are computed from uploads the server already holds, each carrying its client's
+full noise σS: as a release they are covered by that per-upload Gaussian mechanism,
+composed over the rounds the client took part in, without the amplification by sampling
+the run's reported ε assumes (the report names each round's participants). Distributed
+noise protects only the sum and is refused. Secure aggregation, additive sharing, CKKS
+and Paillier exist to show the server the sum and nothing else, and a coalition's model
+needs the sum over that coalition — for S = {k}, client k's own update. The chaos
+permutation hides coordinates from the server, which could not then score a coalition
+model, and unpermuting is the clients' job, which would show them each other's updates.
+Under those, value clients by retraining (:mod:`islands.hfl.contribution.retrain`),
+which uses only final models.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.errors import ValidationError, invalid_parameter
-from islands.hfl.contribution.game import WEIGHTINGS, RoundGame, Utility, coalition_coefficients
+from islands.hfl.contribution.game import WEIGHTINGS, RoundGame, Utility
 from islands.hfl.contribution.maths import (
     exact_shapley,
     hoeffding_halfwidth,
@@ -107,6 +111,12 @@ def check_compatible(aggregator: Any) -> None:
 
     agg = aggregator
     while isinstance(agg, ClientDP):
+        if agg.noise != "local":
+            raise IncompatibleAggregatorError(
+                "contribution by update reconstruction needs each client's update at the "
+                f"server, but client-level DP with noise={agg.noise!r} adds only a share "
+                "of the noise to each update and protects only their sum: valuing single "
+                "updates would release them under too little noise. Use noise='local'")
         agg = agg.inner
     if isinstance(agg, MeanAggregator):
         return
@@ -198,6 +208,17 @@ class Contribution:
         check_float(self.round_truncation, "round_truncation", owner, low=0.0)
         if self.seed is not None:
             check_int(self.seed, "seed", owner, low=0)
+
+    def check_clients(self, n: int) -> None:
+        """Refuse methods whose cost is exponential in the ``n`` clients when n is too large."""
+        if "exact" in self.methods and n > MAX_ROUND_EXACT:
+            raise invalid_parameter("methods", "Contribution", f"no 'exact' above "
+                                    f"{MAX_ROUND_EXACT} clients (2^n coalitions a round)",
+                                    f"'exact' with {n} clients")
+        if "or" in self.methods and n > MAX_OR_CLIENTS:
+            raise invalid_parameter("methods", "Contribution", f"no 'or' above "
+                                    f"{MAX_OR_CLIENTS} clients (2^n models kept)",
+                                    f"'or' with {n} clients")
 
     def settings(self) -> dict[str, Any]:
         """Return the configuration without the validation rows (for results files)."""
@@ -295,16 +316,9 @@ class ContributionTracker:
         self.config = config
         self.clients = list(clients)
         n = len(self.clients)
-        if "exact" in config.methods and n > MAX_ROUND_EXACT:
-            raise invalid_parameter("methods", "Contribution", f"no 'exact' above "
-                                    f"{MAX_ROUND_EXACT} clients (2^n coalitions a round)",
-                                    f"'exact' with {n} clients")
+        config.check_clients(n)
         self.initial = np.array(initial, dtype=np.float32)
         if "or" in config.methods:
-            if n > MAX_OR_CLIENTS:
-                raise invalid_parameter("methods", "Contribution", f"no 'or' above "
-                                        f"{MAX_OR_CLIENTS} clients (2^n models kept)",
-                                        f"'or' with {n} clients")
             gib = (1 << n) * self.initial.size * 4 / 2**30
             if gib > 4:
                 raise invalid_parameter("methods", "Contribution", "'or' only where 2^n "
@@ -390,13 +404,13 @@ class ContributionTracker:
     def _carry_or(self, game: RoundGame, idx: list[int]) -> None:
         """w_S ← w_S + Σ_{k∈S∩round} c_k·(w_k − w) for every coalition S of the federation."""
         assert self._or is not None
-        deltas = game.deltas
-        for mask in range(1 << len(self.clients)):
-            local = sum(1 << j for j, g in enumerate(idx) if mask >> g & 1)
-            if local == 0:
-                continue
-            coef = coalition_coefficients(local, game.weights, game.weighting)
-            self._or[mask] += (coef.astype(np.float32) @ deltas).astype(np.float32)
+        masks = np.arange(1 << len(self.clients))
+        inside = np.stack([(masks >> g) & 1 for g in idx], axis=1).astype(np.float64)
+        coef = inside * game.weights[None, :]
+        if game.weighting == "renormalised":
+            total = coef.sum(axis=1, keepdims=True)
+            coef = np.divide(coef, total, out=np.zeros_like(coef), where=total > 0)
+        self._or += (coef.astype(np.float32) @ game.deltas).astype(np.float32)
 
     # ------------------------------------------------------------------ results
     def report(self) -> ContributionReport:
@@ -436,7 +450,8 @@ class ContributionTracker:
     # ------------------------------------------------------------------ checkpoints
     def get_state(self) -> dict[str, Any]:
         """Return what a server checkpoint keeps to resume the valuation."""
-        return {"totals": {m: t.copy() for m, t in self._totals.items()},
+        return {"config": self._identity(),
+                "totals": {m: t.copy() for m, t in self._totals.items()},
                 "var": self._var.copy(),
                 "hoeffding": [list(h) for h in self._hoeffding],
                 "rounds": self._rounds, "or": self._or,
@@ -446,10 +461,32 @@ class ContributionTracker:
                 "u": [math.nan if self._u0 is None else self._u0,
                       math.nan if self._last_full is None else self._last_full]}
 
+    def _identity(self) -> dict[str, Any]:
+        """Return what must not change between a run and its resumption."""
+        cfg = self.config
+        return {"clients": list(self.clients), "methods": list(cfg.methods),
+                "weighting": cfg.weighting, "seed": self.seed,
+                "metric": str(cfg.metric), "validation": cfg.settings()["validation"]}
+
     def set_state(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`get_state`."""
+        """Restore :meth:`get_state`.
+
+        Raises
+        ------
+        ValidationError
+            If the checkpoint was valued with other settings (methods, weighting,
+            seed, metric, validation rows, clients), or not valued at all.
+        """
         if not state:
-            return
+            raise ValidationError(
+                "the checkpoint to resume holds no contribution valuation (the run was "
+                "started without 'contribution'): resume without it, or start afresh")
+        saved = {k: (list(v) if isinstance(v, tuple) else v)
+                 for k, v in dict(state.get("config", {})).items()}
+        if saved != self._identity():
+            raise ValidationError(
+                f"the checkpoint was valued with other contribution settings ({saved}); "
+                f"this run has {self._identity()}: resume with the same settings")
         for m in self._totals:
             self._totals[m] = np.array(state["totals"][m], dtype=np.float64)
         self._var = np.array(state["var"], dtype=np.float64)
