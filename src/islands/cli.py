@@ -487,9 +487,7 @@ def _summarise_job(result: dict[str, Any]) -> None:
     if "dev_avg" in result:
         facts.append(f"Dev_avg {result['dev_avg']:.4f}")
     if result.get("contribution"):
-        from islands.hfl.contribution.report import contribution_rows, text_bars
-
-        _print_contribution(result["contribution"], contribution_rows, text_bars)
+        _print_contribution(result["contribution"])
     if result["dropouts"]:
         facts.append(f"{len(result['dropouts'])} dropout(s)")
     if result.get("protect"):
@@ -516,27 +514,24 @@ def contribution_command(
 ) -> None:
     """Each client's contribution and reward share: a table and a bar chart."""
     from islands.errors import IslandsError
-    from islands.hfl.contribution.report import (
-        contribution_rows,
-        load_contribution,
-        plot_contribution,
-        text_bars,
-    )
+    from islands.hfl.contribution.report import load_contribution, plot_contribution
 
     try:
         report = load_contribution(run_dir)
     except IslandsError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2) from exc
-    _print_contribution(report, contribution_rows, text_bars)
+    _print_contribution(report)
     path = plot_contribution(report, chart if chart is not None else run_dir / "contribution.png",
                              title=f"{run_dir.name}: contributions")
     console.print(f"wrote {escape(str(path))}")
 
 
-def _print_contribution(report: dict[str, Any], rows_of: Any, bars_of: Any) -> None:
+def _print_contribution(report: dict[str, Any]) -> None:
     """Print the scores table, the primary method's bars and how they were obtained."""
-    headers, rows = rows_of(report)
+    from islands.hfl.contribution.report import contribution_rows, text_bars
+
+    headers, rows = contribution_rows(report)
     settings = report.get("settings", {})
     table = Table(title=f"contributions ({settings.get('validation', '?')} validation, "
                         f"{settings.get('weighting', '?')} weighting)")
@@ -545,7 +540,7 @@ def _print_contribution(report: dict[str, Any], rows_of: Any, bars_of: Any) -> N
     for row in rows:
         table.add_row(*(escape(str(c)) for c in row))
     console.print(table)
-    for line in bars_of(report):
+    for line in text_bars(report):
         console.print(escape(line))
     facts = [f"utility {report['utility_initial']:.4f} → {report['utility_final']:.4f} "
              f"(gain {report['gain']:+.4f})",

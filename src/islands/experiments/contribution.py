@@ -62,6 +62,7 @@ from islands.experiments.report import (
     setup_run,
     write_json,
 )
+from islands.hfl.contribution.report import LABELS
 
 __all__ = ["ROLES", "reproduce_contribution"]
 
@@ -73,8 +74,7 @@ METHODS: tuple[str, ...] = ("gtg", "exact", "or", "loo")
 PER_ROUND: tuple[str, ...] = ("gtg", "exact", "loo")
 SHORT = {"gtg": "GTG", "exact": "exact/round", "or": "OR", "loo": "LOO/round",
          "retrain": "Shapley (retrain)", "retrain_loo": "LOO (retrain)"}
-LABELS_LONG = {"gtg": "GTG-Shapley", "exact": "exact Shapley per round",
-               "or": "one-round reconstruction", "loo": "leave-one-out per round",
+LABELS_LONG = {**LABELS, "exact": "exact Shapley per round", "loo": "leave-one-out per round",
                "retrain": "exact Shapley by retraining",
                "retrain_loo": "leave-one-out by retraining"}
 
@@ -488,7 +488,7 @@ def _figures(out: Path, names: list[str], report: dict[str, Any], renorm: dict[s
              retrain: dict[str, Any]) -> list[str]:
     from matplotlib.ticker import MaxNLocator
 
-    from islands.hfl.contribution.report import LABELS, plot_contribution
+    from islands.hfl.contribution.report import plot_contribution
 
     bars = dict(report)
     bars["scores"] = _all_scores(report, retrain)

@@ -136,11 +136,22 @@ def coalition_coefficients(mask: int, weights: NDArray[np.float64],
 
     ``weights`` are the round's p_k (summing to 1 over the players).
     """
-    inside = np.array([(mask >> k) & 1 for k in range(len(weights))], dtype=bool)
-    coef = np.where(inside, weights, 0.0)
+    inside = np.array([(mask >> k) & 1 for k in range(len(weights))], dtype=np.float64)
+    return member_coefficients(inside, weights, weighting)
+
+
+def member_coefficients(inside: NDArray[np.float64], weights: NDArray[np.float64],
+                        weighting: str) -> NDArray[np.float64]:
+    """Return the coefficients c of coalitions given as 0/1 membership rows.
+
+    ``inside`` has shape (..., m): one row per coalition, 1 for each member. ``"fixed"``:
+    c_k = p_k for members; ``"renormalised"``: those divided by the members' Σ p_k (an
+    empty coalition gets all zeros).
+    """
+    coef = inside * weights
     if weighting == "renormalised":
-        total = coef.sum()
-        return coef / total if total > 0 else coef
+        total = coef.sum(axis=-1, keepdims=True)
+        coef = np.divide(coef, total, out=np.zeros_like(coef), where=total > 0)
     return coef
 
 

@@ -57,7 +57,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.errors import ValidationError, invalid_parameter
-from islands.hfl.contribution.game import WEIGHTINGS, RoundGame, Utility
+from islands.hfl.contribution.game import (
+    WEIGHTINGS,
+    RoundGame,
+    Utility,
+    member_coefficients,
+)
 from islands.hfl.contribution.maths import (
     exact_shapley,
     hoeffding_halfwidth,
@@ -406,10 +411,7 @@ class ContributionTracker:
         assert self._or is not None
         masks = np.arange(1 << len(self.clients))
         inside = np.stack([(masks >> g) & 1 for g in idx], axis=1).astype(np.float64)
-        coef = inside * game.weights[None, :]
-        if game.weighting == "renormalised":
-            total = coef.sum(axis=1, keepdims=True)
-            coef = np.divide(coef, total, out=np.zeros_like(coef), where=total > 0)
+        coef = member_coefficients(inside, game.weights, game.weighting)
         self._or += (coef.astype(np.float32) @ game.deltas).astype(np.float32)
 
     # ------------------------------------------------------------------ results
