@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.islands-installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-all lint bench clean
+.PHONY: install data demo test test-all lint bench clean
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,16 +18,41 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 
 install: $(STAMP)
 
-demo: install
+# Fashion-MNIST (the demo, the examples and 19 tests use it) comes from Debian's
+# dataset-fashion-mnist. Installed here when this user may (root, or sudo without a
+# password); otherwise the one command that does it is printed and make goes on (the
+# tests that need it are then skipped, and `islands info` says it is missing).
+FMNIST_DIR := $(or $(ISLANDS_FASHION_MNIST),/usr/share/datasets/fashion-mnist)
+FMNIST_HINT := sudo apt-get update && sudo apt-get install dataset-fashion-mnist
+data:
+	@if [ -f "$(FMNIST_DIR)/train-images-idx3-ubyte.gz" ] || [ -f "$(FMNIST_DIR)/train-images-idx3-ubyte" ]; then \
+		exit 0; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		echo "make: Fashion-MNIST not found in $(FMNIST_DIR) and apt-get is not available;" \
+		     "set ISLANDS_FASHION_MNIST to a directory holding its IDX files" >&2; \
+	elif [ "$$(id -u)" -eq 0 ]; then \
+		echo "make: installing Debian's dataset-fashion-mnist"; \
+		{ apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist >/dev/null; } || \
+			echo "make: could not install dataset-fashion-mnist; run: $(FMNIST_HINT)" >&2; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+		echo "make: installing Debian's dataset-fashion-mnist (sudo)"; \
+		{ sudo -n apt-get update -qq && sudo -n apt-get install -y -qq dataset-fashion-mnist >/dev/null; } || \
+			echo "make: could not install dataset-fashion-mnist; run: $(FMNIST_HINT)" >&2; \
+	else \
+		echo "make: Fashion-MNIST not found; the tests and examples that need it will be skipped." >&2; \
+		echo "      Install it with: $(FMNIST_HINT)" >&2; \
+	fi
+
+demo: install data
 	$(BIN)/islands demo
 
 # pytest exits 5 when it collects no test: treat that as the failure it is here.
-test: install
+test: install data
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
 # the long experiments too (marked slow, skipped by default)
-test-all: install
+test-all: install data
 	$(BIN)/python -m pytest -m "slow or not slow" $(PYTEST_ARGS)
 
 lint: install
