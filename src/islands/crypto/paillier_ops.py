@@ -38,7 +38,7 @@ from numpy.typing import NDArray
 from phe import paillier as phe_paillier
 
 from islands.crypto import paillier
-from islands.crypto.processes import check_workers, chunks, process_pool
+from islands.crypto.processes import check_workers, chunks, run_in_workers
 from islands.errors import ValidationError
 
 __all__ = ["VectorCipher", "decrypt_many", "decrypt_signed", "weighted_products"]
@@ -46,7 +46,6 @@ __all__ = ["VectorCipher", "decrypt_many", "decrypt_signed", "weighted_products"
 _PARALLEL_ENCRYPT = 64  # encryptions below which a pool costs more than it saves
 _PARALLEL_ENTRIES = 4096  # multi-exponentiation entries (rows × columns), likewise
 
-_WORKER_TIMEOUT = 3600.0  # seconds a worker may take for one chunk before we give up
 _WORKER_POOLS: dict[tuple[int, int | None], paillier.RandomnessPool] = {}
 
 
@@ -134,10 +133,9 @@ def weighted_products(public_key: phe_paillier.PaillierPublicKey, cts: Sequence[
     n = int(public_key.n)
     n2 = gmpy2.mpz(n) ** 2
     if workers > 1 and w.size >= _PARALLEL_ENTRIES and len(cts) >= 2 * workers:
-        pool = process_pool(workers)
-        futures = [pool.submit(_products_chunk, n, list(cts[lo:hi]), w[lo:hi])
-                   for lo, hi in chunks(len(cts), workers)]
-        parts = [f.result(timeout=_WORKER_TIMEOUT) for f in futures]
+        parts = run_in_workers(_products_chunk, [(n, list(cts[lo:hi]), w[lo:hi])
+                                                 for lo, hi in chunks(len(cts), workers)],
+                               workers, owner="weighted_products")
     else:
         parts = [_products_chunk(n, list(cts), w)]
     out = []
@@ -166,10 +164,10 @@ def decrypt_many(private_key: phe_paillier.PaillierPrivateKey, cts: Sequence[Any
     if count > 1 and len(cts) >= _PARALLEL_ENCRYPT:
         n = int(private_key.public_key.n)
         p, q = int(private_key.p), int(private_key.q)
-        pool = process_pool(count)
-        futures = [pool.submit(_decrypt_chunk, n, p, q, list(cts[lo:hi]))
-                   for lo, hi in chunks(len(cts), count)]
-        return [m for f in futures for m in f.result(timeout=_WORKER_TIMEOUT)]
+        parts = run_in_workers(_decrypt_chunk, [(n, p, q, list(cts[lo:hi]))
+                                                for lo, hi in chunks(len(cts), count)],
+                               count, owner="decrypt_many")
+        return [m for part in parts for m in part]
     return paillier.decrypt(private_key, cts)
 
 
@@ -220,10 +218,10 @@ class VectorCipher:
         """Encrypt signed integers, one fresh ciphertext each."""
         res = self.residues(values)
         if self.workers > 1 and len(res) >= _PARALLEL_ENCRYPT:
-            pool = process_pool(self.workers)
-            futures = [pool.submit(_encrypt_chunk, self.n, self.djn_base, res[lo:hi])
-                       for lo, hi in chunks(len(res), self.workers)]
-            return [c for f in futures for c in f.result(timeout=_WORKER_TIMEOUT)]
+            parts = run_in_workers(_encrypt_chunk, [(self.n, self.djn_base, res[lo:hi])
+                                                    for lo, hi in chunks(len(res), self.workers)],
+                                   self.workers, owner="VectorCipher.encrypt")
+            return [c for part in parts for c in part]
         return _encrypt_chunk(self.n, self.djn_base, res)
 
     def add(self, a: Sequence[Any], b: Sequence[Any]) -> list[Any]:
