@@ -385,7 +385,7 @@ def test_trainer_rejects_bad_input() -> None:
         Trainer(SMALL_MLP, X, y.astype(np.float64))
     bad = X.copy()
     bad[2, 3] = np.nan
-    with pytest.raises(ValidationError, match=r"'X'.*finite.*1 non-finite"):
+    with pytest.raises(ValidationError, match=r"'X'.*finite.*nan at row 2, column 3"):
         Trainer(SMALL_MLP, bad, y)
     with pytest.raises(ValidationError, match=r"'y'.*finite"):
         Trainer(ModelSpec("linear", (6,), 1), X, np.array([0, 1, np.inf, 0, 1]),

@@ -346,8 +346,8 @@ def test_inference_by_ids() -> None:
 @pytest.mark.parametrize(("call", "message"), [
     (lambda m: m.fit(np.ones((5, 2)), np.ones((4, 2)), np.ones(4)), "X_a has 5 rows but X_b"),
     (lambda m: m.fit(np.ones((4, 2)), np.ones((4, 2)), np.ones(3)), "y must be 1-D"),
-    (lambda m: m.fit(np.full((4, 2), np.nan), np.ones((4, 2)), np.ones(4)), "X_a holds NaN"),
-    (lambda m: m.fit(np.ones(4), np.ones((4, 2)), np.ones(4)), "X_a must be a 2-D"),
+    (lambda m: m.fit(np.full((4, 2), np.nan), np.ones((4, 2)), np.ones(4)), "'X_a'.*finite"),
+    (lambda m: m.fit(np.ones(4), np.ones((4, 2)), np.ones(4)), "'X_a'.*2-D"),
     (lambda m: m.fit(np.full((4, 2), 2.0**31), np.ones((4, 2)), np.ones(4)), "standardise"),
     (lambda m: m.fit(np.ones((4, 2)), np.ones((4, 2)), np.ones(4), ids_a=[1, 2, 3, 4]),
      "both ids_a and ids_b"),

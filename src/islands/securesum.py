@@ -32,9 +32,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from islands.crypto import additive_shares, decode_fixed, encode_fixed, reconstruct
-from islands.crypto.fixedpoint import DEFAULT_FRAC_BITS
+from islands.crypto.fixedpoint import DEFAULT_FRAC_BITS, max_abs_value
 from islands.errors import ValidationError
 from islands.runtime import DEFAULT_TIMEOUT, Party, Transcript, run_local
+from islands.validation import check_array, check_int
 
 __all__ = ["SecureSumResult", "secure_sum", "secure_sum_party"]
 
@@ -55,6 +56,15 @@ class SecureSumResult:
     transcript: Transcript
 
 
+def _check_values(x: ArrayLike, name: str, frac_bits: int, parties: int) -> NDArray[np.float64]:
+    """Return one party's vector as float64, checked against the ring's range."""
+    f = check_int(frac_bits, "frac_bits", "secure_sum", low=0, high=52)
+    return check_array(x, name, "secure_sum", ndim=None, min_rows=0,
+                       max_abs=max_abs_value(f, parties),
+                       why=f"64-bit fixed point with frac_bits={f}, summed over {parties} "
+                       "parties without wrapping")
+
+
 def secure_sum_party(
     party: Party, x: ArrayLike, *, frac_bits: int = DEFAULT_FRAC_BITS
 ) -> NDArray[np.float64]:
@@ -69,11 +79,10 @@ def secure_sum_party(
     frac_bits
         Fixed-point precision: the sum is exact to about 2^-frac_bits per input.
     """
-    values = np.asarray(x, dtype=np.float64)
     n = len(party.parties)
     if n < 2:
         raise ValidationError("a secure sum needs at least two parties")
-    # Checks magnitude and finiteness before anything is sent.
+    values = _check_values(x, f"x of party {party.name}", frac_bits, n)
     ring = encode_fixed(values, frac_bits=frac_bits, headroom=n)
 
     party.broadcast("spec", {"shape": list(values.shape), "frac_bits": frac_bits})
@@ -122,8 +131,14 @@ def secure_sum(
     >>> r.total.tolist(), len(r.transcript)
     ([111.0, 222.0], 18)
     """
+    # every party's vector is checked here first, so bad input fails before the run
+    checked = {name: _check_values(x, f"values[{name}]", frac_bits, len(values))
+               for name, x in values.items()}
+    shapes = {name: x.shape for name, x in checked.items()}
+    if len(set(shapes.values())) > 1:
+        raise ValidationError(f"every party of secure_sum must hold the same shape; got {shapes}")
     roles = {name: partial(secure_sum_party, x=x, frac_bits=frac_bits)
-             for name, x in values.items()}
+             for name, x in checked.items()}
     run = run_local(roles, keep_payloads=keep_payloads, timeout=timeout)
     totals = list(run.results.values())
     return SecureSumResult(total=totals[0], transcript=run.transcript)

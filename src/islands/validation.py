@@ -1,4 +1,4 @@
-"""Argument checks shared across islands: ints, floats, seeds, labels.
+"""Argument checks shared across islands: ints, floats, seeds, labels, data arrays.
 
 Every check raises :class:`~islands.errors.ValidationError` built with
 :func:`~islands.errors.invalid_parameter`, so the message names the parameter, the
@@ -14,14 +14,18 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.errors import invalid_parameter
+from islands.errors import ValidationError, invalid_parameter
 
 __all__ = [
+    "MAX_ABS_FLOAT",
     "RandomState",
+    "as_float_array",
+    "check_array",
     "check_float",
     "check_int",
     "check_labels",
     "check_random_state",
+    "check_values",
     "describe",
     "is_int",
     "read_toml",
@@ -30,6 +34,16 @@ __all__ = [
 
 RandomState = int | np.random.Generator | None
 """What ``random_state`` parameters accept: a seed, a generator, or ``None`` (fresh entropy)."""
+
+MAX_ABS_FLOAT = math.sqrt(float(np.finfo(np.float64).max) / 2.0**40) / 2.0
+"""Largest magnitude :func:`check_array` accepts by default (about 6.7e147).
+
+Moments, Gram and covariance matrices add up products of two centred values; a centred
+value is at most twice the largest input, so with inputs below this bound a sum of up to
+2^40 such products stays finite in float64."""
+
+FLOAT_LIMIT_REASON = "so that sums of up to 2^40 products of centred values stay finite in float64"
+"""Why :data:`MAX_ABS_FLOAT` is the limit, for error messages."""
 
 
 def read_toml(path: Any) -> dict[str, Any]:
@@ -195,3 +209,131 @@ def check_labels(y: Any, name: str, owner: str) -> NDArray[np.int64]:
     if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
         raise invalid_parameter(name, owner, "labels that fit in int64", int(arr.max()))
     return arr.astype(np.int64, copy=True)
+
+
+def as_float_array(X: Any, name: str, owner: str) -> NDArray[np.float64]:
+    """Return ``X`` as a ``float64`` array, never writing to the caller's array.
+
+    Bool, integer and float arrays are converted (no copy for ``float64``); an object
+    array is converted when every item is a real number. Text, complex, dates, ragged
+    nesting and objects that are not numbers raise.
+
+    Raises
+    ------
+    ValidationError
+        Naming ``name`` and ``owner``, and the first item that is not a number.
+    """
+    try:
+        arr = np.asarray(X)
+    except (ValueError, TypeError):  # ragged nesting
+        raise invalid_parameter(name, owner, "a rectangular array of numbers",
+                                _Summary("a ragged sequence (rows of different lengths)")
+                                ) from None
+    kind = arr.dtype.kind
+    if kind in "biuf":
+        return np.asarray(arr, dtype=np.float64)
+    if kind == "O":
+        for index, item in np.ndenumerate(arr):
+            if not isinstance(item, (numbers.Real, np.bool_)):
+                at = ", ".join(map(str, index))
+                raise invalid_parameter(name, owner, "an array of numbers",
+                                        _Summary(f"{item!r} at index ({at})"))
+        return np.asarray(arr, dtype=np.float64)
+    raise invalid_parameter(name, owner, "an array of numbers (bool, int or float)",
+                            describe(arr))
+
+
+def check_values(arr: NDArray[np.float64], name: str, owner: str | None, *,
+                 max_abs: float | None = MAX_ABS_FLOAT, why: str = FLOAT_LIMIT_REASON,
+                 first_row: int = 0) -> None:
+    """Raise unless every value of ``arr`` is finite and at most ``max_abs`` in magnitude.
+
+    Parameters
+    ----------
+    arr
+        The values (float64).
+    name, owner
+        The parameter and what it belongs to, for the message; with ``owner`` None,
+        ``name`` is the subject of the message as is (e.g. ``"site1"``).
+    max_abs
+        Largest magnitude accepted (None: any finite value).
+    why
+        Why ``max_abs`` is the limit (the encoding or arithmetic that needs it).
+    first_row
+        Row number of ``arr``'s first row (for data read in blocks).
+
+    Raises
+    ------
+    ValidationError
+        Naming the parameter, the first offending value and its index (row, column),
+        and for a range error the limit and why.
+    """
+    finite = np.isfinite(arr)
+    bad = ~finite
+    if max_abs is not None:
+        with np.errstate(invalid="ignore"):
+            bad |= finite & (np.abs(arr) > max_abs)
+    if not bad.any():
+        return
+    index = np.unravel_index(int(np.flatnonzero(bad)[0]), arr.shape)
+    value = float(arr[index])
+    if len(index) == 0:
+        where = ""
+    elif len(index) == 1:
+        where = f" at row {int(index[0]) + first_row}"
+    else:
+        where = (f" at row {int(index[0]) + first_row}, column "
+                 f"{', '.join(str(int(i)) for i in index[1:])}")
+    if not math.isfinite(value):
+        expected = "finite numbers (no NaN or infinity; remove or impute missing values first)"
+        got = f"{value}{where}"
+    else:
+        expected = f"numbers of magnitude at most {max_abs:.3g} ({why})"
+        got = f"{value:.3g}{where}"
+    if owner is None:
+        raise ValidationError(f"{name} must hold {expected}. Got {got} instead.")
+    raise invalid_parameter(name, owner, expected, _Summary(got))
+
+
+def check_array(X: Any, name: str, owner: str, *, ndim: int | None = 2, min_rows: int = 1,
+                min_cols: int = 1, max_abs: float | None = MAX_ABS_FLOAT,
+                why: str = FLOAT_LIMIT_REASON) -> NDArray[np.float64]:
+    """Return a party's data as a checked ``float64`` array (the caller's is never written).
+
+    Parameters
+    ----------
+    X
+        The data: an array or nested sequence of numbers.
+    name, owner
+        The parameter and the estimator or function it belongs to, for messages.
+    ndim
+        Required number of dimensions (None: any; then ``min_rows``/``min_cols`` apply
+        only to arrays with at least one and two dimensions).
+    min_rows, min_cols
+        Fewest rows (axis 0) and columns (axis 1) accepted.
+    max_abs, why
+        Largest magnitude accepted and the reason for it (see :func:`check_values`):
+        the limit of the fixed-point or homomorphic encoding the values go into, or of
+        the float arithmetic they go through (:data:`MAX_ABS_FLOAT`).
+
+    Raises
+    ------
+    ValidationError
+        Naming ``name``: values that are not numbers, the wrong number of dimensions,
+        too few rows or columns, NaN or infinity (with its row and column), or a value
+        above ``max_abs`` (with its row and column, the limit and why).
+    """
+    arr = as_float_array(X, name, owner)
+    if ndim is not None and arr.ndim != ndim:
+        shape = {1: "a 1-D array (one value per row)",
+                 2: "a 2-D array (rows x columns; reshape one column with x.reshape(-1, 1))"}
+        raise invalid_parameter(name, owner, shape.get(ndim, f"a {ndim}-D array"),
+                                describe(arr))
+    if arr.ndim >= 1 and arr.shape[0] < min_rows:
+        raise invalid_parameter(name, owner, f"an array with at least {min_rows} row(s)",
+                                describe(arr))
+    if arr.ndim >= 2 and arr.shape[1] < min_cols:
+        raise invalid_parameter(name, owner, f"an array with at least {min_cols} column(s)",
+                                describe(arr))
+    check_values(arr, name, owner, max_abs=max_abs, why=why)
+    return arr

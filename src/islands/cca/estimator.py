@@ -17,7 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 from islands.cca.protocol import SccaResult, peer
 from islands.errors import ValidationError, invalid_parameter
 from islands.runtime import Transcript, run_local
-from islands.validation import check_float, check_int, check_random_state
+from islands.validation import check_array, check_float, check_int, check_random_state
 
 __all__ = ["SwarmCCA"]
 
@@ -152,17 +152,7 @@ class SwarmCCA:
 
     @staticmethod
     def _validate_data(X: ArrayLike, Y: ArrayLike) -> tuple[Array, Array]:
-        blocks = []
-        for name, Z in (("X", X), ("Y", Y)):
-            arr = np.asarray(Z, dtype=np.float64)
-            if arr.ndim != 2:
-                raise ValidationError(
-                    f"{name} must be a 2-D array (n samples × features); got shape "
-                    f"{arr.shape}. Reshape a single feature with {name}.reshape(-1, 1)."
-                )
-            if not np.all(np.isfinite(arr)):
-                raise ValidationError(f"{name} holds NaN or infinite values")
-            blocks.append(arr)
+        blocks = [check_array(Z, name, "SwarmCCA") for name, Z in (("X", X), ("Y", Y))]
         x, y = blocks
         if x.shape[0] != y.shape[0]:
             raise ValidationError(
@@ -222,16 +212,16 @@ class SwarmCCA:
     ) -> Array | tuple[Array, Array]:
         """Project onto the canonical vectors: (X − mean)·A, and (Y − mean)·B if Y is given."""
         self._check_fitted()
-        x = np.asarray(X, dtype=np.float64)
-        if x.ndim != 2 or x.shape[1] != self.x_weights_.shape[0]:
+        x = check_array(X, "X", "SwarmCCA.transform")
+        if x.shape[1] != self.x_weights_.shape[0]:
             raise ValidationError(
                 f"X must have shape (n, {self.x_weights_.shape[0]}); got {x.shape}"
             )
         x_scores: Array = (x - self.x_mean_) @ self.x_weights_
         if Y is None:
             return x_scores
-        y = np.asarray(Y, dtype=np.float64)
-        if y.ndim != 2 or y.shape[1] != self.y_weights_.shape[0]:
+        y = check_array(Y, "Y", "SwarmCCA.transform")
+        if y.shape[1] != self.y_weights_.shape[0]:
             raise ValidationError(
                 f"Y must have shape (n, {self.y_weights_.shape[0]}); got {y.shape}"
             )

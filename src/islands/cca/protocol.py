@@ -33,7 +33,7 @@ References
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -42,6 +42,7 @@ from numpy.typing import NDArray
 from islands.cca import maths
 from islands.errors import ValidationError
 from islands.runtime import Party, wire
+from islands.validation import check_array
 
 __all__ = ["SccaResult", "peer", "s1", "s2"]
 
@@ -53,8 +54,8 @@ Array = NDArray[np.float64]
 class Dims:
     """The handshake: rows, columns used after rank handling, whether k is applied."""
 
-    n: int
-    rank: int
+    n: int = field(metadata={"ge": 1})
+    rank: int = field(metadata={"ge": 0})
     perturb: bool
 
 
@@ -112,16 +113,7 @@ class _Block:
 
 
 def _check_block(Z: Any, name: str) -> Array:
-    arr = np.asarray(Z, dtype=np.float64)
-    if arr.ndim != 2:
-        raise ValidationError(
-            f"{name} must be a 2-D array (n samples × features); got shape {arr.shape}"
-        )
-    if arr.shape[0] < 2 or arr.shape[1] < 1:
-        raise ValidationError(f"{name} needs at least 2 rows and 1 column; got {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValidationError(f"{name} holds NaN or infinite values")
-    return arr
+    return check_array(Z, name, "SwarmCCA", min_rows=2)
 
 
 def _other(party: Party, other: str | None) -> str:

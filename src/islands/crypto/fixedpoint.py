@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from islands.errors import ValidationError, invalid_parameter
+from islands.validation import check_array
 
 __all__ = ["DEFAULT_FRAC_BITS", "decode_fixed", "encode_fixed", "max_abs_value"]
 
@@ -61,10 +62,10 @@ def encode_fixed(
     f = _check_frac_bits(frac_bits, "encode_fixed")
     if isinstance(headroom, bool) or not isinstance(headroom, int) or headroom < 1:
         raise invalid_parameter("headroom", "encode_fixed", "an int >= 1", headroom)
-    arr = np.asarray(x, dtype=np.float64)
-    if not np.all(np.isfinite(arr)):
-        raise ValidationError("encode_fixed: x holds NaN or infinite values")
     bound = max_abs_value(f, headroom)
+    arr = check_array(x, "x", "encode_fixed", ndim=None, min_rows=0, max_abs=bound,
+                      why=f"frac_bits={f}: a sum over headroom={headroom} values must not "
+                      "wrap the 64-bit ring")
     scaled = np.asarray(np.rint(arr * float(2**f)))
     # checked after rounding, in exact integers: headroom·|round(x·2^f)| < 2^63
     if scaled.size and int(np.max(np.abs(scaled))) * headroom >= 2**63:

@@ -14,7 +14,9 @@ third for the projection. :func:`open_source` turns whatever a site holds into a
   comma-separated numbers.
 
 Every block is checked as it is read: two dimensions, numbers, the same columns as the
-first block and no NaN or infinity. Importing this module loads only NumPy; pyarrow is
+first block, no NaN or infinity and no magnitude above
+:data:`~islands.validation.MAX_ABS_FLOAT` (about 6.4e147, beyond which sums of squares
+overflow float64). Importing this module loads only NumPy; pyarrow is
 imported when a Parquet file is opened.
 """
 
@@ -31,7 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.errors import DataNotFoundError, ValidationError, invalid_parameter
-from islands.validation import check_int, describe
+from islands.validation import check_int, check_values, describe
 
 __all__ = ["SOURCE_EXTENSIONS", "BlockSource", "RowSource", "open_source"]
 
@@ -170,8 +172,9 @@ class BlockSource:
         ValidationError
             Immediately, if the source is one-shot and a pass was already started. While
             iterating, if a block is not 2-D, does not hold numbers, does not have
-            :attr:`n_features` columns or contains NaN or infinity (the message names
-            the source and the row, counted from 0 over the whole pass), or if the pass
+            :attr:`n_features` columns or contains NaN, infinity or a magnitude above
+            :data:`~islands.validation.MAX_ABS_FLOAT` (the message names the source,
+            the row, counted from 0 over the whole pass, and the column), or if the pass
             does not give as many rows as an earlier one.
         """
         if self._one_shot:
@@ -193,7 +196,7 @@ class BlockSource:
                 arr = _check_raw_block(raw, index, self._name, self._n_features)
                 for start in range(0, arr.shape[0], size):
                     block = _float_block(arr[start : start + size])
-                    _check_finite(block, self._name, row)
+                    check_values(block, self._name, None, first_row=row)
                     row += block.shape[0]
                     yield block
         finally:
@@ -339,17 +342,6 @@ def _float_block(part: NDArray[Any]) -> NDArray[np.float64]:
         out = out.view()
         out.flags.writeable = False
     return out
-
-
-def _check_finite(block: NDArray[np.float64], name: str, first_row: int) -> None:
-    """Raise if ``block`` (starting at row ``first_row`` of the pass) has NaN or inf."""
-    finite = np.isfinite(block)
-    if not finite.all():
-        bad = int(np.flatnonzero(~finite.all(axis=1))[0])
-        raise ValidationError(
-            f"{name} has a NaN or infinite value in row {first_row + bad} (counting rows "
-            "from 0); remove or impute missing values first."
-        )
 
 
 # ---------------------------------------------------------------- in-memory sources

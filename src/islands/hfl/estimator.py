@@ -302,6 +302,7 @@ class FederatedModel:
 
     def _check_parts(self, parts: Sequence[Any]) -> list[tuple[NDArray[Any], NDArray[Any]]]:
         from islands.hfl.models import ModelSpec
+        from islands.hfl.training import _as_features, _as_targets
 
         if not isinstance(self.model, ModelSpec):
             raise invalid_parameter("model", "FederatedModel", "an islands.hfl.ModelSpec",
@@ -312,7 +313,11 @@ class FederatedModel:
         for k, part in enumerate(parts):
             if not (isinstance(part, tuple | list) and len(part) == 2):
                 raise ValidationError(f"part {k} must be an (X, y) pair; got {describe(part)}")
-            X, y = np.asarray(part[0]), np.asarray(part[1])
+            try:
+                X, y = np.asarray(part[0]), np.asarray(part[1])
+            except (ValueError, TypeError):  # ragged nesting
+                raise ValidationError(f"part {k}: X and y must be rectangular arrays of "
+                                      "numbers; got rows of different lengths") from None
             if len(X) == 0:
                 raise ValidationError(f"client {k} has no data (part {k} is empty)")
             if len(X) != len(y):
@@ -326,6 +331,10 @@ class FederatedModel:
                     raise ValidationError(
                         f"part {k}: labels {bad.tolist()} are outside the model's "
                         f"{self.model.n_outputs} classes")
+            # every row, the local evaluation rows (APFL's) included, before the first message
+            X = _as_features(X, self.model, f"parts[{k}][0]", "FederatedModel.fit")
+            y = _as_targets(y, len(X), self.task, self.model.n_outputs, f"parts[{k}][1]",
+                            "FederatedModel.fit")
             out.append((X, y))
         return out
 

@@ -77,7 +77,12 @@ class TorchLearner:
         self._n_train = len(y)
         self._eval = None
         if X_eval is not None and y_eval is not None and len(y_eval) > 0:
-            self._eval = (X_eval, y_eval)
+            from islands.hfl.training import _as_features, _as_targets
+
+            # checked like the training rows: a NaN here must not turn into a dropout later
+            x_eval = _as_features(X_eval, spec, "X_eval", "TorchLearner")
+            self._eval = (x_eval, _as_targets(y_eval, len(x_eval), task, spec.n_outputs,
+                                              "y_eval", "TorchLearner"))
 
     @property
     def n_train(self) -> int:

@@ -225,14 +225,15 @@ def check_client_data(spec: Any, task: str, X: Any, y: Any, X_eval: Any = None,
     The in-process simulator builds every client's trainer (and so checks its rows)
     before the run starts; the Ray backend builds them in the workers, so the driver
     checks them first: bad input is an error before any message is sent, never a
-    dropout. Evaluation rows are checked when used, as in the in-process simulator.
+    dropout. Evaluation rows are checked the same way (a NaN there would otherwise make
+    the client an APFL dropout).
 
     Returns
     -------
     tuple
         ``(X, y, X_eval, y_eval)``: features as C-contiguous float32 in the model's
-        input shape, labels as int64 (or targets as float32), the evaluation rows as
-        given (None when there are none).
+        input shape, labels as int64 (or targets as float32), the evaluation rows
+        converted the same way (None when there are none).
 
     Raises
     ------
@@ -245,7 +246,9 @@ def check_client_data(spec: Any, task: str, X: Any, y: Any, X_eval: Any = None,
     targets = _as_targets(y, features.shape[0], task, spec.n_outputs, "y", "Trainer")
     if X_eval is None or y_eval is None or len(y_eval) == 0:
         return features, targets, None, None
-    return features, targets, np.asarray(X_eval), np.asarray(y_eval)
+    eval_features = _as_features(X_eval, spec, "X_eval", "Trainer")
+    return features, targets, eval_features, _as_targets(
+        y_eval, eval_features.shape[0], task, spec.n_outputs, "y_eval", "Trainer")
 
 
 class HFLWorker:

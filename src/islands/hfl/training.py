@@ -48,7 +48,14 @@ from islands.hfl.models import (
     _load_checked,
     _params_of,
 )
-from islands.validation import check_float, check_int, check_labels, describe, is_int
+from islands.validation import (
+    check_float,
+    check_int,
+    check_labels,
+    check_values,
+    describe,
+    is_int,
+)
 
 __all__ = [
     "Position",
@@ -254,6 +261,10 @@ def _as_features(X: Any, spec: ModelSpec, name: str, owner: str) -> NDArray[np.f
     if not out.flags.writeable:  # torch.from_numpy refuses to share read-only memory
         out = out.copy()
     if not np.isfinite(out).all():
+        # names the first NaN/inf, or a finite value float32 (the model's precision) cannot hold
+        check_values(np.asarray(arr, dtype=np.float64).reshape(arr.shape[0], -1), name, owner,
+                     max_abs=float(np.finfo(np.float32).max),
+                     why="the model computes in float32")
         raise ValidationError(
             f"The {name!r} parameter of {owner} must hold finite values only. Got "
             f"{int(np.count_nonzero(~np.isfinite(out)))} non-finite value(s) instead."

@@ -23,7 +23,7 @@ from islands.errors import ValidationError, invalid_parameter
 from islands.pca import maths
 from islands.pca.protocol import MODES, PcaConfig, PublisherResult, SiteResult, publisher, site
 from islands.runtime import Role, Transcript, run_local
-from islands.validation import check_float, check_int, check_random_state
+from islands.validation import check_array, check_float, check_int, check_random_state
 
 __all__ = ["FederatedPCA"]
 
@@ -200,8 +200,8 @@ class FederatedPCA:
         """Project rows as the sites did: centre, unit-normalise in DP modes, project."""
         if not hasattr(self, "components_"):
             raise RuntimeError("This FederatedPCA instance is not fitted yet; call fit first.")
-        x = np.asarray(X, dtype=np.float64)
-        if x.ndim != 2 or x.shape[1] != self.n_features_in_:
+        x = check_array(X, "X", "FederatedPCA.transform")
+        if x.shape[1] != self.n_features_in_:
             raise ValidationError(f"X must have shape (n, {self.n_features_in_}); got {x.shape}")
         centred = x - self.mean_
         if self.mode != "plain":

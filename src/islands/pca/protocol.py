@@ -54,6 +54,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.crypto import decode_fixed, encode_fixed
+from islands.crypto.fixedpoint import max_abs_value
 from islands.crypto.masking import generate_key, pairwise_mask
 from islands.crypto.prg import csprng_normal
 from islands.data.sources import BlockSource
@@ -187,6 +188,20 @@ def _check(value: Any, shape: tuple[int, ...], what: str, frm: str) -> Any:
 # ------------------------------------------------------------------ roles
 
 
+def _check_ring_range(sums: Array, name: str, sites: int) -> None:
+    """Refuse, before anything is sent, column sums the secure mode's ring cannot add up."""
+    bound = max_abs_value(STATS_FRAC_BITS, sites)
+    big = np.flatnonzero(np.abs(sums) > bound)
+    if big.size:
+        col = int(big[0])
+        raise ValidationError(
+            f"{name}: the sum of column {col} is {float(sums[col]):.3g}, but the secure mode "
+            f"adds column sums in 64-bit fixed point with {STATS_FRAC_BITS} fractional bits "
+            f"over {sites} sites, so each must be at most {bound:.3g}; rescale the data "
+            "(e.g. standardise it) before the run"
+        )
+
+
 def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
     """Role of one site; site 1 (``config.sites[0]``) also aggregates.
 
@@ -204,6 +219,8 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
     is_agg = party.name == agg
     others = [p for p in config.sites if p != party.name]
     sums, rows = _sums(source)
+    if config.mode == "secure":
+        _check_ring_range(sums, party.name, s)
 
     # ---- pass 1: joint centring
     session = b""

@@ -19,7 +19,14 @@ from numpy.typing import ArrayLike, NDArray
 from islands.crypto import paillier
 from islands.errors import ValidationError, invalid_parameter
 from islands.runtime import Transcript, run_local
-from islands.validation import check_float, check_int, check_random_state, describe
+from islands.validation import (
+    check_array,
+    check_float,
+    check_int,
+    check_random_state,
+    check_values,
+    describe,
+)
 from islands.vfl import maths
 from islands.vfl.protocol import (
     Clock,
@@ -43,22 +50,22 @@ _PARAMS = ("learning_rate", "lam", "epochs", "batch_size", "tol", "key_bits", "d
            "feature_bits", "score_bits", "timeout", "keep_payloads", "random_state")
 
 
-def _blocks(X_a: Any, name: str) -> list[Array]:
-    """One passive party's matrix, or a list of them, as float arrays."""
+def _blocks(X_a: Any, name: str, owner: str) -> list[Array]:
+    """One passive party's matrix, or a list of them, as checked float arrays.
+
+    Features are encoded in fixed point with ``feature_bits`` fractional bits and must
+    stay within :data:`~islands.vfl.maths.MAX_ABS_FEATURE`.
+    """
     items = list(X_a) if isinstance(X_a, (list, tuple)) else [X_a]
     if not items:
         raise ValidationError(f"{name} must hold at least one passive party's features")
-    out = []
-    for i, x in enumerate(items):
-        label = name if len(items) == 1 else f"{name}[{i}]"
-        arr = np.asarray(x, dtype=np.float64)
-        if arr.ndim != 2 or arr.shape[1] < 1:
-            raise ValidationError(f"{label} must be a 2-D array (rows × features); got shape "
-                                  f"{arr.shape}. Reshape one feature with .reshape(-1, 1).")
-        if not np.all(np.isfinite(arr)):
-            raise ValidationError(f"{label} holds NaN or infinite values")
-        out.append(arr)
-    return out
+    return [check_array(x, name if len(items) == 1 else f"{name}[{i}]", owner,
+                        max_abs=maths.MAX_ABS_FEATURE, why=_FEATURE_WHY)
+            for i, x in enumerate(items)]
+
+
+_FEATURE_WHY = ("features are encoded in fixed point below 2^30 before Paillier encryption; "
+                "standardise them first")
 
 
 def _passive_names(k: int) -> list[str]:
@@ -200,15 +207,12 @@ class _VerticalModel:
             For bad parameters or data, before any message is sent.
         """
         plan = self._plan()
-        blocks = _blocks(X_a, "X_a")
-        (x_b,) = _blocks([X_b], "X_b")
+        owner = type(self).__name__
+        blocks = _blocks(X_a, "X_a", owner)
+        (x_b,) = _blocks([X_b], "X_b", owner)
         if (ids_a is None) != (ids_b is None):
             raise ValidationError("give both ids_a and ids_b (private alignment) or neither")
         targets = self._encode_targets(y, x_b.shape[0])
-        for i, x in enumerate([*blocks, x_b]):
-            label = "X_b" if i == len(blocks) else ("X_a" if len(blocks) == 1 else f"X_a[{i}]")
-            maths.encode(x, plan.feature_bits, maths.MAX_ABS_FEATURE, label,
-                         type(self).__name__)
         ids: list[Any] | None = None
         if ids_a is not None:
             blocks, x_b, targets, ids = self._align(blocks, x_b, targets, ids_a, ids_b,
@@ -251,12 +255,12 @@ class _VerticalModel:
         return self
 
     def _encode_targets(self, y: Any, n: int) -> Array:
-        arr = np.asarray(y, dtype=np.float64)
-        if arr.ndim != 1 or arr.shape[0] != n:
+        # the first residual is -y, encoded at score_bits below MAX_ABS_SCORE
+        arr = check_array(y, "y", type(self).__name__, ndim=1, max_abs=maths.MAX_ABS_SCORE,
+                          why="residuals are encoded in fixed point below 2^28")
+        if arr.shape[0] != n:
             raise ValidationError(f"y must be 1-D with one value per row of X_b ({n}); got "
                                   f"shape {arr.shape}")
-        if not np.all(np.isfinite(arr)):
-            raise ValidationError("y holds NaN or infinite values")
         return arr
 
     def _check_fitted(self) -> None:
@@ -267,8 +271,9 @@ class _VerticalModel:
     def _scores(self, X_a: Any, X_b: ArrayLike) -> Array:
         """Return z for every row, by the inference protocol of Table 2 (C adds partial scores)."""
         self._check_fitted()
-        blocks = _blocks(X_a, "X_a")
-        (x_b,) = _blocks([X_b], "X_b")
+        owner = type(self).__name__
+        blocks = _blocks(X_a, "X_a", owner)
+        (x_b,) = _blocks([X_b], "X_b", owner)
         coefs: list[Array] = ([self.coef_a_] if isinstance(self.coef_a_, np.ndarray)
                               else list(self.coef_a_))
         if len(blocks) != len(coefs):
@@ -394,6 +399,8 @@ class VerticalLogisticRegression(_VerticalModel):
         if arr.ndim != 1 or arr.shape[0] != n:
             raise ValidationError(f"y must be 1-D with one label per row of X_b ({n}); got "
                                   f"shape {arr.shape}")
+        if arr.dtype.kind == "f":
+            check_values(arr, "y", type(self).__name__, max_abs=None)
         classes = np.unique(arr)
         if classes.size != 2:
             raise ValidationError(f"VerticalLogisticRegression needs exactly two classes in "

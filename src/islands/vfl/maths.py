@@ -48,6 +48,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from islands.errors import ValidationError
+from islands.validation import check_array
 
 __all__ = [
     "LINEAR",
@@ -132,7 +133,7 @@ def encode(values: ArrayLike, frac_bits: int, bound: float, name: str, owner: st
     Raises
     ------
     ValidationError
-        Naming ``name`` and ``owner`` when a value is NaN, infinite or not below ``bound``
+        Naming ``name`` and ``owner`` when a value is NaN, infinite or above ``bound``
         in magnitude.
     """
     arr = np.asarray(values, dtype=np.float64)
@@ -141,10 +142,10 @@ def encode(values: ArrayLike, frac_bits: int, bound: float, name: str, owner: st
                               f"{bound:.3g} would overflow int64")
     if not np.all(np.isfinite(arr)):
         raise ValidationError(f"{owner}: {name} holds NaN or infinite values")
-    if arr.size and float(np.max(np.abs(arr))) >= bound:
+    if arr.size and float(np.max(np.abs(arr))) > bound:
         raise ValidationError(
             f"{owner}: {name} holds a value of magnitude {float(np.max(np.abs(arr))):.3g}, "
-            f"at or above the fixed-point bound {bound:.3g}; standardise the features or "
+            f"above the fixed-point bound {bound:.3g}; standardise the features or "
             "lower the learning rate (training may have diverged)")
     out: IntArray = np.rint(arr * float(2**frac_bits)).astype(np.int64)
     return out
@@ -160,10 +161,8 @@ def encode_features(X: ArrayLike, precision: Precision, *, intercept: bool,
         Naming ``name`` and ``owner`` for a block that is not 2-D with a row, or holds a
         value that :func:`encode` refuses.
     """
-    x = np.asarray(X, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] < 1:
-        raise ValidationError(f"{owner}: {name} must be a 2-D array with at least one row; "
-                              f"got shape {x.shape}")
+    x = check_array(X, name, owner, max_abs=MAX_ABS_FEATURE,
+                    why="features are encoded in fixed point below 2^30")
     enc = encode(x, precision.feature_bits, MAX_ABS_FEATURE, name, owner)
     if intercept:
         ones = np.full((x.shape[0], 1), 1 << precision.feature_bits, dtype=np.int64)

@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 from islands.crypto import paillier
 from islands.errors import ValidationError
 from islands.runtime import Transcript, run_local
-from islands.validation import check_random_state
+from islands.validation import check_array, check_random_state, check_values
 from islands.vfl.ftl import maths
 from islands.vfl.ftl.protocol import (
     Plan,
@@ -43,14 +43,10 @@ _PARAMS = ("dim", "hidden", "loss", "alignment", "alpha", "gamma", "source_weigh
 
 
 def _matrix(x: Any, name: str) -> Array:
-    arr = np.asarray(x, dtype=np.float64) if not isinstance(x, np.ndarray) else x.astype(
-        np.float64, copy=False)
-    if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise ValidationError(f"{name} must be a 2-D array (rows × features); got shape "
-                              f"{arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValidationError(f"{name} holds NaN or infinite values")
-    return arr
+    # a feature above 2^30 makes the representations leave FTL's fixed-point range
+    return check_array(x, name, "FederatedTransferLearner", max_abs=maths.MAX_ABS_VALUE,
+                       why="the networks' representations are encoded in fixed point below "
+                       "2^30; standardise the features")
 
 
 class FederatedTransferLearner:
@@ -226,8 +222,8 @@ class FederatedTransferLearner:
         if y.ndim != 1 or y.shape[0] != n:
             raise ValidationError(f"y_b must be 1-D with one label per row of X_b ({n}); got "
                                   f"shape {y.shape}")
-        if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
-            raise ValidationError("y_b holds NaN or infinite values")
+        if y.dtype.kind == "f":
+            check_values(y, "y_b", "FederatedTransferLearner", max_abs=None)
         present = np.unique(y)
         if self.classes is None:
             classes = present
