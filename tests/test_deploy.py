@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -291,6 +292,71 @@ def test_certs_command(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "duplicate party name" in bad.output
 
 
+@pytest.mark.parametrize(("change", "key"), [
+    (lambda text: text.replace("n_components = 2", "n_components = 3"), "'pca.n_components'"),
+    (lambda text: "\n".join(line for line in text.splitlines()
+                            if not line.startswith("site2 =")), "'parties.site2'"),
+], ids=["option", "members"])
+def test_a_different_federation_file_is_explained_to_every_party(
+        tmp_path: Path, change: Any, key: str) -> None:
+    # site3 holds another copy of the federation file; every party must say so, quickly
+    # (connect_timeout is far longer than the test's deadline)
+    rng = np.random.default_rng(2)
+    parties = {}
+    for i in (1, 2, 3):
+        np.save(tmp_path / f"site{i}.npy", rng.normal(size=(60, 4)))
+        parties[f"site{i}"] = {"data": f"site{i}.npy"}
+    files = write_federation(tmp_path, "pca", parties, settings={"connect_timeout": 300},
+                             options={"n_components": 2, "mode": "plain",
+                                      "publisher": "site1"})
+    fed = tmp_path / "federation.toml"
+    (tmp_path / "other.toml").write_text(change(fed.read_text()))
+    files["site3"].write_text(files["site3"].read_text().replace(
+        '"federation.toml"', '"other.toml"'))
+    done = run(files, timeout=100)
+    digests = {load_party_config(files[p]).federation.digest[:12] for p in ("site1", "site3")}
+    for party, finished in done.items():
+        log = " ".join(finished.log.split())
+        assert finished.returncode == 1, (party, log)
+        assert "the federation files of" in log and "differ" in log, (party, log)
+        assert f"the keys that differ: {key}" in log, (party, log)
+        assert all(d in log for d in digests), (party, log)
+        assert "'site3'" in log and "could not reach" not in log, (party, log)
+        failed = json.loads((tmp_path / f"out/{party}.failed.json").read_text())
+        assert "differ" in failed["error"] and failed["step"] == "hello"
+
+
+def test_help_texts_keep_their_brackets() -> None:
+    # rich markup would swallow "[parties]": every command's help shows its brackets
+    import re
+
+    import typer
+    from typer.testing import CliRunner
+
+    from islands.cli import app
+
+    def commands(cmd: Any, path: list[str]) -> Any:
+        yield path, cmd
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from commands(sub, [*path, name])
+
+    checked = 0
+    for path, cmd in commands(typer.main.get_command(app), []):
+        texts = [cmd.help or ""] + [getattr(p, "help", None) or "" for p in cmd.params]
+        wanted = {m for t in texts for m in re.findall(r"\[[^\]\s]+\]", t)}
+        result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        shown = " ".join(result.output.split())
+        for text in sorted(wanted):
+            assert text.replace("\\[", "[") in shown, (path, text)
+            checked += 1
+    assert checked >= 2
+    out = subprocess.run([sys.executable, "-m", "islands.cli", "certs", "--help"],
+                         capture_output=True, text=True, env={**os.environ, **ENV,
+                                                              "COLUMNS": "200"}, timeout=60)
+    assert "federation file's [parties]" in out.stdout, out.stdout
+
+
 def test_insecure_flag_is_refused_off_loopback(tmp_path: Path) -> None:
     from islands.runtime.grpc_transport import GrpcTransport
 
@@ -346,7 +412,7 @@ def test_parties_in_separate_network_namespaces(tmp_path: Path) -> None:
         for name in ("x", "y"):
             log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115
             procs[name] = subprocess.Popen(
-                ["ip", "netns", "exec", ns[name], os.sys.executable, "-m", "islands.cli",
+                ["ip", "netns", "exec", ns[name], sys.executable, "-m", "islands.cli",
                  "party", "--config", str(files[name])],
                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENV},
                 cwd=str(tmp_path))

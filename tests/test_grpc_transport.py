@@ -130,8 +130,12 @@ def test_different_federation_descriptions_refuse_to_run(certs: Any) -> None:
         t.start()
     for t in threads:
         t.join(30)
-    assert any(isinstance(e, ProtocolError) and "different federation" in str(e)
-               for e in out.values())
+    # both parties learn the real reason (not a timeout), with both digests
+    assert set(out) == {"a", "b"}
+    for exc in out.values():
+        assert isinstance(exc, ProtocolError), exc
+        assert "the federation files of" in str(exc) and "differ" in str(exc), exc
+        assert "one at 'a'" in str(exc) and "two at 'b'" in str(exc), exc
 
 
 def test_unreachable_peer_is_named_after_a_bounded_wait(certs: Any) -> None:

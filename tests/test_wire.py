@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import struct
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from numpy.typing import NDArray
 
 from islands.errors import WireError
 from islands.runtime import wire
@@ -314,3 +316,142 @@ def test_nesting_at_the_limit_round_trips(leaf: Any) -> None:
     for _ in range(wire.MAX_DEPTH - 1):
         obj = (obj,)
     assert same(wire.decode(wire.encode(obj)), obj)
+
+
+# --------------------------------------------------------------------------- field checks
+@wire.register(name="tests.Checked")
+@dataclass(frozen=True)
+class Checked:
+    count: int = field(metadata={"ge": 0})
+    rate: float = field(metadata={"gt": 0, "le": 1})
+    name: str = field(metadata={"max_len": 8})
+    flag: bool
+    blob: bytes | None
+    mode: Literal["a", "b"]
+    sizes: tuple[int, ...]
+    pair: tuple[str, float]
+    table: dict[str, list[int]]
+    vec: NDArray[np.float32] = field(metadata={"ndim": 1})
+    anyarr: np.ndarray
+    inner: Point | None
+    free: Any = None
+
+
+def _checked(**changes: Any) -> Checked:
+    good: dict[str, Any] = dict(
+        count=3, rate=0.5, name="x", flag=True, blob=None, mode="a", sizes=(1, 2),
+        pair=("p", 1.5), table={"k": [1]}, vec=np.zeros(2, np.float32),
+        anyarr=np.zeros((2, 2), np.int8), inner=Point(np.zeros(1), "l", 1), free=None)
+    return Checked(**{**good, **changes})
+
+
+def test_checked_message_round_trips() -> None:
+    msg = _checked(count=0, rate=1, blob=b"z", inner=None, free={"anything": [1, "x"]})
+    back = wire.decode(wire.encode(msg))
+    assert type(back) is Checked and back.count == 0 and back.rate == 1 and back.blob == b"z"
+    assert back.inner is None
+
+
+@pytest.mark.parametrize(("changes", "needle"), [
+    ({"count": -5}, "field 'count': expected a value >= 0, got -5"),
+    ({"count": "5"}, "field 'count': expected int, got str"),
+    ({"count": True}, "field 'count': expected int, got bool"),
+    ({"count": 2.0}, "field 'count': expected int, got float"),
+    ({"count": np.int64(2)}, "field 'count': expected int, got numpy int64 scalar"),
+    ({"rate": 0.0}, "field 'rate': expected a value > 0, got 0.0"),
+    ({"rate": float("nan")}, "field 'rate': expected a value > 0, got nan"),
+    ({"rate": "0.5"}, "field 'rate': expected float, got str"),
+    ({"name": "x" * 9}, "field 'name': expected at most 8 items, got 9"),
+    ({"name": b"x"}, "field 'name': expected str, got bytes"),
+    ({"flag": 1}, "field 'flag': expected bool, got int"),
+    ({"flag": np.bool_(True)}, "field 'flag': expected bool, got numpy bool scalar"),
+    ({"blob": "z"}, "field 'blob': expected bytes or None, got str"),
+    ({"mode": "c"}, "field 'mode': expected 'a' or 'b', got 'c'"),
+    ({"sizes": [1, 2]}, "field 'sizes': expected tuple[int, ...], got list"),
+    ({"sizes": (1, "2")}, "field 'sizes'[1]: expected int, got str"),
+    ({"pair": ("p",)}, "field 'pair': expected tuple[str, float], got tuple of 1 items"),
+    ({"pair": ("p", "q")}, "field 'pair'[1]: expected float, got str"),
+    ({"table": {"k": [1, None]}}, "field 'table'['k'][1]: expected int, got NoneType"),
+    ({"table": [1]}, "field 'table': expected dict[str, list[int]], got list"),
+    ({"vec": np.zeros(2)}, "field 'vec': expected ndarray of float32, got ndarray of float64"),
+    ({"vec": np.zeros((1, 2), np.float32)}, "field 'vec': expected an array of 1 dimensions"),
+    ({"vec": [0.0, 1.0]}, "field 'vec': expected ndarray of float32, got list"),
+    ({"anyarr": 3}, "field 'anyarr': expected ndarray, got int"),
+    ({"inner": Point(np.zeros(1), "l", "heavy")},
+     "message tests.Point field 'weight': expected int, got str"),
+    ({"inner": {"coords": 1}}, "field 'inner': expected message tests.Point or None, got dict"),
+])
+def test_decoded_fields_are_checked_against_annotations(changes: dict[str, Any],
+                                                        needle: str) -> None:
+    data = wire.encode(_checked(**changes))  # encoding does not check; decoding must
+    with pytest.raises(WireError, match=re.escape(needle)):
+        wire.decode(data)
+    with pytest.raises(WireError, match=r"tests\.Checked|tests\.Point"):
+        wire.decode_buffer(bytearray(data))
+
+
+def test_registered_protocol_messages_are_checked() -> None:
+    from islands.hfl.protocol import Join, Start, Task
+
+    with pytest.raises(WireError, match=re.escape(
+            "message hfl.Join field 'n_train': expected a value >= 1, got -5")):
+        wire.decode(wire.encode(Join(n_train=-5, n_eval=0)))
+    task = Task(round="1", params=None, epoch="0", step="0", steps="1",  # type: ignore[arg-type]
+                batch_size="8", lr="0.1", momentum="0", weight_decay="0",  # type: ignore[arg-type]
+                prox_mu="0", evaluate="no")  # type: ignore[arg-type]
+    with pytest.raises(WireError, match=re.escape(
+            "message hfl.Task field 'round': expected int, got str")):
+        wire.decode(wire.encode(task))
+    with pytest.raises(WireError, match=r"hfl\.Start field 'resumed_from'"):
+        wire.decode(wire.encode(Start(resumed_from=-1)))
+
+
+def test_a_peer_sending_a_bad_join_gets_a_named_error() -> None:
+    # a real deviating client: the server's receive names the client, the step and the field
+    from islands.errors import ProtocolError
+    from islands.hfl.protocol import Join
+    from islands.runtime import run_local
+
+    def client(party: Any) -> None:
+        party.send("server", "join", Join(n_train=-5, n_eval=0))
+
+    def server(party: Any) -> Any:
+        return party.recv("client", "join")
+
+    with pytest.raises(ProtocolError, match=r"malformed 'join' message from 'client'.*"
+                       r"hfl\.Join field 'n_train': expected a value >= 1, got -5"):
+        run_local({"server": server, "client": client}, timeout=10)
+
+
+def test_register_refuses_what_it_cannot_check() -> None:
+    with pytest.raises(TypeError, match="unknown constraint"):
+        @wire.register(name="tests.BadConstraint")
+        @dataclass(frozen=True)
+        class BadConstraint:
+            x: int = field(metadata={"gte": 0})
+    with pytest.raises(TypeError, match="the constraint 'ge' does not apply to str"):
+        @wire.register(name="tests.BadTarget")
+        @dataclass(frozen=True)
+        class BadTarget:
+            x: str = field(metadata={"ge": 0})
+    with pytest.raises(TypeError, match="cannot check the annotation"):
+        @wire.register(name="tests.BadType")
+        @dataclass(frozen=True)
+        class BadType:
+            x: set[int]
+    with pytest.raises(TypeError, match="dicts with str keys"):
+        @wire.register(name="tests.BadKeys")
+        @dataclass(frozen=True)
+        class BadKeys:
+            x: dict[int, int]
+
+
+def test_every_registered_message_compiles_its_checks() -> None:
+    import islands.cca.protocol
+    import islands.hfl.protocol
+    import islands.psi.protocol
+    import islands.vfl.ftl.protocol
+    import islands.vfl.protocol  # noqa: F401
+
+    for name, cls in wire.registered_messages().items():
+        assert wire._field_checks(cls, name) is not None

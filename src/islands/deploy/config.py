@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,9 @@ class Federation:
         Largest message a party accepts, in bytes (``max_message_mb``, default 4096).
     digest
         SHA-256 of the canonical form; parties compare it at start-up.
+    fields
+        A short digest of every key (``section.key`` inside tables), so that parties whose
+        digests differ can name the keys that differ without sending the file.
     source
         The file it came from.
     """
@@ -93,6 +96,7 @@ class Federation:
     digest: str
     source: str = ""
     max_message: int = 4 << 30
+    fields: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,23 @@ def _number(raw: Mapping[str, Any], key: str, default: float, where: str) -> flo
         raise JobError(f"{where}: {key!r} must be a number of seconds in (0, 1e6]; "
                        f"got {value!r}")
     return float(value)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _field_digests(raw: Mapping[str, Any]) -> dict[str, str]:
+    """Return a 16-hex-digit digest of every key, one level into tables (``parties.bank``)."""
+    flat: dict[str, Any] = {}
+    for key, value in raw.items():
+        if isinstance(value, Mapping):
+            flat[key] = {}  # an empty table still differs from a missing one
+            flat.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            flat[key] = value
+    return {k: hashlib.sha256(_canonical(v).encode()).hexdigest()[:16]
+            for k, v in flat.items()}
 
 
 def parse_federation(raw: Mapping[str, Any], *, source: str = "<federation>") -> Federation:
@@ -151,14 +172,14 @@ def parse_federation(raw: Mapping[str, Any], *, source: str = "<federation>") ->
     mb = raw.get("max_message_mb", 4096)
     if isinstance(mb, bool) or not isinstance(mb, int) or mb < 1:
         raise JobError(f"{where}: 'max_message_mb' must be an int >= 1; got {mb!r}")
-    canonical = json.dumps(dict(raw), sort_keys=True, separators=(",", ":"), default=str)
+    canonical = _canonical(dict(raw))
     return Federation(
         name=name, protocol=protocol, parties=dict(parties), options=dict(options),
         timeout=_number(raw, "timeout", 120.0, where),
         connect_timeout=_number(raw, "connect_timeout", 60.0, where),
         liveness=_number(raw, "liveness", 15.0, where),
         digest=hashlib.sha256(canonical.encode()).hexdigest(), source=source,
-        max_message=mb << 20)
+        max_message=mb << 20, fields=_field_digests(raw))
 
 
 def load_federation(path: str | Path) -> Federation:

@@ -93,7 +93,7 @@ def run_configured(config: PartyConfig, *, resume: bool = False,
         with _threads(config.threads):
             run = run_party(config.name, prepared.role, fed.parties, tls=config.tls,
                             insecure=config.insecure, listen=config.listen,
-                            digest=fed.digest, timeout=fed.timeout,
+                            digest=fed.digest, fields=fed.fields, timeout=fed.timeout,
                             connect_timeout=fed.connect_timeout, liveness=fed.liveness,
                             max_message=fed.max_message, tolerate=prepared.tolerate,
                             on_ready=on_ready)

@@ -21,8 +21,12 @@ Every message carries, in a header sent as gRPC metadata, the run ID, the sender
 a sequence number and the size. The run ID is agreed at start-up: each party draws a
 random nonce, the parties exchange nonces (with a digest of the shared federation
 description, so parties started with different descriptions refuse to run), and the run
-ID is a hash of all of them. A message from another run (a replay, or a peer that
-restarted) is refused; a sequence number already delivered (a retry whose
+ID is a hash of all of them. Parties whose descriptions differ are all told why: the hello
+also carries a short digest of every key, so the party that sees a different digest
+refuses with a message naming both digests and the keys that differ, and a party that
+cannot run tells every peer it can reach before it exits (a notice with an empty run ID),
+so no peer is left waiting for ``connect_timeout``. A message from another run (a
+replay, or a peer that restarted) is refused; a sequence number already delivered (a retry whose
 acknowledgement was lost) is acknowledged and dropped; a gap is refused. Bodies travel as
 a stream of chunks (1 MiB by default) and are reassembled into one buffer, so messages
 far above gRPC's 4 MB limit work (250 MB is benchmarked).
@@ -121,10 +125,18 @@ def _parse(request: bytes, fields: Mapping[str, type | tuple[type, ...]],
         raise  # abort raises; this keeps the type checker informed
 
 
-_HELLO = {"v": int, "sender": str, "nonce": bytes, "digest": str}
+_HELLO = {"v": int, "sender": str, "nonce": bytes, "digest": str, "fields": dict}
 _HEADER = {"run": str, "sender": str, "tag": str, "seq": int, "size": int}
 _NOTICE = {"run": str, "sender": str, "state": str, "step": str, "error": str}
 _PING = {"run": str, "sender": str}
+
+
+def _check_fields(fields: Mapping[Any, Any]) -> None:
+    """Check a hello's per-key digests: a bounded map of short strings."""
+    if len(fields) > 1024 or not all(
+            type(k) is str and type(v) is str and len(k) <= 200 and len(v) <= 64
+            for k, v in fields.items()):
+        raise ValueError("control field 'fields' must map at most 1024 keys to short digests")
 
 
 def is_loopback(address: str) -> bool:
@@ -181,6 +193,8 @@ class _Peer:
     sent_seq: int = 0
     recv_seq: int = 0
     unreachable_since: float | None = None
+    refused: str = ""  # why it and this party cannot run together (both know)
+    seen: bool = False  # it has answered or called at least once: it was started
     lock: threading.Lock = field(default_factory=threading.Lock)  # one send at a time
     deliver_lock: threading.Lock = field(default_factory=threading.Lock)
     channel: Any = None
@@ -206,6 +220,9 @@ class GrpcTransport:
         No TLS, for loopback tests only: refused unless every address is loopback.
     digest
         A digest of the federation description every party must share.
+    fields
+        A short digest of each key of that description, to name the keys that differ
+        when the digests do.
     liveness
         Seconds a peer may stay unreachable before it counts as stopped.
     probe_interval
@@ -222,7 +239,8 @@ class GrpcTransport:
 
     def __init__(self, name: str, addresses: Mapping[str, str], *, listen: str | None = None,
                  tls: TlsFiles | None = None, insecure: bool = False, digest: str = "",
-                 liveness: float = 15.0, probe_interval: float = 2.0, chunk: int = CHUNK,
+                 fields: Mapping[str, str] | None = None, liveness: float = 15.0,
+                 probe_interval: float = 2.0, chunk: int = CHUNK,
                  max_message: int = MAX_MESSAGE, send_timeout: float = DEFAULT_TIMEOUT,
                  stall_timeout: float = 60.0) -> None:
         names = check_party_names(addresses)
@@ -255,6 +273,7 @@ class GrpcTransport:
         self.name = name
         self.parties = names
         self.digest = digest
+        self.fields = dict(fields or {})
         self.liveness = _positive(liveness, "liveness")
         self.probe_interval = _positive(probe_interval, "probe_interval")
         self.chunk = chunk
@@ -273,6 +292,7 @@ class GrpcTransport:
         self._cond = threading.Condition(self._lock)
         self._mail: dict[tuple[str, str], deque[bytearray]] = {}
         self._cancelled: str | None = None
+        self._refusal: str | None = None  # why this party cannot run (set at start-up)
         self._server: Any = None
         self.port: int | None = None
         self.duplicates = 0  # retried messages acknowledged and dropped
@@ -368,66 +388,143 @@ class GrpcTransport:
         PeerTimeoutError
             A peer could not be reached in time; names it, its address and the last error.
         ProtocolError
-            A peer refused: different federation description, or not the party it claims.
+            A peer refused: different federation description (the message names both
+            digests and the keys that differ), or not the party it claims. Before raising,
+            the party tells every peer it can reach why it cannot run.
         """
-        grpc = _grpc()
         deadline = time.monotonic() + _positive(timeout, "connect_timeout")
         hello = _pack({"v": _PROTOCOL_VERSION, "sender": self.name, "nonce": self._nonce,
-                       "digest": self.digest})
-        for peer, info in self._peers.items():
-            delay, last = 0.05, "no answer"
-            while True:
-                with self._cond:
-                    if info.nonce is not None:
-                        # it said hello first: its certificate, name and federation
-                        # digest are checked, and it may have stopped serving since
-                        break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise PeerTimeoutError(
-                        f"party {self.name!r} could not reach {peer!r} at {info.address} within "
-                        f"{timeout:g} s (last error: {last}). Is it running, is the address "
-                        "right, and was its certificate issued by this federation's CA?",
-                        party=self.name, peer=peer, tag="hello", timeout=timeout)
-                try:
-                    reply = self._call(peer, "Hello")(hello, timeout=min(max(left, 0.01), 5.0))
-                except grpc.RpcError as exc:
-                    code = exc.code()
-                    if code in (grpc.StatusCode.FAILED_PRECONDITION,
-                                grpc.StatusCode.INVALID_ARGUMENT,
-                                grpc.StatusCode.PERMISSION_DENIED,
-                                grpc.StatusCode.UNAUTHENTICATED):
-                        raise ProtocolError(f"party {peer!r} refused {self.name!r}: "
-                                            f"{exc.details()}", party=self.name,
-                                            step="hello") from None
-                    last = f"{code.name}: {exc.details()}"
-                    time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
-                    delay = min(delay * 2, 1.0)
-                    continue
-                try:
-                    answer = _unpack(reply, _HELLO)
-                except ValueError as exc:
-                    raise ProtocolError(f"party {peer!r} answered hello badly: {exc}",
-                                        party=self.name, step="hello") from None
-                if answer["sender"] != peer or answer["digest"] != self.digest:
-                    raise ProtocolError(
-                        f"party {peer!r} at {info.address} answered as {answer['sender']!r} "
-                        "with a different federation description" if answer["digest"] !=
-                        self.digest else f"{info.address} answered as {answer['sender']!r}, "
-                        f"not {peer!r}", party=self.name, step="hello")
-                with self._cond:
-                    known = info.nonce
-                    if known is not None and known != answer["nonce"] and self._run_id:
-                        raise ProtocolError(
-                            f"party {peer!r} restarted during start-up; restart every party",
-                            party=self.name, step="hello")
-                    info.nonce = answer["nonce"]
-                    self._agree()
-                break
+                       "digest": self.digest, "fields": self.fields})
+        try:
+            for peer in self._peers:
+                self._hello(peer, hello, deadline, timeout)
+        except ProtocolError as exc:
+            self._refuse(str(exc), deadline)
+            raise
         with self._cond:
             self._agree()
             assert self._run_id is not None
             return self._run_id
+
+    def _hello(self, peer: str, hello: bytes, deadline: float, timeout: float) -> None:
+        """Say hello to one peer until it answers; raise on a refusal learnt from anyone."""
+        grpc = _grpc()
+        info = self._peers[peer]
+        delay, last = 0.05, "no answer"
+        while True:
+            with self._cond:
+                self._raise_refusal()
+                if info.nonce is not None:
+                    # it said hello first: its certificate, name and federation
+                    # digest are checked, and it may have stopped serving since
+                    return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PeerTimeoutError(
+                    f"party {self.name!r} could not reach {peer!r} at {info.address} within "
+                    f"{timeout:g} s (last error: {last}). Is it running, is the address "
+                    "right, and was its certificate issued by this federation's CA?",
+                    party=self.name, peer=peer, tag="hello", timeout=timeout)
+            try:
+                reply = self._call(peer, "Hello")(hello, timeout=min(max(left, 0.01), 5.0))
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if code in (grpc.StatusCode.FAILED_PRECONDITION,
+                            grpc.StatusCode.INVALID_ARGUMENT,
+                            grpc.StatusCode.PERMISSION_DENIED,
+                            grpc.StatusCode.UNAUTHENTICATED):
+                    with self._cond:
+                        info.seen = True
+                        info.refused = info.refused or str(exc.details())[:4000]
+                    raise ProtocolError(f"party {peer!r} refused {self.name!r}: "
+                                        f"{exc.details()}", party=self.name,
+                                        step="hello") from None
+                last = f"{code.name}: {exc.details()}"
+                with self._cond:  # a refusal learnt meanwhile wakes this wait
+                    self._cond.wait(min(delay, max(deadline - time.monotonic(), 0)))
+                delay = min(delay * 2, 1.0)
+                continue
+            info.seen = True
+            try:
+                answer = _unpack(reply, _HELLO)
+                _check_fields(answer["fields"])
+            except ValueError as exc:
+                raise ProtocolError(f"party {peer!r} answered hello badly: {exc}",
+                                    party=self.name, step="hello") from None
+            if answer["sender"] != peer:
+                raise ProtocolError(f"{info.address} answered as {answer['sender']!r}, "
+                                    f"not {peer!r}", party=self.name, step="hello")
+            if answer["digest"] != self.digest:
+                reason = self._mismatch(peer, answer["digest"], answer["fields"])
+                with self._cond:
+                    info.refused = reason
+                raise ProtocolError(reason, party=self.name, step="hello")
+            with self._cond:
+                known = info.nonce
+                if known is not None and known != answer["nonce"] and self._run_id:
+                    raise ProtocolError(
+                        f"party {peer!r} restarted during start-up; restart every party",
+                        party=self.name, step="hello")
+                info.nonce = answer["nonce"]
+                self._agree()
+            return
+
+    def _raise_refusal(self) -> None:
+        """Raise why a peer cannot run with this party, if one said so (caller holds the lock)."""
+        for info in self._peers.values():
+            if info.refused:
+                raise ProtocolError(info.refused, party=self.name, step="hello")
+
+    def _mismatch(self, other: str, digest: str, fields: Mapping[str, str]) -> str:
+        """Explain that ``other``'s federation description differs from this party's."""
+        keys = sorted(k for k in set(self.fields) | set(fields)
+                      if self.fields.get(k) != fields.get(k))
+        shown = ", ".join(repr(k) for k in keys[:12])
+        if len(keys) > 12:
+            shown += f" and {len(keys) - 12} more"
+        which = f"; the keys that differ: {shown}" if keys else ""
+        return (f"the federation files of {self.name!r} and {other!r} differ (digest "
+                f"{self.digest[:12]} at {self.name!r}, {digest[:12]} at {other!r}){which}. "
+                "Every party must be started with the same federation file.")
+
+    def _refuse(self, reason: str, deadline: float) -> None:
+        """Tell every peer that does not know it yet why this party cannot run.
+
+        From now on a hello is refused with ``reason``, and a notice (with an empty run
+        ID) goes to every peer still in the handshake, so each stops at once with the
+        real reason instead of waiting for ``connect_timeout``. A peer never heard from
+        (perhaps not started yet) is retried until ``deadline`` or for 10 s at most.
+        """
+        grpc = _grpc()
+        with self._cond:
+            self._refusal = reason
+            targets = [p for p, i in self._peers.items()
+                       if i.state == "running" and not i.refused]
+        body = _pack({"run": "", "sender": self.name, "state": "failed", "step": "hello",
+                      "error": reason[:4000]})
+        until = min(deadline, time.monotonic() + 10.0)
+
+        def tell(peer: str) -> None:
+            delay = 0.05
+            while True:
+                try:
+                    self._call(peer, "Notice")(body, timeout=3.0)
+                    return
+                except grpc.RpcError as exc:
+                    # retry only a peer that may not listen yet: one that answered before
+                    # and is unreachable now has stopped
+                    if (exc.code() != grpc.StatusCode.UNAVAILABLE
+                            or self._peers[peer].seen
+                            or time.monotonic() + delay > until):
+                        return
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+        threads = [threading.Thread(target=tell, args=(p,), daemon=True) for p in targets]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(max(until - time.monotonic(), 0) + 5)
 
     def _agree(self) -> None:
         """Fix the run ID once every peer's nonce is known (caller holds the lock).
@@ -452,26 +549,46 @@ class GrpcTransport:
         if claimed not in self._peers:
             context.abort(grpc.StatusCode.PERMISSION_DENIED,
                           f"{claimed!r} is not a peer of {self.name!r}")
+        self._authenticate(context, claimed)
+        return claimed
+
+    def _authenticate(self, context: Any, claimed: str) -> None:
+        """End the call unless the TLS certificate names ``claimed`` (no-op without TLS)."""
         if self._pem is not None:
             ids = [i.decode(errors="replace") for i in (context.peer_identities() or [])]
             if claimed not in ids:
-                context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                context.abort(_grpc().StatusCode.UNAUTHENTICATED,
                               f"the TLS peer {ids} may not speak as {claimed!r}")
-        return claimed
 
     def _on_hello(self, request: bytes, context: Any) -> bytes:
         grpc = _grpc()
         hello = _parse(request, _HELLO, context)
-        sender = self._caller(context, hello["sender"])
+        try:
+            _check_fields(hello["fields"])
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if hello["v"] != _PROTOCOL_VERSION:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                           f"protocol version {hello['v']} (this party speaks {_PROTOCOL_VERSION})")
         if hello["digest"] != self.digest:
+            # checked before membership: a peer whose file lists other parties learns why
+            claimed = hello["sender"][:100]
+            self._authenticate(context, claimed)
+            reason = self._mismatch(claimed, hello["digest"], hello["fields"])
+            with self._cond:
+                info = self._peers.get(claimed)
+                if info is not None and not info.refused:
+                    info.refused, info.seen = reason, True
+                self._cond.notify_all()
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, reason)
+        sender = self._caller(context, hello["sender"])
+        self._peers[sender].seen = True
+        if self._refusal is not None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                          f"{sender!r} and {self.name!r} were started with different "
-                          "federation descriptions")
+                          f"party {self.name!r} cannot run: {self._refusal}")
         with self._cond:  # check and set at once: a restarted peer cannot slip in between
             info = self._peers[sender]
+            info.seen = True
             if self._run_id is not None and info.nonce != hello["nonce"]:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                               f"party {self.name!r} is already in a run with another instance "
@@ -479,7 +596,7 @@ class GrpcTransport:
             info.nonce = hello["nonce"]
             self._agree()
         return _pack({"v": _PROTOCOL_VERSION, "sender": self.name, "nonce": self._nonce,
-                      "digest": self.digest})
+                      "digest": self.digest, "fields": self.fields})
 
     def _check_run(self, run: str, context: Any) -> None:
         grpc = _grpc()
@@ -551,6 +668,16 @@ class GrpcTransport:
         grpc = _grpc()
         notice = _parse(request, _NOTICE, context)
         sender = self._caller(context, notice["sender"])
+        if notice["run"] == "" and notice["state"] == "failed" and notice["step"] == "hello":
+            # a peer that cannot run tells why during start-up, before any run ID exists
+            with self._cond:
+                if self._run_id is None:
+                    info = self._peers[sender]
+                    info.seen = True
+                    info.refused = info.refused or (
+                        f"party {sender!r} cannot run: {notice['error'][:4000]}")
+                    self._cond.notify_all()
+                    return b"ok"
         self._check_run(notice["run"], context)
         if notice["state"] not in ("done", "failed"):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unknown state")
@@ -856,6 +983,7 @@ def run_party(
     insecure: bool = False,
     listen: str | None = None,
     digest: str = "",
+    fields: Mapping[str, str] | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     connect_timeout: float = 60.0,
     liveness: float = 15.0,
@@ -879,7 +1007,7 @@ def run_party(
         Its role, inputs bound (``functools.partial``).
     addresses
         ``host:port`` of every party, this one included.
-    tls, insecure, listen, digest, liveness, probe_interval, chunk, max_message
+    tls, insecure, listen, digest, fields, liveness, probe_interval, chunk, max_message
         See :class:`GrpcTransport`.
     timeout
         Seconds the role waits for one message.
@@ -909,7 +1037,8 @@ def run_party(
         The role failed, or a peer failed or stopped (names the party and the step).
     """
     transport = GrpcTransport(name, addresses, listen=listen, tls=tls, insecure=insecure,
-                              digest=digest, liveness=liveness, probe_interval=probe_interval,
+                              digest=digest, fields=fields, liveness=liveness,
+                              probe_interval=probe_interval,
                               chunk=chunk, max_message=max_message, send_timeout=timeout)
     tolerated = set(tolerate)
     transcript = Transcript(keep_payloads=keep_payloads)

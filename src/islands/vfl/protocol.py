@@ -136,8 +136,8 @@ class Plan:
 class Hello:
     """A data party's row and feature counts."""
 
-    rows: int
-    features: int
+    rows: int = field(metadata={"ge": 1})
+    features: int = field(metadata={"ge": 0})
 
 
 @wire.register(name="vfl.Setup")
@@ -155,7 +155,7 @@ class Setup:
 class Status:
     """End of an epoch: whether training goes on (the loss stays with C)."""
 
-    epoch: int
+    epoch: int = field(metadata={"ge": 0})
     go_on: bool
 
 
@@ -495,7 +495,7 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
     hellos = {}
     for name in data_parties:
         hello = _recv(party, clock, name, "hello")
-        if not isinstance(hello, Hello) or hello.rows < 1:
+        if not isinstance(hello, Hello):
             raise ProtocolError(f"party {name!r} sent a malformed hello", party=party.name,
                                 step="hello")
         hellos[name] = hello

@@ -228,12 +228,12 @@ def check_plan(plan: Any, owner: str) -> Plan:
 class Hello:
     """A party's overlap rows, feature count, plan digest and public key (None: clear)."""
 
-    rows: int
-    features: int
+    rows: int = field(metadata={"ge": 0})
+    features: int = field(metadata={"ge": 0})
     plan: str
     n: bytes | None
     djn_base: int | None
-    scores: int
+    scores: int = field(metadata={"ge": 0})
 
 
 @wire.register(name="ftl.Pair")
@@ -250,7 +250,7 @@ class Pair:
 class Status:
     """End of an epoch: its mean loss and whether training goes on."""
 
-    epoch: int
+    epoch: int = field(metadata={"ge": 0})
     loss: float
     go_on: bool
 
@@ -530,7 +530,7 @@ def target(party: Party, X: Any, *, peer: str = "B", plan: Plan,
         with clock.timing("messaging"):
             status = party.recv(peer, "status")
         if not isinstance(status, Status) or status.epoch != epoch or not isinstance(
-                status.loss, float) or not isinstance(status.go_on, bool):
+                status.loss, float):
             raise ProtocolError(f"peer {peer!r} sent a malformed status", party=party.name,
                                 step="status")
         losses.append(float(status.loss))
