@@ -927,12 +927,12 @@ def test_resumed_run_reports_the_contribution_of_an_uninterrupted_one(
     class Killed(Exception):
         pass
 
-    def kill_at_round_2(record: Any, epoch: Any) -> None:
-        if record.round == 2:
+    def kill_at_round_3(record: Any, epoch: Any) -> None:
+        if record.round == 3:  # runs before round 3's checkpoint: round 2 is the last
             raise Killed
 
     with pytest.raises(ProtocolError, match="Killed"):
-        model(checkpoint=tmp_path, callback=kill_at_round_2).fit(parts)
+        model(checkpoint=tmp_path, callback=kill_at_round_3).fit(parts)
     saved = load_checkpoint(tmp_path / "server.ckpt")
     assert saved["round"] == 2 and len(saved["contribution"]["rounds"]) == 2
     resumed = model(checkpoint=tmp_path, resume=True).fit(parts)

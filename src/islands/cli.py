@@ -16,6 +16,8 @@ import importlib.util
 import json
 import platform
 import secrets
+import signal
+import threading
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -391,7 +393,13 @@ def run_command(
         fl_task = bar.add_task("federated", total=job.epochs,
                                info="starting Ray…" if job.backend == "ray" else "")
 
+        stopping = threading.Event()
+
         def on_round(record: Any, epoch: Any) -> None:
+            if stopping.is_set():
+                # called before the round's checkpoint: after Ctrl-C no round whose
+                # clients were stopped half-way is saved as if they had dropped out
+                raise RuntimeError("interrupted by Ctrl-C")
             acc = "" if record.accuracy is None else f" local acc {record.accuracy:.3f}"
             eps = "" if record.epsilon is None else f" ε={record.epsilon:.2f}"
             if record.sample_epsilon is not None:
@@ -407,15 +415,53 @@ def run_command(
         def on_baseline(epoch: int, epochs: int) -> None:
             bar.update(cl_task, completed=epoch, info=f"epoch {epoch}/{epochs}")
 
+        previous = signal.getsignal(signal.SIGINT)
+        if (previous is signal.default_int_handler
+                and threading.current_thread() is threading.main_thread()):
+            def on_sigint(signum: int, frame: Any) -> None:
+                stopping.set()  # before anything is torn down
+                signal.default_int_handler(signum, frame)
+
+            signal.signal(signal.SIGINT, on_sigint)
         try:
             result = run_job(job, resume=resume, output=out, callback=on_round,
                              baseline_callback=on_baseline)
         except IslandsError as exc:
-            console.print(f"[red]error:[/] {escape(str(exc))}")
-            raise typer.Exit(1) from exc
+            if not stopping.is_set():
+                console.print(f"[red]error:[/] {escape(str(exc))}")
+                raise typer.Exit(1) from exc
+            result = None
+        except KeyboardInterrupt:
+            result = None
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    if result is None:  # Ctrl-C: said after the progress bars are drawn for the last time
+        _interrupted_job(job, job_file, output, out)
+        raise typer.Exit(130)
     written = write_outputs(result, out, json_path=json_path)
     _summarise_job(result)
     console.print("wrote " + ", ".join(escape(str(p)) for p in written))
+
+
+def _interrupted_job(job: Any, job_file: Path, output: Path | None, out: Path) -> None:
+    """Say, after Ctrl-C, whether and how the run can be resumed."""
+    import shlex
+
+    from islands.hfl.job import can_resume
+    from islands.hfl.protocol import SERVER_FILE
+
+    console.print("[yellow]interrupted[/]")
+    if not (out / "checkpoints" / SERVER_FILE).is_file():
+        console.print("no round was checkpointed yet: run the job again to start it")
+    elif not can_resume(job):
+        console.print(f"protect = {job.protect} keeps the model hidden from the server, so "
+                      "the run cannot be resumed: run the job again to start it afresh")
+    else:
+        command = ["islands", "run", str(job_file), "--resume"]
+        if output is not None:
+            command += ["--output", str(output)]
+        console.print(f"checkpoints in {escape(str(out / 'checkpoints'))}; to continue, "
+                      f"run:\n  {escape(shlex.join(command))}", soft_wrap=True)
 
 
 def _run_vertical(job_file: Path, output: Path | None, json_path: Path | None) -> None:
@@ -508,7 +554,7 @@ def _summarise_job(result: dict[str, Any]) -> None:
 @app.command("contribution")
 def contribution_command(
     run_dir: Annotated[Path, typer.Argument(help="The output folder of an 'islands run' "
-                                            "whose job had a [contribution] section.")],
+                                            "whose job had a \\[contribution] section.")],
     chart: Annotated[Path | None, typer.Option(
         help="Where to write the bar chart (default: RUN_DIR/contribution.png).")] = None,
 ) -> None:
@@ -676,7 +722,8 @@ def reproduce_apfl_command(
     out: Annotated[Path, typer.Option(help="Folder for report.md, results.json and plots.")]
     = Path("reports/apfl"),
     epochs: Annotated[int, typer.Option(
-        help="Epochs per row (the paper's 50 by default; about 5 min with the MLP).")] = 50,
+        help="Epochs per row (the paper's 50 by default: about 6 min per row with the MLP "
+             "on 2 cores, nine rows in all; --quick for a short check).")] = 50,
     model: Annotated[str, typer.Option(help="'mlp' (784-200-10) or 'cnn'.")] = "mlp",
     quick: Annotated[bool, typer.Option(help="Small settings (seconds, for smoke tests).")]
     = False,
@@ -761,7 +808,7 @@ def _summarise_reproduction(results: dict[str, Any], out: Path, json_path: Path 
 @app.command("certs")
 def certs_command(
     parties: Annotated[str, typer.Option(
-        help="Comma-separated party names, as in the federation file's [parties].")],
+        help="Comma-separated party names, as in the federation file's \\[parties].")],
     out: Annotated[Path, typer.Option(help="Folder to write ca.pem, ca.key and "
                                            "<party>.pem/<party>.key into.")],
     days: Annotated[int, typer.Option(help="Validity of the certificates.")] = 365,

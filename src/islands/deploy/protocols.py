@@ -277,7 +277,8 @@ def _hfl(config: PartyConfig, resume: bool) -> Prepared:
                 "counts": result.counts, "batch_sizes": result.batch_sizes,
                 "steps_per_epoch": result.steps_per_epoch, "stopped": result.stopped,
                 "dropouts": [{"round": d.round, "client": d.client, "reason": d.reason,
-                              "stage": d.stage} for d in result.dropouts],
+                              "stage": d.stage, "detail": d.detail}
+                             for d in result.dropouts],
                 "privacy": result.privacy, "sample_privacy": result.sample_privacy,
                 "local_accuracy": [r.accuracy for r in result.rounds],
                 "model_visible": result.params is not None,

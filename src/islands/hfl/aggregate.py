@@ -55,6 +55,7 @@ __all__ = [
     "AggStep",
     "Aggregator",
     "ClientHalf",
+    "MalformedUpdateError",
     "MeanAggregator",
     "RoundAggregation",
     "ServerHalf",
@@ -86,6 +87,18 @@ class AggReply:
     round: int
     phase: str
     body: Any
+
+
+class MalformedUpdateError(ProtocolError):
+    """A client's upload the server refuses on arrival (not finite, wrong shape, too large).
+
+    The server leaves that client out of the round as a dropout (reason ``"malformed
+    update"``) instead of stopping the run; ``client`` names it.
+    """
+
+    def __init__(self, message: str, *, party: str, client: str) -> None:
+        super().__init__(message, party=party, step="update")
+        self.client = client
 
 
 @dataclass(frozen=True)
@@ -237,14 +250,33 @@ def normalised_weights_of(clients: Sequence[str], weights: Mapping[str, float]) 
     return {c: v / total for c, v in zip(clients, values, strict=True)}
 
 
-def check_update_vector(vec: Any, dim: int, who: str, *, server: str) -> NDArray[Any]:
-    """Check a client's plain upload is ``dim`` finite floats (ProtocolError otherwise)."""
+def check_update_vector(vec: Any, dim: int, who: str, *, server: str,
+                        max_abs: float | None = None) -> NDArray[Any]:
+    """Check a client's plain upload: ``dim`` finite floats, each within ``max_abs``.
+
+    Raises
+    ------
+    MalformedUpdateError
+        Naming ``who``, before anything of the upload is used.
+    """
     arr = np.asarray(vec)
     if arr.shape != (dim,) or arr.dtype.kind != "f" or not np.all(np.isfinite(arr)):
-        raise ProtocolError(
+        raise MalformedUpdateError(
             f"server {server!r} got a malformed update from {who!r}: expected {dim} finite "
-            f"floats, got {arr.dtype} array of shape {arr.shape}", party=server, step="update")
+            f"floats, got {_describe(arr)}", party=server, client=who)
+    if max_abs is not None and arr.size and float(np.max(np.abs(arr))) > max_abs:
+        raise MalformedUpdateError(
+            f"server {server!r} got a malformed update from {who!r}: |value| reaches "
+            f"{float(np.max(np.abs(arr))):.3g}, above the aggregator's max_abs={max_abs:.3g}",
+            party=server, client=who)
     return arr
+
+
+def _describe(arr: NDArray[Any]) -> str:
+    if arr.dtype.kind == "f" and arr.size and not np.all(np.isfinite(arr)):
+        bad = int(np.count_nonzero(~np.isfinite(arr)))
+        return f"{arr.dtype} array of shape {arr.shape} with {bad} NaN or infinite values"
+    return f"{arr.dtype} array of shape {arr.shape}"
 
 
 class StreamingRound:
@@ -260,8 +292,8 @@ class StreamingRound:
         self.weights = normalised_weights_of(self.participants, weights)
         self.added: list[str] = []
 
-    def admit(self, client: str) -> float:
-        """Record ``client``'s upload; return its weight p_k."""
+    def expect(self, client: str) -> float:
+        """Check ``client`` may upload now (without recording it); return its weight p_k."""
         if client not in self.weights:
             raise ProtocolError(
                 f"server {self.server!r} got an update from {client!r}, which is not in "
@@ -270,8 +302,13 @@ class StreamingRound:
             raise ProtocolError(
                 f"server {self.server!r} got two updates from {client!r} in one round",
                 party=self.server, step="update")
-        self.added.append(client)
         return self.weights[client]
+
+    def admit(self, client: str) -> float:
+        """Record ``client``'s upload; return its weight p_k."""
+        weight = self.expect(client)
+        self.added.append(client)
+        return weight
 
     def check_survivors(self, survivors: Sequence[str]) -> float:
         """Check ``survivors`` are the clients added; return Σ p_k over them."""
@@ -338,23 +375,43 @@ class MeanAggregator:
 
     The server sees every client's model in the clear: protection comes from the
     aggregators in :mod:`islands.hfl.protect` that replace or wrap this one.
+
+    Parameters
+    ----------
+    max_abs : float, default=1e6
+        The largest magnitude of a model parameter in an upload. A client refuses to
+        upload beyond it and the server leaves out any upload beyond it as malformed:
+        one client's 1e30 would otherwise become the next global model of every client.
+        Far above the weights of any trained network; raise it for a model whose
+        parameters are legitimately larger.
     """
 
     name = "mean"
 
+    def __init__(self, max_abs: float = 1e6) -> None:
+        if (isinstance(max_abs, bool) or not isinstance(max_abs, (int, float, np.floating))
+                or not np.isfinite(max_abs) or max_abs <= 0):
+            raise invalid_parameter("max_abs", "MeanAggregator", "a finite float > 0",
+                                    max_abs)
+        self.max_abs = float(max_abs)
+
     def client_half(self) -> _MeanClient:
         """Make a client half that uploads the model itself."""
-        return _MeanClient()
+        return _MeanClient(self.max_abs)
 
     def server_half(self) -> _MeanServer:
         """Make a server half that sums the uploads, streaming."""
-        return _MeanServer()
+        return _MeanServer(self.max_abs)
 
     def __repr__(self) -> str:
-        return "MeanAggregator()"
+        return ("MeanAggregator()" if self.max_abs == 1e6
+                else f"MeanAggregator(max_abs={self.max_abs!r})")
 
 
 class _MeanClient:
+    def __init__(self, max_abs: float) -> None:
+        self.max_abs = max_abs
+
     def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
         raise unexpected_step(party, step, "mean")
 
@@ -363,13 +420,21 @@ class _MeanClient:
 
     def payload(self, party: Party, *, server: str, round: int, params: Vector,
                 base: Vector, weight: float) -> Vector:
+        peak = float(np.max(np.abs(params))) if params.size else 0.0
+        if not peak <= self.max_abs:
+            raise ValidationError(
+                f"the update of client {party.name!r} reaches |value| {peak:.3g}, above the "
+                f"mean aggregator's max_abs={self.max_abs:.3g}")
         return params
 
 
 class _MeanServer(PlainServerHalf):
+    def __init__(self, max_abs: float) -> None:
+        self.max_abs = max_abs
+
     def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
               weights: Mapping[str, float], dim: int) -> _MeanRound:
-        return _MeanRound(link.name, clients, weights, dim)
+        return _MeanRound(link.name, clients, weights, dim, self.max_abs)
 
     def reveal(self, payload: Any) -> Vector:
         return np.asarray(payload)
@@ -377,13 +442,16 @@ class _MeanServer(PlainServerHalf):
 
 class _MeanRound(StreamingRound):
     def __init__(self, server: str, clients: Sequence[str], weights: Mapping[str, float],
-                 dim: int) -> None:
+                 dim: int, max_abs: float) -> None:
         super().__init__(server, clients, weights)
         self._dim = dim
+        self._max_abs = max_abs
         self._total = np.zeros(dim, dtype=np.float64)
 
     def add(self, client: str, payload: Any) -> None:
-        vec = check_update_vector(payload, self._dim, client, server=self.server)
+        self.expect(client)
+        vec = check_update_vector(payload, self._dim, client, server=self.server,
+                                  max_abs=self._max_abs)
         w = self.admit(client)
         # in float64: a Python float times a float32 array would round to float32
         self._total += w * vec.astype(np.float64)

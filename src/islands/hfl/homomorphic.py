@@ -33,6 +33,7 @@ from numpy.typing import NDArray
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl.aggregate import (
     AggStep,
+    MalformedUpdateError,
     PlainServerHalf,
     ServerLink,
     StreamingRound,
@@ -179,7 +180,13 @@ class _PaillierServer(PlainServerHalf):
 
     def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
               weights: Mapping[str, float], dim: int) -> _PaillierRound:
-        return _PaillierRound(link.name, clients, weights, dim, self.public_key)
+        from islands.crypto import paillier
+
+        # encrypt_vector's layout: the key's fingerprint, then ciphertexts of
+        # 2·ceil(bits(n)/8) bytes, as many as the packing takes for dim values
+        width = 2 * -(-int(self.public_key.n).bit_length() // 8)
+        size = paillier.FINGERPRINT_BYTES + self.config.spec.ciphertexts_for(dim) * width
+        return _PaillierRound(link.name, clients, weights, dim, self.public_key, size)
 
     def reveal(self, payload: Any) -> None:
         return None
@@ -187,23 +194,28 @@ class _PaillierServer(PlainServerHalf):
 
 class _PaillierRound(StreamingRound):
     def __init__(self, server: str, clients: Sequence[str], weights: Mapping[str, float],
-                 dim: int, public_key: Any) -> None:
+                 dim: int, public_key: Any, size: int) -> None:
         super().__init__(server, clients, weights)
-        self.dim, self.public_key = dim, public_key
+        self.dim, self.public_key, self.size = dim, public_key, size
         self.total: bytes | None = None
 
     def add(self, client: str, payload: Any) -> None:
         from islands.crypto import paillier
 
-        if not isinstance(payload, bytes):
-            raise ProtocolError(f"client {client!r} sent a malformed Paillier update",
-                                party=self.server, step="update")
+        self.expect(client)
+        if not isinstance(payload, bytes) or len(payload) != self.size:
+            got = (f"{len(payload)} bytes" if isinstance(payload, bytes)
+                   else type(payload).__name__)
+            raise MalformedUpdateError(
+                f"client {client!r} sent a malformed Paillier update: {got}, where "
+                f"{self.dim} values under this key take {self.size} bytes",
+                party=self.server, client=client)
         try:
             blobs = [payload] if self.total is None else [self.total, payload]
             total = paillier.sum_encrypted(self.public_key, blobs)
         except ValidationError as exc:
-            raise ProtocolError(f"client {client!r}'s Paillier update: {exc}",
-                                party=self.server, step="update") from exc
+            raise MalformedUpdateError(f"client {client!r}'s Paillier update: {exc}",
+                                       party=self.server, client=client) from exc
         self.admit(client)
         self.total = total
 
@@ -326,12 +338,13 @@ class _CKKSRound(StreamingRound):
         self.sum = ckks.EncryptedSum(context, dim)
 
     def add(self, client: str, payload: Any) -> None:
-        weight = self.admit(client)
-        try:
+        weight = self.expect(client)
+        try:  # the sum is left untouched by a rejected upload
             self.sum.add(payload, weight)
         except ValidationError as exc:
-            raise ProtocolError(f"client {client!r}'s CKKS update: {exc}", party=self.server,
-                                step="update") from exc
+            raise MalformedUpdateError(f"client {client!r}'s CKKS update: {exc}",
+                                       party=self.server, client=client) from exc
+        self.admit(client)
 
     def finish(self, survivors: Sequence[str]) -> dict[str, Any]:
         weight = self.check_survivors(survivors)

@@ -75,6 +75,7 @@ solution, and returns one JSON-ready result; :func:`write_outputs` writes
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -93,6 +94,7 @@ from islands.data import (
     partition_shards,
 )
 from islands.errors import JobError, ValidationError
+from islands.hfl.checkpoint import load_checkpoint, save_checkpoint
 from islands.hfl.estimator import (
     BACKENDS,
     EpochRecord,
@@ -101,11 +103,16 @@ from islands.hfl.estimator import (
     split_local_eval,
 )
 from islands.hfl.metrics import classification_report, dev_avg, regression_report
-from islands.hfl.protocol import RoundRecord
+from islands.hfl.protocol import SERVER_FILE, RoundRecord
 from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
 from islands.validation import read_toml, table_value
 
-__all__ = ["Job", "load_job", "parse_job", "run_job", "write_outputs"]
+__all__ = ["Job", "can_resume", "load_job", "parse_job", "run_job", "write_outputs"]
+
+log = logging.getLogger(__name__)
+HISTORY_FILE = "history.ckpt"
+# the server cannot see the model under these, so it cannot checkpoint it in the clear
+_NO_RESUME = ("ckks", "paillier", "chaos")
 
 Callback = Callable[[RoundRecord, EpochRecord | None], None]
 
@@ -523,7 +530,9 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
     job
         From :func:`load_job`.
     resume
-        Continue the run checkpointed in ``<output>/checkpoints``.
+        Continue the run checkpointed in ``<output>/checkpoints`` (starts afresh if there
+        is none): the results then cover the whole run, the epochs before the
+        interruption included (their test metrics are kept in ``history.ckpt`` there).
     output
         Overrides the job's ``output`` folder.
     callback
@@ -538,12 +547,28 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
         ``r2`` (regression) of the final global model on the test rows;
         ``aggregations``; ``dev_avg`` when a baseline ran; ``baseline``, ``history``,
         ``rounds``, ``bytes``, ``dropouts``, ``job``, ``data``, ``backend`` (with
-        ``ray_address`` and ``workers``: threads or Ray workers that trained) and
-        ``wall_time_s``.
+        ``ray_address`` and ``workers``: threads or Ray workers that trained),
+        ``resumed_from`` (the round a resumed run continued after, else 0) and
+        ``wall_time_s``. After a resume, ``bytes``, ``federated_seconds`` and
+        ``wall_time_s`` count this process's part of the run only.
     """
     t0 = time.perf_counter()
     out = Path(output if output is not None else job.output)
     prep = prepare(job)
+    checkpoints = out / "checkpoints"
+    earlier, resumed_from = _earlier_history(checkpoints, resume)
+    history = list(earlier)
+    offset = float(earlier[-1]["seconds"]) if earlier else 0.0
+
+    def on_round(record: RoundRecord, epoch: EpochRecord | None) -> None:
+        if callback is not None:
+            callback(record, epoch)
+        if epoch is not None:
+            # kept beside the server's checkpoint, which is written after this: a resumed
+            # run reports every epoch
+            history.append({**asdict(epoch), "seconds": offset + epoch.seconds})
+            save_checkpoint(checkpoints / HISTORY_FILE, {"history": history})
+
     from islands.hfl.protect import build_sample_dp
 
     strategy = build_strategy(job)
@@ -566,7 +591,7 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
     fl = FederatedModel(prep.spec, strategy, epochs=job.epochs, task=job.task,  # type: ignore[arg-type]
                         eval_fraction=job.eval_fraction, seed=job.seed,
                         concurrency=job.concurrency, timeout=job.timeout,
-                        checkpoint=out / "checkpoints", resume=resume, callback=callback,
+                        checkpoint=checkpoints, resume=resume, callback=on_round,
                         sample_dp=build_sample_dp(job.protect, job.protect_options),
                         backend=job.backend,  # type: ignore[arg-type]
                         ray_address=job.ray_address, contribution=contribution)
@@ -596,7 +621,8 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
                   "total": fl.transcript_.total_bytes},
         "seconds_per_round": {"mean": float(np.mean(per_round)) if per_round else 0.0,
                               "max": float(np.max(per_round)) if per_round else 0.0},
-        "history": [asdict(h) for h in fl.history_],
+        "history": history,
+        "resumed_from": resumed_from,
         "protect": list(job.protect),
         "privacy": (None if fl.privacy_ is None
                     else {"epsilon": fl.privacy_[0], "delta": fl.privacy_[1]}),
@@ -618,6 +644,31 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
                                         np.asarray(result["baseline"]["per_class_accuracy"]))
     result["wall_time_s"] = time.perf_counter() - t0
     return result
+
+
+def can_resume(job: Job) -> bool:
+    """Whether ``run_job(job, resume=True)`` can continue an interrupted run of ``job``."""
+    return not set(job.protect) & set(_NO_RESUME)
+
+
+def _earlier_history(checkpoints: Path, resume: bool) -> tuple[list[dict[str, Any]], int]:
+    """Return the epochs a resumed run already has and the round it resumes after (0: afresh)."""
+    server_file = checkpoints / SERVER_FILE
+    if not (resume and server_file.is_file()):
+        # a fresh run: an old history must not be mistaken for this run's
+        (checkpoints / HISTORY_FILE).unlink(missing_ok=True)
+        return [], 0
+    saved = load_checkpoint(server_file)
+    done = int(saved["epoch"])
+    kept: list[dict[str, Any]] = []
+    if (checkpoints / HISTORY_FILE).is_file():
+        kept = [dict(h) for h in load_checkpoint(checkpoints / HISTORY_FILE)["history"]
+                if int(h["epoch"]) <= done]
+    if [h["epoch"] for h in kept] != list(range(1, done + 1)):
+        log.warning("the test metrics of some of the %d epochs before the interruption were "
+                    "lost with it; results.json has those of epochs %s", done,
+                    [h["epoch"] for h in kept])
+    return kept, int(saved["round"])
 
 
 def _baseline(job: Job, prep: Prepared, strategy: Strategy, fl: FederatedModel,

@@ -6,11 +6,14 @@ Messages (models travel as flat float32 vectors):
 tag         direction         payload
 ==========  ================  ==============================================================
 ``join``    client → server   :class:`Join`: training and evaluation sample counts
+``task``    server → client   :class:`Start`: the round the server resumes after (0: fresh)
+``join``    client → server   :class:`Ready` (the same round) or :class:`Refusal`
 ``task``    server → client   :class:`Task`: round, global vector, position in the epoch,
                               local steps τ, batch size, optimiser; or :class:`Finish`
 ``update``  client → server   :class:`Update`: the aggregator's payload for the new local
                               model, the local loss, and (when asked) the local accuracy
-                              of the global model the round started from
+                              of the global model the round started from; or
+                              :class:`Refusal` when that model cannot be uploaded
 ``task``    server → client   :class:`~islands.hfl.aggregate.AggStep`: a phase of the
                               aggregator's own protocol (key agreement, unmasking)
 ``agg``     client → server   :class:`~islands.hfl.aggregate.AggReply`: the answer
@@ -35,10 +38,20 @@ of the round (weights renormalised over the survivors), recorded as a
 ``min_clients`` remain. A client that failed is not asked again; a late update is
 discarded.
 
+An upload is checked on arrival (its aggregator's :class:`RoundAggregation.add`: shape,
+finite values, the encoding's range where the server can see it); a malformed one makes
+its client a dropout of reason ``"malformed update"``, as does a client that refuses to
+upload a model it cannot encode (NaN, or beyond its aggregator's range). Such a client is
+not asked again.
+
 With ``checkpoint`` set, the server writes its state atomically after every aggregation
 and each client writes its own (its momentum buffer) to its own file; ``resume=True``
 continues from there and, with the same seeds, ends with exactly the model of an
-uninterrupted run.
+uninterrupted run. The server's first message (:class:`Start`) names the round it
+resumes after; every client checks it against its own state (its checkpoint when it
+resumes, round 0 when it does not) and refuses a mismatch, and the server then stops
+with that client's reason: a client restarted without ``resume`` (or the server without
+it) would otherwise silently train on with a lost momentum buffer.
 
 References
 ----------
@@ -74,6 +87,7 @@ from islands.hfl.aggregate import (
     AggReply,
     AggStep,
     ClientHalf,
+    MalformedUpdateError,
     RoundAggregation,
     ServerLink,
 )
@@ -91,9 +105,12 @@ __all__ = [
     "Join",
     "Learner",
     "LocalOutcome",
+    "Ready",
+    "Refusal",
     "RoundObserver",
     "RoundRecord",
     "ServerResult",
+    "Start",
     "Task",
     "Update",
     "client",
@@ -104,6 +121,8 @@ log = logging.getLogger(__name__)
 
 Vector = NDArray[np.float32]
 SERVER_FILE = "server.ckpt"
+MALFORMED = "malformed update"
+RESUME_MISMATCH = "resume mismatch"
 
 
 # --------------------------------------------------------------------------- messages
@@ -112,8 +131,39 @@ SERVER_FILE = "server.ckpt"
 class Join:
     """A client's opening message: how many samples it trains and evaluates on."""
 
-    n_train: int
-    n_eval: int
+    n_train: int = field(metadata={"ge": 1})
+    n_eval: int = field(metadata={"ge": 0})
+
+
+@wire.register(name="hfl.Start")
+@dataclass(frozen=True)
+class Start:
+    """The server's first message: the round it resumes after (0: a fresh start)."""
+
+    resumed_from: int = field(metadata={"ge": 0})
+
+
+@wire.register(name="hfl.Ready")
+@dataclass(frozen=True)
+class Ready:
+    """A client's agreement to :class:`Start`: it resumes after the same round."""
+
+    resumed_from: int = field(metadata={"ge": 0})
+
+
+@wire.register(name="hfl.Refusal")
+@dataclass(frozen=True)
+class Refusal:
+    """A client's refusal: to resume as the server says, or to upload its update.
+
+    ``reason`` is ``"resume mismatch"`` (answering :class:`Start`) or ``"malformed
+    update"`` (instead of an :class:`Update`: its own new model cannot be uploaded);
+    ``detail`` says why, for the server's log.
+    """
+
+    round: int
+    reason: str
+    detail: str
 
 
 @wire.register(name="hfl.Task")
@@ -121,12 +171,12 @@ class Join:
 class Task:
     """One round's instruction to one client."""
 
-    round: int
+    round: int = field(metadata={"ge": 1})
     params: Any
-    epoch: int
-    step: int
-    steps: int
-    batch_size: int
+    epoch: int = field(metadata={"ge": 0})
+    step: int = field(metadata={"ge": 0})
+    steps: int = field(metadata={"ge": 1})
+    batch_size: int = field(metadata={"ge": 1})
     lr: float
     momentum: float
     weight_decay: float
@@ -210,17 +260,20 @@ class RoundRecord:
 
 @dataclass(frozen=True)
 class DropoutEvent:
-    """A client lost in a round, why (``"failed"`` or ``"timeout"``) and at which stage.
+    """A client lost in a round, why and at which stage.
 
-    ``stage`` is ``"join"``, ``"update"`` (its update is left out) or a phase of the
-    aggregator's protocol (e.g. secure aggregation's ``"unmask"``, after which the
-    client's update still counts).
+    ``reason`` is ``"failed"``, ``"timeout"`` or ``"malformed update"`` (an upload the
+    server refused on arrival, or one the client refused to send; ``detail`` says what
+    was wrong). ``stage`` is ``"join"``, ``"update"`` (its update is left out) or a
+    phase of the aggregator's protocol (e.g. secure aggregation's ``"unmask"``, after
+    which the client's update still counts).
     """
 
     round: int
     client: str
     reason: str
     stage: str = "update"
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -414,6 +467,20 @@ def server(
     dim = params.size
     half = strategy.aggregator.server_half()
     link = ServerLink(party, client_timeout)
+    ckpt_path = None if checkpoint is None else Path(checkpoint) / SERVER_FILE
+    saved: dict[str, Any] | None = None
+    if resume and ckpt_path is not None:
+        saved = load_checkpoint(ckpt_path)
+        if saved.get("clients") != clients or int(saved.get("dim", -1)) != dim:
+            raise ValidationError(
+                f"the checkpoint in {checkpoint} is of another federation (clients "
+                f"{saved.get('clients')}, {saved.get('dim')} parameters)")
+        if half.reveal(saved["params"]) is None:
+            raise ValidationError(
+                f"cannot resume under the {strategy.aggregator.name} aggregator: the saved "
+                "model is encrypted or permuted under keys of the interrupted run, which "
+                "are not checkpointed")
+    resumed_from = 0 if saved is None else int(saved["round"])
 
     # -- joins: a client that fails before joining is a dropout of round 0
     counts: dict[str, int] = {}
@@ -424,10 +491,11 @@ def server(
         except (PeerFailedError, PeerTimeoutError) as exc:
             dropouts.append(_dropout(0, name, exc, "join"))
             continue
-        if not isinstance(join, Join) or join.n_train < 1:
+        if not isinstance(join, Join):
             raise ProtocolError(f"client {name!r} sent a malformed join: {join!r}",
                                 party=party.name, step="join")
         counts[name] = int(join.n_train)
+    _agree_on_start(party, counts, resumed_from, client_timeout, dropouts)
     if len(counts) < min_clients:
         raise ProtocolError(
             f"only {len(counts)} of {len(clients)} clients joined; the strategy needs at "
@@ -448,21 +516,8 @@ def server(
     initial_model = True
     records: list[RoundRecord] = []
     rnd = epoch = step = aggregations = 0
-    resumed_from = 0
-    ckpt_path = None if checkpoint is None else Path(checkpoint) / SERVER_FILE
-    if resume and ckpt_path is not None:
-        saved = load_checkpoint(ckpt_path)
-        if saved.get("clients") != clients or int(saved.get("dim", -1)) != dim:
-            raise ValidationError(
-                f"the checkpoint in {checkpoint} is of another federation (clients "
-                f"{saved.get('clients')}, {saved.get('dim')} parameters)")
-        plain = half.reveal(saved["params"])
-        if plain is None:
-            raise ValidationError(
-                f"cannot resume under the {strategy.aggregator.name} aggregator: the saved "
-                "model is encrypted or permuted under keys of the interrupted run, which "
-                "are not checkpointed")
-        model = plain = np.array(plain, dtype=np.float32)
+    if saved is not None:
+        model = plain = np.array(half.reveal(saved["params"]), dtype=np.float32)
         rnd, epoch, step = int(saved["round"]), int(saved["epoch"]), int(saved["step"])
         aggregations = int(saved["aggregations"])
         available = [c for c in saved["available"] if c in available]
@@ -474,7 +529,6 @@ def server(
             contribution.set_state(saved.get("contribution", {}))
         records = _records_from_columns(saved["records"])
         dropouts = [DropoutEvent(**d) for d in saved["dropouts"]] + dropouts
-        resumed_from = rnd
 
     stopped = None
     while epoch < epochs:
@@ -515,17 +569,21 @@ def server(
                              concurrency or len(participants), client_timeout, uploads)
         if budget is not None:  # a client that dropped out may still have trained
             budget.step(participants, steps)
-        for name, reason in _failures(results):
-            dropouts.append(DropoutEvent(rnd, name, reason))
-            log.warning("round %d: client %r left out (%s)", rnd, name, reason)
-            if reason == "failed" and name in available:
+        lost = _failures(results)
+        for name, why in lost:
+            dropouts.append(DropoutEvent(rnd, name, why.reason, detail=why.detail))
+            log.warning("round %d: client %r left out (%s)%s", rnd, name, why.reason,
+                        f": {why.detail}" if why.detail else "")
+            # a client that failed or sent a malformed update is not asked again
+            if why.reason != "timeout" and name in available:
                 available.remove(name)
         survivors = [c for c in participants if isinstance(results.get(c), Update)]
         if len(survivors) < min_clients:
+            left = ", ".join(f"{name!r}: {why.reason}" for name, why in lost)
             raise ProtocolError(
                 f"round {rnd}: only {len(survivors)} of {len(chosen)} clients returned an "
-                f"update, fewer than min_clients={min_clients}", party=party.name,
-                step="update")
+                f"update, fewer than min_clients={min_clients} (left out: {left})",
+                party=party.name, step="update")
         model = agg.finish(survivors)
         _drain(link, dropouts, available)
         if contribution is not None and uploads is not None and plain is not None:
@@ -566,6 +624,13 @@ def server(
                              epsilon=None if spent is None else spent[0],
                              sample_epsilon=None if budget is None else budget.spent()[0])
         records.append(record)
+        # the round's observer first: a checkpoint then means its round was seen whole
+        # (a caller keeping per-round results beside it never lags behind it)
+        if on_round is not None:
+            if isinstance(model, np.ndarray):
+                model = model.view()
+                model.flags.writeable = False
+            on_round(record, model)
         if ckpt_path is not None:
             save_checkpoint(ckpt_path, {
                 "clients": clients, "dim": dim, "params": model, "round": rnd,
@@ -577,11 +642,6 @@ def server(
                 "records": _records_to_columns(records),
                 "dropouts": [asdict(d) for d in dropouts],
             })
-        if on_round is not None:
-            if isinstance(model, np.ndarray):
-                model = model.view()
-                model.flags.writeable = False
-            on_round(record, model)
 
     final = Finish(params=model if send_final else None, rounds=rnd)
     for name in available:
@@ -592,6 +652,36 @@ def server(
                         resumed_from=resumed_from, payload=model, stopped=stopped,
                         privacy=_spent(half),
                         sample_privacy=None if budget is None else budget.spent())
+
+
+def _agree_on_start(party: Party, counts: dict[str, int], resumed_from: int,
+                    client_timeout: float, dropouts: list[DropoutEvent]) -> None:
+    """Tell the joined clients the round the run resumes after; stop if one disagrees.
+
+    A client that fails or stays silent here is a dropout of the join (removed from
+    ``counts``); a client's :class:`Refusal` stops the run with its reason.
+    """
+    joined = list(counts)
+    for name in joined:
+        party.send(name, "task", Start(resumed_from=resumed_from))
+    refusals = []
+    for name in joined:
+        try:
+            reply = party.recv(name, "join", timeout=client_timeout)
+        except (PeerFailedError, PeerTimeoutError) as exc:
+            dropouts.append(_dropout(0, name, exc, "join"))
+            del counts[name]
+            continue
+        if isinstance(reply, Refusal):
+            refusals.append(f"client {name!r} refused: {_peer_text(reply.detail)}")
+        elif not (isinstance(reply, Ready) and reply.resumed_from == resumed_from):
+            raise ProtocolError(f"client {name!r} sent a malformed answer to the start: "
+                                f"{_peer_text(reply)}", party=party.name, step="join")
+    if refusals:
+        where = "starts afresh (round 0)" if resumed_from == 0 else (
+            f"resumes after round {resumed_from}")
+        raise ProtocolError(f"server {party.name!r} {where}, but not every client does: "
+                            + "; ".join(refusals), party=party.name, step="join")
 
 
 def _drain(link: ServerLink, dropouts: list[DropoutEvent], available: list[str]) -> None:
@@ -663,8 +753,21 @@ def _dropout(rnd: int, name: str, exc: Exception, stage: str) -> DropoutEvent:
     return DropoutEvent(rnd, name, reason, stage)
 
 
-def _failures(results: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(name, value) for name, value in results.items() if isinstance(value, str)]
+@dataclass(frozen=True)
+class _Lost:
+    """Why a client's update of a round is missing."""
+
+    reason: str
+    detail: str = ""
+
+
+def _failures(results: dict[str, Any]) -> list[tuple[str, _Lost]]:
+    return [(name, value) for name, value in results.items() if isinstance(value, _Lost)]
+
+
+def _peer_text(text: Any) -> str:
+    """Bound a peer's free text for our own log and results (it is never executed)."""
+    return (text if isinstance(text, str) else repr(text))[:500]
 
 
 def _run_round(
@@ -675,8 +778,9 @@ def _run_round(
 ) -> dict[str, Any]:
     """Send tasks to at most ``concurrency`` clients at a time; take updates in order.
 
-    Returns each client's :class:`Update`, or ``"failed"``/``"timeout"``; with
-    ``uploads``, each aggregated payload is also kept there, by client.
+    Returns each client's :class:`Update`, or why it is missing (``"failed"``,
+    ``"timeout"``, ``"malformed update"``); with ``uploads``, each aggregated payload is
+    also kept there, by client.
     """
     out: dict[str, Any] = {}
     queue = deque(chosen)
@@ -692,31 +796,41 @@ def _run_round(
     for _ in range(min(concurrency, len(chosen))):
         dispatch()
     for name in chosen:
-        deadline = time.monotonic() + client_timeout
-        try:
-            while True:  # skip late updates of earlier rounds
-                update = party.recv(name, "update",
-                                    timeout=max(deadline - time.monotonic(), 1e-3))
-                if isinstance(update, Update) and update.round < rnd:
-                    continue
-                break
-        except PeerFailedError:
-            out[name] = "failed"
-        except PeerTimeoutError:
-            out[name] = "timeout"
-        else:
-            if not isinstance(update, Update) or update.round != rnd:
-                raise ProtocolError(f"client {name!r} sent a malformed update in round {rnd}",
-                                    party=party.name, step="update")
-            agg.add(name, update.payload)
-            if uploads is not None:
-                uploads[name] = update.payload
-            # keep the metadata, drop the payload (the aggregate holds what it needs)
-            out[name] = Update(round=update.round, payload=None, steps=update.steps,
-                               loss=float(update.loss), accuracy=float(update.accuracy))
+        out[name] = _receive_update(party, name, rnd, agg, client_timeout, uploads)
         if queue:
             dispatch()
     return out
+
+
+def _receive_update(party: Party, name: str, rnd: int, agg: RoundAggregation,
+                    client_timeout: float, uploads: dict[str, Any] | None) -> Any:
+    """Take ``name``'s update of round ``rnd`` into ``agg``, or say why there is none."""
+    deadline = time.monotonic() + client_timeout
+    try:
+        while True:  # skip late updates of earlier rounds
+            update = party.recv(name, "update", timeout=max(deadline - time.monotonic(), 1e-3))
+            if not (isinstance(update, (Update, Refusal)) and update.round < rnd):
+                break
+    except PeerFailedError:
+        return _Lost("failed")
+    except PeerTimeoutError:
+        return _Lost("timeout")
+    if isinstance(update, Refusal) and update.round == rnd and update.reason == MALFORMED:
+        return _Lost(MALFORMED, _peer_text(update.detail))
+    if not isinstance(update, Update) or update.round != rnd:
+        raise ProtocolError(f"client {name!r} sent a malformed update in round {rnd}",
+                            party=party.name, step="update")
+    try:
+        agg.add(name, update.payload)
+    except MalformedUpdateError as exc:
+        if exc.client != name:
+            raise
+        return _Lost(MALFORMED, str(exc))
+    if uploads is not None:
+        uploads[name] = update.payload
+    # keep the metadata, drop the payload (the aggregate holds what it needs)
+    return Update(round=update.round, payload=None, steps=update.steps,
+                  loss=float(update.loss), accuracy=float(update.accuracy))
 
 
 # --------------------------------------------------------------------------- client
@@ -750,24 +864,44 @@ def client(
         Folder for this client's state file (``<name>.ckpt``): its momentum buffer after
         each of its last two rounds.
     resume
-        Load that state to continue a run whose server resumes.
+        Load that state to continue a run whose server resumes; the client refuses (and
+        the server stops) when the server's :class:`Start` names another round.
     task_timeout
         Seconds to wait for the next task (a round of many clients can take long).
 
     Returns
     -------
     ClientResult
+
+    Raises
+    ------
+    ProtocolError
+        If the server resumes after another round than this client's state (told to the
+        server first, with a :class:`Refusal`).
+    ValidationError
+        If its new model cannot be uploaded (NaN, wrong length, beyond the aggregator's
+        range): it tells the server with a :class:`Refusal` and stops.
     """
     if learner.n_train < 1:
         raise ValidationError(f"client {party.name!r} has no training data")
     own = aggregator.client_half() if half is None else half
-    party.send(server, "join", Join(n_train=learner.n_train, n_eval=learner.n_eval))
-    momentum: Vector | None = None
     ckpt_path = None if checkpoint is None else Path(checkpoint) / f"{party.name}.ckpt"
-    saved: dict[str, Any] = {"rounds": [], "momenta": []}
+    stored = None
     if resume and ckpt_path is not None and ckpt_path.is_file():
-        saved = load_checkpoint(ckpt_path)
-    first = True
+        stored = load_checkpoint(ckpt_path)
+    party.send(server, "join", Join(n_train=learner.n_train, n_eval=learner.n_eval))
+    start = party.recv(server, "task", timeout=task_timeout)
+    if not isinstance(start, Start):
+        raise ProtocolError(f"client {party.name!r} expected the server's start, got "
+                            f"{type(start).__name__}", party=party.name, step="task")
+    try:
+        momentum, saved = _resume_state(party.name, start.resumed_from, stored, resume)
+    except ProtocolError as exc:
+        party.send(server, "join", Refusal(round=0, reason=RESUME_MISMATCH, detail=str(exc)))
+        raise
+    party.send(server, "join", Ready(resumed_from=start.resumed_from))
+    if ckpt_path is not None and stored is None:
+        save_checkpoint(ckpt_path, saved)  # this run's (empty) state replaces an old one
     trained = 0
     losses: list[float] = []
     while True:
@@ -787,9 +921,6 @@ def client(
         if not isinstance(msg, Task):
             raise ProtocolError(f"client {party.name!r} got an unexpected message: "
                                 f"{type(msg).__name__}", party=party.name, step="task")
-        if first and resume and msg.round > 1:
-            momentum = _restore(saved, msg.round - 1, party.name)
-        first = False
         params = np.asarray(msg.params) if msg.initial else own.open(msg.params)
         params = _check_vector(params, None, f"the global model client {party.name!r} got")
         accuracy = float("nan")
@@ -807,8 +938,18 @@ def client(
             momenta = [*list(saved["momenta"])[-1:], momentum]
             saved = {"rounds": rounds, "momenta": momenta}
             save_checkpoint(ckpt_path, saved)
-        payload = own.payload(party, server=server, round=msg.round, params=outcome.params,
-                              base=params, weight=float(msg.weight))
+        try:
+            new = _check_vector(outcome.params, params.size,
+                                f"the new model of client {party.name!r}")
+            payload = own.payload(party, server=server, round=msg.round, params=new,
+                                  base=params, weight=float(msg.weight))
+        except ValidationError as exc:
+            # an honest client never uploads what it cannot encode: it leaves the run and
+            # says why, so the server records a malformed update, not a crash
+            party.send(server, "update", Refusal(round=msg.round, reason=MALFORMED,
+                                                 detail=str(exc)))
+            raise ValidationError(f"client {party.name!r} cannot upload its update of round "
+                                  f"{msg.round} and leaves the run: {exc}") from exc
         party.send(server, "update", Update(round=msg.round, payload=payload,
                                             steps=msg.steps, loss=outcome.loss,
                                             accuracy=accuracy))
@@ -817,11 +958,50 @@ def client(
         del msg, params, outcome, payload
 
 
-def _restore(saved: dict[str, Any], rnd: int, name: str) -> Vector | None:
-    rounds = [int(r) for r in saved.get("rounds", [])]
-    if rnd not in rounds:
-        raise ProtocolError(
-            f"client {name!r} cannot resume at round {rnd + 1}: its checkpoint holds rounds "
-            f"{rounds}", party=name, step="task")
-    value = saved["momenta"][rounds.index(rnd)]
-    return None if value is None else np.array(value, dtype=np.float32)
+def _resume_state(name: str, resumed_from: int, stored: dict[str, Any] | None,
+                  resume: bool) -> tuple[Vector | None, dict[str, Any]]:
+    """Return the momentum buffer to resume after round ``resumed_from`` and the state to keep.
+
+    ``stored`` is the client's checkpoint (None when it does not resume or has none).
+    A client keeps its buffer after each of its last two rounds; it resumes from the
+    latest at or before the server's round (None if it had not trained yet).
+
+    Raises
+    ------
+    ProtocolError
+        If that state is not the one the server resumes from, naming both rounds.
+    """
+    empty: dict[str, Any] = {"rounds": [], "momenta": []}
+    if stored is None:
+        if resumed_from > 0:
+            why = ("it has no checkpoint to resume from" if resume
+                   else "it was started without resume")
+            raise ProtocolError(
+                f"client {name!r} would start from round 0 ({why}), but the server resumes "
+                f"after round {resumed_from}; restart the client with resume (--resume) and "
+                "its checkpoint", party=name, step="join")
+        return None, empty
+    rounds = [int(r) for r in stored.get("rounds", [])]
+    momenta = list(stored.get("momenta", []))
+    if len(momenta) != len(rounds):
+        raise ProtocolError(f"client {name!r}: its checkpoint is damaged (rounds {rounds}, "
+                            f"{len(momenta)} momentum buffers)", party=name, step="join")
+    if resumed_from == 0:
+        if rounds:
+            raise ProtocolError(
+                f"client {name!r} resumes from its checkpoint (round {max(rounds)}), but the "
+                "server starts afresh (round 0); restart both with resume, or both without",
+                party=name, step="join")
+        return None, empty
+    earlier = [r for r in rounds if r <= resumed_from]
+    if not earlier:
+        if len(rounds) > 1:  # it trained before the later of the two: its buffer is lost
+            raise ProtocolError(
+                f"client {name!r} holds the state of rounds {rounds}, none at or before round "
+                f"{resumed_from}, after which the server resumes", party=name, step="join")
+        return None, empty
+    k = rounds.index(max(earlier))
+    value = momenta[k]
+    momentum = None if value is None else np.array(value, dtype=np.float32)
+    # rounds after the server's were lost with it and will be trained again
+    return momentum, {"rounds": [rounds[k]], "momenta": [value]}

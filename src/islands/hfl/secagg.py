@@ -82,6 +82,7 @@ from islands.crypto.prg import expand
 from islands.errors import ProtocolError, ValidationError, invalid_parameter
 from islands.hfl.aggregate import (
     AggStep,
+    MalformedUpdateError,
     PlainServerHalf,
     ServerLink,
     StreamingRound,
@@ -451,10 +452,10 @@ class SecAggRound(StreamingRound):
                                 party=self.server, step="update")
         y = np.asarray(payload)
         if y.shape != (self.dim,) or y.dtype != np.uint64:
-            raise ProtocolError(
+            raise MalformedUpdateError(
                 f"server {self.server!r} got a malformed masked update from {client!r}: "
                 f"expected {self.dim} uint64 ring elements, got {y.dtype} {y.shape}",
-                party=self.server, step="update")
+                party=self.server, client=client)
         self.admit(client)
         self._total += y
 
