@@ -4,6 +4,7 @@ the order, the curve arithmetic is right, what travels is blinded, bad input is 
 from __future__ import annotations
 
 import secrets
+import unicodedata
 from functools import partial
 
 import numpy as np
@@ -117,3 +118,72 @@ def test_nothing_sent_holds_an_id_or_its_plain_hash() -> None:
     assert sorted(tags[2:5]) == [("a", "blinded"), ("b", "blinded"), ("b", "double")]
     assert tags[5] == ("a", "matches") and tags.index(("b", "blinded")) < tags.index(
         ("b", "double"))
+
+
+COMPOSED, DECOMPOSED = "Jos\u00e9", "Jose\u0301"  # one "José" typed two ways
+
+
+def test_ids_that_look_the_same_match_under_nfc_and_keep_their_own_spelling() -> None:
+    assert COMPOSED != DECOMPOSED
+    a, b = align([DECOMPOSED, "Ann", "Zo\u00eb"], ["Zoe\u0308", COMPOSED, "Bob"], workers=1)
+    # each party gets back its own values, so its rows map back to its own table
+    assert a.ids == [DECOMPOSED, "Zo\u00eb"] and b.ids == [COMPOSED, "Zoe\u0308"]
+    assert a.rows.tolist() == [0, 2] and b.rows.tolist() == [1, 0]
+    assert intersect([COMPOSED], [DECOMPOSED], normalize="NFD") == [COMPOSED]
+    # NFKC also folds compatibility forms: a full-width "ＩＤ１" is "ID1"
+    assert intersect(["\uff29\uff24\uff11"], ["ID1"], normalize="NFKC") == ["\uff29\uff24\uff11"]
+
+
+def test_without_normalisation_the_two_spellings_do_not_match() -> None:
+    with pytest.raises(ValidationError, match="share no IDs"):
+        intersect([COMPOSED], [DECOMPOSED], normalize=None)
+    assert intersect([COMPOSED, "x"], [DECOMPOSED, "x"], normalize=None) == ["x"]
+    assert intersect(["\uff29\uff24\uff11", "x"], ["ID1", "x"]) == ["x"]  # NFC keeps width
+
+
+def test_two_ids_of_one_party_that_normalise_alike_are_refused_naming_both() -> None:
+    with pytest.raises(ValidationError, match=r"'ids_b' parameter of intersect holds the IDs "
+                       r"'Jos\\xe9' and 'Jose\\u0301'.*NFC"):
+        intersect(["a"], [COMPOSED, "b", DECOMPOSED])
+    # a role refuses them before it sends anything
+    with pytest.raises(ValidationError, match=r"PSI party 'b'.*'Jos\\xe9' and 'Jose\\u0301'"):
+        run_local({"a": partial(initiator, peer="b", ids=["a"], workers=1),
+                   "b": partial(responder, peer="a", ids=[COMPOSED, DECOMPOSED],
+                                workers=1)}, timeout=30)
+    # with no normalisation they are two distinct IDs
+    assert intersect([COMPOSED, DECOMPOSED], [DECOMPOSED], normalize=None) == [DECOMPOSED]
+
+
+@pytest.mark.parametrize("bad", ["nfc", "NFX", 1, b"NFC"])
+def test_an_unknown_normalisation_is_refused(bad: object) -> None:
+    with pytest.raises(ValidationError, match="'normalize' parameter of intersect must be "
+                       "one of 'NFC', 'NFKC', 'NFD', 'NFKD' or None"):
+        intersect(["a"], ["a"], normalize=bad)  # type: ignore[arg-type]
+
+
+def test_the_roles_refuse_different_normalisations_naming_both_settings() -> None:
+    run = partial(run_local, timeout=30)
+    with pytest.raises(ValidationError, match=r"party '[ab]' normalises string IDs with "
+                       r"normalize=('NFC'|None) but party '[ab]' with normalize=('NFC'|None)"):
+        run({"a": partial(initiator, peer="b", ids=[COMPOSED], workers=1),
+             "b": partial(responder, peer="a", ids=[DECOMPOSED], workers=1, normalize=None)})
+    with pytest.raises(ValidationError, match=r"normalize='(NFKC|NFD)' but party '[ab]' "
+                       r"with normalize='(NFKC|NFD)'"):
+        run({"a": partial(initiator, peer="b", ids=["x"], workers=1, normalize="NFKC"),
+             "b": partial(responder, peer="a", ids=["x"], workers=1, normalize="NFD")})
+    # the setting only touches strings: ints run whatever each party chose
+    ok = run({"a": partial(initiator, peer="b", ids=[1, 2], workers=1, normalize=None),
+              "b": partial(responder, peer="a", ids=[2], workers=1)})
+    assert ok.results["a"].ids == ok.results["b"].ids == [2]
+
+
+def test_both_parties_agree_on_the_order_whatever_the_spelling() -> None:
+    # "é" (U+00E9) sorts after "z" but "e" + U+0301 before it: sorting the raw strings
+    # would give the parties two different orders
+    ids_a = ["z", COMPOSED, "Jose", "a\u0301"]
+    ids_b = ["\u00e1", DECOMPOSED, "z", "Jose"]
+    a, b = align(ids_a, ids_b, workers=1)
+    assert [unicodedata.normalize("NFC", v) for v in a.ids] == \
+        [unicodedata.normalize("NFC", v) for v in b.ids]
+    assert [ids_a[r] for r in a.rows] == a.ids and [ids_b[r] for r in b.rows] == b.ids
+    assert len(a.ids) == 4

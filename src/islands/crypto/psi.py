@@ -33,7 +33,10 @@ exponentiation per ID in Python, more than the scalar multiplication itself.)
 
 ID encoding. IDs are ints, strings or bytes, all of one kind per party: an int becomes
 ``b"i" + decimal``, a string ``b"s" + UTF-8``, bytes ``b"b" + bytes``, so ``1`` and
-``"1"`` never collide and never match.
+``"1"`` never collide and never match. Strings are first brought to one Unicode
+normalisation form (NFC by default, :data:`NORMALIZATIONS`), so "José" typed with a
+composed é and with e + combining accent encode alike; without it they are different
+bytes and the row would silently drop out of the intersection.
 
 Speed. Blinding is embarrassingly parallel and OpenSSL holds the GIL, so large batches go
 to a pool of worker processes (``workers``, default: the usable cores); the secret
@@ -54,24 +57,31 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import unicodedata
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.crypto.processes import check_workers, chunks, process_pool, usable_cores
+from islands.crypto.processes import check_workers, chunks, run_in_workers, usable_cores
 from islands.errors import ValidationError, invalid_parameter
 from islands.validation import describe
 
 __all__ = [
+    "NORMALIZATIONS",
     "POINT_BYTES",
     "blind",
     "encode_ids",
     "hash_to_curve",
     "new_key",
+    "normalization_name",
     "usable_cores",
 ]
+
+Normalization = Literal["NFC", "NFKC", "NFD", "NFKD"] | None
+NORMALIZATIONS: tuple[str | None, ...] = ("NFC", "NFKC", "NFD", "NFKD", None)
+"""The Unicode normalisation forms string IDs can be brought to (None: none, raw UTF-8)."""
 
 POINT_BYTES = 32
 """Bytes of a group element (an X25519 u-coordinate)."""
@@ -83,7 +93,23 @@ _PARALLEL_MIN = 20_000  # below this, a pool costs more than it saves
 _KINDS = {int: "int", str: "str", bytes: "bytes"}
 
 
-def encode_ids(ids: Any, name: str, owner: str) -> tuple[list[bytes], str]:
+def normalization_name(normalize: Any, owner: str) -> str:
+    """Return ``normalize`` as it travels in a hello: the form's name, or ``"none"``.
+
+    Raises
+    ------
+    ValidationError
+        If ``normalize`` is not one of :data:`NORMALIZATIONS`.
+    """
+    if normalize is not None and (type(normalize) is not str
+                                  or normalize not in NORMALIZATIONS):
+        raise invalid_parameter("normalize", owner,
+                                "one of 'NFC', 'NFKC', 'NFD', 'NFKD' or None", normalize)
+    return "none" if normalize is None else normalize
+
+
+def encode_ids(ids: Any, name: str, owner: str, *,
+               normalize: Normalization = "NFC") -> tuple[list[bytes], str]:
     """Return the canonical byte encodings of ``ids`` and their kind.
 
     Parameters
@@ -92,6 +118,9 @@ def encode_ids(ids: Any, name: str, owner: str) -> tuple[list[bytes], str]:
         A sequence (or 1-D array) of ints, strings or bytes, all of one kind.
     name, owner
         Named in error messages (the parameter and the party or function).
+    normalize
+        The Unicode normalisation form strings are brought to before encoding, or None
+        to encode them as given. Ints and bytes are never changed.
 
     Returns
     -------
@@ -102,8 +131,11 @@ def encode_ids(ids: Any, name: str, owner: str) -> tuple[list[bytes], str]:
     Raises
     ------
     ValidationError
-        If ``ids`` is empty, mixes kinds, holds another type or repeats an ID.
+        If ``ids`` is empty, mixes kinds, holds another type or repeats an ID, if two
+        different strings normalise to the same one (naming both), or if ``normalize``
+        is not a known form.
     """
+    normalization_name(normalize, owner)
     if isinstance(ids, np.ndarray):
         if ids.ndim != 1:
             raise invalid_parameter(name, owner, "a 1-D sequence of IDs", describe(ids))
@@ -124,7 +156,9 @@ def encode_ids(ids: Any, name: str, owner: str) -> tuple[list[bytes], str]:
     if first is int:
         encoded = [b"i%d" % v if type(v) is int else b"" for v in values]
     elif first is str:
-        encoded = [b"s" + v.encode("utf-8") if type(v) is str else b"" for v in values]
+        form = normalize
+        encoded = [b"s" + (unicodedata.normalize(form, v) if form else v).encode("utf-8")
+                   if type(v) is str else b"" for v in values]
     else:
         encoded = [b"b" + v if type(v) is bytes else b"" for v in values]
     if b"" in encoded:
@@ -132,13 +166,20 @@ def encode_ids(ids: Any, name: str, owner: str) -> tuple[list[bytes], str]:
         raise invalid_parameter(name, owner, f"IDs all of one kind ({kind})",
                                 f"also a {type(bad).__name__}")
     if len(set(encoded)) != len(encoded):
-        seen: set[bytes] = set()
+        seen: dict[bytes, Any] = {}
         for v, e in zip(values, encoded, strict=True):
             if e in seen:
+                if seen[e] == v:
+                    raise ValidationError(
+                        f"The {name!r} parameter of {owner} repeats the ID {v!r}: IDs must "
+                        "be unique within a party (deduplicate, or join the rows first)")
+                # ascii() shows the code points that make the two look alike
                 raise ValidationError(
-                    f"The {name!r} parameter of {owner} repeats the ID {v!r}: IDs must be "
-                    "unique within a party (deduplicate, or join the rows first)")
-            seen.add(e)
+                    f"The {name!r} parameter of {owner} holds the IDs {seen[e]!a} and "
+                    f"{v!a}, which are the same string under Unicode {normalize} "
+                    "normalisation and would collide: make them one ID, or choose another "
+                    "'normalize' (None compares the code points as given)")
+            seen[e] = v
     return encoded, kind
 
 
@@ -220,10 +261,9 @@ def hash_to_curve(encoded: Sequence[bytes], salt: bytes, *,
     if workers == 1 or len(items) < _PARALLEL_MIN:
         raw = _hash_chunk(salt, items)
     else:
-        pool = process_pool(workers)
-        futures = [pool.submit(_hash_chunk, salt, items[lo:hi])
-                   for lo, hi in _chunked(len(items), workers)]
-        raw = b"".join(f.result() for f in futures)
+        raw = b"".join(run_in_workers(
+            _hash_chunk, [(salt, items[lo:hi]) for lo, hi in _chunked(len(items), workers)],
+            workers, owner=owner))
     points: NDArray[np.uint8] = np.frombuffer(raw, dtype=np.uint8).reshape(
         len(items), POINT_BYTES).copy()
     return points
@@ -273,11 +313,9 @@ def blind(key: bytes, points: Any, *, workers: int | None = None,
         if workers == 1 or n < _PARALLEL_MIN:
             out = _blind_chunk(key, raw)
         else:
-            pool = process_pool(workers)
             step = POINT_BYTES
-            futures = [pool.submit(_blind_chunk, key, raw[lo * step : hi * step])
-                       for lo, hi in _chunked(n, workers)]
-            out = b"".join(f.result() for f in futures)
+            calls = [(key, raw[lo * step : hi * step]) for lo, hi in _chunked(n, workers)]
+            out = b"".join(run_in_workers(_blind_chunk, calls, workers, owner=owner))
     except ValueError as exc:
         raise ValidationError(f"{owner}: the {name} hold an invalid point ({exc})") from exc
     blinded: NDArray[np.uint8] = np.frombuffer(out, dtype=np.uint8).reshape(

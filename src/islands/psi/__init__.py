@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from islands.crypto.psi import Normalization
 from islands.psi.protocol import Alignment, initiator, responder
 
 __all__ = ["Alignment", "align", "initiator", "intersect", "responder"]
 
 
-def align(ids_a: Any, ids_b: Any, *, workers: int | None = None,
-          timeout: float = 600.0) -> tuple[Alignment, Alignment]:
+def align(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: float = 600.0,
+          normalize: Normalization = "NFC") -> tuple[Alignment, Alignment]:
     """Run PSI between two simulated parties ``"a"`` and ``"b"``; return both alignments.
 
     Parameters
@@ -27,47 +28,58 @@ def align(ids_a: Any, ids_b: Any, *, workers: int | None = None,
         Processes each party uses for the curve arithmetic (default: the usable cores).
     timeout
         Seconds a party waits for one message.
+    normalize
+        The Unicode normalisation form both parties bring string IDs to before hashing:
+        ``"NFC"`` (default), ``"NFKC"``, ``"NFD"``, ``"NFKD"``, or None to compare the
+        code points as given. Ints and bytes are never changed.
 
     Returns
     -------
     (Alignment, Alignment)
-        A's and B's: the same common IDs in the same order, and each party's rows.
+        A's and B's: the same common IDs in the same order, each as its party gave them
+        (they may differ in Unicode form), and each party's rows.
 
     Raises
     ------
     ValidationError
-        Naming ``ids_a`` or ``ids_b`` for empty, mixed-kind or repeated IDs, for IDs of
-        two different kinds, or when the sets do not intersect.
+        Naming ``ids_a`` or ``ids_b`` for empty, mixed-kind or repeated IDs or for two
+        IDs that normalise to the same string, for IDs of two different kinds, for an
+        unknown ``normalize``, or when the sets do not intersect.
     """
     from functools import partial
 
     from islands.crypto.psi import encode_ids
     from islands.runtime import run_local
 
-    _, kind_a = encode_ids(ids_a, "ids_a", "intersect")  # clear errors before any run
-    _, kind_b = encode_ids(ids_b, "ids_b", "intersect")
+    # clear errors before any run
+    _, kind_a = encode_ids(ids_a, "ids_a", "intersect", normalize=normalize)
+    _, kind_b = encode_ids(ids_b, "ids_b", "intersect", normalize=normalize)
     if kind_a != kind_b:
         from islands.errors import ValidationError
 
         raise ValidationError(f"intersect: ids_a holds {kind_a} IDs but ids_b holds "
                               f"{kind_b} IDs; use one kind (1 and '1' never match)")
-    run = run_local({"a": partial(initiator, peer="b", ids=ids_a, workers=workers),
-                     "b": partial(responder, peer="a", ids=ids_b, workers=workers)},
+    run = run_local({"a": partial(initiator, peer="b", ids=ids_a, workers=workers,
+                                  normalize=normalize),
+                     "b": partial(responder, peer="a", ids=ids_b, workers=workers,
+                                  normalize=normalize)},
                     timeout=timeout, blas_threads=None)
     return run.results["a"], run.results["b"]
 
 
-def intersect(ids_a: Any, ids_b: Any, *, workers: int | None = None,
-              timeout: float = 600.0) -> list[Any]:
+def intersect(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: float = 600.0,
+              normalize: Normalization = "NFC") -> list[Any]:
     """Return the IDs ``ids_a`` and ``ids_b`` share, found by a two-party PSI protocol.
 
-    The order is the aligned order both parties agree on: sorted (ints by value, strings
-    and bytes lexicographically). See :func:`align` for the parameters and errors.
+    The IDs are ``ids_a``'s own values. The order is the aligned order both parties agree
+    on: sorted (ints by value, strings by their normalised form, bytes lexicographically).
+    Strings are compared after Unicode ``normalize`` (NFC by default), so a composed "é"
+    matches "e" + combining accent. See :func:`align` for the parameters and errors.
 
     Examples
     --------
     >>> intersect(["ann", "bob", "eve"], ["eve", "ann", "zoe"])
     ['ann', 'eve']
     """
-    a, _ = align(ids_a, ids_b, workers=workers, timeout=timeout)
+    a, _ = align(ids_a, ids_b, workers=workers, timeout=timeout, normalize=normalize)
     return a.ids

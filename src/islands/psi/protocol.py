@@ -5,8 +5,9 @@ Messages, in order (every one a real wire message, recorded in the transcript):
 ============  ========  ===============================================================
 tag           sender    payload
 ============  ========  ===============================================================
-``hello``     A         :class:`Hello`: A's ID kind, its set size, the run's fresh salt
-``hello``     B         :class:`Hello`: B's ID kind and set size (no salt)
+``hello``     A         :class:`Hello`: A's ID kind, its string normalisation, its set
+                        size, the run's fresh salt
+``hello``     B         :class:`Hello`: B's ID kind, normalisation and set size (no salt)
 ``blinded``   A         H(x)^a for A's IDs, n_A × 32 bytes, in a random order
 ``blinded``   B         H(y)^b for B's IDs, n_B × 32 bytes, in a random order
 ``double``    B         (H(x)^a)^b, the rows of A's ``blinded`` in the same order
@@ -19,18 +20,20 @@ other's at the same time, so between two machines PSI takes two rounds of curve
 arithmetic, not four.
 
 A matches (H(x)^a)^b against (H(y)^b)^a; both then know the common IDs and each sorts
-them (ints by value, strings and bytes lexicographically; both parties hold IDs of one
-kind), so both end with one aligned list. What each learns (semi-honest parties): the
-other's set size and the intersection, nothing else; the random orders keep A's and B's input
-orders from leaking, and the ascending ``matches`` carry no order either. A party that
-lies about ``matches`` or its blinded values changes the result; the protocol does not
-defend against that (malicious PSI needs more, e.g. zero-knowledge proofs).
+them (ints by value, strings by their normalised form and bytes lexicographically; both
+parties hold IDs of one kind and, for strings, use one normalisation, which the hellos
+check), so both end with one aligned list, each in its own original spelling. What each
+learns (semi-honest parties): the other's set size and the intersection, nothing else; the
+random orders keep A's and B's input orders from leaking, and the ascending ``matches``
+carry no order either. A party that lies about ``matches`` or its blinded values changes
+the result; the protocol does not defend against that (malicious PSI needs more, e.g.
+zero-knowledge proofs).
 """
 
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,6 +41,7 @@ from numpy.typing import NDArray
 
 from islands.crypto import psi
 from islands.crypto.prg import csprng_uniform
+from islands.crypto.psi import Normalization
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
 
@@ -49,10 +53,14 @@ _SALT_BYTES = 32
 @wire.register(name="psi.Hello")
 @dataclass(frozen=True)
 class Hello:
-    """A party's ID kind and set size; the initiator adds the run's salt."""
+    """A party's ID kind, string normalisation and set size; A adds the run's salt.
+
+    ``normalize`` is the Unicode form (``"NFC"``, ...) or ``"none"``.
+    """
 
     kind: str
-    n: int
+    n: int = field(metadata={"ge": 1})
+    normalize: str = "NFC"
     salt: bytes = b""
 
 
@@ -63,7 +71,8 @@ class Alignment:
     Attributes
     ----------
     ids
-        The common IDs in the aligned order (this party's own ID objects).
+        The common IDs in the aligned order, as this party gave them (its own ID
+        objects, not their normalised form).
     rows
         ``rows[i]`` is the position of ``ids[i]`` in this party's input, so
         ``X[alignment.rows]`` lines this party's rows up with the other's.
@@ -98,7 +107,27 @@ def _hello(party: Party, peer: str, mine: Hello, first: bool) -> Hello:
         raise ValidationError(
             f"PSI: party {party.name!r} holds {mine.kind} IDs but party {peer!r} holds "
             f"{theirs.kind} IDs; both must use the same kind (1 and '1' never match)")
+    if mine.kind == "str" and theirs.normalize != mine.normalize:
+        raise ValidationError(
+            f"PSI: party {party.name!r} normalises string IDs with normalize="
+            f"{_shown(mine.normalize)} but party {peer!r} with normalize="
+            f"{_shown(theirs.normalize)}; both must use the same 'normalize' (IDs that "
+            "look alike would not match)")
     return theirs
+
+
+def _shown(normalize: object) -> str:
+    return "None" if normalize == "none" else repr(normalize)
+
+
+def _prepare(party: Party, ids: Any,
+             normalize: Normalization) -> tuple[list[Any], list[bytes], str, str]:
+    """Validate and encode this party's IDs before anything is sent."""
+    owner = f"PSI party {party.name!r}"
+    form = psi.normalization_name(normalize, owner)
+    values = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+    encoded, kind = psi.encode_ids(values, "ids", owner, normalize=normalize)
+    return values, encoded, kind, form
 
 
 def _points(value: Any, n: int, peer: str, tag: str, me: str) -> NDArray[np.uint8]:
@@ -109,8 +138,12 @@ def _points(value: Any, n: int, peer: str, tag: str, me: str) -> NDArray[np.uint
     return arr
 
 
-def _aligned(rows: NDArray[np.int64], ids: list[Any]) -> tuple[list[Any], NDArray[np.int64]]:
-    order = sorted(range(rows.size), key=lambda i: ids[int(rows[i])])
+def _aligned(rows: NDArray[np.int64], ids: list[Any], encoded: list[bytes],
+             kind: str) -> tuple[list[Any], NDArray[np.int64]]:
+    # strings sort by their normalised UTF-8 (the same order as their code points), so
+    # two parties that spell an ID differently still agree on the order
+    keys: list[Any] = ids if kind == "int" else encoded
+    order = sorted(range(rows.size), key=lambda i: keys[int(rows[i])])
     out_rows = rows[np.asarray(order, dtype=np.int64)] if order else rows
     return [ids[int(r)] for r in out_rows], out_rows.astype(np.int64)
 
@@ -121,7 +154,8 @@ def _empty(party: Party, peer: str) -> ValidationError:
         "(check that both use the same ID column and format)")
 
 
-def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None) -> Alignment:
+def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
+              normalize: Normalization = "NFC") -> Alignment:
     """Play A: start the run, match, and tell B which of its IDs are common.
 
     Parameters
@@ -134,6 +168,10 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None) 
         A's IDs: ints, strings or bytes, all of one kind, unique.
     workers
         Processes for the curve arithmetic (default: the usable cores).
+    normalize
+        Unicode form string IDs are brought to before hashing: ``"NFC"`` (default),
+        ``"NFKC"``, ``"NFD"``, ``"NFKD"``, or None for the code points as given. B must
+        use the same.
 
     Returns
     -------
@@ -142,13 +180,13 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None) 
     Raises
     ------
     ValidationError
-        For empty, mixed or repeated IDs (before anything is sent), IDs of another kind
-        than B's, or an empty intersection.
+        For empty, mixed or repeated IDs, or two IDs that normalise alike (before
+        anything is sent), IDs of another kind or another normalisation than B's, or an
+        empty intersection.
     """
-    values = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
-    encoded, kind = psi.encode_ids(values, "ids", f"PSI party {party.name!r}")
+    values, encoded, kind, form = _prepare(party, ids, normalize)
     salt = secrets.token_bytes(_SALT_BYTES)
-    theirs = _hello(party, peer, Hello(kind, len(encoded), salt), first=True)
+    theirs = _hello(party, peer, Hello(kind, len(encoded), form, salt), first=True)
     key = psi.new_key()
     perm = _shuffle(len(encoded))
     mine = psi.blind(key, psi.hash_to_curve(encoded, salt, workers=workers), workers=workers)
@@ -166,18 +204,18 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None) 
     if not hits:
         raise _empty(party, peer)
     rows = np.asarray([r for _, r in hits], dtype=np.int64)
-    common, rows = _aligned(rows, values)
+    common, rows = _aligned(rows, values, encoded, kind)
     return Alignment(common, rows, theirs.n)
 
 
-def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None) -> Alignment:
+def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None,
+              normalize: Normalization = "NFC") -> Alignment:
     """Play B: blind A's values and its own, and learn the common IDs from A.
 
     Parameters and errors as :func:`initiator`.
     """
-    values = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
-    encoded, kind = psi.encode_ids(values, "ids", f"PSI party {party.name!r}")
-    theirs = _hello(party, peer, Hello(kind, len(encoded)), first=False)
+    values, encoded, kind, form = _prepare(party, ids, normalize)
+    theirs = _hello(party, peer, Hello(kind, len(encoded), form), first=False)
     if not isinstance(theirs.salt, bytes) or len(theirs.salt) != _SALT_BYTES:
         raise ProtocolError(f"party {peer!r} sent no valid salt", party=party.name,
                             step="hello")
@@ -199,5 +237,5 @@ def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None) 
     if positions.size == 0:
         raise _empty(party, peer)
     rows = perm[positions.astype(np.int64)]
-    common, rows = _aligned(rows, values)
+    common, rows = _aligned(rows, values, encoded, kind)
     return Alignment(common, rows, theirs.n)
