@@ -303,7 +303,10 @@ def test_islands_run_interrupted_says_how_to_resume_and_keeps_the_history(
     out = tmp_path / "out"
     job = tmp_path / "job.toml"
     job.write_text(JOB.format(epochs=200, out=out))  # far more than it will run
-    proc = _cli("run", str(job))
+    # a shell that starts a command in the background (CI may) hands it SIGINT ignored;
+    # the user's Ctrl-C reaches a command in the foreground, so restore the default
+    proc = _cli("run", str(job),
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     ckpt = out / "checkpoints" / "server.ckpt"
     deadline = time.monotonic() + 240
     while not ckpt.exists() or load_checkpoint(ckpt)["epoch"] < 2:
