@@ -393,30 +393,28 @@ def _figures(out: Path, rows: dict[str, dict[str, Any]],
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     names.append(save_figure(fig, out / "accuracy_vs_aggregations.png").name)
-    fig = new_figure(7.5, 3.6)
-    ax = fig.subplots()
-    for name in ("APFL", "APFL (no mbs)"):
-        taus = rows[name]["tau"]
-        ax.step(range(1, len(taus) + 1), taus, where="post", label=name)
-    ax.set_xlabel("round")
-    ax.set_ylabel("τ (local steps per round)")
-    ax.set_title("APFL's adaptive interval (eq. 31)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    names.append(save_figure(fig, out / "tau.png").name)
-    fig = new_figure(7.5, 3.6)
-    ax = fig.subplots()
-    for lr, row in sorted(sensitivity.items(), key=lambda kv: float(kv[0])):
-        taus = row["tau"]
-        ax.step(range(1, len(taus) + 1), taus, where="post",
-                label=f"lr {lr}: {row['aggregations']} aggregations")
-    ax.set_xlabel("round")
-    ax.set_ylabel("τ (local steps per round)")
-    ax.set_title("APFL's τ at three learning rates")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    names.append(save_figure(fig, out / "tau_lr.png").name)
+    names.append(_tau_figure(
+        out / "tau.png", "APFL's adaptive interval (eq. 31)",
+        {name: rows[name]["tau"] for name in ("APFL", "APFL (no mbs)")}))
+    names.append(_tau_figure(
+        out / "tau_lr.png", "APFL's τ at three learning rates",
+        {f"lr {lr}: {row['aggregations']} aggregations": row["tau"]
+         for lr, row in sorted(sensitivity.items(), key=lambda kv: float(kv[0]))}))
     return names
+
+
+def _tau_figure(path: Path, title: str, series: dict[str, list[int]]) -> str:
+    """Plot τ against the round, one step line per labelled series; return the file name."""
+    fig = new_figure(7.5, 3.6)
+    ax = fig.subplots()
+    for label, taus in series.items():
+        ax.step(range(1, len(taus) + 1), taus, where="post", label=label)
+    ax.set_xlabel("round")
+    ax.set_ylabel("τ (local steps per round)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return save_figure(fig, path).name
 
 
 _CHOICES = [
