@@ -6,6 +6,7 @@ that the message names the argument (and, for range errors, the limit).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -56,12 +57,19 @@ def _vfl_lin(x_a: Any = X, y: Any = None) -> Any:
     return VerticalLinearRegression(epochs=1, timeout=30).fit(x_a, Y, target)
 
 
-def _ftl(x_a: Any) -> Any:
+def _ftl(x_a: Any, y_b: Any = None) -> Any:
     from islands.vfl import FederatedTransferLearner
 
     ids = list(range(len(X)))
+    labels = (X[:, 0] > 0).astype(int) if y_b is None else y_b
     return FederatedTransferLearner(epochs=1, pretrain_epochs=1, timeout=30).fit(
-        x_a, Y, (X[:, 0] > 0).astype(int), ids, ids)
+        x_a, Y, labels, ids, ids)
+
+
+def _vlog(y: Any) -> Any:
+    from islands.vfl import VerticalLogisticRegression
+
+    return VerticalLogisticRegression(epochs=1, timeout=30).fit(X, Y, y)
 
 
 def _ssum(a: Any) -> Any:
@@ -112,6 +120,18 @@ CASES: list[tuple[str, Callable[[], Any], tuple[str, ...]]] = [
     ("securesum-str", lambda: _ssum(["1", "x", "3"]), ("values[a]", "numbers")),
     ("securesum-ragged", lambda: _ssum([[1.0], [2.0, 3.0]]), ("values[a]", "rectangular")),
     ("securesum-shape", lambda: _ssum([1.0, 2.0]), ("same shape", "'a': (2,)")),
+    ("securesum-list", lambda: __import__("islands.securesum").securesum.secure_sum(
+        [[1.0], [2.0]]), ("'values'", "mapping of party name")),
+    ("vfl-rows-a-vs-b", lambda: __import__("islands.vfl").vfl.VerticalLinearRegression(
+        epochs=1, timeout=30).fit(X, Y[:-1], X[:, 0]), ("X_a has 30 rows but X_b has 29",)),
+    ("vlog-y-none", lambda: _vlog(np.array(["a", "b"] * 14 + ["a", None], dtype=object)),
+     ("'y'", "none missing", "None at row 29")),
+    ("vlog-y-nan-object", lambda: _vlog(np.array(["a", "b"] * 14 + ["a", np.nan],
+                                                 dtype=object)), ("'y'", "nan at row 29")),
+    ("vlog-y-mixed", lambda: _vlog(np.array([1, "b"] * 15, dtype=object)),
+     ("'y'", "one kind", "'b' at row 1 after 1 at row 0")),
+    ("ftl-y_b-mixed", lambda: _ftl(X, np.array([0, "x"] * 15, dtype=object)),
+     ("'y_b'", "'x' at row 1")),
 ]
 
 
@@ -187,12 +207,103 @@ def test_hfl_nan_in_any_row_incl_eval_rows(row: int) -> None:
         _hfl_fit((x, parts[0][1]))
 
 
-def test_hfl_value_beyond_float32_names_limit() -> None:
+@pytest.mark.parametrize("value", [1e300, 1e30, -1e13])
+def test_hfl_value_beyond_float32_names_limit(value: float) -> None:
+    # before: 1e30 passed (below float32 max) and the client became a dropout a round later
     _, parts = _hfl_parts()
     x = parts[0][0].astype(np.float64)
-    x[5, 0] = 1e300
-    with pytest.raises(ValidationError, match=r"'parts\[0\]\[0\]'.*at most 3\.4e\+38.*float32"):
+    x[5, 0] = value
+    with pytest.raises(ValidationError, match=r"'parts\[0\]\[0\]'.*at most 8\.8e\+12 \(the "
+                       r"model computes in float32.*2\^40.*Got "
+                       + re.escape(f"{value:.3g} at row 5, column 0")):
         _hfl_fit((x, parts[0][1]))
+
+
+def test_hfl_regression_targets_beyond_float32_limit() -> None:
+    pytest.importorskip("torch")
+    from islands.hfl import FedAvg, FederatedModel, ModelSpec
+
+    spec = ModelSpec(kind="mlp", input_shape=(6,), n_outputs=1, hidden=(8,))
+    _, parts = _hfl_parts()
+    y = np.zeros(40)
+    y[7] = 1e20
+    fl = FederatedModel(spec, FedAvg(batch_size=8), task="regression", epochs=1, seed=0)
+    with pytest.raises(ValidationError, match=r"'parts\[0\]\[1\]'.*at most 8\.8e\+12.*row 7"):
+        fl.fit([(parts[0][0], y), (parts[1][0], np.zeros(40))])
+
+
+@pytest.mark.parametrize(("j", "value", "words"), [
+    (0, None, "Got None"), (0, 5.0, "Got 5.0"), (0, {"a": 1}, "Got {'a': 1}"),
+    (0, "data.csv", "(load the file first). Got 'data.csv'"), (1, None, "Got None"),
+], ids=["None", "number", "dict", "file-name", "y-None"])
+def test_hfl_part_that_is_not_an_array(j: int, value: Any, words: str) -> None:
+    # before: TypeError: len() of unsized object
+    _, parts = _hfl_parts()
+    part = [*parts[0]]
+    part[j] = value
+    with pytest.raises(ValidationError) as info:
+        _hfl_fit((part[0], part[1]))
+    assert f"'parts[0][{j}]' parameter of FederatedModel.fit" in str(info.value)
+    assert words in str(info.value)
+
+
+def test_hfl_three_tuple_is_summarised() -> None:
+    _, parts = _hfl_parts()
+    x, y = parts[0]
+    with pytest.raises(ValidationError) as info:
+        _hfl_fit((x, y, y))  # type: ignore[arg-type]
+    assert "array(shape=(40, 6), dtype=float32), array(shape=(40,)" in str(info.value)
+    assert len(str(info.value)) < 300
+
+
+def test_hfl_bool_features_are_numbers() -> None:
+    # before: refused ("of real numbers ... dtype=bool"), unlike every other estimator
+    _, parts = _hfl_parts()
+    x, y = parts[0]
+    fitted = _hfl_fit((x > 0, y))
+    assert np.all(np.isfinite(fitted.params_))
+
+
+class _NaNLearner:
+    """A client whose every local update holds a NaN (it refuses to send it)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.n_train, self.n_eval = inner.n_train, inner.n_eval
+
+    def evaluate(self, params: Any) -> float:
+        return float(self.inner.evaluate(params))
+
+    def train(self, params: Any, **kw: Any) -> Any:
+        from islands.hfl.protocol import LocalOutcome
+
+        out = self.inner.train(params, **kw)
+        bad = np.array(out.params, copy=True)
+        bad[0] = np.nan
+        return LocalOutcome(params=bad, momentum=out.momentum, loss=out.loss)
+
+
+def test_hfl_fit_with_a_dropout_warns_naming_client_round_and_reason() -> None:
+    # before: fit returned as if clean; only a log line said a client was left out
+    from islands.hfl import FedAvg, FederatedModel
+
+    spec, parts = _hfl_parts()
+    fl = FederatedModel(spec, FedAvg(batch_size=8, min_clients=1), epochs=1, seed=0)
+    with pytest.warns(UserWarning, match=r"clients were left out.*client-2: malformed update "
+                      r"in round\(s\) 1 \(.+\)") as record:
+        fl.fit(parts, behaviour={"client-2": _NaNLearner})
+    assert len([w for w in record if "left out" in str(w.message)]) == 1
+    assert [(d.client, d.reason) for d in fl.dropouts_] == [("client-2", "malformed update")]
+
+
+def test_hfl_clean_fit_does_not_warn() -> None:
+    import warnings
+
+    _, parts = _hfl_parts()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        fitted = _hfl_fit(parts[0])
+    assert fitted.dropouts_ == []
 
 
 def test_hfl_ragged_and_text_rows() -> None:

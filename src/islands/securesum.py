@@ -33,9 +33,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from islands.crypto import additive_shares, decode_fixed, encode_fixed, reconstruct
 from islands.crypto.fixedpoint import DEFAULT_FRAC_BITS, max_abs_value
-from islands.errors import ValidationError
+from islands.errors import ValidationError, invalid_parameter
 from islands.runtime import DEFAULT_TIMEOUT, Party, Transcript, run_local
-from islands.validation import check_array, check_int
+from islands.validation import check_array, check_int, describe
 
 __all__ = ["SecureSumResult", "secure_sum", "secure_sum_party"]
 
@@ -131,6 +131,10 @@ def secure_sum(
     >>> r.total.tolist(), len(r.transcript)
     ([111.0, 222.0], 18)
     """
+    if not isinstance(values, Mapping) or len(values) < 2:
+        raise invalid_parameter(
+            "values", "secure_sum", "a mapping of party name to that party's values, with "
+            "at least two parties (e.g. {'a': [1.0], 'b': [2.0]})", describe(values))
     # every party's vector is checked here first, so bad input fails before the run
     checked = {name: _check_values(x, f"values[{name}]", frac_bits, len(values))
                for name, x in values.items()}

@@ -17,7 +17,9 @@ from numpy.typing import NDArray
 from islands.errors import ValidationError, invalid_parameter
 
 __all__ = [
+    "FLOAT32_LIMIT_REASON",
     "MAX_ABS_FLOAT",
+    "MAX_ABS_FLOAT32",
     "RandomState",
     "as_float_array",
     "check_array",
@@ -30,6 +32,7 @@ __all__ = [
     "is_int",
     "read_toml",
     "table_value",
+    "unique_labels",
 ]
 
 RandomState = int | np.random.Generator | None
@@ -44,6 +47,16 @@ value is at most twice the largest input, so with inputs below this bound a sum 
 
 FLOAT_LIMIT_REASON = "so that sums of up to 2^40 products of centred values stay finite in float64"
 """Why :data:`MAX_ABS_FLOAT` is the limit, for error messages."""
+
+MAX_ABS_FLOAT32 = math.sqrt(float(np.finfo(np.float32).max) / 2.0**40) / 2.0
+"""Largest magnitude accepted for data that models compute on in float32 (about 8.8e12).
+
+Derived as :data:`MAX_ABS_FLOAT` is, from the float32 maximum: a layer's first matrix
+product and a squared-error loss add products of two such values."""
+
+FLOAT32_LIMIT_REASON = ("the model computes in float32, where sums of up to 2^40 products "
+                        "of centred values must stay finite")
+"""Why :data:`MAX_ABS_FLOAT32` is the limit, for error messages."""
 
 
 def read_toml(path: Any) -> dict[str, Any]:
@@ -120,10 +133,16 @@ def table_value(table: Any, key: str, kinds: tuple[type, ...], where: str,
 def describe(value: Any) -> Any:
     """Return a short stand-in for ``value`` to put in an error message.
 
-    Arrays are summarised by shape and dtype instead of being printed in full.
+    Arrays are summarised by shape and dtype instead of being printed in full, also
+    inside a tuple or list (which is then summarised item by item, up to five items).
     """
     if isinstance(value, np.ndarray):
         return _Summary(f"array(shape={value.shape}, dtype={value.dtype})")
+    if isinstance(value, tuple | list) and any(isinstance(v, np.ndarray) for v in value):
+        items = ", ".join(repr(describe(v)) for v in value[:5])
+        more = f", ... ({len(value)} items)" if len(value) > 5 else ""
+        close = ")" if isinstance(value, tuple) else "]"
+        return _Summary(("(" if isinstance(value, tuple) else "[") + items + more + close)
     return value
 
 
@@ -209,6 +228,43 @@ def check_labels(y: Any, name: str, owner: str) -> NDArray[np.int64]:
     if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
         raise invalid_parameter(name, owner, "labels that fit in int64", int(arr.max()))
     return arr.astype(np.int64, copy=True)
+
+
+def unique_labels(y: NDArray[Any], name: str, owner: str) -> NDArray[Any]:
+    """Return the sorted distinct labels of ``y`` (1-D), refusing labels that cannot be sorted.
+
+    Labels may be numbers or strings, but all of one kind and none missing: a NaN, a
+    ``None`` or a mix of numbers and strings raises instead of numpy's ``TypeError``.
+
+    Raises
+    ------
+    ValidationError
+        Naming ``name``, the first offending label and its row.
+    """
+    if y.dtype.kind == "f":
+        check_values(y, name, owner, max_abs=None)
+    elif y.dtype.kind == "O":
+        first: tuple[type, int, Any] | None = None
+        for row, item in enumerate(y):
+            missing = item is None or (isinstance(item, (float, np.floating))
+                                       and not math.isfinite(item))
+            kind = (str if isinstance(item, (str, np.str_))
+                    else bytes if isinstance(item, (bytes, np.bytes_))
+                    else numbers.Real if isinstance(item, (numbers.Real, np.bool_))
+                    else None)
+            if first is None and kind is not None and not missing:
+                first = (kind, row, item)
+            if missing or kind is None or kind is not first[0]:  # type: ignore[index]
+                after = "" if first is None or missing or kind is None else (
+                    f" after {first[2]!r} at row {first[1]}")
+                raise invalid_parameter(
+                    name, owner, "labels all of one kind (numbers or strings), none missing",
+                    _Summary(f"{item!r} at row {row}{after}"))
+    try:
+        return np.unique(y)
+    except TypeError:  # e.g. objects that cannot be compared with each other
+        raise invalid_parameter(name, owner, "labels that can be sorted (numbers or strings)",
+                                describe(y)) from None
 
 
 def as_float_array(X: Any, name: str, owner: str) -> NDArray[np.float64]:

@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -88,6 +89,27 @@ class EpochRecord:
     local_accuracy: float | None
     test: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+
+
+def _dropout_summary(dropouts: Sequence[DropoutEvent],
+                     failures: Mapping[str, BaseException]) -> str:
+    """Say which clients were left out of which rounds and why ("" when none were)."""
+    by_client: dict[tuple[str, str, str], list[int]] = {}
+    for event in dropouts:
+        detail = event.detail or (repr(failures[event.client])
+                                  if event.reason == "failed" and event.client in failures
+                                  else "")
+        by_client.setdefault((event.client, event.reason, detail), []).append(event.round)
+    lines = [f"{client}: {reason} in round(s) {', '.join(map(str, sorted(set(rounds))))}"
+             + (f" ({detail})" if detail else "")
+             for (client, reason, detail), rounds in by_client.items()]
+    listed = {event.client for event in dropouts}
+    lines += [f"{name}: failed ({exc!r})" for name, exc in failures.items()
+              if name not in listed]
+    if not lines:
+        return ""
+    return ("FederatedModel.fit finished, but clients were left out of the model "
+            "(see dropouts_ and client_failures_): " + "; ".join(lines))
 
 
 def _without_traceback(exc: BaseException) -> BaseException:
@@ -318,6 +340,12 @@ class FederatedModel:
             except (ValueError, TypeError):  # ragged nesting
                 raise ValidationError(f"part {k}: X and y must be rectangular arrays of "
                                       "numbers; got rows of different lengths") from None
+            for j, arr in enumerate((X, y)):
+                if arr.ndim == 0:  # None, a number, a dict, a file name
+                    hint = " (load the file first)" if arr.dtype.kind in "US" else ""
+                    raise invalid_parameter(
+                        f"parts[{k}][{j}]", "FederatedModel.fit",
+                        "an array with one row per sample" + hint, describe(part[j]))
             if len(X) == 0:
                 raise ValidationError(f"client {k} has no data (part {k} is empty)")
             if len(X) != len(y):
@@ -362,6 +390,12 @@ class FederatedModel:
         -------
         FederatedModel
             ``self``.
+
+        Warns
+        -----
+        UserWarning
+            If clients were left out (failed, timed out or sent a malformed update):
+            one warning naming each, the rounds and why (also in ``dropouts_``).
         """
         from islands.hfl.models import ModulePool
 
@@ -513,6 +547,9 @@ class FederatedModel:
         # without tracebacks: their frames would keep each failed client's learner (and
         # under Ray its rows in the object store) alive as long as this estimator
         self.client_failures_ = {k: _without_traceback(v) for k, v in run.failures.items()}
+        summary = _dropout_summary(self.dropouts_, self.client_failures_)
+        if summary:
+            warnings.warn(summary, UserWarning, stacklevel=3)
         self.batch_sizes_ = result.batch_sizes
         self.counts_ = result.counts
         self.steps_per_epoch_ = result.steps_per_epoch

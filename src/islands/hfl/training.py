@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from numpy.typing import NDArray
 from torch import nn
 
-from islands.errors import ValidationError, invalid_parameter
+from islands.errors import invalid_parameter
 from islands.hfl.models import (
     ModelSpec,
     ModulePool,
@@ -49,6 +49,8 @@ from islands.hfl.models import (
     _params_of,
 )
 from islands.validation import (
+    FLOAT32_LIMIT_REASON,
+    MAX_ABS_FLOAT32,
     check_float,
     check_int,
     check_labels,
@@ -247,7 +249,7 @@ def _as_features(X: Any, spec: ModelSpec, name: str, owner: str) -> NDArray[np.f
     arr = np.asarray(X)
     shape = spec.input_shape
     ok_shape = arr.ndim >= 1 and arr.shape[1:] in (shape, (spec.input_size,))
-    if not ok_shape or arr.dtype.kind not in "fiu":
+    if not ok_shape or arr.dtype.kind not in "biuf":
         expected = f"an array of shape (n, {', '.join(map(str, shape))})"
         if len(shape) > 1:
             expected += f" or (n, {spec.input_size})"
@@ -260,15 +262,11 @@ def _as_features(X: Any, spec: ModelSpec, name: str, owner: str) -> NDArray[np.f
         out = np.ascontiguousarray(arr, dtype=np.float32)
     if not out.flags.writeable:  # torch.from_numpy refuses to share read-only memory
         out = out.copy()
-    if not np.isfinite(out).all():
-        # names the first NaN/inf, or a finite value float32 (the model's precision) cannot hold
+    if out.size and not (np.isfinite(out).all() and np.abs(out).max() <= MAX_ABS_FLOAT32):
+        # names the first NaN/inf or too large value, as given (before float32 rounding)
         check_values(np.asarray(arr, dtype=np.float64).reshape(arr.shape[0], -1), name, owner,
-                     max_abs=float(np.finfo(np.float32).max),
-                     why="the model computes in float32")
-        raise ValidationError(
-            f"The {name!r} parameter of {owner} must hold finite values only. Got "
-            f"{int(np.count_nonzero(~np.isfinite(out)))} non-finite value(s) instead."
-        )
+                     max_abs=MAX_ABS_FLOAT32, why=FLOAT32_LIMIT_REASON)
+        # not raised: a value at the limit that float32 rounded up, accepted as given
     return out.reshape((out.shape[0], *shape))
 
 
@@ -289,16 +287,11 @@ def _as_targets(
                 int(bad[0]),
             )
         return labels
-    if arr.dtype.kind not in "fiu":
+    if arr.dtype.kind not in "biuf":
         raise invalid_parameter(name, owner, "real-valued regression targets", describe(arr))
-    with np.errstate(over="ignore"):
-        values = np.array(arr, dtype=np.float32)  # a private copy
-    if not np.isfinite(values).all():
-        raise ValidationError(
-            f"The {name!r} parameter of {owner} must hold finite values only. Got "
-            f"{int(np.count_nonzero(~np.isfinite(values)))} non-finite value(s) instead."
-        )
-    return values
+    check_values(np.asarray(arr, dtype=np.float64), name, owner, max_abs=MAX_ABS_FLOAT32,
+                 why=FLOAT32_LIMIT_REASON)
+    return np.array(arr, dtype=np.float32)  # a private copy
 
 
 class Trainer:

@@ -24,8 +24,8 @@ from islands.validation import (
     check_float,
     check_int,
     check_random_state,
-    check_values,
     describe,
+    unique_labels,
 )
 from islands.vfl import maths
 from islands.vfl.protocol import (
@@ -212,18 +212,18 @@ class _VerticalModel:
         (x_b,) = _blocks([X_b], "X_b", owner)
         if (ids_a is None) != (ids_b is None):
             raise ValidationError("give both ids_a and ids_b (private alignment) or neither")
-        targets = self._encode_targets(y, x_b.shape[0])
-        ids: list[Any] | None = None
-        if ids_a is not None:
-            blocks, x_b, targets, ids = self._align(blocks, x_b, targets, ids_a, ids_b,
-                                                    float(self.timeout))
-        else:
+        if ids_a is None:  # the parties' rows against each other first, then y against X_b
             for i, x in enumerate(blocks):
                 if x.shape[0] != x_b.shape[0]:
                     label = "X_a" if len(blocks) == 1 else f"X_a[{i}]"
                     raise ValidationError(f"{label} has {x.shape[0]} rows but X_b has "
                                           f"{x_b.shape[0]}; without IDs the rows must be "
                                           "aligned already (pass ids_a and ids_b to align)")
+        targets = self._encode_targets(y, x_b.shape[0])
+        ids: list[Any] | None = None
+        if ids_a is not None:
+            blocks, x_b, targets, ids = self._align(blocks, x_b, targets, ids_a, ids_b,
+                                                    float(self.timeout))
         self.ids_ = ids
         names = _passive_names(len(blocks))
         roles: dict[str, Any] = {
@@ -399,9 +399,7 @@ class VerticalLogisticRegression(_VerticalModel):
         if arr.ndim != 1 or arr.shape[0] != n:
             raise ValidationError(f"y must be 1-D with one label per row of X_b ({n}); got "
                                   f"shape {arr.shape}")
-        if arr.dtype.kind == "f":
-            check_values(arr, "y", type(self).__name__, max_abs=None)
-        classes = np.unique(arr)
+        classes = unique_labels(arr, "y", type(self).__name__)
         if classes.size != 2:
             raise ValidationError(f"VerticalLogisticRegression needs exactly two classes in "
                                   f"y; got {classes.size}: {classes[:5].tolist()}")

@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 from islands.crypto import paillier
 from islands.errors import ValidationError
 from islands.runtime import Transcript, run_local
-from islands.validation import check_array, check_random_state, check_values
+from islands.validation import check_array, check_random_state, unique_labels
 from islands.vfl.ftl import maths
 from islands.vfl.ftl.protocol import (
     Plan,
@@ -222,13 +222,12 @@ class FederatedTransferLearner:
         if y.ndim != 1 or y.shape[0] != n:
             raise ValidationError(f"y_b must be 1-D with one label per row of X_b ({n}); got "
                                   f"shape {y.shape}")
-        if y.dtype.kind == "f":
-            check_values(y, "y_b", "FederatedTransferLearner", max_abs=None)
-        present = np.unique(y)
+        present = unique_labels(y, "y_b", "FederatedTransferLearner")
         if self.classes is None:
             classes = present
         else:
-            classes = np.unique(np.asarray(self.classes))
+            classes = unique_labels(np.asarray(self.classes), "classes",
+                                    "FederatedTransferLearner")
             unknown = np.setdiff1d(present, classes)
             if unknown.size:
                 raise ValidationError(f"y_b holds labels {unknown.tolist()} not in classes")
