@@ -91,12 +91,37 @@ def test_bad_job_keys_are_named(patch: dict[str, object], message: str) -> None:
 
 
 def test_strategy_keys_that_do_not_apply_are_refused(tmp_path: Path) -> None:
-    from islands.hfl.job import build_strategy
+    with pytest.raises(JobError, match=r"\[strategy\] \['phi'\] do not apply to 'fedavg'"):
+        parse_job({"data": {"name": "digits"}, "partition": {"kind": "iid", "clients": 2},
+                   "model": {"kind": "mlp"}, "strategy": {"name": "fedavg", "phi": 3}})
 
-    job = parse_job({"data": {"name": "digits"}, "partition": {"kind": "iid", "clients": 2},
-                     "model": {"kind": "mlp"}, "strategy": {"name": "fedavg", "phi": 3}})
-    with pytest.raises(JobError, match=r"\['phi'\] do not apply to 'fedavg'"):
-        build_strategy(job)
+
+@pytest.mark.parametrize(("strategy", "message"), [
+    ({"name": "fedavg", "lr": 0}, r"'lr' parameter of LocalConfig must be a float in \(0, "),
+    ({"name": "fedavg", "lr": float("inf")}, r"'lr' parameter .* Got inf"),
+    # every float32 client would fail its first step (torch cannot convert the step size)
+    ({"name": "fedavg", "lr": 1e300}, r"'lr' parameter .*finite in float32"),
+    ({"name": "apfl", "lr": 0.0}, "'lr' parameter"),
+    ({"name": "fedavg", "fraction": 2.0}, r"'fraction' parameter of FedAvg .* \(0, 1\]"),
+    ({"name": "fedavg", "momentum": 1.0}, r"'momentum' parameter .* \[0, 1\)"),
+    ({"name": "fedprox", "mu": 1e39}, "'mu' parameter of FedProx"),
+])
+def test_strategy_ranges_are_the_strategys_own(strategy: dict[str, object],
+                                               message: str) -> None:
+    raw = {"data": {"name": "digits"}, "partition": {"kind": "iid", "clients": 2},
+           "model": {"kind": "mlp"}, "strategy": strategy}
+    with pytest.raises(JobError, match=r"job file <job> \[strategy\]: .*" + message):
+        parse_job(raw)
+
+
+def test_too_many_clients_names_the_partition_key(tmp_path: Path) -> None:
+    path = _job(tmp_path)
+    path.write_text(path.read_text().replace('kind = "classes"\nclients = 3\ngroups = '
+                                             '"0-3,4-6,7-9"', 'kind = "iid"\nclients = 10000'))
+    result = CliRunner().invoke(app, ["run", str(path)])
+    assert result.exit_code == 1
+    assert "[partition] clients = 10000" in result.output
+    assert "training rows" in result.output and "Traceback" not in result.output
 
 
 def test_unknown_labels_in_a_partition_spec_fail_clearly(tmp_path: Path) -> None:

@@ -187,3 +187,58 @@ def test_both_parties_agree_on_the_order_whatever_the_spelling() -> None:
         [unicodedata.normalize("NFC", v) for v in b.ids]
     assert [ids_a[r] for r in a.rows] == a.ids and [ids_b[r] for r in b.rows] == b.ids
     assert len(a.ids) == 4
+
+
+def test_numpy_scalars_in_a_list_count_as_their_python_kind() -> None:
+    # a list made from an array holds numpy scalars; each party keeps its own values
+    assert intersect(list(np.arange(5)), [3, 4, 9]) == [3, 4]
+    assert intersect(list(np.array(["a", "b"])), ["b", "c"]) == ["b"]
+    assert intersect(list(np.array([b"a", b"b"])), [b"b"]) == [b"b"]
+
+
+@pytest.mark.parametrize(("ids", "message"), [
+    ([1, "bob", 3], r"all of one kind \(int.*Got a str at position 1"),
+    (["a", "b", None], r"all of one kind \(str.*Got a NoneType at position 2"),
+    ([1, True], "Got a bool at position 1"),
+    ([None, "a"], "ints, strings or bytes. Got a NoneType at position 0"),
+])
+def test_mixed_ids_name_the_first_offending_position(ids: list[object], message: str) -> None:
+    with pytest.raises(ValidationError, match=r"'ids_a' parameter of intersect.*" + message):
+        intersect(ids, ["a"])
+
+
+@pytest.mark.parametrize("normalize", ["NFC", None])
+def test_a_lone_surrogate_is_named_with_its_position(normalize: psi.Normalization) -> None:
+    # what reading a non-UTF-8 file with errors="surrogateescape" gives
+    ids = ["ann", b"x\xff".decode("utf-8", "surrogateescape")]
+    with pytest.raises(ValidationError, match=r"'ids_b' .* position 1.*pass IDs .* as bytes"):
+        intersect(["ann"], ids, normalize=normalize)
+
+
+@pytest.mark.parametrize("func", [intersect, align])
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"workers": 0}, "'workers'"), ({"workers": -1}, "'workers'"),
+    ({"workers": 1.5}, "'workers'"), ({"workers": "2"}, "'workers'"),
+    ({"workers": True}, "'workers'"), ({"timeout": 0}, "'timeout'"),
+    ({"timeout": float("nan")}, "'timeout'"),
+])
+def test_workers_and_timeout_are_checked_before_any_message(
+        func: object, kwargs: dict[str, object], message: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import islands.runtime
+
+    def no_run(*args: object, **kw: object) -> None:
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(islands.runtime, "run_local", no_run)
+    name = func.__name__  # type: ignore[attr-defined]
+    with pytest.raises(ValidationError, match=f"{message} parameter of {name} must be"):
+        func(["a"], ["a"], **kwargs)  # type: ignore[operator]
+
+
+def test_a_role_checks_workers_before_its_hello() -> None:
+    roles = {"a": partial(initiator, peer="b", ids=["x"], workers=0),
+             "b": partial(responder, peer="a", ids=["x"])}
+    with pytest.raises(ValidationError, match="'workers' parameter of PSI party 'a'") as info:
+        run_local(roles, timeout=10)
+    assert "hash_to_curve" not in str(info.value)

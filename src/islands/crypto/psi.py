@@ -148,23 +148,18 @@ def encode_ids(ids: Any, name: str, owner: str, *,
     if not values:
         raise ValidationError(f"The {name!r} parameter of {owner} is empty: a party with no "
                               "IDs has nothing to align")
-    first = type(values[0])
-    kind = _KINDS.get(first) if first is not bool else None
+    kind = _kind_of(values[0])
     if kind is None:
-        raise invalid_parameter(name, owner, "IDs that are ints, strings or bytes",
-                                type(values[0]).__name__)
-    if first is int:
-        encoded = [b"i%d" % v if type(v) is int else b"" for v in values]
-    elif first is str:
-        form = normalize
-        encoded = [b"s" + (unicodedata.normalize(form, v) if form else v).encode("utf-8")
-                   if type(v) is str else b"" for v in values]
-    else:
-        encoded = [b"b" + v if type(v) is bytes else b"" for v in values]
-    if b"" in encoded:
-        bad = values[encoded.index(b"")]
-        raise invalid_parameter(name, owner, f"IDs all of one kind ({kind})",
-                                f"also a {type(bad).__name__}")
+        raise ValidationError(
+            f"The {name!r} parameter of {owner} must hold IDs that are ints, strings or "
+            f"bytes. Got a {type(values[0]).__name__} at position 0 instead.")
+    encoded = []
+    for i, v in enumerate(values):
+        if _kind_of(v) != kind:
+            raise ValidationError(
+                f"The {name!r} parameter of {owner} must hold IDs all of one kind ({kind}, "
+                f"from position 0). Got a {type(v).__name__} at position {i} instead.")
+        encoded.append(_encode_one(v, kind, normalize, name, owner, i))
     if len(set(encoded)) != len(encoded):
         seen: dict[bytes, Any] = {}
         for v, e in zip(values, encoded, strict=True):
@@ -181,6 +176,41 @@ def encode_ids(ids: Any, name: str, owner: str, *,
                     "'normalize' (None compares the code points as given)")
             seen[e] = v
     return encoded, kind
+
+
+def _kind_of(value: Any) -> str | None:
+    """Return the ID kind of ``value`` ("int", "str", "bytes"), or None for another type.
+
+    NumPy scalars count as their Python kind (a list made from an array holds them).
+    """
+    kind = _KINDS.get(type(value))
+    if kind is not None:
+        return kind
+    if isinstance(value, np.integer):
+        return "int"
+    if isinstance(value, np.str_):
+        return "str"
+    if isinstance(value, np.bytes_):
+        return "bytes"
+    return None
+
+
+def _encode_one(value: Any, kind: str, normalize: Normalization, name: str, owner: str,
+                position: int) -> bytes:
+    if kind == "int":
+        return b"i%d" % int(value)
+    if kind == "bytes":
+        return b"b" + bytes(value)
+    text = str(value)
+    try:
+        return b"s" + (unicodedata.normalize(normalize, text) if normalize else
+                       text).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValidationError(
+            f"The {name!r} parameter of {owner} holds the ID {text!a} at position "
+            f"{position}, which is not valid Unicode text (it has the lone surrogate "
+            f"{text[exc.start]!a}, as decoding non-UTF-8 bytes with 'surrogateescape' "
+            "gives): pass IDs that are not text as bytes") from None
 
 
 def _hash_chunk(salt: bytes, items: list[bytes]) -> bytes:

@@ -246,8 +246,8 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     table_value(strategy, "batch_size", (int, str), f"{where} [strategy]", None,
          lambda v: v == "full" or (isinstance(v, int) and v >= 1), "an int >= 1 or 'full'")
     for key in ("lr", "momentum", "weight_decay", "fraction", "mu"):
-        table_value(strategy, key, (float, int), f"{where} [strategy]", None, lambda v: v >= 0,
-             "a number >= 0")
+        # the range is the strategy's own, checked by the dry run below
+        table_value(strategy, key, (float, int), f"{where} [strategy]", None, expected="a number")
     for key in ("mbs", "adaptive", "evaluate"):
         table_value(strategy, key, (bool,), f"{where} [strategy]", None)
 
@@ -287,7 +287,7 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     contribution = None
     if "contribution" in raw:
         contribution = _contribution_section(raw, where, protect, options, task)
-    return Job(
+    job = Job(
         name=table_value(raw, "name", (str,), where, Path(source).stem),
         seed=table_value(raw, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0"),
         epochs=table_value(raw, "epochs", (int,), where, 1, *pos_int),
@@ -302,6 +302,13 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
         protect=list(protect), protect_options=options, backend=backend,
         ray_address=ray_address, contribution=contribution,
     )
+    try:  # a dry run: the strategy's own checks, before anything runs
+        _make_strategy(job, None)
+    except JobError as exc:
+        raise JobError(f"{where} {exc}") from exc
+    except ValidationError as exc:
+        raise JobError(f"{where} [strategy]: {exc}") from exc
+    return job
 
 
 def _contribution_section(raw: Mapping[str, Any], where: str, protect: list[str],
@@ -430,18 +437,21 @@ def prepare(job: Job) -> Prepared:
         if p.get("clients") is not None and p["clients"] != len(idx):
             raise JobError(f"[partition] clients = {p['clients']} but groups names "
                            f"{len(idx)} groups")
-    elif p["kind"] == "iid":
-        idx = partition_iid(len(y), p["clients"], random_state=job.seed)
-    elif p["kind"] == "dirichlet":
-        if regression:
-            raise JobError("[partition] kind 'dirichlet' needs class labels")
-        idx = partition_dirichlet(y, p["clients"], alpha=float(p.get("alpha", 0.5)),
-                                  random_state=job.seed)
+    elif regression and p["kind"] != "iid":
+        raise JobError(f"[partition] kind {p['kind']!r} needs class labels")
     else:
-        if regression:
-            raise JobError("[partition] kind 'shards' needs class labels")
-        idx = partition_shards(y, p["clients"], shards_per_party=p.get("shards_per_client", 2),
-                               random_state=job.seed)
+        try:
+            if p["kind"] == "iid":
+                idx = partition_iid(len(y), p["clients"], random_state=job.seed)
+            elif p["kind"] == "dirichlet":
+                idx = partition_dirichlet(y, p["clients"], alpha=float(p.get("alpha", 0.5)),
+                                          random_state=job.seed)
+            else:
+                idx = partition_shards(y, p["clients"],
+                                       shards_per_party=p.get("shards_per_client", 2),
+                                       random_state=job.seed)
+        except ValidationError as exc:
+            raise _partition_error(job, len(y), exc) from exc
     for k, rows in enumerate(idx):
         if len(rows) == 0:
             raise JobError(f"[partition] client {k + 1} gets no rows; change the partition")
@@ -467,8 +477,31 @@ def prepare(job: Job) -> Prepared:
                     dataset=name, summary=summary)
 
 
+# the partition functions' parameters, by the [partition] key that gives them
+_PARTITION_KEYS = {"n_parties": "clients", "alpha": "alpha",
+                   "shards_per_party": "shards_per_client"}
+
+
+def _partition_error(job: Job, n_rows: int, exc: ValidationError) -> JobError:
+    """Name the [partition] key behind a partition function's error (its parameter)."""
+    text = str(exc)
+    key = next((k for param, k in _PARTITION_KEYS.items() if f"'{param}'" in text), None)
+    given = f" {key} = {job.partition[key]!r}" if key in job.partition else ""
+    return JobError(f"job file {job.source} [partition]{given} (kind {job.partition['kind']!r}, "
+                    f"{n_rows} training rows): {text}")
+
+
 def build_strategy(job: Job) -> Strategy:
     """Build the strategy the job names, with its parameters (defaults as each class's)."""
+    aggregator = None
+    if job.protect:
+        from islands.hfl.protect import build_aggregator
+
+        aggregator = build_aggregator(job.protect, job.protect_options)
+    return _make_strategy(job, aggregator)
+
+
+def _make_strategy(job: Job, aggregator: Any) -> Strategy:
     s = {k: v for k, v in job.strategy.items() if k != "name"}
     name = job.strategy["name"]
     if s.get("batch_size") == "full" and name == "apfl":
@@ -486,10 +519,8 @@ def build_strategy(job: Job) -> Strategy:
     if extra:
         raise JobError(f"[strategy] {extra} do not apply to {name!r}; it takes "
                        f"{sorted(allowed)}")
-    if job.protect:
-        from islands.hfl.protect import build_aggregator
-
-        s["aggregator"] = build_aggregator(job.protect, job.protect_options)
+    if aggregator is not None:
+        s["aggregator"] = aggregator
     if name == "apfl":
         return APFL(**s)
     if s.get("batch_size") == "full":

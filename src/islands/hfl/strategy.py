@@ -58,13 +58,34 @@ class LocalConfig:
     prox_mu: float = 0.0
 
     def __post_init__(self) -> None:
-        check_float(self.lr, "lr", "LocalConfig", low=0.0, low_inclusive=False)
+        check_rate(self.lr, "lr", "LocalConfig", low_inclusive=False)
         check_float(self.momentum, "momentum", "LocalConfig", low=0.0)
         if self.momentum >= 1:
             raise invalid_parameter("momentum", "LocalConfig", "a float in [0, 1)",
                                     self.momentum)
-        check_float(self.weight_decay, "weight_decay", "LocalConfig", low=0.0)
-        check_float(self.prox_mu, "prox_mu", "LocalConfig", low=0.0)
+        check_rate(self.weight_decay, "weight_decay", "LocalConfig")
+        check_rate(self.prox_mu, "prox_mu", "LocalConfig")
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+"""The largest step size or penalty the clients' float32 training can take."""
+
+
+def check_rate(value: Any, name: str, owner: str, *, low_inclusive: bool = True) -> float:
+    """Return ``value`` as a float in [0, :data:`FLOAT32_MAX`] ((0, ...] unless ``low_inclusive``).
+
+    The clients train in float32 (torch): a larger value cannot be converted there, and
+    every client would fail in its first step.
+    """
+    bracket = "[" if low_inclusive else "("
+    try:
+        rate = check_float(value, name, owner, low=0.0, low_inclusive=low_inclusive)
+    except ValidationError:
+        rate = math.inf
+    if rate > FLOAT32_MAX:
+        raise invalid_parameter(name, owner, f"a float in {bracket}0, {FLOAT32_MAX:.6g}] "
+                                "(finite in float32)", describe(value))
+    return rate
 
 
 class Strategy(Protocol):
@@ -226,7 +247,7 @@ class FedProx(FedAvg):
                          momentum=momentum, weight_decay=weight_decay, fraction=fraction,
                          min_clients=min_clients, evaluate=evaluate, aggregator=aggregator,
                          seed=seed)
-        self.mu = check_float(mu, "mu", "FedProx", low=0.0)
+        self.mu = check_rate(mu, "mu", "FedProx")
         self._config = LocalConfig(lr=lr, momentum=momentum, weight_decay=weight_decay,
                                    prox_mu=self.mu)
         self.name = "fedprox"

@@ -23,11 +23,13 @@ def align(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: float 
     Parameters
     ----------
     ids_a, ids_b
-        Each party's IDs: ints, strings or bytes (one kind for both), unique, non-empty.
+        Each party's IDs: ints, strings or bytes (one kind for both; NumPy integer,
+        string and bytes scalars count as such), unique, non-empty.
     workers
-        Processes each party uses for the curve arithmetic (default: the usable cores).
+        Processes each party uses for the curve arithmetic (default: the usable cores),
+        None or an int >= 1.
     timeout
-        Seconds a party waits for one message.
+        Seconds a party waits for one message, > 0 and finite.
     normalize
         The Unicode normalisation form both parties bring string IDs to before hashing:
         ``"NFC"`` (default), ``"NFKC"``, ``"NFD"``, ``"NFKD"``, or None to compare the
@@ -42,22 +44,35 @@ def align(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: float 
     Raises
     ------
     ValidationError
-        Naming ``ids_a`` or ``ids_b`` for empty, mixed-kind or repeated IDs or for two
-        IDs that normalise to the same string, for IDs of two different kinds, for an
-        unknown ``normalize``, or when the sets do not intersect.
+        Naming ``ids_a`` or ``ids_b`` for empty, mixed-kind or repeated IDs (with the
+        first offending position), for a string that is not valid Unicode (a lone
+        surrogate: pass such IDs as bytes), for two IDs that normalise to the same
+        string, for IDs of two different kinds; naming ``normalize``, ``workers`` or
+        ``timeout`` when out of range (all before any message); or when the sets do
+        not intersect.
     """
+    return _align(ids_a, ids_b, workers=workers, timeout=timeout, normalize=normalize,
+                  owner="align")
+
+
+def _align(ids_a: Any, ids_b: Any, *, workers: int | None, timeout: float,
+           normalize: Normalization, owner: str) -> tuple[Alignment, Alignment]:
     from functools import partial
 
+    from islands.crypto.processes import check_workers
     from islands.crypto.psi import encode_ids
     from islands.runtime import run_local
+    from islands.validation import check_float
 
     # clear errors before any run
-    _, kind_a = encode_ids(ids_a, "ids_a", "intersect", normalize=normalize)
-    _, kind_b = encode_ids(ids_b, "ids_b", "intersect", normalize=normalize)
+    check_workers(workers, owner)
+    check_float(timeout, "timeout", owner, low=0.0, low_inclusive=False)
+    _, kind_a = encode_ids(ids_a, "ids_a", owner, normalize=normalize)
+    _, kind_b = encode_ids(ids_b, "ids_b", owner, normalize=normalize)
     if kind_a != kind_b:
         from islands.errors import ValidationError
 
-        raise ValidationError(f"intersect: ids_a holds {kind_a} IDs but ids_b holds "
+        raise ValidationError(f"{owner}: ids_a holds {kind_a} IDs but ids_b holds "
                               f"{kind_b} IDs; use one kind (1 and '1' never match)")
     run = run_local({"a": partial(initiator, peer="b", ids=ids_a, workers=workers,
                                   normalize=normalize),
@@ -81,5 +96,6 @@ def intersect(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: fl
     >>> intersect(["ann", "bob", "eve"], ["eve", "ann", "zoe"])
     ['ann', 'eve']
     """
-    a, _ = align(ids_a, ids_b, workers=workers, timeout=timeout, normalize=normalize)
+    a, _ = _align(ids_a, ids_b, workers=workers, timeout=timeout, normalize=normalize,
+                  owner="intersect")
     return a.ids

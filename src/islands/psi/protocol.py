@@ -41,6 +41,7 @@ from numpy.typing import NDArray
 
 from islands.crypto import psi
 from islands.crypto.prg import csprng_uniform
+from islands.crypto.processes import check_workers
 from islands.crypto.psi import Normalization
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
@@ -120,10 +121,11 @@ def _shown(normalize: object) -> str:
     return "None" if normalize == "none" else repr(normalize)
 
 
-def _prepare(party: Party, ids: Any,
-             normalize: Normalization) -> tuple[list[Any], list[bytes], str, str]:
-    """Validate and encode this party's IDs before anything is sent."""
+def _prepare(party: Party, ids: Any, normalize: Normalization,
+             workers: int | None) -> tuple[list[Any], list[bytes], str, str]:
+    """Validate and encode this party's IDs (and check ``workers``) before anything is sent."""
     owner = f"PSI party {party.name!r}"
+    check_workers(workers, owner)
     form = psi.normalization_name(normalize, owner)
     values = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
     encoded, kind = psi.encode_ids(values, "ids", owner, normalize=normalize)
@@ -184,7 +186,7 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
         anything is sent), IDs of another kind or another normalisation than B's, or an
         empty intersection.
     """
-    values, encoded, kind, form = _prepare(party, ids, normalize)
+    values, encoded, kind, form = _prepare(party, ids, normalize, workers)
     salt = secrets.token_bytes(_SALT_BYTES)
     theirs = _hello(party, peer, Hello(kind, len(encoded), form, salt), first=True)
     key = psi.new_key()
@@ -214,7 +216,7 @@ def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None,
 
     Parameters and errors as :func:`initiator`.
     """
-    values, encoded, kind, form = _prepare(party, ids, normalize)
+    values, encoded, kind, form = _prepare(party, ids, normalize, workers)
     theirs = _hello(party, peer, Hello(kind, len(encoded), form), first=False)
     if not isinstance(theirs.salt, bytes) or len(theirs.salt) != _SALT_BYTES:
         raise ProtocolError(f"party {peer!r} sent no valid salt", party=party.name,
