@@ -565,3 +565,26 @@ def test_bad_tolerate_is_refused(tolerate: Any, needle: str) -> None:
 def test_run_result_failures_default_to_empty() -> None:
     run = run_local({"a": partial(ping, n=1), "b": pong})
     assert run.failures == {}
+
+
+def test_a_run_stopped_by_tolerated_failures_names_their_own_errors() -> None:
+    """Every client failing makes the server give up: the clients' errors are not lost."""
+
+    def client(party: Party) -> None:
+        raise RuntimeError("value cannot be converted to type float without overflow")
+
+    def server(party: Party) -> None:
+        for name in ("c1", "c2"):
+            try:
+                party.recv(name, "update", timeout=10)
+            except PeerFailedError:
+                continue
+        raise ProtocolError("only 0 of 2 clients returned an update", party="server",
+                            step="update")
+
+    with pytest.raises(ProtocolError) as info:
+        run_local({"server": server, "c1": client, "c2": client}, tolerate=["c1", "c2"])
+    text = str(info.value)
+    assert text.startswith("only 0 of 2 clients returned an update")
+    assert "'c1': RuntimeError: value cannot be converted" in text and "'c2'" in text
+    assert set(info.value.tolerated) == {"c1", "c2"}  # type: ignore[attr-defined]

@@ -203,7 +203,7 @@ def run_local(
         deadline = time.monotonic() + CANCEL_GRACE
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        raise _root_error(failures, contexts)
+        raise _with_tolerated(_root_error(failures, contexts), tolerated_failures)
     for thread in threads:
         thread.join()
     return RunResult(
@@ -256,6 +256,24 @@ def _blas_limit(
 
     limiter: AbstractContextManager[Any] = threadpool_limits(limits=limit)
     return limiter
+
+
+def _with_tolerated(error: Exception, tolerated: dict[str, BaseException]) -> Exception:
+    """Add the tolerated parties' own errors to ``error``'s message.
+
+    A run that stops because too many tolerated parties failed (say, every client of a
+    horizontal-FL round) would otherwise name only the party that gave up, and the
+    failures that caused it would be lost. They are also kept as ``error.tolerated``.
+    """
+    if not tolerated or not error.args or not isinstance(error.args[0], str):
+        return error
+    shown = [f"{name!r}: {type(exc).__name__}: {str(exc)[:300]}"
+             for name, exc in list(tolerated.items())[:5]]
+    more = f"; and {len(tolerated) - 5} more" if len(tolerated) > 5 else ""
+    error.args = (f"{error.args[0]} [the failed parties' own errors: "
+                  f"{'; '.join(shown)}{more}]", *error.args[1:])
+    error.tolerated = dict(tolerated)  # type: ignore[attr-defined]
+    return error
 
 
 def _root_error(failures: list[tuple[str, BaseException]], contexts: dict[str, Party]) -> Exception:
