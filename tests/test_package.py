@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 import islands
@@ -57,6 +58,22 @@ def test_cli_demo_runs_the_secure_sum(tmp_path: Path) -> None:
 def test_cli_demo_refuses_bad_options() -> None:
     result = CliRunner().invoke(app, ["demo", "--parties", "1"])
     assert result.exit_code != 0
+
+
+def test_cli_info_and_reproductions_say_when_fashion_mnist_is_missing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ISLANDS_FASHION_MNIST", str(tmp_path / "nowhere"))
+    info = CliRunner().invoke(app, ["info", "--json", str(tmp_path / "info.json")])
+    assert info.exit_code == 0
+    assert json.loads((tmp_path / "info.json").read_text())["datasets"]["fashion_mnist"] is None
+    assert "not found" in info.output
+    for name in ("apfl", "contribution"):
+        result = CliRunner().invoke(app, ["reproduce", name, "--quick", "--out",
+                                          str(tmp_path / name)])
+        assert result.exit_code == 2, result.output
+        flat = " ".join(result.output.split())
+        assert flat.startswith("error: Fashion-MNIST files not found"), flat
+        assert "dataset-fashion-mnist" in flat and "Traceback" not in flat
 
 
 def test_no_pickle_in_the_package() -> None:

@@ -11,6 +11,7 @@ FILE`` (one organisation's party of a deployed federation, over gRPC with mutual
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
@@ -18,6 +19,7 @@ import platform
 import secrets
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -735,7 +737,7 @@ def reproduce_apfl_command(
     """APFL paper, Tables 5, 7, 9: CL, FL τ=15/4/1, τ=4 + mbs, APFL, APFL (no mbs)."""
     from islands.experiments.apfl import reproduce_apfl
 
-    with console.status("starting") as status:
+    with _stop_on_error(), console.status("starting") as status:
         results = reproduce_apfl(out, epochs=epochs, model=model, quick=quick,
                                  random_state=seed,
                                  progress=lambda msg: status.update(escape(msg)))
@@ -765,7 +767,7 @@ def reproduce_contribution_command(
     """Five unequal Fashion-MNIST clients valued by every method and by retraining."""
     from islands.experiments.contribution import reproduce_contribution
 
-    with console.status("starting") as status:
+    with _stop_on_error(), console.status("starting") as status:
         results = reproduce_contribution(out, quick=quick, random_state=seed,
                                          progress=lambda msg: status.update(escape(msg)))
     scores = {**results["contribution"]["scores"], "retrain": results["retrain"]["scores"]}
@@ -783,6 +785,18 @@ def reproduce_contribution_command(
                       f"{100 * results['contribution']['shares'][k]:.1f}%")
     console.print(table)
     _summarise_reproduction(results, out, json_path)
+
+
+@contextlib.contextmanager
+def _stop_on_error(code: int = 2) -> Iterator[None]:
+    """Print an islands error (bad settings, missing data) as one line and exit ``code``."""
+    from islands.errors import IslandsError
+
+    try:
+        yield
+    except IslandsError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(code) from exc
 
 
 def _summarise_reproduction(results: dict[str, Any], out: Path, json_path: Path | None) -> None:

@@ -180,8 +180,11 @@ def _load(s: _Settings) -> tuple[str, Any, Any, Any, Any, Any]:
     from islands.data import find_fashion_mnist, load
 
     if find_fashion_mnist() is None:
-        raise FileNotFoundError("Fashion-MNIST files not found (Debian package "
-                                "dataset-fashion-mnist, or ISLANDS_FASHION_MNIST)")
+        from islands.errors import DataNotFoundError
+
+        raise DataNotFoundError("Fashion-MNIST files not found: install them with "
+                                "'sudo apt-get install dataset-fashion-mnist' (make does it "
+                                "where it may), or set ISLANDS_FASHION_MNIST")
     rng = np.random.default_rng(s.seed)
     train, test = load("fashion_mnist", split="train"), load("fashion_mnist", split="test")
     tr = (np.arange(train.n_samples) if s.train_rows is None
