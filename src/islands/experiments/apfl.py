@@ -412,7 +412,8 @@ def _tau_figure(path: Path, title: str, series: dict[str, list[int]]) -> str:
     ax = fig.subplots()
     for label, taus in series.items():
         ax.step(range(1, len(taus) + 1), taus, where="post", label=label)
-    ax.set_xlabel("round")
+    ax.set_xscale("log")  # τ falls in the first rounds and then stays put for thousands
+    ax.set_xlabel("round (log scale)")
     ax.set_ylabel("τ (local steps per round)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
