@@ -415,6 +415,14 @@ def _array_check(hint: Any) -> _Check:
     return typed_array
 
 
+def _check_item(check: _Check, value: Any, where: str) -> None:
+    """Check one item of a container, prefixing its position to any mismatch."""
+    try:
+        check(value)
+    except _Mismatch as exc:
+        raise _Mismatch(exc.expected, exc.got, f"{where}{exc.where}") from None
+
+
 def _checker(hint: Any, owner: str) -> _Check | None:
     """Compile a check of one annotation; None when anything goes (``Any``)."""
     origin = typing.get_origin(hint)
@@ -469,10 +477,7 @@ def _checker(hint: Any, owner: str) -> _Check | None:
                 raise _Mismatch(label, _kind(value))
             if item is not None:
                 for i, v in enumerate(value):
-                    try:
-                        item(v)
-                    except _Mismatch as exc:
-                        raise _Mismatch(exc.expected, exc.got, f"[{i}]{exc.where}") from None
+                    _check_item(item, v, f"[{i}]")
         return check_sequence
     if origin is tuple:
         items = [_checker(a, owner) for a in args]
@@ -484,10 +489,7 @@ def _checker(hint: Any, owner: str) -> _Check | None:
                                 else f"tuple of {len(value)} items")
             for i, (c, v) in enumerate(zip(items, value, strict=True)):
                 if c is not None:
-                    try:
-                        c(v)
-                    except _Mismatch as exc:
-                        raise _Mismatch(exc.expected, exc.got, f"[{i}]{exc.where}") from None
+                    _check_item(c, v, f"[{i}]")
         return check_tuple
     if origin is dict:
         if not args or args[0] is not str:
@@ -501,11 +503,7 @@ def _checker(hint: Any, owner: str) -> _Check | None:
                 raise _Mismatch(label, _kind(value))
             if value_check is not None:
                 for k, v in value.items():
-                    try:
-                        value_check(v)
-                    except _Mismatch as exc:
-                        raise _Mismatch(exc.expected, exc.got,
-                                        f"[{_short(k)}]{exc.where}") from None
+                    _check_item(value_check, v, f"[{_short(k)}]")
         return check_dict
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         # a nested message is checked when it is decoded; here only its class
