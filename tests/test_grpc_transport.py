@@ -430,6 +430,41 @@ def test_a_failure_reaches_a_peer_that_started_late(certs: Any) -> None:
         assert "'a' failed" in str(out[name]) and "ValueError" in str(out[name])
 
 
+@pytest.mark.parametrize(("b_delay", "gap"), [(0.7, 0.1), (1.2, 0.05)])
+def test_a_refusal_reaches_a_peer_that_said_hello_first(certs: Any, b_delay: float,
+                                                       gap: float) -> None:
+    # a waits for b (its channel to b backs off), b says hello to a first, then c (whose
+    # file differs and does not list b) is refused by a and stops: b can learn why only
+    # from a's notice, sent over a channel that may still be backing off
+    addresses = loopback_addresses(["a", "b", "c"])
+
+    def waiting(party: Any) -> None:
+        party.recv("a", "never")
+
+    out: dict[str, Any] = {}
+
+    def go(name: str, delay: float, digest: str, known: list[str]) -> None:
+        time.sleep(delay)
+        try:
+            out[name] = run_party(name, waiting, {k: addresses[k] for k in known},
+                                  tls=certs.parties[name], digest=digest, timeout=60,
+                                  connect_timeout=40)
+        except Exception as exc:
+            out[name] = exc
+
+    threads = [threading.Thread(target=go, args=("a", 0.0, "d", ["a", "b", "c"])),
+               threading.Thread(target=go, args=("b", b_delay, "d", ["a", "b", "c"])),
+               threading.Thread(target=go, args=("c", b_delay + gap, "x", ["a", "c"]))]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert time.monotonic() - t0 < 30
+    assert isinstance(out["b"], ProtocolError), out["b"]
+    assert "the federation files of 'a' and 'c' differ" in str(out["b"]), out["b"]
+
+
 def test_a_result_is_incomplete_when_a_peer_fails_after_our_last_message(certs: Any) -> None:
     def last_word(party: Any) -> str:
         party.send("b", "final", 1)

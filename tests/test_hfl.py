@@ -203,18 +203,20 @@ def test_fedprox_pulls_towards_the_global_model() -> None:
 
 
 class _Crashing(TorchLearner):
-    def __init__(self, *args: Any, crash_on: int, how: str = "raise", **kw: Any) -> None:
+    def __init__(self, *args: Any, crash_on: int, how: str = "raise", pause: float = 0.0,
+                 **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.calls = 0
         self.crash_on = crash_on
         self.how = how
+        self.pause = pause
 
     def train(self, params: Any, **kw: Any) -> Any:
         self.calls += 1
         if self.calls == self.crash_on:
             if self.how == "raise":
                 raise RuntimeError("disk on fire")
-            time.sleep(1.5)
+            time.sleep(self.pause)
         return super().train(params, **kw)
 
 
@@ -227,7 +229,8 @@ def _crash_run(how: str, min_clients: int, client_timeout: float = 60.0) -> Any:
         server, clients=names, strategy=strategy, initial=flat_parameters(SPEC.build(0)),
         epochs=2, client_timeout=client_timeout)}
     for k, name in enumerate(names):
-        cls = partial(_Crashing, crash_on=3, how=how) if name == "c1" else TorchLearner
+        cls = (partial(_Crashing, crash_on=3, how=how, pause=client_timeout + 1.5)
+               if name == "c1" else TorchLearner)
         learner = cls(SPEC, *parts[k], seed=k)
         roles[name] = partial(client, server="server", learner=learner,
                               aggregator=strategy.aggregator)
@@ -249,7 +252,9 @@ def test_too_few_survivors_is_a_clear_error() -> None:
 
 
 def test_a_silent_client_times_out_and_its_late_update_is_discarded() -> None:
-    run = _crash_run("sleep", min_clients=1, client_timeout=0.5)
+    # a timeout far above a healthy client's round (milliseconds, plus torch's first-call
+    # warm-up on a loaded machine), so only the sleeping client misses it
+    run = _crash_run("sleep", min_clients=1, client_timeout=3.0)
     res = run.results["server"]
     # the slow client may miss the next round too while it finishes the late one
     assert (res.dropouts[0].round, res.dropouts[0].client) == (3, "c1")
@@ -371,7 +376,7 @@ def test_a_straggler_on_the_training_pool_drops_out_alone() -> None:
         def train(self, params, **kw):  # type: ignore[no-untyped-def]
             if not Slow.slept:
                 Slow.slept = True
-                _time.sleep(4)
+                _time.sleep(6)
             return super().train(params, **kw)
 
     names = ["c0", "c1", "c2"]
@@ -382,7 +387,7 @@ def test_a_straggler_on_the_training_pool_drops_out_alone() -> None:
     strategy = FedAvg(local_steps=2, batch_size=32, lr=0.1)
     roles = {"server": partial(server, clients=names, strategy=strategy,
                                initial=flat_parameters(spec.build(0)), epochs=1,
-                               concurrency=1, client_timeout=1.5)}
+                               concurrency=1, client_timeout=3.0)}
     for name, learner in zip(names, pooled, strict=True):
         roles[name] = partial(client, server="server", learner=learner,
                               aggregator=strategy.aggregator)

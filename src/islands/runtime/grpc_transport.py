@@ -49,6 +49,7 @@ small msgpack map checked field by field; nothing is unpickled.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import logging
@@ -505,20 +506,12 @@ class GrpcTransport:
         until = min(deadline, time.monotonic() + 10.0)
 
         def tell(peer: str) -> None:
-            delay = 0.05
-            while True:
-                try:
-                    self._call(peer, "Notice")(body, timeout=3.0)
-                    return
-                except grpc.RpcError as exc:
-                    # retry only a peer that may not listen yet: one that answered before
-                    # and is unreachable now has stopped
-                    if (exc.code() != grpc.StatusCode.UNAVAILABLE
-                            or self._peers[peer].seen
-                            or time.monotonic() + delay > until):
-                        return
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+            # wait_for_ready: our channel to a peer that said hello first may still be in
+            # its reconnect backoff; a peer that answered before and is unreachable for
+            # 3 s has stopped, one never heard from may not listen yet
+            wait = 3.0 if self._peers[peer].seen else until - time.monotonic()
+            with contextlib.suppress(grpc.RpcError):
+                self._call(peer, "Notice")(body, timeout=max(wait, 0.1), wait_for_ready=True)
 
         threads = [threading.Thread(target=tell, args=(p,), daemon=True) for p in targets]
         for t in threads:
