@@ -516,3 +516,25 @@ def test_private_keys_stay_private_when_overwritten(tmp_path: Path) -> None:
     key.chmod(0o644)
     make_certificates(["a"], tmp_path, overwrite=True)
     assert (key.stat().st_mode & 0o777) == 0o600
+
+
+def test_parties_verify_what_a_peer_signed(certs: Any) -> None:
+    # the identity keys travel in the hellos over mutual TLS: b checks a's signature on a
+    # message that any party could have relayed, and refuses one made with another key
+    def signer(party: Any) -> str:
+        sig = party.identity.sign("t", b"survivors")
+        party.send("b", "signed", {"m": b"survivors", "sig": sig})
+        return "ok"
+
+    def checker(party: Any) -> str:
+        got = party.recv("a", "signed")
+        party.identity.verify("a", "t", got["m"], got["sig"])
+        forged = party.identity.sign("t", got["m"])  # b's own key, claimed as a's
+        with pytest.raises(ProtocolError, match="signature of 'a' does not verify"):
+            party.identity.verify("a", "t", got["m"], forged)
+        with pytest.raises(ProtocolError, match="does not verify"):
+            party.identity.verify("a", "other purpose", got["m"], got["sig"])
+        return "ok"
+
+    out = run_all({"a": signer, "b": checker}, certs)
+    assert out["a"].result == "ok" and out["b"].result == "ok", out

@@ -588,3 +588,24 @@ def test_a_run_stopped_by_tolerated_failures_names_their_own_errors() -> None:
     assert text.startswith("only 0 of 2 clients returned an update")
     assert "'c1': RuntimeError: value cannot be converted" in text and "'c2'" in text
     assert set(info.value.tolerated) == {"c1", "c2"}  # type: ignore[attr-defined]
+
+
+def test_every_party_of_a_local_run_has_an_identity_its_peers_know() -> None:
+    from islands.errors import ProtocolError
+
+    def signer(party: Any) -> bytes:
+        sig = party.identity.sign("t", b"m")
+        party.send("b", "sig", sig)
+        return sig
+
+    def checker(party: Any) -> bool:
+        sig = party.recv("a", "sig")
+        party.identity.verify("a", "t", b"m", sig)
+        with pytest.raises(ProtocolError, match="does not verify"):
+            party.identity.verify("a", "t", b"other", sig)
+        return True
+
+    first = run_local({"a": signer, "b": checker})
+    second = run_local({"a": signer, "b": checker})
+    assert first.results["b"] and second.results["b"]
+    assert first.results["a"] != second.results["a"]  # fresh keys every run

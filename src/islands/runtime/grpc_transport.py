@@ -64,8 +64,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgpack
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from islands.errors import PeerFailedError, PeerTimeoutError, ProtocolError, ValidationError
+from islands.runtime.identity import PUBLIC_KEY_BYTES, Identity
 from islands.runtime.party import DEFAULT_TIMEOUT, Party, check_party_names
 from islands.runtime.runner import PartyInputError
 from islands.runtime.transcript import Transcript
@@ -84,7 +86,7 @@ CHUNK = 1 << 20
 MAX_MESSAGE = 4 << 30
 PREALLOCATE = 64 << 20
 HEADER_KEY = "islands-header-bin"
-_PROTOCOL_VERSION = 1
+_PROTOCOL_VERSION = 2  # 2: the hello carries the party's signing key
 _NOT_READY = "is not ready yet (still connecting to its peers)"
 
 
@@ -126,10 +128,16 @@ def _parse(request: bytes, fields: Mapping[str, type | tuple[type, ...]],
         raise  # abort raises; this keeps the type checker informed
 
 
-_HELLO = {"v": int, "sender": str, "nonce": bytes, "digest": str, "fields": dict}
+_HELLO = {"v": int, "sender": str, "nonce": bytes, "digest": str, "fields": dict,
+          "sign": bytes}
 _HEADER = {"run": str, "sender": str, "tag": str, "seq": int, "size": int}
 _NOTICE = {"run": str, "sender": str, "state": str, "step": str, "error": str}
 _PING = {"run": str, "sender": str}
+
+
+def _check_sign_key(key: bytes) -> None:
+    if len(key) != PUBLIC_KEY_BYTES:
+        raise ValueError(f"hello field 'sign' must be a {PUBLIC_KEY_BYTES}-byte Ed25519 key")
 
 
 def _check_fields(fields: Mapping[Any, Any]) -> None:
@@ -191,6 +199,7 @@ class _Peer:
     detail: str = ""
     step: str = ""
     nonce: bytes | None = None
+    sign_key: bytes | None = None  # its identity key, received over its TLS channel
     sent_seq: int = 0
     recv_seq: int = 0
     unreachable_since: float | None = None
@@ -287,6 +296,8 @@ class GrpcTransport:
         self._insecure = insecure
         self._pem = None if tls is None else tls.read()
         self._nonce = secrets.token_bytes(16)
+        self._signing = Ed25519PrivateKey.generate()
+        self._sign_public = self._signing.public_key().public_bytes_raw()
         self._peers = {p: _Peer(address=a) for p, a in addresses.items() if p != name}
         self._run_id: str | None = None
         self._lock = threading.Lock()
@@ -395,7 +406,8 @@ class GrpcTransport:
         """
         deadline = time.monotonic() + _positive(timeout, "connect_timeout")
         hello = _pack({"v": _PROTOCOL_VERSION, "sender": self.name, "nonce": self._nonce,
-                       "digest": self.digest, "fields": self.fields})
+                       "digest": self.digest, "fields": self.fields,
+                       "sign": self._sign_public})
         try:
             for peer in self._peers:
                 self._hello(peer, hello, deadline, timeout)
@@ -406,6 +418,22 @@ class GrpcTransport:
             self._agree()
             assert self._run_id is not None
             return self._run_id
+
+    def identity(self) -> Identity:
+        """Return the signing identity, knowing every peer's key (after the handshake).
+
+        Each peer's key arrived in its hello over the mutually authenticated TLS channel
+        between the two parties, so it is bound to the name in the peer's certificate.
+        """
+        with self._cond:
+            keys = {p: i.sign_key for p, i in self._peers.items()}
+        missing = sorted(p for p, k in keys.items() if k is None)
+        if missing:
+            raise ProtocolError(f"party {self.name!r} has no identity key of {missing} "
+                                "(the handshake has not finished)", party=self.name,
+                                step="hello")
+        return Identity(self.name, self._signing,
+                        {p: k for p, k in keys.items() if k is not None})
 
     def _hello(self, peer: str, hello: bytes, deadline: float, timeout: float) -> None:
         """Say hello to one peer until it answers; raise on a refusal learnt from anyone."""
@@ -449,6 +477,7 @@ class GrpcTransport:
             try:
                 answer = _unpack(reply, _HELLO)
                 _check_fields(answer["fields"])
+                _check_sign_key(answer["sign"])
             except ValueError as exc:
                 raise ProtocolError(f"party {peer!r} answered hello badly: {exc}",
                                     party=self.name, step="hello") from None
@@ -466,7 +495,7 @@ class GrpcTransport:
                     raise ProtocolError(
                         f"party {peer!r} restarted during start-up; restart every party",
                         party=self.name, step="hello")
-                info.nonce = answer["nonce"]
+                info.nonce, info.sign_key = answer["nonce"], answer["sign"]
                 self._agree()
             return
 
@@ -558,6 +587,7 @@ class GrpcTransport:
         hello = _parse(request, _HELLO, context)
         try:
             _check_fields(hello["fields"])
+            _check_sign_key(hello["sign"])
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if hello["v"] != _PROTOCOL_VERSION:
@@ -586,10 +616,11 @@ class GrpcTransport:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                               f"party {self.name!r} is already in a run with another instance "
                               f"of {sender!r}; restart every party to start a new run")
-            info.nonce = hello["nonce"]
+            info.nonce, info.sign_key = hello["nonce"], hello["sign"]
             self._agree()
         return _pack({"v": _PROTOCOL_VERSION, "sender": self.name, "nonce": self._nonce,
-                      "digest": self.digest, "fields": self.fields})
+                      "digest": self.digest, "fields": self.fields,
+                      "sign": self._sign_public})
 
     def _check_run(self, run: str, context: Any) -> None:
         grpc = _grpc()
@@ -1042,7 +1073,8 @@ def run_party(
         connected = time.monotonic() - t0
         if on_ready is not None:
             on_ready(run_id)
-        party = Party(name, transport.parties, transport, transcript, timeout=timeout)
+        party = Party(name, transport.parties, transport, transcript, timeout=timeout,
+                      identity=transport.identity())
         t1 = time.monotonic()
         try:
             result = role(party)

@@ -17,6 +17,7 @@ from typing import Any
 
 from islands.errors import ProtocolError, ValidationError, WireError
 from islands.runtime import wire
+from islands.runtime.identity import Identity
 from islands.runtime.transcript import Transcript
 from islands.runtime.transport import Transport
 
@@ -67,6 +68,9 @@ class Party:
         Where sent messages are recorded.
     timeout
         Default seconds :meth:`recv` waits for a message.
+    identity
+        This party's signing key and its peers' public keys
+        (:mod:`islands.runtime.identity`); the runners always give one.
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class Party:
         transcript: Transcript,
         *,
         timeout: float = DEFAULT_TIMEOUT,
+        identity: Identity | None = None,
     ) -> None:
         if name not in parties:
             raise ValidationError(f"party {name!r} is not in the federation {list(parties)}")
@@ -88,6 +93,7 @@ class Party:
         self._timeout = _check_timeout(timeout)
         self._t0 = time.monotonic()
         self._step = "start"
+        self._identity = identity
 
     @property
     def name(self) -> str:
@@ -103,6 +109,14 @@ class Party:
     def parties(self) -> tuple[str, ...]:
         """All parties' names, this one included."""
         return self._parties
+
+    @property
+    def identity(self) -> Identity:
+        """The signing identity: sign, and verify what a peer signed."""
+        if self._identity is None:
+            raise ProtocolError(f"party {self._name!r} has no signing identity in this run "
+                                "(run it with run_local or run_party)", party=self._name)
+        return self._identity
 
     @property
     def step(self) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from islands.errors import PeerFailedError, ProtocolError, ValidationError
+from islands.runtime.identity import make_identities
 from islands.runtime.party import DEFAULT_TIMEOUT, Party, check_party_names
 from islands.runtime.transcript import Transcript
 from islands.runtime.transport import MemoryTransport, RunCancelled
@@ -150,7 +151,9 @@ def run_local(
         )
 
     transport = MemoryTransport(names)
-    contexts = {n: Party(n, names, transport, transcript, timeout=timeout) for n in names}
+    identities = make_identities(names)
+    contexts = {n: Party(n, names, transport, transcript, timeout=timeout,
+                         identity=identities[n]) for n in names}
     results: dict[str, Any] = {}
     failures: list[tuple[str, BaseException]] = []
     tolerated_failures: dict[str, BaseException] = {}
