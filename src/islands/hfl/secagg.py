@@ -94,7 +94,7 @@ from islands.hfl.aggregate import (
 from islands.runtime import Party
 from islands.validation import is_int
 
-__all__ = ["SecureAggregation", "threshold_for"]
+__all__ = ["SecureAggregation", "least_threshold", "threshold_for"]
 
 Vector = NDArray[np.float32]
 KEY_BYTES = 32
@@ -103,20 +103,40 @@ _ENVELOPE = b"islands secagg shares v1"
 
 
 def threshold_for(threshold: float | int, n: int) -> int:
-    """T for ``n`` clients: an int is t itself; a fraction φ ∈ (0, 1) gives ⌊φ·n⌋ + 1.
+    """T for ``n`` clients: an int is t itself; a fraction φ ∈ [1/2, 1) gives ⌊φ·n⌋ + 1.
 
     Raises
     ------
     ValidationError
-        If the int exceeds ``n`` (the round cannot finish).
+        If t exceeds ``n`` (the round cannot finish), or t ≤ n/2 or t < 2 (see
+        :func:`least_threshold`: such a t protects nobody against an active server).
     """
     if is_int(threshold):
         t = int(threshold)
         if t > n:
             raise ValidationError(
                 f"secure aggregation: threshold t={t} exceeds the {n} clients of the round")
-        return t
-    return min(n, math.floor(float(threshold) * n) + 1)
+    else:
+        t = min(n, math.floor(float(threshold) * n) + 1)
+    least = least_threshold(n)
+    if t < least:
+        raise ValidationError(
+            f"secure aggregation: threshold t={t} for a round of {n} clients; it must be at "
+            f"least {least} (more than half the round's clients, and 2), or a server that "
+            "tells clients different survivor sets rebuilds both masks of one client")
+    return t
+
+
+def least_threshold(n: int) -> int:
+    """Return the smallest t that protects a round of ``n`` clients: ⌊n/2⌋ + 1, at least 2.
+
+    Against an active server colluding with n_C clients, each honest client reveals for
+    a client v either its self-mask share or its key share, never both, so the server
+    unmasks v only if t ≤ (n + n_C)/2 ([1]_ §6, the bound behind its consistency round):
+    t > n/2 holds against the server alone, and t protects against up to 2t − n − 1
+    colluding clients (t = ⌊2n/3⌋ + 1 against fewer than n/3). t = 1 is a sum of one.
+    """
+    return max(2, n // 2 + 1)
 
 
 def _round_context(session: bytes, rnd: int) -> bytes:
@@ -144,10 +164,12 @@ class SecureAggregation:
     Parameters
     ----------
     threshold : float or int, default=0.5
-        t, the clients that must survive every stage: a fraction φ ∈ (0, 1) of the
-        round's clients (t = ⌊φ·n⌋ + 1, a strict majority by default) or an int.
-        Up to n − t clients may drop out; fewer than t colluding clients learn nothing
-        about another client's update together with the server.
+        t, the clients that must survive every stage: a fraction φ ∈ [1/2, 1) of the
+        round's clients (t = ⌊φ·n⌋ + 1, a strict majority by default) or an int, at
+        least ⌊n/2⌋ + 1 and 2 in every round (:func:`least_threshold`). Up to n − t
+        clients may drop out; an active server colluding with up to 2t − n − 1 clients
+        learns nothing about another client's update. A client holds its own threshold
+        and refuses a round whose server asks for a smaller t.
     frac_bits : int, default=32
         Fractional bits f of the fixed-point encoding over Z_2^64 (see the module
         docstring for the range and the rounding bound).
@@ -163,18 +185,19 @@ class SecureAggregation:
 
     def __init__(self, threshold: float | int = 0.5, frac_bits: int = 32) -> None:
         if is_int(threshold):
-            if int(threshold) < 1:
+            if int(threshold) < 2:
                 raise invalid_parameter("threshold", "SecureAggregation",
-                                        "an int >= 1 or a fraction in (0, 1)", threshold)
-        elif not isinstance(threshold, float) or not 0.0 < threshold < 1.0:
+                                        "an int >= 2 or a fraction in [0.5, 1)", threshold)
+        elif not isinstance(threshold, float) or not 0.5 <= threshold < 1.0:
             raise invalid_parameter("threshold", "SecureAggregation",
-                                    "an int >= 1 or a fraction in (0, 1)", threshold)
+                                    "an int >= 2 or a fraction in [0.5, 1) (t <= n/2 lets "
+                                    "an active server unmask a client)", threshold)
         self.threshold = threshold
         self.frac_bits = check_ring_frac_bits(frac_bits, "SecureAggregation")
 
     def client_half(self) -> SecAggClient:
         """Make a client's state machine."""
-        return SecAggClient(self.frac_bits)
+        return SecAggClient(self.threshold, self.frac_bits)
 
     def server_half(self) -> SecAggServer:
         """Make the server's state machine."""
@@ -193,13 +216,33 @@ class ClientStage(enum.Enum):
     SHARED = "shared"
     DELIVERED = "delivered"
     MASKED = "masked"
+    SIGNED = "signed"
     UNMASKED = "unmasked"
 
 
-class SecAggClient:
-    """One client's side: keys, shares and masks of the current round."""
+def _names(names: Sequence[str]) -> bytes:
+    # party names never contain NUL (runtime.check_party_names): the join is unambiguous
+    return b"\x00".join(n.encode("utf-8") for n in sorted(names))
 
-    def __init__(self, frac_bits: int) -> None:
+
+def _keys_message(session: bytes, rnd: int, client: str, c: bytes, s: bytes) -> bytes:
+    return session + rnd.to_bytes(8, "big") + c + s + client.encode("utf-8")
+
+
+def _survivors_message(session: bytes, rnd: int, survivors: Sequence[str]) -> bytes:
+    return session + rnd.to_bytes(8, "big") + _names(survivors)
+
+
+class SecAggClient:
+    """One client's side: keys, shares and masks of the current round.
+
+    The client holds its own threshold (from the configuration it was given) and checks
+    everything the server sends against it and against the federation it knows, before
+    anything secret leaves: the server may ask for a larger t, never a smaller one.
+    """
+
+    def __init__(self, threshold: float | int, frac_bits: int) -> None:
+        self.threshold = threshold
         self.frac_bits = frac_bits
         self.stage = ClientStage.IDLE
         self.round = 0
@@ -211,6 +254,7 @@ class SecAggClient:
         self._u1: list[str] = []
         self._keys: dict[str, tuple[bytes, bytes]] = {}
         self._u2: list[str] = []
+        self._u3: list[str] = []
         self._envelopes: dict[str, bytes] = {}
 
     def _expect(self, party: Party, step: AggStep, *stages: ClientStage) -> None:
@@ -226,13 +270,16 @@ class SecAggClient:
             return self._advertise(party, step)
         if step.phase == "share-keys":
             self._expect(party, step, ClientStage.ADVERTISED)
-            return self._share_keys(party, step)
+            return self._share_keys(party, server, step)
         if step.phase == "deliver":
             self._expect(party, step, ClientStage.SHARED)
             return self._deliver(party, step)
-        if step.phase == "unmask":
+        if step.phase == "consistency":
             self._expect(party, step, ClientStage.MASKED)
-            return self._unmask(party, step)
+            return self._consistency(party, server, step)
+        if step.phase == "unmask":
+            self._expect(party, step, ClientStage.SIGNED)
+            return self._unmask(party, server, step)
         raise unexpected_step(party, step, "secure")
 
     def _advertise(self, party: Party, step: AggStep) -> dict[str, bytes]:
@@ -250,31 +297,58 @@ class SecAggClient:
         self._b = None
         self._envelopes = {}
         self.stage = ClientStage.ADVERTISED
-        return {"c": self._c.public, "s": self._s.public}
+        # signed with the client's identity, so a server cannot put its own keys in
+        # another client's place ([1]_ §6, the active-server variant)
+        sig = party.identity.sign("secagg keys", _keys_message(
+            session, step.round, party.name, self._c.public, self._s.public))
+        return {"c": self._c.public, "s": self._s.public, "sig": sig}
 
-    def _share_keys(self, party: Party, step: AggStep) -> dict[str, bytes]:
+    def _refuse(self, party: Party, server: str, step: str, what: str) -> ProtocolError:
+        return ProtocolError(
+            f"secure aggregation round {self.round}: client {party.name!r} refuses "
+            f"{server!r}'s {step!r} message: {what}", party=party.name, step=step)
+
+    def _share_keys(self, party: Party, server: str, step: AggStep) -> dict[str, bytes]:
         assert self._c is not None and self._s is not None
         keys = step.body.get("keys")
-        if not isinstance(keys, dict) or party.name not in keys:
+        if not isinstance(keys, dict) or party.name not in keys or not all(
+                isinstance(k, list) and len(k) == 3 for k in keys.values()):
             raise ProtocolError("secure aggregation: malformed key list",
                                 party=party.name, step="share-keys")
         mine = keys[party.name]
-        if list(mine) != [self._c.public, self._s.public]:
+        if list(mine[:2]) != [self._c.public, self._s.public]:
             raise ProtocolError(
                 f"secure aggregation: the key list gives client {party.name!r} keys that "
                 "are not its own", party=party.name, step="share-keys")
-        if len(keys) < self._t:
+        clients = set(party.parties) - {server}
+        strangers = sorted(set(keys) - clients)
+        if strangers:
+            raise self._refuse(party, server, "share-keys",
+                               f"{strangers} are not clients of this federation")
+        n = len(keys)
+        try:
+            least = max(threshold_for(self.threshold, n), least_threshold(n))
+        except ValidationError as exc:
+            raise self._refuse(party, server, "share-keys", str(exc)) from None
+        if self._t < least:
+            raise self._refuse(
+                party, server, "share-keys",
+                f"parameter 'threshold' must be at least {least} for {n} clients (this "
+                f"client's threshold={self.threshold!r}), got t={self._t}")
+        if n < self._t:
             raise ProtocolError(
-                f"secure aggregation round {self.round}: {len(keys)} clients advertised "
+                f"secure aggregation round {self.round}: {n} clients advertised "
                 f"keys, below the threshold t={self._t}", party=party.name, step="share-keys")
-        flat = [k for pair in keys.values() for k in pair]
+        flat = [bytes(k) for v in keys.values() for k in v[:2]]
         if len(set(flat)) != len(flat):
             raise ProtocolError("secure aggregation: two clients present the same key",
                                 party=party.name, step="share-keys")
+        for v, (c_pk, s_pk, sig) in keys.items():
+            party.identity.verify(v, "secagg keys", _keys_message(
+                self._session, self.round, v, bytes(c_pk), bytes(s_pk)), sig)
         self._u1 = sorted(keys)
         self._keys = {v: (bytes(k[0]), bytes(k[1])) for v, k in keys.items()}
         self._b = secrets.token_bytes(KEY_BYTES)
-        n = len(self._u1)
         s_shares = shamir.split(self._s.private.private_bytes_raw(), n, self._t)
         b_shares = shamir.split(self._b, n, self._t)
         out: dict[str, bytes] = {}
@@ -330,23 +404,52 @@ class SecAggClient:
         self.stage = ClientStage.MASKED
         return x
 
-    def _unmask(self, party: Party, step: AggStep) -> dict[str, dict[str, bytes]]:
-        assert self._c is not None
-        survivors, dropped = step.body.get("survivors"), step.body.get("dropped")
-        if (not isinstance(survivors, list) or not isinstance(dropped, list)
-                or party.name not in survivors):
-            raise ProtocolError("secure aggregation: malformed unmask request",
-                                party=party.name, step="unmask")
-        # the check that protects every client: never reveal both shares of one client
-        if set(survivors) & set(dropped) or set(survivors) | set(dropped) != set(self._u2):
-            raise ProtocolError(
-                f"secure aggregation: client {party.name!r} refuses to unmask: survivors and "
-                "dropped clients must split the round's clients exactly",
-                party=party.name, step="unmask")
+    def _consistency(self, party: Party, server: str, step: AggStep) -> bytes:
+        """Sign the survivor set the server announced (the consistency check of [1]_)."""
+        survivors = step.body.get("survivors") if isinstance(step.body, dict) else None
+        if not isinstance(survivors, list) or party.name not in survivors:
+            raise ProtocolError("secure aggregation: malformed consistency request",
+                                party=party.name, step="consistency")
+        if not set(survivors) <= set(self._u2) or len(set(survivors)) != len(survivors):
+            raise self._refuse(party, server, "consistency",
+                               "the survivors are not clients that shared keys this round")
         if len(survivors) < self._t:
             raise ProtocolError(
                 f"secure aggregation round {self.round}: {len(survivors)} survivors, below "
-                f"the threshold t={self._t}", party=party.name, step="unmask")
+                f"the threshold t={self._t}", party=party.name, step="consistency")
+        self._u3 = sorted(survivors)
+        self.stage = ClientStage.SIGNED
+        return party.identity.sign("secagg survivors", _survivors_message(
+            self._session, self.round, self._u3))
+
+    def _unmask(self, party: Party, server: str,
+                step: AggStep) -> dict[str, dict[str, bytes]]:
+        assert self._c is not None
+        body = step.body if isinstance(step.body, dict) else {}
+        survivors, dropped = body.get("survivors"), body.get("dropped")
+        signatures = body.get("signatures")
+        if (not isinstance(survivors, list) or not isinstance(dropped, list)
+                or not isinstance(signatures, dict) or party.name not in survivors):
+            raise ProtocolError("secure aggregation: malformed unmask request",
+                                party=party.name, step="unmask")
+        if sorted(survivors) != self._u3:
+            raise self._refuse(party, server, "unmask",
+                               "its survivors are not the set this client signed")
+        # the check that protects every client: never reveal both shares of one client
+        if set(survivors) & set(dropped) or set(survivors) | set(dropped) != set(self._u2):
+            raise self._refuse(party, server, "unmask", "survivors and dropped clients must "
+                               "split the round's clients exactly")
+        # at least t survivors signed this very set: a server that showed other clients
+        # another set cannot collect t signatures on both (t > n/2)
+        signers = sorted(signatures)
+        if not set(signers) <= set(self._u3) or len(signers) < self._t:
+            raise self._refuse(
+                party, server, "unmask",
+                f"{len(signers)} signatures of survivors on the survivor set, below the "
+                f"threshold t={self._t}")
+        message = _survivors_message(self._session, self.round, self._u3)
+        for v in signers:
+            party.identity.verify(v, "secagg survivors", message, signatures[v])
         b_out: dict[str, bytes] = {}
         s_out: dict[str, bytes] = {}
         for v in self._u2:
@@ -418,10 +521,11 @@ class SecAggRound(StreamingRound):
         for c in u1:
             a = adverts[c]
             if not isinstance(a, dict) or not all(
-                    isinstance(a.get(k), bytes) and len(a[k]) == KEY_BYTES for k in "cs"):
+                    isinstance(a.get(k), bytes) and len(a[k]) == KEY_BYTES for k in "cs"
+            ) or not isinstance(a.get("sig"), bytes):
                 raise ProtocolError(f"client {c!r} advertised malformed keys",
                                     party=link.name, step="advertise")
-            keys[c] = [a["c"], a["s"]]
+            keys[c] = [a["c"], a["s"], a["sig"]]
         self.keys = keys
         envelopes = link.exchange(rnd, "share-keys", {c: {"keys": keys} for c in u1})
         u2 = [c for c in u1 if c in envelopes]
@@ -460,14 +564,19 @@ class SecAggRound(StreamingRound):
         self._total += y
 
     def finish(self, survivors: Sequence[str]) -> Vector:
-        """Stage 3: collect shares, remove the masks, decode the weighted mean."""
+        """Stages 3 and 4: the consistency check, then shares; decode the weighted mean."""
         weight = self.check_survivors(survivors)
         u3 = [c for c in self.participants if c in survivors]
         self._require(len(u3), "masked input")
         dropped = [c for c in self.participants if c not in survivors]
+        signed = self.link.exchange(self.round, "consistency", {
+            c: {"survivors": u3} for c in u3})
+        u4 = [c for c in u3 if isinstance(signed.get(c), bytes)]
+        self._require(len(u4), "consistency")
+        signatures = {c: signed[c] for c in u4}
         answers = self.link.exchange(self.round, "unmask", {
-            c: {"survivors": u3, "dropped": dropped} for c in u3})
-        responders = [c for c in u3 if c in answers]
+            c: {"survivors": u3, "dropped": dropped, "signatures": signatures} for c in u4})
+        responders = [c for c in u4 if c in answers]
         self._require(len(responders), "unmask")
         holders = responders[:self.t]
         xs = [self.u1.index(c) + 1 for c in holders]
