@@ -13,9 +13,11 @@ import pytest
 pytest.importorskip("cryptography")
 
 from islands.crypto import psi
-from islands.errors import ValidationError
+from islands.errors import ProtocolError, ValidationError
 from islands.psi import align, initiator, intersect, responder
-from islands.runtime import run_local
+from islands.psi.protocol import Hello
+from islands.runtime import Party, run_local
+from islands.runtime.transcript import Transcript
 
 P = 2**255 - 19
 
@@ -115,9 +117,8 @@ def test_nothing_sent_holds_an_id_or_its_plain_hash() -> None:
     assert run.results["a"].ids == run.results["b"].ids == sorted(set(ids_a) & set(ids_b))
     tags = [(m.sender, m.tag) for m in run.transcript]
     assert sorted(tags[:2]) == [("a", "hello"), ("b", "hello")]
-    assert sorted(tags[2:5]) == [("a", "blinded"), ("b", "blinded"), ("b", "double")]
-    assert tags[5] == ("a", "matches") and tags.index(("b", "blinded")) < tags.index(
-        ("b", "double"))
+    # A counts B's blinded IDs before its own leave (its size limit)
+    assert tags[2:] == [("b", "blinded"), ("a", "blinded"), ("b", "double"), ("a", "matches")]
 
 
 COMPOSED, DECOMPOSED = "Jos\u00e9", "Jose\u0301"  # one "José" typed two ways
@@ -242,3 +243,140 @@ def test_a_role_checks_workers_before_its_hello() -> None:
     with pytest.raises(ValidationError, match="'workers' parameter of PSI party 'a'") as info:
         run_local(roles, timeout=10)
     assert "hash_to_curve" not in str(info.value)
+
+
+# --- a party bounds the other's set size (issue 22, finding 11) -----------------------
+# A party that enters guesses learns which of them the victim holds: PSI cannot tell a
+# guess from a real ID. The victim's only defence is to refuse a set far larger than its
+# own before anything derived from its IDs leaves.
+
+VICTIM = [f"patient-{i}" for i in range(1000)]
+GUESSES = [f"patient-{i}" for i in range(0, 60_000, 2)]  # 30,000 guesses, 500 of them hits
+
+
+def _sent_by(transcript: Transcript, name: str) -> list[str]:
+    return [m.tag for m in transcript.records if m.sender == name]
+
+
+@pytest.mark.parametrize("victim", ["a", "b"])
+def test_a_peer_inflating_its_set_with_guesses_is_refused(victim: str) -> None:
+    attacker = "b" if victim == "a" else "a"
+    roles = {victim: (initiator if victim == "a" else responder),
+             attacker: (initiator if attacker == "a" else responder)}
+    log = Transcript(keep_payloads=True)
+    with pytest.raises(ProtocolError, match=rf"PSI party '{victim}' refuses party "
+                       rf"'{attacker}': it announced 30000 IDs.*max_peer_size = 10000 "
+                       r"\(max_peer_ratio 10\.0 × this party's 1000 IDs\)") as info:
+        run_local({victim: partial(roles[victim], peer=attacker, ids=VICTIM, workers=1),
+                   attacker: partial(roles[attacker], peer=victim, ids=GUESSES, workers=1)},
+                  timeout=60, transcript=log)
+    assert info.value.party == victim and info.value.step == "hello"
+    # the default refused it; the victim sent its size at most, nothing derived from an ID
+    assert _sent_by(log, victim) in ([], ["hello"])
+    assert not any(b"patient" in (m.data or b"") for m in log.records)
+
+
+def _points_for(ids: list[str], salt: bytes) -> np.ndarray:
+    encoded, _ = psi.encode_ids(ids, "ids", "test")
+    return psi.blind(psi.new_key(), psi.hash_to_curve(encoded, salt, workers=1), workers=1)
+
+
+def test_an_initiator_refuses_more_blinded_ids_than_the_responder_announced() -> None:
+    # B announces 1,000 IDs in its hello, then sends 30,000 blinded guesses
+    def liar(party: Party) -> None:
+        hello = party.recv("a", "hello")
+        party.send("a", "hello", Hello("str", len(VICTIM), "NFC"))
+        party.send("a", "blinded", _points_for(GUESSES, hello.salt))
+        party.recv("a", "blinded")  # would double A's values and learn the hits from matches
+
+    log = Transcript(keep_payloads=True)
+    with pytest.raises(ProtocolError, match=r"PSI party 'a' refuses party 'b': it sent 30000 "
+                       r"blinded IDs.*max_peer_size = 10000") as info:
+        run_local({"a": partial(initiator, peer="b", ids=VICTIM, workers=1), "b": liar},
+                  timeout=60, transcript=log)
+    assert info.value.party == "a" and info.value.step == "blinded"
+    assert _sent_by(log, "a") == ["hello"]  # A's blinded set never left
+
+
+def test_a_responder_refuses_more_blinded_ids_than_the_initiator_announced() -> None:
+    # A announces 1,000 IDs, then sends 30,000 blinded guesses for B to raise to its key
+    salt = secrets.token_bytes(32)
+
+    def liar(party: Party) -> None:
+        party.send("b", "hello", Hello("str", len(VICTIM), "NFC", salt))
+        party.recv("b", "hello")
+        party.send("b", "blinded", _points_for(GUESSES, salt))
+        party.recv("b", "blinded")
+        party.recv("b", "double")  # would match and learn which guesses B holds
+
+    log = Transcript(keep_payloads=True)
+    with pytest.raises(ProtocolError, match=r"PSI party 'b' refuses party 'a': it sent 30000 "
+                       r"blinded IDs.*max_peer_size = 10000") as info:
+        run_local({"a": liar, "b": partial(responder, peer="a", ids=VICTIM, workers=1)},
+                  timeout=60, transcript=log)
+    assert info.value.party == "b" and info.value.step == "blinded"
+    # B's own blinded set went out before A's arrived (the two cross in flight); without
+    # B's doubling of A's values it lets A test nothing, and no "double" left
+    assert _sent_by(log, "b") == ["hello", "blinded"]
+
+
+def test_a_party_that_raises_its_limit_runs_unbalanced_psi() -> None:
+    small, large = VICTIM[:100], GUESSES[:5000]  # 50 times as many
+    with pytest.raises(ProtocolError, match="max_peer_size = 1000"):
+        intersect(small, large, workers=1)
+    want = sorted(set(small) & set(large))
+    assert intersect(small, large, workers=1, max_peer_ratio=50) == want
+    assert intersect(large, small, workers=1, max_peer_size=5000, max_peer_ratio=1.0) == want
+    assert intersect(small, large, workers=1, max_peer_ratio=None) == want
+    # the ratio as written: 0.29 × 100 IDs allows 29 (not the 28 of 0.29 * 100 in floats)
+    for n_b in (29, 30):
+        roles = {"a": partial(initiator, peer="b", ids=small, workers=1, max_peer_ratio=0.29),
+                 "b": partial(responder, peer="a", ids=small[:n_b], workers=1)}
+        if n_b == 29:
+            assert run_local(roles, timeout=60).results["a"].ids == sorted(small[:29])
+            continue
+        with pytest.raises(ProtocolError, match=r"announced 30 IDs.*max_peer_size = 29 "
+                           r"\(max_peer_ratio 0\.29 × this party's 100 IDs\)"):
+            run_local(roles, timeout=60)
+    # the limit each role sets is its own: the large party accepts the small one anyway
+    run = run_local({"a": partial(initiator, peer="b", ids=large, workers=1),
+                     "b": partial(responder, peer="a", ids=small, workers=1,
+                                  max_peer_size=5000)}, timeout=60)
+    assert run.results["a"].ids == run.results["b"].ids == want
+    with pytest.raises(ProtocolError, match=r"PSI party 'b' refuses party 'a': it announced "
+                       r"5000 IDs.*max_peer_size = 4999\b"):
+        run_local({"a": partial(initiator, peer="b", ids=large, workers=1),
+                   "b": partial(responder, peer="a", ids=small, workers=1,
+                                max_peer_size=4999)}, timeout=60)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"max_peer_size": 0}, "'max_peer_size' parameter of intersect must be an int >= 1 or "
+                           "None. Got 0"),
+    ({"max_peer_size": 2.5}, "'max_peer_size'"), ({"max_peer_size": True}, "'max_peer_size'"),
+    ({"max_peer_ratio": 0}, "'max_peer_ratio' parameter of intersect must be a number > 0 "
+                            "and finite, or None. Got 0"),
+    ({"max_peer_ratio": -1.0}, "'max_peer_ratio'"),
+    ({"max_peer_ratio": float("inf")}, "'max_peer_ratio'"),
+    ({"max_peer_ratio": float("nan")}, "'max_peer_ratio'"),
+    ({"max_peer_ratio": "10"}, "'max_peer_ratio'"),
+])
+def test_the_limit_is_checked_before_any_message(
+        kwargs: dict[str, object], message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import islands.runtime
+
+    def no_run(*args: object, **kw: object) -> None:
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(islands.runtime, "run_local", no_run)
+    with pytest.raises(ValidationError, match=message):
+        intersect(["a"], ["a"], **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_role_checks_its_limit_before_its_hello() -> None:
+    log = Transcript()
+    with pytest.raises(ValidationError, match="'max_peer_ratio' parameter of PSI party 'b'"):
+        run_local({"a": partial(initiator, peer="b", ids=["x"]),
+                   "b": partial(responder, peer="a", ids=["x"], max_peer_ratio=-2)},
+                  timeout=10, transcript=log)
+    assert _sent_by(log, "b") == []

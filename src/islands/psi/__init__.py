@@ -4,6 +4,10 @@
 :mod:`islands.psi.protocol` (on Curve25519, :mod:`islands.crypto.psi`) in this process;
 the roles :func:`initiator` and :func:`responder` run the same protocol between
 organisations. Vertical learning uses it to align rows before training.
+
+Each party learns the intersection and the other's set size. PSI cannot tell a guessed
+ID from a real one, so each party bounds the set it accepts from the other
+(``max_peer_size``, or ``max_peer_ratio`` times its own size, ten by default).
 """
 
 from __future__ import annotations
@@ -11,13 +15,22 @@ from __future__ import annotations
 from typing import Any
 
 from islands.crypto.psi import Normalization
-from islands.psi.protocol import Alignment, initiator, responder
+from islands.psi.protocol import (
+    DEFAULT_MAX_PEER_RATIO,
+    Alignment,
+    check_peer_limit,
+    initiator,
+    responder,
+)
 
-__all__ = ["Alignment", "align", "initiator", "intersect", "responder"]
+__all__ = ["DEFAULT_MAX_PEER_RATIO", "Alignment", "align", "check_peer_limit", "initiator",
+           "intersect", "responder"]
 
 
 def align(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: float = 600.0,
-          normalize: Normalization = "NFC") -> tuple[Alignment, Alignment]:
+          normalize: Normalization = "NFC", max_peer_size: int | None = None,
+          max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO
+          ) -> tuple[Alignment, Alignment]:
     """Run PSI between two simulated parties ``"a"`` and ``"b"``; return both alignments.
 
     Parameters
@@ -34,6 +47,11 @@ def align(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: float 
         The Unicode normalisation form both parties bring string IDs to before hashing:
         ``"NFC"`` (default), ``"NFKC"``, ``"NFD"``, ``"NFKD"``, or None to compare the
         code points as given. Ints and bytes are never changed.
+    max_peer_size, max_peer_ratio
+        The largest set each party accepts from the other: ``max_peer_size`` (an int
+        >= 1) when given, else ``max_peer_ratio`` (a finite number > 0, default 10)
+        times the party's own number of IDs; both None accept any size. Each party
+        applies it to the other's set (see :func:`islands.psi.initiator`).
 
     Returns
     -------
@@ -48,15 +66,19 @@ def align(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: float 
         first offending position), for a string that is not valid Unicode (a lone
         surrogate: pass such IDs as bytes), for two IDs that normalise to the same
         string, for IDs of two different kinds; naming ``normalize``, ``workers`` or
-        ``timeout`` when out of range (all before any message); or when the sets do
-        not intersect.
+        ``timeout`` when out of range, or ``max_peer_size`` or ``max_peer_ratio`` (all
+        before any message); or when the sets do not intersect.
+    ProtocolError
+        When one party's set is larger than the other accepts, naming both parties, the
+        limit and the size, before anything that tests an ID leaves.
     """
     return _align(ids_a, ids_b, workers=workers, timeout=timeout, normalize=normalize,
-                  owner="align")
+                  max_peer_size=max_peer_size, max_peer_ratio=max_peer_ratio, owner="align")
 
 
 def _align(ids_a: Any, ids_b: Any, *, workers: int | None, timeout: float,
-           normalize: Normalization, owner: str) -> tuple[Alignment, Alignment]:
+           normalize: Normalization, max_peer_size: int | None,
+           max_peer_ratio: float | None, owner: str) -> tuple[Alignment, Alignment]:
     from functools import partial
 
     from islands.crypto.processes import check_workers
@@ -67,6 +89,7 @@ def _align(ids_a: Any, ids_b: Any, *, workers: int | None, timeout: float,
     # clear errors before any run
     check_workers(workers, owner)
     check_float(timeout, "timeout", owner, low=0.0, low_inclusive=False)
+    check_peer_limit(max_peer_size, max_peer_ratio, owner)
     _, kind_a = encode_ids(ids_a, "ids_a", owner, normalize=normalize)
     _, kind_b = encode_ids(ids_b, "ids_b", owner, normalize=normalize)
     if kind_a != kind_b:
@@ -75,15 +98,18 @@ def _align(ids_a: Any, ids_b: Any, *, workers: int | None, timeout: float,
         raise ValidationError(f"{owner}: ids_a holds {kind_a} IDs but ids_b holds "
                               f"{kind_b} IDs; use one kind (1 and '1' never match)")
     run = run_local({"a": partial(initiator, peer="b", ids=ids_a, workers=workers,
-                                  normalize=normalize),
+                                  normalize=normalize, max_peer_size=max_peer_size,
+                                  max_peer_ratio=max_peer_ratio),
                      "b": partial(responder, peer="a", ids=ids_b, workers=workers,
-                                  normalize=normalize)},
+                                  normalize=normalize, max_peer_size=max_peer_size,
+                                  max_peer_ratio=max_peer_ratio)},
                     timeout=timeout, blas_threads=None)
     return run.results["a"], run.results["b"]
 
 
 def intersect(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: float = 600.0,
-              normalize: Normalization = "NFC") -> list[Any]:
+              normalize: Normalization = "NFC", max_peer_size: int | None = None,
+              max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO) -> list[Any]:
     """Return the IDs ``ids_a`` and ``ids_b`` share, found by a two-party PSI protocol.
 
     The IDs are ``ids_a``'s own values. The order is the aligned order both parties agree
@@ -97,5 +123,6 @@ def intersect(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: fl
     ['ann', 'eve']
     """
     a, _ = _align(ids_a, ids_b, workers=workers, timeout=timeout, normalize=normalize,
+                  max_peer_size=max_peer_size, max_peer_ratio=max_peer_ratio,
                   owner="intersect")
     return a.ids

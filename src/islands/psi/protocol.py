@@ -8,8 +8,8 @@ tag           sender    payload
 ``hello``     A         :class:`Hello`: A's ID kind, its string normalisation, its set
                         size, the run's fresh salt
 ``hello``     B         :class:`Hello`: B's ID kind, normalisation and set size (no salt)
-``blinded``   A         H(x)^a for A's IDs, n_A × 32 bytes, in a random order
 ``blinded``   B         H(y)^b for B's IDs, n_B × 32 bytes, in a random order
+``blinded``   A         H(x)^a for A's IDs, n_A × 32 bytes, in a random order
 ``double``    B         (H(x)^a)^b, the rows of A's ``blinded`` in the same order
 ``matches``   A         the positions in B's ``blinded`` list that are in the
                         intersection, ascending
@@ -17,7 +17,18 @@ tag           sender    payload
 
 The two parties hash and blind their own IDs at the same time, then each blinds the
 other's at the same time, so between two machines PSI takes two rounds of curve
-arithmetic, not four.
+arithmetic, not four. A holds its blinded IDs back until B's have arrived, so that it
+can count them first (below).
+
+**The size limit.** PSI cannot tell a guessed ID from a real one: a party that enters
+guesses learns which of them the other holds. Each party therefore refuses a peer whose
+set is larger than its own limit (``max_peer_size``, or ``max_peer_ratio`` times its own
+size), with a :class:`~islands.errors.ProtocolError` naming the peer, the limit and the
+size seen, before it sends anything that lets the peer test an ID: B checks A's announced
+size before its hello and the number of blinded IDs A actually sent before ``double``; A
+checks B's announced size and the number B actually sent before its own ``blinded``. Only
+B's ``blinded`` leaves before the count it answers can be checked (the two cross in
+flight): H(y)^b under B's secret scalar, which lets A test nothing without B's ``double``.
 
 A matches (H(x)^a)^b against (H(y)^b)^a; both then know the common IDs and each sorts
 them (ints by value, strings by their normalised form and bytes lexicographically; both
@@ -25,15 +36,19 @@ parties hold IDs of one kind and, for strings, use one normalisation, which the 
 check), so both end with one aligned list, each in its own original spelling. What each
 learns (semi-honest parties): the other's set size and the intersection, nothing else; the
 random orders keep A's and B's input orders from leaking, and the ascending ``matches``
-carry no order either. A party that lies about ``matches`` or its blinded values changes
-the result; the protocol does not defend against that (malicious PSI needs more, e.g.
-zero-knowledge proofs).
+carry no order either. The intersection is with the set the other party entered, which
+may be guesses: that is what the size limit bounds. A party that lies about ``matches``
+or its blinded values changes the result; the protocol does not defend against that
+(malicious PSI needs more, e.g. zero-knowledge proofs).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import secrets
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -43,12 +58,25 @@ from islands.crypto import psi
 from islands.crypto.prg import csprng_uniform
 from islands.crypto.processes import check_workers
 from islands.crypto.psi import Normalization
-from islands.errors import ProtocolError, ValidationError
+from islands.errors import ProtocolError, ValidationError, invalid_parameter
 from islands.runtime import Party, wire
+from islands.validation import describe, is_int
 
-__all__ = ["Alignment", "Hello", "initiator", "responder"]
+__all__ = ["DEFAULT_MAX_PEER_RATIO", "Alignment", "Hello", "check_peer_limit", "initiator",
+           "responder"]
 
 _SALT_BYTES = 32
+
+DEFAULT_MAX_PEER_RATIO = 10.0
+"""A party accepts by default a peer set at most ten times the size of its own.
+
+Ten lets two organisations whose customer bases differ by an order of magnitude align
+without a setting, and stops a peer from testing more than ten guesses per ID this party
+holds (30,000 guesses against 1,000 IDs are refused). Within the limit, a peer still
+learns which of its entries this party holds, whether they are real IDs or guesses.
+Unbalanced PSI (10,000 IDs against 1,000,000) needs the small party to raise its limit,
+a decision to let that peer test that many IDs.
+"""
 
 
 @wire.register(name="psi.Hello")
@@ -95,15 +123,72 @@ def _shuffle(n: int) -> NDArray[np.int64]:
     return perm
 
 
-def _hello(party: Party, peer: str, mine: Hello, first: bool) -> Hello:
+def check_peer_limit(max_peer_size: Any, max_peer_ratio: Any,
+                     owner: str) -> tuple[int | None, float | None]:
+    """Validate a party's limit on the other's set size; return it as (int, float).
+
+    Raises
+    ------
+    ValidationError
+        Naming ``max_peer_size`` unless it is an int >= 1 or None, or
+        ``max_peer_ratio`` unless it is a finite number > 0 or None.
+    """
+    if max_peer_size is not None and not (is_int(max_peer_size) and max_peer_size >= 1):
+        raise invalid_parameter("max_peer_size", owner, "an int >= 1 or None",
+                                describe(max_peer_size))
+    if max_peer_ratio is not None and not (
+            isinstance(max_peer_ratio, numbers.Real)
+            and not isinstance(max_peer_ratio, (bool, np.bool_))
+            and math.isfinite(float(max_peer_ratio)) and float(max_peer_ratio) > 0):
+        raise invalid_parameter("max_peer_ratio", owner, "a number > 0 and finite, or None",
+                                describe(max_peer_ratio))
+    return (None if max_peer_size is None else int(max_peer_size),
+            None if max_peer_ratio is None else float(max_peer_ratio))
+
+
+@dataclass(frozen=True)
+class _Limit:
+    """The largest peer set a party accepts (None: any), and how it was set."""
+
+    value: int | None
+    source: str
+
+    @classmethod
+    def of(cls, n: int, max_peer_size: int | None, max_peer_ratio: float | None) -> _Limit:
+        if max_peer_size is not None:
+            return cls(max_peer_size, "")
+        if max_peer_ratio is None:
+            return cls(None, "")
+        # the ratio as written (0.29 × 100 is 29, not 28.999...)
+        value = max(1, math.floor(Decimal(repr(max_peer_ratio)) * n))
+        return cls(value, f" (max_peer_ratio {max_peer_ratio!r} × this party's {n} IDs)")
+
+    def check(self, party: Party, peer: str, seen: int, how: str, step: str) -> None:
+        """Refuse a peer whose set (announced or actually sent) is above the limit.
+
+        ``how`` says what the peer did, with ``{n}`` for the size seen.
+        """
+        if self.value is None or seen <= self.value:
+            return
+        raise ProtocolError(
+            f"PSI party {party.name!r} refuses party {peer!r}: it {how.format(n=seen)}, more "
+            f"than this party's limit max_peer_size = {self.value}{self.source}. PSI "
+            f"cannot tell a guessed ID from a real one, so {peer!r} would learn which of "
+            f"its {seen} entries this party holds; nothing that tests an ID against this "
+            "party's set was sent. Raise max_peer_size or max_peer_ratio only for a peer "
+            "you trust with that many guesses.", party=party.name, step=step)
+
+
+def _hello(party: Party, peer: str, mine: Hello, first: bool, limit: _Limit) -> Hello:
     if first:
         party.send(peer, "hello", mine)
     theirs = party.recv(peer, "hello")
-    if not first:
-        party.send(peer, "hello", mine)
     if not isinstance(theirs, Hello) or not isinstance(theirs.n, int) or theirs.n < 1:
         raise ProtocolError(f"party {peer!r} sent a malformed hello", party=party.name,
                             step="hello")
+    limit.check(party, peer, theirs.n, "announced {n} IDs", "hello")  # before B's hello leaves
+    if not first:
+        party.send(peer, "hello", mine)
     if theirs.kind != mine.kind:
         raise ValidationError(
             f"PSI: party {party.name!r} holds {mine.kind} IDs but party {peer!r} holds "
@@ -121,22 +206,27 @@ def _shown(normalize: object) -> str:
     return "None" if normalize == "none" else repr(normalize)
 
 
-def _prepare(party: Party, ids: Any, normalize: Normalization,
-             workers: int | None) -> tuple[list[Any], list[bytes], str, str]:
-    """Validate and encode this party's IDs (and check ``workers``) before anything is sent."""
+def _prepare(party: Party, ids: Any, normalize: Normalization, workers: int | None,
+             max_peer_size: Any, max_peer_ratio: Any
+             ) -> tuple[list[Any], list[bytes], str, str, _Limit]:
+    """Validate and encode this party's IDs (and check its settings) before anything is sent."""
     owner = f"PSI party {party.name!r}"
     check_workers(workers, owner)
+    size, ratio = check_peer_limit(max_peer_size, max_peer_ratio, owner)
     form = psi.normalization_name(normalize, owner)
     values = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
     encoded, kind = psi.encode_ids(values, "ids", owner, normalize=normalize)
-    return values, encoded, kind, form
+    return values, encoded, kind, form, _Limit.of(len(encoded), size, ratio)
 
 
-def _points(value: Any, n: int, peer: str, tag: str, me: str) -> NDArray[np.uint8]:
+def _points(value: Any, n: int, peer: str, tag: str, party: Party,
+            limit: _Limit | None = None) -> NDArray[np.uint8]:
     arr = np.asarray(value)
+    if limit is not None and arr.ndim >= 1:  # what arrived, whatever the hello said
+        limit.check(party, peer, int(arr.shape[0]), "sent {n} blinded IDs", tag)
     if arr.dtype != np.uint8 or arr.shape != (n, psi.POINT_BYTES):
         raise ProtocolError(f"party {peer!r} sent {tag!r} of shape {arr.shape} {arr.dtype}, "
-                            f"expected ({n}, 32) uint8", party=me, step=tag)
+                            f"expected ({n}, 32) uint8", party=party.name, step=tag)
     return arr
 
 
@@ -157,7 +247,8 @@ def _empty(party: Party, peer: str) -> ValidationError:
 
 
 def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
-              normalize: Normalization = "NFC") -> Alignment:
+              normalize: Normalization = "NFC", max_peer_size: int | None = None,
+              max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO) -> Alignment:
     """Play A: start the run, match, and tell B which of its IDs are common.
 
     Parameters
@@ -174,6 +265,15 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
         Unicode form string IDs are brought to before hashing: ``"NFC"`` (default),
         ``"NFKC"``, ``"NFD"``, ``"NFKD"``, or None for the code points as given. B must
         use the same.
+    max_peer_size
+        The largest set this party lets B enter, an int >= 1; when given, it replaces
+        ``max_peer_ratio``. Every ID B enters may be a guess, and B learns which of them
+        A holds.
+    max_peer_ratio
+        Without ``max_peer_size``, the limit is ``max_peer_ratio`` times A's own number
+        of IDs (at least 1): a finite number > 0, default
+        :data:`DEFAULT_MAX_PEER_RATIO` (10, see there why); None with no
+        ``max_peer_size`` accepts any size.
 
     Returns
     -------
@@ -182,22 +282,28 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
     Raises
     ------
     ValidationError
-        For empty, mixed or repeated IDs, or two IDs that normalise alike (before
-        anything is sent), IDs of another kind or another normalisation than B's, or an
-        empty intersection.
+        For empty, mixed or repeated IDs, two IDs that normalise alike, or a limit out
+        of range (before anything is sent), IDs of another kind or another
+        normalisation than B's, or an empty intersection.
+    ProtocolError
+        When B announces, or sends, more IDs than the limit: before A's blinded IDs
+        leave.
     """
-    values, encoded, kind, form = _prepare(party, ids, normalize, workers)
+    values, encoded, kind, form, limit = _prepare(party, ids, normalize, workers,
+                                                  max_peer_size, max_peer_ratio)
     salt = secrets.token_bytes(_SALT_BYTES)
-    theirs = _hello(party, peer, Hello(kind, len(encoded), form, salt), first=True)
+    theirs = _hello(party, peer, Hello(kind, len(encoded), form, salt), first=True,
+                    limit=limit)
     key = psi.new_key()
     perm = _shuffle(len(encoded))
     mine = psi.blind(key, psi.hash_to_curve(encoded, salt, workers=workers), workers=workers)
+    # B's blinded IDs are counted before A's leave; the two parties still blind at once
+    theirs_b = _points(party.recv(peer, "blinded"), theirs.n, peer, "blinded", party, limit)
     party.send(peer, "blinded", mine[perm])
     del mine
-    theirs_b = _points(party.recv(peer, "blinded"), theirs.n, peer, "blinded", party.name)
     theirs_ab = psi.blind(key, theirs_b, workers=workers, name="blinded IDs",
                           owner=f"PSI party {party.name!r} (from {peer!r})")
-    double = _points(party.recv(peer, "double"), len(encoded), peer, "double", party.name)
+    double = _points(party.recv(peer, "double"), len(encoded), peer, "double", party)
     index = {row.tobytes(): int(perm[i]) for i, row in enumerate(double)}
     hits = [(j, index[row.tobytes()]) for j, row in enumerate(theirs_ab)
             if row.tobytes() in index]
@@ -211,13 +317,18 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
 
 
 def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None,
-              normalize: Normalization = "NFC") -> Alignment:
+              normalize: Normalization = "NFC", max_peer_size: int | None = None,
+              max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO) -> Alignment:
     """Play B: blind A's values and its own, and learn the common IDs from A.
 
-    Parameters and errors as :func:`initiator`.
+    Parameters and errors as :func:`initiator`, with the roles swapped: B refuses an A
+    whose announced size is above its limit before B's hello, and one that sends more
+    blinded IDs than that before B's ``double`` (B's own blinded IDs have left by then;
+    they let A test nothing without ``double``).
     """
-    values, encoded, kind, form = _prepare(party, ids, normalize, workers)
-    theirs = _hello(party, peer, Hello(kind, len(encoded), form), first=False)
+    values, encoded, kind, form, limit = _prepare(party, ids, normalize, workers,
+                                                  max_peer_size, max_peer_ratio)
+    theirs = _hello(party, peer, Hello(kind, len(encoded), form), first=False, limit=limit)
     if not isinstance(theirs.salt, bytes) or len(theirs.salt) != _SALT_BYTES:
         raise ProtocolError(f"party {peer!r} sent no valid salt", party=party.name,
                             step="hello")
@@ -227,7 +338,7 @@ def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None,
                      workers=workers)
     party.send(peer, "blinded", mine[perm])
     del mine
-    theirs_a = _points(party.recv(peer, "blinded"), theirs.n, peer, "blinded", party.name)
+    theirs_a = _points(party.recv(peer, "blinded"), theirs.n, peer, "blinded", party, limit)
     party.send(peer, "double", psi.blind(key, theirs_a, workers=workers, name="blinded IDs",
                                          owner=f"PSI party {party.name!r} (from {peer!r})"))
     positions = np.asarray(party.recv(peer, "matches"))
