@@ -220,12 +220,18 @@ class _VerticalModel:
                                           f"{x_b.shape[0]}; without IDs the rows must be "
                                           "aligned already (pass ids_a and ids_b to align)")
         targets = self._encode_targets(y, x_b.shape[0])
+        names = _passive_names(len(blocks))
+        # every party runs this check on its own too (islands.vfl.protocol); here it
+        # comes first, with every party's count, before PSI
+        features = {**{n: x.shape[1] for n, x in zip(names, blocks, strict=True)},
+                    "B": x_b.shape[1]}
+        maths.check_batch_rows(plan.batch_size, features, "B", owner)
         ids: list[Any] | None = None
         if ids_a is not None:
             blocks, x_b, targets, ids = self._align(blocks, x_b, targets, ids_a, ids_b,
                                                     float(self.timeout))
         self.ids_ = ids
-        names = _passive_names(len(blocks))
+        maths.check_batch_rows(plan.batch_size, features, "B", owner, x_b.shape[0])
         roles: dict[str, Any] = {
             "C": partial(coordinator, active="B", passive=names, plan=plan,
                          key_bits=int(self.key_bits), djn=bool(self.djn)),
@@ -320,7 +326,10 @@ class VerticalLinearRegression(_VerticalModel):
     epochs : int, default=20
         Most passes over the aligned rows.
     batch_size : int, default=256
-        Rows per mini-batch.
+        Rows per mini-batch; more than any passive party's features and than B's
+        features plus one, else a party could solve a batch's gradient for the labels
+        or the other's scores (:func:`islands.vfl.maths.min_batch_rows`). A shorter
+        last batch joins the one before.
     tol : float or None, default=1e-4
         Stop when an epoch's mean loss changes by less than ``tol`` (relative).
     key_bits : int, default=2048

@@ -42,12 +42,13 @@ References
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from islands.errors import ValidationError
+from islands.errors import ValidationError, invalid_parameter
 from islands.validation import check_array
 
 __all__ = [
@@ -59,9 +60,11 @@ __all__ = [
     "Precision",
     "batch_plan",
     "centralised_gd",
+    "check_batch_rows",
     "encode",
     "encode_features",
     "fixed_point_gd",
+    "min_batch_rows",
     "sigmoid",
 ]
 
@@ -181,15 +184,82 @@ def sigmoid(z: ArrayLike) -> Array:
     return out
 
 
-def batch_plan(n_rows: int, batch_size: int, epoch: int, seed: int) -> list[IntArray]:
+def min_batch_rows(passive_features: Sequence[int], active_features: int) -> int:
+    """Return the fewest rows a mini-batch may hold: one more than any party can solve for.
+
+    After removing its pad, passive party A_k holds G_k = X_kᵀe for the batch residual
+    e (b unknowns): p_k linear equations, so for b ≤ p_k it solves for e, and in the
+    first batch, where every weight is zero, e = −c·y is the labels. B holds X_Bᵀe and
+    Σ_i e_i (the intercept) with e = Σ_k u_k + v and v its own: p_B + 1 equations in the
+    b unknowns Σ_k u_k, solved for b ≤ p_B + 1. So no batch may hold fewer than
+    max(p_1, …, p_k, p_B + 1) + 1 rows. That stops the exact solve from one batch only:
+    see ``docs/vfl.md`` for what a party still learns.
+    """
+    return max([*(int(p) for p in passive_features), int(active_features) + 1]) + 1
+
+
+def batch_plan(n_rows: int, batch_size: int, epoch: int, seed: int,
+               min_rows: int = 1) -> list[IntArray]:
     """Return the mini-batches of one epoch: a permutation of the rows cut into batches.
 
     Every party derives the same plan from the public ``seed`` the coordinator sends; the
     order of rows is not secret (all parties know the aligned rows). ``seed`` 0 … and
-    epoch e give ``numpy.random.default_rng([seed, e])``; the last batch may be smaller.
+    epoch e give ``numpy.random.default_rng([seed, e])``. A last batch of fewer than
+    ``min_rows`` rows joins the one before (:func:`min_batch_rows`; a party that drops
+    some of its IDs before alignment would otherwise choose its size).
     """
     order = np.random.default_rng([seed, epoch]).permutation(n_rows).astype(np.int64)
-    return [order[s: s + batch_size] for s in range(0, n_rows, batch_size)]
+    batches = [order[s: s + batch_size] for s in range(0, n_rows, batch_size)]
+    if len(batches) > 1 and batches[-1].size < min_rows:
+        batches[-2:] = [np.concatenate(batches[-2:])]
+    return batches
+
+
+def check_batch_rows(batch_size: int, features: Mapping[str, int], active: str, owner: str,
+                     rows: int | None = None) -> int:
+    """Refuse a batch size, or an aligned row count, that lets a party solve a batch.
+
+    Parameters
+    ----------
+    batch_size
+        The plan's rows per mini-batch.
+    features
+        Feature count of every data party named (B's without the intercept); a party
+        that knows only its own count checks that alone.
+    active
+        B's name (B's equations include the intercept's).
+    owner
+        Who checks (named in the error).
+    rows
+        The aligned rows, when known.
+
+    Returns
+    -------
+    int
+        :func:`min_batch_rows` over the parties named: the fold threshold for
+        :func:`batch_plan` once every party is named.
+
+    Raises
+    ------
+    ValidationError
+        Naming ``batch_size`` (or the rows), the party whose equations would solve a
+        batch, its feature count and the minimum.
+    """
+    # equations per batch of every party named: p_k for A_k, p_B + 1 for B
+    equations = {k: int(v) + (k == active) for k, v in features.items()}
+    name, count = max(equations.items(), key=lambda item: item[1])
+    need = count + 1
+    what = (f"party {name!r} holds {count - 1} features and the intercept, so from a batch "
+            f"of at most {count} rows it solves for the passive parties' scores"
+            if name == active else
+            f"passive party {name!r} holds {count} features, so from a batch of at most "
+            f"{count} rows it solves for the residual (the labels, in the first batch)")
+    if batch_size < need:
+        raise invalid_parameter("batch_size", owner, f"an int >= {need} ({what})", batch_size)
+    if rows is not None and rows < need:
+        raise ValidationError(f"{owner}: the {rows} aligned rows make a single batch, but "
+                              f"every batch needs more than {need - 1} rows ({what})")
+    return need
 
 
 def penalty_units(theta: Array, lam: float, batch: int, objective: Objective,
@@ -274,9 +344,10 @@ def fixed_point_gd(blocks: list[Array], y: Array, *, objective: Objective, lam: 
     xs = [encode_features(b, precision, intercept=i == len(blocks) - 1, owner="fixed_point_gd")
           for i, b in enumerate(blocks)]
     thetas = [np.zeros(x.shape[1]) for x in xs]
+    min_rows = min_batch_rows([b.shape[1] for b in blocks[:-1]], blocks[-1].shape[1])
     losses = []
     for epoch in range(epochs):
-        for rows in batch_plan(n, batch_size, epoch, seed):
+        for rows in batch_plan(n, batch_size, epoch, seed, min_rows):
             grads, loss = fixed_point_step([x[rows] for x in xs], thetas, y[rows], lam,
                                            objective, precision)
             losses.append(loss)
@@ -290,11 +361,12 @@ def centralised_gd(blocks: list[Array], y: Array, *, objective: Objective, lam: 
     """Run the same mini-batch gradient descent in float64 on the joined data, unrounded."""
     n = int(y.size)
     blocks = [np.asarray(b, dtype=np.float64) for b in blocks]
+    min_rows = min_batch_rows([b.shape[1] for b in blocks[:-1]], blocks[-1].shape[1])
     blocks[-1] = np.hstack([blocks[-1], np.ones((n, 1))])
     thetas = [np.zeros(b.shape[1]) for b in blocks]
     losses = []
     for epoch in range(epochs):
-        for rows in batch_plan(n, batch_size, epoch, seed):
+        for rows in batch_plan(n, batch_size, epoch, seed, min_rows):
             z = sum(b[rows] @ th for b, th in zip(blocks, thetas, strict=True))
             e = z - objective.label_factor * y[rows]
             b_n = rows.size

@@ -12,7 +12,8 @@ Messages, in order (every one a wire message in the transcript):
 tag         sender → to  payload
 ==========  ===========  =================================================================
 hello       A_k, B → C   :class:`Hello`: rows and features (C checks the rows agree)
-setup       C → all      :class:`Setup`: the public key n, DJN base h_s, the plan
+setup       C → all      :class:`Setup`: the public key n, DJN base h_s, the plan,
+                         every party's feature count
                          — for every mini-batch of b rows (same plan for every party) —
 u           A_k → B      [[ũ_k]]: b ciphertexts of A_k's partial scores
 residual    B → A_k      [[ẽ]] = Π_k [[ũ_k]] · Enc(ṽ): b ciphertexts, re-randomised
@@ -28,8 +29,12 @@ status      C → all      :class:`Status`: epoch, its loss, whether to go on
 
 A and B remove their masks (G = masked − R mod n, read as a signed integer), scale,
 add λθ and step. What each party sees: C sees uniformly random masked gradients and the
-loss of every batch (Table 1 reveals the loss to C too); B sees only ciphertexts from A
-and C's masked values for its own mask; A sees ciphertexts and its own masked values.
+loss of every batch (Table 1 reveals the loss to C too); A_k sees ciphertexts and its
+gradient sums X_kᵀe, B ciphertexts and X_Bᵀe, Σe, i.e. X_Bᵀ(Σ_k u_k). From a batch of no
+more rows than those equations a party would solve for e (the labels, in the first
+batch) or for A's scores, so every party refuses such a batch size and the last batch of
+an epoch joins the one before when it is too short
+(:func:`islands.vfl.maths.check_batch_rows`, ``docs/vfl.md``).
 Nothing defends against a party that deviates (honest-but-curious, non-colluding, as in
 the paper); B must re-randomise [[ẽ]], otherwise A could divide it by its own [[ũ]] and
 read B's v = u_B − y in the clear.
@@ -143,11 +148,15 @@ class Hello:
 @wire.register(name="vfl.Setup")
 @dataclass(frozen=True)
 class Setup:
-    """The coordinator's public key (n and the optional DJN base) and the plan."""
+    """The coordinator's public key, the plan and every data party's feature count.
+
+    ``features`` holds B's count without the intercept, as the hellos gave them.
+    """
 
     n: bytes
     djn_base: int | None
     plan: dict[str, Any]
+    features: dict[str, int]
 
 
 @wire.register(name="vfl.Status")
@@ -254,27 +263,50 @@ def _recv(party: Party, clock: Clock, frm: str, tag: str) -> Any:
 
 
 def _join(party: Party, clock: Clock, coordinator: str, plan: Plan, rows: int,
-          features: int) -> Any:
-    """Say hello to C, receive and check the key and the plan."""
+          features: int, active: str, parties: Sequence[str] | None = None) -> tuple[Any, int]:
+    """Say hello to C, receive and check the key, the plan and the feature counts.
+
+    The batch size is checked against this party's own feature count before the hello and
+    against every party's count, as C relays them, before anything derived from the
+    data is sent (:func:`islands.vfl.maths.check_batch_rows`). B names all the data
+    ``parties``; a passive party knows only itself and B. Returns the cipher and the
+    fold threshold of :func:`islands.vfl.maths.batch_plan`.
+    """
+    owner = f"party {party.name!r}"
+    maths.check_batch_rows(plan.batch_size, {party.name: features}, active, owner, rows)
     _send(party, clock, coordinator, "hello", Hello(rows, features))
     setup = _recv(party, clock, coordinator, "setup")
     if not isinstance(setup, Setup):
         raise ProtocolError(f"coordinator {coordinator!r} sent a malformed setup",
                             party=party.name, step="setup")
+    counts = setup.features
+    names = set(parties) if parties is not None else {party.name, active}
+    if (not isinstance(counts, dict) or not names <= set(counts)
+            or (parties is not None and set(counts) != names)
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                       for v in counts.values())):
+        raise ProtocolError(f"coordinator {coordinator!r} sent the feature counts "
+                            f"{counts!r}; expected one int >= 0 for each of {sorted(names)}",
+                            party=party.name, step="setup")
+    if counts[party.name] != features:
+        raise ProtocolError(f"coordinator {coordinator!r} sent a wrong 'features' for party "
+                            f"{party.name!r}: expected {features} (the count it sent), got "
+                            f"{counts[party.name]}", party=party.name, step="setup")
     mine = asdict(plan)
     if setup.plan != mine:
         diff = {k: (mine.get(k), setup.plan.get(k)) for k in set(mine) | set(setup.plan)
                 if mine.get(k) != setup.plan.get(k)}
         raise ValidationError(f"party {party.name!r}: its plan differs from coordinator "
                               f"{coordinator!r}'s (mine, theirs): {diff}")
+    min_rows = maths.check_batch_rows(plan.batch_size, counts, active, owner, rows)
     if plan.encryption == "none":
-        return ClearCipher()
+        return ClearCipher(), min_rows
     public_key = paillier.public_key_from_bytes(setup.n)
     djn_base = None
     if setup.djn_base is not None:
         djn_base = int(paillier.check_djn_base(
             public_key, setup.djn_base, f"party {party.name!r} (setup from {coordinator!r})"))
-    return VectorCipher(public_key, djn_base)
+    return VectorCipher(public_key, djn_base), min_rows
 
 
 def _masks(cipher: Any, count: int) -> list[int]:
@@ -344,11 +376,11 @@ def passive(party: Party, X: Any, *, coordinator: str = "C", active: str = "B",
     with clock.timing("compute"):
         x_enc, x_float = _encode_features(X, owner, precision, intercept=False)
     n, p = x_enc.shape
-    cipher = _join(party, clock, coordinator, plan, n, p)
+    cipher, min_rows = _join(party, clock, coordinator, plan, n, p, active)
     theta = np.zeros(p)
     epochs_run = 0
     for epoch in range(plan.epochs):
-        for rows in maths.batch_plan(n, plan.batch_size, epoch, plan.seed):
+        for rows in maths.batch_plan(n, plan.batch_size, epoch, plan.seed, min_rows):
             with clock.timing("compute"):
                 u = maths.encode(x_float[rows] @ theta, precision.score_bits,
                                  maths.MAX_ABS_SCORE, "partial scores", owner)
@@ -414,11 +446,12 @@ def active(party: Party, X: Any, y: Any, *, coordinator: str = "C",
         if objective is maths.LOGISTIC and not np.all(np.abs(labels) == 1.0):
             raise ValidationError(f"{owner}: the logistic model needs labels in {{-1, +1}}")
     n, p = x_enc.shape
-    cipher = _join(party, clock, coordinator, plan, n, p - 1)
+    cipher, min_rows = _join(party, clock, coordinator, plan, n, p - 1, party.name,
+                             [*passive, party.name])
     theta = np.zeros(p)
     epochs_run = 0
     for epoch in range(plan.epochs):
-        for rows in maths.batch_plan(n, plan.batch_size, epoch, plan.seed):
+        for rows in maths.batch_plan(n, plan.batch_size, epoch, plan.seed, min_rows):
             b = rows.size
             with clock.timing("compute"):
                 v = maths.encode(x_float[rows] @ theta - objective.label_factor * labels[rows],
@@ -505,6 +538,8 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
         raise ValidationError(f"{owner}: the parties hold different numbers of aligned rows "
                               f"{counts}; align them first (islands.psi)")
     n = rows.pop()
+    features = {name: hellos[name].features for name in data_parties}
+    min_rows = maths.check_batch_rows(plan.batch_size, features, active, owner, n)
     with clock.timing("he"):
         if plan.encryption == "none":
             public_key = private_key = djn_base = None
@@ -520,11 +555,12 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
     cipher: Any
     if public_key is None:
         cipher = ClearCipher()
-        setup = Setup(b"", None, asdict(plan))
+        setup = Setup(b"", None, asdict(plan), features)
         key_size = 0
     else:
         cipher = VectorCipher(public_key, djn_base, workers=1)
-        setup = Setup(paillier.public_key_to_bytes(public_key), djn_base, asdict(plan))
+        setup = Setup(paillier.public_key_to_bytes(public_key), djn_base, asdict(plan),
+                      features)
         key_size = int(public_key.n).bit_length()
 
     def decrypt(cts: list[Any]) -> list[int]:
@@ -547,7 +583,7 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
     epochs_run, converged = 0, False
     for epoch in range(plan.epochs):
         total, count = 0.0, 0
-        for batch in maths.batch_plan(n, plan.batch_size, epoch, plan.seed):
+        for batch in maths.batch_plan(n, plan.batch_size, epoch, plan.seed, min_rows):
             for name in data_parties:
                 blob = _recv(party, clock, name, "gradient")
                 with clock.timing("he"):

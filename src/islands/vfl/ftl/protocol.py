@@ -441,10 +441,7 @@ def _batches(rows: int, plan: Plan, epoch: int, scores: int) -> list[IntArray]:
     solve for A's rows (a review recovered u exactly from a one-row batch), so no batch
     has fewer than K + 1 rows (:func:`check_rows`).
     """
-    batches = vfl_maths.batch_plan(rows, plan.batch_size, epoch, plan.seed)
-    if len(batches) > 1 and batches[-1].size <= scores:
-        batches[-2:] = [np.concatenate(batches[-2:])]
-    return batches
+    return vfl_maths.batch_plan(rows, plan.batch_size, epoch, plan.seed, min_rows=scores + 1)
 
 
 def check_rows(rows: int, plan: Plan, scores: int, owner: str) -> None:
