@@ -2,7 +2,7 @@
 
 APFL's protection (CKKS over a chaos permutation) and the Paillier baseline need one
 key that all clients share and the server does not have (ALGORITHMS.md §3). The first
-client in the federation's order is the *dealer*: it generates the key and sends it to
+client in the server's order is the *dealer*: it generates the key and sends it to
 every other client sealed under a pairwise X25519 agreement
 (:mod:`islands.crypto.envelope`), relayed by the server, which forwards envelopes it
 cannot open. Three phases, run once per run before the first round (round 0):
@@ -11,19 +11,30 @@ cannot open. Three phases, run once per run before the first round (round 0):
 phase              what happens
 =================  ===========================================================
 ``<p>-hello``      server → clients: the dealer's name, a session id; each
-                   client answers with a fresh X25519 public key
-``<p>-deal``       server → dealer: everyone's public key; the dealer answers
-                   with the public part (what the server may hold: a CKKS
-                   context without its secret key, a Paillier modulus) and one
-                   envelope per client
-``<p>-deliver``    server → each other client: the dealer's public key and its
-                   envelope; the client opens it, installs the key and answers
+                   client answers with a fresh X25519 public key, signed with
+                   its identity
+``<p>-deal``       server → dealer: everyone's signed public key; the dealer
+                   checks each signature and that each name is a client of the
+                   federation, and answers with the public part (what the
+                   server may hold: a CKKS context without its secret key, a
+                   Paillier modulus), one envelope per client and its own
+                   envelope key, signed
+``<p>-deliver``    server → each other client: the dealer's signed public key
+                   and its envelope; the client checks the dealer's signature,
+                   opens the envelope, checks and installs the key and answers
                    with a fingerprint the server checks against the public part
 =================  ===========================================================
 
 ``<p>`` is the scheme's purpose (``ckks``, ``paillier``, ``chaos``), so several keys can
 be dealt in one run. A client that fails to answer is left out of the run; a dealer
 that fails ends it with an error naming it.
+
+Against a deviating server: the signatures (:mod:`islands.runtime.identity`, bound to
+each party's certificate in a deployment) mean a server that makes up its own key and
+seals it for the clients, or that lists itself or a stranger among the clients, is
+refused: a client accepts a key only from a client of its own federation, and the
+dealer seals only for them. The server may pick which client deals; any client could
+collude with the server anyway (below).
 
 Weakness, as the paper's scheme has it: every client holds the same secret key, so a
 client colluding with the server decrypts every other client's upload
@@ -80,21 +91,23 @@ def deal_key(link: ServerLink, clients: Sequence[str], purpose: str,
         raise ProtocolError(
             f"the {purpose} key dealer {dealer!r} did not answer; no key can be dealt",
             party=link.name, step=f"{purpose}-hello")
-    keys = {c: hello[c] for c in clients if isinstance(hello.get(c), bytes)}
+    keys = {c: hello[c] for c in clients if isinstance(hello.get(c), dict)}
     dealt = link.exchange(0, f"{purpose}-deal", {dealer: {"keys": keys}})
     if dealer not in dealt:
         raise ProtocolError(f"the {purpose} key dealer {dealer!r} failed while dealing",
                             party=link.name, step=f"{purpose}-deal")
     answer = dealt[dealer]
     if (not isinstance(answer, dict) or not isinstance(answer.get("public"), bytes)
-            or not isinstance(answer.get("sealed"), dict)):
+            or not isinstance(answer.get("sealed"), dict)
+            or not isinstance(answer.get("sig"), bytes)):
         raise ProtocolError(f"the {purpose} key dealer sent a malformed answer",
                             party=link.name, step=f"{purpose}-deal")
     public: bytes = answer["public"]
     want = fingerprint(public)
     others = [c for c in keys if c != dealer and c in answer["sealed"]]
     acks = link.exchange(0, f"{purpose}-deliver", {
-        c: {"dealer_key": keys[dealer], "sealed": answer["sealed"][c]} for c in others})
+        c: {"dealer_key": keys[dealer]["key"], "dealer_sig": answer["sig"],
+            "sealed": answer["sealed"][c]} for c in others})
     installed = [dealer]
     for c in others:
         if c not in acks:
@@ -105,6 +118,10 @@ def deal_key(link: ServerLink, clients: Sequence[str], purpose: str,
                 party=link.name, step=f"{purpose}-deliver")
         installed.append(c)
     return public, installed
+
+
+def _key_message(purpose: str, session: bytes, owner: str, key: bytes) -> bytes:
+    return _aad(purpose, session, owner) + b"\x00" + key
 
 
 class KeyReceiver:
@@ -135,42 +152,43 @@ class KeyReceiver:
         """Whether ``step`` is one of this receiver's phases."""
         return step.round == 0 and step.phase.startswith(self.purpose + "-")
 
-    def on_step(self, party: Party, step: AggStep) -> Any:
-        """Handle one phase; return the reply."""
+    def _refuse(self, party: Party, server: str, phase: str, what: str) -> ProtocolError:
+        return ProtocolError(f"client {party.name!r} refuses {server!r}'s {phase!r} "
+                             f"message: {what}", party=party.name, step=phase)
+
+    def on_step(self, party: Party, step: AggStep, *, server: str) -> Any:
+        """Handle one phase relayed by ``server``; return the reply."""
         phase = step.phase[len(self.purpose) + 1:]
         body = step.body if isinstance(step.body, dict) else {}
+        clients = set(party.parties) - {server}
         if phase == "hello":
             if not isinstance(body.get("session"), bytes) or not isinstance(
                     body.get("dealer"), str):
                 raise ProtocolError(f"malformed {step.phase} message", party=party.name,
                                     step=step.phase)
+            if body["dealer"] not in clients:
+                raise self._refuse(party, server, step.phase,
+                                   f"the dealer {body['dealer'][:100]!r} is not a client of "
+                                   "this federation")
             self._own, self._session, self._dealer = generate_key(), body["session"], body[
                 "dealer"]
-            return self._own.public
+            sig = party.identity.sign(f"{self.purpose} key", _key_message(
+                self.purpose, self._session, party.name, self._own.public))
+            return {"key": self._own.public, "sig": sig}
         if self._own is None:
             raise ProtocolError(f"client {party.name!r} got {step.phase!r} before hello",
                                 party=party.name, step=step.phase)
         if phase == "deal":
-            if self._dealer != party.name or not isinstance(body.get("keys"), dict):
-                raise ProtocolError(f"client {party.name!r} was asked to deal the "
-                                    f"{self.purpose} key but is not the dealer",
-                                    party=party.name, step=step.phase)
-            secret, public = self._generate()
-            self._install(secret)
-            envelopes: dict[str, bytes] = {}
-            for c, pub in body["keys"].items():
-                if c == party.name:
-                    continue
-                envelopes[c] = seal(self._own, pub, secret,
-                                 context=pair_context(_ENVELOPE, self._session, party.name, c),
-                                 aad=_aad(self.purpose, self._session, c))
-            self.ready = True
-            return {"public": public, "sealed": envelopes}
+            return self._deal(party, server, step, body, clients)
         if phase == "deliver":
             dealer_key, sealed = body.get("dealer_key"), body.get("sealed")
             if not isinstance(dealer_key, bytes) or not isinstance(sealed, bytes):
                 raise ProtocolError(f"malformed {step.phase} message", party=party.name,
                                     step=step.phase)
+            # the envelope key must be the dealer's own: a server that seals its own key
+            # for the clients has no dealer signature on its envelope key
+            party.identity.verify(self._dealer, f"{self.purpose} dealer", _key_message(
+                self.purpose, self._session, self._dealer, dealer_key), body.get("dealer_sig"))
             secret = open_sealed(self._own, dealer_key, sealed,
                                  context=pair_context(_ENVELOPE, self._session, self._dealer,
                                                       party.name),
@@ -181,3 +199,38 @@ class KeyReceiver:
             return fp if fp is not None else b"ok"
         raise ProtocolError(f"unknown key-dealing phase {step.phase!r}", party=party.name,
                             step=step.phase)
+
+    def _deal(self, party: Party, server: str, step: AggStep, body: dict[str, Any],
+              clients: set[str]) -> dict[str, Any]:
+        assert self._own is not None
+        if self._dealer != party.name or not isinstance(body.get("keys"), dict):
+            raise ProtocolError(f"client {party.name!r} was asked to deal the "
+                                f"{self.purpose} key but is not the dealer",
+                                party=party.name, step=step.phase)
+        keys: dict[str, Any] = body["keys"]
+        strangers = sorted(str(c)[:100] for c in keys if c not in clients)
+        if strangers:
+            raise self._refuse(party, server, step.phase,
+                               f"{strangers} are not clients of this federation; the "
+                               f"{self.purpose} key is sealed only for its clients")
+        for c, entry in keys.items():
+            if c == party.name:
+                continue
+            if not isinstance(entry, dict) or not isinstance(entry.get("key"), bytes):
+                raise ProtocolError(f"malformed {step.phase} message", party=party.name,
+                                    step=step.phase)
+            party.identity.verify(c, f"{self.purpose} key", _key_message(
+                self.purpose, self._session, c, entry["key"]), entry.get("sig"))
+        secret, public = self._generate()
+        self._install(secret)
+        envelopes: dict[str, bytes] = {}
+        for c, entry in keys.items():
+            if c == party.name:
+                continue
+            envelopes[c] = seal(self._own, entry["key"], secret,
+                                context=pair_context(_ENVELOPE, self._session, party.name, c),
+                                aad=_aad(self.purpose, self._session, c))
+        self.ready = True
+        sig = party.identity.sign(f"{self.purpose} dealer", _key_message(
+            self.purpose, self._session, party.name, self._own.public))
+        return {"public": public, "sealed": envelopes, "sig": sig}
