@@ -91,10 +91,11 @@ def test_federated_pca_across_processes_equals_in_process(tmp_path: Path) -> Non
         pass
     parties["publisher"] = {}
     options = {"publisher": "publisher", "mode": "elfedpca", "n_components": 2,
-               "epsilon": 0.5, "delta": 1e-5, "seed": 7}
+               "epsilon": 0.5, "delta": 1e-5, "noise_seed": 7}
     files = write_federation(tmp_path, "pca", parties, options=options)
     assert_ok(run(files))
-    ref = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="elfedpca", random_state=7).fit(parts)
+    with pytest.warns(UserWarning, match="no differential-privacy guarantee"):
+        ref = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="elfedpca", noise_seed=7).fit(parts)
     np.testing.assert_array_equal(np.load(tmp_path / "out/site2/components.npy"),
                                   ref.components_)
     np.testing.assert_array_equal(np.load(tmp_path / "out/publisher/projection.npy"),

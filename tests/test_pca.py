@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -42,20 +44,24 @@ def test_plain_equals_pooled_pca() -> None:
 @pytest.mark.parametrize("mode", ["central", "elfedpca", "secure"])
 def test_noise_is_calibrated_to_tau(mode: str) -> None:
     parts = sites(3, rows=20, d=6)
-    truth = exact_moment(parts, normalize=True)
-    noise = []
+    pooled = np.vstack(parts)
+    unit_sum = maths.normalize_rows(pooled).sum(axis=0)
+    noise, mean_noise = [], []
     tau = None
-    for seed in range(200):
-        model = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode=mode, random_state=seed)
-        model.fit(parts)
-        noise.append(maths.upper_of(model.noisy_moment_ - truth))
+    for _ in range(200):
+        model = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode=mode).fit(parts)
+        # the matrix is centred on the released (noisy) mean, so the truth is per fit
+        noise.append(maths.upper_of(model.noisy_moment_ - _noiseless_moment(model, parts)))
+        mean_noise.append(model.mean_ * model.n_samples_ - unit_sum)
         tau = model.tau_
     assert isinstance(tau, float)
-    assert tau == pytest.approx(np.sqrt(2 * np.log(1.25 / 1e-5)) / (model.n_samples_ * 0.5))
-    values = np.concatenate(noise)
-    # 200 runs x 21 entries = 4200 draws: the sample s.d. is within ~1.1% of tau (1 s.e.)
-    assert abs(values.std() / tau - 1.0) < 0.05
-    assert abs(values.mean()) < 5 * tau / np.sqrt(values.size)  # p < 1e-6 of a false alarm
+    # half the budget (ε/2, δ/2) for the moment, half for the mean
+    assert tau == pytest.approx(np.sqrt(2 * np.log(1.25 / 5e-6)) / (model.n_samples_ * 0.25))
+    sigma_mu = np.sqrt(2 * np.log(1.25 / 5e-6)) / 0.25
+    for values, scale in ((np.concatenate(noise), tau), (np.concatenate(mean_noise), sigma_mu)):
+        # >= 1200 draws: the sample s.d. is within ~2% of the scale (1 s.e.)
+        assert abs(values.std() / scale - 1.0) < 0.08
+        assert abs(values.mean()) < 5 * scale / np.sqrt(values.size)  # p < 1e-6 of a false alarm
 
 
 def test_dpdispca_uses_each_sites_own_tau() -> None:
@@ -63,15 +69,19 @@ def test_dpdispca_uses_each_sites_own_tau() -> None:
     model = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="dpdispca", random_state=0).fit(parts)
     assert isinstance(model.tau_, dict)
     for (name, tau), part in zip(model.tau_.items(), parts, strict=True):
-        assert tau == pytest.approx(np.sqrt(2 * np.log(1.25 / 1e-5)) / (len(part) * 0.5)), name
+        assert tau == pytest.approx(np.sqrt(2 * np.log(1.25 / 5e-6)) / (len(part) * 0.25)), name
 
 
 def test_secure_masks_cancel_exactly() -> None:
     parts = sites(4, rows=50)
     model = FederatedPCA(2, epsilon=0.9, delta=1e-5, mode="secure", keep_payloads=True)
     model.fit(parts)
-    # the mean comes from masked fixed-point sums: exact up to the 2^-24 encoding
-    np.testing.assert_allclose(model.mean_, np.vstack(parts).mean(axis=0), atol=1e-6)
+    # the mean is the sum of unit rows plus s noise shares of total s.d. σ_μ (~10.8 here)
+    unit_sum = maths.normalize_rows(np.vstack(parts)).sum(axis=0)
+    sigma_mu = maths.mean_sigma(0.9, 1e-5)
+    assert np.all(np.abs(model.mean_ * model.n_samples_ - unit_sum) < 6 * sigma_mu)
+    plain = FederatedPCA(2, mode="plain").fit(parts)
+    np.testing.assert_allclose(plain.mean_, np.vstack(parts).mean(axis=0), atol=1e-12)
     assert model.n_samples_ == sum(len(p) for p in parts)
     # what site 1 received is uniform-looking ring elements, not the sites' sums
     for record in model.transcript_.received_by("site1"):
@@ -172,3 +182,145 @@ def test_cli_audit_pca_writes_the_required_keys(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["elfedpca_recovery_rel_error"] < 1e-10
     assert doc["secure_recovery_rel_error"] > 1e3
+
+
+# ---------------------------------------------------------------- issue 22, finding 7
+# Someone who knows the public `random_state` replays the generator the noise came from
+# and subtracts the noise. These tests play that attack with what the old code drew.
+
+
+def _mechanism_rows(model: FederatedPCA, X: np.ndarray) -> np.ndarray:
+    """The centred, normalised rows the DP matrix was built from (transform with V = I)."""
+    probe = copy.copy(model)
+    probe.components_ = np.eye(model.n_features_in_)
+    return probe.transform(X)
+
+
+def _noiseless_moment(model: FederatedPCA, parts: list[np.ndarray]) -> np.ndarray:
+    rows = _mechanism_rows(model, np.vstack(parts))
+    return rows.T @ rows / model.n_samples_
+
+
+def _replayed_noise(mode: str, random_state: int, d: int, tau: float) -> np.ndarray:
+    """E as the pre-fix code drew it from numpy seeded with random_state."""
+    if mode == "elfedpca":
+        seed = int(np.random.default_rng(random_state).integers(0, 2**63 - 1))
+        rng = np.random.default_rng(seed)
+    else:  # central
+        rng = np.random.default_rng(random_state)
+    return maths.symmetric_noise(d, tau, lambda c, s: rng.normal(0.0, s, size=c))
+
+
+@pytest.mark.parametrize("mode", ["central", "elfedpca"])
+def test_knowing_random_state_does_not_remove_the_noise(mode: str) -> None:
+    parts = sites(3, rows=40, d=6)
+    model = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode=mode, random_state=7)
+    model.fit(parts)
+    assert isinstance(model.tau_, float)
+    truth = _noiseless_moment(model, parts)
+    guess = model.noisy_moment_ - _replayed_noise(mode, 7, 6, model.tau_)
+    # the replay must miss by about the noise itself: ‖E − E_guess‖_F ≈ √2·τ·d; a miss
+    # below τ has probability < 1e-15 for 21 independent N(0, 2τ²) entries
+    assert np.linalg.norm(guess - truth) > model.tau_
+
+
+def test_site1_cannot_replay_a_dpdispca_sites_noise() -> None:
+    parts = sites(3, rows=40, d=6)
+    model = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="dpdispca", random_state=7,
+                         keep_payloads=True).fit(parts)
+    assert isinstance(model.tau_, dict)
+    n = model.n_samples_
+    for index, (name, part) in enumerate(zip(("site1", "site2", "site3"), parts,
+                                             strict=True)):
+        if index == 0:
+            continue
+        (record,) = [r for r in model.transcript_.received_by("site1")
+                     if r.tag == "moment" and r.sender == name]
+        rng = np.random.default_rng([7, index])
+        e_i = maths.symmetric_noise(6, model.tau_[name],
+                                    lambda c, s, rng=rng: rng.normal(0.0, s, size=c))
+        guess = np.asarray(record.payload) * n / len(part) - e_i
+        rows = _mechanism_rows(model, part)
+        truth = rows.T @ rows / len(part)
+        assert np.linalg.norm(guess - truth) > model.tau_[name], name
+
+
+def test_site1_cannot_replay_elfedpcas_centring_masks() -> None:
+    parts = sites(3, rows=40, d=6)
+    model = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="elfedpca", random_state=7,
+                         keep_payloads=True).fit(parts)
+    (record,) = [r for r in model.transcript_.received_by("site1")
+                 if r.tag == "stats" and r.sender == "site3"]
+    rng = np.random.default_rng(7)  # site 2's masks, as the pre-fix code drew them
+    real = rng.normal(0.0, 1.0, size=(2, 6))
+    real -= real.mean(axis=0)
+    guess = np.asarray(record.payload)[:-1] - real[1]
+    assert not np.allclose(guess, parts[2].sum(axis=0), atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["central", "elfedpca", "secure", "dpdispca"])
+def test_fresh_noise_by_default_and_the_guarantee_holds(mode: str) -> None:
+    parts = sites(3, rows=40, d=6)
+    fits = [FederatedPCA(2, epsilon=0.5, delta=1e-5, mode=mode, random_state=3).fit(parts)
+            for _ in range(2)]
+    assert not np.allclose(fits[0].noisy_moment_, fits[1].noisy_moment_)
+    for model in fits:
+        assert model.dp_guarantee_ is True
+        assert model.epsilon_ == 0.5 and model.delta_ == 1e-5
+
+
+@pytest.mark.parametrize("mode", ["central", "elfedpca", "secure", "dpdispca"])
+def test_noise_seed_reproduces_the_noise_and_voids_the_guarantee(mode: str) -> None:
+    parts = sites(3, rows=40, d=6)
+    fits = []
+    for random_state in (1, 2):
+        with pytest.warns(UserWarning, match="no differential-privacy guarantee"):
+            fits.append(FederatedPCA(2, epsilon=0.5, delta=1e-5, mode=mode,
+                                     random_state=random_state, noise_seed=11).fit(parts))
+    np.testing.assert_array_equal(fits[0].noisy_moment_, fits[1].noisy_moment_)
+    for model in fits:
+        assert model.dp_guarantee_ is False
+        assert model.epsilon_ == float("inf")
+    other = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode=mode, noise_seed=12)
+    with pytest.warns(UserWarning):
+        other.fit(parts)
+    assert not np.allclose(other.noisy_moment_, fits[0].noisy_moment_)
+
+
+def test_plain_mode_refuses_a_noise_seed() -> None:
+    with pytest.raises(ValidationError, match="noise_seed"):
+        FederatedPCA(2, noise_seed=1).fit(sites(2))
+
+
+def test_a_site_refuses_a_noise_message_that_differs_from_its_own_epsilon() -> None:
+    from functools import partial
+
+    from islands.data.sources import open_source
+    from islands.errors import ProtocolError
+    from islands.pca.protocol import PcaConfig, publisher, site
+    from islands.runtime import run_local
+
+    names = ("site1", "site2", "site3")
+    honest = PcaConfig(mode="elfedpca", n_components=2, sites=names, publisher="publisher",
+                       epsilon=0.5, delta=1e-5)
+    # site 1 runs with a larger ε than the federation agreed: less noise for everyone
+    deviant = dataclasses.replace(honest, epsilon=0.9)
+    roles = {name: partial(site, source=open_source(part, block_size=64, name=name),
+                           config=deviant if name == "site1" else honest)
+             for name, part in zip(names, sites(3), strict=True)}
+    roles["publisher"] = partial(publisher, config=honest)
+    with pytest.raises(ProtocolError) as info:
+        run_local(roles, timeout=20.0, keep_payloads=True)
+    text = str(info.value)
+    assert "'site1'" in text and "epsilon" in text and "0.9" in text and "0.5" in text, text
+
+
+def test_secure_mode_takes_any_scale_since_rows_are_normalised_first() -> None:
+    # rows are scaled to unit norm before the masked sums, so their size never reaches
+    # the fixed-point ring's limit (before the fix, 1e30 was refused)
+    parts = [p * 1e30 for p in sites(3, rows=30, d=4)]
+    model = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="secure").fit(parts)
+    # the mean of unit rows, plus noise of s.d. σ_μ/n per coordinate (8 s.d.: p < 1e-14)
+    bound = 1.0 + 8 * maths.mean_sigma(0.5, 1e-5) / model.n_samples_
+    assert np.all(np.abs(model.mean_) <= bound)
+    np.testing.assert_allclose(np.linalg.norm(model.components_, axis=1), 1.0, rtol=1e-12)

@@ -644,6 +644,10 @@ def reproduce_pca_command(
         results = reproduce_pca(out, quick=quick, random_state=seed,
                                 progress=lambda msg: status.update(escape(msg)))
     _summarise_reproduction(results, out, json_path)
+    if results["settings"].get("dp_guarantee") is False:
+        console.print("[bold yellow]No DP guarantee:[/] every DP fit used noise_seed so the "
+                      "figures can be redrawn; anyone who knows it removes the noise "
+                      "(ε = ∞). ε here is the calibration target.")
 
 
 @reproduce_app.command("vfl")

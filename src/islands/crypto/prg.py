@@ -66,7 +66,7 @@ from numpy.typing import NDArray
 
 from islands.errors import invalid_parameter
 
-__all__ = ["SEED_BYTES", "csprng_normal", "csprng_uniform", "expand"]
+__all__ = ["SEED_BYTES", "csprng_normal", "csprng_uniform", "expand", "keyed_normal"]
 
 SEED_BYTES = 32
 """Length of a PRG seed and of a ChaCha20 key, in bytes."""
@@ -232,23 +232,55 @@ def csprng_normal(shape: int | tuple[int, ...], sigma: float) -> NDArray[np.floa
     .. [2] I. Mironov. "On Significance of the Least Significant Bits for Differential
        Privacy." ACM CCS 2012.
     """
-    dims = _check_shape(shape, "csprng_normal")
+    return _gaussian(secrets.token_bytes(SEED_BYTES), shape, sigma, b"", "csprng_normal")
+
+
+def keyed_normal(
+    seed: bytes, shape: int | tuple[int, ...], sigma: float, *, label: bytes
+) -> NDArray[np.float64]:
+    """Gaussian noise N(0, sigma²) expanded deterministically from a secret 32-byte seed.
+
+    The same construction as :func:`csprng_normal` (Box–Muller on 53-bit uniforms from a
+    ChaCha20 stream), but keyed by ``seed`` through :func:`expand`, so every party that
+    holds ``seed`` draws the same noise. Use it where a protocol makes several parties
+    share one noise draw (ELFedPCA's negotiated seed) or where noise must be reproducible
+    on purpose; the noise is only as secret as ``seed``.
+
+    Parameters
+    ----------
+    seed
+        32 bytes; fresh from :func:`secrets.token_bytes` unless reproducibility is wanted.
+    shape, sigma
+        As in :func:`csprng_normal`.
+    label
+        Domain separator: different labels give independent noise from one seed.
+    """
+    if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
+        raise invalid_parameter("seed", "keyed_normal", "32 bytes", type(seed).__name__)
+    return _gaussian(seed, shape, sigma, label, "keyed_normal")
+
+
+def _gaussian(
+    seed: bytes, shape: int | tuple[int, ...], sigma: float, label: bytes, owner: str
+) -> NDArray[np.float64]:
+    dims = _check_shape(shape, owner)
     if (
         isinstance(sigma, bool)
         or not isinstance(sigma, (int, float, np.integer, np.floating))
         or not math.isfinite(sigma)
         or sigma < 0
     ):
-        raise invalid_parameter("sigma", "csprng_normal", "a finite real >= 0", sigma)
+        raise invalid_parameter("sigma", owner, "a finite real >= 0", sigma)
     count = math.prod(dims)
     if sigma == 0:
         return np.zeros(dims, dtype=np.float64)
     pairs = (count + 1) // 2
-    u = csprng_uniform(2 * pairs)
+    words = expand(seed, 2 * pairs, label=b"normal" + label)
+    u = (words >> np.uint64(11)).astype(np.float64) * 2.0**-53
     radius = np.sqrt(-2.0 * np.log1p(-u[:pairs]))  # log(1 − U1), 1 − U1 in (0, 1]
     theta = (2.0 * np.pi) * u[pairs:]
     z = np.concatenate([radius * np.cos(theta), radius * np.sin(theta)])[:count]
     out: NDArray[np.float64] = (float(sigma) * z).reshape(dims)
     if not np.all(np.isfinite(out)):  # only when sigma is within ~9x of the float64 maximum
-        raise invalid_parameter("sigma", "csprng_normal", "small enough for finite noise", sigma)
+        raise invalid_parameter("sigma", owner, "small enough for finite noise", sigma)
     return out

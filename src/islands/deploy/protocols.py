@@ -135,8 +135,12 @@ def _pca(config: PartyConfig, resume: bool) -> Prepared:
     fed = config.federation
     where = f"federation file {fed.source} [pca]"
     o = fed.options
-    _keys(o, {"publisher", "mode", "n_components", "epsilon", "delta", "seed", "block_size"},
-          where)
+    if "seed" in o:
+        raise JobError(f"{where}: 'seed' no longer seeds the DP noise (a shared seed lets anyone "
+                       "who reads this file subtract it); remove it, or set 'noise_seed' to "
+                       "make the noise reproducible, which voids the DP guarantee")
+    _keys(o, {"publisher", "mode", "n_components", "epsilon", "delta", "noise_seed",
+              "block_size"}, where)
     pub = o.get("publisher")
     if not isinstance(pub, str) or pub not in fed.parties:
         raise JobError(f"{where}: 'publisher' must name a party of [parties]; got {pub!r}")
@@ -149,11 +153,12 @@ def _pca(config: PartyConfig, resume: bool) -> Prepared:
     delta = table_value(o, "delta", (float, int), where, None, lambda v: 0 < v < 1, "in (0, 1)")
     if mode != "plain" and (eps is None or delta is None):
         raise JobError(f"{where}: mode {mode!r} needs 'epsilon' and 'delta'")
-    seed = table_value(o, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0")
+    noise_seed = table_value(o, "noise_seed", (int,), where, None, lambda v: v >= 0,
+                             "an int >= 0")
     block = table_value(o, "block_size", (int,), where, 8192, lambda v: v >= 1, "an int >= 1")
     pca = PcaConfig(mode=mode, n_components=k, sites=sites, publisher=pub,
                     epsilon=None if eps is None else float(eps),
-                    delta=None if delta is None else float(delta), seed=seed)
+                    delta=None if delta is None else float(delta), noise_seed=noise_seed)
     if config.name == pub:
         def write_pub(result: Any, out: Path) -> dict[str, Any]:
             np.save(out / "projection.npy", result.projection)
@@ -176,6 +181,7 @@ def _pca(config: PartyConfig, resume: bool) -> Prepared:
         np.save(out / "eigenvalues.npy", result.eigenvalues)
         summary = {"role": "site", "mode": mode, "n_rows": result.n_rows,
                    "n_total": result.n_total, "tau": result.tau,
+                   "dp_guarantee": result.dp_guarantee,
                    "eigenvalues": result.eigenvalues.tolist()}
         _save_json(out / "result.json", summary)
         return summary

@@ -1,7 +1,8 @@
 """What site 1 learns about each site's data in federated DP-PCA.
 
-In the published scheme (``mode="elfedpca"``) site 1 draws the noise seed and sends it
-to every site, which adds E/s to its local matrix A_i = X_iᵀX_i/n. Site 1 therefore
+In the published scheme (``mode="elfedpca"``) site 1 draws the noise seed (32 fresh
+bytes from its CSPRNG) and sends it to every site, which adds E/s to its local matrix
+A_i = X̃_iᵀX̃_i/n. Site 1 therefore
 regenerates E and subtracts it: A_i = (A_i + E/s) − E/s, exactly. The source notes admit
 this themselves. Each A_i is that site's (normalised) second-moment matrix: the whole
 covariance structure of its private data, with no noise at all.
@@ -26,7 +27,7 @@ from islands.crypto import decode_fixed
 from islands.errors import ValidationError
 from islands.pca import maths
 from islands.pca.estimator import FederatedPCA
-from islands.pca.protocol import MOMENT_FRAC_BITS
+from islands.pca.protocol import MOMENT_FRAC_BITS, elfedpca_noise
 from islands.runtime import Record
 
 __all__ = ["PcaAuditReport", "audit_pca", "recover_elfedpca_moments"]
@@ -56,9 +57,8 @@ def recover_elfedpca_moments(
     noise = _sent(sent_by_site1, "noise")
     mean = _sent(sent_by_site1, "mean")
     d = int(np.asarray(mean["mean"]).shape[0])
-    tau = maths.gaussian_tau(float(noise["epsilon"]), float(noise["delta"]), int(mean["n"]))
-    rng = np.random.default_rng(int(noise["seed"]))
-    shared = maths.symmetric_noise(d, tau, lambda c, s: rng.normal(0.0, s, size=c))
+    tau = maths.moment_tau(float(noise["epsilon"]), float(noise["delta"]), int(mean["n"]))
+    shared = maths.symmetric_noise(d, tau, elfedpca_noise(noise["seed"]))
     return {r.sender: np.asarray(r.payload) - shared / n_sites
             for r in received_by_site1 if r.tag == "moment"}
 
@@ -108,11 +108,7 @@ def audit_pca(
 ) -> PcaAuditReport:
     """Fit ``elfedpca`` and ``secure`` on the same sites and run site 1's attack on both."""
     arrays = [np.asarray(p, dtype=np.float64) for p in parts]
-    pooled = np.vstack(arrays)
-    n, d = pooled.shape
-    mean = pooled.mean(axis=0)
-    truth = {f"site{i + 1}": maths.moment([a], mean, normalize=True)[0] / n
-             for i, a in enumerate(arrays)}
+    n, d = np.vstack(arrays).shape
 
     errors: dict[str, list[float]] = {}
     tau = 0.0
@@ -120,6 +116,9 @@ def audit_pca(
         model = FederatedPCA(n_components, epsilon=epsilon, delta=delta, mode=mode,
                              random_state=random_state, keep_payloads=True).fit(arrays)
         t = model.transcript_
+        # each site's true matrix, centred on the mean this fit released
+        truth = {f"site{i + 1}": maths.moment([a], model.mean_, normalize=True)[0] / n
+                 for i, a in enumerate(arrays)}
         assert isinstance(model.tau_, float)
         tau = model.tau_
         if mode == "elfedpca":

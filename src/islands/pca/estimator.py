@@ -10,7 +10,8 @@ second moment, the published projection).
 
 from __future__ import annotations
 
-import secrets
+import math
+import warnings
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -39,8 +40,9 @@ class FederatedPCA:
         k, the number of components.
     epsilon, delta : float or None
         The (ε, δ) target of the DP modes, ε and δ in (0, 1): the classic Gaussian
-        mechanism, τ = sqrt(2 ln(1.25/δ))/(n ε), is only proven for ε < 1, so larger ε is
-        refused. Must be None for ``mode="plain"``.
+        mechanism is only proven for ε < 1, so larger ε is refused. Half of it pays for
+        the released mean, half for the second moment (τ = sqrt(2 ln(2.5/δ))/(n ε/2));
+        see :mod:`islands.pca.maths`. Must be None for ``mode="plain"``.
     mode : {"plain", "elfedpca", "secure", "dpdispca", "central"}, default="plain"
         ``plain``: exact federated PCA, no noise. ``elfedpca``: the published scheme
         (zero-sum centring masks from site 2, a shared noise seed, E/s per site): site 1
@@ -51,9 +53,12 @@ class FederatedPCA:
         baseline). ``central``: one noise draw on the pooled data held by a trusted
         curator (the reference). See :mod:`islands.pca.protocol`.
     random_state : int, Generator or None
-        Seed of the statistical randomness of ``elfedpca``, ``dpdispca`` and
-        ``central`` (as those schemes publish it). ``secure`` draws its masks and noise
-        from the OS CSPRNG and is not reproducible by design.
+        Checked and kept for the scikit-learn API; no mode draws anything private from
+        it. Every mask, seed and noise draw comes from the OS CSPRNG.
+    noise_seed : int or None, default=None
+        Makes the DP noise reproducible (to redraw a paper's figure). Anyone who knows
+        it can subtract the noise, so the fit then **carries no DP guarantee**:
+        ``fit`` warns, ``dp_guarantee_`` is False and ``epsilon_`` is ``inf``.
     block_size : int, default=8192
         Rows per block when sites stream their data.
     timeout : float, default=600.0
@@ -66,7 +71,8 @@ class FederatedPCA:
     components_ : ndarray of shape (k, d)
         Principal axes (rows), as in scikit-learn.
     mean_ : ndarray of shape (d,)
-        The joint mean.
+        The joint mean; in the DP modes, the released noisy mean of the unit-normalised
+        rows (it costs half of ε).
     explained_variance_ : ndarray of shape (k,)
         Eigenvalues of the matrix site 1 decomposed, A' = Σ X̃ᵀX̃ / n (+ noise), with X̃
         the centred rows (unit-normalised in the DP modes).
@@ -76,9 +82,14 @@ class FederatedPCA:
         The projections every site published, stacked in site order. Not
         differentially private: raw projections of each site's rows.
     epsilon_, delta_ : float or None
-        The privacy target.
+        The guarantee the result carries: the target, or ``inf`` for ``epsilon_`` when
+        ``noise_seed`` made the noise reproducible (None for ``plain``).
+    dp_guarantee_ : bool
+        True when the result is (``epsilon``, ``delta``)-DP; False for ``plain`` and
+        with ``noise_seed``.
     tau_ : float, dict or None
-        The Gaussian noise scale: one τ, or each site's τ_i for ``dpdispca``.
+        The second moment's Gaussian noise scale: one τ, or each site's τ_i for
+        ``dpdispca``.
     n_samples_, n_features_in_, n_sites_ : int
     transcript_ : Transcript
 
@@ -96,6 +107,7 @@ class FederatedPCA:
         delta: float | None = None,
         mode: str = "plain",
         random_state: int | np.random.Generator | None = None,
+        noise_seed: int | None = None,
         block_size: int = 8192,
         timeout: float = 600.0,
         keep_payloads: bool = False,
@@ -105,6 +117,7 @@ class FederatedPCA:
         self.delta = delta
         self.mode = mode
         self.random_state = random_state
+        self.noise_seed = noise_seed
         self.block_size = block_size
         self.timeout = timeout
         self.keep_payloads = keep_payloads
@@ -125,13 +138,11 @@ class FederatedPCA:
         check_int(self.block_size, "block_size", owner, low=1)
         check_float(self.timeout, "timeout", owner, low=0.0, low_inclusive=False)
         check_random_state(self.random_state, owner)
-
-    def _seed(self) -> int:
-        if isinstance(self.random_state, np.random.Generator):
-            return int(self.random_state.integers(0, 2**63 - 1))
-        if self.random_state is None:
-            return secrets.randbits(63)
-        return int(self.random_state)
+        if self.noise_seed is not None:
+            if self.mode == "plain":
+                raise invalid_parameter("noise_seed", owner, "None for mode='plain' (no noise)",
+                                        self.noise_seed)
+            check_int(self.noise_seed, "noise_seed", owner, low=0)
 
     def fit(self, parts: Sequence[RowSource]) -> FederatedPCA:
         """Run federated PCA over one site per part.
@@ -167,8 +178,15 @@ class FederatedPCA:
             mode=self.mode,  # type: ignore[arg-type]
             n_components=int(self.n_components), sites=names, publisher="publisher",
             epsilon=None if self.epsilon is None else float(self.epsilon),
-            delta=None if self.delta is None else float(self.delta), seed=self._seed(),
+            delta=None if self.delta is None else float(self.delta),
+            noise_seed=None if self.noise_seed is None else int(self.noise_seed),
         )
+        if self.noise_seed is not None:
+            warnings.warn(
+                f"FederatedPCA(noise_seed={self.noise_seed}) makes the DP noise reproducible: "
+                "anyone who knows the seed subtracts it, so this fit carries no "
+                "differential-privacy guarantee (epsilon_ = inf). Use it only to reproduce "
+                "figures.", UserWarning, stacklevel=2)
         roles: dict[str, Role] = {
             name: partial(site, source=src, config=config)
             for name, src in zip(names, sources, strict=True)
@@ -183,7 +201,10 @@ class FederatedPCA:
         self.explained_variance_ = first.eigenvalues
         self.noisy_moment_ = first.noisy_moment
         self.published_ = published.projection
-        self.epsilon_, self.delta_ = config.epsilon, config.delta
+        self.dp_guarantee_ = bool(first.dp_guarantee)
+        self.epsilon_ = (config.epsilon if self.dp_guarantee_ or config.epsilon is None
+                         else math.inf)
+        self.delta_ = config.delta
         if self.mode == "dpdispca":
             self.tau_: float | dict[str, float] | None = {
                 n: float(run.results[n].tau) for n in names}
@@ -197,14 +218,12 @@ class FederatedPCA:
         return self
 
     def transform(self, X: ArrayLike) -> Array:
-        """Project rows as the sites did: centre, unit-normalise in DP modes, project."""
+        """Project rows as the sites did (:func:`islands.pca.maths.centre_rows`)."""
         if not hasattr(self, "components_"):
             raise RuntimeError("This FederatedPCA instance is not fitted yet; call fit first.")
         x = check_array(X, "X", "FederatedPCA.transform")
         if x.shape[1] != self.n_features_in_:
             raise ValidationError(f"X must have shape (n, {self.n_features_in_}); got {x.shape}")
-        centred = x - self.mean_
-        if self.mode != "plain":
-            centred = maths.normalize_rows(centred)
+        centred = maths.centre_rows(x, self.mean_, normalize=self.mode != "plain")
         out: Array = centred @ self.components_.T
         return out

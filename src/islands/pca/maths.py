@@ -1,10 +1,22 @@
 """The mathematics of federated DP-PCA, as pure functions with no I/O.
 
-Normalisation (ALGORITHMS.md §2): after joint centring every row is scaled to unit L2
-norm, so ‖x‖ ≤ 1, and the second-moment matrix is A = Σ_i X_iᵀX_i / n. Adding or
-removing one row changes A by at most 1/n in Frobenius norm, so the Gaussian mechanism
-with symmetric noise E (upper triangle i.i.d. N(0, τ²), mirrored) and
-τ = sqrt(2 ln(1.25/δ)) / (n ε) makes A' = A + E (ε, δ)-differentially private.
+Normalisation and calibration (the DP modes). ALGORITHMS.md §2 centres every row on the
+*exact* joint mean and then scales it to unit L2 norm. That mean is a function of every
+record, so one record moves every centred row, and the change of A = Σ x̃x̃ᵀ/n is then
+bounded only by about √2, not 1/n; the mean itself would be released without noise.
+islands therefore runs two Gaussian mechanisms, each with half the budget
+(ε/2, δ/2), and composes them (basic composition: (ε, δ) in all):
+
+1. every row is first scaled to unit norm, x̂ = x/‖x‖, so the sum Σx̂ has L2
+   sensitivity 1; it is released with noise N(0, σ_μ² I), σ_μ = sqrt(2 ln(1.25/δ'))/ε'
+   (:func:`mean_sigma`), and μ̂ = (Σx̂ + e)/n;
+2. rows are centred on the released μ̂ and scaled to unit norm again,
+   x̃ = (x̂ − μ̂)/‖x̂ − μ̂‖ (:func:`centre_rows`). Given μ̂, each x̃ depends on its own record
+   only, so A = Σ x̃x̃ᵀ/n changes by at most ‖x̃x̃ᵀ‖_F/n ≤ 1/n, and symmetric noise E
+   (upper triangle i.i.d. N(0, τ²), mirrored), τ = sqrt(2 ln(1.25/δ'))/(n ε')
+   (:func:`moment_tau`), makes A' = A + E (ε', δ')-DP.
+
+The row count n is treated as public, as in the source notes and Analyze Gauss.
 
 That τ is the *classic* Gaussian mechanism (Dwork & Roth 2014, Thm A.1), which is only
 proven for ε < 1: :func:`gaussian_tau` refuses ε ≥ 1 rather than claim a guarantee it
@@ -32,10 +44,14 @@ from islands.errors import invalid_parameter
 
 __all__ = [
     "captured_variance",
+    "centre_rows",
     "check_privacy",
     "gaussian_tau",
+    "mean_sigma",
     "moment",
+    "moment_tau",
     "normalize_rows",
+    "split_budget",
     "symmetric_from_upper",
     "symmetric_noise",
     "top_components",
@@ -71,6 +87,21 @@ def gaussian_tau(epsilon: float, delta: float, n: int) -> float:
     return math.sqrt(2.0 * math.log(1.25 / delta)) / (n * epsilon)
 
 
+def split_budget(epsilon: float, delta: float) -> tuple[float, float]:
+    """Return the (ε', δ') of each of the two releases (mean, second moment): (ε/2, δ/2)."""
+    return epsilon / 2.0, delta / 2.0
+
+
+def mean_sigma(epsilon: float, delta: float) -> float:
+    """σ_μ of the noise on Σx̂, a sum of unit rows (sensitivity 1), for half the budget."""
+    return gaussian_tau(*split_budget(epsilon, delta), 1)
+
+
+def moment_tau(epsilon: float, delta: float, n: int) -> float:
+    """τ of the noise on A = Σx̃x̃ᵀ/n (sensitivity 1/n), for half the budget."""
+    return gaussian_tau(*split_budget(epsilon, delta), n)
+
+
 def upper_of(matrix: Array) -> Array:
     """Return the upper triangle (with the diagonal) of a d×d matrix, row by row: d(d+1)/2."""
     rows, cols = np.triu_indices(matrix.shape[0])
@@ -101,8 +132,21 @@ def normalize_rows(block: Array) -> Array:
     return out
 
 
+def centre_rows(block: Array, mean: Array, *, normalize: bool) -> Array:
+    """Return the rows a mode decomposes: x − mean, or (x̂ − μ̂)/‖x̂ − μ̂‖ in DP modes.
+
+    With ``normalize`` each row is scaled to unit norm (x̂), centred on ``mean`` (the
+    released mean of the unit rows) and scaled to unit norm again; see the module
+    docstring for why. Returns a new array.
+    """
+    if not normalize:
+        out: Array = block - mean
+        return out
+    return normalize_rows(normalize_rows(block) - mean)
+
+
 def moment(blocks: Iterable[Array], mean: Array, *, normalize: bool) -> tuple[Array, int]:
-    """Σ x̃x̃ᵀ over all rows, x̃ = x − mean (unit-normalised if asked), in one pass.
+    """Σ x̃x̃ᵀ over all rows, x̃ = :func:`centre_rows`, in one pass.
 
     Memory is O(d²) plus one block, whatever the number of rows.
 
@@ -114,9 +158,7 @@ def moment(blocks: Iterable[Array], mean: Array, *, normalize: bool) -> tuple[Ar
     total = np.zeros((d, d))
     rows = 0
     for block in blocks:
-        centred = block - mean
-        if normalize:
-            centred = normalize_rows(centred)
+        centred = centre_rows(block, mean, normalize=normalize)
         total += centred.T @ centred
         rows += block.shape[0]
     return total, rows
@@ -143,16 +185,14 @@ def captured_variance(components: Array, reference: Array, matrix: Array) -> flo
     return got / best if best > 0 else 0.0
 
 
-def zero_sum_masks(
-    count: int, d: int, rng: np.random.Generator, *, scale: float = 1.0
-) -> tuple[Array, NDArray[np.int64]]:
-    """ELFedPCA's centring masks: ``count`` real d-vectors and integers that each sum to 0.
+def zero_sum_masks(real: Array, ints: NDArray[np.int64]) -> tuple[Array, NDArray[np.int64]]:
+    """ELFedPCA's centring masks: shift random draws so that each kind sums to 0.
 
-    Site 2 draws them and sends pair i to site i (paper step 1). Drawn from ``rng`` as
-    published; they hide single sums from site 1 only while site 2 does not collude.
+    Site 2 draws ``real`` (count×d) and ``ints`` (count) from its CSPRNG and sends pair i
+    to site i (paper step 1); they hide single sums from site 1 only while site 2 does
+    not collude. Returns new arrays.
     """
-    real = rng.normal(0.0, scale, size=(count, d))
-    real -= real.mean(axis=0)
-    ints = rng.integers(-1000, 1001, size=count).astype(np.int64)
-    ints[-1] -= ints.sum()
-    return real, ints
+    real_out: Array = real - real.mean(axis=0)
+    ints_out = np.array(ints, dtype=np.int64)
+    ints_out[-1] -= ints_out.sum()
+    return real_out, ints_out

@@ -9,17 +9,20 @@ mode           messages
 =============  ===========================================================================
 ``plain``      ``stats`` (Σx, N_i) → site 1; ``mean`` ← site 1; ``moment`` A_i → site 1;
                ``components`` ← site 1; ``projection`` Y_i → publisher. No noise.
-``elfedpca``   ``mask`` (a_i, b_i) from site 2 to sites 3..s; ``stats`` (Σx + a_i,
-               N_i + b_i); ``mean``; ``noise`` (seed, ε, δ) ← site 1; ``moment``
-               A_i + E/s with the same E at every site; ``components``; ``projection``.
+``elfedpca``   ``mask`` (a_i, b_i) from site 2 to sites 3..s; ``stats`` (Σx̂ + a_i,
+               N_i + b_i); ``mean`` (site 1 adds the mean's noise); ``noise`` (a fresh
+               32-byte seed, ε, δ) ← site 1; ``moment`` A_i + E/s with the same E at
+               every site; ``components``; ``projection``.
 ``secure``     ``session`` (16 random bytes) ← site 1; ``pubkey`` between every two
                sites; ``stats`` and ``moment`` as fixed-point ring elements under pairwise
-               masks that cancel in the sum, each site adding its own N(0, τ²/s) noise;
-               ``mean``; ``components``; ``projection``.
-``dpdispca``   ``stats``; ``mean``; ``moment`` X_iᵀX_i/N_i + E_i with the site's own
-               τ_i = sqrt(2 ln(1.25/δ))/(N_i ε); ``components``; ``projection``.
-``central``    ``rows`` (every raw row) → site 1, the trusted curator, which adds one
-               E ~ τ; ``mean``; ``components``; ``projection``.
+               masks that cancel in the sum, each site adding its own share of the
+               noise (variance σ_μ²/s on its sum, τ²/s on its moment); ``mean``;
+               ``components``; ``projection``.
+``dpdispca``   ``stats`` with the site's own N(0, σ_μ²) on its sum; ``mean``; ``moment``
+               X̃_iᵀX̃_i/N_i + E_i with the site's own τ_i (N_i in place of n);
+               ``components``; ``projection``.
+``central``    ``rows`` (every raw row) → site 1, the trusted curator, which adds the
+               mean's noise and one E ~ τ; ``mean``; ``components``; ``projection``.
 =============  ===========================================================================
 
 Trust and collusion, by mode:
@@ -35,7 +38,14 @@ Trust and collusion, by mode:
   τ²(s − t)/s, i.e. the guarantee of τ·sqrt((s − t)/s). All sites must finish: there is
   no dropout recovery.
 * In every mode the published projections Y_i = X̃_i V' are raw projections of each
-  site's rows, **not** differentially private; only the components V' are.
+  site's rows, **not** differentially private; only the mean μ̂ and the components V'
+  are.
+
+Randomness: every mask, seed and noise draw comes from the operating system's CSPRNG
+(:mod:`islands.crypto.prg`), never from a configured seed. ``PcaConfig.noise_seed``
+makes the noise reproducible on purpose (to redraw a paper's figure); anyone who knows
+it can subtract the noise, so the run then carries no DP guarantee and says so
+(``SiteResult.dp_guarantee``). Calibration: :mod:`islands.pca.maths`.
 
 References
 ----------
@@ -46,6 +56,7 @@ References
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -56,13 +67,14 @@ from numpy.typing import NDArray
 from islands.crypto import decode_fixed, encode_fixed
 from islands.crypto.fixedpoint import max_abs_value
 from islands.crypto.masking import generate_key, pairwise_mask
-from islands.crypto.prg import csprng_normal
+from islands.crypto.prg import SEED_BYTES, csprng_normal, keyed_normal
 from islands.data.sources import BlockSource
-from islands.errors import ValidationError
+from islands.errors import ProtocolError, ValidationError
 from islands.pca import maths
 from islands.runtime import Party
 
-__all__ = ["MODES", "PcaConfig", "PublisherResult", "SiteResult", "publisher", "site"]
+__all__ = ["MODES", "PcaConfig", "PublisherResult", "SiteResult", "elfedpca_noise", "publisher",
+           "site"]
 
 Array = NDArray[np.float64]
 Mode = Literal["plain", "elfedpca", "secure", "dpdispca", "central"]
@@ -86,11 +98,12 @@ class PcaConfig:
     publisher
         The publisher's name.
     epsilon, delta
-        The privacy target (None for ``plain``).
-    seed
-        Seed of the statistical randomness of the published schemes (ELFedPCA's masks
-        and shared noise seed, DPdisPCA's and central's noise). Secure mode ignores it:
-        its masks and noise come from each site's CSPRNG.
+        The privacy target (None for ``plain``), split evenly between the mean and the
+        second moment (:func:`islands.pca.maths.split_budget`).
+    noise_seed
+        None (the default): every noise draw and ELFedPCA's shared seed come from the
+        CSPRNG. An int makes the DP noise reproducible, which **voids the guarantee**
+        (anyone who knows the int subtracts the noise); for reproducing figures only.
     """
 
     mode: Mode
@@ -99,7 +112,7 @@ class PcaConfig:
     publisher: str
     epsilon: float | None = None
     delta: float | None = None
-    seed: int = 0
+    noise_seed: int | None = None
 
     @property
     def aggregator(self) -> str:
@@ -127,6 +140,9 @@ class SiteResult:
         plain).
     noisy_moment
         A' (d×d), the matrix decomposed; only site 1 has it (None elsewhere).
+    dp_guarantee
+        Whether the run carries its (ε, δ) guarantee: False for ``plain`` and whenever
+        ``noise_seed`` made the noise reproducible.
     """
 
     mean: Array
@@ -136,6 +152,7 @@ class SiteResult:
     n_total: int
     tau: float | None
     noisy_moment: Array | None
+    dp_guarantee: bool
 
 
 @dataclass(frozen=True)
@@ -149,25 +166,51 @@ class PublisherResult:
 # ------------------------------------------------------------------ helpers
 
 
-def _sums(source: BlockSource) -> tuple[Array, int]:
+def _sums(source: BlockSource, *, normalize: bool) -> tuple[Array, int]:
     total = np.zeros(source.n_features)
     rows = 0
     for block in source.blocks():
-        total += block.sum(axis=0)
+        total += (maths.normalize_rows(block) if normalize else block).sum(axis=0)
         rows += block.shape[0]
     if rows == 0:
         raise ValidationError(f"{source.name} has no rows")
     return total, rows
 
 
-def _statistical_normal(rng: np.random.Generator) -> maths.NormalSource:
-    def draw(count: int, sigma: float) -> Array:
-        return rng.normal(0.0, sigma, size=count)
-    return draw
+def _reproducible_key(noise_seed: int, label: str) -> bytes:
+    """Return the 32-byte key ``noise_seed`` stands for, one per use (voids the guarantee)."""
+    return hashlib.sha256(f"islands pca noise_seed {noise_seed} {label}".encode()).digest()
 
 
-def _secure_normal(count: int, sigma: float) -> Array:
-    return csprng_normal((count,), sigma)
+def _noise(config: PcaConfig, label: str) -> maths.NormalSource:
+    """DP noise for one use (``label``): the CSPRNG, or the explicit ``noise_seed``."""
+    if config.noise_seed is None:
+        return lambda count, sigma: csprng_normal((count,), sigma)
+    key = _reproducible_key(config.noise_seed, label)
+    return lambda count, sigma: keyed_normal(key, (count,), sigma, label=b"pca")
+
+
+def elfedpca_noise(seed: bytes) -> maths.NormalSource:
+    """ELFedPCA's E, drawn alike by every site from the negotiated 32-byte seed."""
+    return lambda count, sigma: keyed_normal(seed, (count,), sigma, label=b"elfedpca E")
+
+
+def _mask_draws(config: PcaConfig, count: int, d: int) -> tuple[Array, NDArray[np.int64]]:
+    """Site 2's raw centring-mask draws: CSPRNG, or from ``noise_seed`` (then not secret)."""
+    if config.noise_seed is None:
+        ints = [secrets.randbelow(2001) - 1000 for _ in range(count)]
+        return csprng_normal((count, d), 1.0), np.array(ints, dtype=np.int64)
+    draws = _noise(config, "masks")(count * (d + 1), 1.0)
+    return draws[: count * d].reshape(count, d), np.round(300.0 * draws[count * d:]).astype(
+        np.int64)
+
+
+def _expect(frm: str, name: str, expected: object, got: object, step: str,
+            me: str) -> None:
+    if got != expected:
+        raise ProtocolError(
+            f"{me}: {frm!r} sent {name} = {got!r}, but this party's configuration says "
+            f"{expected!r}; stopping before anything more is sent", party=me, step=step)
 
 
 def _add_up(parts: list[Array]) -> Array:
@@ -218,7 +261,9 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
     agg = config.aggregator
     is_agg = party.name == agg
     others = [p for p in config.sites if p != party.name]
-    sums, rows = _sums(source)
+    sums, rows = _sums(source, normalize=config.normalizes)
+    sigma_mu = (None if config.epsilon is None or config.delta is None
+                else maths.mean_sigma(config.epsilon, config.delta))
     if config.mode == "secure":
         _check_ring_range(sums, party.name, s)
 
@@ -239,12 +284,18 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
     if config.mode == "central":
         return _central(party, source, config, rows)
 
+    if config.mode == "secure":
+        assert sigma_mu is not None
+        sums = sums + _noise(config, f"mean {party.name}")(d, sigma_mu / np.sqrt(s))
+    elif config.mode == "dpdispca":
+        assert sigma_mu is not None
+        sums = sums + _noise(config, f"mean {party.name}")(d, sigma_mu)
     stats = np.append(sums, float(rows))
     if config.mode == "elfedpca" and s > 2:
         # site 2 draws zero-sum masks for sites 2..s and keeps its own (paper step 1)
         second = config.sites[1]
         if party.name == second:
-            real, ints = maths.zero_sum_masks(s - 1, d, np.random.default_rng(config.seed))
+            real, ints = maths.zero_sum_masks(*_mask_draws(config, s - 1, d))
             for i, peer in enumerate(config.sites[2:], start=1):
                 party.send(peer, "mask", {"a": real[i], "b": int(ints[i])})
             mask_a, mask_b = real[0], int(ints[0])
@@ -272,6 +323,9 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
             total = decode_fixed(total_ring, frac_bits=STATS_FRAC_BITS)
         else:
             total = _add_up(parts)
+        if config.mode == "elfedpca":
+            assert sigma_mu is not None
+            total[:-1] += _noise(config, "mean")(d, sigma_mu)
         n_total = round(float(total[-1]))
         mean = total[:-1] / n_total
         party.broadcast("mean", {"mean": mean, "n": n_total}, to=others)
@@ -287,26 +341,38 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
         local = outer / n_total
     elif config.mode == "dpdispca":
         assert config.epsilon is not None and config.delta is not None
-        tau = maths.gaussian_tau(config.epsilon, config.delta, rows)
-        rng = np.random.default_rng([config.seed, config.sites.index(party.name)])
-        noisy_local = outer / rows + maths.symmetric_noise(d, tau, _statistical_normal(rng))
-        local = noisy_local * (rows / n_total)  # site 1 forms Σ (N_i/n)(A_i + E_i)
+        tau = maths.moment_tau(config.epsilon, config.delta, rows)
+        own = maths.symmetric_noise(d, tau, _noise(config, f"moment {party.name}"))
+        local = (outer / rows + own) * (rows / n_total)  # site 1 forms Σ (N_i/n)(A_i + E_i)
     elif config.mode == "elfedpca":
         assert config.epsilon is not None and config.delta is not None
+        # paper step 4: site 1 negotiates the seed of E with the sites (never the
+        # publisher) from fresh CSPRNG bytes; every site knows E, the published weakness
         if is_agg:
-            seed = int(np.random.default_rng(config.seed).integers(0, 2**63 - 1))
+            seed = (secrets.token_bytes(SEED_BYTES) if config.noise_seed is None
+                    else _reproducible_key(config.noise_seed, "elfedpca E"))
             party.broadcast("noise", {"seed": seed, "epsilon": config.epsilon,
                                       "delta": config.delta}, to=others)
         else:
             got = party.recv(agg, "noise")
-            seed = int(got["seed"])
-        tau = maths.gaussian_tau(config.epsilon, config.delta, n_total)
-        shared = maths.symmetric_noise(d, tau, _statistical_normal(np.random.default_rng(seed)))
+            if not isinstance(got, dict) or set(got) != {"seed", "epsilon", "delta"}:
+                raise ProtocolError(f"{party.name}: {agg!r} sent a malformed 'noise' message",
+                                    party=party.name, step="noise")
+            _expect(agg, "epsilon", config.epsilon, got["epsilon"], "noise", party.name)
+            _expect(agg, "delta", config.delta, got["delta"], "noise", party.name)
+            seed = got["seed"]
+            if not (isinstance(seed, bytes) and len(seed) == SEED_BYTES):
+                raise ProtocolError(
+                    f"{party.name}: {agg!r} sent a noise seed that is not {SEED_BYTES} "
+                    "random bytes", party=party.name, step="noise")
+        tau = maths.moment_tau(config.epsilon, config.delta, n_total)
+        shared = maths.symmetric_noise(d, tau, elfedpca_noise(seed))
         local = outer / n_total + shared / s
     else:  # secure
         assert config.epsilon is not None and config.delta is not None and key is not None
-        tau = maths.gaussian_tau(config.epsilon, config.delta, n_total)
-        own_noise = maths.symmetric_noise(d, tau / np.sqrt(s), _secure_normal)
+        tau = maths.moment_tau(config.epsilon, config.delta, n_total)
+        own_noise = maths.symmetric_noise(d, tau / np.sqrt(s),
+                                          _noise(config, f"moment {party.name}"))
         local = outer / n_total + own_noise
 
     if config.mode == "secure":
@@ -343,7 +409,12 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
 
     _publish(party, source, config, mean, comps)
     return SiteResult(mean=mean, components=comps, eigenvalues=values, n_rows=rows,
-                      n_total=n_total, tau=tau, noisy_moment=noisy)
+                      n_total=n_total, tau=tau, noisy_moment=noisy,
+                      dp_guarantee=_guaranteed(config))
+
+
+def _guaranteed(config: PcaConfig) -> bool:
+    return config.mode != "plain" and config.noise_seed is None
 
 
 def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) -> SiteResult:
@@ -364,10 +435,11 @@ def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) ->
         mean, n_total = _check(got["mean"], (d,), "the mean", agg), int(got["n"])
         got = party.recv(agg, "components")
         comps = _check(got["components"], (k, d), "components", agg)
-        tau = maths.gaussian_tau(config.epsilon, config.delta, n_total)
+        tau = maths.moment_tau(config.epsilon, config.delta, n_total)
         _publish(party, source, config, mean, comps)
         return SiteResult(mean=mean, components=comps, eigenvalues=got["eigenvalues"],
-                          n_rows=rows, n_total=n_total, tau=tau, noisy_moment=None)
+                          n_rows=rows, n_total=n_total, tau=tau, noisy_moment=None,
+                          dp_guarantee=_guaranteed(config))
 
     pooled = [np.array(block) for block in source.blocks()]
     for peer in others:
@@ -379,28 +451,27 @@ def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) ->
                 break
             pooled.append(block)
     n_total = sum(b.shape[0] for b in pooled)
-    mean = np.sum([b.sum(axis=0) for b in pooled], axis=0) / n_total
+    unit_sum = np.sum([maths.normalize_rows(b).sum(axis=0) for b in pooled], axis=0)
+    sigma_mu = maths.mean_sigma(config.epsilon, config.delta)
+    mean = (unit_sum + _noise(config, "mean")(d, sigma_mu)) / n_total
     outer, _ = maths.moment(pooled, mean, normalize=True)
     del pooled
-    tau = maths.gaussian_tau(config.epsilon, config.delta, n_total)
-    rng = np.random.default_rng(config.seed)
-    noisy = outer / n_total + maths.symmetric_noise(d, tau, _statistical_normal(rng))
+    tau = maths.moment_tau(config.epsilon, config.delta, n_total)
+    noisy = outer / n_total + maths.symmetric_noise(d, tau, _noise(config, "moment"))
     values, comps = maths.top_components(noisy, k)
     party.broadcast("mean", {"mean": mean, "n": n_total}, to=others)
     party.broadcast("components", {"components": comps, "eigenvalues": values}, to=others)
     _publish(party, source, config, mean, comps)
     return SiteResult(mean=mean, components=comps, eigenvalues=values, n_rows=rows,
-                      n_total=n_total, tau=tau, noisy_moment=noisy)
+                      n_total=n_total, tau=tau, noisy_moment=noisy,
+                      dp_guarantee=_guaranteed(config))
 
 
 def _publish(party: Party, source: BlockSource, config: PcaConfig, mean: Array,
              comps: Array) -> None:
     blocks = []
     for block in source.blocks():
-        centred = block - mean
-        if config.normalizes:
-            centred = maths.normalize_rows(centred)
-        blocks.append(centred @ comps.T)
+        blocks.append(maths.centre_rows(block, mean, normalize=config.normalizes) @ comps.T)
     party.send(config.publisher, "projection", np.vstack(blocks))
 
 
