@@ -491,12 +491,12 @@ except ImportError:  # pragma: no cover - tenseal missing
 INCOMPATIBLE = [
     ("secagg", lambda: SecureAggregation(), "secure aggregation"),
     ("additive", lambda: AdditiveSharing(), "additive sharing"),
-    ("chaos", lambda: ChaosPermutation(), "chaos permutation"),
     ("chaos+secagg", lambda: ChaosPermutation(SecureAggregation()), "chaos permutation"),
-    ("paillier", lambda: PaillierAggregator(key_bits=1024), "Paillier"),
+    ("paillier", lambda: PaillierAggregator(), "Paillier"),
     ("ckks", lambda: CKKSAggregator(), "CKKS"),
     ("dp+secagg", lambda: ClientDP(SecureAggregation()), "secure aggregation"),
-    ("dp+chaos", lambda: ClientDP(ChaosPermutation()), "chaos permutation"),
+    ("dp+chaos", lambda: ClientDP(ChaosPermutation(SecureAggregation())),
+     "chaos permutation"),
 ]
 
 

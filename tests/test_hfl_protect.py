@@ -98,11 +98,10 @@ CONTRACT = [
     ("mean", lambda: MeanAggregator(), 1e-6),
     ("secagg", lambda: SecureAggregation(), 1e-6),
     ("additive", lambda: AdditiveSharing(), 1e-6),
-    ("chaos+mean", lambda: ChaosPermutation(), 1e-6),
     ("chaos+secagg", lambda: ChaosPermutation(SecureAggregation()), 1e-6),
     ("ckks", lambda: build_aggregator(["ckks"]), 5e-6),
     ("ckks+chaos", lambda: build_aggregator(["ckks", "chaos"]), 5e-6),
-    ("paillier", lambda: build_aggregator(["paillier"], {"paillier": {"key_bits": 1024}}),
+    ("paillier", lambda: build_aggregator(["paillier"]),
      1e-6),
 ]
 
@@ -120,7 +119,7 @@ def test_every_aggregator_equals_the_plain_weighted_mean(name: str, make: Any,
 
 def test_opaque_aggregators_hide_the_model_from_the_server() -> None:
     pytest.importorskip("tenseal")
-    for agg in (build_aggregator(["ckks"]), ChaosPermutation()):
+    for agg in (build_aggregator(["ckks"]), ChaosPermutation(SecureAggregation())):
         _, results, *_ = run(agg, k=2, epochs=1)
         assert results["server"].params is None
         assert results["server"].payload is not None
@@ -131,7 +130,7 @@ class FailingHalf:
     """A secure-aggregation client that dies at one stage."""
 
     def __init__(self, stage: str) -> None:
-        self.inner = SecAggClient(frac_bits=32)
+        self.inner = SecAggClient(0.5, frac_bits=32)
         self.stage = stage
 
     def on_step(self, party: Any, *, server: str, step: AggStep) -> Any:
@@ -150,7 +149,7 @@ class FailingHalf:
 
 @pytest.mark.parametrize(("stage", "counted"), [
     ("advertise", False), ("share-keys", False), ("deliver", False),
-    ("masked input", False), ("unmask", True),
+    ("masked input", False), ("consistency", True), ("unmask", True),
 ])
 def test_secure_aggregation_recovers_from_a_dropout_at_every_stage(stage: str,
                                                                    counted: bool) -> None:
@@ -191,10 +190,13 @@ def test_the_servers_view_of_one_client_is_uniformly_masked() -> None:
 
 
 def test_secure_aggregation_client_refuses_to_reveal_both_shares() -> None:
+    from islands.runtime.identity import make_identities
+
     class P:
         name = "a"
+        identity = make_identities(["a"])["a"]
 
-    half = SecAggClient(frac_bits=32)
+    half = SecAggClient(0.5, frac_bits=32)
     half.on_step(P(), server="s", step=AggStep(1, "advertise", {  # type: ignore[arg-type]
         "session": b"0" * 16, "threshold": 1}))
     with pytest.raises(ProtocolError, match="stage 'advertised'"):
@@ -221,11 +223,20 @@ def test_values_outside_the_fixed_point_range_are_an_error_not_a_wrap() -> None:
 def test_threshold_rule() -> None:
     assert threshold_for(0.5, 5) == 3
     assert threshold_for(0.5, 3) == 2
-    assert threshold_for(2, 5) == 2
+    assert threshold_for(0.5, 4) == 3
+    assert threshold_for(3, 5) == 3
+    assert threshold_for(2 / 3, 6) == 5  # ⌊2n/3⌋ + 1: holds against 2t − n − 1 = 3 colluders
     with pytest.raises(ValidationError, match="exceeds"):
         threshold_for(6, 5)
-    with pytest.raises(ValidationError, match="'threshold'"):
-        SecureAggregation(threshold=1.5)
+    # t ≤ n/2 (or t = 1) lets an active server unmask a client: refused for every n
+    for t, n in [(2, 5), (2, 4), (1, 1), (5, 10)]:
+        with pytest.raises(ValidationError, match=f"t={t} for a round of {n} clients"):
+            threshold_for(t, n)
+    with pytest.raises(ValidationError, match="must be at least 2"):
+        threshold_for(0.5, 1)
+    for bad in (1.5, 0.4, 1, 0):
+        with pytest.raises(ValidationError, match="'threshold'"):
+            SecureAggregation(threshold=bad)
 
 
 # --------------------------------------------------------------------------- additive
@@ -274,7 +285,7 @@ def test_client_dp_noise_is_calibrated() -> None:
 def test_distributed_noise_is_split_across_the_guaranteed_survivors() -> None:
     pytest.importorskip("dp_accounting")
     sigma, clip, k = 1.0, 1.0, 4
-    agg = ClientDP(SecureAggregation(threshold=2), clip=clip, noise_multiplier=sigma,
+    agg = ClientDP(SecureAggregation(threshold=3), clip=clip, noise_multiplier=sigma,
                    noise="distributed")
     w0 = np.zeros(30000, dtype=np.float32)
     names = [f"c{i}" for i in range(k)]
@@ -286,8 +297,8 @@ def test_distributed_noise_is_split_across_the_guaranteed_survivors() -> None:
                            aggregator=agg)
     res = run_local(roles, timeout=60).results["server"]
     mean = np.asarray(res.params, dtype=np.float64)
-    # each adds N(0, σ²S²/t), t = 2; the mean of k has std σS·sqrt(k/t)/k
-    want = sigma * clip * np.sqrt(k / 2) / k
+    # each adds N(0, σ²S²/t), t = 3; the mean of k has std σS·sqrt(k/t)/k
+    want = sigma * clip * np.sqrt(k / 3) / k
     assert abs(mean.std() / want - 1) < 0.03
 
 
@@ -324,7 +335,7 @@ def test_build_aggregator_checks_its_input() -> None:
 def test_mismatched_vector_lengths_are_refused() -> None:
     class Short:
         def __init__(self) -> None:
-            self.inner = SecAggClient(frac_bits=32)
+            self.inner = SecAggClient(0.5, frac_bits=32)
 
         def on_step(self, party: Any, **kw: Any) -> Any:
             return self.inner.on_step(party, **kw)
@@ -361,9 +372,9 @@ def test_homomorphic_rounds_refuse_other_lengths_and_keys() -> None:
     with pytest.raises(ProtocolError, match="another key"):
         rnd.add("b", ckks.encrypt_vector(other, np.zeros(10)))
 
-    pk, _ = paillier.generate_keypair(1024)
-    pk2, _ = paillier.generate_keypair(1024)
-    agg = PaillierAggregator(key_bits=1024)
+    pk, _ = paillier.generate_keypair(2048)  # the smallest size PaillierAggregator takes
+    pk2, _ = paillier.generate_keypair(2048)
+    agg = PaillierAggregator()
     phalf = agg.server_half()
     phalf.public_key = pk
     prnd = phalf.start(link, round=1, clients=["a", "b"], weights={"a": 1.0, "b": 1.0}, dim=50)

@@ -8,6 +8,12 @@ server asks each client for the sum of the shares it holds (phase ``ss-sum``) an
 the m partial sums: Σ_k x_k, the weighted mean. The server sees only partial sums, each
 a uniformly random ring element unless it colludes with all but one client.
 
+Against a deviating server, each client holds its own bounds: it accepts a roster only
+of its federation's clients, with at least ``min_clients`` of them (a roster of one
+would make its partial sum its update), and every share carries a digest of the
+sender's roster, so a client whose peers were shown another roster refuses to send its
+partial sum.
+
 This is the simpler, cheaper alternative to :mod:`islands.hfl.secagg` for a small
 federation whose clients can reach one another; it has **no dropout recovery**: a
 client that drops after shares were sent takes other clients' shares with it, and the
@@ -23,6 +29,7 @@ References
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,7 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.crypto.sharing import additive_shares
-from islands.errors import ProtocolError
+from islands.errors import ProtocolError, invalid_parameter
 from islands.hfl.aggregate import (
     AggStep,
     PlainServerHalf,
@@ -58,30 +65,44 @@ class AdditiveSharing:
         Fractional bits of the fixed-point encoding.
     timeout : float, default=600
         Seconds a client waits for the other clients' shares.
+    min_clients : int, default=2
+        The smallest roster a client accepts; the server learns a client's update only
+        with all the other m − 1 clients of its roster colluding.
     """
 
     name = "additive"
 
-    def __init__(self, frac_bits: int = 32, timeout: float = 600.0) -> None:
+    def __init__(self, frac_bits: int = 32, timeout: float = 600.0,
+                 min_clients: int = 2) -> None:
         self.frac_bits = check_ring_frac_bits(frac_bits, "AdditiveSharing")
         self.timeout = check_float(timeout, "timeout", "AdditiveSharing", low=0.0,
                                    low_inclusive=False)
+        if not is_int(min_clients) or min_clients < 2:
+            raise invalid_parameter("min_clients", "AdditiveSharing", "an int >= 2 (a roster "
+                                    "of one reveals the update)", min_clients)
+        self.min_clients = int(min_clients)
 
     def client_half(self) -> _Client:
         """Make a client's half: splits its update, sums the shares it holds."""
-        return _Client(self.frac_bits, self.timeout)
+        return _Client(self.frac_bits, self.timeout, self.min_clients)
 
     def server_half(self) -> _Server:
         """Make the server's half: adds the clients' partial sums."""
         return _Server(self.frac_bits)
 
     def __repr__(self) -> str:
-        return f"AdditiveSharing(frac_bits={self.frac_bits})"
+        return (f"AdditiveSharing(frac_bits={self.frac_bits}, "
+                f"min_clients={self.min_clients})")
+
+
+def _roster_digest(rnd: int, roster: Sequence[str]) -> bytes:
+    return hashlib.sha256(rnd.to_bytes(8, "big") + b"\x00".join(
+        n.encode("utf-8") for n in sorted(roster))).digest()
 
 
 class _Client:
-    def __init__(self, frac_bits: int, timeout: float) -> None:
-        self.frac_bits, self.timeout = frac_bits, timeout
+    def __init__(self, frac_bits: int, timeout: float, min_clients: int) -> None:
+        self.frac_bits, self.timeout, self.min_clients = frac_bits, timeout, min_clients
         self.round = 0
         self.roster: list[str] = []
         self.own: NDArray[np.uint64] | None = None
@@ -89,9 +110,19 @@ class _Client:
     def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
         if step.phase == "ss-roster":
             roster = step.body
-            if not isinstance(roster, list) or party.name not in roster:
+            if (not isinstance(roster, list) or party.name not in roster
+                    or len(set(roster)) != len(roster)):
                 raise ProtocolError("additive sharing: malformed roster", party=party.name,
                                     step="ss-roster")
+            strangers = sorted(str(c)[:100] for c in set(roster) - (set(party.parties)
+                                                                    - {server}))
+            if strangers or len(roster) < self.min_clients:
+                what = (f"{strangers} are not clients of this federation" if strangers else
+                        f"parameter 'min_clients' is {self.min_clients}, got a roster of "
+                        f"{len(roster)}")
+                raise ProtocolError(f"additive sharing round {step.round}: client "
+                                    f"{party.name!r} refuses {server!r}'s roster: {what}",
+                                    party=party.name, step="ss-roster")
             self.round, self.roster, self.own = step.round, list(roster), None
             return None
         if step.phase == "ss-sum":
@@ -117,7 +148,9 @@ class _Client:
                 if peer == party.name:
                     self.own = share
                 else:
-                    party.send(peer, "ss-share", {"round": round, "share": share})
+                    party.send(peer, "ss-share", {
+                        "round": round, "share": share,
+                        "roster": _roster_digest(round, self.roster)})
         return np.zeros(0, dtype=np.uint64)  # the update itself travels as shares
 
     def _sum(self, party: Party, step: AggStep) -> NDArray[np.uint64]:
@@ -140,6 +173,11 @@ class _Client:
                     share.dtype != np.uint64):
                 raise ProtocolError(f"additive sharing: a malformed share from {peer!r}",
                                     party=party.name, step="ss-sum")
+            if msg.get("roster") != _roster_digest(self.round, self.roster):
+                raise ProtocolError(
+                    f"additive sharing round {self.round}: client {party.name!r} refuses to "
+                    f"send its partial sum: {peer!r} was shown another roster by the server",
+                    party=party.name, step="ss-sum")
             total += share
         self.own = None
         out: NDArray[np.uint64] = total

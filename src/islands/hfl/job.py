@@ -118,7 +118,7 @@ Callback = Callable[[RoundRecord, EpochRecord | None], None]
 
 _PROTECT_OPTIONS: dict[str, set[str]] = {
     "secagg": {"threshold", "frac_bits"},
-    "additive": {"frac_bits"},
+    "additive": {"frac_bits", "min_clients"},
     "ckks": {"poly_modulus_degree", "coeff_mod_bit_sizes", "scale_bits"},
     "paillier": {"key_bits", "frac_bits", "int_bits", "max_clients", "packed"},
     "chaos": set(),

@@ -14,8 +14,13 @@ Chaos permutation (APFL §3.2, ALGORITHMS.md §3): the clients share a logistic-
 (x₀, λ) dealt by the first client (:mod:`islands.hfl.keys`) and permute their model by
 the argsort of the orbit; since all use the same permutation, the coordinate-wise
 aggregate of the permuted vectors is the permuted aggregate, which the clients
-unpermute. The server never holds the key. Alone (over the plain mean) it hides only
-*which* coordinate is which, not the values: it is obfuscation, not encryption.
+unpermute. The server never holds the key. It is obfuscation, not encryption, and on
+its own it does not even hide which coordinate is which: the initial model goes out in
+the clear, coordinates a client leaves unchanged match it exactly and give the server
+pairs (coordinate, position), and the orbit's rank map is smooth, so a fit from those
+pairs places the others. It is therefore accepted only over a protection that hides the
+values from the server (secure aggregation, additive sharing, CKKS, Paillier), and
+refused alone or over the plain mean (:class:`ChaosPermutation`).
 
 Client-level differential privacy (DP-FedAvg; the tutorial §3.3, McMahan et al. 2018):
 each client clips its update Δ = w − w_global to L2 ≤ S and adds Gaussian noise from a
@@ -25,13 +30,28 @@ cryptographic generator; the server averages with equal weights. Noise is added
   over-noised by √m), or
 * ``"distributed"``: N(0, σ²S²/t) by each client, t the *guaranteed* number of
   survivors (secure aggregation's threshold, or ``guaranteed``): any t or more
-  survivors' sum carries at least N(0, σ²S²). Only the sum is protected, so use it
-  with secure aggregation or additive sharing, which hide single updates.
+  survivors' sum carries at least N(0, σ²S²). Only the sum is protected, so it is refused
+  over an aggregator that shows single updates (the plain mean), and needs
+  ``guaranteed`` except over secure aggregation, whose threshold is then t.
+
+Every client holds its own clip S, σ and t (the client half is built from the same
+:class:`ClientDP` it was given) and checks what the server asks for each round: the
+server may ask for more protection (larger σ, smaller S, smaller t), never less; less
+stops the client with a :class:`~islands.errors.ProtocolError` naming the server, the
+parameter, the value expected and the value received, before its update leaves. Under
+secure aggregation a client's t is at most the threshold its own secure-aggregation
+half accepted for the round. A round that finishes with fewer survivors k than the t
+its noise was calibrated for would carry only σ·√(k/t): the server refuses it before
+anything is unmasked or decrypted (:class:`~islands.errors.ProtocolError`), so the
+reported ε is always the one of the noise really in the released sum.
 
 Each round is one Gaussian mechanism on the clipped sum (sensitivity S for adding or
-removing one client) with noise multiplier σ, subsampled with rate q = clients per round
-/ clients (q = 1 when all train); :class:`islands.privacy.PrivacyAccountant` composes
-them (RDP by default) and the server reports (ε, δ) after every round; with
+removing one client) with noise multiplier σ. Amplification by sampling (rate
+q = ``fraction``) is claimed only when the strategy draws its cohorts secretly, as a
+Poisson sample from the CSPRNG (``FedAvg(sampling="poisson")``); a cohort drawn from the
+public job seed is predictable, and is charged q = 1.
+:class:`islands.privacy.PrivacyAccountant` composes the rounds (RDP by default) and the
+server reports (ε, δ) after every round; with
 ``target_epsilon`` the run stops before the round that would exceed it.
 
 Sample-level differential privacy (``"dp-sgd"``, :class:`SampleDP`): every client trains
@@ -54,7 +74,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.crypto import chaos
-from islands.errors import ValidationError, invalid_parameter
+from islands.errors import ProtocolError, ValidationError, invalid_parameter
 from islands.hfl.aggregate import (
     Aggregator,
     AggStep,
@@ -83,6 +103,35 @@ __all__ = [
 Vector = NDArray[np.float32]
 
 
+HIDING_BASES = ("secagg", "additive", "ckks", "paillier")
+"""Base aggregators that hide single updates' values from the server."""
+
+
+def _layers(agg: Any) -> list[Any]:
+    """Return the aggregator and every one it wraps (its ``inner`` chain), outermost first."""
+    out: list[Any] = []
+    while agg is not None and len(out) < 64:
+        out.append(agg)
+        agg = getattr(agg, "inner", None)
+    return out
+
+
+def _base_name(agg: Aggregator | None) -> str:
+    if agg is None:
+        return "mean"
+    return str(getattr(_layers(agg)[-1], "name", type(agg).__name__))
+
+
+def _secagg_threshold(agg: Aggregator) -> float | int | None:
+    """Return the threshold of the secure aggregation in ``agg``'s stack, or None."""
+    from islands.hfl.secagg import SecureAggregation
+
+    for layer in _layers(agg):
+        if isinstance(layer, SecureAggregation):
+            return layer.threshold
+    return None
+
+
 # --------------------------------------------------------------------------- chaos
 def _chaos_secret() -> tuple[bytes, bytes]:
     key = chaos.generate_chaos_key()
@@ -90,16 +139,30 @@ def _chaos_secret() -> tuple[bytes, bytes]:
 
 
 class ChaosPermutation:
-    """APFL's chaos permutation of the uploads, around another aggregator.
+    """APFL's chaos permutation of the uploads, around an aggregator that hides values.
 
     Parameters
     ----------
-    inner : Aggregator, default=MeanAggregator()
-        What aggregates the permuted vectors (CKKS in the APFL paper).
+    inner : Aggregator
+        What aggregates the permuted vectors (CKKS in the APFL paper): secure
+        aggregation, additive sharing, CKKS or Paillier, possibly under client-level DP.
+
+    Raises
+    ------
+    ValidationError
+        Over the plain mean (or without ``inner``): the permutation alone does not hide
+        which coordinate is which (module docstring).
     """
 
     def __init__(self, inner: Aggregator | None = None) -> None:
-        self.inner = MeanAggregator() if inner is None else inner
+        base = _base_name(inner)
+        if inner is None or base not in HIDING_BASES:
+            raise ValidationError(
+                f"the chaos permutation does not hide the coordinates on its own (the "
+                f"server pairs unchanged coordinates with the clear initial model and fits "
+                f"the rest), and over {base!r} it does not hide the values either; use it "
+                f"over one of {list(HIDING_BASES)}, e.g. protect = ['ckks', 'chaos']")
+        self.inner = inner
         self.name = f"chaos+{self.inner.name}"
 
     def client_half(self) -> _ChaosClient:
@@ -138,7 +201,7 @@ class _ChaosClient:
 
     def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
         if self.keys.handles(step):
-            return self.keys.on_step(party, step)
+            return self.keys.on_step(party, step, server=server)
         return self.inner.on_step(party, server=server, step=step)
 
     def open(self, payload: Any) -> Vector:
@@ -164,6 +227,10 @@ class _ChaosServer:
     def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
               weights: Mapping[str, float], dim: int) -> RoundAggregation:
         return self.inner.start(link, round=round, clients=clients, weights=weights, dim=dim)
+
+    def set_sampling_rate(self, rate: float | None) -> None:
+        if hasattr(self.inner, "set_sampling_rate"):
+            self.inner.set_sampling_rate(rate)
 
     def reveal(self, payload: Any) -> Vector | None:
         return None  # permuted: the server does not know which coordinate is which
@@ -194,8 +261,9 @@ class ClientDP:
         Where the noise is added (module docstring).
     guaranteed : int, optional
         t for ``"distributed"`` noise: the number of survivors the noise is calibrated
-        for. Default: secure aggregation's threshold when the inner aggregator is one,
-        else every client of the round (no dropout margin).
+        for. Default: the threshold of the secure aggregation in the stack; required
+        over the other aggregators that hide single updates (additive sharing, CKKS,
+        Paillier). A round with fewer survivors is refused.
     delta : float, default=1e-5
         δ of the reported (ε, δ).
     target_epsilon : float, optional
@@ -226,11 +294,34 @@ class ClientDP:
         if accountant not in ("rdp", "pld"):
             raise invalid_parameter("accountant", "ClientDP", "'rdp' or 'pld'", accountant)
         self.accountant = accountant
+        if noise == "distributed":
+            self._check_distributed()
         self.name = f"dp+{self.inner.name}"
+
+    def _check_distributed(self) -> None:
+        base = _base_name(self.inner)
+        if base not in HIDING_BASES:
+            raise ValidationError(
+                f"ClientDP: noise='distributed' adds only a share of the noise to each "
+                f"update and protects only their sum, but the {base!r} aggregator shows "
+                f"the server every single update; use noise='local', or aggregate with "
+                f"one of {list(HIDING_BASES)}")
+        threshold = _secagg_threshold(self.inner)
+        if threshold is None and self.guaranteed is None:
+            raise ValidationError(
+                f"ClientDP: noise='distributed' over {base!r} needs 'guaranteed', the "
+                "number of survivors the noise is calibrated for, held by every client "
+                "(only secure aggregation's threshold gives it otherwise)")
+        if (self.guaranteed is not None and is_int(threshold)
+                and self.guaranteed > int(threshold)):  # type: ignore[arg-type]
+            raise invalid_parameter(
+                "guaranteed", "ClientDP", f"an int <= the secure aggregation threshold "
+                f"{threshold} (secure aggregation may finish with that many)",
+                self.guaranteed)
 
     def client_half(self) -> _DPClient:
         """Make a client half: clip and noise, then the inner upload."""
-        return _DPClient(self.inner.client_half(), self.clip)
+        return _DPClient(self.inner.client_half(), self)
 
     def server_half(self) -> _DPServer:
         """Make the server half: equal weights, noise calibration, the accountant."""
@@ -241,20 +332,74 @@ class ClientDP:
                 f"{self.noise_multiplier}, noise={self.noise!r})")
 
 
+def _refuse(party: Party, server: str, rnd: int, parameter: str, expected: str,
+            received: Any) -> ProtocolError:
+    return ProtocolError(
+        f"client {party.name!r} refuses round {rnd}: the server {server!r} asks for "
+        f"{parameter}={received!r}, less protection than this client's own DP "
+        f"configuration allows (expected {expected}); its update does not leave",
+        party=party.name, step="dp-noise")
+
+
 class _DPClient:
-    def __init__(self, inner: ClientHalf, clip: float) -> None:
-        self.inner, self.clip = inner, clip
+    """The client's DP half: it holds its own S, σ and t and checks the server's."""
+
+    def __init__(self, inner: ClientHalf, config: ClientDP) -> None:
+        self.inner, self.config = inner, config
         self.round = 0
+        self.clip = config.clip
         self.std: float | None = None
+
+    def _own_guaranteed(self, party: Party, server: str, rnd: int) -> int:
+        """Return the largest t this client accepts this round (1 for local noise)."""
+        cfg = self.config
+        if cfg.noise == "local":
+            return 1
+        from islands.hfl.secagg import SecAggClient
+
+        bound = cfg.guaranteed
+        for layer in _layers(self.inner):
+            if isinstance(layer, SecAggClient):
+                t = layer.round_threshold
+                if layer.round != rnd or t < 1:
+                    raise ProtocolError(
+                        f"client {party.name!r}: the server {server!r} sent the noise of "
+                        f"round {rnd} before secure aggregation's set-up of that round",
+                        party=party.name, step="dp-noise")
+                bound = int(t) if bound is None else min(bound, int(t))
+        if bound is None:  # refused when ClientDP is built
+            raise ProtocolError(f"client {party.name!r} has no guaranteed number of "
+                                "survivors for distributed noise", party=party.name,
+                                step="dp-noise")
+        return bound
 
     def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
         if step.phase == "dp-noise":
-            std = step.body
-            if not isinstance(std, float) or not np.isfinite(std) or std <= 0:
-                raise ValidationError(f"client {party.name!r} got a malformed noise scale")
-            self.round, self.std = step.round, std
+            self._check_noise(party, server, step)
             return None
         return self.inner.on_step(party, server=server, step=step)
+
+    def _check_noise(self, party: Party, server: str, step: AggStep) -> None:
+        cfg, body, rnd = self.config, step.body, step.round
+        keys = {"noise_multiplier", "clip", "guaranteed"}
+        if not isinstance(body, dict) or set(body) != keys:
+            raise ProtocolError(f"client {party.name!r} got a malformed noise request from "
+                                f"{server!r} in round {rnd}", party=party.name,
+                                step="dp-noise")
+        sigma, clip, t = body["noise_multiplier"], body["clip"], body["guaranteed"]
+        if (not isinstance(sigma, float) or not np.isfinite(sigma)
+                or sigma < cfg.noise_multiplier):
+            raise _refuse(party, server, rnd, "noise_multiplier",
+                          f">= {cfg.noise_multiplier!r}", sigma)
+        if not isinstance(clip, float) or not np.isfinite(clip) or not 0 < clip <= cfg.clip:
+            raise _refuse(party, server, rnd, "clip", f"in (0, {cfg.clip!r}]", clip)
+        own_t = self._own_guaranteed(party, server, rnd)
+        if not is_int(t) or not 1 <= t <= own_t:
+            raise _refuse(party, server, rnd, "guaranteed", f"an int in [1, {own_t}]", t)
+        from islands.privacy import distributed_noise_std
+
+        self.round, self.clip = rnd, clip
+        self.std = distributed_noise_std(sigma, clip, int(t))
 
     def open(self, payload: Any) -> Vector:
         return self.inner.open(payload)
@@ -268,6 +413,7 @@ class _DPClient:
         delta = np.asarray(params, np.float64) - np.asarray(base, np.float64)
         clipped, _ = clip_l2(delta, self.clip)
         noised = clipped + gaussian_noise(delta.shape, self.std)
+        self.std = None  # one noise request per upload
         private = (np.asarray(base, np.float64) + noised).astype(np.float32)
         return self.inner.payload(party, server=server, round=round, params=private,
                                   base=base, weight=weight)
@@ -287,38 +433,46 @@ class _DPServer:
         self.clients = len(out)
         return out
 
-    def _guaranteed(self, participants: int, round_clients: int) -> int:
+    def set_sampling_rate(self, rate: float | None) -> None:
+        """Claim amplification by sampling at ``rate`` (None: q = 1).
+
+        The server role calls this with the strategy's ``secret_sampling_rate``: only a
+        cohort drawn secretly (Poisson, from the CSPRNG) amplifies privacy.
+        """
+        self._rate = 1.0 if rate is None else min(1.0, float(rate))
+        self._accountant = None
+
+    def _guaranteed(self, round_clients: int) -> int:
         cfg = self.config
         if cfg.noise == "local":
             return 1
-        if cfg.guaranteed is not None:
-            return cfg.guaranteed
-        threshold = getattr(cfg.inner, "threshold", None)
+        threshold = _secagg_threshold(cfg.inner)
+        t = None
         if threshold is not None:
             from islands.hfl.secagg import threshold_for
 
-            return threshold_for(threshold, round_clients)
-        return participants
+            t = threshold_for(threshold, round_clients)
+        if cfg.guaranteed is not None:
+            t = cfg.guaranteed if t is None else min(t, cfg.guaranteed)
+        assert t is not None  # ClientDP refuses distributed noise without either
+        return t
 
     def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
               weights: Mapping[str, float], dim: int) -> RoundAggregation:
         cfg = self.config
-        if self._rate is None:
-            self._rate = min(1.0, len(clients) / max(self.clients, len(clients)))
         # equal weights: the sum of clipped updates has sensitivity S
         agg = self.inner.start(link, round=round, clients=clients,
                                weights={c: 1.0 for c in clients}, dim=dim)
         participants = list(agg.participants)
-        t = self._guaranteed(len(participants), len(clients))
+        t = self._guaranteed(len(clients))
         if cfg.noise == "distributed" and len(participants) < t:
-            raise ValidationError(
+            raise ProtocolError(
                 f"round {round}: {len(participants)} clients, fewer than the {t} the "
-                "distributed noise is calibrated for")
-        from islands.privacy import distributed_noise_std
-
-        std = distributed_noise_std(cfg.noise_multiplier, cfg.clip, t)
-        link.send(round, "dp-noise", {c: float(std) for c in participants})
-        return _DPRound(agg, self)
+                "distributed noise is calibrated for", party=link.name, step="dp-noise")
+        request = {"noise_multiplier": float(cfg.noise_multiplier),
+                   "clip": float(cfg.clip), "guaranteed": int(t)}
+        link.send(round, "dp-noise", {c: request for c in participants})
+        return _DPRound(agg, self, t, link.name)
 
     def account(self) -> None:
         self.steps += 1
@@ -363,8 +517,10 @@ class _DPServer:
 
 
 class _DPRound:
-    def __init__(self, inner: RoundAggregation, server: _DPServer) -> None:
+    def __init__(self, inner: RoundAggregation, server: _DPServer, guaranteed: int,
+                 name: str) -> None:
         self.inner, self.server = inner, server
+        self.guaranteed, self.name = guaranteed, name
         self.participants = inner.participants
         self.weights = inner.weights
 
@@ -372,6 +528,17 @@ class _DPRound:
         self.inner.add(client, payload)
 
     def finish(self, survivors: Sequence[str]) -> Any:
+        k, t = len(survivors), self.guaranteed
+        if k < t:  # before the inner finish: nothing is unmasked or decrypted
+            from islands.privacy import effective_noise_multiplier
+
+            sigma = self.server.config.noise_multiplier
+            raise ProtocolError(
+                f"client-level DP: only {k} clients survived the round, fewer than the "
+                f"t={t} its distributed noise is calibrated for; their sum would carry "
+                f"noise multiplier {effective_noise_multiplier(sigma, t, k):.4g} instead of "
+                f"the {sigma:.4g} the accountant charges, so the round is not released",
+                party=self.name, step="update")
         out = self.inner.finish(survivors)
         self.server.account()
         return out

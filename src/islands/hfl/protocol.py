@@ -466,6 +466,8 @@ def server(
         contribution.check_aggregator(strategy.aggregator)
     dim = params.size
     half = strategy.aggregator.server_half()
+    if hasattr(half, "set_sampling_rate"):  # DP amplification only for secret cohorts
+        half.set_sampling_rate(getattr(strategy, "secret_sampling_rate", None))
     link = ServerLink(party, client_timeout)
     ckpt_path = None if checkpoint is None else Path(checkpoint) / SERVER_FILE
     saved: dict[str, Any] | None = None

@@ -257,6 +257,11 @@ class SecAggClient:
         self._u3: list[str] = []
         self._envelopes: dict[str, bytes] = {}
 
+    @property
+    def round_threshold(self) -> int:
+        """The t this client accepted for :attr:`round` (0 before its set-up)."""
+        return self._t
+
     def _expect(self, party: Party, step: AggStep, *stages: ClientStage) -> None:
         if step.round != self.round or self.stage not in stages:
             raise ProtocolError(

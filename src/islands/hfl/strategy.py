@@ -30,6 +30,7 @@ References
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -136,10 +137,18 @@ def _fixed_batches(batch_size: int, counts: Mapping[str, int], owner: str) -> di
     return dict.fromkeys(counts, batch_size)
 
 
+SAMPLINGS = ("fixed", "poisson")
+
+
 def _sample(fraction: float, min_clients: int, round: int, available: Sequence[str],
-            seed: int) -> list[str]:
+            seed: int, sampling: str = "fixed") -> list[str]:
     if fraction >= 1:
         return list(available)
+    if sampling == "poisson":
+        # secret: each client independently with probability q, from the CSPRNG
+        # (2^-53 resolution); no floor, which would make it another mechanism
+        threshold = math.floor(fraction * 2.0**53 + 0.5)
+        return [c for c in available if secrets.randbits(53) < threshold]
     want = max(min_clients, math.ceil(fraction * len(available)))
     want = min(want, len(available))
     # a generator per (seed, round): the same selection after a resume
@@ -161,8 +170,14 @@ class FedAvg:
     lr, momentum, weight_decay : float
         The local optimiser (see :class:`LocalConfig`).
     fraction : float, default=1.0
-        Share of the available clients that train each round (sampled per round from
-        ``seed``; at least ``min_clients``).
+        Share of the available clients that train each round (see ``sampling``).
+    sampling : {"fixed", "poisson"}, default="fixed"
+        How a ``fraction`` < 1 is drawn. ``"fixed"``: ⌈fraction·N⌉ clients (at least
+        ``min_clients``) from ``seed``, reproducible, and therefore predictable: client-
+        level DP claims no amplification by sampling for it (q = 1). ``"poisson"``: each
+        client independently with probability ``fraction``, from the cryptographic
+        generator, secret and not reproducible; client-level DP accounts q = fraction.
+        A draw below ``min_clients`` stops the run: choose fraction·N well above it.
     min_clients : int, default=1
         Fewest surviving updates a round may aggregate; fewer is an error.
     evaluate : bool, default=False
@@ -170,13 +185,14 @@ class FedAvg:
     aggregator : Aggregator, default=MeanAggregator()
         How updates are combined (weights n_k).
     seed : int, default=0
-        Seed of client sampling.
+        Seed of ``"fixed"`` client sampling.
     """
 
     def __init__(self, local_steps: int = 1, batch_size: int | None = 64, lr: float = 0.1,
                  momentum: float = 0.0, weight_decay: float = 0.0, fraction: float = 1.0,
                  min_clients: int = 1, evaluate: bool = False,
-                 aggregator: Aggregator | None = None, seed: int = 0) -> None:
+                 aggregator: Aggregator | None = None, seed: int = 0,
+                 sampling: str = "fixed") -> None:
         owner = type(self).__name__
         self.tau = check_int(local_steps, "local_steps", owner, low=1)
         self.batch_size = (None if batch_size is None
@@ -188,7 +204,21 @@ class FedAvg:
         self.evaluate = bool(evaluate)
         self.aggregator = MeanAggregator() if aggregator is None else aggregator
         self.seed = check_int(seed, "seed", owner, low=0)
+        if sampling not in SAMPLINGS:
+            raise invalid_parameter("sampling", owner, f"one of {SAMPLINGS}", sampling)
+        self.sampling = sampling
         self.name = "fedavg"
+
+    @property
+    def secret_sampling_rate(self) -> float | None:
+        """Return q for amplification by sampling, or None for a cohort that is not secret.
+
+        Only a ``"poisson"`` draw from the cryptographic generator is; every client
+        training (``fraction`` 1) gives q = 1.
+        """
+        if self.fraction >= 1:
+            return 1.0
+        return self.fraction if self.sampling == "poisson" else None
 
     def setup(self, counts: Mapping[str, int]) -> dict[str, int]:
         """Every client uses ``batch_size`` (or all its rows when it is None)."""
@@ -198,7 +228,8 @@ class FedAvg:
 
     def select(self, round: int, available: Sequence[str]) -> list[str]:
         """All available clients, or a per-round sample of ``fraction`` of them."""
-        return _sample(self.fraction, self.min_clients, round, available, self.seed)
+        return _sample(self.fraction, self.min_clients, round, available, self.seed,
+                       self.sampling)
 
     def local_steps(self) -> int:
         """Return the fixed τ."""
@@ -242,11 +273,12 @@ class FedProx(FedAvg):
     def __init__(self, mu: float = 0.01, local_steps: int = 1, batch_size: int | None = 64,
                  lr: float = 0.1, momentum: float = 0.0, weight_decay: float = 0.0,
                  fraction: float = 1.0, min_clients: int = 1, evaluate: bool = False,
-                 aggregator: Aggregator | None = None, seed: int = 0) -> None:
+                 aggregator: Aggregator | None = None, seed: int = 0,
+                 sampling: str = "fixed") -> None:
         super().__init__(local_steps=local_steps, batch_size=batch_size, lr=lr,
                          momentum=momentum, weight_decay=weight_decay, fraction=fraction,
                          min_clients=min_clients, evaluate=evaluate, aggregator=aggregator,
-                         seed=seed)
+                         seed=seed, sampling=sampling)
         self.mu = check_rate(mu, "mu", "FedProx")
         self._config = LocalConfig(lr=lr, momentum=momentum, weight_decay=weight_decay,
                                    prox_mu=self.mu)

@@ -36,8 +36,9 @@ the run's reported ε assumes (the report names each round's participants). Dist
 noise protects only the sum and is refused. Secure aggregation, additive sharing, CKKS
 and Paillier exist to show the server the sum and nothing else, and a coalition's model
 needs the sum over that coalition — for S = {k}, client k's own update. The chaos
-permutation hides coordinates from the server, which could not then score a coalition
-model, and unpermuting is the clients' job, which would show them each other's updates.
+permutation is accepted only over one of those (on its own it does not hide which
+coordinate is which), and unpermuting is the clients' job, which would show them each
+other's updates.
 Under those, value clients by retraining (:mod:`islands.hfl.contribution.retrain`),
 which uses only final models.
 """
@@ -99,9 +100,9 @@ _WHY = {
     "additive": "additive sharing shows the server only the sum of the shares",
     "ckks": "under CKKS the server holds only ciphertexts and their encrypted sum",
     "paillier": "under Paillier the server holds only ciphertexts and their encrypted sum",
-    "chaos": ("the chaos permutation hides the coordinates from the server, which cannot "
-              "score a permuted coalition model, and unpermuting coalition models would "
-              "show the clients each other's updates"),
+    "chaos": ("the chaos permutation runs only over a protection that hides the values "
+              "(secure aggregation, additive sharing, CKKS, Paillier), and unpermuting "
+              "coalition models would show the clients each other's updates"),
 }
 
 

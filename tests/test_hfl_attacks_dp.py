@@ -1,0 +1,272 @@
+"""Issue 22, findings 4, 5, 6, 8 (key size) and 10: a deviating server against DP and chaos.
+
+Each test plays the attack with a real deviating server (its own aggregator
+configuration) against honest clients, and shows the clients refuse before their update
+leaves, or that the reported ε is the one the noise and the survivors really give.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pytest
+
+from islands.errors import ProtocolError, ValidationError
+from islands.hfl import FedAvg
+from islands.hfl.aggregate import MeanAggregator
+from islands.hfl.protect import ChaosPermutation, ClientDP, build_aggregator
+from islands.hfl.protocol import LocalOutcome, client, server
+from islands.hfl.secagg import SecureAggregation
+from islands.runtime import Transcript, run_local
+
+
+class Zero:
+    """A learner whose update is zero: what reaches the server is the DP noise alone."""
+
+    def __init__(self, n: int = 100) -> None:
+        self.n = n
+
+    @property
+    def n_train(self) -> int:
+        return self.n
+
+    @property
+    def n_eval(self) -> int:
+        return 0
+
+    def train(self, params: Any, **kw: Any) -> LocalOutcome:
+        return LocalOutcome(params=np.asarray(params, np.float32).copy(), momentum=None,
+                            loss=0.0)
+
+    def evaluate(self, params: Any) -> float:  # pragma: no cover - n_eval = 0
+        return 0.0
+
+
+class DiesAtUpload:
+    """A client half that fails when it should upload (a dropout after the set-up)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def on_step(self, party: Any, **kw: Any) -> Any:
+        return self.inner.on_step(party, **kw)
+
+    def open(self, payload: Any) -> Any:
+        return self.inner.open(payload)
+
+    def payload(self, party: Any, **kw: Any) -> Any:
+        raise RuntimeError("dies")
+
+
+def play(server_agg: Any, client_agg: Any, *, k: int = 1, dim: int = 257,
+         strategy: Any = None, halves: dict[str, Any] | None = None,
+         epochs: int = 1) -> tuple[Any, Transcript]:
+    """Run a server holding ``server_agg`` against ``k`` clients holding ``client_agg``."""
+    names = [f"c{i}" for i in range(k)]
+    strategy = strategy or FedAvg(local_steps=1, batch_size=None, aggregator=server_agg)
+    transcript = Transcript()
+    roles: dict[str, Any] = {"server": partial(
+        server, clients=names, strategy=strategy, initial=np.zeros(dim, np.float32),
+        epochs=epochs, client_timeout=20.0)}
+    for name in names:
+        roles[name] = partial(client, server="server", learner=Zero(), aggregator=client_agg,
+                              half=(halves or {}).get(name), task_timeout=20.0)
+    result = run_local(roles, timeout=120, tolerate=[*names, "server"], transcript=transcript)
+    return result, transcript
+
+
+def uploads_from(transcript: Transcript, name: str) -> list[Any]:
+    return [r for r in transcript.sent_by(name) if r.tag == "update"]
+
+
+# --------------------------------------------------------------------------- finding 4
+@pytest.mark.parametrize(("evil", "parameter", "received"), [
+    (ClientDP(clip=1.0, noise_multiplier=1e-300), "noise_multiplier", "1e-300"),
+    (ClientDP(clip=1e6, noise_multiplier=1.0), "clip", "1000000.0"),
+], ids=["tiny-sigma", "large-clip"])
+def test_local_dp_client_refuses_a_server_that_asks_for_less_noise(
+        evil: ClientDP, parameter: str, received: str) -> None:
+    honest = ClientDP(clip=1.0, noise_multiplier=1.0)
+    result, transcript = play(evil, honest)
+    exc = result.failures.get("c0")
+    assert isinstance(exc, ProtocolError), exc
+    text = str(exc)
+    assert "'server'" in text and parameter in text and received in text
+    assert "1.0" in text  # the value the client expected
+    assert uploads_from(transcript, "c0") == []  # nothing left the client
+    assert result.results.get("server") is None
+
+
+class InflatingServer(ClientDP):
+    """A server that calibrates the noise for every client of the round, not for t."""
+
+    def server_half(self) -> Any:
+        half = super().server_half()
+        half._guaranteed = lambda round_clients: round_clients
+        return half
+
+
+def test_distributed_dp_client_refuses_a_server_that_inflates_the_guaranteed_survivors(
+) -> None:
+    # each client's share is calibrated for 4 survivors; secure aggregation finishes
+    # with the clients' own t = 3, whose sum would then carry √(3/4)·σ
+    honest = ClientDP(SecureAggregation(threshold=3), noise="distributed")
+    evil = InflatingServer(SecureAggregation(threshold=3), noise="distributed")
+    result, transcript = play(evil, honest, k=4)
+    for name in ("c0", "c1", "c2", "c3"):
+        exc = result.failures.get(name)
+        assert isinstance(exc, ProtocolError), exc
+        assert "guaranteed=4" in str(exc) and "'server'" in str(exc) and "[1, 3]" in str(exc)
+        assert uploads_from(transcript, name) == []
+
+
+def test_a_server_may_ask_for_more_noise() -> None:
+    honest = ClientDP(clip=1.0, noise_multiplier=1.0)
+    stricter = ClientDP(clip=0.5, noise_multiplier=4.0)
+    result, _ = play(stricter, honest, dim=20000)
+    assert not result.failures
+    noise = np.asarray(result.results["server"].params, np.float64)
+    # the client adds N(0, (σS)²) with the server's σ = 4 and S = 0.5; the std of 20000
+    # draws is within 3% with overwhelming probability (its relative error is ~0.5%)
+    assert abs(noise.std() / 2.0 - 1) < 0.03
+
+
+# --------------------------------------------------------------------------- finding 5
+def test_distributed_noise_under_chaos_is_calibrated_for_the_secagg_threshold() -> None:
+    pytest.importorskip("dp_accounting")
+    from islands.privacy import PrivacyAccountant
+
+    sigma, clip, k, t, dim = 1.0, 1.0, 10, 6, 30000
+    agg = build_aggregator(["secagg", "chaos", "dp"], {
+        "secagg": {"threshold": t},
+        "dp": {"clip": clip, "noise_multiplier": sigma, "noise": "distributed"}})
+    dying = {f"c{i}": DiesAtUpload(agg.client_half()) for i in range(k - t)}
+    result, _ = play(agg, agg, k=k, dim=dim, halves=dying)
+    srv = result.results["server"]
+    assert srv.rounds[0].survivors == t
+    final = [r.params for n, r in result.results.items() if n != "server"]
+    assert len(final) == t
+    mean = np.asarray(final[0], np.float64)
+    # the mean of t survivors' noise; calibrated for t it sums to N(0, σ²S²) exactly
+    # (calibrated for all k it would be √(t/k)·σ = 0.775σ); std of 30000 draws: ±0.4%
+    assert abs(mean.std() * t / (sigma * clip) - 1) < 0.03
+    acct = PrivacyAccountant(sigma, sampling_rate=1.0, delta=1e-5)
+    acct.step(1)
+    assert srv.privacy[0] == pytest.approx(acct.epsilon(), rel=1e-9)
+
+
+def test_a_round_with_fewer_survivors_than_the_noise_needs_is_not_released() -> None:
+    # noise calibrated for 3 guaranteed survivors of 4; Paillier can sum the 2 that
+    # upload, whose sum carries √(2/3)·σ: the DP round refuses before the sum
+    from islands.hfl.homomorphic import PaillierAggregator
+
+    agg = ClientDP(PaillierAggregator(), noise="distributed", guaranteed=3)
+    dying = {f"c{i}": DiesAtUpload(agg.client_half()) for i in range(2)}
+    result, _ = play(agg, agg, k=4, halves=dying)
+    exc = result.failures.get("server")
+    assert isinstance(exc, ProtocolError), exc
+    assert "only 2 clients survived" in str(exc) and "t=3" in str(exc)
+    assert "0.8165" in str(exc)  # √(2/3)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ClientDP(noise="distributed"),
+    lambda: ClientDP(MeanAggregator(), noise="distributed"),
+    lambda: build_aggregator(["dp"], {"dp": {"noise": "distributed"}}),
+    lambda: ClientDP(ClientDP(), noise="distributed"),
+], ids=["default", "mean", "job", "dp-over-mean"])
+def test_distributed_noise_over_the_plain_mean_is_refused(make: Any) -> None:
+    with pytest.raises(ValidationError, match="protects only their sum"):
+        make()
+
+
+def test_distributed_noise_without_a_threshold_needs_guaranteed() -> None:
+    from islands.hfl.additive import AdditiveSharing
+
+    with pytest.raises(ValidationError, match="guaranteed"):
+        ClientDP(AdditiveSharing(), noise="distributed")
+    ClientDP(AdditiveSharing(), noise="distributed", guaranteed=2)
+
+
+# --------------------------------------------------------------------------- finding 6
+def test_a_seeded_cohort_is_charged_without_amplification() -> None:
+    pytest.importorskip("dp_accounting")
+    from islands.privacy import PrivacyAccountant
+
+    agg = ClientDP(clip=1.0, noise_multiplier=1.0)
+    strategy = FedAvg(local_steps=1, batch_size=None, aggregator=agg, fraction=0.5, seed=3)
+    # the attacker knows the job's seed: it predicts every cohort
+    picks = [strategy.select(r, [f"c{i}" for i in range(4)]) for r in (1, 2)]
+    assert picks == [strategy.select(r, [f"c{i}" for i in range(4)]) for r in (1, 2)]
+    result, _ = play(agg, agg, k=4, strategy=strategy, epochs=2)
+    srv = result.results["server"]
+    acct = PrivacyAccountant(1.0, sampling_rate=1.0, delta=1e-5)
+    acct.step(srv.aggregations)
+    assert srv.privacy[0] == pytest.approx(acct.epsilon(), rel=1e-9)
+
+
+def test_a_secret_poisson_cohort_claims_amplification() -> None:
+    pytest.importorskip("dp_accounting")
+    from islands.privacy import PrivacyAccountant
+
+    agg = ClientDP(clip=1.0, noise_multiplier=1.0)
+    names = [f"c{i}" for i in range(40)]
+    strategy = FedAvg(local_steps=1, batch_size=None, aggregator=agg, fraction=0.5,
+                      sampling="poisson", seed=3)
+    twin = FedAvg(local_steps=1, batch_size=None, aggregator=agg, fraction=0.5,
+                  sampling="poisson", seed=3)
+    draws = [strategy.select(r, names) for r in range(1, 21)]
+    # the same seed does not give the same cohorts: they come from the CSPRNG
+    assert draws != [twin.select(r, names) for r in range(1, 21)]
+    assert len({len(d) for d in draws}) > 1  # Poisson: the size varies
+    # 6 clients at q = 0.9: a round with no client at all has probability 1e-6
+    result, _ = play(agg, agg, k=6, strategy=FedAvg(
+        local_steps=1, batch_size=None, aggregator=agg, fraction=0.9, sampling="poisson"),
+        epochs=2)
+    srv = result.results["server"]
+    acct = PrivacyAccountant(1.0, sampling_rate=0.9, delta=1e-5)
+    acct.step(srv.aggregations)
+    assert srv.privacy[0] == pytest.approx(acct.epsilon(), rel=1e-9)
+    assert strategy.secret_sampling_rate == 0.5
+    assert FedAvg(fraction=0.5).secret_sampling_rate is None
+
+
+# --------------------------------------------------------------------------- finding 10
+@pytest.mark.parametrize("make", [
+    lambda: ChaosPermutation(),
+    lambda: ChaosPermutation(MeanAggregator()),
+    lambda: build_aggregator(["chaos"]),
+    lambda: build_aggregator(["chaos", "dp"]),
+    lambda: ChaosPermutation(ClientDP()),
+], ids=["default", "mean", "job", "job-dp", "dp-over-mean"])
+def test_chaos_alone_is_refused(make: Any) -> None:
+    with pytest.raises(ValidationError, match="does not hide"):
+        make()
+
+
+def test_chaos_over_a_value_hiding_protection_is_accepted() -> None:
+    assert build_aggregator(["secagg", "chaos"]).name == "chaos+secagg"
+    assert build_aggregator(["additive", "chaos", "dp"], {"dp": {"guaranteed": 2}}).name == (
+        "dp+chaos+additive")
+
+
+def test_a_job_with_chaos_alone_is_refused() -> None:
+    from islands.hfl.job import JobError, parse_job
+
+    raw = {"data": {"name": "digits"}, "partition": {"kind": "iid", "clients": 2},
+           "model": {"kind": "linear"}, "strategy": {"name": "fedavg"},
+           "protect": ["chaos"]}
+    with pytest.raises(JobError, match="does not hide"):
+        parse_job(raw)
+
+
+# --------------------------------------------------------------------------- finding 8
+def test_paillier_keys_below_2048_bits_are_refused() -> None:
+    from islands.hfl.homomorphic import PaillierAggregator
+
+    with pytest.raises(ValidationError, match=r"key_bits.*2048"):
+        PaillierAggregator(key_bits=1024)
+    with pytest.raises(ValidationError, match=r"key_bits.*2048"):
+        build_aggregator(["paillier"], {"paillier": {"key_bits": 1536}})
