@@ -10,7 +10,7 @@ import torch
 from sklearn.datasets import load_breast_cancer
 from sklearn.preprocessing import StandardScaler
 
-from islands.errors import ValidationError
+from islands.errors import ProtocolError, ValidationError
 from islands.runtime import run_local
 from islands.vfl import FederatedTransferLearner
 from islands.vfl.ftl import maths
@@ -267,3 +267,51 @@ def test_tol_stops_both_parties_at_the_same_epoch() -> None:
     assert model_b.epochs < 30 and model_b.converged  # type: ignore[attr-defined]
     assert model_a.epochs == model_b.epochs  # type: ignore[attr-defined]
     assert model_a.epoch_losses == model_b.epoch_losses  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ PSI size limit
+def _unbalanced(cancer: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """A enters 500 IDs against B's 25 (20x), 20 of them shared."""
+    X, y = cancer["X"], cancer["y"]
+    perm = np.random.default_rng(1).permutation(len(y))
+    b, a = perm[:25], np.concatenate([perm[:20], perm[25:505]])
+    return X[a][:, :15], X[b][:, 15:], y[b], np.asarray(_ids(a)), np.asarray(_ids(b))
+
+
+def test_psi_refuses_a_target_party_with_20x_the_source_ids(
+        cancer: dict[str, np.ndarray]) -> None:
+    x_a, x_b, y_b, ids_a, ids_b = _unbalanced(cancer)
+    model = FederatedTransferLearner(dim=4, hidden=(8,), epochs=1, batch_size=10,
+                                     pretrain_epochs=0, encryption="none", random_state=0)
+    with pytest.raises(ProtocolError) as info:
+        model.fit(x_a, x_b, y_b, ids_a, ids_b)
+    message = str(info.value)
+    # the real parties and the limit (10 x B's 25 IDs), not PSI's internal 'a' and 'b'
+    assert "PSI party 'B' refuses party 'A'" in message and info.value.party == "B"
+    assert "announced 500 IDs" in message and "max_peer_size = 250" in message
+    assert "'a'" not in message and "'b'" not in message
+    model.set_params(max_peer_ratio=20).fit(x_a, x_b, y_b, ids_a, ids_b)
+    assert model.n_overlap_ == 20
+    assert FederatedTransferLearner(max_peer_size=500, dim=4, hidden=(8,), epochs=1,
+                                    batch_size=10, pretrain_epochs=0, encryption="none",
+                                    ).fit(x_a, x_b, y_b, ids_a, ids_b).n_overlap_ == 20
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("max_peer_size", 0), ("max_peer_size", -1), ("max_peer_size", "500"),
+    ("max_peer_ratio", 0), ("max_peer_ratio", -2), ("max_peer_ratio", "20"),
+    ("max_peer_ratio", float("nan")),
+])
+def test_bad_psi_limits_are_refused_before_any_message(cancer: dict[str, np.ndarray], key: str,
+                                                      value: object,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import islands.vfl.ftl.estimator as est
+
+    runs: list[object] = []
+    monkeypatch.setattr(est, "run_local", lambda *a, **k: runs.append(a))
+    x_a, x_b, y_b, ids_a, ids_b = _unbalanced(cancer)
+    model = FederatedTransferLearner(encryption="none").set_params(**{key: value})
+    with pytest.raises(ValidationError,
+                       match=f"The '{key}' parameter of FederatedTransferLearner must be"):
+        model.fit(x_a, x_b, y_b, ids_a, ids_b)
+    assert not runs

@@ -14,7 +14,7 @@ pytest.importorskip("gmpy2")
 
 from islands.crypto import paillier
 from islands.crypto.paillier_ops import decrypt_many, decrypt_signed, weighted_products
-from islands.errors import ValidationError
+from islands.errors import ProtocolError, ValidationError
 from islands.runtime import run_local
 from islands.vfl import VerticalLinearRegression, VerticalLogisticRegression, maths
 from islands.vfl.protocol import (
@@ -394,3 +394,74 @@ def test_breast_cancer_auc_is_within_001_of_scikit_learn() -> None:
     model.fit(x_tr[:, 10:], x_tr[:, :10], y_tr)
     auc = roc_auc_score(y_te, model.decision_function(x_te[:, 10:], x_te[:, :10]))
     assert auc >= ref - 0.01
+
+
+# ----------------------------------------------------------------------------- PSI size limit
+
+
+def _unbalanced(big: int, n_passive: int = 1) -> tuple[Any, Any, Any, Any, Any]:
+    """Party ``big`` (0, 1: a passive party; -1: B) holds 2,000 IDs, the others 100.
+
+    The 100 shared people are every 20th of the big party's 2,000: a peer that enters
+    20 times the other's set (as guesses would be) with every real ID among them.
+    """
+    rng = np.random.default_rng(11)
+    shared = [f"p{i:05d}" for i in range(0, 2000, 20)]
+    sizes = [100] * (n_passive + 1)
+    sizes[big] = 2000
+    lists = [[f"p{i:05d}" for i in range(2000)] if s == 2000 else list(shared) for s in sizes]
+    blocks = [rng.normal(size=(s, 2)) for s in sizes]
+    y = rng.normal(size=sizes[-1])
+    return (blocks[:-1] if n_passive > 1 else blocks[0]), blocks[-1], y, \
+        (lists[:-1] if n_passive > 1 else lists[0]), lists[-1]
+
+
+@pytest.mark.parametrize(("big", "n_passive", "refuser", "peer"), [
+    (0, 1, "B", "A"),    # a passive party enters 20x B's set
+    (1, 2, "B", "A2"),   # the second of two passive parties does
+    (-1, 1, "A", "B"),   # B enters 20x the passive party's set
+])
+def test_psi_refuses_a_party_with_20x_the_others_ids(big: int, n_passive: int, refuser: str,
+                                                      peer: str) -> None:
+    x_a, x_b, y, ids_a, ids_b = _unbalanced(big, n_passive)
+    model = VerticalLinearRegression(key_bits=1024, epochs=1, batch_size=50, tol=None)
+    with pytest.raises(ProtocolError) as info:
+        model.fit(x_a, x_b, y, ids_a=ids_a, ids_b=ids_b)
+    message = str(info.value)
+    # the real parties, not PSI's internal 'a' and 'b', and the limit: 10 x 100 IDs
+    assert f"PSI party {refuser!r} refuses party {peer!r}" in message
+    assert "announced 2000 IDs" in message and "max_peer_size = 1000" in message
+    assert "'a'" not in message and "'b'" not in message
+    assert info.value.party == refuser
+
+
+@pytest.mark.parametrize("limit", [{"max_peer_ratio": 20}, {"max_peer_size": 2000},
+                                   {"max_peer_ratio": None}])
+def test_psi_accepts_the_large_party_once_the_limit_is_raised(limit: dict[str, Any]) -> None:
+    x_a, x_b, y, ids_a, ids_b = _unbalanced(0)
+    model = VerticalLinearRegression(key_bits=1024, epochs=1, batch_size=50, tol=None,
+                                     **limit)
+    assert model.get_params() | limit == model.get_params()
+    model.fit(x_a, x_b, y, ids_a=ids_a, ids_b=ids_b)
+    assert model.ids_ == ids_b and np.shape(model.coef_a_) == (2,)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("max_peer_size", 0), ("max_peer_size", -5), ("max_peer_size", "1000"),
+    ("max_peer_size", 2.5), ("max_peer_size", True), ("max_peer_ratio", 0),
+    ("max_peer_ratio", -1.0), ("max_peer_ratio", "10"), ("max_peer_ratio", float("inf")),
+    ("max_peer_ratio", float("nan")),
+])
+@pytest.mark.parametrize("ids", [False, True])
+def test_bad_psi_limits_are_refused_before_any_message(key: str, value: Any, ids: bool,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import islands.vfl.estimator as est
+
+    runs: list[Any] = []
+    monkeypatch.setattr(est, "run_local", lambda *a, **k: runs.append(a))
+    model = VerticalLogisticRegression(key_bits=1024).set_params(**{key: value})
+    ids_kw = {"ids_a": [1, 2, 3, 4], "ids_b": [1, 2, 3, 4]} if ids else {}
+    with pytest.raises(ValidationError,
+                       match=f"The '{key}' parameter of VerticalLogisticRegression must be"):
+        model.fit(np.ones((4, 1)), np.ones((4, 1)), [0, 1, 0, 1], **ids_kw)
+    assert not runs

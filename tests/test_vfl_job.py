@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,15 @@ def test_the_examples_parse() -> None:
     ({"name": "x", "kind": "vertical", "model": {"epochs": 0}}, "'epochs' must be"),
     ({"name": "x", "kind": "vertical", "data": {"name": "mnist"}}, "'name' must be one of"),
     ({"name": "x", "kind": "vertical", "parties": {"psi": "yes"}}, "'psi' must be bool"),
+    *[({"name": "x", "kind": "vertical", "parties": {"psi": True, key: value}},
+       rf"\[parties\]: '{key}' must be")
+      for key, value in [("max_peer_size", 0), ("max_peer_size", -3), ("max_peer_size", "100"),
+                         ("max_peer_size", 2.5), ("max_peer_size", True),
+                         ("max_peer_ratio", 0), ("max_peer_ratio", -1.5),
+                         ("max_peer_ratio", "10"), ("max_peer_ratio", float("inf")),
+                         ("max_peer_ratio", float("nan")), ("max_peer_ratio", False)]],
+    ({"name": "x", "kind": "vertical", "parties": {"max_peer_ratio": 20}},
+     "'max_peer_ratio' applies only with psi = true"),
 ])
 def test_bad_jobs_name_the_key(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(JobError, match=message):
@@ -53,7 +64,7 @@ def test_cli_runs_a_vertical_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
     job = tmp_path / "job.toml"
     job.write_text('name = "bc"\nkind = "vertical"\n[data]\nname = "breast_cancer"\n'
-                   '[parties]\nb_features = 10\npsi = true\n'
+                   '[parties]\nb_features = 10\npsi = true\nmax_peer_size = 500\n'
                    '[model]\nkind = "logistic"\nkey_bits = 1024\nepochs = 3\n')
     out = tmp_path / "out"
     monkeypatch.setattr(sys, "argv", ["islands", "run", str(job), "--output", str(out)])
@@ -75,3 +86,34 @@ def test_quick_reproduction(tmp_path: Path) -> None:
     report = (tmp_path / "report.md").read_text()
     assert "Cost per epoch" in report and (tmp_path / "loss_curves.png").exists()
     assert any("[breast_cancer]" in m for m in messages)
+
+
+def test_the_psi_limit_of_a_job_file() -> None:
+    from islands.psi import DEFAULT_MAX_PEER_RATIO
+
+    base = {"name": "x", "kind": "vertical"}
+    default = parse_vertical_job({**base, "parties": {"psi": True}}).parties
+    assert default["max_peer_size"] is None
+    assert default["max_peer_ratio"] == DEFAULT_MAX_PEER_RATIO
+    job = parse_vertical_job({**base, "parties": {"psi": True, "max_peer_ratio": 20,
+                                                  "max_peer_size": 5000}})
+    assert job.parties["max_peer_ratio"] == 20.0 and job.parties["max_peer_size"] == 5000
+
+
+def test_a_job_files_psi_limit_reaches_the_parties(tmp_path: Path) -> None:
+    """A user runs ``islands run`` on a job whose PSI limit (half a party's own IDs) the
+    other party's set exceeds: the run stops at PSI, naming the real parties and the limit."""
+    job = tmp_path / "job.toml"
+    job.write_text('name = "bc"\nkind = "vertical"\n[data]\nname = "breast_cancer"\n'
+                   '[parties]\nb_features = 10\npsi = true\nmax_peer_ratio = 0.5\n'
+                   '[model]\nkind = "logistic"\nkey_bits = 1024\nepochs = 1\n')
+    done = subprocess.run([sys.executable, "-c", "from islands.cli import main; main()",
+                           "run", str(job), "--output", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "COLUMNS": "400"})
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1, said
+    # 455 training rows, each party keeps 95%: 433 IDs, limit 0.5 x 433 = 216
+    assert "PSI party 'B' refuses party 'A': it announced 433 IDs" in said, said
+    assert "max_peer_size = 216 (max_peer_ratio 0.5" in said, said
+    assert not (tmp_path / "out" / "results.json").exists()

@@ -29,9 +29,10 @@ __all__ = ["DEFAULT_MAX_PEER_RATIO", "Alignment", "align", "check_peer_limit", "
 
 def align(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: float = 600.0,
           normalize: Normalization = "NFC", max_peer_size: int | None = None,
-          max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO
-          ) -> tuple[Alignment, Alignment]:
-    """Run PSI between two simulated parties ``"a"`` and ``"b"``; return both alignments.
+          max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
+          names: tuple[str, str] = ("a", "b"), labels: tuple[str, str] = ("ids_a", "ids_b"),
+          owner: str = "align") -> tuple[Alignment, Alignment]:
+    """Run PSI between two simulated parties (A initiates, B responds); return both sides.
 
     Parameters
     ----------
@@ -52,6 +53,9 @@ def align(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: float 
         >= 1) when given, else ``max_peer_ratio`` (a finite number > 0, default 10)
         times the party's own number of IDs; both None accept any size. Each party
         applies it to the other's set (see :func:`islands.psi.initiator`).
+    names, labels, owner
+        The two parties' names (errors during the run name them), what errors call the
+        two ID lists, and who is calling (an estimator names itself).
 
     Returns
     -------
@@ -73,12 +77,14 @@ def align(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: float 
         limit and the size, before anything that tests an ID leaves.
     """
     return _align(ids_a, ids_b, workers=workers, timeout=timeout, normalize=normalize,
-                  max_peer_size=max_peer_size, max_peer_ratio=max_peer_ratio, owner="align")
+                  max_peer_size=max_peer_size, max_peer_ratio=max_peer_ratio, owner=owner,
+                  names=names, labels=labels)
 
 
 def _align(ids_a: Any, ids_b: Any, *, workers: int | None, timeout: float,
            normalize: Normalization, max_peer_size: int | None,
-           max_peer_ratio: float | None, owner: str) -> tuple[Alignment, Alignment]:
+           max_peer_ratio: float | None, owner: str, names: tuple[str, str] = ("a", "b"),
+           labels: tuple[str, str] = ("ids_a", "ids_b")) -> tuple[Alignment, Alignment]:
     from functools import partial
 
     from islands.crypto.processes import check_workers
@@ -90,21 +96,22 @@ def _align(ids_a: Any, ids_b: Any, *, workers: int | None, timeout: float,
     check_workers(workers, owner)
     check_float(timeout, "timeout", owner, low=0.0, low_inclusive=False)
     check_peer_limit(max_peer_size, max_peer_ratio, owner)
-    _, kind_a = encode_ids(ids_a, "ids_a", owner, normalize=normalize)
-    _, kind_b = encode_ids(ids_b, "ids_b", owner, normalize=normalize)
+    _, kind_a = encode_ids(ids_a, labels[0], owner, normalize=normalize)
+    _, kind_b = encode_ids(ids_b, labels[1], owner, normalize=normalize)
     if kind_a != kind_b:
         from islands.errors import ValidationError
 
-        raise ValidationError(f"{owner}: ids_a holds {kind_a} IDs but ids_b holds "
-                              f"{kind_b} IDs; use one kind (1 and '1' never match)")
-    run = run_local({"a": partial(initiator, peer="b", ids=ids_a, workers=workers,
-                                  normalize=normalize, max_peer_size=max_peer_size,
-                                  max_peer_ratio=max_peer_ratio),
-                     "b": partial(responder, peer="a", ids=ids_b, workers=workers,
-                                  normalize=normalize, max_peer_size=max_peer_size,
-                                  max_peer_ratio=max_peer_ratio)},
+        raise ValidationError(f"{owner}: {labels[0]} holds {kind_a} IDs but {labels[1]} "
+                              f"holds {kind_b} IDs; use one kind (1 and '1' never match)")
+    a, b = names
+    run = run_local({a: partial(initiator, peer=b, ids=ids_a, workers=workers,
+                                normalize=normalize, max_peer_size=max_peer_size,
+                                max_peer_ratio=max_peer_ratio),
+                     b: partial(responder, peer=a, ids=ids_b, workers=workers,
+                                normalize=normalize, max_peer_size=max_peer_size,
+                                max_peer_ratio=max_peer_ratio)},
                     timeout=timeout, blas_threads=None)
-    return run.results["a"], run.results["b"]
+    return run.results[a], run.results[b]
 
 
 def intersect(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: float = 600.0,

@@ -18,6 +18,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from islands.crypto import paillier
 from islands.errors import ValidationError, invalid_parameter
+from islands.psi import DEFAULT_MAX_PEER_RATIO, align, check_peer_limit
 from islands.runtime import Transcript, run_local
 from islands.validation import (
     check_array,
@@ -47,7 +48,8 @@ __all__ = ["VerticalLinearRegression", "VerticalLogisticRegression"]
 Array = NDArray[np.float64]
 
 _PARAMS = ("learning_rate", "lam", "epochs", "batch_size", "tol", "key_bits", "djn",
-           "feature_bits", "score_bits", "timeout", "keep_payloads", "random_state")
+           "feature_bits", "score_bits", "max_peer_size", "max_peer_ratio", "timeout",
+           "keep_payloads", "random_state")
 
 
 def _blocks(X_a: Any, name: str, owner: str) -> list[Array]:
@@ -90,6 +92,8 @@ class _VerticalModel:
         djn: bool = True,
         feature_bits: int = 16,
         score_bits: int = 32,
+        max_peer_size: int | None = None,
+        max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
         timeout: float = 600.0,
         keep_payloads: bool = False,
         random_state: int | np.random.Generator | None = None,
@@ -103,6 +107,8 @@ class _VerticalModel:
         self.djn = djn
         self.feature_bits = feature_bits
         self.score_bits = score_bits
+        self.max_peer_size = max_peer_size
+        self.max_peer_ratio = max_peer_ratio
         self.timeout = timeout
         self.keep_payloads = keep_payloads
         self.random_state = random_state
@@ -140,6 +146,7 @@ class _VerticalModel:
         check_int(self.key_bits, "key_bits", owner, low=paillier.MIN_KEY_BITS)
         if not isinstance(self.djn, (bool, np.bool_)):
             raise invalid_parameter("djn", owner, "a bool", describe(self.djn))
+        check_peer_limit(self.max_peer_size, self.max_peer_ratio, owner)
         check_float(self.timeout, "timeout", owner, low=0.0, low_inclusive=False)
         rng = check_random_state(self.random_state, owner)
         seed = int(rng.integers(0, 2**31 - 1))
@@ -149,12 +156,9 @@ class _VerticalModel:
         except ValidationError as exc:
             raise ValidationError(str(exc)) from None
 
-    @staticmethod
-    def _align(blocks: list[Array], x_b: Array, y: Any, ids_a: Any, ids_b: Any,
-               timeout: float) -> tuple[list[Array], Array, Any, list[Any]]:
+    def _align(self, blocks: list[Array], x_b: Array, y: Any, ids_a: Any, ids_b: Any,
+               names: list[str]) -> tuple[list[Array], Array, Any, list[Any]]:
         """Run PSI between B and every passive party; keep the rows all share."""
-        from islands.psi import align
-
         lists = list(ids_a) if len(blocks) > 1 else [ids_a]
         if len(lists) != len(blocks):
             raise ValidationError(f"ids_a must hold one ID list per passive party "
@@ -165,7 +169,12 @@ class _VerticalModel:
                                       f"{len(ids)} IDs for {x.shape[0]} rows")
         if len(ids_b) != x_b.shape[0]:
             raise ValidationError(f"ids_b has {len(ids_b)} IDs for {x_b.shape[0]} rows of X_b")
-        pairs = [align(ids, ids_b, timeout=timeout) for ids in lists]
+        limit = check_peer_limit(self.max_peer_size, self.max_peer_ratio, type(self).__name__)
+        pairs = [align(ids, ids_b, names=(name, "B"),
+                       labels=("ids_a" if len(lists) == 1 else f"ids_a[{i}]", "ids_b"),
+                       owner=type(self).__name__, timeout=float(self.timeout),
+                       max_peer_size=limit[0], max_peer_ratio=limit[1])
+                 for i, (name, ids) in enumerate(zip(names, lists, strict=True))]
         # B learns each pairwise intersection; the rows every party shares are kept, in
         # B's aligned (sorted) order, and B tells each A which of its common IDs survive
         common = set(pairs[0][1].ids)
@@ -205,6 +214,9 @@ class _VerticalModel:
         ------
         ValidationError
             For bad parameters or data, before any message is sent.
+        ProtocolError
+            When a party's ID set is larger than the other's PSI limit
+            (``max_peer_size``, ``max_peer_ratio``), naming both parties and the limit.
         """
         plan = self._plan()
         owner = type(self).__name__
@@ -228,8 +240,7 @@ class _VerticalModel:
         maths.check_batch_rows(plan.batch_size, features, "B", owner)
         ids: list[Any] | None = None
         if ids_a is not None:
-            blocks, x_b, targets, ids = self._align(blocks, x_b, targets, ids_a, ids_b,
-                                                    float(self.timeout))
+            blocks, x_b, targets, ids = self._align(blocks, x_b, targets, ids_a, ids_b, names)
         self.ids_ = ids
         maths.check_batch_rows(plan.batch_size, features, "B", owner, x_b.shape[0])
         roles: dict[str, Any] = {
@@ -339,6 +350,14 @@ class VerticalLinearRegression(_VerticalModel):
         :mod:`islands.crypto.paillier`); False for textbook Paillier.
     feature_bits, score_bits : int, default=16, 32
         Fixed-point precision of features and of scores/residuals.
+    max_peer_size : int or None, default=None
+        With IDs, the largest ID set each party accepts from the other in private set
+        intersection; PSI cannot tell a guessed ID from a real one, so each ID the other
+        enters is a test of this party's set. Given, it replaces ``max_peer_ratio``.
+    max_peer_ratio : float or None, default=10.0
+        Without ``max_peer_size``, the limit is this times the party's own number of IDs
+        (:data:`islands.psi.DEFAULT_MAX_PEER_RATIO`); both None accept any size. A
+        larger set stops ``fit`` with a ``ProtocolError`` naming both parties.
     timeout : float, default=600.0
         Seconds a party waits for one message.
     keep_payloads : bool, default=False

@@ -17,6 +17,9 @@ A vertical job is a TOML file with ``kind = "vertical"``::
     passive = 1                  # the other columns are split between A_1 … A_k
     psi = true                   # every party gets its own IDs (5% of rows only its own,
                                  # its own order): rows are aligned by PSI first
+    # max_peer_ratio = 10.0      # with psi: each party accepts at most this times its own
+                                 # number of IDs from the other (the default, 10)
+    # max_peer_size = 50000      # with psi: an absolute limit instead of the ratio
     # a_features = 20            # synthetic only
 
     [model]
@@ -39,6 +42,7 @@ epoch and each party's split between homomorphic work, plain compute and messagi
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -49,6 +53,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.errors import JobError
+from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.validation import read_toml, table_value
 
 __all__ = ["JobError", "VerticalJob", "is_vertical", "load_vertical_job", "parse_vertical_job",
@@ -56,7 +61,7 @@ __all__ = ["JobError", "VerticalJob", "is_vertical", "load_vertical_job", "parse
 
 _TOP = {"name", "kind", "seed", "output", "data", "parties", "model"}
 _DATA = {"name", "test_fraction", "rows"}
-_PARTIES = {"b_features", "a_features", "passive", "psi"}
+_PARTIES = {"b_features", "a_features", "passive", "psi", "max_peer_size", "max_peer_ratio"}
 _MODEL = {"kind", "learning_rate", "lam", "epochs", "batch_size", "tol", "key_bits", "djn",
           "feature_bits", "score_bits"}
 DATASETS = ("breast_cancer", "diabetes", "synthetic")
@@ -126,7 +131,15 @@ def parse_vertical_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Vert
     parties = {"b_features": table_value(p, "b_features", (int,), pw, None, *pos_int),
                "a_features": table_value(p, "a_features", (int,), pw, 20, *pos_int),
                "passive": table_value(p, "passive", (int,), pw, 1, *pos_int),
-               "psi": table_value(p, "psi", (bool,), pw, False)}
+               "psi": table_value(p, "psi", (bool,), pw, False),
+               "max_peer_size": table_value(p, "max_peer_size", (int,), pw, None, *pos_int),
+               "max_peer_ratio": float(table_value(
+                   p, "max_peer_ratio", (float, int), pw, DEFAULT_MAX_PEER_RATIO,
+                   lambda v: math.isfinite(v) and v > 0, "a finite number > 0"))}
+    for key in ("max_peer_size", "max_peer_ratio"):
+        if key in p and not parties["psi"]:
+            raise JobError(f"{pw}: {key!r} applies only with psi = true (it limits the ID "
+                           "set each party accepts in private set intersection)")
     m = _table(raw, "model", _MODEL, where)
     mw = f"{where} [model]"
     kind = table_value(m, "kind", (str,), mw, "logistic", lambda v: v in ("linear", "logistic"),
@@ -229,6 +242,8 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
     m = job.model
     kw = {k: m[k] for k in ("lam", "epochs", "batch_size", "tol", "key_bits", "djn",
                             "feature_bits", "score_bits", "learning_rate")}
+    # a job built in code without these keys keeps the estimator's (PSI's) default
+    kw |= {k: job.parties[k] for k in ("max_peer_size", "max_peer_ratio") if k in job.parties}
     est = (VerticalLogisticRegression if logistic else VerticalLinearRegression)(
         random_state=job.seed, **kw)
     blocks_a, block_b = list(parts_tr[:-1]), parts_tr[-1]

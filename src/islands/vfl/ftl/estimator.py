@@ -18,6 +18,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from islands.crypto import paillier
 from islands.errors import ValidationError
+from islands.psi import DEFAULT_MAX_PEER_RATIO, check_peer_limit
 from islands.runtime import Transcript, run_local
 from islands.validation import check_array, check_random_state, unique_labels
 from islands.vfl.ftl import maths
@@ -38,8 +39,8 @@ Array = NDArray[np.float64]
 
 _PARAMS = ("dim", "hidden", "loss", "alignment", "alpha", "gamma", "source_weight",
            "pretrain_epochs", "epochs", "batch_size", "learning_rate", "weight_decay", "tol",
-           "encryption", "key_bits", "djn", "frac_bits", "classes", "timeout", "verbose",
-           "random_state")
+           "encryption", "key_bits", "djn", "frac_bits", "classes", "max_peer_size",
+           "max_peer_ratio", "timeout", "verbose", "random_state")
 
 
 def _matrix(x: Any, name: str) -> Array:
@@ -94,6 +95,13 @@ class FederatedTransferLearner:
     classes
         The classes to expect (None: those of ``y_b``); a listed class with no
         labelled row is an error.
+    max_peer_size, max_peer_ratio
+        The largest ID set each party accepts from the other in private set
+        intersection: ``max_peer_size`` (an int >= 1) when given, else ``max_peer_ratio``
+        (default :data:`islands.psi.DEFAULT_MAX_PEER_RATIO`, 10) times the party's own
+        number of IDs; both None accept any size. PSI cannot tell a guessed ID from a
+        real one, so every ID the other enters tests this party's set; a larger set
+        stops ``fit`` with a ``ProtocolError`` naming both parties and the limit.
     timeout
         Seconds a party waits for one message.
     verbose
@@ -150,6 +158,8 @@ class FederatedTransferLearner:
         djn: bool = True,
         frac_bits: int = 24,
         classes: ArrayLike | None = None,
+        max_peer_size: int | None = None,
+        max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
         timeout: float = 3600.0,
         verbose: bool = False,
         random_state: int | np.random.Generator | None = None,
@@ -172,6 +182,8 @@ class FederatedTransferLearner:
         self.djn = djn
         self.frac_bits = frac_bits
         self.classes = classes
+        self.max_peer_size = max_peer_size
+        self.max_peer_ratio = max_peer_ratio
         self.timeout = timeout
         self.verbose = verbose
         self.random_state = random_state
@@ -215,6 +227,7 @@ class FederatedTransferLearner:
                 or not self.timeout > 0:
             raise ValidationError(f"{owner}: timeout must be a float > 0; got "
                                   f"{self.timeout!r}")
+        check_peer_limit(self.max_peer_size, self.max_peer_ratio, owner)
         return check_plan(plan, owner), seeds
 
     def _labels(self, y_b: Any, n: int) -> tuple[NDArray[np.int64], Array]:
@@ -261,6 +274,9 @@ class FederatedTransferLearner:
         ValidationError
             For bad parameters or data (naming them), or when the two sides share no
             ID, before any training message is sent.
+        ProtocolError
+            When one side's ID set is larger than the other's PSI limit
+            (``max_peer_size``, ``max_peer_ratio``), naming both parties and the limit.
         """
         from islands.psi import align
 
@@ -272,7 +288,11 @@ class FederatedTransferLearner:
             if ids is None or len(ids) != x.shape[0]:
                 raise ValidationError(f"{name} must hold one ID per row ({x.shape[0]}); got "
                                       f"{'None' if ids is None else len(ids)}")
-        side_a, side_b = align(ids_a, ids_b, timeout=float(self.timeout))
+        size, ratio = check_peer_limit(self.max_peer_size, self.max_peer_ratio,
+                                       "FederatedTransferLearner")
+        side_a, side_b = align(ids_a, ids_b, names=("A", "B"), owner="FederatedTransferLearner",
+                               timeout=float(self.timeout), max_peer_size=size,
+                               max_peer_ratio=ratio)
         overlap_a = np.asarray(side_a.rows, dtype=np.int64)
         overlap_b = np.asarray(side_b.rows, dtype=np.int64)
         loss = maths.TaylorLoss(plan.loss, classes.size)
