@@ -78,6 +78,8 @@ def test_every_example_job_parses() -> None:
     ({"partition": {"kind": "classes"}}, "missing key 'groups'"),
     ({"data": {"name": "imagenet"}}, "'name' must be one of"),
     ({"model": {"kind": "mlp", "hidden": [0]}}, "'hidden' must be a list of ints >= 1"),
+    ({"strategy": {"name": "fedavg", "sampling": "random"}}, "'sampling' must be"),
+    ({"strategy": {"name": "apfl", "sampling": "poisson"}}, r"\['sampling'\] do not apply"),
 ])
 def test_bad_job_keys_are_named(patch: dict[str, object], message: str) -> None:
     raw: dict[str, object] = {
@@ -88,6 +90,18 @@ def test_bad_job_keys_are_named(patch: dict[str, object], message: str) -> None:
     raw.update(patch)
     with pytest.raises(JobError, match=message):
         parse_job(raw)
+
+
+def test_a_job_can_ask_for_a_secret_poisson_cohort() -> None:
+    from islands.hfl.job import build_strategy
+
+    raw = {"data": {"name": "digits"}, "partition": {"kind": "iid", "clients": 4},
+           "model": {"kind": "mlp"}, "protect": ["secagg", "dp"],
+           "strategy": {"name": "fedavg", "fraction": 0.5, "sampling": "poisson"}}
+    strategy = build_strategy(parse_job(raw))
+    assert strategy.sampling == "poisson" and strategy.secret_sampling_rate == 0.5
+    raw["strategy"] = {"name": "fedavg", "fraction": 0.5}
+    assert build_strategy(parse_job(raw)).secret_sampling_rate is None  # charged q = 1
 
 
 def test_strategy_keys_that_do_not_apply_are_refused(tmp_path: Path) -> None:

@@ -34,6 +34,10 @@ strategy and its parameters, the epochs, the seed and an output folder::
     lr = 0.1
     momentum = 0.5
 
+FedAvg and FedProx also take ``fraction`` (clients per round) and ``sampling``:
+``"fixed"`` (the default, reproducible from the job's seed) or ``"poisson"`` (a secret
+draw from the cryptographic generator, the only one client-level DP amplifies).
+
 Protections (:mod:`islands.hfl.protect`) are a list, each with an optional section of
 options named after it::
 
@@ -104,7 +108,7 @@ from islands.hfl.estimator import (
 )
 from islands.hfl.metrics import classification_report, dev_avg, regression_report
 from islands.hfl.protocol import SERVER_FILE, RoundRecord
-from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
+from islands.hfl.strategy import APFL, SAMPLINGS, FedAvg, FedProx, Strategy
 from islands.validation import read_toml, table_value
 
 __all__ = ["Job", "can_resume", "load_job", "parse_job", "run_job", "write_outputs"]
@@ -136,7 +140,8 @@ _DATA = {"name", "train_samples", "test_samples", "test_fraction", "standardize"
 _PARTITION = {"kind", "clients", "groups", "alpha", "shards_per_client", "min_samples"}
 _MODEL = {"kind", "hidden", "channels"}
 _STRATEGY = {"name", "local_steps", "batch_size", "lr", "momentum", "weight_decay", "fraction",
-             "min_clients", "tau", "phi", "mbs", "adaptive", "client_batch_size", "mu", "evaluate"}
+             "min_clients", "tau", "phi", "mbs", "adaptive", "client_batch_size", "mu", "evaluate",
+             "sampling"}
 _DATASETS = ("fashion_mnist", "digits", "breast_cancer", "wine", "diabetes")
 
 
@@ -250,6 +255,8 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
         table_value(strategy, key, (float, int), f"{where} [strategy]", None, expected="a number")
     for key in ("mbs", "adaptive", "evaluate"):
         table_value(strategy, key, (bool,), f"{where} [strategy]", None)
+    table_value(strategy, "sampling", (str,), f"{where} [strategy]", None,
+                lambda v: v in SAMPLINGS, " or ".join(repr(v) for v in SAMPLINGS))
 
     task = table_value(raw, "task", (str,), where, None,
                 lambda v: v in ("classification", "regression"),
@@ -508,9 +515,9 @@ def _make_strategy(job: Job, aggregator: Any) -> Strategy:
         raise JobError("[strategy] batch_size 'full' is for fedavg/fedprox")
     allowed = {
         "fedavg": {"local_steps", "batch_size", "lr", "momentum", "weight_decay", "fraction",
-                   "min_clients", "evaluate"},
+                   "min_clients", "evaluate", "sampling"},
         "fedprox": {"mu", "local_steps", "batch_size", "lr", "momentum", "weight_decay",
-                    "fraction", "min_clients", "evaluate"},
+                    "fraction", "min_clients", "evaluate", "sampling"},
         "apfl": {"tau", "phi", "batch_size", "mbs", "adaptive", "client_batch_size", "lr",
                  "momentum",
                  "weight_decay", "min_clients"},
