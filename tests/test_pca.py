@@ -4,27 +4,30 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import secrets
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from scipy.linalg import subspace_angles
 from sklearn.decomposition import PCA
 
-from islands.errors import ValidationError
+from islands.crypto import decode_fixed
+from islands.crypto.masking import generate_key, pairwise_mask
+from islands.data.sources import open_source
+from islands.errors import ProtocolError, ValidationError
 from islands.pca import FederatedPCA, maths
 from islands.pca.audit import audit_pca
+from islands.pca.protocol import MOMENT_FRAC_BITS, PcaConfig, publisher, site
+from islands.runtime import run_local
 
 
 def sites(n_sites: int = 3, rows: int = 60, d: int = 6, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     mix = rng.standard_normal((d, d)) * np.linspace(3, 0.3, d)[:, None]
     return [rng.standard_normal((rows + 7 * i, d)) @ mix + 2.0 for i in range(n_sites)]
-
-
-def exact_moment(parts: list[np.ndarray], *, normalize: bool) -> np.ndarray:
-    pooled = np.vstack(parts)
-    return maths.moment([pooled], pooled.mean(axis=0), normalize=normalize)[0] / len(pooled)
 
 
 def test_plain_equals_pooled_pca() -> None:
@@ -41,7 +44,7 @@ def test_plain_equals_pooled_pca() -> None:
                                rtol=1e-7, atol=1e-9)
 
 
-@pytest.mark.parametrize("mode", ["central", "elfedpca", "secure"])
+@pytest.mark.parametrize("mode", ["central", "secure"])
 def test_noise_is_calibrated_to_tau(mode: str) -> None:
     parts = sites(3, rows=20, d=6)
     pooled = np.vstack(parts)
@@ -62,6 +65,43 @@ def test_noise_is_calibrated_to_tau(mode: str) -> None:
         # >= 1200 draws: the sample s.d. is within ~2% of the scale (1 s.e.)
         assert abs(values.std() / scale - 1.0) < 0.08
         assert abs(values.mean()) < 5 * scale / np.sqrt(values.size)  # p < 1e-6 of a false alarm
+
+
+@pytest.mark.filterwarnings("ignore:.*no differential-privacy guarantee:UserWarning")
+def test_elfedpca_is_calibrated_as_published() -> None:
+    # the exact joint mean (no noise, no budget), rows centred on it then normalised,
+    # and τ = sqrt(2 ln(1.25/δ))/(nε) for the whole budget, as the source notes give it
+    parts = sites(3, rows=20, d=6)
+    pooled = np.vstack(parts)
+    published = maths.normalize_rows(pooled - pooled.mean(axis=0))
+    truth = published.T @ published / len(pooled)
+    noise = []
+    for _ in range(100):
+        model = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="elfedpca").fit(parts)
+        np.testing.assert_allclose(model.mean_, pooled.mean(axis=0), rtol=1e-12, atol=1e-12)
+        noise.append(maths.upper_of(model.noisy_moment_ - truth))
+    tau = np.sqrt(2 * np.log(1.25 / 1e-5)) / (len(pooled) * 0.5)
+    assert model.tau_ == pytest.approx(tau, rel=1e-12)
+    values = np.concatenate(noise)
+    # 2100 draws: the sample s.d. is within ~1.5% of τ (1 s.e.)
+    assert abs(values.std() / tau - 1.0) < 0.08
+    np.testing.assert_allclose(model.transform(pooled), published @ model.components_.T,
+                               atol=1e-12)
+
+
+def test_elfedpca_claims_no_guarantee_and_says_why() -> None:
+    parts = sites(3, rows=30, d=5)
+    with pytest.warns(UserWarning, match="no differential-privacy guarantee.*exact joint mean"):
+        model = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="elfedpca").fit(parts)
+    assert model.dp_guarantee_ is False
+    assert model.epsilon_ == float("inf") and model.delta_ == 1e-5
+    assert model.dp_void_reason_ is not None and "sqrt(2)" in model.dp_void_reason_
+    # with noise_seed both reasons are given, through the same mechanism
+    with pytest.warns(UserWarning, match="noise_seed=3"):
+        seeded = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="elfedpca", noise_seed=3)
+        seeded.fit(parts)
+    assert seeded.dp_void_reason_ is not None
+    assert "exact joint mean" in seeded.dp_void_reason_ and "noise_seed=3" in seeded.dp_void_reason_
 
 
 def test_dpdispca_uses_each_sites_own_tau() -> None:
@@ -89,6 +129,7 @@ def test_secure_masks_cancel_exactly() -> None:
             assert record.payload.dtype == np.uint64
 
 
+@pytest.mark.filterwarnings("ignore:.*no differential-privacy guarantee:UserWarning")
 def test_elfedpca_messages_are_the_schemes() -> None:
     parts = sites(3, rows=40, d=5)
     model = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="elfedpca", random_state=1,
@@ -131,6 +172,7 @@ def test_streaming_from_a_memory_mapped_file_matches_in_memory(tmp_path: Path) -
     np.testing.assert_allclose(streamed.published_, memory.published_, atol=1e-10)
 
 
+@pytest.mark.filterwarnings("ignore:.*no differential-privacy guarantee:UserWarning")
 def test_transform_matches_the_published_projection() -> None:
     parts = sites(3)
     model = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="elfedpca", random_state=0)
@@ -211,6 +253,7 @@ def _replayed_noise(mode: str, random_state: int, d: int, tau: float) -> np.ndar
     return maths.symmetric_noise(d, tau, lambda c, s: rng.normal(0.0, s, size=c))
 
 
+@pytest.mark.filterwarnings("ignore:.*no differential-privacy guarantee:UserWarning")
 @pytest.mark.parametrize("mode", ["central", "elfedpca"])
 def test_knowing_random_state_does_not_remove_the_noise(mode: str) -> None:
     parts = sites(3, rows=40, d=6)
@@ -245,6 +288,7 @@ def test_site1_cannot_replay_a_dpdispca_sites_noise() -> None:
         assert np.linalg.norm(guess - truth) > model.tau_[name], name
 
 
+@pytest.mark.filterwarnings("ignore:.*no differential-privacy guarantee:UserWarning")
 def test_site1_cannot_replay_elfedpcas_centring_masks() -> None:
     parts = sites(3, rows=40, d=6)
     model = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="elfedpca", random_state=7,
@@ -258,14 +302,14 @@ def test_site1_cannot_replay_elfedpcas_centring_masks() -> None:
     assert not np.allclose(guess, parts[2].sum(axis=0), atol=1e-6)
 
 
-@pytest.mark.parametrize("mode", ["central", "elfedpca", "secure", "dpdispca"])
+@pytest.mark.parametrize("mode", ["central", "secure", "dpdispca"])
 def test_fresh_noise_by_default_and_the_guarantee_holds(mode: str) -> None:
     parts = sites(3, rows=40, d=6)
     fits = [FederatedPCA(2, epsilon=0.5, delta=1e-5, mode=mode, random_state=3).fit(parts)
             for _ in range(2)]
     assert not np.allclose(fits[0].noisy_moment_, fits[1].noisy_moment_)
     for model in fits:
-        assert model.dp_guarantee_ is True
+        assert model.dp_guarantee_ is True and model.dp_void_reason_ is None
         assert model.epsilon_ == 0.5 and model.delta_ == 1e-5
 
 
@@ -324,3 +368,98 @@ def test_secure_mode_takes_any_scale_since_rows_are_normalised_first() -> None:
     bound = 1.0 + 8 * maths.mean_sigma(0.5, 1e-5) / model.n_samples_
     assert np.all(np.abs(model.mean_) <= bound)
     np.testing.assert_allclose(np.linalg.norm(model.components_, axis=1), 1.0, rtol=1e-12)
+
+
+# ---------------------------------------------------------------- issue 22, the row count n
+# Site 1 tells every site the total row count n. Before the fix, secure-mode sites put
+# noise of s.d. τ(n)/√s on A_i = Σx̃x̃ᵀ/n with the n site 1 sent: an inflated n pushed
+# their noise shares below the fixed-point ring's resolution, where they were rounded
+# away and site 1 read a deterministic function of their data. Now each share goes on
+# Σx̃x̃ᵀ (sensitivity 1) and no site's noise depends on n.
+
+
+def _deviant_site1(party: Any, *, d: int, k: int, n_sent: int, mean: np.ndarray,
+                   readings: list[np.ndarray]) -> None:
+    """Site 1 of a two-site secure run that lies about n and unmasks site 2's moment."""
+    session = secrets.token_bytes(16)
+    party.send("site2", "session", session)
+    key = generate_key()
+    party.send("site2", "pubkey", key.public)
+    peer = {"site2": party.recv("site2", "pubkey")}
+    party.recv("site2", "stats")
+    party.send("site2", "mean", {"mean": mean, "n": n_sent})
+    ring = party.recv("site2", "moment")
+    # with two sites, site 1's own pairwise mask is minus site 2's: it unmasks site 2
+    own = pairwise_mask("site1", key, peer, ring.size, context=session, label=b"moment")
+    readings.append(decode_fixed(ring + own, frac_bits=MOMENT_FRAC_BITS))
+    party.send("site2", "components", {"components": np.eye(k, d), "eigenvalues": np.ones(k)})
+    party.send("publisher", "projection", np.zeros((1, k)))
+
+
+def _attack_n(part: np.ndarray, n_sent: int, readings: list[np.ndarray]) -> None:
+    d, k = part.shape[1], 2
+    config = PcaConfig(mode="secure", n_components=k, sites=("site1", "site2"),
+                       publisher="publisher", epsilon=0.5, delta=1e-5)
+    mean = maths.normalize_rows(part).mean(axis=0)
+    roles: dict[str, Any] = {
+        "site1": partial(_deviant_site1, d=d, k=k, n_sent=n_sent, mean=mean,
+                         readings=readings),
+        "site2": partial(site, source=open_source(part, block_size=64, name="site2"),
+                         config=config),
+        "publisher": partial(publisher, config=config),
+    }
+    run_local(roles, timeout=20.0)
+
+
+def test_site1_inflating_n_does_not_shrink_a_secure_sites_noise() -> None:
+    part = sites(1, rows=40, d=6)[0]
+    n_true = len(part) + 1
+    readings: list[np.ndarray] = []
+    for _ in range(3):
+        _attack_n(part, n_true * 2**50, readings)
+    # fresh noise in every run: before the fix the shares (s.d. ~1e-16) were rounded
+    # away by the 2^-40 ring step and all three readings were the same
+    assert not np.array_equal(readings[0], readings[1])
+    assert not np.array_equal(readings[1], readings[2])
+    rows = maths.centre_rows(part, maths.normalize_rows(part).mean(axis=0),
+                             centring="released")
+    truth = maths.upper_of(rows.T @ rows)  # site 2's Σx̃x̃ᵀ
+    # and the noise site 1 faces, in units of site 2's data, is site 2's full share
+    # nτ/√s = τ(1)/√2 whatever n it was told (63 draws: sample s.d. within ±40% is > 4 s.e.)
+    share = maths.moment_tau(0.5, 1e-5, 1) / np.sqrt(2)
+    residual = np.concatenate([r - truth for r in readings])
+    assert 0.6 < residual.std() / share < 1.4
+
+
+def test_a_site_refuses_a_total_row_count_below_its_own() -> None:
+    part = sites(1, rows=40, d=6)[0]
+    with pytest.raises(ProtocolError) as info:
+        _attack_n(part, 12, [])
+    text = str(info.value)
+    assert "'site1'" in text and "n = 12" in text and ">= 41" in text, text
+
+
+@pytest.mark.parametrize("mode", ["elfedpca", "dpdispca", "central"])
+def test_other_modes_refuse_a_total_row_count_below_their_own(mode: str) -> None:
+    names = ("site1", "site2")
+    config = PcaConfig(mode=mode, n_components=2, sites=names,  # type: ignore[arg-type]
+                       publisher="publisher", epsilon=0.5, delta=1e-5)
+    parts = sites(2, rows=30, d=4)
+
+    def liar(party: Any, **kwargs: Any) -> Any:
+        real_broadcast = party.broadcast
+
+        def broadcast(tag: str, payload: Any, *, to: Any) -> None:
+            if tag == "mean":
+                payload = {**payload, "n": 3}
+            real_broadcast(tag, payload, to=to)
+        party.broadcast = broadcast
+        return site(party, **kwargs)
+
+    roles: dict[str, Any] = {
+        name: partial(liar if name == "site1" else site,
+                      source=open_source(part, block_size=64, name=name), config=config)
+        for name, part in zip(names, parts, strict=True)}
+    roles["publisher"] = partial(publisher, config=config)
+    with pytest.raises(ProtocolError, match="'site1' sent n = 3 rows"):
+        run_local(roles, timeout=20.0)

@@ -182,6 +182,7 @@ def _pca(config: PartyConfig, resume: bool) -> Prepared:
         summary = {"role": "site", "mode": mode, "n_rows": result.n_rows,
                    "n_total": result.n_total, "tau": result.tau,
                    "dp_guarantee": result.dp_guarantee,
+                   "dp_void_reason": result.dp_void_reason,
                    "eigenvalues": result.eigenvalues.tolist()}
         _save_json(out / "result.json", summary)
         return summary

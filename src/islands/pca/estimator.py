@@ -22,7 +22,15 @@ from numpy.typing import ArrayLike, NDArray
 from islands.data.sources import RowSource, open_source
 from islands.errors import ValidationError, invalid_parameter
 from islands.pca import maths
-from islands.pca.protocol import MODES, PcaConfig, PublisherResult, SiteResult, publisher, site
+from islands.pca.protocol import (
+    MODES,
+    PcaConfig,
+    PublisherResult,
+    SiteResult,
+    centring_of,
+    publisher,
+    site,
+)
 from islands.runtime import Role, Transcript, run_local
 from islands.validation import check_array, check_float, check_int, check_random_state
 
@@ -41,14 +49,18 @@ class FederatedPCA:
     epsilon, delta : float or None
         The (ε, δ) target of the DP modes, ε and δ in (0, 1): the classic Gaussian
         mechanism is only proven for ε < 1, so larger ε is refused. Half of it pays for
-        the released mean, half for the second moment (τ = sqrt(2 ln(2.5/δ))/(n ε/2));
-        see :mod:`islands.pca.maths`. Must be None for ``mode="plain"``.
+        the released mean, half for the second moment (τ = sqrt(2 ln(2.5/δ))/(n ε/2)),
+        except in ``elfedpca``, which calibrates τ = sqrt(2 ln(1.25/δ))/(n ε) as published
+        and carries no guarantee; see :mod:`islands.pca.maths`. Must be None for
+        ``mode="plain"``.
     mode : {"plain", "elfedpca", "secure", "dpdispca", "central"}, default="plain"
-        ``plain``: exact federated PCA, no noise. ``elfedpca``: the published scheme
-        (zero-sum centring masks from site 2, a shared noise seed, E/s per site): site 1
-        can recover every site's matrix. ``secure``: pairwise-masked sums, counts and
-        second moments (site 1 sees only totals) and independent CSPRNG noise shares
-        N(0, τ²/s) per site; the guarantee assumes no site colludes with site 1.
+        ``plain``: exact federated PCA, no noise. ``elfedpca``: the published scheme,
+        kept for reproduction (zero-sum centring masks from site 2, the exact joint mean,
+        a negotiated noise seed, E/s per site): site 1 can recover every site's matrix,
+        and the calibration does not cover the centring, so it claims no (ε, δ).
+        ``secure``: pairwise-masked sums, counts and second moments (site 1 sees only
+        totals) and independent CSPRNG noise shares N(0, τ²/s) per site; the guarantee
+        assumes no site colludes with site 1.
         ``dpdispca``: each site adds its own noise for its own N_i (a local-noise
         baseline). ``central``: one noise draw on the pooled data held by a trusted
         curator (the reference). See :mod:`islands.pca.protocol`.
@@ -57,8 +69,10 @@ class FederatedPCA:
         it. Every mask, seed and noise draw comes from the OS CSPRNG.
     noise_seed : int or None, default=None
         Makes the DP noise reproducible (to redraw a paper's figure). Anyone who knows
-        it can subtract the noise, so the fit then **carries no DP guarantee**:
-        ``fit`` warns, ``dp_guarantee_`` is False and ``epsilon_`` is ``inf``.
+        it can subtract the noise, so the fit then **carries no DP guarantee**.
+        Whenever a DP mode's guarantee is void (this, or ``mode="elfedpca"``), ``fit``
+        warns, ``dp_guarantee_`` is False, ``epsilon_`` is ``inf`` and
+        ``dp_void_reason_`` says why.
     block_size : int, default=8192
         Rows per block when sites stream their data.
     timeout : float, default=600.0
@@ -71,11 +85,11 @@ class FederatedPCA:
     components_ : ndarray of shape (k, d)
         Principal axes (rows), as in scikit-learn.
     mean_ : ndarray of shape (d,)
-        The joint mean; in the DP modes, the released noisy mean of the unit-normalised
-        rows (it costs half of ε).
+        The exact joint mean (``plain``, ``elfedpca``), or the released noisy mean of
+        the unit-normalised rows (the other DP modes; it costs half of ε).
     explained_variance_ : ndarray of shape (k,)
         Eigenvalues of the matrix site 1 decomposed, A' = Σ X̃ᵀX̃ / n (+ noise), with X̃
-        the centred rows (unit-normalised in the DP modes).
+        the centred rows (:func:`islands.pca.maths.centre_rows`).
     noisy_moment_ : ndarray of shape (d, d)
         A' itself.
     published_ : ndarray of shape (n, k)
@@ -83,10 +97,12 @@ class FederatedPCA:
         differentially private: raw projections of each site's rows.
     epsilon_, delta_ : float or None
         The guarantee the result carries: the target, or ``inf`` for ``epsilon_`` when
-        ``noise_seed`` made the noise reproducible (None for ``plain``).
+        it is void (None for ``plain``).
     dp_guarantee_ : bool
-        True when the result is (``epsilon``, ``delta``)-DP; False for ``plain`` and
-        with ``noise_seed``.
+        True when the result is (``epsilon``, ``delta``)-DP; False for ``plain``,
+        ``elfedpca`` and with ``noise_seed``.
+    dp_void_reason_ : str or None
+        Why the guarantee is void, or None when it holds.
     tau_ : float, dict or None
         The second moment's Gaussian noise scale: one τ, or each site's τ_i for
         ``dpdispca``.
@@ -181,12 +197,12 @@ class FederatedPCA:
             delta=None if self.delta is None else float(self.delta),
             noise_seed=None if self.noise_seed is None else int(self.noise_seed),
         )
-        if self.noise_seed is not None:
+        if self.mode != "plain" and config.dp_void_reason is not None:
             warnings.warn(
-                f"FederatedPCA(noise_seed={self.noise_seed}) makes the DP noise reproducible: "
-                "anyone who knows the seed subtracts it, so this fit carries no "
-                "differential-privacy guarantee (epsilon_ = inf). Use it only to reproduce "
-                "figures.", UserWarning, stacklevel=2)
+                f"FederatedPCA(mode={self.mode!r}) carries no differential-privacy "
+                f"guarantee (epsilon_ = inf): {config.dp_void_reason}. Use it only to "
+                "reproduce published results; mode='secure' keeps the guarantee.",
+                UserWarning, stacklevel=2)
         roles: dict[str, Role] = {
             name: partial(site, source=src, config=config)
             for name, src in zip(names, sources, strict=True)
@@ -202,6 +218,7 @@ class FederatedPCA:
         self.noisy_moment_ = first.noisy_moment
         self.published_ = published.projection
         self.dp_guarantee_ = bool(first.dp_guarantee)
+        self.dp_void_reason_ = first.dp_void_reason
         self.epsilon_ = (config.epsilon if self.dp_guarantee_ or config.epsilon is None
                          else math.inf)
         self.delta_ = config.delta
@@ -224,6 +241,6 @@ class FederatedPCA:
         x = check_array(X, "X", "FederatedPCA.transform")
         if x.shape[1] != self.n_features_in_:
             raise ValidationError(f"X must have shape (n, {self.n_features_in_}); got {x.shape}")
-        centred = maths.centre_rows(x, self.mean_, normalize=self.mode != "plain")
+        centred = maths.centre_rows(x, self.mean_, centring=centring_of(self.mode))
         out: Array = centred @ self.components_.T
         return out

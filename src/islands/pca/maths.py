@@ -1,22 +1,32 @@
 """The mathematics of federated DP-PCA, as pure functions with no I/O.
 
-Normalisation and calibration (the DP modes). ALGORITHMS.md §2 centres every row on the
-*exact* joint mean and then scales it to unit L2 norm. That mean is a function of every
-record, so one record moves every centred row, and the change of A = Σ x̃x̃ᵀ/n is then
-bounded only by about √2, not 1/n; the mean itself would be released without noise.
-islands therefore runs two Gaussian mechanisms, each with half the budget
-(ε/2, δ/2), and composes them (basic composition: (ε, δ) in all):
+Two centrings, one per kind of mode (:data:`Centring`):
 
-1. every row is first scaled to unit norm, x̂ = x/‖x‖, so the sum Σx̂ has L2
-   sensitivity 1; it is released with noise N(0, σ_μ² I), σ_μ = sqrt(2 ln(1.25/δ'))/ε'
-   (:func:`mean_sigma`), and μ̂ = (Σx̂ + e)/n;
-2. rows are centred on the released μ̂ and scaled to unit norm again,
-   x̃ = (x̂ − μ̂)/‖x̂ − μ̂‖ (:func:`centre_rows`). Given μ̂, each x̃ depends on its own record
-   only, so A = Σ x̃x̃ᵀ/n changes by at most ‖x̃x̃ᵀ‖_F/n ≤ 1/n, and symmetric noise E
-   (upper triangle i.i.d. N(0, τ²), mirrored), τ = sqrt(2 ln(1.25/δ'))/(n ε')
-   (:func:`moment_tau`), makes A' = A + E (ε', δ')-DP.
+* ``"published"`` (``elfedpca``, as ALGORITHMS.md §2 and the source notes give it): every
+  row is centred on the *exact* joint mean μ = Σx/n and scaled to unit L2 norm,
+  x̃ = (x − μ)/‖x − μ‖, and A = Σ x̃x̃ᵀ/n gets symmetric noise E with
+  τ = sqrt(2 ln(1.25/δ))/(n ε) (:func:`gaussian_tau`, the whole budget). That τ assumes
+  that one record changes A by at most 1/n, but μ is a function of every record, so one
+  record moves every centred row and the change of A is bounded only by about √2; μ
+  itself is released without noise. The scheme is kept as published, for reproduction,
+  and **carries no (ε, δ) guarantee**.
+* ``"released"`` (``secure``, ``dpdispca``, ``central``): two Gaussian mechanisms, each
+  with half the budget (ε', δ') = (ε/2, δ/2) (:func:`split_budget`), composed (basic
+  composition: (ε, δ) in all):
 
-The row count n is treated as public, as in the source notes and Analyze Gauss.
+  1. every row is first scaled to unit norm, x̂ = x/‖x‖, so the sum Σx̂ has L2
+     sensitivity 1; it is released with noise N(0, σ_μ² I), σ_μ = sqrt(2 ln(1.25/δ'))/ε'
+     (:func:`mean_sigma`), and μ̂ = (Σx̂ + e)/n;
+  2. rows are centred on the released μ̂ and scaled to unit norm again,
+     x̃ = (x̂ − μ̂)/‖x̂ − μ̂‖ (:func:`centre_rows`). Given μ̂, each x̃ depends on its own
+     record only, so Σ x̃x̃ᵀ changes by at most ‖x̃x̃ᵀ‖_F = 1, and A = Σ x̃x̃ᵀ/n by 1/n;
+     symmetric noise E (upper triangle i.i.d. N(0, τ²), mirrored),
+     τ = sqrt(2 ln(1.25/δ'))/(n ε') (:func:`moment_tau`), makes A' = A + E (ε', δ')-DP.
+
+The row count n is treated as public, as in the source notes and Analyze Gauss. Only the
+scale of A depends on it: noise of s.d. n·τ on Σ x̃x̃ᵀ, then division by n, is the same
+mechanism, which is how the secure mode adds its shares (so that no site's noise depends
+on an n another party sends).
 
 That τ is the *classic* Gaussian mechanism (Dwork & Roth 2014, Thm A.1), which is only
 proven for ε < 1: :func:`gaussian_tau` refuses ε ≥ 1 rather than claim a guarantee it
@@ -36,6 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -43,6 +54,7 @@ from numpy.typing import NDArray
 from islands.errors import invalid_parameter
 
 __all__ = [
+    "Centring",
     "captured_variance",
     "centre_rows",
     "check_privacy",
@@ -62,6 +74,9 @@ __all__ = [
 Array = NDArray[np.float64]
 NormalSource = Callable[[int, float], Array]
 """Draws ``count`` i.i.d. N(0, sigma²) values: ``draw(count, sigma)``."""
+Centring = Literal["raw", "published", "released"]
+"""How rows are centred: ``raw`` x − μ (plain), ``published`` (x − μ)/‖x − μ‖ on the exact
+mean (ELFedPCA), ``released`` (x̂ − μ̂)/‖x̂ − μ̂‖ on the noisy mean of unit rows."""
 
 
 def check_privacy(epsilon: object, delta: object, owner: str) -> tuple[float, float]:
@@ -132,20 +147,21 @@ def normalize_rows(block: Array) -> Array:
     return out
 
 
-def centre_rows(block: Array, mean: Array, *, normalize: bool) -> Array:
-    """Return the rows a mode decomposes: x − mean, or (x̂ − μ̂)/‖x̂ − μ̂‖ in DP modes.
+def centre_rows(block: Array, mean: Array, *, centring: Centring) -> Array:
+    """Return the rows a mode decomposes (see :data:`Centring`); returns a new array.
 
-    With ``normalize`` each row is scaled to unit norm (x̂), centred on ``mean`` (the
-    released mean of the unit rows) and scaled to unit norm again; see the module
-    docstring for why. Returns a new array.
+    ``mean`` is the exact mean of the raw rows for ``raw`` and ``published``, the
+    released mean of the unit rows for ``released``.
     """
-    if not normalize:
+    if centring == "raw":
         out: Array = block - mean
         return out
+    if centring == "published":
+        return normalize_rows(block - mean)
     return normalize_rows(normalize_rows(block) - mean)
 
 
-def moment(blocks: Iterable[Array], mean: Array, *, normalize: bool) -> tuple[Array, int]:
+def moment(blocks: Iterable[Array], mean: Array, *, centring: Centring) -> tuple[Array, int]:
     """Σ x̃x̃ᵀ over all rows, x̃ = :func:`centre_rows`, in one pass.
 
     Memory is O(d²) plus one block, whatever the number of rows.
@@ -158,7 +174,7 @@ def moment(blocks: Iterable[Array], mean: Array, *, normalize: bool) -> tuple[Ar
     total = np.zeros((d, d))
     rows = 0
     for block in blocks:
-        centred = centre_rows(block, mean, normalize=normalize)
+        centred = centre_rows(block, mean, centring=centring)
         total += centred.T @ centred
         rows += block.shape[0]
     return total, rows

@@ -9,14 +9,16 @@ mode           messages
 =============  ===========================================================================
 ``plain``      ``stats`` (Σx, N_i) → site 1; ``mean`` ← site 1; ``moment`` A_i → site 1;
                ``components`` ← site 1; ``projection`` Y_i → publisher. No noise.
-``elfedpca``   ``mask`` (a_i, b_i) from site 2 to sites 3..s; ``stats`` (Σx̂ + a_i,
-               N_i + b_i); ``mean`` (site 1 adds the mean's noise); ``noise`` (a fresh
-               32-byte seed, ε, δ) ← site 1; ``moment`` A_i + E/s with the same E at
-               every site; ``components``; ``projection``.
+``elfedpca``   As published: ``mask`` (a_i, b_i) from site 2 to sites 3..s; ``stats``
+               (Σx + a_i, N_i + b_i); ``mean`` (the exact joint mean, no noise);
+               ``noise`` (a fresh 32-byte seed, ε, δ) ← site 1; ``moment`` A_i + E/s
+               with the same E at every site, τ for the whole budget; ``components``;
+               ``projection``. No (ε, δ) guarantee (:mod:`islands.pca.maths`).
 ``secure``     ``session`` (16 random bytes) ← site 1; ``pubkey`` between every two
                sites; ``stats`` and ``moment`` as fixed-point ring elements under pairwise
                masks that cancel in the sum, each site adding its own share of the
-               noise (variance σ_μ²/s on its sum, τ²/s on its moment); ``mean``;
+               noise (variance σ_μ²/s on its sum of unit rows, (nτ)²/s on its
+               Σ x̃x̃ᵀ, neither depending on n); ``mean`` (site 1 divides by n);
                ``components``; ``projection``.
 ``dpdispca``   ``stats`` with the site's own N(0, σ_μ²) on its sum; ``mean``; ``moment``
                X̃_iᵀX̃_i/N_i + E_i with the site's own τ_i (N_i in place of n);
@@ -37,12 +39,18 @@ Trust and collusion, by mode:
   site 1**; a coalition of t sites that pools its noise shares leaves noise of variance
   τ²(s − t)/s, i.e. the guarantee of τ·sqrt((s − t)/s). All sites must finish: there is
   no dropout recovery.
+* Site 1 sends every site the total row count n. Only the scale of A depends on it
+  (:mod:`islands.pca.maths`): no site sets its noise from it (``secure`` adds its shares
+  to Σ x̃x̃ᵀ before site 1 divides by n; ``dpdispca`` uses its own N_i; ``elfedpca`` and
+  the ``central`` curator divide the matrix and τ by the same n), so a wrong n cannot
+  shrink anyone's noise. A site still refuses an n below its own N_i + (s − 1).
 * In every mode the published projections Y_i = X̃_i V' are raw projections of each
   site's rows, **not** differentially private; only the mean μ̂ and the components V'
-  are.
+  are, in the modes that carry a guarantee.
 
 Randomness: every mask, seed and noise draw comes from the operating system's CSPRNG
-(:mod:`islands.crypto.prg`), never from a configured seed. ``PcaConfig.noise_seed``
+(:mod:`islands.crypto.prg`), never from a configured seed (ELFedPCA's published seed
+negotiation included). ``PcaConfig.noise_seed``
 makes the noise reproducible on purpose (to redraw a paper's figure); anyone who knows
 it can subtract the noise, so the run then carries no DP guarantee and says so
 (``SiteResult.dp_guarantee``). Calibration: :mod:`islands.pca.maths`.
@@ -73,14 +81,15 @@ from islands.errors import ProtocolError, ValidationError
 from islands.pca import maths
 from islands.runtime import Party
 
-__all__ = ["MODES", "PcaConfig", "PublisherResult", "SiteResult", "elfedpca_noise", "publisher",
-           "site"]
+__all__ = ["MODES", "PcaConfig", "PublisherResult", "SiteResult", "centring_of",
+           "elfedpca_noise", "publisher", "site"]
 
 Array = NDArray[np.float64]
 Mode = Literal["plain", "elfedpca", "secure", "dpdispca", "central"]
 MODES: tuple[Mode, ...] = ("plain", "elfedpca", "secure", "dpdispca", "central")
 STATS_FRAC_BITS = 24
-MOMENT_FRAC_BITS = 40
+MOMENT_FRAC_BITS = 20
+"""Fixed-point bits of Σ x̃x̃ᵀ in ``secure`` (entries ≤ N_i; noise s.d. ≥ 1 ≫ 2^-20)."""
 
 
 @dataclass(frozen=True)
@@ -98,8 +107,9 @@ class PcaConfig:
     publisher
         The publisher's name.
     epsilon, delta
-        The privacy target (None for ``plain``), split evenly between the mean and the
-        second moment (:func:`islands.pca.maths.split_budget`).
+        The privacy target (None for ``plain``): split evenly between the mean and the
+        second moment (:func:`islands.pca.maths.split_budget`), except in ``elfedpca``,
+        which spends it all on the second moment as published.
     noise_seed
         None (the default): every noise draw and ELFedPCA's shared seed come from the
         CSPRNG. An int makes the DP noise reproducible, which **voids the guarantee**
@@ -120,9 +130,31 @@ class PcaConfig:
         return self.sites[0]
 
     @property
-    def normalizes(self) -> bool:
-        """Whether rows are scaled to unit norm (every DP mode: sensitivity needs ‖x‖ ≤ 1)."""
-        return self.mode != "plain"
+    def centring(self) -> maths.Centring:
+        """How this mode centres rows (:data:`islands.pca.maths.Centring`)."""
+        return centring_of(self.mode)
+
+    @property
+    def dp_void_reason(self) -> str | None:
+        """Why this run carries no (ε, δ) guarantee, or None when it does."""
+        reasons = []
+        if self.mode == "plain":
+            reasons.append("mode='plain' adds no noise")
+        if self.mode == "elfedpca":
+            reasons.append(
+                "ELFedPCA as published centres rows on the exact joint mean, which is "
+                "released without noise and moves every centred row when one record "
+                "changes (sensitivity about sqrt(2), not the 1/n its noise is calibrated "
+                "for); every site also knows the noise E")
+        if self.noise_seed is not None:
+            reasons.append(f"noise_seed={self.noise_seed} makes the noise reproducible: "
+                           "anyone who knows the seed subtracts it")
+        return "; ".join(reasons) or None
+
+
+def centring_of(mode: str) -> maths.Centring:
+    """Return the centring ``mode`` uses: raw, published (elfedpca) or on the released mean."""
+    return "raw" if mode == "plain" else "published" if mode == "elfedpca" else "released"
 
 
 @dataclass(frozen=True)
@@ -141,8 +173,11 @@ class SiteResult:
     noisy_moment
         A' (d×d), the matrix decomposed; only site 1 has it (None elsewhere).
     dp_guarantee
-        Whether the run carries its (ε, δ) guarantee: False for ``plain`` and whenever
-        ``noise_seed`` made the noise reproducible.
+        Whether the run carries its (ε, δ) guarantee: False for ``plain``, for
+        ``elfedpca`` (as published) and whenever ``noise_seed`` made the noise
+        reproducible.
+    dp_void_reason
+        Why not (:attr:`PcaConfig.dp_void_reason`), or None.
     """
 
     mean: Array
@@ -153,6 +188,7 @@ class SiteResult:
     tau: float | None
     noisy_moment: Array | None
     dp_guarantee: bool
+    dp_void_reason: str | None
 
 
 @dataclass(frozen=True)
@@ -213,6 +249,25 @@ def _expect(frm: str, name: str, expected: object, got: object, step: str,
             f"{expected!r}; stopping before anything more is sent", party=me, step=step)
 
 
+def _check_n(n: object, frm: str, me: str, rows: int, sites: int) -> int:
+    """Return the total row count ``frm`` sent; refuse one below own rows + one per other site."""
+    low = rows + sites - 1
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < low:
+        raise ProtocolError(
+            f"{me}: {frm!r} sent n = {n!r} rows in all, but this site holds {rows} and each "
+            f"of the other {sites - 1} at least 1, so n must be an int >= {low}",
+            party=me, step="mean")
+    return int(n)
+
+
+def _moment_tau(config: PcaConfig, n: int) -> float:
+    """τ of E on A: the whole budget in ``elfedpca`` (as published), half elsewhere."""
+    assert config.epsilon is not None and config.delta is not None
+    if config.mode == "elfedpca":
+        return maths.gaussian_tau(config.epsilon, config.delta, n)
+    return maths.moment_tau(config.epsilon, config.delta, n)
+
+
 def _add_up(parts: list[Array]) -> Array:
     """Sum same-shaped arrays in place (np.sum over a list would stack them all first)."""
     total = np.array(parts[0], dtype=np.float64)
@@ -261,9 +316,10 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
     agg = config.aggregator
     is_agg = party.name == agg
     others = [p for p in config.sites if p != party.name]
-    sums, rows = _sums(source, normalize=config.normalizes)
-    sigma_mu = (None if config.epsilon is None or config.delta is None
-                else maths.mean_sigma(config.epsilon, config.delta))
+    sums, rows = _sums(source, normalize=config.centring == "released")
+    sigma_mu = (maths.mean_sigma(config.epsilon, config.delta)
+                if config.centring == "released" and config.epsilon is not None
+                and config.delta is not None else None)
     if config.mode == "secure":
         _check_ring_range(sums, party.name, s)
 
@@ -323,19 +379,17 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
             total = decode_fixed(total_ring, frac_bits=STATS_FRAC_BITS)
         else:
             total = _add_up(parts)
-        if config.mode == "elfedpca":
-            assert sigma_mu is not None
-            total[:-1] += _noise(config, "mean")(d, sigma_mu)
         n_total = round(float(total[-1]))
         mean = total[:-1] / n_total
         party.broadcast("mean", {"mean": mean, "n": n_total}, to=others)
     else:
         party.send(agg, "stats", outgoing)
         got = party.recv(agg, "mean")
-        mean, n_total = _check(got["mean"], (d,), "the mean", agg), int(got["n"])
+        mean = _check(got["mean"], (d,), "the mean", agg)
+        n_total = _check_n(got["n"], agg, party.name, rows, s)
 
     # ---- pass 2: second moment, with each scheme's noise
-    outer, _ = maths.moment(source.blocks(), mean, normalize=config.normalizes)
+    outer, _ = maths.moment(source.blocks(), mean, centring=config.centring)
     tau: float | None = None
     if config.mode == "plain":
         local = outer / n_total
@@ -365,15 +419,17 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
                 raise ProtocolError(
                     f"{party.name}: {agg!r} sent a noise seed that is not {SEED_BYTES} "
                     "random bytes", party=party.name, step="noise")
-        tau = maths.moment_tau(config.epsilon, config.delta, n_total)
+        tau = _moment_tau(config, n_total)
         shared = maths.symmetric_noise(d, tau, elfedpca_noise(seed))
         local = outer / n_total + shared / s
     else:  # secure
         assert config.epsilon is not None and config.delta is not None and key is not None
-        tau = maths.moment_tau(config.epsilon, config.delta, n_total)
-        own_noise = maths.symmetric_noise(d, tau / np.sqrt(s),
+        tau = _moment_tau(config, n_total)
+        # the share goes on Σ x̃x̃ᵀ (sensitivity 1, s.d. nτ/√s = τ(1)/√s): no n in it, so
+        # no other party's word on n sets it; site 1 divides the sum by n
+        own_noise = maths.symmetric_noise(d, _moment_tau(config, 1) / np.sqrt(s),
                                           _noise(config, f"moment {party.name}"))
-        local = outer / n_total + own_noise
+        local = outer + own_noise
 
     if config.mode == "secure":
         assert key is not None
@@ -395,7 +451,7 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
             for part in parts:
                 ring_total += part
             noisy = maths.symmetric_from_upper(
-                decode_fixed(ring_total, frac_bits=MOMENT_FRAC_BITS), d)
+                decode_fixed(ring_total, frac_bits=MOMENT_FRAC_BITS), d) / n_total
         else:
             noisy = _add_up(parts)
         values, comps = maths.top_components(noisy, k)
@@ -410,11 +466,8 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
     _publish(party, source, config, mean, comps)
     return SiteResult(mean=mean, components=comps, eigenvalues=values, n_rows=rows,
                       n_total=n_total, tau=tau, noisy_moment=noisy,
-                      dp_guarantee=_guaranteed(config))
-
-
-def _guaranteed(config: PcaConfig) -> bool:
-    return config.mode != "plain" and config.noise_seed is None
+                      dp_guarantee=config.dp_void_reason is None,
+                      dp_void_reason=config.dp_void_reason)
 
 
 def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) -> SiteResult:
@@ -432,14 +485,16 @@ def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) ->
                 party.send(agg, "rows", np.ascontiguousarray(block))
         party.send(agg, "rows", np.zeros((0, d)))
         got = party.recv(agg, "mean")
-        mean, n_total = _check(got["mean"], (d,), "the mean", agg), int(got["n"])
+        mean = _check(got["mean"], (d,), "the mean", agg)
+        n_total = _check_n(got["n"], agg, party.name, rows, len(config.sites))
         got = party.recv(agg, "components")
         comps = _check(got["components"], (k, d), "components", agg)
         tau = maths.moment_tau(config.epsilon, config.delta, n_total)
         _publish(party, source, config, mean, comps)
         return SiteResult(mean=mean, components=comps, eigenvalues=got["eigenvalues"],
                           n_rows=rows, n_total=n_total, tau=tau, noisy_moment=None,
-                          dp_guarantee=_guaranteed(config))
+                          dp_guarantee=config.dp_void_reason is None,
+                          dp_void_reason=config.dp_void_reason)
 
     pooled = [np.array(block) for block in source.blocks()]
     for peer in others:
@@ -454,7 +509,7 @@ def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) ->
     unit_sum = np.sum([maths.normalize_rows(b).sum(axis=0) for b in pooled], axis=0)
     sigma_mu = maths.mean_sigma(config.epsilon, config.delta)
     mean = (unit_sum + _noise(config, "mean")(d, sigma_mu)) / n_total
-    outer, _ = maths.moment(pooled, mean, normalize=True)
+    outer, _ = maths.moment(pooled, mean, centring="released")
     del pooled
     tau = maths.moment_tau(config.epsilon, config.delta, n_total)
     noisy = outer / n_total + maths.symmetric_noise(d, tau, _noise(config, "moment"))
@@ -464,14 +519,15 @@ def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) ->
     _publish(party, source, config, mean, comps)
     return SiteResult(mean=mean, components=comps, eigenvalues=values, n_rows=rows,
                       n_total=n_total, tau=tau, noisy_moment=noisy,
-                      dp_guarantee=_guaranteed(config))
+                      dp_guarantee=config.dp_void_reason is None,
+                      dp_void_reason=config.dp_void_reason)
 
 
 def _publish(party: Party, source: BlockSource, config: PcaConfig, mean: Array,
              comps: Array) -> None:
     blocks = []
     for block in source.blocks():
-        blocks.append(maths.centre_rows(block, mean, normalize=config.normalizes) @ comps.T)
+        blocks.append(maths.centre_rows(block, mean, centring=config.centring) @ comps.T)
     party.send(config.publisher, "projection", np.vstack(blocks))
 
 
