@@ -7,7 +7,6 @@ leaves, or that the reported ε is the one the noise and the survivors really gi
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -17,64 +16,9 @@ from islands.errors import ProtocolError, ValidationError
 from islands.hfl import FedAvg
 from islands.hfl.aggregate import MeanAggregator
 from islands.hfl.protect import ChaosPermutation, ClientDP, build_aggregator
-from islands.hfl.protocol import LocalOutcome, client, server
 from islands.hfl.secagg import SecureAggregation
-from islands.runtime import Transcript, run_local
-
-
-class Zero:
-    """A learner whose update is zero: what reaches the server is the DP noise alone."""
-
-    def __init__(self, n: int = 100) -> None:
-        self.n = n
-
-    @property
-    def n_train(self) -> int:
-        return self.n
-
-    @property
-    def n_eval(self) -> int:
-        return 0
-
-    def train(self, params: Any, **kw: Any) -> LocalOutcome:
-        return LocalOutcome(params=np.asarray(params, np.float32).copy(), momentum=None,
-                            loss=0.0)
-
-    def evaluate(self, params: Any) -> float:  # pragma: no cover - n_eval = 0
-        return 0.0
-
-
-class DiesAtUpload:
-    """A client half that fails when it should upload (a dropout after the set-up)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def on_step(self, party: Any, **kw: Any) -> Any:
-        return self.inner.on_step(party, **kw)
-
-    def open(self, payload: Any) -> Any:
-        return self.inner.open(payload)
-
-    def payload(self, party: Any, **kw: Any) -> Any:
-        raise RuntimeError("dies")
-
-
-def play(server_agg: Any, client_agg: Any, *, k: int = 1, dim: int = 257,
-         strategy: Any = None, halves: dict[str, Any] | None = None,
-         epochs: int = 1) -> tuple[Any, Transcript]:
-    """Run a server holding ``server_agg`` against ``k`` clients holding ``client_agg``."""
-    names = [f"c{i}" for i in range(k)]
-    strategy = strategy or FedAvg(local_steps=1, batch_size=None, aggregator=server_agg)
-    transcript = Transcript()
-    roles: dict[str, Any] = {"server": partial(
-        server, clients=names, strategy=strategy, initial=np.zeros(dim, np.float32),
-        epochs=epochs, client_timeout=20.0)}
-    for name in names:
-        roles[name] = partial(client, server="server", learner=Zero(), aggregator=client_agg,
-                              half=(halves or {}).get(name), task_timeout=20.0)
-    result = run_local(roles, timeout=120, tolerate=[*names, "server"], transcript=transcript)
-    return result, transcript
+from islands.hfl.server_audit import DiesAtUpload, play
+from islands.runtime import Transcript
 
 
 def uploads_from(transcript: Transcript, name: str) -> list[Any]:

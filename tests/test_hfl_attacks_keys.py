@@ -9,57 +9,24 @@ played by the test against real client halves, each with its own identity.
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
 import pytest
 
 from islands.crypto.envelope import pair_context, seal
 from islands.crypto.masking import generate_key
 from islands.errors import ProtocolError
-from islands.hfl.aggregate import AggStep
-from islands.hfl.keys import _ENVELOPE, KeyReceiver, _aad
-from islands.runtime.identity import make_identities
+from islands.hfl.keys import _ENVELOPE, _aad
+from islands.hfl.server_audit import Dealing
 
 CLIENTS = ["c0", "c1", "c2"]
 
 
-class ClientView:
-    def __init__(self, name: str, parties: list[str], identity: Any) -> None:
-        self.name, self.parties, self.identity = name, tuple(parties), identity
-
-
-class Dealing:
-    """Three clients and the keys each installed; the server is played by the test."""
-
-    def __init__(self, extra: tuple[str, ...] = ()) -> None:
-        parties = ["server", *CLIENTS, *extra]
-        self.ids = make_identities(parties)
-        self.views = {c: ClientView(c, parties, self.ids[c]) for c in CLIENTS}
-        self.installed: dict[str, bytes] = {}
-        self.receivers = {c: KeyReceiver("demo", self._generate, self._installer(c))
-                          for c in CLIENTS}
-        self.session = secrets.token_bytes(16)
-
-    @staticmethod
-    def _generate() -> tuple[bytes, bytes]:
-        return secrets.token_bytes(32), b"public part"
-
-    def _installer(self, c: str) -> Any:
-        def install(secret: bytes) -> None:
-            self.installed[c] = secret
-        return install
-
-    def step(self, c: str, phase: str, body: Any) -> Any:
-        return self.receivers[c].on_step(self.views[c], AggStep(0, f"demo-{phase}", body),
-                                         server="server")
-
-    def hello(self, dealer: str = "c0") -> dict[str, Any]:
-        return {c: self.step(c, "hello", {"dealer": dealer, "session": self.session})
-                for c in CLIENTS}
+def dealing() -> Dealing:
+    return Dealing(CLIENTS, purpose="demo")
 
 
 def test_an_honest_dealing_gives_every_client_the_dealers_key() -> None:
-    d = Dealing()
+    d = dealing()
     keys = d.hello()
     dealt = d.step("c0", "deal", {"keys": keys})
     for c in ("c1", "c2"):
@@ -70,7 +37,7 @@ def test_an_honest_dealing_gives_every_client_the_dealers_key() -> None:
 
 
 def test_a_key_the_server_made_up_is_refused() -> None:
-    d = Dealing()
+    d = dealing()
     keys = d.hello()
     d.step("c0", "deal", {"keys": keys})
     own, secret = generate_key(), secrets.token_bytes(32)  # the server's key and secret
@@ -88,7 +55,7 @@ def test_a_key_the_server_made_up_is_refused() -> None:
 
 
 def test_the_server_cannot_deal_itself_or_be_sealed_for() -> None:
-    d = Dealing()
+    d = dealing()
     with pytest.raises(ProtocolError, match="the dealer 'server' is not a client"):
         d.step("c1", "hello", {"dealer": "server", "session": d.session})
     keys = d.hello()
@@ -101,7 +68,7 @@ def test_the_server_cannot_deal_itself_or_be_sealed_for() -> None:
 
 
 def test_the_dealer_refuses_a_key_the_server_put_in_a_clients_place() -> None:
-    d = Dealing()
+    d = dealing()
     keys = d.hello()
     fake = generate_key()  # the server would open c2's envelope with it
     keys["c2"] = dict(keys["c2"], key=fake.public)

@@ -9,90 +9,25 @@ clients different survivor sets rebuilt both masks of one client and read its up
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any
-
 import numpy as np
 import pytest
 
 from islands.crypto import shamir
 from islands.crypto.prg import expand
 from islands.errors import ProtocolError
-from islands.hfl.aggregate import AggStep
-from islands.hfl.secagg import KEY_BYTES, SecureAggregation, _share_from
-from islands.runtime.identity import make_identities
+from islands.hfl.secagg import KEY_BYTES, _share_from
+from islands.hfl.server_audit import SecAggFederation, split_view
 
 NAMES = ["v", "a1", "a2", "b1", "b2"]  # v: the victim
 DIM = 6
 
 
-class ClientView:
-    """What a client half sees of its runtime: its name, the federation, its identity."""
-
-    def __init__(self, name: str, parties: list[str], identity: Any) -> None:
-        self.name, self.parties, self.identity = name, tuple(parties), identity
-
-
-class Federation:
-    """Five honest clients (threshold 0.5: t = 3 of 5) and a server played by the test."""
-
-    def __init__(self, threshold: float | int = 0.5) -> None:
-        parties = ["server", *NAMES]
-        self.ids = make_identities(parties)
-        self.views = {n: ClientView(n, parties, self.ids[n]) for n in NAMES}
-        self.halves = {n: SecureAggregation(threshold=threshold).client_half() for n in NAMES}
-        rng = np.random.default_rng(0)
-        self.updates = {n: rng.normal(size=DIM).astype(np.float32) for n in NAMES}
-
-    def step(self, client: str, phase: str, body: Any, rnd: int = 1) -> Any:
-        return self.halves[client].on_step(self.views[client], server="server",
-                                           step=AggStep(rnd, phase, body))
-
-    def setup(self, t: int) -> tuple[bytes, dict[str, list[bytes]], dict[str, Any]]:
-        """Stages 0 to 2 as an honest server runs them, advertising ``t``."""
-        session = bytes(16)
-        keys = {}
-        for c in NAMES:
-            a = self.step(c, "advertise", {"session": session, "threshold": t})
-            keys[c] = [a["c"], a["s"], a["sig"]]
-        envelopes = {c: self.step(c, "share-keys", {"keys": keys}) for c in NAMES}
-        for u in NAMES:
-            self.step(u, "deliver", {"u2": NAMES, "shares": {
-                v: envelopes[v][u] for v in NAMES if v != u}})
-        uploads = {c: self.halves[c].payload(self.views[c], server="server", round=1,
-                                             params=self.updates[c], base=np.zeros(DIM),
-                                             weight=1.0) for c in NAMES}
-        return session, keys, uploads
-
-
-def split_view(fed: Federation, t: int) -> dict[str, Any]:
-    """The attack: tell {v, a1, a2} that v survived and {b1, b2, a1} that it dropped.
-
-    Returns what the server collects: v's self-mask shares from the first group and its
-    mask-key shares from the second.
-    """
-    _, _, uploads = fed.setup(t)
-    view_a, view_b = ["v", "a1", "a2"], ["a1", "b1", "b2"]
-    got: dict[str, Any] = {"upload": uploads["v"], "b": {}, "s": {}}
-    sigs_a = {c: fed.step(c, "consistency", {"survivors": view_a}) for c in view_a}
-    sigs_b = {}
-    for c in view_b:
-        # a1 signed the first view already: it answers no second one
-        with contextlib.suppress(ProtocolError):
-            sigs_b[c] = fed.step(c, "consistency", {"survivors": view_b})
-    for c in view_a:
-        answer = fed.step(c, "unmask", {"survivors": view_a, "dropped": ["b1", "b2"],
-                                        "signatures": sigs_a})
-        got["b"][c] = answer["b"]["v"]
-    for c in ["b1", "b2"]:
-        answer = fed.step(c, "unmask", {"survivors": view_b, "dropped": ["v", "a2"],
-                                        "signatures": sigs_b})
-        got["s"][c] = answer["s"]["v"]
-    return got
+def federation(threshold: float | int = 0.5) -> SecAggFederation:
+    return SecAggFederation(NAMES, threshold=threshold, dim=DIM)
 
 
 def test_a_server_that_lowers_the_threshold_is_refused_before_any_share_leaves() -> None:
-    fed = Federation()  # t = 3 of 5
+    fed = federation()  # t = 3 of 5
     session = bytes(16)
     keys = {}
     for c in NAMES:
@@ -110,7 +45,7 @@ def test_a_split_view_of_the_survivors_is_refused() -> None:
     # holds only two signatures on its survivor set: it refuses to unmask
     with pytest.raises(ProtocolError, match=r"2 signatures of survivors on the survivor "
                        r"set, below the threshold t=3"):
-        split_view(Federation(), t=3)
+        split_view(federation(), t=3)
 
 
 def test_without_the_threshold_bound_the_split_view_reads_the_update(
@@ -123,7 +58,7 @@ def test_without_the_threshold_bound_the_split_view_reads_the_update(
     from islands.hfl import secagg
 
     monkeypatch.setattr(secagg, "least_threshold", lambda n: 1)
-    fed = Federation(threshold=2)
+    fed = federation(threshold=2)
     got = split_view(fed, t=2)
     order = sorted(NAMES)
 
@@ -147,7 +82,7 @@ def test_without_the_threshold_bound_the_split_view_reads_the_update(
 def test_a_client_refuses_keys_the_server_put_in_another_clients_place() -> None:
     from islands.crypto.masking import generate_key
 
-    fed = Federation()
+    fed = federation()
     session = bytes(16)
     keys = {}
     for c in NAMES:
@@ -166,7 +101,7 @@ def test_a_client_refuses_keys_the_server_put_in_another_clients_place() -> None
 
 
 def test_unmasking_needs_the_set_the_client_signed() -> None:
-    fed = Federation()
+    fed = federation()
     fed.setup(3)
     sigs = {c: fed.step(c, "consistency", {"survivors": NAMES}) for c in NAMES}
     with pytest.raises(ProtocolError, match="not the set this client signed"):
@@ -179,8 +114,8 @@ def test_unmasking_needs_the_set_the_client_signed() -> None:
 
 
 def test_an_honest_round_unmasks_exactly_the_sum() -> None:
-    fed = Federation()
-    *_, uploads = fed.setup(3)
+    fed = federation()
+    uploads = fed.setup(3)
     sigs = {c: fed.step(c, "consistency", {"survivors": NAMES}) for c in NAMES}
     answers = {c: fed.step(c, "unmask", {"survivors": NAMES, "dropped": [],
                                          "signatures": sigs}) for c in NAMES[:3]}

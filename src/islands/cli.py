@@ -245,6 +245,41 @@ def audit_scca_command(
         console.print(f"wrote {json_path}")
 
 
+@audit_app.command("server")
+def audit_server_command(
+    details: Annotated[bool, typer.Option(
+        "--details", help="Also print each refusal as the party gave it.")] = False,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write every attack and its outcome as JSON.")
+    ] = None,
+) -> None:
+    """Play a deviating server against each protection; print which check stops which attack."""
+    from islands.hfl.server_audit import audit_server
+
+    console.print("A server that sends other numbers than the protocol says, against honest "
+                  "clients holding their own configuration and identity (exact messages).")
+    with console.status("playing the attacks"):
+        results = audit_server()
+    table = Table(title="What stops a deviating server")
+    for col in ("protection", "the server tries to", "stopped by", "outcome"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        outcome = r.outcome if r.stopped else f"[bold red]{r.outcome}[/]"
+        table.add_row(escape(r.protection), escape(r.attack), escape(r.check), outcome)
+    console.print(table)
+    if details:
+        for i, r in enumerate(results, 1):
+            console.print(f"{i:2d}. {escape(r.detail)}")
+    leaks = [r for r in results if not r.stopped]
+    console.print(f"{len(results) - len(leaks)} of {len(results)} attacks stopped. What each "
+                  "protection holds against, and what it does not: docs/threat-model.md.")
+    if json_path is not None:
+        json_path.write_text(json.dumps([r.to_dict() for r in results], indent=2) + "\n")
+        console.print(f"wrote {escape(str(json_path))}")
+    if leaks:
+        raise typer.Exit(1)
+
+
 @audit_app.command("pca")
 def audit_pca_command(
     dataset: Annotated[str, typer.Option(

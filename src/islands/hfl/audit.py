@@ -500,6 +500,7 @@ def audit_gradients(
                 f"{1 + others_total} samples of the round (error {e_mixed:.3g})")
         else:  # ckks
             from islands.crypto import ckks
+            from islands.hfl.homomorphic import TAG_SLOTS
 
             public = ckks.load_context(_ckks_public_context(transcript, victim), secret=False)
             try:
@@ -514,7 +515,9 @@ def audit_gradients(
             notes["ckks"] = (
                 f"the server holds {len(upload)} ciphertexts and the public context only; "
                 f"decrypting is refused ({refused}); its best guess is x̂ = 0 (error 1)")
-            after = shared_key_attack(halves[colluder].context, upload, dim)
+            # an upload ends with the client's aggregate tags (homomorphic.TAG_SLOTS)
+            after = shared_key_attack(halves[colluder].context, upload,
+                                      dim + TAG_SLOTS)[:dim]
             guess, err = attack(before, after)
             errors["ckks+collusion"], images["ckks+collusion"] = err, guess
             views["ckks+collusion"] = {"decrypted_upload": err}

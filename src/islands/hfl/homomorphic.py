@@ -20,16 +20,53 @@ holds the plain model (:meth:`reveal` is None), and the run cannot resume from a
 checkpoint after a restart (the keys are not checkpointed). The shared key is the
 scheme's weakness: any client with the server decrypts every other client's upload
 (:func:`islands.hfl.audit.shared_key_attack`).
+
+Against a deviating dealer or server (issue 22):
+
+* **A client checks the key it installs against its own configuration** (the dealer's
+  configuration, or a server relaying for a dealer, cannot lower it): a CKKS context
+  needs at least the client's ring dimension N and scale, a data modulus that holds
+  sums as large, and no more modulus bits per ring dimension (the ratio the lattice
+  security estimate falls with); a Paillier modulus at least the client's ``key_bits``.
+  More protection or precision is accepted. A mismatch is a ProtocolError naming the
+  dealer, the parameter, the value expected and the value received, raised when the
+  key arrives, before anything is encrypted or sent.
+* **An aggregate is bound to its round and its contributors.** Every upload carries
+  :data:`TAG_SLOTS` extra values τ_{k,r} ∈ [-1, 1), a pseudo-random function of the
+  dealt secret, the round r and the client's name, which only the key holders can
+  compute. The server sends the aggregate with the round, the contributors S and their
+  weights p_j; a client recomputes Σ_{j∈S} p_j·τ_{j,r}, compares it with the decrypted
+  tag slots (to a tolerance of 64 times CKKS's precision at the context's scale, or of
+  the fixed point's rounding for Paillier: forging all 16 slots within it without the
+  key has a chance below 10^-19) and only then scales the model by 1/Σ_S p_j itself.
+  So a server cannot pass off one client's upload as a sum of several, change the
+  weights it applied, relabel a round, or replay an aggregate older than the client's
+  own last upload or than one it opened: the client refuses with a ProtocolError
+  naming the server and the round. The model a client trains on and evaluates comes
+  from the same check (:meth:`open`), so a server cannot have a client score another
+  client's upload either. An aggregate of a single upload other than the client's own
+  is refused (it would be that client's model).
+
+Residual, honestly: the server still chooses which of the round's uploads it sums, and
+with which weights (it sets them from the sample counts the clients announce; a client
+checks its own). It may leave out uploads, as it must for late clients; a sum over two
+clients shows each of them the other's model, and a weight near 1 on one contributor
+makes the mean nearly its model. A client bound on the contributors and weights it
+accepts is not configurable yet. A client colluding with the server still decrypts
+every upload (the shared key, above).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.crypto.prg import expand
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl.aggregate import (
     AggStep,
@@ -43,15 +80,128 @@ from islands.hfl.keys import KeyReceiver, deal_key
 from islands.runtime import Party
 from islands.validation import check_int
 
-__all__ = ["CKKSAggregator", "PaillierAggregator"]
+__all__ = ["TAG_SLOTS", "CKKSAggregator", "PaillierAggregator"]
 
 Vector = NDArray[np.float32]
 
+TAG_SLOTS = 16
+"""Values appended to every upload to bind the aggregate to its round and contributors."""
 
-def _opened(payload: Any, keys: tuple[str, ...], who: str) -> dict[str, Any]:
-    if not isinstance(payload, dict) or not all(k in payload for k in keys):
-        raise ValidationError(f"the {who} global model is malformed (expected {keys})")
-    return payload
+_TAG_LABEL = b"islands hfl aggregate tags v1"
+
+
+def _refuse_key(scheme: str, me: str, dealer: str, name: str, want: str,
+                got: Any) -> ProtocolError:
+    return ProtocolError(
+        f"client {me!r} refuses the {scheme} key of dealer {dealer!r}: parameter {name!r} "
+        f"must be {want} (this client's own configuration), got {got}",
+        party=me, step=f"{scheme}-deliver")
+
+
+class _Binding:
+    """A client's side of the aggregate binding (see the module docstring).
+
+    Holds the tag key (derived from the dealt secret), who this client is, and its last
+    upload and opened round; :meth:`check` refuses an aggregate that is not the sum of
+    the uploads of the round and contributors it claims.
+    """
+
+    def __init__(self, scheme: str) -> None:
+        self.scheme = scheme
+        self.key: bytes | None = None
+        self.me = ""
+        self.server = ""
+        self.dealer = ""
+        self.clients: frozenset[str] = frozenset()  # the federation's clients
+        self.uploaded = 0  # the last round this client uploaded in
+        self.weight = 0.0  # its weight then
+        self.opened = 0  # the latest round of an aggregate it accepted
+
+    def seen(self, party: Party, server: str, step: AggStep | None = None) -> None:
+        self.me, self.server = party.name, server
+        self.clients = frozenset(party.parties) - {server}
+        if (step is not None and step.phase.endswith("-hello") and isinstance(step.body, dict)
+                and isinstance(step.body.get("dealer"), str)):
+            self.dealer = step.body["dealer"][:100]
+
+    def install(self, secret: bytes) -> None:
+        self.key = hmac.new(secret, _TAG_LABEL + self.scheme.encode(), hashlib.sha256).digest()
+
+    def tag(self, round: int, client: str) -> NDArray[np.float64]:
+        """τ_{client,round}: TAG_SLOTS values in [-1, 1), from the tag key."""
+        if self.key is None:
+            raise ProtocolError(f"client {self.me!r} has no {self.scheme} key",
+                                party=self.me, step="update")
+        label = _TAG_LABEL + round.to_bytes(8, "big") + client.encode("utf-8")
+        bits = expand(self.key, TAG_SLOTS, label=label) >> np.uint64(11)
+        tag: NDArray[np.float64] = bits.astype(np.float64) * 2.0**-52 - 1.0
+        return tag
+
+    def upload(self, round: int, weight: float) -> NDArray[np.float64]:
+        """Record an upload of ``round``; return its tag."""
+        tag = self.tag(round, self.me)
+        self.uploaded, self.weight = max(self.uploaded, round), float(weight)
+        return tag
+
+    def refuse(self, round: Any, why: str) -> ProtocolError:
+        return ProtocolError(
+            f"client {self.me!r} refuses the aggregate server {self.server!r} sent as that "
+            f"of round {round}: {why}", party=self.me, step="task")
+
+    def claims(self, p: Any, body: str
+               ) -> tuple[int, list[str], NDArray[np.float64], int]:
+        """Check the aggregate's claims before decrypting; return round, names, weights, length."""
+        keys = (body, "round", "contributors", "weights", "length")
+        if not isinstance(p, dict) or not all(k in p for k in keys):
+            raise self.refuse("?", f"it is malformed (expected the fields {list(keys)})")
+        rnd, names, weights, n = p["round"], p["contributors"], p["weights"], p["length"]
+        if isinstance(rnd, bool) or not isinstance(rnd, int) or rnd < 1:
+            raise self.refuse(str(rnd)[:20], "its round is not an int >= 1")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < 2**32:
+            raise self.refuse(rnd, "its length is not an int in [1, 2^32)")
+        if (not isinstance(names, list) or not names
+                or not all(isinstance(c, str) for c in names) or len(set(names)) != len(names)):
+            raise self.refuse(rnd, "its contributors are not a list of distinct names")
+        strangers = [c[:100] for c in names if self.clients and c not in self.clients][:5]
+        if strangers:
+            raise self.refuse(rnd, f"it claims contributors {strangers} that are not clients "
+                              "of this federation")
+        try:
+            w = np.asarray(weights, dtype=np.float64)
+        except (TypeError, ValueError):
+            w = np.zeros(0)
+        if w.shape != (len(names),) or not np.all(np.isfinite(w)) or np.any(w <= 0):
+            raise self.refuse(rnd, "its weights are not one finite weight > 0 per "
+                               "contributor")
+        latest = max(self.uploaded, self.opened)
+        if rnd < latest:
+            after = (f"after its own upload of round {self.uploaded}"
+                     if self.uploaded >= self.opened else
+                     f"after it accepted the aggregate of round {self.opened}")
+            raise self.refuse(rnd, f"it comes {after} (a replayed aggregate)")
+        if len(names) == 1 and names[0] != self.me:
+            raise self.refuse(rnd, f"it claims the upload of {names[0][:100]!r} alone, which "
+                               "would show this client that client's model")
+        if self.me in names and rnd == self.uploaded:
+            mine = float(w[names.index(self.me)])
+            if abs(mine - self.weight) > 1e-9 * max(1.0, self.weight):
+                raise self.refuse(rnd, f"it weights this client's upload {mine:.6g}, not "
+                                   f"the {self.weight:.6g} it was given")
+        return rnd, names, w, n
+
+    def check(self, rnd: int, names: list[str], w: NDArray[np.float64],
+              tags: NDArray[np.float64], tol: float) -> float:
+        """Compare the decrypted tags with Σ p_j·τ_{j,rnd}; return the scale 1/Σ p_j."""
+        want = sum((wj * self.tag(rnd, c) for wj, c in zip(w, names, strict=True)),
+                   np.zeros(TAG_SLOTS))
+        off = float(np.max(np.abs(tags - want)))
+        if not off <= tol:
+            shown = names if len(names) <= 8 else [*names[:8], "..."]
+            raise self.refuse(rnd, f"it is not the sum of the uploads of round {rnd} by "
+                               f"{shown} it claims (its tags are off by {off:.3g}, beyond "
+                               f"{tol:.3g})")
+        self.opened = max(self.opened, rnd)
+        return 1.0 / float(np.sum(w))
 
 
 # --------------------------------------------------------------------------- Paillier
@@ -82,7 +232,7 @@ class PaillierAggregator:
                  max_clients: int = 1024, packed: bool = True) -> None:
         from islands.crypto import paillier
 
-        self.key_bits = check_int(key_bits, "key_bits", "PaillierAggregator", low=1024)
+        self.key_bits = check_int(key_bits, "key_bits", "PaillierAggregator", low=2048)
         # validates every number now, before any message leaves a party
         self.spec = paillier.packing_spec(
             self.key_bits, frac_bits=frac_bits, int_bits=int_bits, max_terms=max_clients,
@@ -113,6 +263,7 @@ class _PaillierClient:
         self.public_key: Any = None
         self.private_key: Any = None
         self.pool: Any = None
+        self.binding = _Binding("paillier")
         self.keys = KeyReceiver("paillier", self._generate, self._install)
 
     def _generate(self) -> tuple[bytes, bytes]:
@@ -126,25 +277,41 @@ class _PaillierClient:
 
         from islands.crypto import paillier
 
+        b = self.binding
         k = int.from_bytes(secret[:4], "big")
         p = int.from_bytes(secret[4:4 + k], "big")
         q = int.from_bytes(secret[8 + k:], "big")
+        if p < 3 or q < 3:
+            raise ProtocolError(f"client {b.me!r} got a malformed paillier key from dealer "
+                                f"{b.dealer!r}", party=b.me, step="paillier-deliver")
+        bits = (p * q).bit_length()
+        if bits < self.config.key_bits:
+            raise _refuse_key("paillier", b.me, b.dealer, "key_bits",
+                              f"at least {self.config.key_bits}", bits)
         pk = phe_paillier.PaillierPublicKey(p * q)
         self.public_key, self.private_key = pk, phe_paillier.PaillierPrivateKey(pk, p, q)
+        b.install(secret)
         return paillier.fingerprint(pk)
 
     def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
+        self.binding.seen(party, server, step)
         if self.keys.handles(step):
-            return self.keys.on_step(party, step)
+            return self.keys.on_step(party, step, server=server)
         raise unexpected_step(party, step, "Paillier")
 
     def open(self, payload: Any) -> Vector:
         from islands.crypto import paillier
 
-        p = _opened(payload, ("blob", "terms", "scale", "length"), "Paillier")
-        values = paillier.decrypt_vector(self.private_key, p["blob"], int(p["length"]),
-                                         self.config.spec, terms=int(p["terms"]))
-        return (values * float(p["scale"])).astype(np.float32)
+        rnd, names, w, n = self.binding.claims(payload, "blob")
+        try:
+            values = paillier.decrypt_vector(self.private_key, payload["blob"], n + TAG_SLOTS,
+                                             self.config.spec, terms=len(names))
+        except ValidationError as exc:
+            raise self.binding.refuse(rnd, f"it does not decrypt ({exc})") from exc
+        # each of the len(names) terms is rounded to the fixed-point grid once
+        tol = (len(names) + 1) * 2.0 ** -self.config.spec.frac_bits
+        scale = self.binding.check(rnd, names, w, values[n:], tol)
+        return (values[:n] * scale).astype(np.float32)
 
     def payload(self, party: Party, *, server: str, round: int, params: Vector,
                 base: Vector, weight: float) -> bytes:
@@ -153,7 +320,9 @@ class _PaillierClient:
         if self.public_key is None:
             raise ProtocolError(f"client {party.name!r} has no Paillier key", party=party.name,
                                 step="update")
-        scaled = float(weight) * np.asarray(params, dtype=np.float64)
+        self.binding.seen(party, server)
+        tag = self.binding.upload(round, weight)
+        scaled = float(weight) * np.concatenate([np.asarray(params, dtype=np.float64), tag])
         if self.pool is None:
             # precompute the next rounds' r^n on the other core while this client trains
             self.pool = paillier.RandomnessPool(
@@ -185,18 +354,19 @@ class _PaillierServer(PlainServerHalf):
         # encrypt_vector's layout: the key's fingerprint, then ciphertexts of
         # 2·ceil(bits(n)/8) bytes, as many as the packing takes for dim values
         width = 2 * -(-int(self.public_key.n).bit_length() // 8)
-        size = paillier.FINGERPRINT_BYTES + self.config.spec.ciphertexts_for(dim) * width
-        return _PaillierRound(link.name, clients, weights, dim, self.public_key, size)
+        size = (paillier.FINGERPRINT_BYTES
+                + self.config.spec.ciphertexts_for(dim + TAG_SLOTS) * width)
+        return _PaillierRound(link.name, round, clients, weights, dim, self.public_key, size)
 
     def reveal(self, payload: Any) -> None:
         return None
 
 
 class _PaillierRound(StreamingRound):
-    def __init__(self, server: str, clients: Sequence[str], weights: Mapping[str, float],
-                 dim: int, public_key: Any, size: int) -> None:
+    def __init__(self, server: str, round: int, clients: Sequence[str],
+                 weights: Mapping[str, float], dim: int, public_key: Any, size: int) -> None:
         super().__init__(server, clients, weights)
-        self.dim, self.public_key, self.size = dim, public_key, size
+        self.round, self.dim, self.public_key, self.size = round, dim, public_key, size
         self.total: bytes | None = None
 
     def add(self, client: str, payload: Any) -> None:
@@ -208,7 +378,7 @@ class _PaillierRound(StreamingRound):
                    else type(payload).__name__)
             raise MalformedUpdateError(
                 f"client {client!r} sent a malformed Paillier update: {got}, where "
-                f"{self.dim} values under this key take {self.size} bytes",
+                f"{self.dim} values and their tags under this key take {self.size} bytes",
                 party=self.server, client=client)
         try:
             blobs = [payload] if self.total is None else [self.total, payload]
@@ -220,9 +390,9 @@ class _PaillierRound(StreamingRound):
         self.total = total
 
     def finish(self, survivors: Sequence[str]) -> dict[str, Any]:
-        weight = self.check_survivors(survivors)
-        return {"blob": self.total, "terms": len(self.added), "scale": 1.0 / weight,
-                "length": self.dim}
+        self.check_survivors(survivors)
+        return {"blob": self.total, "round": self.round, "contributors": list(self.added),
+                "weights": [self.weights[c] for c in self.added], "length": self.dim}
 
 
 # --------------------------------------------------------------------------- CKKS
@@ -263,6 +433,27 @@ class CKKSAggregator:
         return f"CKKSAggregator({self.params!r})"
 
 
+def _check_dealt(got: Any, own: Any, b: _Binding) -> None:
+    """Refuse a dealt CKKS context with less security, precision or range than ``own``."""
+    if got.poly_modulus_degree < own.poly_modulus_degree:
+        raise _refuse_key("ckks", b.me, b.dealer, "poly_modulus_degree",
+                          f"at least {own.poly_modulus_degree}", got.poly_modulus_degree)
+    if got.scale_bits < own.scale_bits:
+        raise _refuse_key("ckks", b.me, b.dealer, "scale_bits", f"at least {own.scale_bits}",
+                          got.scale_bits)
+    if got.max_abs_sum < own.max_abs_sum:
+        raise _refuse_key("ckks", b.me, b.dealer, "coeff_mod_bit_sizes",
+                          f"data primes that hold sums up to {own.max_abs_sum:.6g}",
+                          f"{got.coeff_mod_bit_sizes} (sums up to {got.max_abs_sum:.6g})")
+    # the lattice estimate's security falls as log2(q)/N grows
+    limit = sum(own.coeff_mod_bit_sizes) * got.poly_modulus_degree // own.poly_modulus_degree
+    if sum(got.coeff_mod_bit_sizes) > limit:
+        raise _refuse_key("ckks", b.me, b.dealer, "coeff_mod_bit_sizes",
+                          f"at most {limit} bits in total at "
+                          f"poly_modulus_degree={got.poly_modulus_degree}",
+                          f"{got.coeff_mod_bit_sizes} ({sum(got.coeff_mod_bit_sizes)} bits)")
+
+
 def _ckks_fingerprint(public: bytes) -> bytes:
     from islands.crypto import ckks
 
@@ -273,6 +464,7 @@ class _CKKSClient:
     def __init__(self, config: CKKSAggregator) -> None:
         self.config = config
         self.context: Any = None
+        self.binding = _Binding("ckks")
         self.keys = KeyReceiver("ckks", self._generate, self._install)
 
     def _generate(self) -> tuple[bytes, bytes]:
@@ -284,20 +476,35 @@ class _CKKSClient:
     def _install(self, secret: bytes) -> bytes:
         from islands.crypto import ckks
 
-        self.context = ckks.load_context(secret, secret=True)
+        b = self.binding
+        try:
+            context = ckks.load_context(secret, secret=True)
+        except ValidationError as exc:
+            raise ProtocolError(f"client {b.me!r} got a malformed ckks key from dealer "
+                                f"{b.dealer!r}: {exc}", party=b.me, step="ckks-deliver") from exc
+        _check_dealt(ckks._params_of(context, "CKKSAggregator"), self.config.params, b)
+        self.context = context
+        b.install(secret)
         return ckks.fingerprint(self.context)
 
     def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
+        self.binding.seen(party, server, step)
         if self.keys.handles(step):
-            return self.keys.on_step(party, step)
+            return self.keys.on_step(party, step, server=server)
         raise unexpected_step(party, step, "CKKS")
 
     def open(self, payload: Any) -> Vector:
         from islands.crypto import ckks
 
-        p = _opened(payload, ("chunks", "scale", "length"), "CKKS")
-        values = ckks.decrypt_vector(self.context, p["chunks"], int(p["length"]))
-        return (values * float(p["scale"])).astype(np.float32)
+        rnd, names, w, n = self.binding.claims(payload, "chunks")
+        try:
+            values = ckks.decrypt_vector(self.context, payload["chunks"], n + TAG_SLOTS)
+        except ValidationError as exc:
+            raise self.binding.refuse(rnd, f"it does not decrypt ({exc})") from exc
+        # CKKS decrypts to about 2^-(scale_bits-10); 64 times that covers the sum's noise
+        bits = ckks._params_of(self.context, "CKKSAggregator").scale_bits
+        scale = self.binding.check(rnd, names, w, values[n:], 2.0 ** -(bits - 16))
+        return (values[:n] * scale).astype(np.float32)
 
     def payload(self, party: Party, *, server: str, round: int, params: Vector,
                 base: Vector, weight: float) -> Any:
@@ -306,7 +513,10 @@ class _CKKSClient:
         if self.context is None:
             raise ProtocolError(f"client {party.name!r} has no CKKS key", party=party.name,
                                 step="update")
-        return ckks.encrypt_vector(self.context, np.asarray(params, dtype=np.float64))
+        self.binding.seen(party, server)
+        tag = self.binding.upload(round, weight)
+        return ckks.encrypt_vector(self.context,
+                                   np.concatenate([np.asarray(params, dtype=np.float64), tag]))
 
 
 class _CKKSServer(PlainServerHalf):
@@ -322,20 +532,20 @@ class _CKKSServer(PlainServerHalf):
 
     def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
               weights: Mapping[str, float], dim: int) -> _CKKSRound:
-        return _CKKSRound(link.name, clients, weights, dim, self.context)
+        return _CKKSRound(link.name, round, clients, weights, dim, self.context)
 
     def reveal(self, payload: Any) -> None:
         return None
 
 
 class _CKKSRound(StreamingRound):
-    def __init__(self, server: str, clients: Sequence[str], weights: Mapping[str, float],
-                 dim: int, context: Any) -> None:
+    def __init__(self, server: str, round: int, clients: Sequence[str],
+                 weights: Mapping[str, float], dim: int, context: Any) -> None:
         from islands.crypto import ckks
 
         super().__init__(server, clients, weights)
-        self.dim = dim
-        self.sum = ckks.EncryptedSum(context, dim)
+        self.round, self.dim = round, dim
+        self.sum = ckks.EncryptedSum(context, dim + TAG_SLOTS)
 
     def add(self, client: str, payload: Any) -> None:
         weight = self.expect(client)
@@ -347,5 +557,7 @@ class _CKKSRound(StreamingRound):
         self.admit(client)
 
     def finish(self, survivors: Sequence[str]) -> dict[str, Any]:
-        weight = self.check_survivors(survivors)
-        return {"chunks": self.sum.result(), "scale": 1.0 / weight, "length": self.dim}
+        self.check_survivors(survivors)
+        return {"chunks": self.sum.result(), "round": self.round,
+                "contributors": list(self.added),
+                "weights": [self.weights[c] for c in self.added], "length": self.dim}
