@@ -124,13 +124,14 @@ def _hfl_parties(clients: int) -> dict[str, dict[str, Any]]:
             **{f"c{k}": {"data": f"c{k}.npy", "threads": 1} for k in range(clients)}}
 
 
-def _in_process(parts: list[Any], epochs: int) -> np.ndarray:
+def _in_process(parts: list[Any], epochs: int, aggregator: Any = None) -> np.ndarray:
     from islands.hfl import FederatedModel
     from islands.hfl.models import ModelSpec
     from islands.hfl.strategy import FedAvg
 
     spec = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(16,))
-    fl = FederatedModel(spec, FedAvg(local_steps=4, batch_size=32, lr=0.1, seed=3),
+    fl = FederatedModel(spec, FedAvg(local_steps=4, batch_size=32, lr=0.1, seed=3,
+                                     aggregator=aggregator),
                         epochs=epochs, seed=3, threads=1)
     fl.fit(parts, names=[f"c{k}" for k in range(len(parts))])
     return np.asarray(fl.params_)
@@ -144,6 +145,23 @@ def test_fedavg_three_clients_across_processes_equals_in_process(tmp_path: Path)
     expected = _in_process(parts, 2)
     np.testing.assert_array_equal(np.load(tmp_path / "out/server/params.npy"), expected)
     np.testing.assert_array_equal(np.load(tmp_path / "out/c1/params.npy"), expected)
+    server = json.loads((tmp_path / "out/server/result.json").read_text())
+    assert server["dropouts"] == [] and server["aggregations"] > 0
+
+
+def test_secure_aggregation_across_processes_signs_with_the_tls_identities(
+        tmp_path: Path) -> None:
+    # the clients' keys and survivor-set signatures are checked with the identity keys
+    # each party received in its peers' hellos over mutual TLS
+    pytest.importorskip("torch")
+    from islands.hfl.secagg import SecureAggregation
+
+    parts = _digits_clients(tmp_path)
+    files = write_federation(tmp_path, "hfl", _hfl_parties(3),
+                             options={**HFL, "epochs": 1, "protect": ["secagg"]})
+    assert_ok(run(files))
+    expected = _in_process(parts, 1, aggregator=SecureAggregation())
+    np.testing.assert_array_equal(np.load(tmp_path / "out/server/params.npy"), expected)
     server = json.loads((tmp_path / "out/server/result.json").read_text())
     assert server["dropouts"] == [] and server["aggregations"] > 0
 
