@@ -61,6 +61,16 @@ def run_all(roles: dict[str, Any], certs: Any, **kwargs: Any) -> dict[str, Any]:
     return out
 
 
+def _started_and_joined(threads: list[threading.Thread], join: float = 60) -> float:
+    """Start the threads, wait for each (``join`` s at most); return the seconds taken."""
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(join)
+    return time.monotonic() - t0
+
+
 def ping(party: Any, payload: Any) -> Any:
     party.send("b", "ping", payload)
     return party.recv("b", "pong")
@@ -419,12 +429,7 @@ def test_a_failure_reaches_a_peer_that_started_late(certs: Any) -> None:
     threads = [threading.Thread(target=go, args=("a", broken, 0.0)),
                threading.Thread(target=go, args=("b", waiting, 0.0)),
                threading.Thread(target=go, args=("c", waiting, 2.0))]
-    t0 = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert time.monotonic() - t0 < 30
+    assert _started_and_joined(threads) < 30
     for name in ("b", "c"):
         assert isinstance(out[name], PeerFailedError), out[name]
         assert "'a' failed" in str(out[name]) and "ValueError" in str(out[name])
@@ -455,12 +460,7 @@ def test_a_refusal_reaches_a_peer_that_said_hello_first(certs: Any, b_delay: flo
     threads = [threading.Thread(target=go, args=("a", 0.0, "d", ["a", "b", "c"])),
                threading.Thread(target=go, args=("b", b_delay, "d", ["a", "b", "c"])),
                threading.Thread(target=go, args=("c", b_delay + gap, "x", ["a", "c"]))]
-    t0 = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert time.monotonic() - t0 < 30
+    assert _started_and_joined(threads) < 30
     assert isinstance(out["b"], ProtocolError), out["b"]
     assert "the federation files of 'a' and 'c' differ" in str(out["b"]), out["b"]
 

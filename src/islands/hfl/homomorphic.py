@@ -116,6 +116,17 @@ class _Binding:
         self.uploaded = 0  # the last round this client uploaded in
         self.weight = 0.0  # its weight then
         self.opened = 0  # the latest round of an aggregate it accepted
+        self.least: dict[int, int] = {}  # round -> fewest contributors its noise allows
+
+    def require(self, round: int, contributors: int) -> None:
+        """Refuse an aggregate of ``round`` summing fewer than ``contributors`` uploads.
+
+        Client-level DP with distributed noise calls it: each upload carries noise
+        calibrated for that many survivors, so a sum of fewer carries less than the
+        accountant charges.
+        """
+        self.least = {r: n for r, n in self.least.items() if r >= round - 1}
+        self.least[round] = contributors
 
     def seen(self, party: Party, server: str, step: AggStep | None = None) -> None:
         self.me, self.server = party.name, server
@@ -179,6 +190,10 @@ class _Binding:
                      if self.uploaded >= self.opened else
                      f"after it accepted the aggregate of round {self.opened}")
             raise self.refuse(rnd, f"it comes {after} (a replayed aggregate)")
+        least = self.least.get(rnd, 1)
+        if len(names) < least:
+            raise self.refuse(rnd, f"it sums {len(names)} uploads, fewer than the {least} "
+                              "this client's distributed DP noise is calibrated for")
         if len(names) == 1 and names[0] != self.me:
             raise self.refuse(rnd, f"it claims the upload of {names[0][:100]!r} alone, which "
                                "would show this client that client's model")

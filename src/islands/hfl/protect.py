@@ -49,7 +49,9 @@ Each round is one Gaussian mechanism on the clipped sum (sensitivity S for addin
 removing one client) with noise multiplier σ. Amplification by sampling (rate
 q = ``fraction``) is claimed only when the strategy draws its cohorts secretly, as a
 Poisson sample from the CSPRNG (``FedAvg(sampling="poisson")``); a cohort drawn from the
-public job seed is predictable, and is charged q = 1.
+public job seed is predictable, and is charged q = 1. The server draws the cohort and
+knows it: the amplified ε is the guarantee against whoever sees the released models,
+while against the server itself every round counts with q = 1.
 :class:`islands.privacy.PrivacyAccountant` composes the rounds (RDP by default) and the
 server reports (ε, δ) after every round; with
 ``target_epsilon`` the run stops before the round that would exceed it.
@@ -400,6 +402,12 @@ class _DPClient:
 
         self.round, self.clip = rnd, clip
         self.std = distributed_noise_std(sigma, clip, int(t))
+        if cfg.noise == "distributed":
+            # an aggregate the server opens for the clients must sum at least t uploads
+            for layer in _layers(self.inner):
+                binding = getattr(layer, "binding", None)
+                if binding is not None:
+                    binding.require(rnd, int(t))
 
     def open(self, payload: Any) -> Vector:
         return self.inner.open(payload)

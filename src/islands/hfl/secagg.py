@@ -1,31 +1,38 @@
 r"""Secure aggregation with dropout recovery (Bonawitz et al., CCS 2017), as an aggregator.
 
-The server learns Σ_k p_k·w_k over the clients whose update it received, and nothing
-else about any one client, even when up to n − t clients drop out during the round. One
-round is an explicit state machine on both sides (the semi-honest protocol of [1]_,
-Fig. 4, without the consistency-check round, which only matters against an active
-server):
+The server learns Σ_k p_k·w_k over the clients whose update it received, and no
+client's update on its own, even when up to n − t clients drop out during the round.
+One round is an explicit state machine on both sides: the protocol of [1]_ Fig. 4 in
+its version for an active server, with signed keys and the consistency-check round
+(the loss each client reports with its update travels beside it, in the clear):
 
 =====  ===============  ====================================================================
 stage  phase            what happens
 =====  ===============  ====================================================================
 0      ``advertise``    server → U0: a fresh session id and t. Each client makes two X25519
                         key pairs (c: envelopes, s: masks) and replies with both public
-                        keys. U1 = who answered; |U1| ≥ t or the round fails.
-1      ``share-keys``   server → U1: everyone's public keys. Each client draws a self-mask
-                        seed b_u, Shamir-shares b_u and its mask private key s_u into
-                        |U1| shares (t-of-|U1|), and seals share v for each v with
-                        AES-GCM under the c-agreement (:mod:`islands.crypto.envelope`).
-                        U2 = who answered; |U2| ≥ t.
+                        keys, signed with its identity (:mod:`islands.runtime.identity`).
+                        U1 = who answered; |U1| ≥ t or the round fails.
+1      ``share-keys``   server → U1: everyone's signed public keys. Each client checks
+                        every signature, that every name is a client of its federation,
+                        and t against its own threshold (t ≥ its own, t > |U1|/2, t ≥ 2);
+                        then draws a self-mask seed b_u, Shamir-shares b_u and its mask
+                        private key s_u into |U1| shares (t-of-|U1|), and seals share v
+                        for each v with AES-GCM under the c-agreement
+                        (:mod:`islands.crypto.envelope`). U2 = who answered; |U2| ≥ t.
 1b     ``deliver``      server → U2: the list U2 and the envelopes addressed to each (no
                         reply). Then the round's training tasks go to U2.
 2      masked input     each client uploads y_u = x_u + PRG(b_u) + Σ_{v∈U2} ±PRG(s_uv)
                         mod 2^64, x_u the fixed-point encoding of p_u·w_u. U3 = the
                         clients whose update arrived; |U3| ≥ t.
-3      ``unmask``       server → U3: U3 and the dropped U2 \ U3. Each client opens the
-                        envelopes it holds and returns the b-shares of U3 and the
-                        s-shares of the dropped, never both for one client. U5 = who
-                        answered; |U5| ≥ t. The server rebuilds every b_u (u ∈ U3) and
+3      ``consistency``  server → U3: U3. Each client signs (session, round, U3), once per
+                        round. U4 = who signed; |U4| ≥ t.
+4      ``unmask``       server → U4: U3, the dropped U2 \ U3 and the signatures of U4.
+                        Each client checks that U3 is the set it signed and that at least
+                        t survivors signed it, opens the envelopes it holds and returns
+                        the b-shares of U3 and the s-shares of the dropped, never both for
+                        one client. U5 = who answered; |U5| ≥ t. The server rebuilds
+                        every b_u (u ∈ U3) and
                         every dropped s_v, removes the self masks and the dropped clients'
                         pairwise masks, and decodes Σ_{U3} x_u.
 =====  ===============  ====================================================================
@@ -43,14 +50,18 @@ checked so that the sum over |U2| clients cannot wrap: |p·w| < 2^(63−f)/|U2|
 Precision: each client's rounding is ≤ 2^-(f+1), so the mean is within
 |U3|·2^-(f+1)/Σ_{U3} p of the exact weighted mean (1.2·10^-7 for 1000 clients).
 
-Security (semi-honest, as [1]_ Thm. 6.2): any t − 1 shares of b_u or s_u are
-independent of them (Shamir, :mod:`islands.crypto.shamir`), so the server with fewer
-than t colluding clients sees each y_u masked by PRG outputs it cannot compute. Public
-keys are trusted as relayed: against a server that substitutes keys, authenticate them
-(mutual TLS in a deployment, or signatures — the active-security version of [1]_). Keys,
-seeds and session ids come from OpenSSL's and the OS's CSPRNG, never numpy; masks are
-ChaCha20 streams (:mod:`islands.crypto.prg`). Fresh keys every round, so a dropped
-client's reconstructed s key reveals nothing about other rounds.
+Security: any t − 1 shares of b_u or s_u are independent of them (Shamir,
+:mod:`islands.crypto.shamir`), so an honest-but-curious server with fewer than t
+colluding clients sees each y_u masked by PRG outputs it cannot compute ([1]_ Thm.
+6.2). Against an active server, the signatures stop it from putting its own keys in a
+client's place or posing as a client, each client checks t against its own threshold,
+and an honest client reveals one kind of share per client and signs one survivor set per
+round; the server then unmasks a client only if t ≤ (n + n_C)/2 with n_C colluding
+clients (:func:`least_threshold`), i.e. t protects against up to 2t − n − 1 of them
+(``tests/test_hfl_attacks_secagg.py`` plays each attack; ``islands audit server``).
+Keys, seeds and session ids come from OpenSSL's and the OS's CSPRNG, never numpy;
+masks are ChaCha20 streams (:mod:`islands.crypto.prg`). Fresh keys every round, so a
+dropped client's reconstructed s key reveals nothing about other rounds.
 
 Cost: per client, two key pairs, |U1| envelopes and |U2| PRG streams of the model's
 length; per server, |U3| self-mask streams plus |U3|·|U2 \ U3| pairwise streams for

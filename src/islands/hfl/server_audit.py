@@ -385,6 +385,20 @@ def _he_forwarded(scheme: str) -> None:
         fed.halves["c0"].open(forwarded(fed, ups, honest)[0])
 
 
+def _he_dp_short_sum(scheme: str) -> None:
+    from islands.hfl.protect import ClientDP
+
+    fed = HEFederation(scheme)
+    dp = ClientDP(he_aggregator(scheme), noise="distributed", guaranteed=3)
+    fed.halves = {c: dp.client_half() for c in fed.clients}
+    fed.deal()
+    for c in fed.clients:
+        fed.halves[c].on_step(fed.views[c], server="server", step=AggStep(
+            1, "dp-noise", {"noise_multiplier": 1.0, "clip": 1.0, "guaranteed": 3}))
+    agg, ups = fed.uploads(1)
+    fed.halves["c0"].open(fed.aggregate(agg, ups, ["c1", "c2"]))
+
+
 def _each_scheme(attack: Callable[[str], None]) -> None:
     """Play ``attack`` with CKKS and with Paillier; raise only if both refused it."""
     refusals = []
@@ -592,6 +606,9 @@ ATTACKS: list[tuple[str, str, str, str, Callable[[], Any]]] = [
      lambda: _refused(partial(_each_scheme, _he_forwarded))),
     ("ckks / paillier", "send an earlier round's aggregate again", _SERVER,
      "tags bound to the round", lambda: _refused(partial(_each_scheme, _he_replayed))),
+    ("dp (distributed) + ckks / paillier", "open a sum of 2 uploads whose noise is "
+     "calibrated for 3", _SERVER, "each client's own t, checked on the aggregate's tags",
+     lambda: _refused(partial(_each_scheme, _he_dp_short_sum))),
     ("additive", "give the victim a roster of one", _SERVER, "each client's min_clients",
      lambda: _refused(partial(_additive_run, {"v": ["v"], "a": ["a", "b"],
                                               "b": ["a", "b"]}))),
