@@ -18,7 +18,7 @@ from islands.crypto import decode_fixed
 from islands.crypto.masking import generate_key, pairwise_mask
 from islands.data.sources import open_source
 from islands.errors import ProtocolError, ValidationError
-from islands.pca import FederatedPCA, maths
+from islands.pca import FederatedPCA, maths, protocol
 from islands.pca.audit import audit_pca
 from islands.pca.protocol import MOMENT_FRAC_BITS, PcaConfig, publisher, site
 from islands.runtime import run_local
@@ -44,25 +44,34 @@ def test_plain_equals_pooled_pca() -> None:
                                rtol=1e-7, atol=1e-9)
 
 
-@pytest.mark.parametrize("mode", ["central", "secure"])
+@pytest.mark.parametrize("mode", ["central", "secure", "dpdispca"])
 def test_noise_is_calibrated_to_tau(mode: str) -> None:
     parts = sites(3, rows=20, d=6)
     pooled = np.vstack(parts)
     unit_sum = maths.normalize_rows(pooled).sum(axis=0)
     noise, mean_noise = [], []
-    tau = None
+    tau = noise_std = mean_noise_std = None
     for _ in range(200):
         model = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode=mode).fit(parts)
         # the matrix is centred on the released (noisy) mean, so the truth is per fit
         noise.append(maths.upper_of(model.noisy_moment_ - _noiseless_moment(model, parts)))
         mean_noise.append(model.mean_ * model.n_samples_ - unit_sum)
-        tau = model.tau_
+        tau, noise_std, mean_noise_std = model.tau_, model.noise_std_, model.mean_noise_std_
+    if mode == "dpdispca":  # tau_ holds each site's own τ_i; τ is that of all n rows
+        tau = maths.moment_tau(0.5, 1e-5, model.n_samples_)
     assert isinstance(tau, float)
     # half the budget (ε/2, δ/2) for the moment, half for the mean
     assert tau == pytest.approx(np.sqrt(2 * np.log(1.25 / 5e-6)) / (model.n_samples_ * 0.25))
     sigma_mu = np.sqrt(2 * np.log(1.25 / 5e-6)) / 0.25
-    for values, scale in ((np.concatenate(noise), tau), (np.concatenate(mean_noise), sigma_mu)):
-        # >= 1200 draws: the sample s.d. is within ~2% of the scale (1 s.e.)
+    # secure: 3 shares of variance τ²/2 each, so that site 1's unknown part is τ²;
+    # dpdispca: each site's (N_i/n)·τ_i is τ, and the 3 draws add up
+    total = {"central": 1.0, "secure": np.sqrt(3 / 2), "dpdispca": np.sqrt(3)}[mode]
+    assert noise_std == pytest.approx(total * tau)
+    assert mean_noise_std == pytest.approx(total * sigma_mu)
+    for values, scale in ((np.concatenate(noise), noise_std),
+                          (np.concatenate(mean_noise), mean_noise_std)):
+        # >= 1200 draws: the sample s.d. is within ~2% of the scale (1 s.e.); the pre-fix
+        # secure total (ratio sqrt(2/3) = 0.82 of this) is 9 s.e. away
         assert abs(values.std() / scale - 1.0) < 0.08
         assert abs(values.mean()) < 5 * scale / np.sqrt(values.size)  # p < 1e-6 of a false alarm
 
@@ -116,9 +125,10 @@ def test_secure_masks_cancel_exactly() -> None:
     parts = sites(4, rows=50)
     model = FederatedPCA(2, epsilon=0.9, delta=1e-5, mode="secure", keep_payloads=True)
     model.fit(parts)
-    # the mean is the sum of unit rows plus s noise shares of total s.d. σ_μ (~10.8 here)
+    # the mean is the sum of unit rows plus s noise shares of total s.d.
+    # σ_μ·sqrt(s/(s - 1)) (~12.5 here)
     unit_sum = maths.normalize_rows(np.vstack(parts)).sum(axis=0)
-    sigma_mu = maths.mean_sigma(0.9, 1e-5)
+    sigma_mu = maths.secure_total_sigma(maths.mean_sigma(0.9, 1e-5), 4)
     assert np.all(np.abs(model.mean_ * model.n_samples_ - unit_sum) < 6 * sigma_mu)
     plain = FederatedPCA(2, mode="plain").fit(parts)
     np.testing.assert_allclose(plain.mean_, np.vstack(parts).mean(axis=0), atol=1e-12)
@@ -425,8 +435,8 @@ def test_site1_inflating_n_does_not_shrink_a_secure_sites_noise() -> None:
                              centring="released")
     truth = maths.upper_of(rows.T @ rows)  # site 2's Σx̃x̃ᵀ
     # and the noise site 1 faces, in units of site 2's data, is site 2's full share
-    # nτ/√s = τ(1)/√2 whatever n it was told (63 draws: sample s.d. within ±40% is > 4 s.e.)
-    share = maths.moment_tau(0.5, 1e-5, 1) / np.sqrt(2)
+    # nτ/√(s-1) = τ(1) whatever n it was told (63 draws: sample s.d. within ±40% is > 4 s.e.)
+    share = maths.moment_tau(0.5, 1e-5, 1)
     residual = np.concatenate([r - truth for r in readings])
     assert 0.6 < residual.std() / share < 1.4
 
@@ -463,3 +473,78 @@ def test_other_modes_refuse_a_total_row_count_below_their_own(mode: str) -> None
     roles["publisher"] = partial(publisher, config=config)
     with pytest.raises(ProtocolError, match="'site1' sent n = 3 rows"):
         run_local(roles, timeout=20.0)
+
+
+# ---------------------------------------------------------------- issue 22, secure noise shares
+# In `secure` mode site 1 decodes the total A' = A + E with E the sum of every site's
+# share, and it knows its own share. Before the fix each share had variance τ²/s, so
+# against site 1 only τ²(s − 1)/s was left: half the variance (ε, δ) needs when s = 2.
+
+
+def _record_site_noise(monkeypatch: pytest.MonkeyPatch) -> dict[str, np.ndarray]:
+    """Keep every DP noise draw a site makes, by label (what that site knows of its noise)."""
+    drawn: dict[str, np.ndarray] = {}
+    real = protocol._noise
+
+    def noise(config: PcaConfig, label: str) -> maths.NormalSource:
+        draw = real(config, label)
+
+        def recorded(count: int, sigma: float) -> np.ndarray:
+            drawn[label] = draw(count, sigma)
+            return drawn[label]
+        return recorded
+
+    monkeypatch.setattr(protocol, "_noise", noise)
+    return drawn
+
+
+@pytest.mark.parametrize("n_sites", [2, 3])
+def test_site1_removing_its_own_share_still_faces_the_full_noise(
+        monkeypatch: pytest.MonkeyPatch, n_sites: int) -> None:
+    drawn = _record_site_noise(monkeypatch)
+    d, fits = 48, 20
+    parts = sites(n_sites, rows=60, d=d)
+    unit_sum = maths.normalize_rows(np.vstack(parts)).sum(axis=0)
+    left_moment, left_mean = [], []
+    for _ in range(fits):
+        model = FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="secure").fit(parts)
+        n = model.n_samples_
+        # site 1 plays: it decoded the totals and subtracts its own shares from them
+        own_moment = drawn["moment site1"] / n  # its share went on Σx̃x̃ᵀ, A' = total / n
+        left_moment.append(maths.upper_of(model.noisy_moment_ - _noiseless_moment(model, parts))
+                           - own_moment)
+        left_mean.append(model.mean_ * n - unit_sum - drawn["mean site1"])
+    tau = maths.moment_tau(0.5, 1e-5, n)
+    assert model.tau_ == pytest.approx(tau)
+    for values, scale in ((np.concatenate(left_moment), tau),
+                          (np.concatenate(left_mean), maths.mean_sigma(0.5, 1e-5))):
+        # the sample s.d. of N i.i.d. normals has relative s.e. 1/sqrt(2N): 1.0% for the
+        # 23520 moment draws, 2.3% for the 960 mean draws; 5 s.e. is a 1e-6 false alarm.
+        # Before the fix the ratio was sqrt((s - 1)/s): 0.71 (s = 2) or 0.82 (s = 3).
+        assert abs(values.std() / scale - 1.0) < 5 / np.sqrt(2 * values.size), (
+            values.std() / scale)
+
+
+def test_secure_mode_refuses_a_single_site() -> None:
+    # one site has no other site to hide among: before, the run started and failed at
+    # 'pubkey' with an error about pairwise_mask's peer keys
+    with pytest.raises(ValidationError, match=r"'sites' parameter of PcaConfig.*at least 2 "
+                                              r"sites for mode='secure'.*mode='central'"):
+        PcaConfig(mode="secure", n_components=2, sites=("site1",), publisher="publisher",
+                  epsilon=0.5, delta=1e-5)
+    with pytest.raises(ValueError, match="an int >= 2"):
+        maths.share_sigma(1.0, 1)
+
+
+def test_a_one_site_secure_federation_file_is_refused_before_connecting(
+        tmp_path: Path) -> None:
+    from islands.deploy.config import load_party_config
+    from islands.deploy.launch import run_configured
+    from islands.deploy.local import write_federation
+
+    np.save(tmp_path / "site1.npy", sites(1, rows=30, d=4)[0])
+    files = write_federation(tmp_path, "pca", {"site1": {"data": "site1.npy"}, "pub": {}},
+                             options={"publisher": "pub", "mode": "secure", "n_components": 2,
+                                      "epsilon": 0.5, "delta": 1e-5})
+    with pytest.raises(ValidationError, match="at least 2 sites for mode='secure'"):
+        run_configured(load_party_config(files["site1"]))

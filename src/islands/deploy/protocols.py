@@ -181,6 +181,7 @@ def _pca(config: PartyConfig, resume: bool) -> Prepared:
         np.save(out / "eigenvalues.npy", result.eigenvalues)
         summary = {"role": "site", "mode": mode, "n_rows": result.n_rows,
                    "n_total": result.n_total, "tau": result.tau,
+                   "noise_std": result.noise_std, "mean_noise_std": result.mean_noise_std,
                    "dp_guarantee": result.dp_guarantee,
                    "dp_void_reason": result.dp_void_reason,
                    "eigenvalues": result.eigenvalues.tolist()}

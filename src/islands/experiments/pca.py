@@ -32,7 +32,9 @@ mechanism forbids ε ≥ 1 (:func:`islands.pca.maths.gaussian_tau`), so ε stops
 between a noisy mean and the second moment (:mod:`islands.pca.maths`), while
 ``elfedpca`` runs the published mechanism (exact mean, all of ε on the second moment, no
 guarantee); each mode's measured noise is divided by the τ of centralised DP-PCA under
-its own mechanism, so the paper's noise claims compare like with like. Every DP fit
+its own mechanism, so the paper's noise claims compare like with like (expected:
+1 for ``elfedpca`` and ``central``, sqrt(s/(s − 1)) for ``secure``, whose shares leave
+the full τ to site 1, and √s for ``dpdispca``; :func:`expected_noise_ratio`). Every DP fit
 passes ``noise_seed`` so that its figures can be redrawn exactly: **those fits carry no
 DP guarantee** (anyone who knows the seed subtracts the noise); the report and
 ``results.json`` say so. The ε axis is the calibration target, which is what the utility
@@ -87,6 +89,7 @@ __all__ = [
     "MODES",
     "SIGMA",
     "SVM_C",
+    "expected_noise_ratio",
     "reproduce_pca",
 ]
 
@@ -102,7 +105,9 @@ MECHANISMS = {
     "elfedpca": "published: rows centred on the exact joint mean (released without noise), "
                 "all of ε on A, τ = sqrt(2 ln(1.25/δ))/(nε); no (ε, δ) guarantee",
     "secure": "released mean: ε/2 on the mean of unit rows, ε/2 on A, "
-              "τ = sqrt(2 ln(2.5/δ))/(nε/2)",
+              "τ = sqrt(2 ln(2.5/δ))/(nε/2); each of the s sites adds a share of variance "
+              "τ²/(s − 1), so that site 1, which knows its own, still faces τ: "
+              "total noise τ·sqrt(s/(s − 1))",
     "dpdispca": "released mean, each site τ_i = sqrt(2 ln(2.5/δ))/(N_i ε/2) on its own A_i",
     "central": "released mean: ε/2 on the mean of unit rows, ε/2 on A, "
                "τ = sqrt(2 ln(2.5/δ))/(nε/2)",
@@ -236,6 +241,18 @@ def _reference(data: _Data, k_max: int) -> _Reference:
                       V_pub=maths.top_components(A_pub, k_max)[1])
 
 
+def expected_noise_ratio(mode: str, n_sites: int) -> float:
+    """S.d. of a mode's noise on A' over the τ of central DP-PCA under its mechanism.
+
+    1 for ``elfedpca`` and ``central``; sqrt(s/(s − 1)) for ``secure`` (s shares of
+    variance τ²/(s − 1), :func:`islands.pca.maths.share_sigma`); √s for ``dpdispca``
+    (each site's (N_i/n)·τ_i is τ).
+    """
+    if mode == "secure":
+        return maths.secure_total_sigma(1.0, n_sites)
+    return math.sqrt(n_sites) if mode == "dpdispca" else 1.0
+
+
 def _central_tau(mode: str, epsilon: float, n: int) -> float:
     """τ of centralised DP-PCA under ``mode``'s mechanism (the noise-ratio unit)."""
     if mode == "elfedpca":
@@ -359,6 +376,7 @@ def _run_setting(data: _Data, ref: _Reference, s: _Settings, d_index: int, balan
         res["svm_vs_k_mean"] = res["svm_vs_k"].mean(axis=-1)
         res["svm_vs_k_sd"] = _sd(res["svm_vs_k"])
         res["noise_ratio_mean"] = float(res["noise_ratio"].mean())
+        res["noise_ratio_expected"] = expected_noise_ratio(mode, n_sites)
     return out
 
 
@@ -421,8 +439,9 @@ def _findings(datasets: dict[str, Any], s: _Settings) -> dict[str, Any]:
                       "increasing_within_sd": nondec, "last_above_first": ends}
     f["q_vs_epsilon"] = mono
 
-    # (2) elfedpca and secure against central (same τ). If two modes' q are equal in
-    # distribution, the difference of their means over n seeds has sd
+    # (2) elfedpca and secure against central (same τ; secure's total noise is
+    # sqrt(s/(s - 1)) times larger, the price of leaving τ to site 1). If two modes' q
+    # are equal in distribution, the difference of their means over n seeds has sd
     # sqrt((sd_a² + sd_b²)/n) and an expected absolute value sqrt(2/π) times that.
     central = _cells(datasets, "central", "q_mean")
     sd_central = _cells(datasets, "central", "q_sd")
@@ -475,6 +494,8 @@ def _findings(datasets: dict[str, Any], s: _Settings) -> dict[str, Any]:
                     for res in ds["settings"].values() if res["n_sites"] == n_sites]
             noise[mode][str(n_sites)] = float(np.mean(vals))
     f["noise_ratio"] = noise
+    f["noise_ratio_expected"] = {mode: {str(n): expected_noise_ratio(mode, n)
+                                        for n in s.sites} for mode in DP_MODES}
 
     # (5) unbalanced against balanced
     bal: dict[str, dict[str, float]] = {}
@@ -790,7 +811,9 @@ def _report(results: dict[str, Any], files: dict[str, str], st: _Settings) -> st
             f"{100 * vc['svm_mean_diff']:+.2f} pts, max |Δ| "
             f"{100 * vc['svm_max_abs_diff']:.2f} pts. "
             + ("Equal within the noise." if vc["equal_within_noise"]
-               else "**Not** equal within the noise."))
+               else "**Not** equal within the noise.")
+            + (" Expected: secure's shares leave the full τ to site 1, so its total noise "
+               "is sqrt(s/(s − 1)) times central's." if mode == "secure" else ""))
     gap = f["dpdispca_gap"]
     lines.append("- **dpdispca is worse, more so as s grows.** q(central) − q(dpdispca), "
                  "mean [min, max] over data sets, splits, ε and k: " + "; ".join(
@@ -801,10 +824,15 @@ def _report(results: dict[str, Any], files: dict[str, str], st: _Settings) -> st
     nr = f["noise_ratio"]
     lines.append("- **Measured noise (sd of A' − A over τ).** " + "; ".join(
         f"{m}: " + ", ".join(f"s={n} {v:.2f}" for n, v in nr[m].items())
-        for m in DP_MODES) + ". Theory: 1 for elfedpca, secure and central; √s for "
+        for m in DP_MODES) + ". Theory: 1 for elfedpca and central; sqrt(s/(s − 1)) for "
+        "secure (" + ", ".join(f"s={n} {v:.2f}" for n, v in
+                                f["noise_ratio_expected"]["secure"].items())
+        + "), whose s sites each add a share of variance τ²/(s − 1) so that site 1, which "
+        "decodes the total and knows its own share, still faces noise of sd τ; √s for "
         "dpdispca, whose site i adds τ_i = sqrt(2 ln(1.25/δ))/(N_i ε) to A_i = X_iᵀX_i/N_i "
         "and is weighted by N_i/n, so each site contributes noise of sd τ whatever N_i and "
-        "the s independent draws add up to √s·τ.")
+        "the s independent draws add up to √s·τ. With s = 2, secure and dpdispca therefore "
+        "put the same noise on A'; secure still hides each A_i from site 1.")
     ub = f["unbalanced_minus_balanced"]
     lines.append("- **Unbalanced vs balanced.** q(unbalanced) − q(balanced): " + "; ".join(
         f"{m} mean {v['mean_diff']:+.4f} (max |Δ| {v['max_abs_diff']:.4f})"

@@ -59,8 +59,11 @@ class FederatedPCA:
         a negotiated noise seed, E/s per site): site 1 can recover every site's matrix,
         and the calibration does not cover the centring, so it claims no (ε, δ).
         ``secure``: pairwise-masked sums, counts and second moments (site 1 sees only
-        totals) and independent CSPRNG noise shares N(0, τ²/s) per site; the guarantee
-        assumes no site colludes with site 1.
+        totals) and independent CSPRNG noise shares N(0, τ²/(s − 1)) per site, so the
+        noise site 1 (or any one site) does not know still has variance τ²: the
+        guarantee holds against site 1 and any single site; site 1 with c colluding
+        sites faces τ²(s − 1 − c)/(s − 1). The price is total noise of s.d.
+        τ·sqrt(s/(s − 1)).
         ``dpdispca``: each site adds its own noise for its own N_i (a local-noise
         baseline). ``central``: one noise draw on the pooled data held by a trusted
         curator (the reference). See :mod:`islands.pca.protocol`.
@@ -104,8 +107,17 @@ class FederatedPCA:
     dp_void_reason_ : str or None
         Why the guarantee is void, or None when it holds.
     tau_ : float, dict or None
-        The second moment's Gaussian noise scale: one τ, or each site's τ_i for
-        ``dpdispca``.
+        τ, the s.d. of the noise on A that the (ε, δ) calibration requires: one τ, or
+        each site's τ_i on its own A_i for ``dpdispca``. In ``secure`` it is the noise
+        left against site 1 after it removes its own share, not the total.
+    noise_std_ : float or None
+        S.d. of each upper-triangle entry of the total noise actually on A': ``tau_``
+        in ``central`` and ``elfedpca``, τ·sqrt(s/(s − 1)) in ``secure``, sqrt(s)·τ in
+        ``dpdispca`` (None for ``plain``).
+    mean_noise_std_ : float or None
+        S.d. of each entry of the noise on n·``mean_`` (the released sum of unit rows):
+        σ_μ in ``central``, σ_μ·sqrt(s/(s − 1)) in ``secure``, σ_μ·sqrt(s) in
+        ``dpdispca`` (None for ``plain`` and ``elfedpca``, whose mean is exact).
     n_samples_, n_features_in_, n_sites_ : int
     transcript_ : Transcript
 
@@ -227,6 +239,8 @@ class FederatedPCA:
                 n: float(run.results[n].tau) for n in names}
         else:
             self.tau_ = first.tau
+        self.noise_std_ = first.noise_std
+        self.mean_noise_std_ = first.mean_noise_std
         self.n_samples_ = first.n_total
         self.n_features_in_ = d
         self.n_sites_ = len(names)

@@ -28,6 +28,13 @@ scale of A depends on it: noise of s.d. n·τ on Σ x̃x̃ᵀ, then division by 
 mechanism, which is how the secure mode adds its shares (so that no site's noise depends
 on an n another party sends).
 
+In ``secure`` each of the s sites adds one share of the noise, and site 1, which decodes
+the total, knows its own share. Each share therefore has variance σ²/(s − 1)
+(:func:`share_sigma`), not σ²/s: the s − 1 shares site 1 does not know add up to the full
+σ² the guarantee needs. The total is σ²·s/(s − 1) (:func:`secure_total_sigma`), s.d.
+sqrt(s/(s − 1)) times σ (1.41 for s = 2, 1.05 for s = 10): that is what the guarantee
+against site 1 costs in utility.
+
 That τ is the *classic* Gaussian mechanism (Dwork & Roth 2014, Thm A.1), which is only
 proven for ε < 1: :func:`gaussian_tau` refuses ε ≥ 1 rather than claim a guarantee it
 does not give. (The analytic Gaussian mechanism of Balle & Wang 2018 would allow any ε
@@ -63,6 +70,8 @@ __all__ = [
     "moment",
     "moment_tau",
     "normalize_rows",
+    "secure_total_sigma",
+    "share_sigma",
     "split_budget",
     "symmetric_from_upper",
     "symmetric_noise",
@@ -115,6 +124,25 @@ def mean_sigma(epsilon: float, delta: float) -> float:
 def moment_tau(epsilon: float, delta: float, n: int) -> float:
     """τ of the noise on A = Σx̃x̃ᵀ/n (sensitivity 1/n), for half the budget."""
     return gaussian_tau(*split_budget(epsilon, delta), n)
+
+
+def share_sigma(sigma: float, sites: int) -> float:
+    """S.d. of one site's share of ``secure`` noise: σ/sqrt(s − 1), s >= 2 sites.
+
+    Site 1 decodes the sum of the s shares and knows its own; the other s − 1 shares,
+    each of variance σ²/(s − 1), leave it the full σ². The same holds against any other
+    single site. Site 1 with c colluding sites removes c more shares and faces
+    σ²(s − 1 − c)/(s − 1).
+    """
+    if isinstance(sites, bool) or not isinstance(sites, int) or sites < 2:
+        raise invalid_parameter("sites", "share_sigma",
+                                "an int >= 2 (shares need a site besides site 1)", sites)
+    return sigma / math.sqrt(sites - 1)
+
+
+def secure_total_sigma(sigma: float, sites: int) -> float:
+    """S.d. of the sum of s :func:`share_sigma` shares: σ·sqrt(s/(s − 1))."""
+    return share_sigma(sigma, sites) * math.sqrt(sites)
 
 
 def upper_of(matrix: Array) -> Array:

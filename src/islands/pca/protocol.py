@@ -17,8 +17,8 @@ mode           messages
 ``secure``     ``session`` (16 random bytes) ← site 1; ``pubkey`` between every two
                sites; ``stats`` and ``moment`` as fixed-point ring elements under pairwise
                masks that cancel in the sum, each site adding its own share of the
-               noise (variance σ_μ²/s on its sum of unit rows, (nτ)²/s on its
-               Σ x̃x̃ᵀ, neither depending on n); ``mean`` (site 1 divides by n);
+               noise (variance σ_μ²/(s − 1) on its sum of unit rows, (nτ)²/(s − 1) on
+               its Σ x̃x̃ᵀ, neither depending on n); ``mean`` (site 1 divides by n);
                ``components``; ``projection``.
 ``dpdispca``   ``stats`` with the site's own N(0, σ_μ²) on its sum; ``mean``; ``moment``
                X̃_iᵀX̃_i/N_i + E_i with the site's own τ_i (N_i in place of n);
@@ -34,11 +34,14 @@ Trust and collusion, by mode:
   centring mask, so site 1 colluding with site 2 learns every site's sum.
 * ``secure`` (hardened): site 1 sees only totals of sums, counts and second moments (the
   pairwise masks hide each input unless all s − 1 other sites collude against it). The
-  noise is the sum of s independent shares of variance τ²/s drawn from each site's
-  CSPRNG: no single party knows it. The (ε, δ) guarantee assumes **no site colludes with
-  site 1**; a coalition of t sites that pools its noise shares leaves noise of variance
-  τ²(s − t)/s, i.e. the guarantee of τ·sqrt((s − t)/s). All sites must finish: there is
-  no dropout recovery.
+  noise is the sum of s independent shares drawn from each site's CSPRNG, each of
+  variance τ²/(s − 1) (σ_μ²/(s − 1) for the mean; :func:`islands.pca.maths.share_sigma`),
+  so the noise no single site knows, site 1 included, still has the full variance τ²:
+  the (ε, δ) guarantee holds against site 1 and against any one other site. It costs
+  total noise of s.d. τ·sqrt(s/(s − 1)) (1.41τ for s = 2). Site 1 with c colluding sites
+  removes c + 1 shares and faces τ²(s − 1 − c)/(s − 1), i.e. the guarantee of
+  τ·sqrt((s − 1 − c)/(s − 1)); all of them together face none. ``secure`` needs at least
+  two sites. All sites must finish: there is no dropout recovery.
 * Site 1 sends every site the total row count n. Only the scale of A depends on it
   (:mod:`islands.pca.maths`): no site sets its noise from it (``secure`` adds its shares
   to Σ x̃x̃ᵀ before site 1 divides by n; ``dpdispca`` uses its own N_i; ``elfedpca`` and
@@ -77,7 +80,7 @@ from islands.crypto.fixedpoint import max_abs_value
 from islands.crypto.masking import generate_key, pairwise_mask
 from islands.crypto.prg import SEED_BYTES, csprng_normal, keyed_normal
 from islands.data.sources import BlockSource
-from islands.errors import ProtocolError, ValidationError
+from islands.errors import ProtocolError, ValidationError, invalid_parameter
 from islands.pca import maths
 from islands.runtime import Party
 
@@ -124,6 +127,14 @@ class PcaConfig:
     delta: float | None = None
     noise_seed: int | None = None
 
+    def __post_init__(self) -> None:
+        if self.mode == "secure" and len(self.sites) < 2:
+            raise invalid_parameter(
+                "sites", "PcaConfig",
+                "at least 2 sites for mode='secure' (its noise shares and masks hide each "
+                "site among the others; with one site use mode='central', where that site "
+                "is the curator)", self.sites)
+
     @property
     def aggregator(self) -> str:
         """Site 1, which also aggregates."""
@@ -168,8 +179,16 @@ class SiteResult:
     n_rows, n_total
         This site's rows and all sites' rows.
     tau
-        The noise scale this site's scheme used (DPdisPCA: this site's τ_i; None for
-        plain).
+        τ, the s.d. of the noise on A that the (ε, δ) calibration requires (DPdisPCA:
+        this site's τ_i on its own A_i; None for plain). In ``secure`` it is what is
+        left against site 1 once it removes its own share.
+    noise_std
+        S.d. of each upper-triangle entry of the total noise actually on A': τ, except
+        τ·sqrt(s/(s − 1)) in ``secure`` and sqrt(s)·τ(n) in ``dpdispca`` (None for plain).
+    mean_noise_std
+        S.d. of each entry of the noise on the released sum of unit rows n·μ̂: σ_μ in
+        ``central``, σ_μ·sqrt(s/(s − 1)) in ``secure``, σ_μ·sqrt(s) in ``dpdispca``
+        (None for ``plain`` and ``elfedpca``, whose mean is exact).
     noisy_moment
         A' (d×d), the matrix decomposed; only site 1 has it (None elsewhere).
     dp_guarantee
@@ -186,6 +205,8 @@ class SiteResult:
     n_rows: int
     n_total: int
     tau: float | None
+    noise_std: float | None
+    mean_noise_std: float | None
     noisy_moment: Array | None
     dp_guarantee: bool
     dp_void_reason: str | None
@@ -268,6 +289,22 @@ def _moment_tau(config: PcaConfig, n: int) -> float:
     return maths.moment_tau(config.epsilon, config.delta, n)
 
 
+def _noise_stds(config: PcaConfig, n: int) -> tuple[float | None, float | None]:
+    """S.d. of the total noise on A' and on n·μ̂ in this mode (:class:`SiteResult`)."""
+    if config.mode == "plain":
+        return None, None
+    s = len(config.sites)
+    assert config.epsilon is not None and config.delta is not None
+    tau, sigma_mu = _moment_tau(config, n), maths.mean_sigma(config.epsilon, config.delta)
+    if config.mode == "elfedpca":
+        return tau, None
+    if config.mode == "secure":
+        return maths.secure_total_sigma(tau, s), maths.secure_total_sigma(sigma_mu, s)
+    if config.mode == "dpdispca":  # each site's (N_i/n)·τ_i is τ(n), whatever N_i
+        return tau * np.sqrt(s), sigma_mu * np.sqrt(s)
+    return tau, sigma_mu
+
+
 def _add_up(parts: list[Array]) -> Array:
     """Sum same-shaped arrays in place (np.sum over a list would stack them all first)."""
     total = np.array(parts[0], dtype=np.float64)
@@ -342,7 +379,7 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
 
     if config.mode == "secure":
         assert sigma_mu is not None
-        sums = sums + _noise(config, f"mean {party.name}")(d, sigma_mu / np.sqrt(s))
+        sums = sums + _noise(config, f"mean {party.name}")(d, maths.share_sigma(sigma_mu, s))
     elif config.mode == "dpdispca":
         assert sigma_mu is not None
         sums = sums + _noise(config, f"mean {party.name}")(d, sigma_mu)
@@ -425,9 +462,9 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
     else:  # secure
         assert config.epsilon is not None and config.delta is not None and key is not None
         tau = _moment_tau(config, n_total)
-        # the share goes on Σ x̃x̃ᵀ (sensitivity 1, s.d. nτ/√s = τ(1)/√s): no n in it, so
-        # no other party's word on n sets it; site 1 divides the sum by n
-        own_noise = maths.symmetric_noise(d, _moment_tau(config, 1) / np.sqrt(s),
+        # the share goes on Σ x̃x̃ᵀ (sensitivity 1, s.d. nτ/√(s-1) = τ(1)/√(s-1)): no n in
+        # it, so no other party's word on n sets it; site 1 divides the sum by n
+        own_noise = maths.symmetric_noise(d, maths.share_sigma(_moment_tau(config, 1), s),
                                           _noise(config, f"moment {party.name}"))
         local = outer + own_noise
 
@@ -467,7 +504,9 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
     return SiteResult(mean=mean, components=comps, eigenvalues=values, n_rows=rows,
                       n_total=n_total, tau=tau, noisy_moment=noisy,
                       dp_guarantee=config.dp_void_reason is None,
-                      dp_void_reason=config.dp_void_reason)
+                      dp_void_reason=config.dp_void_reason,
+                      noise_std=_noise_stds(config, n_total)[0],
+                      mean_noise_std=_noise_stds(config, n_total)[1])
 
 
 def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) -> SiteResult:
@@ -494,7 +533,9 @@ def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) ->
         return SiteResult(mean=mean, components=comps, eigenvalues=got["eigenvalues"],
                           n_rows=rows, n_total=n_total, tau=tau, noisy_moment=None,
                           dp_guarantee=config.dp_void_reason is None,
-                          dp_void_reason=config.dp_void_reason)
+                          dp_void_reason=config.dp_void_reason,
+                          noise_std=_noise_stds(config, n_total)[0],
+                          mean_noise_std=_noise_stds(config, n_total)[1])
 
     pooled = [np.array(block) for block in source.blocks()]
     for peer in others:
@@ -520,7 +561,9 @@ def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) ->
     return SiteResult(mean=mean, components=comps, eigenvalues=values, n_rows=rows,
                       n_total=n_total, tau=tau, noisy_moment=noisy,
                       dp_guarantee=config.dp_void_reason is None,
-                      dp_void_reason=config.dp_void_reason)
+                      dp_void_reason=config.dp_void_reason,
+                      noise_std=_noise_stds(config, n_total)[0],
+                      mean_noise_std=_noise_stds(config, n_total)[1])
 
 
 def _publish(party: Party, source: BlockSource, config: PcaConfig, mean: Array,
