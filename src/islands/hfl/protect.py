@@ -417,7 +417,10 @@ class _DPClient:
         from islands.privacy import clip_l2, gaussian_noise
 
         if self.round != round or self.std is None:
-            raise ValidationError(f"client {party.name!r} has no noise scale for round {round}")
+            raise ProtocolError(
+                f"client {party.name!r} refuses to upload round {round}: the server "
+                f"{server!r} sent no noise request for it, and this client's configuration "
+                "adds DP noise to every update", party=party.name, step="update")
         delta = np.asarray(params, np.float64) - np.asarray(base, np.float64)
         clipped, _ = clip_l2(delta, self.clip)
         noised = clipped + gaussian_noise(delta.shape, self.std)

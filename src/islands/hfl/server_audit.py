@@ -492,6 +492,13 @@ def _clients_refuse(server_agg: Any, client_agg: Any, k: int) -> None:
     raise result.failures["c0"]
 
 
+def _downgrade(protection: str) -> None:
+    from islands.hfl.aggregate import MeanAggregator
+    from islands.hfl.protect import build_aggregator
+
+    _clients_refuse(MeanAggregator(), build_aggregator([protection]), k=3)
+
+
 def _ldp_less_noise() -> None:
     from islands.hfl.protect import ClientDP
 
@@ -581,6 +588,10 @@ _SERVER = "active server"
 ATTACKS: list[tuple[str, str, str, str, Callable[[], Any]]] = [
     ("secagg", "advertise t = 2 to 5 clients configured for t = 3", _SERVER,
      "each client's own threshold, and t > n/2", lambda: _refused(_secagg_lower_t)),
+    ("secagg", "skip it: run the plain mean and ask for the update", _SERVER,
+     "the client's own configuration", lambda: _refused(partial(_downgrade, "secagg"))),
+    ("dp (local)", "skip it: ask for the update with no noise request", _SERVER,
+     "the client's own configuration", lambda: _refused(partial(_downgrade, "dp"))),
     ("secagg", "tell {v, a1, a2} that v survived and {a1, b1, b2} that it dropped",
      _SERVER, "consistency round: t signatures on one survivor set",
      lambda: _refused(partial(split_view, SecAggFederation(), 3))),
