@@ -134,6 +134,7 @@ CASES: list[tuple[str, Callable[[], Any], tuple[str, ...]]] = [
 
 
 @pytest.mark.parametrize(("call", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.filterwarnings("ignore:FederatedPCA.mode='elfedpca'. carries no")
 def test_bad_input_is_named(call: Callable[[], Any], words: tuple[str, ...]) -> None:
     with pytest.raises(ValidationError) as info:
         call()
