@@ -1,5 +1,6 @@
-"""Helpers shared by the paper reproductions: JSON results, Markdown tables, PNG figures.
+"""Helpers shared by the paper reproductions: run set-up, progress, claims and tables.
 
+JSON, Markdown and PNG writing live in :mod:`islands.reporting` (re-exported here).
 Importing this module loads only NumPy; matplotlib is imported by :func:`new_figure`.
 """
 
@@ -7,20 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
-
+from islands.reporting import markdown_table, new_figure, save_figure, to_jsonable, write_json
 from islands.validation import check_int
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+    pass
 
 __all__ = [
     "Progress",
@@ -77,162 +75,6 @@ def thread_limit(n_threads: int | None, preload: Sequence[str]) -> AbstractConte
     threadpoolctl = importlib.import_module("threadpoolctl")
     limiter: AbstractContextManager[Any] = threadpoolctl.threadpool_limits(limits=n_threads)
     return limiter
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Convert a nest of dicts, sequences and NumPy values into plain JSON types.
-
-    Parameters
-    ----------
-    obj
-        Any mix of dicts, lists, tuples, NumPy arrays and scalars, paths, strings,
-        numbers, booleans and ``None``.
-
-    Returns
-    -------
-    object
-        The same structure with arrays as (nested) lists, NumPy scalars as Python
-        numbers, paths as strings, mapping keys as strings, and NaN or infinite floats as
-        ``None`` (strict JSON has no NaN).
-
-    Raises
-    ------
-    TypeError
-        For an object of any other type.
-    """
-    if obj is None or isinstance(obj, (str, bool)):
-        return obj
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        value = float(obj)
-        return value if math.isfinite(value) else None
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
-    if isinstance(obj, Mapping):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    raise TypeError(f"cannot convert {type(obj).__name__} to JSON")
-
-
-def write_json(path: str | Path, obj: Any) -> Path:
-    """Write ``obj`` (converted by :func:`to_jsonable`) as indented, strict JSON.
-
-    Parameters
-    ----------
-    path
-        File to write; its directory must exist.
-    obj
-        The results.
-
-    Returns
-    -------
-    pathlib.Path
-        The path written.
-    """
-    out = Path(path)
-    out.write_text(json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n",
-                   encoding="utf-8")
-    return out
-
-
-def _cell(value: Any, floatfmt: str) -> str:
-    if isinstance(value, (float, np.floating)):
-        return format(float(value), floatfmt) if math.isfinite(float(value)) else "–"
-    return str(value).replace("|", "\\|")
-
-
-def markdown_table(
-    headers: Sequence[str],
-    rows: Sequence[Sequence[Any]],
-    *,
-    floatfmt: str = ".3f",
-    align: str | None = None,
-) -> str:
-    """Format a GitHub-flavoured Markdown table.
-
-    Parameters
-    ----------
-    headers
-        Column titles.
-    rows
-        One sequence of cells per row, each as long as ``headers``. Floats are formatted
-        with ``floatfmt`` (non-finite ones as an en dash); other cells with ``str``.
-    floatfmt
-        Format specification for float cells.
-    align
-        One letter per column, ``"l"``, ``"r"`` or ``"c"``; default: the first column
-        left, the others right.
-
-    Returns
-    -------
-    str
-        The table, ending with a newline.
-
-    Raises
-    ------
-    ValueError
-        If a row or ``align`` does not match the number of columns.
-    """
-    ncol = len(headers)
-    align = align or "l" + "r" * (ncol - 1)
-    if len(align) != ncol or set(align) - set("lrc"):
-        raise ValueError(f"align must be {ncol} letters from 'lrc'; got {align!r}")
-    marks = {"l": ":--", "r": "--:", "c": ":-:"}
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(marks[a] for a in align) + "|"]
-    for i, row in enumerate(rows):
-        if len(row) != ncol:
-            raise ValueError(f"row {i} has {len(row)} cells; expected {ncol}")
-        lines.append("| " + " | ".join(_cell(v, floatfmt) for v in row) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def new_figure(width: float = 6.4, height: float = 4.8) -> Figure:
-    """Create a matplotlib figure on the Agg canvas, outside pyplot's global state.
-
-    Parameters
-    ----------
-    width, height
-        Size in inches.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        A figure attached to a ``FigureCanvasAgg``; it needs no closing.
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def save_figure(fig: Figure, path: str | Path, *, dpi: int = 110) -> Path:
-    """Save a figure as PNG.
-
-    Parameters
-    ----------
-    fig
-        The figure, e.g. from :func:`new_figure`.
-    path
-        Output file (``.png``); its directory must exist.
-    dpi
-        Resolution.
-
-    Returns
-    -------
-    pathlib.Path
-        The path written.
-    """
-    out = Path(path)
-    fig.savefig(out, format="png", dpi=dpi)
-    return out
 
 
 T = TypeVar("T")

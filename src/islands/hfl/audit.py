@@ -53,6 +53,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from islands.errors import DataNotFoundError, ProtocolError, ValidationError, invalid_parameter
 from islands.hfl.models import ModelSpec
+from islands.reporting import new_figure, save_figure, write_json
 from islands.runtime import Record, Transcript
 from islands.validation import check_float, check_int, describe
 
@@ -556,7 +557,6 @@ _ORDER = ("plain", "secagg", "ckks", "ckks+collusion", "dp")
 
 def _write(out: Path, report: dict[str, Any], x: Array, images: dict[str, Array],
            shown_view: dict[str, str], image_shape: tuple[int, int]) -> dict[str, Any]:
-    from islands.experiments.report import write_json
 
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Any] = {"figure": None}
@@ -571,7 +571,6 @@ def _write(out: Path, report: dict[str, Any], x: Array, images: dict[str, Array]
 
 def _figure(path: Path, report: dict[str, Any], x: Array, images: dict[str, Array],
             shown_view: dict[str, str], image_shape: tuple[int, int]) -> Path:
-    from islands.experiments.report import new_figure, save_figure
 
     shown = [k for k in _ORDER if k in images]
     cols = 1 + len(shown)

@@ -109,6 +109,7 @@ from islands.hfl.estimator import (
 from islands.hfl.metrics import classification_report, dev_avg, regression_report
 from islands.hfl.protocol import SERVER_FILE, RoundRecord
 from islands.hfl.strategy import APFL, SAMPLINGS, FedAvg, FedProx, Strategy
+from islands.reporting import new_figure, save_figure, write_json
 from islands.validation import read_toml, table_value
 
 __all__ = ["Job", "can_resume", "load_job", "parse_job", "run_job", "write_outputs"]
@@ -777,8 +778,6 @@ def _ridge_closed_form(X: NDArray[Any], y: NDArray[Any], X_test: NDArray[Any],
 def write_outputs(result: dict[str, Any], out: str | Path, *, json_path: str | Path | None = None
                   ) -> list[Path]:
     """Write ``results.json`` and the curves (``accuracy.png``, ``tau.png``) into ``out``."""
-    from islands.experiments.report import new_figure, save_figure, write_json
-
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     written = [write_json(folder / "results.json", result)]

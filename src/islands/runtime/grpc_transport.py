@@ -8,7 +8,7 @@ protocol runs over the network unchanged (:func:`run_party`).
 Security
 --------
 Mutual TLS is the default. A party presents a certificate the federation's CA signed for
-its party name (:mod:`islands.deploy.certs`) and accepts a connection only from a peer
+its party name (:mod:`islands.runtime.tls`) and accepts a connection only from a peer
 whose certificate chains to that CA. The server reads the caller's party name from its
 certificate and refuses a message whose claimed sender differs; the caller checks that
 the server's certificate names the peer it meant to reach (``ssl_target_name_override``
@@ -61,7 +61,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -70,11 +70,9 @@ from islands.errors import PeerFailedError, PeerTimeoutError, ProtocolError, Val
 from islands.runtime.identity import PUBLIC_KEY_BYTES, Identity
 from islands.runtime.party import DEFAULT_TIMEOUT, Party, check_party_names
 from islands.runtime.runner import PartyInputError
+from islands.runtime.tls import TlsFiles, check_tls
 from islands.runtime.transcript import Transcript
 from islands.runtime.transport import RunCancelled
-
-if TYPE_CHECKING:
-    from islands.deploy.certs import TlsFiles
 
 __all__ = ["GrpcTransport", "PartyRun", "check_address", "free_ports", "is_loopback",
            "loopback_addresses", "run_party"]
@@ -275,8 +273,6 @@ class GrpcTransport:
                 f"party {name!r} needs TLS files (CA certificate, certificate, key); "
                 "pass insecure=True only for loopback tests")
         else:
-            from islands.deploy.certs import check_tls
-
             check_tls(tls, name)
         if not isinstance(chunk, int) or chunk < 1024:
             raise ValidationError(f"The 'chunk' parameter must be an int >= 1024. Got {chunk!r}.")

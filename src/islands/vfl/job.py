@@ -54,6 +54,7 @@ from numpy.typing import NDArray
 
 from islands.errors import JobError
 from islands.psi import DEFAULT_MAX_PEER_RATIO
+from islands.reporting import new_figure, save_figure, write_json
 from islands.validation import read_toml, table_value
 
 __all__ = ["JobError", "VerticalJob", "is_vertical", "load_vertical_job", "parse_vertical_job",
@@ -319,8 +320,6 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
 def write_vertical_outputs(result: dict[str, Any], out: str | Path, *,
                            json_path: str | Path | None = None) -> list[Path]:
     """Write ``results.json`` and ``loss.png`` (loss per epoch) into ``out``."""
-    from islands.experiments.report import new_figure, save_figure, write_json
-
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     written = [write_json(folder / "results.json", result)]

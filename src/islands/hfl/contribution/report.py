@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from islands.errors import DataNotFoundError, ValidationError
+from islands.reporting import new_figure, save_figure
 
 __all__ = ["contribution_rows", "load_contribution", "plot_contribution", "text_bars"]
 
@@ -91,8 +92,6 @@ def text_bars(report: Mapping[str, Any], width: int = 40) -> list[str]:
 def plot_contribution(report: Mapping[str, Any], path: str | Path, *,
                       title: str = "client contributions") -> Path:
     """Bar chart: every method's scores (error bars where known) and the reward shares."""
-    from islands.experiments.report import new_figure, save_figure
-
     clients = [str(c) for c in report["clients"]]
     methods = list(report["scores"])
     x = np.arange(len(clients))
