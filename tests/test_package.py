@@ -82,3 +82,20 @@ def test_no_pickle_in_the_package() -> None:
                  if re.search(r"\bimport pickle\b|pickle\.loads|cloudpickle|allow_pickle=True",
                               p.read_text())]
     assert offenders == []
+
+
+@pytest.mark.parametrize("name", ["scca", "pca", "vfl", "ftl", "apfl", "contribution"])
+def test_every_reproduction_prints_an_islands_error_as_one_line(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    from islands.errors import ValidationError
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValidationError("the settings are wrong")
+
+    monkeypatch.setattr(importlib.import_module(f"islands.experiments.{name}"),
+                        f"reproduce_{name}", broken)
+    result = CliRunner().invoke(app, ["reproduce", name, "--quick", "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert " ".join(result.output.split()) == "error: the settings are wrong"

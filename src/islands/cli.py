@@ -19,7 +19,8 @@ import platform
 import secrets
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -345,7 +346,6 @@ def audit_gradients_command(
     ] = None,
 ) -> None:
     """Attack one client's one-sample update from the server (APFL §2.1), per protection."""
-    from islands.errors import IslandsError
     from islands.experiments.report import write_json
     from islands.hfl.audit import PROTECTIONS, audit_gradients
 
@@ -358,13 +358,10 @@ def audit_gradients_command(
     console.print("Three clients, one FedAvg round of one full-batch SGD step each; client 1 "
                   "holds one image. The server attacks what it received: "
                   "x_i = ΔW\\[j,i]/Δb\\[j] on the first layer.")
-    try:
-        with console.status("running one federation per protection and the attacks"):
-            result = audit_gradients(out, protections=names, seed=seed, sample=sample,
-                                     dp_clip=dp_clip, dp_noise=dp_noise, dataset=dataset)
-    except IslandsError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")
-        raise typer.Exit(1) from exc
+    with (_stop_on_error(1),
+          console.status("running one federation per protection and the attacks")):
+        result = audit_gradients(out, protections=names, seed=seed, sample=sample,
+                                 dp_clip=dp_clip, dp_noise=dp_noise, dataset=dataset)
     if "dataset" in result["notes"]:
         console.print(f"[yellow]{escape(result['notes']['dataset'])}[/]")
     table = Table(title=f"Server's recovery of client 1's image ({result['dataset']} "
@@ -411,11 +408,8 @@ def run_command(
     if is_vertical(job_file):
         _run_vertical(job_file, output, json_path)
         return
-    try:
+    with _stop_on_error(2):
         job = load_job(job_file)
-    except IslandsError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
     out = output if output is not None else Path(job.output)
     protect = f" protected by {' + '.join(job.protect)}" if job.protect else ""
     on_ray = ""
@@ -503,14 +497,10 @@ def _interrupted_job(job: Any, job_file: Path, output: Path | None, out: Path) -
 
 def _run_vertical(job_file: Path, output: Path | None, json_path: Path | None) -> None:
     """Run a vertical job (kind = "vertical"): alignment, encrypted training, test metrics."""
-    from islands.errors import IslandsError
     from islands.vfl.job import load_vertical_job, run_vertical, write_vertical_outputs
 
-    try:
+    with _stop_on_error(2):
         job = load_vertical_job(job_file)
-    except IslandsError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
     out = output if output is not None else Path(job.output)
     m = job.model
     console.print(f"job [bold]{escape(job.name)}[/]: vertical {m['kind']} regression on "
@@ -518,12 +508,8 @@ def _run_vertical(job_file: Path, output: Path | None, json_path: Path | None) -
                   f"{'y' if job.parties['passive'] == 1 else 'ies'} + B + coordinator, "
                   f"{m['key_bits']}-bit Paillier{' (DJN)' if m['djn'] else ''}, up to "
                   f"{m['epochs']} epochs, output {escape(str(out))}")
-    with console.status("starting") as status:
-        try:
-            result = run_vertical(job, progress=lambda msg: status.update(escape(msg)))
-        except IslandsError as exc:
-            console.print(f"[red]error:[/] {escape(str(exc))}")
-            raise typer.Exit(1) from exc
+    with console.status("starting") as status, _stop_on_error(1):
+        result = run_vertical(job, progress=lambda msg: status.update(escape(msg)))
     written = write_vertical_outputs(result, out, json_path=json_path)
     table = Table(title=f"{job.name}: test metrics")
     table.add_column("model")
@@ -596,14 +582,10 @@ def contribution_command(
         help="Where to write the bar chart (default: RUN_DIR/contribution.png).")] = None,
 ) -> None:
     """Each client's contribution and reward share: a table and a bar chart."""
-    from islands.errors import IslandsError
     from islands.hfl.contribution.report import load_contribution, plot_contribution
 
-    try:
+    with _stop_on_error(2):
         report = load_contribution(run_dir)
-    except IslandsError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
     _print_contribution(report)
     path = plot_contribution(report, chart if chart is not None else run_dir / "contribution.png",
                              title=f"{run_dir.name}: contributions")
@@ -655,9 +637,7 @@ def reproduce_scca_command(
     """Swarm CCA paper, Figs 3-7, on Fashion-MNIST and digits halves."""
     from islands.experiments.scca import reproduce_scca
 
-    with console.status("starting") as status:
-        results = reproduce_scca(out, quick=quick, random_state=seed,
-                                 progress=lambda msg: status.update(escape(msg)))
+    results = _reproduce(partial(reproduce_scca, out, quick=quick, random_state=seed))
     _summarise_reproduction(results, out, json_path)
 
 
@@ -675,9 +655,7 @@ def reproduce_pca_command(
     """Federated DP-PCA: captured variance and SVM accuracy against ε, k and sites."""
     from islands.experiments.pca import reproduce_pca
 
-    with console.status("starting") as status:
-        results = reproduce_pca(out, quick=quick, random_state=seed,
-                                progress=lambda msg: status.update(escape(msg)))
+    results = _reproduce(partial(reproduce_pca, out, quick=quick, random_state=seed))
     _summarise_reproduction(results, out, json_path)
     if results["settings"].get("dp_guarantee") is False:
         console.print("[bold yellow]No DP guarantee:[/] every DP fit used noise_seed so the "
@@ -699,9 +677,7 @@ def reproduce_vfl_command(
     """Vertical FL, Tables 1-2: diabetes, breast cancer (PSI first), synthetic 100k rows."""
     from islands.experiments.vfl import reproduce_vfl
 
-    with console.status("starting") as status:
-        results = reproduce_vfl(out, quick=quick, random_state=seed,
-                                progress=lambda msg: status.update(escape(msg)))
+    results = _reproduce(partial(reproduce_vfl, out, quick=quick, random_state=seed))
     table = Table(title="Vertical FL under Paillier")
     for col in ("data", "metric", "federated", "scikit-learn", "epochs", "s/epoch"):
         table.add_column(col, justify="left" if col == "data" else "right")
@@ -729,9 +705,7 @@ def reproduce_ftl_command(
     """Federated transfer learning: Fashion-MNIST halves and breast cancer, few shared rows."""
     from islands.experiments.ftl import reproduce_ftl
 
-    with console.status("starting") as status:
-        results = reproduce_ftl(out, quick=quick, random_state=seed,
-                                progress=lambda msg: status.update(escape(msg)))
+    results = _reproduce(partial(reproduce_ftl, out, quick=quick, random_state=seed))
     fashion = results["fashion_mnist"]
     if fashion is not None:
         table = Table(title="Fashion-MNIST: test accuracy on A's half (B holds the labels)")
@@ -776,10 +750,8 @@ def reproduce_apfl_command(
     """APFL paper, Tables 5, 7, 9: CL, FL τ=15/4/1, τ=4 + mbs, APFL, APFL (no mbs)."""
     from islands.experiments.apfl import reproduce_apfl
 
-    with _stop_on_error(), console.status("starting") as status:
-        results = reproduce_apfl(out, epochs=epochs, model=model, quick=quick,
-                                 random_state=seed,
-                                 progress=lambda msg: status.update(escape(msg)))
+    results = _reproduce(partial(reproduce_apfl, out, epochs=epochs, model=model,
+                                 quick=quick, random_state=seed))
     table = Table(title="Fashion-MNIST, classes 0-3 / 4-6 / 7-9")
     for col in ("row", "accuracy %", "Dev_avg", "aggregations"):
         table.add_column(col, justify="left" if col == "row" else "right")
@@ -806,9 +778,8 @@ def reproduce_contribution_command(
     """Five unequal Fashion-MNIST clients valued by every method and by retraining."""
     from islands.experiments.contribution import reproduce_contribution
 
-    with _stop_on_error(), console.status("starting") as status:
-        results = reproduce_contribution(out, quick=quick, random_state=seed,
-                                         progress=lambda msg: status.update(escape(msg)))
+    results = _reproduce(partial(reproduce_contribution, out, quick=quick,
+                                 random_state=seed))
     scores = {**results["contribution"]["scores"], "retrain": results["retrain"]["scores"]}
     names = {"gtg": "GTG", "exact": "exact/round", "or": "OR", "loo": "LOO/round",
              "retrain": "retrained Shapley"}
@@ -826,14 +797,21 @@ def reproduce_contribution_command(
     _summarise_reproduction(results, out, json_path)
 
 
+def _reproduce(run: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """Run a reproduction with a status line; an islands error is one line and exit 2."""
+    with _stop_on_error(), console.status("starting") as status:
+        return run(progress=lambda msg: status.update(escape(msg)))
+
+
 @contextlib.contextmanager
-def _stop_on_error(code: int = 2) -> Iterator[None]:
+def _stop_on_error(code: int = 2, also: tuple[type[Exception], ...] = ()) -> Iterator[None]:
     """Print an islands error (bad settings, missing data) as one line and exit ``code``."""
     from islands.errors import IslandsError
 
+    caught: tuple[type[Exception], ...] = (IslandsError, *also)
     try:
         yield
-    except IslandsError as exc:
+    except caught as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(code) from exc
 
@@ -869,14 +847,10 @@ def certs_command(
 ) -> None:
     """Create a federation's CA and one key and certificate per party (mutual TLS)."""
     from islands.deploy.certs import make_certificates
-    from islands.errors import IslandsError
 
     names = [p.strip() for p in parties.split(",") if p.strip()]
-    try:
+    with _stop_on_error(2):
         files = make_certificates(names, out, days=days, overwrite=force)
-    except IslandsError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
     table = Table(title=f"certificates in {escape(str(out))} (valid {days} days)")
     table.add_column("party")
     table.add_column("give it")
@@ -904,14 +878,10 @@ def party_command(
 
     from islands.deploy.config import load_party_config
     from islands.deploy.launch import run_configured
-    from islands.errors import IslandsError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
+    with _stop_on_error(2, also=(OSError,)):
         cfg = load_party_config(config, insecure=True if insecure else None)
-    except (IslandsError, OSError) as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
     fed = cfg.federation
     if cfg.insecure:
         console.print("[bold red]INSECURE: no TLS. Loopback testing only.[/]")
@@ -923,11 +893,8 @@ def party_command(
             status.update(f"run {run_id[:8]}: running {fed.protocol}")
             console.print(f"all {len(fed.parties) - 1} peers reachable; run {run_id[:8]}")
 
-        try:
+        with _stop_on_error(1, also=(OSError,)):
             record = run_configured(cfg, resume=resume, on_ready=ready)
-        except (IslandsError, OSError) as exc:
-            console.print(f"[red]error:[/] {escape(str(exc))}")
-            raise typer.Exit(1) from exc
     sent = sum(record["bytes_sent"].values())
     console.print(f"done in {record['total_seconds']:.2f} s (role {record['role_seconds']:.2f} s,"
                   f" connecting {record['connect_seconds']:.2f} s); sent "

@@ -102,7 +102,8 @@ class SecAggFederation:
         self.names = list(names)
         parties = ["server", *self.names]
         self.ids = make_identities(parties)
-        self.views = {n: ClientView(n, parties, self.ids[n]) for n in self.names}
+        self.views: dict[str, Any] = {n: ClientView(n, parties, self.ids[n])
+                                      for n in self.names}
         self.halves = {n: SecureAggregation(threshold=threshold).client_half()
                        for n in self.names}
         rng = np.random.default_rng(0)
@@ -131,7 +132,7 @@ class SecAggFederation:
                 v: envelopes[v][u] for v in self.names if v != u}})
         return {c: self.halves[c].payload(self.views[c], server="server", round=1,
                                           params=self.updates[c],
-                                          base=np.zeros(self.dim), weight=1.0)
+                                          base=np.zeros(self.dim, np.float32), weight=1.0)
                 for c in self.names}
 
 
@@ -198,7 +199,8 @@ class Dealing:
         self.clients, self.purpose = list(clients), purpose
         parties = ["server", *self.clients]
         self.ids = make_identities(parties)
-        self.views = {c: ClientView(c, parties, self.ids[c]) for c in self.clients}
+        self.views: dict[str, Any] = {c: ClientView(c, parties, self.ids[c])
+                                      for c in self.clients}
         self.installed: dict[str, bytes] = {}
         self.receivers = {c: KeyReceiver(purpose, self._generate, partial(self._install, c))
                           for c in self.clients}
@@ -274,7 +276,8 @@ class HEFederation:
         parties = ["server", *self.clients]
         self.scheme, self.dim = scheme, dim
         self.ids = make_identities(parties)
-        self.views = {c: ClientView(c, parties, self.ids[c]) for c in self.clients}
+        self.views: dict[str, Any] = {c: ClientView(c, parties, self.ids[c])
+                                      for c in self.clients}
         self.agg = he_aggregator(scheme)
         self.halves = {c: self.agg.client_half() for c in self.clients}
         if dealer is not None:
@@ -323,7 +326,7 @@ class HEFederation:
                 ) -> tuple[Any, dict[str, Any]]:
         """Round ``rnd``: the server opens it, each client of it uploads."""
         clients = list(clients or self.clients)
-        agg = self.server_half().start(_Link(), round=rnd, clients=clients,  # type: ignore[arg-type]
+        agg = self.server_half().start(_Link(), round=rnd, clients=clients,
                                        weights={c: self.n_train[c] for c in clients},
                                        dim=self.dim)
         ups = {c: self.halves[c].payload(self.views[c], server="server", round=rnd,
@@ -347,7 +350,7 @@ class HEFederation:
 
 def forwarded(fed: HEFederation, ups: dict[str, Any], honest: Any) -> list[Any]:
     """Return c1's upload as "the aggregate", with every claim a server can make."""
-    alone = fed.server_half().start(_Link(), round=1, clients=["c1"],  # type: ignore[arg-type]
+    alone = fed.server_half().start(_Link(), round=1, clients=["c1"],
                                     weights={"c1": 1.0}, dim=fed.dim)
     alone.add("c1", ups["c1"])
     forged = [alone.finish(["c1"])]  # a "round" of the victim alone
@@ -430,7 +433,7 @@ def _additive_run(rosters: dict[str, list[str]]) -> None:
         half = AdditiveSharing().client_half()
         half.on_step(party, server="server", step=AggStep(1, "ss-roster", roster))
         half.payload(party, server="server", round=1, params=np.ones(4, np.float32),
-                     base=np.zeros(4), weight=1.0)
+                     base=np.zeros(4, np.float32), weight=1.0)
         return half.on_step(party, server="server", step=AggStep(1, "ss-sum", None))
 
     roles: dict[str, Any] = {"server": lambda party: None}
@@ -513,7 +516,7 @@ def _ddp_calibrated_for_all() -> None:
     class Inflating(ClientDP):
         def server_half(self) -> Any:
             half = super().server_half()
-            half._guaranteed = lambda round_clients: round_clients
+            setattr(half, "_guaranteed", lambda round_clients: round_clients)  # noqa: B010
             return half
 
     _clients_refuse(Inflating(SecureAggregation(threshold=3), noise="distributed"),
