@@ -185,6 +185,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from phe import paillier
 
+from islands.crypto.fixedpoint import dequantize, quantize
 from islands.errors import ValidationError, invalid_parameter
 from islands.validation import check_int, describe, is_int
 
@@ -724,24 +725,21 @@ def pack(values: ArrayLike, spec: PackingSpec) -> list[int]:
         raise invalid_parameter("values", "pack", "a 1-D array of reals", describe(arr))
     if arr.size == 0:
         return []
-    finite = np.isfinite(arr)
-    if not finite.all():
-        bad = int(np.argmin(finite))
-        raise ValidationError(f"pack: values[{bad}] is {float(arr[bad])!r}; values must be finite")
-    magnitude = np.abs(arr)
-    worst = int(np.argmax(magnitude))
     limit = 2.0**spec.int_bits
-    # rint is monotone in |x|, so the largest |x| also gives the largest |round(x·2^f)|
-    scale = float(2**spec.frac_bits)
-    if magnitude[worst] >= limit or abs(np.rint(magnitude[worst] * scale)) >= limit * scale:
-        raise ValidationError(
-            f"pack: |values[{worst}]| = {float(magnitude[worst])!r} is not below 2**int_bits = "
+
+    def out_of_range(index: int, value: float) -> ValidationError:
+        if not np.isfinite(value):
+            return ValidationError(f"pack: values[{index}] is {value!r}; values must be finite")
+        return ValidationError(
+            f"pack: |values[{index}]| = {abs(value)!r} is not below 2**int_bits = "
             f"{limit:g} (after rounding to multiples of 2**-{spec.frac_bits}); raise "
             "int_bits or scale the values down"
         )
-    scaled = np.rint(arr * scale)
-    # |scaled| < 2^(value_bits-1) <= 2^62: exact in int64; the offset makes it positive
-    encoded = (scaled.astype(np.int64) + np.int64(spec.offset)).astype(np.uint64)
+
+    scaled = quantize(arr, spec.frac_bits, bound=limit, inclusive=False,
+                      limit=1 << (spec.int_bits + spec.frac_bits), fail=out_of_range)
+    # |scaled| < 2^(value_bits-1) <= 2^62; the offset makes it positive
+    encoded = (scaled + np.int64(spec.offset)).astype(np.uint64)
     return _slots_to_ints(encoded, spec)
 
 
@@ -800,8 +798,7 @@ def unpack(
     # the true difference is below terms·2^(value_bits-1) <= 2^63 in magnitude, so the
     # wrapping uint64 subtraction read as int64 is exact
     diff = (sums - np.uint64(terms * spec.offset)).view(np.int64)
-    out: NDArray[np.float64] = diff.astype(np.float64) / float(2**spec.frac_bits)
-    return out
+    return dequantize(diff, spec.frac_bits)
 
 
 # --------------------------------------------------------------------------------------

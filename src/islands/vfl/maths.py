@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from islands.crypto.fixedpoint import quantize
 from islands.errors import ValidationError, invalid_parameter
 from islands.validation import check_array
 
@@ -143,15 +144,16 @@ def encode(values: ArrayLike, frac_bits: int, bound: float, name: str, owner: st
     if bound * 2.0**frac_bits > 2.0**62:
         raise ValidationError(f"{owner}: {name} at {frac_bits} fractional bits with bound "
                               f"{bound:.3g} would overflow int64")
-    if not np.all(np.isfinite(arr)):
-        raise ValidationError(f"{owner}: {name} holds NaN or infinite values")
-    if arr.size and float(np.max(np.abs(arr))) > bound:
-        raise ValidationError(
-            f"{owner}: {name} holds a value of magnitude {float(np.max(np.abs(arr))):.3g}, "
+
+    def out_of_range(_index: int, value: float) -> ValidationError:
+        if not math.isfinite(value):
+            return ValidationError(f"{owner}: {name} holds NaN or infinite values")
+        return ValidationError(
+            f"{owner}: {name} holds a value of magnitude {abs(value):.3g}, "
             f"above the fixed-point bound {bound:.3g}; standardise the features or "
             "lower the learning rate (training may have diverged)")
-    out: IntArray = np.rint(arr * float(2**frac_bits)).astype(np.int64)
-    return out
+
+    return quantize(arr, frac_bits, bound=bound, fail=out_of_range)
 
 
 def encode_features(X: ArrayLike, precision: Precision, *, intercept: bool,

@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from islands.crypto.fixedpoint import round_scaled
 from islands.errors import ValidationError
 
 __all__ = [
@@ -208,10 +209,14 @@ def encode(values: ArrayLike, frac_bits: int, what: str, owner: str) -> list[int
         If a value is not finite or above :data:`MAX_ABS_VALUE` (training diverged).
     """
     arr = np.asarray(values, dtype=np.float64).ravel()
-    if not np.all(np.isfinite(arr)) or (arr.size and np.max(np.abs(arr)) > MAX_ABS_VALUE):
-        raise ValidationError(f"{owner}: {what} is not finite or above 2^30 in magnitude; "
-                              "training has diverged (lower the learning rate)")
-    return [int(v) for v in np.rint(arr * float(2**frac_bits))]
+
+    def diverged(_index: int, _value: float) -> ValidationError:
+        return ValidationError(f"{owner}: {what} is not finite or above 2^30 in magnitude; "
+                               "training has diverged (lower the learning rate)")
+
+    # floats, not int64: at scale 2^(2f) the numerators can pass 2^63, and each is exact
+    scaled = round_scaled(arr, frac_bits, bound=MAX_ABS_VALUE, fail=diverged)
+    return [int(v) for v in scaled]
 
 
 def decode(values: list[int], frac_bits: int, shape: tuple[int, ...]) -> Array:
