@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from functools import partial
 
 import numpy as np
@@ -9,8 +10,10 @@ import pytest
 
 from islands.cca import SwarmCCA, pooled_cca, s1, s2
 from islands.cca.audit import audit_scca
+from islands.cca.config import SccaConfig
+from islands.config import RunSettings
 from islands.data import find_fashion_mnist, load_fashion_mnist, split_image_views
-from islands.errors import ValidationError
+from islands.errors import JobError, ValidationError
 from islands.runtime import PartyInputError, Transcript, run_local
 
 
@@ -185,6 +188,93 @@ def test_bad_input_is_refused_before_any_message(
 ) -> None:
     with pytest.raises(ValidationError, match=needle):
         SwarmCCA(**kwargs).fit(X, Y)  # type: ignore[arg-type]
+
+
+def test_estimator_parameters_are_the_config_and_the_runtime_settings() -> None:
+    # SwarmCCA's __init__ and SccaConfig cannot drift apart: same names, same defaults
+    params = inspect.signature(SwarmCCA.__init__).parameters
+    names = set(params) - {"self"}
+    assert names == set(SccaConfig.model_fields) | set(SwarmCCA.runtime)
+    assert not set(SccaConfig.model_fields) & set(SwarmCCA.runtime)
+    for name, field in SccaConfig.model_fields.items():
+        assert params[name].default == field.default, name
+    assert params["timeout"].default == RunSettings.model_fields["timeout"].default
+
+
+def test_get_set_params_repr_and_clone() -> None:
+    cca = SwarmCCA(3, threshold=0.5)
+    assert cca.get_params() == {"n_components": 3, "perturb": True, "threshold": 0.5,
+                                "reg": 0.0, "rank_tol": None, "timeout": 600.0,
+                                "keep_payloads": False, "random_state": None}
+    assert repr(cca) == "SwarmCCA(n_components=3, threshold=0.5)"
+    assert repr(SwarmCCA()) == "SwarmCCA()"
+    assert cca.set_params(reg=1.0, perturb=False) is cca and cca.reg == 1.0
+    with pytest.raises(ValidationError, match=r"SwarmCCA has no parameter 'alpha'; valid: \["):
+        cca.set_params(reg=2.0, alpha=1)
+    assert cca.reg == 1.0  # nothing set when one name is unknown
+    clone = pytest.importorskip("sklearn.base").clone
+    copy = clone(cca)
+    assert copy is not cca and copy.get_params() == cca.get_params()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"n_components": 0},
+         "The 'n_components' parameter of SwarmCCA must be an int in [1, inf). Got 0 instead."),
+        ({"n_components": True},
+         "The 'n_components' parameter of SwarmCCA must be an int in [1, inf). Got True "
+         "instead."),
+        ({"threshold": 0.0},
+         "The 'threshold' parameter of SwarmCCA must be a float in (0, 1]. Got 0.0 instead."),
+        ({"threshold": np.nan},
+         "The 'threshold' parameter of SwarmCCA must be a float in (0, 1]. Got nan instead."),
+        ({"reg": np.inf},
+         "The 'reg' parameter of SwarmCCA must be a float in [0, inf). Got inf instead."),
+        ({"rank_tol": 1},
+         "The 'rank_tol' parameter of SwarmCCA must be a float in (0, 1). Got 1 instead."),
+        ({"timeout": 0},
+         "The 'timeout' parameter of SwarmCCA must be a float in (0, inf). Got 0 instead."),
+        ({"keep_payloads": "no"},
+         "The 'keep_payloads' parameter of SwarmCCA must be a bool. Got 'no' instead."),
+    ],
+)
+def test_parameter_messages_are_the_standard_ones(kwargs: dict[str, object],
+                                                  message: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        SwarmCCA(**kwargs).fit(np.ones((10, 3)), np.ones((10, 2)))  # type: ignore[arg-type]
+    assert str(info.value) == message
+
+
+def test_numpy_scalar_parameters_are_accepted(data: tuple[np.ndarray, ...]) -> None:
+    X, Y = data
+    ref = SwarmCCA(n_components=2, perturb=False, threshold=0.5).fit(X, Y)
+    cca = SwarmCCA(n_components=np.int64(2), perturb=np.False_, threshold=np.float32(0.5),
+                   reg=np.float64(0.0), timeout=np.int32(60)).fit(X, Y)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(cca.x_weights_, ref.x_weights_)
+    assert cca.canonical_correlations_ is not None
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("n_components", 0), ("n_components", 1), ("n_components", 1.0), ("n_components", True),
+     ("threshold", 0), ("threshold", 0.0), ("threshold", 1), ("threshold", 1.5),
+     ("reg", -1), ("reg", 0), ("reg", 2.5), ("reg", False),
+     ("rank_tol", 0), ("rank_tol", 1e-10), ("rank_tol", 1), ("rank_tol", 3.0),
+     ("perturb", 1), ("perturb", False)],
+)
+def test_the_federation_section_and_the_estimator_agree(key: str, value: object) -> None:
+    # the same value is accepted, or refused, by SwarmCCA and by a federation file's [cca]
+    try:
+        from_estimator: object = SccaConfig.build("SwarmCCA", **{key: value})
+    except ValidationError:
+        from_estimator = "refused"
+    try:
+        from_file: object = SccaConfig.from_table({key: value}, "federation file f [cca]")
+    except JobError:
+        from_file = "refused"
+    assert from_estimator == from_file
+    assert SccaConfig.from_table({}, "f") == SccaConfig.build() == SccaConfig()
 
 
 def test_roles_refuse_bad_input_before_sending() -> None:

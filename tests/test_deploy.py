@@ -268,6 +268,49 @@ def test_config_errors_are_clear_and_come_before_connecting(tmp_path: Path) -> N
         load_party_config(files["y"])
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"threshold": 0}, r"\[cca\]: 'threshold' must be a float in \(0, 1\]; got 0 "
+                           r"\(federation files accepted 0 before; .*remove it\)"),
+        ({"rank_tol": 1.5}, r"\[cca\]: 'rank_tol' must be a float in \(0, 1\); got 1.5 "
+                            r"\(federation files accepted values >= 1 before"),
+        ({"reg": -1}, r"\[cca\]: 'reg' must be a float in \[0, inf\); got -1$"),
+        ({"n_components": 1.0}, r"'n_components' must be an int in \[1, inf\); got 1.0$"),
+        ({"perturb": 1}, r"'perturb' must be a bool; got 1$"),
+        ({"timeout": 5}, r"\[cca\]: unknown key\(s\) \['timeout'\]; allowed: \['n_components', "
+                         r"'perturb', 'rank_tol', 'reg', 'threshold'\]"),
+    ],
+)
+def test_cca_section_has_the_estimators_constraints(tmp_path: Path, options: dict[str, Any],
+                                                    message: str) -> None:
+    # [cca] is read by SccaConfig, as SwarmCCA's parameters are: a value SwarmCCA refuses
+    # is refused here too, before the party reads its data or connects
+    np.save(tmp_path / "x.npy", np.zeros((10, 3)))
+    np.save(tmp_path / "y.npy", np.zeros((10, 2)))
+    files = write_federation(tmp_path, "cca", {"x": {"data": "x.npy"}, "y": {"data": "y.npy"}},
+                             options=options)
+    with pytest.raises(JobError, match=message):
+        run_configured(load_party_config(files["x"]))
+
+
+def test_cca_section_builds_the_estimators_settings(tmp_path: Path) -> None:
+    from islands.cca.config import SccaConfig
+    from islands.deploy.protocols import prepare
+
+    X, Y = correlated(40, 3, 2)
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "y.npy", Y)
+    options = {"threshold": 1, "rank_tol": 0.5, "n_components": 2, "perturb": False}
+    files = write_federation(tmp_path, "cca", {"x": {"data": "x.npy"}, "y": {"data": "y.npy"}},
+                             options=options)
+    role = prepare(load_party_config(files["x"]), resume=False).role
+    settings = {k: v for k, v in role.keywords.items() if k != "Z"}  # type: ignore[attr-defined]
+    assert settings == dict(SccaConfig.build(threshold=1.0, rank_tol=0.5, n_components=2,
+                                             perturb=False))
+    assert type(settings["threshold"]) is float
+
+
 def test_hfl_data_of_the_wrong_width_is_refused(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     np.save(tmp_path / "c0.npy", np.zeros((20, 10)))

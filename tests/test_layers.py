@@ -14,7 +14,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "islands"
 
 LAYERS = {
-    "errors": 0, "validation": 0, "reporting": 0,
+    "errors": 0, "validation": 0, "reporting": 0, "config": 0, "estimator": 0,
     "crypto": 1, "privacy": 1, "data": 1, "runtime": 1,
     "securesum": 2, "cca": 2, "pca": 2, "psi": 2, "hfl": 2, "vfl": 2,
     "deploy": 3, "experiments": 3,

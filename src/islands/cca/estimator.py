@@ -9,23 +9,28 @@ the estimator holds both because it simulates both.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from islands.cca.config import SccaConfig
 from islands.cca.protocol import SccaResult, peer
 from islands.errors import ValidationError, invalid_parameter
+from islands.estimator import FederatedEstimator
 from islands.runtime import Transcript, run_local
-from islands.validation import check_array, check_float, check_int, check_random_state
+from islands.validation import check_array, check_random_state
 
 __all__ = ["SwarmCCA"]
 
 Array = NDArray[np.float64]
 
 
-class SwarmCCA:
+class SwarmCCA(FederatedEstimator[SccaConfig]):
     """Canonical correlation analysis between two peers with no server (SCCA).
+
+    The protocol's settings are those of :class:`~islands.cca.config.SccaConfig` (the
+    federation file's ``[cca]`` section takes the same ones); ``timeout``,
+    ``keep_payloads`` and ``random_state`` only say how this process runs the two peers.
 
     Parameters
     ----------
@@ -86,8 +91,11 @@ class SwarmCCA:
     >>> Y = np.hstack([z + 0.1 * rng.normal(size=(200, 2)), rng.normal(size=(200, 2))])
     >>> cca = SwarmCCA(n_components=2, perturb=False).fit(X, Y)
     >>> np.round(cca.canonical_correlations_, 2)
-    array([1., 0.99])
+    array([1.  , 0.99])
     """
+
+    Config = SccaConfig
+    runtime = ("timeout", "keep_payloads", "random_state")
 
     def __init__(
         self,
@@ -109,46 +117,6 @@ class SwarmCCA:
         self.timeout = timeout
         self.keep_payloads = keep_payloads
         self.random_state = random_state
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Return the constructor parameters (scikit-learn convention)."""
-        return {k: getattr(self, k) for k in (
-            "n_components", "perturb", "threshold", "reg", "rank_tol", "timeout",
-            "keep_payloads", "random_state")}
-
-    def set_params(self, **params: Any) -> SwarmCCA:
-        """Set constructor parameters (scikit-learn convention)."""
-        valid = self.get_params()
-        for key, value in params.items():
-            if key not in valid:
-                raise ValidationError(f"SwarmCCA has no parameter {key!r}; valid: {sorted(valid)}")
-            setattr(self, key, value)
-        return self
-
-    def __repr__(self) -> str:
-        defaults = SwarmCCA().get_params()
-        changed = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()
-                            if v is not defaults[k] and v != defaults[k])
-        return f"SwarmCCA({changed})"
-
-    # ------------------------------------------------------------------ validation
-    def _validate_params(self) -> None:
-        owner = "SwarmCCA"
-        if self.n_components is not None:
-            check_int(self.n_components, "n_components", owner, low=1)
-        if not isinstance(self.perturb, (bool, np.bool_)):
-            raise invalid_parameter("perturb", owner, "a bool", self.perturb)
-        if self.threshold is not None:
-            t = check_float(self.threshold, "threshold", owner, low=0.0, low_inclusive=False)
-            if t > 1.0:
-                raise invalid_parameter("threshold", owner, "a float in (0, 1]", self.threshold)
-        check_float(self.reg, "reg", owner, low=0.0)
-        if self.rank_tol is not None:
-            tol = check_float(self.rank_tol, "rank_tol", owner, low=0.0, low_inclusive=False)
-            if tol >= 1.0:
-                raise invalid_parameter("rank_tol", owner, "a float in (0, 1)", self.rank_tol)
-        check_float(self.timeout, "timeout", owner, low=0.0, low_inclusive=False)
-        check_random_state(self.random_state, owner)
 
     @staticmethod
     def _validate_data(X: ArrayLike, Y: ArrayLike) -> tuple[Array, Array]:
@@ -172,18 +140,19 @@ class SwarmCCA:
         ValidationError
             For bad parameters or data, before any message is sent.
         """
-        self._validate_params()
+        config = self._config()
+        run_settings = self._run_settings()
+        check_random_state(self.random_state, "SwarmCCA")
         x, y = self._validate_data(X, Y)
         limit = min(x.shape[1], y.shape[1])
-        if self.n_components is not None and self.n_components > limit:
+        if config.n_components is not None and config.n_components > limit:
             raise invalid_parameter("n_components", "SwarmCCA",
                                     f"an int in [1, min(p, q)] = [1, {limit}]",
                                     self.n_components)
-        role = partial(peer, perturb=bool(self.perturb), n_components=self.n_components,
-                       threshold=self.threshold, reg=float(self.reg), rank_tol=self.rank_tol)
+        role = partial(peer, **dict(config))
         run = run_local(
             {"x": partial(role, Z=x), "y": partial(role, Z=y)},
-            timeout=float(self.timeout), keep_payloads=bool(self.keep_payloads),
+            timeout=run_settings.timeout, keep_payloads=run_settings.keep_payloads,
         )
         rx: SccaResult = run.results["x"]
         ry: SccaResult = run.results["y"]

@@ -9,7 +9,9 @@ same inputs and seeds compute the same numbers.
 Options by protocol (the federation file's ``[cca]``, ``[pca]`` or ``[hfl]`` section):
 
 ``cca`` (Swarm CCA, exactly two parties, each with its own block of columns, rows aligned)
-    ``n_components``, ``threshold``, ``perturb`` (default true), ``reg``, ``rank_tol``.
+    ``n_components``, ``threshold``, ``perturb`` (default true), ``reg``, ``rank_tol``:
+    the settings of :class:`~islands.cca.config.SccaConfig`, with the estimator's defaults
+    and constraints (``threshold`` in (0, 1], ``rank_tol`` in (0, 1)).
 ``pca`` (federated PCA; one party publishes, the others are sites in file order)
     ``publisher`` (party name, required), ``mode``, ``n_components`` (required),
     ``epsilon``, ``delta``, ``seed`` (shared noise seed, default 0), ``block_size``.
@@ -88,29 +90,21 @@ def _need_data(config: PartyConfig) -> Path:
 
 # --------------------------------------------------------------------------- cca
 def _cca(config: PartyConfig, resume: bool) -> Prepared:
+    from islands.cca.config import SccaConfig
     from islands.cca.protocol import SccaResult, peer
 
     fed = config.federation
     where = f"federation file {fed.source} [cca]"
-    o = fed.options
-    _keys(o, {"n_components", "threshold", "perturb", "reg", "rank_tol"}, where)
+    settings = SccaConfig.from_table(fed.options, where)
     if len(fed.parties) != 2:
         raise JobError(f"{where}: Swarm CCA runs between exactly two parties; "
                        f"[parties] names {len(fed.parties)}")
-    n_components = table_value(o, "n_components", (int,), where, None, lambda v: v >= 1,
-                               "an int >= 1")
-    threshold = table_value(o, "threshold", (float, int), where, None, lambda v: 0 <= v <= 1,
-                     "a number in [0, 1]")
-    perturb = table_value(o, "perturb", (bool,), where, True)
-    reg = table_value(o, "reg", (float, int), where, 0.0, lambda v: v >= 0, "a number >= 0")
-    rank_tol = table_value(o, "rank_tol", (float, int), where, None, lambda v: v > 0,
-                           "a number > 0")
+    n_components = settings.n_components
     Z = load_table(_need_data(config), what=f"the data of party {config.name!r}")
     if n_components is not None and n_components > Z.shape[1]:
         raise JobError(f"{where}: n_components = {n_components} exceeds the {Z.shape[1]} "
                        f"columns of party {config.name!r}'s data")
-    role = partial(peer, Z=Z, perturb=perturb, n_components=n_components,
-                   threshold=threshold, reg=float(reg), rank_tol=rank_tol)
+    role = partial(peer, Z=Z, **dict(settings))
 
     def write(result: SccaResult, out: Path) -> dict[str, Any]:
         np.save(out / "weights.npy", result.weights)

@@ -1,0 +1,85 @@
+"""The base of islands' scikit-learn-style estimators: parameters from ``__init__``, checked at fit.
+
+scikit-learn's ``BaseEstimator`` is not subclassed: importing it costs about a second and
+``import islands`` stays light. What it gives is small and is written here once:
+``get_params``/``set_params`` read the parameter names from the explicit ``__init__``
+signature (scikit-learn's own rule, so :func:`sklearn.base.clone` works), and ``__repr__``
+shows only the parameters that differ from their defaults.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, ClassVar, Generic, TypeVar
+
+from islands.config import ProtocolConfig, RunSettings
+from islands.errors import ValidationError
+
+__all__ = ["FederatedEstimator"]
+
+_E = TypeVar("_E", bound="FederatedEstimator[Any]")
+_Cfg = TypeVar("_Cfg", bound=ProtocolConfig)
+
+
+class FederatedEstimator(Generic[_Cfg]):
+    """An estimator whose ``__init__`` only stores its protocol's settings and runtime ones.
+
+    A subclass sets ``Config`` (its protocol's :class:`~islands.config.ProtocolConfig`)
+    and ``runtime`` (the other ``__init__`` parameters: timeout, payloads, seeds). Its
+    ``__init__`` parameters must be exactly ``Config``'s fields and ``runtime``.
+    """
+
+    Config: type[_Cfg]
+    runtime: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        signature = inspect.signature(cls.__init__)
+        return [p.name for p in signature.parameters.values()
+                if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+    @classmethod
+    def _defaults(cls) -> dict[str, Any]:
+        signature = inspect.signature(cls.__init__)
+        return {name: signature.parameters[name].default for name in cls._param_names()}
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Return the constructor parameters (scikit-learn convention)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self: _E, **params: Any) -> _E:
+        """Set constructor parameters (scikit-learn convention); they are checked at fit."""
+        valid = self._param_names()
+        for key in params:
+            if key not in valid:
+                raise ValidationError(f"{type(self).__name__} has no parameter {key!r}; "
+                                      f"valid: {sorted(valid)}")
+        for key, value in params.items():
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = self._defaults()
+        changed = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()
+                            if v is not defaults[k] and _differs(v, defaults[k]))
+        return f"{type(self).__name__}({changed})"
+
+    def _config(self) -> _Cfg:
+        """Return the protocol settings, checked (the message names this estimator)."""
+        owner = type(self).__name__
+        return self.Config.build(owner, **{name: getattr(self, name)
+                                           for name in self.Config.model_fields})
+
+    def _run_settings(self) -> RunSettings:
+        """Return the ``timeout`` and ``keep_payloads`` parameters, checked."""
+        owner = type(self).__name__
+        return RunSettings.build(owner, **{name: getattr(self, name)
+                                           for name in RunSettings.model_fields
+                                           if name in self.runtime})
+
+
+def _differs(value: Any, default: Any) -> bool:
+    try:
+        return bool(value != default)
+    except (TypeError, ValueError):  # e.g. an array, whose comparison is not one bool
+        return True
