@@ -153,3 +153,8 @@ def test_run_settings() -> None:
         RunSettings.build("SwarmCCA", timeout=0)
     with pytest.raises(ValidationError, match="'keep_payloads' parameter of X must be a bool"):
         RunSettings.build("X", keep_payloads="yes")
+
+
+def test_a_missing_required_setting_is_named() -> None:
+    assert message(epsilon=0.5) == (
+        "FederatedDemo needs the 'n_components' parameter (an int in [1, inf))")

@@ -294,6 +294,73 @@ def test_cca_section_has_the_estimators_constraints(tmp_path: Path, options: dic
         run_configured(load_party_config(files["x"]))
 
 
+PCA_OK = {"publisher": "pub", "mode": "secure", "n_components": 2, "epsilon": 0.5,
+          "delta": 1e-5}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"epsilon": 1.5}, r"\[pca\]: 'epsilon' must be a float in \(0, 1\) \(the classic "
+                           r"Gaussian mechanism is proven only for ε < 1\); got 1.5$"),
+        ({"epsilon": 1}, r"\[pca\]: 'epsilon' must be a float in \(0, 1\) .*; got 1$"),
+        ({"mode": "plain"}, r"\[pca\]: mode='plain' adds no noise: leave epsilon and delta as "
+                            r"None, or choose a DP mode"),
+        ({"mode": "plain", "epsilon": None, "delta": None, "noise_seed": 3},
+         r"\[pca\]: The 'noise_seed' parameter of FederatedPCA must be None for "
+         r"mode='plain' \(no noise\)"),
+        ({"mode": None}, r"\[pca\]: missing key 'mode'.*'secure'.*FederatedPCA.*'plain'"),
+        ({"delta": None}, r"\[pca\]: The 'delta' parameter of FederatedPCA must be a float "
+                          r"in \(0, 1\)\. Got None instead\."),
+        ({"mode": "magic"}, r"\[pca\]: 'mode' must be one of \['plain', 'elfedpca', "
+                            r"'secure', 'dpdispca', 'central'\]; got 'magic'$"),
+        ({"block_size": 0}, r"\[pca\]: 'block_size' must be an int in \[1, inf\); got 0$"),
+        ({"timeout": 5}, r"\[pca\]: unknown key\(s\) \['timeout'\]; allowed: \['block_size', "
+                         r"'delta', 'epsilon', 'mode', 'n_components', 'noise_seed', "
+                         r"'publisher'\]"),
+        ({"seed": 0}, r"\[pca\]: 'seed' no longer seeds the DP noise"),
+        ({"n_components": None}, r"\[pca\]: missing key 'n_components'$"),
+    ],
+    ids=["eps-1.5", "eps-1", "plain-eps", "plain-noise-seed", "no-mode", "no-delta",
+         "bad-mode", "block-0", "unknown", "seed", "no-k"],
+)
+def test_pca_section_has_the_estimators_constraints(tmp_path: Path, change: dict[str, Any],
+                                                    message: str) -> None:
+    # [pca] is read by PcaSettings, as FederatedPCA's parameters are: a value the estimator
+    # refuses is refused here too, by every party, before it connects (no peer runs here;
+    # a party that got past the check would fail on connect_timeout instead)
+    np.save(tmp_path / "site1.npy", np.zeros((10, 3)))
+    np.save(tmp_path / "site2.npy", np.zeros((10, 3)))
+    options = {k: v for k, v in {**PCA_OK, **change}.items() if v is not None}
+    files = write_federation(tmp_path, "pca", {"site1": {"data": "site1.npy"},
+                                               "site2": {"data": "site2.npy"}, "pub": {}},
+                             options=options, settings={"connect_timeout": 2})
+    for party in ("site1", "pub"):
+        with pytest.raises(JobError, match=message):
+            run_configured(load_party_config(files[party]))
+
+
+def test_pca_section_builds_the_estimators_settings(tmp_path: Path) -> None:
+    from islands.deploy.protocols import prepare
+    from islands.pca.config import PcaSettings
+
+    np.save(tmp_path / "site1.npy", np.ones((10, 3)))
+    np.save(tmp_path / "site2.npy", np.ones((10, 3)))
+    options = {**PCA_OK, "mode": "central", "epsilon": 0.25, "delta": 1e-6, "noise_seed": 4,
+               "block_size": 7}
+    files = write_federation(tmp_path, "pca", {"site1": {"data": "site1.npy"},
+                                               "site2": {"data": "site2.npy"}, "pub": {}},
+                             options=options)
+    role = prepare(load_party_config(files["site2"]), resume=False).role
+    config = role.keywords["config"]  # type: ignore[attr-defined]
+    settings = PcaSettings.build(mode="central", n_components=2, epsilon=0.25, delta=1e-6,
+                                 noise_seed=4, block_size=7)
+    assert (config.mode, config.n_components, config.epsilon, config.delta,
+            config.noise_seed) == ("central", 2, 0.25, 1e-6, 4)
+    assert config.sites == ("site1", "site2") and config.publisher == "pub"
+    assert role.keywords["source"].block_size == settings.block_size  # type: ignore[attr-defined]
+
+
 def test_cca_section_builds_the_estimators_settings(tmp_path: Path) -> None:
     from islands.cca.config import SccaConfig
     from islands.deploy.protocols import prepare

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import secrets
 from functools import partial
 from pathlib import Path
@@ -14,12 +15,14 @@ import pytest
 from scipy.linalg import subspace_angles
 from sklearn.decomposition import PCA
 
+from islands.config import RunSettings
 from islands.crypto import decode_fixed
 from islands.crypto.masking import generate_key, pairwise_mask
 from islands.data.sources import open_source
-from islands.errors import ProtocolError, ValidationError
+from islands.errors import JobError, ProtocolError, ValidationError
 from islands.pca import FederatedPCA, maths, protocol
 from islands.pca.audit import audit_pca
+from islands.pca.config import PcaSettings
 from islands.pca.protocol import MOMENT_FRAC_BITS, PcaConfig, publisher, site
 from islands.runtime import run_local
 
@@ -339,6 +342,112 @@ def test_noise_seed_reproduces_the_noise_and_voids_the_guarantee(mode: str) -> N
     with pytest.warns(UserWarning):
         other.fit(parts)
     assert not np.allclose(other.noisy_moment_, fits[0].noisy_moment_)
+
+
+def test_estimator_parameters_are_the_config_and_the_runtime_settings() -> None:
+    # FederatedPCA's __init__ and PcaSettings cannot drift apart: same names, same defaults
+    params = inspect.signature(FederatedPCA.__init__).parameters
+    assert set(params) - {"self"} == set(PcaSettings.model_fields) | set(FederatedPCA.runtime)
+    assert not set(PcaSettings.model_fields) & set(FederatedPCA.runtime)
+    for name, field in PcaSettings.model_fields.items():
+        if field.is_required():
+            assert params[name].default is inspect.Parameter.empty, name
+        else:
+            assert params[name].default == field.default, name
+    for name in ("timeout", "keep_payloads"):
+        assert params[name].default == RunSettings.model_fields[name].default
+
+
+def test_get_set_params_repr_and_clone() -> None:
+    model = FederatedPCA(3, epsilon=0.5, delta=1e-5, mode="secure")
+    assert model.get_params() == {
+        "n_components": 3, "epsilon": 0.5, "delta": 1e-5, "mode": "secure",
+        "random_state": None, "noise_seed": None, "block_size": 8192, "timeout": 600.0,
+        "keep_payloads": False}
+    assert repr(model) == "FederatedPCA(n_components=3, epsilon=0.5, delta=1e-05, mode='secure')"
+    assert model.set_params(block_size=10) is model and model.block_size == 10
+    with pytest.raises(ValidationError, match=r"FederatedPCA has no parameter 'seed'; valid:"):
+        model.set_params(block_size=20, seed=1)
+    assert model.block_size == 10  # nothing set when one name is unknown
+    from sklearn.base import clone
+
+    twin = clone(model)
+    assert twin is not model and twin.get_params() == model.get_params()
+
+
+DP = {"mode": "secure", "epsilon": 0.5, "delta": 1e-5}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"n_components": 0},
+         "The 'n_components' parameter of FederatedPCA must be an int in [1, inf). Got 0 "
+         "instead."),
+        ({"mode": "magic"},
+         "The 'mode' parameter of FederatedPCA must be one of ['plain', 'elfedpca', 'secure', "
+         "'dpdispca', 'central']. Got 'magic' instead."),
+        ({**DP, "epsilon": 1.0},
+         "The 'epsilon' parameter of FederatedPCA must be a float in (0, 1) (the classic "
+         "Gaussian mechanism is proven only for ε < 1). Got 1.0 instead."),
+        ({"mode": "central"},
+         "The 'epsilon' parameter of FederatedPCA must be a float in (0, 1) (the classic "
+         "Gaussian mechanism is proven only for ε < 1). Got None instead."),
+        ({**DP, "delta": None},
+         "The 'delta' parameter of FederatedPCA must be a float in (0, 1). Got None instead."),
+        ({**DP, "delta": np.nan},
+         "The 'delta' parameter of FederatedPCA must be a float in (0, 1). Got nan instead."),
+        ({"delta": 1e-5},
+         "mode='plain' adds no noise: leave epsilon and delta as None, or choose a DP mode"),
+        ({"noise_seed": 1},
+         "The 'noise_seed' parameter of FederatedPCA must be None for mode='plain' (no noise). "
+         "Got 1 instead."),
+        ({**DP, "noise_seed": -1},
+         "The 'noise_seed' parameter of FederatedPCA must be an int in [0, inf). Got -1 "
+         "instead."),
+        ({"block_size": 2.0},
+         "The 'block_size' parameter of FederatedPCA must be an int in [1, inf). Got 2.0 "
+         "instead."),
+        ({"timeout": 0},
+         "The 'timeout' parameter of FederatedPCA must be a float in (0, inf). Got 0 instead."),
+    ],
+)
+def test_parameter_messages_are_the_standard_ones(kwargs: dict[str, object],
+                                                  message: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        FederatedPCA(**{"n_components": 2, **kwargs}).fit(sites(2))  # type: ignore[arg-type]
+    assert str(info.value) == message
+
+
+def test_numpy_scalar_parameters_are_accepted() -> None:
+    parts = sites(2)
+    ref = FederatedPCA(2).fit(parts)
+    model = FederatedPCA(np.int64(2), block_size=np.int32(8192),  # type: ignore[arg-type]
+                         timeout=np.float32(60)).fit(parts)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(model.components_, ref.components_)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{"epsilon": 1}, {"epsilon": 0.5}, {"epsilon": 0.5, "delta": 1e-5},
+     {**DP}, {**DP, "epsilon": 1}, {**DP, "epsilon": 0}, {**DP, "delta": 1},
+     {**DP, "epsilon": True}, {**DP, "noise_seed": 3}, {"noise_seed": 3},
+     {"mode": "elfedpca"}, {"mode": "Secure"}, {"block_size": 0}, {"block_size": 1.0},
+     {"n_components": 2.0}, {"n_components": 0}],
+)
+def test_the_federation_section_and_the_estimator_agree(values: dict[str, object]) -> None:
+    # the same settings are accepted, or refused, by FederatedPCA and by a [pca] section
+    values = {"n_components": 2, **values}
+    try:
+        from_estimator: object = PcaSettings.build("FederatedPCA", **values)
+    except ValidationError:
+        from_estimator = "refused"
+    try:
+        from_file: object = PcaSettings.from_table(values, "federation file f [pca]")
+    except JobError:
+        from_file = "refused"
+    assert from_estimator == from_file
+    assert PcaSettings.from_table({"n_components": 2}, "f") == PcaSettings(n_components=2)
 
 
 def test_plain_mode_refuses_a_noise_seed() -> None:

@@ -128,6 +128,9 @@ class ProtocolConfig(BaseModel):
                                   f"{sorted(cls.model_fields)}") from None
         if kind == "cross":
             raise err["ctx"]["error"] from None
+        if name not in values and err.get("type") == "missing":
+            raise ValidationError(f"{who} needs the {name!r} parameter "
+                                  f"({cls._expected(name, err['msg'])})") from None
         got = values[name] if name in values else err["input"]
         raise invalid_parameter(name, who, cls._expected(name, err["msg"]),
                                 describe(got)) from None

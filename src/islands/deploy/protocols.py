@@ -13,8 +13,12 @@ Options by protocol (the federation file's ``[cca]``, ``[pca]`` or ``[hfl]`` sec
     the settings of :class:`~islands.cca.config.SccaConfig`, with the estimator's defaults
     and constraints (``threshold`` in (0, 1], ``rank_tol`` in (0, 1)).
 ``pca`` (federated PCA; one party publishes, the others are sites in file order)
-    ``publisher`` (party name, required), ``mode``, ``n_components`` (required),
-    ``epsilon``, ``delta``, ``seed`` (shared noise seed, default 0), ``block_size``.
+    ``publisher`` (party name, required), ``mode`` (required: files used to default to
+    ``"secure"``, the estimator defaults to ``"plain"``), ``n_components`` (required),
+    ``epsilon``, ``delta``, ``noise_seed``, ``block_size``: besides ``publisher``, the
+    settings of :class:`~islands.pca.config.PcaSettings`, with the estimator's defaults
+    and constraints (``epsilon`` and ``delta`` in (0, 1), both required by the DP modes
+    and refused by ``plain``, as is ``noise_seed``).
 ``vfl`` (vertical linear or logistic regression, rows already aligned, e.g. by PSI)
     ``coordinator`` and ``active`` (party names, required; the others are passive, in
     file order), ``model`` (``"logistic"`` or ``"linear"``), ``learning_rate``,
@@ -124,7 +128,8 @@ def _cca(config: PartyConfig, resume: bool) -> Prepared:
 # --------------------------------------------------------------------------- pca
 def _pca(config: PartyConfig, resume: bool) -> Prepared:
     from islands.data.sources import open_source
-    from islands.pca.protocol import MODES, PcaConfig, publisher, site
+    from islands.pca.config import PcaSettings
+    from islands.pca.protocol import PcaConfig, publisher, site
 
     fed = config.federation
     where = f"federation file {fed.source} [pca]"
@@ -133,26 +138,22 @@ def _pca(config: PartyConfig, resume: bool) -> Prepared:
         raise JobError(f"{where}: 'seed' no longer seeds the DP noise (a shared seed lets anyone "
                        "who reads this file subtract it); remove it, or set 'noise_seed' to "
                        "make the noise reproducible, which voids the DP guarantee")
-    _keys(o, {"publisher", "mode", "n_components", "epsilon", "delta", "noise_seed",
-              "block_size"}, where)
+    _keys(o, {"publisher", *PcaSettings.model_fields}, where)
     pub = o.get("publisher")
     if not isinstance(pub, str) or pub not in fed.parties:
         raise JobError(f"{where}: 'publisher' must name a party of [parties]; got {pub!r}")
     sites = tuple(p for p in fed.parties if p != pub)
-    mode = table_value(o, "mode", (str,), where, "secure", lambda v: v in MODES, f"one of {MODES}")
-    if "n_components" not in o:
-        raise JobError(f"{where}: missing key 'n_components'")
-    k = table_value(o, "n_components", (int,), where, None, lambda v: v >= 1, "an int >= 1")
-    eps = table_value(o, "epsilon", (float, int), where, None, lambda v: v > 0, "a number > 0")
-    delta = table_value(o, "delta", (float, int), where, None, lambda v: 0 < v < 1, "in (0, 1)")
-    if mode != "plain" and (eps is None or delta is None):
-        raise JobError(f"{where}: mode {mode!r} needs 'epsilon' and 'delta'")
-    noise_seed = table_value(o, "noise_seed", (int,), where, None, lambda v: v >= 0,
-                             "an int >= 0")
-    block = table_value(o, "block_size", (int,), where, 8192, lambda v: v >= 1, "an int >= 1")
+    if "mode" not in o:
+        # files defaulted to "secure", FederatedPCA to "plain": never drop DP silently
+        raise JobError(f"{where}: missing key 'mode'; federation files used to default to "
+                       "'secure', FederatedPCA defaults to 'plain' (no noise): set mode = "
+                       "\"secure\" to keep the old behaviour, or choose another mode")
+    settings = PcaSettings.from_table({key: v for key, v in o.items() if key != "publisher"},
+                                      where)
+    mode, k = settings.mode, settings.n_components
     pca = PcaConfig(mode=mode, n_components=k, sites=sites, publisher=pub,
-                    epsilon=None if eps is None else float(eps),
-                    delta=None if delta is None else float(delta), noise_seed=noise_seed)
+                    epsilon=settings.epsilon, delta=settings.delta,
+                    noise_seed=settings.noise_seed)
     if config.name == pub:
         def write_pub(result: Any, out: Path) -> dict[str, Any]:
             np.save(out / "projection.npy", result.projection)
@@ -163,7 +164,7 @@ def _pca(config: PartyConfig, resume: bool) -> Prepared:
 
         return Prepared(role=partial(publisher, config=pca), write=write_pub,
                         description=f"federated PCA publisher for {len(sites)} sites")
-    source = open_source(str(_need_data(config)), block_size=block,
+    source = open_source(str(_need_data(config)), block_size=settings.block_size,
                          name=f"the data of party {config.name!r}")
     if k > source.n_features:
         raise JobError(f"{where}: n_components = {k} exceeds the {source.n_features} columns "

@@ -1,6 +1,7 @@
 """Federated PCA with differential privacy: ELFedPCA as published, a hardened mode, baselines.
 
 - :mod:`islands.pca.protocol`: the site and publisher roles of every mode;
+- :mod:`islands.pca.config`: :class:`PcaSettings`, every setting with its default and limit;
 - :mod:`islands.pca.estimator`: :class:`FederatedPCA`, the scikit-learn-style API;
 - :mod:`islands.pca.maths`: noise calibration, moments, eigenvectors (pure functions).
 
@@ -9,7 +10,8 @@ recovers each site's matrix exactly; ``mode="secure"`` fixes that with pairwise 
 independent noise shares.
 """
 
+from islands.pca.config import PcaSettings
 from islands.pca.estimator import FederatedPCA
 from islands.pca.protocol import MODES, PcaConfig, publisher, site
 
-__all__ = ["MODES", "FederatedPCA", "PcaConfig", "publisher", "site"]
+__all__ = ["MODES", "FederatedPCA", "PcaConfig", "PcaSettings", "publisher", "site"]

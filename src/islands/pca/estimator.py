@@ -21,9 +21,10 @@ from numpy.typing import ArrayLike, NDArray
 
 from islands.data.sources import RowSource, open_source
 from islands.errors import ValidationError, invalid_parameter
+from islands.estimator import FederatedEstimator
 from islands.pca import maths
+from islands.pca.config import PcaSettings
 from islands.pca.protocol import (
-    MODES,
     PcaConfig,
     PublisherResult,
     SiteResult,
@@ -32,15 +33,19 @@ from islands.pca.protocol import (
     site,
 )
 from islands.runtime import Role, Transcript, run_local
-from islands.validation import check_array, check_float, check_int, check_random_state
+from islands.validation import check_array, check_random_state
 
 __all__ = ["FederatedPCA"]
 
 Array = NDArray[np.float64]
 
 
-class FederatedPCA:
+class FederatedPCA(FederatedEstimator[PcaSettings]):
     """PCA over sites that each hold some rows, with differential privacy.
+
+    The protocol's settings are those of :class:`~islands.pca.config.PcaSettings` (the
+    federation file's ``[pca]`` section takes the same ones); ``timeout``,
+    ``keep_payloads`` and ``random_state`` only say how this process runs the parties.
 
     Parameters
     ----------
@@ -127,6 +132,9 @@ class FederatedPCA:
     .. [2] Dwork, Talwar, Thakurta, Zhang. "Analyze Gauss". STOC 2014.
     """
 
+    Config = PcaSettings
+    runtime = ("random_state", "timeout", "keep_payloads")
+
     def __init__(
         self,
         n_components: int,
@@ -150,28 +158,6 @@ class FederatedPCA:
         self.timeout = timeout
         self.keep_payloads = keep_payloads
 
-    def _validate_params(self) -> None:
-        owner = "FederatedPCA"
-        if self.mode not in MODES:
-            raise invalid_parameter("mode", owner, f"one of {list(MODES)}", self.mode)
-        check_int(self.n_components, "n_components", owner, low=1)
-        if self.mode == "plain":
-            if self.epsilon is not None or self.delta is not None:
-                raise ValidationError(
-                    "mode='plain' adds no noise: leave epsilon and delta as None, or choose "
-                    "a DP mode"
-                )
-        else:
-            maths.check_privacy(self.epsilon, self.delta, owner)
-        check_int(self.block_size, "block_size", owner, low=1)
-        check_float(self.timeout, "timeout", owner, low=0.0, low_inclusive=False)
-        check_random_state(self.random_state, owner)
-        if self.noise_seed is not None:
-            if self.mode == "plain":
-                raise invalid_parameter("noise_seed", owner, "None for mode='plain' (no noise)",
-                                        self.noise_seed)
-            check_int(self.noise_seed, "noise_seed", owner, low=0)
-
     def fit(self, parts: Sequence[RowSource]) -> FederatedPCA:
         """Run federated PCA over one site per part.
 
@@ -180,14 +166,16 @@ class FederatedPCA:
         ValidationError
             For bad parameters or data, before any message is sent.
         """
-        self._validate_params()
+        settings = self._config()
+        run_settings = self._run_settings()
+        check_random_state(self.random_state, "FederatedPCA")
         if isinstance(parts, np.ndarray) or not isinstance(parts, Sequence) or len(parts) < 2:
             raise ValidationError(
                 "parts must be a list of at least two sites' data (arrays, lists of blocks, "
                 "functions returning block iterators, or file paths)"
             )
         names = tuple(f"site{i + 1}" for i in range(len(parts)))
-        sources = [open_source(part, block_size=int(self.block_size), name=name)
+        sources = [open_source(part, block_size=settings.block_size, name=name)
                    for name, part in zip(names, parts, strict=True)]
         d = sources[0].n_features
         for src in sources[1:]:
@@ -199,19 +187,17 @@ class FederatedPCA:
         for src in sources:
             if src.n_rows == 0:
                 raise ValidationError(f"{src.name} has no rows")
-        if self.n_components > d:
+        if settings.n_components > d:
             raise invalid_parameter("n_components", "FederatedPCA",
                                     f"an int in [1, d] = [1, {d}]", self.n_components)
         config = PcaConfig(
-            mode=self.mode,  # type: ignore[arg-type]
-            n_components=int(self.n_components), sites=names, publisher="publisher",
-            epsilon=None if self.epsilon is None else float(self.epsilon),
-            delta=None if self.delta is None else float(self.delta),
-            noise_seed=None if self.noise_seed is None else int(self.noise_seed),
+            mode=settings.mode, n_components=settings.n_components, sites=names,
+            publisher="publisher", epsilon=settings.epsilon, delta=settings.delta,
+            noise_seed=settings.noise_seed,
         )
-        if self.mode != "plain" and config.dp_void_reason is not None:
+        if settings.mode != "plain" and config.dp_void_reason is not None:
             warnings.warn(
-                f"FederatedPCA(mode={self.mode!r}) carries no differential-privacy "
+                f"FederatedPCA(mode={settings.mode!r}) carries no differential-privacy "
                 f"guarantee (epsilon_ = inf): {config.dp_void_reason}. Use it only to "
                 "reproduce published results; mode='secure' keeps the guarantee.",
                 UserWarning, stacklevel=2)
@@ -220,8 +206,8 @@ class FederatedPCA:
             for name, src in zip(names, sources, strict=True)
         }
         roles["publisher"] = partial(publisher, config=config)
-        run = run_local(roles, timeout=float(self.timeout),
-                        keep_payloads=bool(self.keep_payloads))
+        run = run_local(roles, timeout=run_settings.timeout,
+                        keep_payloads=run_settings.keep_payloads)
         first: SiteResult = run.results[names[0]]
         published: PublisherResult = run.results["publisher"]
         self.components_ = first.components
@@ -234,7 +220,7 @@ class FederatedPCA:
         self.epsilon_ = (config.epsilon if self.dp_guarantee_ or config.epsilon is None
                          else math.inf)
         self.delta_ = config.delta
-        if self.mode == "dpdispca":
+        if settings.mode == "dpdispca":
             self.tau_: float | dict[str, float] | None = {
                 n: float(run.results[n].tau) for n in names}
         else:
