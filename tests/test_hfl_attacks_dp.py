@@ -221,24 +221,17 @@ def test_clients_refuse_an_encrypted_sum_of_fewer_uploads_than_their_noise_needs
     # of 2 for the clients (the DP check is the server's own, so a deviating server skips
     # it) would show them the pair with √(2/3) of the noise: every client refuses it
     pytest.importorskip("phe")
-    from islands.hfl.aggregate import AggStep
-    from islands.hfl.homomorphic import PaillierAggregator
-    from islands.hfl.server_audit import HEFederation, _Link
+    from islands.hfl.server_audit import _Link, dp_uploads
 
-    fed = HEFederation("paillier")
-    dp = ClientDP(PaillierAggregator(), noise="distributed", guaranteed=3)
-    fed.halves = {c: dp.client_half() for c in fed.clients}
-    fed.deal()
-    for c in fed.clients:
-        fed.halves[c].on_step(fed.views[c], server="server", step=AggStep(
-            1, "dp-noise", {"noise_multiplier": 1.0, "clip": 1.0, "guaranteed": 3}))
-    agg, ups = fed.uploads(1)
+    fed, ups = dp_uploads("paillier", t=3)
+    agg = fed.server_half().start(_Link(), round=1, clients=list(fed.clients),
+                                  weights=fed.n_train, dim=fed.dim)
     pair = fed.aggregate(agg, ups, ["c1", "c2"])
     for c in fed.clients:
         with pytest.raises(ProtocolError, match=rf"client {c!r} refuses .*round 1: it sums "
                            r"2 uploads, fewer than the 3"):
             fed.halves[c].open(pair)
-    again = fed.server_half().start(_Link(), round=1, clients=list(fed.clients),  # type: ignore[arg-type]
+    again = fed.server_half().start(_Link(), round=1, clients=list(fed.clients),
                                     weights=fed.n_train, dim=fed.dim)
     three = fed.aggregate(again, ups, ["c0", "c1", "c2"])
     for c in fed.clients:

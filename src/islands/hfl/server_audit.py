@@ -43,6 +43,7 @@ __all__ = [
     "HEFederation",
     "SecAggFederation",
     "audit_server",
+    "dp_uploads",
     "forwarded",
     "he_aggregator",
     "play",
@@ -388,17 +389,28 @@ def _he_forwarded(scheme: str) -> None:
         fed.halves["c0"].open(forwarded(fed, ups, honest)[0])
 
 
-def _he_dp_short_sum(scheme: str) -> None:
+def dp_uploads(scheme: str, t: int = 3) -> tuple[HEFederation, dict[str, Any]]:
+    """Round 1 of distributed DP over CKKS or Paillier, noise calibrated for ``t``.
+
+    Returns the federation (its halves are :class:`~islands.hfl.protect.ClientDP` over
+    the scheme) and every client's upload, for the played server to sum as it likes.
+    """
     from islands.hfl.protect import ClientDP
 
     fed = HEFederation(scheme)
-    dp = ClientDP(he_aggregator(scheme), noise="distributed", guaranteed=3)
+    dp = ClientDP(he_aggregator(scheme), noise="distributed", guaranteed=t)
     fed.halves = {c: dp.client_half() for c in fed.clients}
     fed.deal()
     for c in fed.clients:
         fed.halves[c].on_step(fed.views[c], server="server", step=AggStep(
-            1, "dp-noise", {"noise_multiplier": 1.0, "clip": 1.0, "guaranteed": 3}))
-    agg, ups = fed.uploads(1)
+            1, "dp-noise", {"noise_multiplier": 1.0, "clip": 1.0, "guaranteed": t}))
+    return fed, fed.uploads(1)[1]
+
+
+def _he_dp_short_sum(scheme: str) -> None:
+    fed, ups = dp_uploads(scheme)
+    agg = fed.server_half().start(_Link(), round=1, clients=list(fed.clients),
+                                  weights=fed.n_train, dim=fed.dim)
     fed.halves["c0"].open(fed.aggregate(agg, ups, ["c1", "c2"]))
 
 
