@@ -60,7 +60,8 @@ def breast_cancer(keys: dict[str, Any]) -> dict[str, Any]:
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import StandardScaler
 
-    from islands.vfl.protocol import Plan, epoch_seconds
+    from islands.vfl.config import VflConfig
+    from islands.vfl.protocol import epoch_seconds
 
     X, y = load_breast_cancer(return_X_y=True)
     x_tr, x_te, y_tr, y_te = train_test_split(X, y, test_size=0.2, random_state=0, stratify=y)
@@ -72,8 +73,8 @@ def breast_cancer(keys: dict[str, Any]) -> dict[str, Any]:
     for name, encryption, key in (("paillier_djn", "paillier", keys["djn"]),
                                   ("cleartext", "none", None),
                                   ("paillier_textbook", "paillier", keys["plain"])):
-        plan = Plan("logistic", learning_rate=0.3, epochs=3, batch_size=256, seed=0,
-                    encryption=encryption)
+        plan = VflConfig.build(None, objective="logistic", learning_rate=0.3, epochs=3,
+                               batch_size=256, tol=None, encryption=encryption).plan()
         run, wall = train(blocks, labels, plan, key)
         per_epoch = epoch_seconds(run.transcript)
         theta_a, theta_b = run.results["A"].theta, run.results["B"].theta
@@ -90,12 +91,14 @@ def breast_cancer(keys: dict[str, Any]) -> dict[str, Any]:
 
 def synthetic(rows: int, keys: dict[str, Any]) -> dict[str, Any]:
     from islands.crypto.processes import usable_cores
-    from islands.vfl.protocol import Plan, epoch_seconds
+    from islands.vfl.config import VflConfig
+    from islands.vfl.protocol import epoch_seconds
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(rows, 40))
     y = np.where(X @ rng.normal(size=40) + 0.5 * rng.normal(size=rows) > 0, 1.0, -1.0)
-    plan = Plan("logistic", learning_rate=0.3, epochs=1, batch_size=1024, seed=0)
+    plan = VflConfig.build(None, objective="logistic", learning_rate=0.3, epochs=1,
+                           batch_size=1024, tol=None).plan()
     run, wall = train([X[:, :20], X[:, 20:]], y, plan, keys["djn"])
     return {"rows": rows, "features": [20, 20], "batch_size": 1024,
             "workers": usable_cores(), "epoch_s": epoch_seconds(run.transcript)[0],

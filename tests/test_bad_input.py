@@ -165,7 +165,7 @@ def test_caller_array_is_not_written() -> None:
     ("1,2\n3\n", ("Line 2", "has 1 values")),
 ], ids=["1e300", "nan", "text", "ragged"])
 def test_party_data_file(tmp_path: Any, text: str, words: tuple[str, ...]) -> None:
-    from islands.deploy.protocols import load_table
+    from islands.protocols import load_table
 
     path = tmp_path / "data.csv"
     path.write_text(text, encoding="utf-8")

@@ -13,7 +13,7 @@ from sklearn.preprocessing import StandardScaler
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import run_local
 from islands.vfl import FederatedTransferLearner
-from islands.vfl.ftl import maths
+from islands.vfl.ftl import FtlConfig, maths
 from islands.vfl.ftl.protocol import (
     Plan,
     check_plan,
@@ -152,14 +152,54 @@ def test_plans_must_agree() -> None:
                                 plan=other)}, timeout=30, blas_threads=None)
 
 
-@pytest.mark.parametrize(("field", "value", "match"), [
-    ("loss", "hinge", "loss must be one of"), ("alignment", "both", "alignment must be"),
-    ("dim", 0, "dim must be"), ("hidden", [8], "hidden must be"),
-    ("alpha", 0.0, "alpha must be above 0"), ("encryption", "rsa", "encryption must be"),
-    ("key_bits", 1000, "key_bits must be"), ("frac_bits", 60, "frac_bits must be")])
-def test_plan_errors_name_the_field(field: str, value: object, match: str) -> None:
-    with pytest.raises(ValidationError, match=match):
-        check_plan(Plan(**{field: value}), "test")  # type: ignore[arg-type]
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("loss", "hinge", "one of ['softmax', 'logistic']"),
+    ("alignment", "both", "one of ['anchored', 'symmetric']"),
+    ("dim", 0, "an int in [1, 1024]"), ("hidden", (0,), "a tuple of layer widths in [1, 65536]"),
+    ("hidden", ("8",), "a tuple of layer widths in [1, 65536]"),
+    ("alpha", 0.0, "a float in (0, 1e6] (it weights the label loss A learns from)"),
+    ("encryption", "rsa", "'paillier' or 'none'"),
+    ("key_bits", 1000, "an int in [1024, 16384] and a multiple of 256"),
+    ("key_bits", 2100, "an int in [1024, 16384] and a multiple of 256"),
+    ("frac_bits", 60, "an int in [8, 32]"), ("tol", float("inf"), "None or a float in (0, inf)"),
+    ("seed", -1, "an int in [0, inf)")])
+def test_plan_errors_name_the_field(field: str, value: object, expected: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        check_plan(Plan(**{field: value}), "party 'A'")  # type: ignore[arg-type]
+    assert str(info.value) == (f"The {field!r} parameter of party 'A' must be {expected}. "
+                               f"Got {value!r} instead.")
+
+
+def test_one_config_holds_every_default() -> None:
+    """The estimator's __init__, FtlConfig and Plan share each default; the plan comes from
+    the config, and Paillier's own key-size rule holds (16384 bits is accepted)."""
+    import inspect
+
+    config = FtlConfig()
+    signature = inspect.signature(FederatedTransferLearner.__init__).parameters
+    assert set(signature) - {"self"} == set(FtlConfig.model_fields) | set(
+        FederatedTransferLearner.runtime)
+    for name, value in config:
+        assert signature[name].default == value, name
+    plan = config.plan(7)
+    assert plan == Plan(seed=7)
+    assert check_plan(plan, "t") == plan and plan.digest() == Plan(seed=7).digest()
+    assert plan.digest() != Plan(seed=8).digest()
+    assert FtlConfig(key_bits=16384).plan(0).key_bits == 16384
+    assert FtlConfig.build(None, hidden=[8, 4]).hidden == (8, 4)  # a TOML list
+
+
+def test_estimator_errors_are_the_standard_message(cancer: dict[str, np.ndarray]) -> None:
+    X, y, a, b = cancer["X"], cancer["y"], cancer["a"], cancer["b"]
+    with pytest.raises(ValidationError, match=r"^The 'key_bits' parameter of "
+                       r"FederatedTransferLearner must be an int in \[1024, 16384\] and a "
+                       r"multiple of 256. Got 1100 instead.$"):
+        FederatedTransferLearner(key_bits=1100).fit(X[a][:, :15], X[b][:, 15:], y[b],
+                                                    _ids(a), _ids(b))
+    with pytest.raises(ValidationError, match="The 'timeout' parameter of "
+                       "FederatedTransferLearner must be"):
+        FederatedTransferLearner(timeout=0).fit(X[a][:, :15], X[b][:, 15:], y[b], _ids(a),
+                                                _ids(b))
 
 
 # ------------------------------------------------------------------ estimator
@@ -230,7 +270,8 @@ def test_estimator_errors(cancer: dict[str, np.ndarray]) -> None:
         model.fit(bad, x_b, y[b], _ids(a), _ids(b))
     with pytest.raises(ValidationError, match=r"'X_b'.*2-D array"):
         model.fit(x_a, x_b[:, 0], y[b], _ids(a), _ids(b))
-    with pytest.raises(ValidationError, match="loss must be one of"):
+    with pytest.raises(ValidationError, match="The 'loss' parameter of "
+                       "FederatedTransferLearner must be one of"):
         FederatedTransferLearner(loss="hinge").fit(x_a, x_b, y[b], _ids(a), _ids(b))
     with pytest.raises(ValidationError, match="no parameter 'depth'"):
         model.set_params(depth=3)

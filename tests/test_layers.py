@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "islands"
 LAYERS = {
     "errors": 0, "validation": 0, "reporting": 0, "config": 0, "estimator": 0,
     "crypto": 1, "privacy": 1, "data": 1, "runtime": 1,
-    "securesum": 2, "cca": 2, "pca": 2, "psi": 2, "hfl": 2, "vfl": 2,
+    "securesum": 2, "cca": 2, "pca": 2, "psi": 2, "hfl": 2, "vfl": 2, "protocols": 2,
     "deploy": 3, "experiments": 3,
     "cli": 4, "__init__": 4, "__main__": 4,
 }

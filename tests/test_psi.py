@@ -3,6 +3,7 @@ the order, the curve arithmetic is right, what travels is blinded, bad input is 
 
 from __future__ import annotations
 
+import inspect
 import secrets
 import unicodedata
 from functools import partial
@@ -14,7 +15,7 @@ pytest.importorskip("cryptography")
 
 from islands.crypto import psi
 from islands.errors import ProtocolError, ValidationError
-from islands.psi import align, initiator, intersect, responder
+from islands.psi import PsiConfig, align, initiator, intersect, responder
 from islands.psi.protocol import Hello
 from islands.runtime import Party, run_local
 from islands.runtime.transcript import Transcript
@@ -380,3 +381,20 @@ def test_a_role_checks_its_limit_before_its_hello() -> None:
                    "b": partial(responder, peer="a", ids=["x"], max_peer_ratio=-2)},
                   timeout=10, transcript=log)
     assert _sent_by(log, "b") == []
+
+
+def test_align_intersect_and_the_roles_share_psi_configs_defaults() -> None:
+    for func in (align, intersect, initiator, responder):
+        params = inspect.signature(func).parameters
+        for name, field in PsiConfig.model_fields.items():
+            if name in params:
+                assert params[name].default == field.default, (func.__name__, name)
+    assert set(PsiConfig.model_fields) - {"timeout"} <= set(
+        inspect.signature(initiator).parameters)
+    # a configuration's values are the roles' keyword arguments (as a VFL federation passes them)
+    config = PsiConfig.build(None, normalize="NFKC", max_peer_size=5)
+    got = run_local({"a": partial(initiator, peer="b", ids=["\u2460", "x"],
+                                  **config.model_dump(exclude={"timeout"})),
+                     "b": partial(responder, peer="a", ids=["1", "y"],
+                                  **config.model_dump(exclude={"timeout"}))}, timeout=30)
+    assert got.results["a"].ids == ["\u2460"] and got.results["b"].ids == ["1"]

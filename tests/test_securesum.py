@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
+from functools import partial
+
 import numpy as np
 import pytest
 
-from islands.errors import ValidationError
-from islands.securesum import secure_sum
+from islands.errors import ProtocolError, ValidationError
+from islands.runtime import Party, Transcript, run_local
+from islands.securesum import SecureSumConfig, secure_sum, secure_sum_party
 
 
 def test_sum_of_three_parties_matches_plain_sum() -> None:
@@ -49,3 +53,26 @@ def test_one_party_is_not_a_sum() -> None:
 
 def test_scalars_can_be_summed() -> None:
     assert float(secure_sum({"a": 1.0, "b": 2.0}).total) == 3.0
+
+
+def test_one_default_and_one_check_for_frac_bits_and_timeout() -> None:
+    params = inspect.signature(secure_sum).parameters
+    for name, field in SecureSumConfig.model_fields.items():
+        assert params[name].default == field.default, name
+    with pytest.raises(ValidationError, match=r"The 'frac_bits' parameter of secure_sum must be "
+                       r"an int in \[0, 52\]. Got 53 instead."):
+        secure_sum({"a": [1.0], "b": [2.0]}, frac_bits=53)
+    with pytest.raises(ValidationError, match="'timeout' parameter of secure_sum"):
+        secure_sum({"a": [1.0], "b": [2.0]}, timeout=0)
+
+
+def test_a_party_that_announces_an_untyped_spec_is_refused_before_any_share() -> None:
+    def deviating(party: Party) -> None:
+        # the old wire form: a dict of unknown shape instead of the registered SumSpec
+        party.broadcast("spec", {"shape": [2], "frac_bits": 24})
+
+    log = Transcript()
+    with pytest.raises(ProtocolError, match="party 'b' sent a malformed 'spec'"):
+        run_local({"a": partial(secure_sum_party, x=[1.0, 2.0]), "b": deviating},
+                  timeout=10, transcript=log)
+    assert [r.tag for r in log.records if r.sender == "a"] == ["spec"]

@@ -17,6 +17,7 @@ from islands.crypto.paillier_ops import decrypt_many, decrypt_signed, weighted_p
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import run_local
 from islands.vfl import VerticalLinearRegression, VerticalLogisticRegression, maths
+from islands.vfl.config import VflConfig
 from islands.vfl.protocol import (
     Plan,
     active,
@@ -25,6 +26,11 @@ from islands.vfl.protocol import (
     inference_party,
     passive,
 )
+
+
+def make_plan(objective: str, **settings: Any) -> Plan:
+    """A resolved plan from VflConfig; protocol tests run every epoch (tol=None) unless told."""
+    return VflConfig.build(None, objective=objective, **{"tol": None, **settings}).plan()
 
 
 @cache
@@ -146,7 +152,8 @@ def test_every_iterate_equals_centralised_gradient_descent(objective: str, keys:
     if objective == "logistic":
         y = np.where(y > 0, 1.0, -1.0)
     for epochs in (1, 3):  # the iterate after 1 and after 3 epochs (every batch in between)
-        plan = Plan(objective, learning_rate=0.2, lam=0.1, epochs=epochs, batch_size=30, seed=5)
+        plan = make_plan(objective, learning_rate=0.2, lam=0.1, epochs=epochs, batch_size=30,
+                         seed=5)
         run, names = run_roles(blocks, y, plan, keys())
         kw = dict(objective=plan.loss, lam=plan.lam, learning_rate=plan.learning_rate,
                   epochs=epochs, batch_size=plan.batch_size, seed=plan.seed)
@@ -163,7 +170,7 @@ def test_every_iterate_equals_centralised_gradient_descent(objective: str, keys:
 def test_the_coordinator_never_decrypts_an_unmasked_gradient() -> None:
     pk, sk, hs = djn_keys()
     blocks, y = data(40, (2, 2))
-    plan = Plan("linear", learning_rate=0.1, epochs=2, batch_size=20, seed=1)
+    plan = make_plan("linear", learning_rate=0.1, epochs=2, batch_size=20, seed=1)
     run, _ = run_roles(blocks, y, plan, (pk, sk, hs), keep_payloads=True)
     to_c = run.transcript.received_by("C")
     assert {r.tag for r in to_c} == {"hello", "gradient", "loss"}
@@ -202,7 +209,7 @@ def test_the_coordinator_never_decrypts_an_unmasked_gradient() -> None:
 def test_b_re_randomises_the_residual_and_only_c_sees_the_loss() -> None:
     pk, sk, hs = djn_keys()
     blocks, y = data(30, (2, 2))
-    plan = Plan("linear", learning_rate=0.1, epochs=1, batch_size=30, seed=1)
+    plan = make_plan("linear", learning_rate=0.1, epochs=1, batch_size=30, seed=1)
     run, _ = run_roles(blocks, y, plan, (pk, sk, hs), keep_payloads=True)
     (sent_u,) = [r.payload for r in run.transcript.with_tag("u")]
     (residual,) = [r.payload for r in run.transcript.with_tag("residual")]
@@ -217,7 +224,7 @@ def test_b_re_randomises_the_residual_and_only_c_sees_the_loss() -> None:
 
 def test_the_cleartext_baseline_runs_the_same_arithmetic() -> None:
     blocks, y = data(50, (2, 3))
-    plan = Plan("logistic", learning_rate=0.2, epochs=2, batch_size=20, seed=2,
+    plan = make_plan("logistic", learning_rate=0.2, epochs=2, batch_size=20, seed=2,
                 encryption="none")
     y = np.where(y > 0, 1.0, -1.0)
     run, _ = run_roles(blocks, y, plan, None)
@@ -230,7 +237,7 @@ def test_the_cleartext_baseline_runs_the_same_arithmetic() -> None:
 
 def test_party_names_must_be_distinct() -> None:
     blocks, y = data(20, (2, 2))
-    plan = Plan("linear", epochs=1)
+    plan = make_plan("linear", epochs=1)
     roles = {"C": partial(coordinator, active="B", passive=["B"], plan=plan, keys=djn_keys()),
              "B": partial(active, X=blocks[1], y=y, passive=["B"], plan=plan)}
     with pytest.raises(ValidationError, match="must be distinct"):
@@ -239,8 +246,8 @@ def test_party_names_must_be_distinct() -> None:
 
 def test_parties_refuse_a_plan_that_differs_from_the_coordinators() -> None:
     blocks, y = data(30, (2, 2))
-    plan = Plan("linear", epochs=1, batch_size=30)
-    other = Plan("linear", epochs=1, batch_size=30, learning_rate=0.5)
+    plan = make_plan("linear", epochs=1, batch_size=30)
+    other = make_plan("linear", epochs=1, batch_size=30, learning_rate=0.5)
     roles = {"C": partial(coordinator, plan=plan, keys=djn_keys()),
              "A": partial(passive, X=blocks[0], plan=other),
              "B": partial(active, X=blocks[1], y=y, plan=plan)}
@@ -250,7 +257,7 @@ def test_parties_refuse_a_plan_that_differs_from_the_coordinators() -> None:
 
 def test_unequal_rows_are_refused_by_the_coordinator() -> None:
     blocks, y = data(30, (2, 2))
-    plan = Plan("linear", epochs=1)
+    plan = make_plan("linear", epochs=1)
     roles = {"C": partial(coordinator, plan=plan, keys=djn_keys()),
              "A": partial(passive, X=blocks[0][:29], plan=plan),
              "B": partial(active, X=blocks[1], y=y, plan=plan)}

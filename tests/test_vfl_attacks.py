@@ -22,7 +22,13 @@ from islands.crypto import paillier
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import run_local
 from islands.vfl import VerticalLogisticRegression, maths, protocol
+from islands.vfl.config import VflConfig
 from islands.vfl.protocol import Hello, Plan, Setup, active, coordinator, passive
+
+
+def make_plan(objective: str, **settings: Any) -> Plan:
+    """A resolved plan from VflConfig; protocol tests run every epoch (tol=None) unless told."""
+    return VflConfig.build(None, objective=objective, **{"tol": None, **settings}).plan()
 
 
 @cache
@@ -71,7 +77,7 @@ def test_a_reads_the_labels_of_a_batch_no_larger_than_its_features_so_it_is_refu
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Breast cancer, A with 20 features, batch 16: the first batch's e is −2y, and A solves it."""
     x_a, x_b, y = breast_cancer()
-    plan = Plan("logistic", learning_rate=0.3, epochs=1, batch_size=16, seed=0)
+    plan = make_plan("logistic", learning_rate=0.3, epochs=1, batch_size=16, seed=0)
     seen = capture_gradient_sums(monkeypatch)
     roles = {"C": partial(coordinator, plan=plan, keys=keys()),
              "A": partial(passive, X=x_a, plan=plan),
@@ -129,7 +135,7 @@ def _silent(party: Any, frm: str, tag: str) -> None:
 def test_a_passive_party_refuses_a_plan_that_lets_b_solve_its_scores() -> None:
     """A deviating B (with C relaying) runs batch 8 against B's 10 features: A refuses."""
     x_a, _, _ = breast_cancer()
-    plan = Plan("logistic", epochs=1, batch_size=8)
+    plan = make_plan("logistic", learning_rate=0.05, epochs=1, batch_size=8)
     roles = {"C": partial(_fake_coordinator, features={"A": 3, "B": 10}, plan=plan),
              "B": partial(_silent, frm="A", tag="u"),
              "A": partial(passive, X=x_a[:60, :3], plan=plan)}
@@ -141,7 +147,7 @@ def test_a_passive_party_refuses_a_plan_that_lets_b_solve_its_scores() -> None:
 def test_the_active_party_refuses_a_plan_that_lets_a_solve_the_labels() -> None:
     """A deviating A declares 20 features; B, configured for batch 16, refuses to start."""
     _, x_b, y = breast_cancer()
-    plan = Plan("logistic", epochs=1, batch_size=16)
+    plan = make_plan("logistic", learning_rate=0.05, epochs=1, batch_size=16)
     roles = {"C": partial(_fake_coordinator, features={"A": 20, "B": 10}, plan=plan),
              "A": partial(_silent, frm="B", tag="residual"),
              "B": partial(active, X=x_b[:60], y=y[:60], plan=plan)}
@@ -152,7 +158,7 @@ def test_the_active_party_refuses_a_plan_that_lets_a_solve_the_labels() -> None:
 
 def test_a_coordinator_that_misstates_a_partys_own_feature_count_is_named() -> None:
     x_a, _, _ = breast_cancer()
-    plan = Plan("logistic", epochs=1, batch_size=32)
+    plan = make_plan("logistic", learning_rate=0.05, epochs=1, batch_size=32)
     roles = {"C": partial(_fake_coordinator, features={"A": 2, "B": 10}, plan=plan),
              "B": partial(_silent, frm="A", tag="u"),
              "A": partial(passive, X=x_a[:60, :5], plan=plan)}

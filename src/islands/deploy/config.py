@@ -4,7 +4,7 @@ The **federation file** is the same at every organisation; parties compare a dig
 it when they connect and refuse to run with a peer whose copy differs::
 
     name = "cca-demo"
-    protocol = "cca"          # cca | pca | hfl | vfl
+    protocol = "cca"          # securesum | cca | pca | hfl | vfl | psi | ftl
     timeout = 120             # seconds a party waits for one message
     connect_timeout = 60      # seconds to wait for every peer at start-up
     liveness = 15             # seconds a peer may stay unreachable mid-run
@@ -13,7 +13,7 @@ it when they connect and refuse to run with a peer whose copy differs::
     hospital = "10.0.0.1:50051"
     bank = "10.0.0.2:50051"
 
-    [cca]                     # the protocol's options (see islands.deploy.protocols)
+    [cca]                     # the protocol's options (see its package's spec module)
     n_components = 5
 
 The **party file** is one organisation's own: who it is, where its data and its
@@ -22,6 +22,8 @@ certificates are, where to write its result. Relative paths are relative to the 
     name = "hospital"
     federation = "federation.toml"
     data = "hospital.csv"           # CSV, NPY or Parquet, one row per sample
+    ids = "hospital-ids.txt"        # optional: one ID per row of data (PSI, vfl, ftl)
+    predict = "new-ids.txt"         # optional: IDs to score after training (vfl, ftl)
     output = "out/hospital"
     listen = "0.0.0.0:50051"        # optional; default: its address in [parties]
     threads = 2                     # optional: torch/BLAS threads of this party
@@ -46,6 +48,7 @@ from typing import Any
 
 from islands.deploy.certs import TlsFiles
 from islands.errors import JobError, ValidationError
+from islands.protocols import names
 from islands.runtime.grpc_transport import check_address
 from islands.runtime.party import check_party_names
 from islands.validation import read_toml
@@ -53,11 +56,11 @@ from islands.validation import read_toml
 __all__ = ["PROTOCOLS", "Federation", "PartyConfig", "load_federation", "load_party_config",
            "parse_federation", "parse_party_config"]
 
-PROTOCOLS = ("cca", "pca", "hfl", "vfl")
+PROTOCOLS = names()
 _FED_KEYS = {"name", "protocol", "timeout", "connect_timeout", "liveness", "max_message_mb",
              "parties", *PROTOCOLS}
-_PARTY_KEYS = {"name", "federation", "data", "labels", "output", "listen", "tls", "insecure",
-               "threads"}
+_PARTY_KEYS = {"name", "federation", "data", "labels", "ids", "predict", "output", "listen",
+               "tls", "insecure", "threads"}
 _TLS_KEYS = {"ca", "cert", "key"}
 
 
@@ -108,6 +111,8 @@ class PartyConfig:
     data: Path | None
     output: Path
     labels: Path | None = None
+    ids: Path | None = None
+    predict: Path | None = None
     listen: str | None = None
     tls: TlsFiles | None = None
     insecure: bool = False
@@ -246,15 +251,18 @@ def parse_party_config(raw: Mapping[str, Any], *, source: str = "<party>",
     data = _path(raw, "data", base, where)
     if data is not None and not data.is_file():
         raise JobError(f"{where}: the data file {data} does not exist")
-    labels = _path(raw, "labels", base, where)
-    if labels is not None and not labels.is_file():
-        raise JobError(f"{where}: the labels file {labels} does not exist")
+    own: dict[str, Path | None] = {}
+    for key in ("labels", "ids", "predict"):
+        path = own[key] = _path(raw, key, base, where)
+        if path is not None and not path.is_file():
+            raise JobError(f"{where}: the {key} file {path} does not exist")
     threads = raw.get("threads")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                 or threads < 1):
         raise JobError(f"{where}: 'threads' must be an int >= 1; got {threads!r}")
     return PartyConfig(name=name, federation=federation, data=data, output=output,
-                       labels=labels, listen=listen, tls=tls, insecure=no_tls, source=source,
+                       labels=own["labels"], ids=own["ids"], predict=own["predict"],
+                       listen=listen, tls=tls, insecure=no_tls, source=source,
                        threads=threads)
 
 

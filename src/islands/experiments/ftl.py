@@ -58,7 +58,7 @@ from islands.experiments.report import (
     setup_run,
     write_json,
 )
-from islands.vfl.ftl.protocol import Plan
+from islands.vfl.ftl.config import FtlConfig, Plan
 
 __all__ = ["PAPER_CONFIG", "reproduce_ftl"]
 
@@ -218,7 +218,8 @@ def _fashion(s: _Settings, say: Progress) -> dict[str, Any]:
     y_b = y_all[b_rows]
     ids_b = [int(i) for i in b_rows]
     evaluate = _accuracy(y_test)
-    plan = Plan(**FASHION_MODEL)  # the baselines' network and optimiser settings
+    # the baselines' network and optimiser settings
+    plan = FtlConfig.build("reproduce ftl", **FASHION_MODEL).plan(0)
     out: list[dict[str, Any]] = []
     for fraction, epochs in zip(s.overlaps, s.epochs, strict=True):
         tag = f"[fashion_mnist {_percent(fraction)}]"
@@ -287,7 +288,7 @@ def _tabular_split(seed: int, repeat: int) -> dict[str, Any]:
 
 
 def _tabular(s: _Settings, say: Progress) -> dict[str, Any]:
-    plan = Plan(**TABULAR_MODEL)
+    plan = FtlConfig.build("reproduce ftl", **TABULAR_MODEL).plan(0)
     runs: dict[str, list[dict[str, Any]]] = {_percent(f): [] for f in s.tab_overlaps}
     for repeat in range(s.tab_repeats):
         split = _tabular_split(s.seed, repeat)

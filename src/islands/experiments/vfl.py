@@ -47,9 +47,8 @@ def _prefixed(say: Progress, name: str) -> Progress:
 
 
 def _jobs(quick: bool, seed: int) -> list[VerticalJob]:
-    bits = 1024 if quick else 2048
-    model = {"lam": 0.0, "tol": 1e-4, "key_bits": bits, "djn": True, "feature_bits": 16,
-             "score_bits": 32}
+    # every setting not named here takes islands.vfl.config.VflConfig's default
+    model = {"key_bits": 1024 if quick else 2048}
     return [
         VerticalJob("diabetes", seed, data={"name": "diabetes", "test_fraction": 0.2,
                                             "rows": 0},
@@ -94,6 +93,8 @@ def reproduce_vfl(out_dir: Path | str, *, quick: bool = False, random_state: int
     start = time.perf_counter()
     run = setup_run("reproduce_vfl", out_dir, random_state, None, progress)
     jobs = _jobs(bool(quick), run.random_state)
+    for job in jobs:  # every job's VflConfig, checked before the first one trains
+        job.config()
     results: dict[str, Any] = {}
     for job in jobs:
         run.say(f"[{job.name}] starting")

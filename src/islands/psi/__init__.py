@@ -12,9 +12,14 @@ ID from a real one, so each party bounds the set it accepts from the other
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from islands.crypto.psi import Normalization
+import islands.runtime as runtime
+from islands.crypto.processes import check_workers
+from islands.crypto.psi import Normalization, encode_ids
+from islands.errors import ValidationError
+from islands.psi.config import DEFAULT_NORMALIZE, DEFAULT_TIMEOUT, PsiConfig
 from islands.psi.protocol import (
     DEFAULT_MAX_PEER_RATIO,
     Alignment,
@@ -23,12 +28,13 @@ from islands.psi.protocol import (
     responder,
 )
 
-__all__ = ["DEFAULT_MAX_PEER_RATIO", "Alignment", "align", "check_peer_limit", "initiator",
-           "intersect", "responder"]
+__all__ = ["DEFAULT_MAX_PEER_RATIO", "Alignment", "PsiConfig", "align", "check_peer_limit",
+           "initiator", "intersect", "responder"]
 
 
-def align(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: float = 600.0,
-          normalize: Normalization = "NFC", max_peer_size: int | None = None,
+def align(ids_a: Any, ids_b: Any, *, workers: int | None = None,
+          timeout: float = DEFAULT_TIMEOUT, normalize: Normalization = DEFAULT_NORMALIZE,
+          max_peer_size: int | None = None,
           max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
           names: tuple[str, str] = ("a", "b"), labels: tuple[str, str] = ("ids_a", "ids_b"),
           owner: str = "align") -> tuple[Alignment, Alignment]:
@@ -85,37 +91,28 @@ def _align(ids_a: Any, ids_b: Any, *, workers: int | None, timeout: float,
            normalize: Normalization, max_peer_size: int | None,
            max_peer_ratio: float | None, owner: str, names: tuple[str, str] = ("a", "b"),
            labels: tuple[str, str] = ("ids_a", "ids_b")) -> tuple[Alignment, Alignment]:
-    from functools import partial
-
-    from islands.crypto.processes import check_workers
-    from islands.crypto.psi import encode_ids
-    from islands.runtime import run_local
-    from islands.validation import check_float
-
     # clear errors before any run
     check_workers(workers, owner)
-    check_float(timeout, "timeout", owner, low=0.0, low_inclusive=False)
-    check_peer_limit(max_peer_size, max_peer_ratio, owner)
-    _, kind_a = encode_ids(ids_a, labels[0], owner, normalize=normalize)
-    _, kind_b = encode_ids(ids_b, labels[1], owner, normalize=normalize)
+    config = PsiConfig.build(owner, normalize=normalize, max_peer_size=max_peer_size,
+                             max_peer_ratio=max_peer_ratio, timeout=timeout)
+    _, kind_a = encode_ids(ids_a, labels[0], owner, normalize=config.normalize)
+    _, kind_b = encode_ids(ids_b, labels[1], owner, normalize=config.normalize)
     if kind_a != kind_b:
-        from islands.errors import ValidationError
-
         raise ValidationError(f"{owner}: {labels[0]} holds {kind_a} IDs but {labels[1]} "
                               f"holds {kind_b} IDs; use one kind (1 and '1' never match)")
     a, b = names
-    run = run_local({a: partial(initiator, peer=b, ids=ids_a, workers=workers,
-                                normalize=normalize, max_peer_size=max_peer_size,
-                                max_peer_ratio=max_peer_ratio),
-                     b: partial(responder, peer=a, ids=ids_b, workers=workers,
-                                normalize=normalize, max_peer_size=max_peer_size,
-                                max_peer_ratio=max_peer_ratio)},
-                    timeout=timeout, blas_threads=None)
+    settings = config.model_dump(exclude={"timeout"})
+    run = runtime.run_local({a: partial(initiator, peer=b, ids=ids_a, workers=workers,
+                                        **settings),
+                             b: partial(responder, peer=a, ids=ids_b, workers=workers,
+                                        **settings)},
+                            timeout=config.timeout, blas_threads=None)
     return run.results[a], run.results[b]
 
 
-def intersect(ids_a: Any, ids_b: Any, *, workers: int | None = None, timeout: float = 600.0,
-              normalize: Normalization = "NFC", max_peer_size: int | None = None,
+def intersect(ids_a: Any, ids_b: Any, *, workers: int | None = None,
+              timeout: float = DEFAULT_TIMEOUT, normalize: Normalization = DEFAULT_NORMALIZE,
+              max_peer_size: int | None = None,
               max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO) -> list[Any]:
     """Return the IDs ``ids_a`` and ``ids_b`` share, found by a two-party PSI protocol.
 

@@ -45,7 +45,6 @@ or its blinded values changes the result; the protocol does not defend against t
 from __future__ import annotations
 
 import math
-import numbers
 import secrets
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -58,26 +57,18 @@ from islands.crypto import psi
 from islands.crypto.prg import csprng_uniform
 from islands.crypto.processes import check_workers
 from islands.crypto.psi import Normalization
-from islands.errors import ProtocolError, ValidationError, invalid_parameter
+from islands.errors import ProtocolError, ValidationError
+from islands.psi.config import (
+    DEFAULT_MAX_PEER_RATIO,
+    DEFAULT_NORMALIZE,
+    PsiConfig,
+)
 from islands.runtime import Party, wire
-from islands.validation import describe, is_int
 
 __all__ = ["DEFAULT_MAX_PEER_RATIO", "Alignment", "Hello", "check_peer_limit", "initiator",
            "responder"]
 
 _SALT_BYTES = 32
-
-DEFAULT_MAX_PEER_RATIO = 10.0
-"""A party accepts by default a peer set at most ten times the size of its own.
-
-Ten lets two organisations whose customer bases differ by an order of magnitude align
-without a setting, and stops a peer from testing more than ten guesses per ID this party
-holds (30,000 guesses against 1,000 IDs are refused). Within the limit, a peer still
-learns which of its entries this party holds, whether they are real IDs or guesses.
-Unbalanced PSI (10,000 IDs against 1,000,000) needs the small party to raise its limit,
-a decision to let that peer test that many IDs.
-"""
-
 
 @wire.register(name="psi.Hello")
 @dataclass(frozen=True)
@@ -133,17 +124,8 @@ def check_peer_limit(max_peer_size: Any, max_peer_ratio: Any,
         Naming ``max_peer_size`` unless it is an int >= 1 or None, or
         ``max_peer_ratio`` unless it is a finite number > 0 or None.
     """
-    if max_peer_size is not None and not (is_int(max_peer_size) and max_peer_size >= 1):
-        raise invalid_parameter("max_peer_size", owner, "an int >= 1 or None",
-                                describe(max_peer_size))
-    if max_peer_ratio is not None and not (
-            isinstance(max_peer_ratio, numbers.Real)
-            and not isinstance(max_peer_ratio, (bool, np.bool_))
-            and math.isfinite(float(max_peer_ratio)) and float(max_peer_ratio) > 0):
-        raise invalid_parameter("max_peer_ratio", owner, "a number > 0 and finite, or None",
-                                describe(max_peer_ratio))
-    return (None if max_peer_size is None else int(max_peer_size),
-            None if max_peer_ratio is None else float(max_peer_ratio))
+    config = PsiConfig.build(owner, max_peer_size=max_peer_size, max_peer_ratio=max_peer_ratio)
+    return config.max_peer_size, config.max_peer_ratio
 
 
 @dataclass(frozen=True)
@@ -212,11 +194,13 @@ def _prepare(party: Party, ids: Any, normalize: Normalization, workers: int | No
     """Validate and encode this party's IDs (and check its settings) before anything is sent."""
     owner = f"PSI party {party.name!r}"
     check_workers(workers, owner)
-    size, ratio = check_peer_limit(max_peer_size, max_peer_ratio, owner)
-    form = psi.normalization_name(normalize, owner)
+    config = PsiConfig.build(owner, normalize=normalize, max_peer_size=max_peer_size,
+                             max_peer_ratio=max_peer_ratio)
+    form = "none" if config.normalize is None else config.normalize
     values = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
-    encoded, kind = psi.encode_ids(values, "ids", owner, normalize=normalize)
-    return values, encoded, kind, form, _Limit.of(len(encoded), size, ratio)
+    encoded, kind = psi.encode_ids(values, "ids", owner, normalize=config.normalize)
+    return values, encoded, kind, form, _Limit.of(len(encoded), config.max_peer_size,
+                                                  config.max_peer_ratio)
 
 
 def _points(value: Any, n: int, peer: str, tag: str, party: Party,
@@ -247,7 +231,7 @@ def _empty(party: Party, peer: str) -> ValidationError:
 
 
 def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
-              normalize: Normalization = "NFC", max_peer_size: int | None = None,
+              normalize: Normalization = DEFAULT_NORMALIZE, max_peer_size: int | None = None,
               max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO) -> Alignment:
     """Play A: start the run, match, and tell B which of its IDs are common.
 
@@ -317,7 +301,7 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
 
 
 def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None,
-              normalize: Normalization = "NFC", max_peer_size: int | None = None,
+              normalize: Normalization = DEFAULT_NORMALIZE, max_peer_size: int | None = None,
               max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO) -> Alignment:
     """Play B: blind A's values and its own, and learn the common IDs from A.
 

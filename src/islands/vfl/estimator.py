@@ -16,26 +16,20 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from islands.config import RunSettings
 from islands.crypto import paillier
-from islands.errors import ValidationError, invalid_parameter
-from islands.psi import DEFAULT_MAX_PEER_RATIO, align, check_peer_limit
+from islands.errors import ValidationError
+from islands.estimator import FederatedEstimator
+from islands.psi import DEFAULT_MAX_PEER_RATIO, align
 from islands.runtime import Transcript, run_local
-from islands.validation import (
-    check_array,
-    check_float,
-    check_int,
-    check_random_state,
-    describe,
-    unique_labels,
-)
+from islands.validation import check_array, unique_labels
 from islands.vfl import maths
+from islands.vfl.config import VflConfig, draw_seed
 from islands.vfl.protocol import (
     Clock,
     CoordinatorResult,
     PartyModel,
-    Plan,
     active,
-    check_plan,
     coordinator,
     epoch_seconds,
     inference_coordinator,
@@ -46,11 +40,6 @@ from islands.vfl.protocol import (
 __all__ = ["VerticalLinearRegression", "VerticalLogisticRegression"]
 
 Array = NDArray[np.float64]
-
-_PARAMS = ("learning_rate", "lam", "epochs", "batch_size", "tol", "key_bits", "djn",
-           "feature_bits", "score_bits", "max_peer_size", "max_peer_ratio", "timeout",
-           "keep_payloads", "random_state")
-
 
 def _blocks(X_a: Any, name: str, owner: str) -> list[Array]:
     """One passive party's matrix, or a list of them, as checked float arrays.
@@ -74,11 +63,17 @@ def _passive_names(k: int) -> list[str]:
     return ["A"] if k == 1 else [f"A{i + 1}" for i in range(k)]
 
 
-class _VerticalModel:
-    """Shared machinery of the two estimators (fit, alignment, inference)."""
+class _VerticalModel(FederatedEstimator[VflConfig]):
+    """Shared machinery of the two estimators (fit, alignment, inference).
 
+    The parameters are :class:`~islands.vfl.config.VflConfig`'s fields, except
+    ``objective`` (the class) and ``seed`` (drawn from ``random_state``), and the runtime
+    ones ``timeout``, ``keep_payloads`` and ``random_state``.
+    """
+
+    Config = VflConfig
+    runtime = ("timeout", "keep_payloads", "random_state")
     _objective = "linear"
-    _default_lr = 0.05
 
     def __init__(
         self,
@@ -92,6 +87,7 @@ class _VerticalModel:
         djn: bool = True,
         feature_bits: int = 16,
         score_bits: int = 32,
+        encryption: str = "paillier",
         max_peer_size: int | None = None,
         max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
         timeout: float = 600.0,
@@ -107,57 +103,29 @@ class _VerticalModel:
         self.djn = djn
         self.feature_bits = feature_bits
         self.score_bits = score_bits
+        self.encryption = encryption
         self.max_peer_size = max_peer_size
         self.max_peer_ratio = max_peer_ratio
         self.timeout = timeout
         self.keep_payloads = keep_payloads
         self.random_state = random_state
 
-    # ------------------------------------------------------------ sklearn conventions
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Return the constructor parameters (scikit-learn convention)."""
-        return {k: getattr(self, k) for k in _PARAMS}
-
-    def set_params(self, **params: Any) -> Any:
-        """Set constructor parameters (scikit-learn convention)."""
-        for key, value in params.items():
-            if key not in _PARAMS:
-                raise ValidationError(f"{type(self).__name__} has no parameter {key!r}; "
-                                      f"valid: {sorted(_PARAMS)}")
-            setattr(self, key, value)
-        return self
-
-    def __repr__(self) -> str:
-        defaults = type(self)().get_params()
-        changed = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()
-                            if v is not defaults[k] and v != defaults[k])
-        return f"{type(self).__name__}({changed})"
-
     # ------------------------------------------------------------ validation
-    def _plan(self) -> Plan:
+    def _config(self) -> VflConfig:
+        """Return the checked settings, the seed drawn from ``random_state`` (:func:`draw_seed`).
+
+        The message for a refused value names this estimator.
+        """
         owner = type(self).__name__
-        lr = self._default_lr if self.learning_rate is None else check_float(
-            self.learning_rate, "learning_rate", owner, low=0.0, low_inclusive=False)
-        lam = check_float(self.lam, "lam", owner, low=0.0)
-        epochs = check_int(self.epochs, "epochs", owner, low=1)
-        batch_size = check_int(self.batch_size, "batch_size", owner, low=1)
-        tol = None if self.tol is None else check_float(self.tol, "tol", owner, low=0.0,
-                                                         low_inclusive=False)
-        check_int(self.key_bits, "key_bits", owner, low=paillier.MIN_KEY_BITS)
-        if not isinstance(self.djn, (bool, np.bool_)):
-            raise invalid_parameter("djn", owner, "a bool", describe(self.djn))
-        check_peer_limit(self.max_peer_size, self.max_peer_ratio, owner)
-        check_float(self.timeout, "timeout", owner, low=0.0, low_inclusive=False)
-        rng = check_random_state(self.random_state, owner)
-        seed = int(rng.integers(0, 2**31 - 1))
-        try:
-            return check_plan(Plan(self._objective, lr, lam, epochs, batch_size, seed, tol,
-                                   self.feature_bits, self.score_bits), owner)
-        except ValidationError as exc:
-            raise ValidationError(str(exc)) from None
+        values = {name: getattr(self, name) for name in self._param_names()
+                  if name in VflConfig.model_fields}
+        config = VflConfig.build(owner, objective=self._objective, **values)
+        self._run_settings()
+        return config.replace(seed=draw_seed(self.random_state, owner))
 
     def _align(self, blocks: list[Array], x_b: Array, y: Any, ids_a: Any, ids_b: Any,
-               names: list[str]) -> tuple[list[Array], Array, Any, list[Any]]:
+               names: list[str], config: VflConfig, timeout: float
+               ) -> tuple[list[Array], Array, Any, list[Any]]:
         """Run PSI between B and every passive party; keep the rows all share."""
         lists = list(ids_a) if len(blocks) > 1 else [ids_a]
         if len(lists) != len(blocks):
@@ -169,11 +137,11 @@ class _VerticalModel:
                                       f"{len(ids)} IDs for {x.shape[0]} rows")
         if len(ids_b) != x_b.shape[0]:
             raise ValidationError(f"ids_b has {len(ids_b)} IDs for {x_b.shape[0]} rows of X_b")
-        limit = check_peer_limit(self.max_peer_size, self.max_peer_ratio, type(self).__name__)
         pairs = [align(ids, ids_b, names=(name, "B"),
                        labels=("ids_a" if len(lists) == 1 else f"ids_a[{i}]", "ids_b"),
-                       owner=type(self).__name__, timeout=float(self.timeout),
-                       max_peer_size=limit[0], max_peer_ratio=limit[1])
+                       owner=type(self).__name__, timeout=timeout,
+                       max_peer_size=config.max_peer_size,
+                       max_peer_ratio=config.max_peer_ratio)
                  for i, (name, ids) in enumerate(zip(names, lists, strict=True))]
         # B learns each pairwise intersection; the rows every party shares are kept, in
         # B's aligned (sorted) order, and B tells each A which of its common IDs survive
@@ -218,7 +186,9 @@ class _VerticalModel:
             When a party's ID set is larger than the other's PSI limit
             (``max_peer_size``, ``max_peer_ratio``), naming both parties and the limit.
         """
-        plan = self._plan()
+        config = self._config()
+        run_settings: RunSettings = self._run_settings()
+        plan = config.plan()
         owner = type(self).__name__
         blocks = _blocks(X_a, "X_a", owner)
         (x_b,) = _blocks([X_b], "X_b", owner)
@@ -240,18 +210,19 @@ class _VerticalModel:
         maths.check_batch_rows(plan.batch_size, features, "B", owner)
         ids: list[Any] | None = None
         if ids_a is not None:
-            blocks, x_b, targets, ids = self._align(blocks, x_b, targets, ids_a, ids_b, names)
+            blocks, x_b, targets, ids = self._align(blocks, x_b, targets, ids_a, ids_b, names,
+                                                    config, run_settings.timeout)
         self.ids_ = ids
         maths.check_batch_rows(plan.batch_size, features, "B", owner, x_b.shape[0])
         roles: dict[str, Any] = {
             "C": partial(coordinator, active="B", passive=names, plan=plan,
-                         key_bits=int(self.key_bits), djn=bool(self.djn)),
+                         key_bits=config.key_bits, djn=config.djn),
             "B": partial(active, X=x_b, y=targets, coordinator="C", passive=names, plan=plan),
         }
         for name, x in zip(names, blocks, strict=True):
             roles[name] = partial(passive, X=x, coordinator="C", active="B", plan=plan)
-        run = run_local(roles, timeout=float(self.timeout),
-                        keep_payloads=bool(self.keep_payloads), blas_threads=None)
+        run = run_local(roles, timeout=run_settings.timeout,
+                        keep_payloads=run_settings.keep_payloads, blas_threads=None)
         result_c: CoordinatorResult = run.results["C"]
         models: dict[str, PartyModel] = {n: run.results[n] for n in [*names, "B"]}
         coefs = [models[n].theta for n in names]
@@ -264,6 +235,7 @@ class _VerticalModel:
         self.converged_ = result_c.converged
         self.key_bits_ = result_c.key_bits
         self.plan_ = plan
+        self.config_ = config
         self.timing_: dict[str, Clock] = {"C": result_c.clock,
                                           **{n: m.clock for n, m in models.items()}}
         self.transcript_: Transcript = run.transcript
@@ -310,7 +282,7 @@ class _VerticalModel:
         }
         for name, x, c in zip(names, blocks, coefs, strict=True):
             roles[name] = partial(inference_party, X=x, theta=c, coordinator="C")
-        run = run_local(roles, timeout=float(self.timeout), blas_threads=None)
+        run = run_local(roles, timeout=self._run_settings().timeout, blas_threads=None)
         self.inference_transcript_ = run.transcript
         scores: Array = run.results["C"]
         return scores
@@ -349,7 +321,10 @@ class VerticalLinearRegression(_VerticalModel):
         DJN key with short fixed-base randomness (faster encryption; see
         :mod:`islands.crypto.paillier`); False for textbook Paillier.
     feature_bits, score_bits : int, default=16, 32
-        Fixed-point precision of features and of scores/residuals.
+        Fixed-point precision of features ([1, 22]) and of scores/residuals ([1, 32]).
+    encryption : {"paillier", "none"}, default="paillier"
+        "none" sends the same messages in the clear (no key): a baseline for benchmarks
+        only, it protects nothing.
     max_peer_size : int or None, default=None
         With IDs, the largest ID set each party accepts from the other in private set
         intersection; PSI cannot tell a guessed ID from a real one, so each ID the other
@@ -363,7 +338,12 @@ class VerticalLinearRegression(_VerticalModel):
     keep_payloads : bool, default=False
         Keep every message in ``transcript_`` (audits).
     random_state : int, Generator or None
-        Seeds the public mini-batch order.
+        Draws the public mini-batch order's seed (:func:`islands.vfl.config.draw_seed`):
+        ``random_state=r`` trains as a federation file's ``seed = draw_seed(r)``.
+
+    The settings are those of :class:`~islands.vfl.config.VflConfig` (job files and the
+    federation file's ``[vfl]`` section take the same ones); ``learning_rate`` and
+    ``lam`` are at most 1e6, ``key_bits`` is a multiple of 256 in [1024, 16384].
 
     Attributes
     ----------
@@ -372,6 +352,10 @@ class VerticalLinearRegression(_VerticalModel):
     coef_b_ : ndarray
         The active party's weights.
     intercept_ : float
+    config_ : VflConfig
+        The settings the fit ran with (its ``seed`` drawn from ``random_state``).
+    plan_ : Plan
+        ``config_.plan()``, what every party checked.
     loss_history_ : list of float
         Mean loss of every epoch, as C decrypted it.
     batch_losses_ : list of float
@@ -395,7 +379,6 @@ class VerticalLinearRegression(_VerticalModel):
     """
 
     _objective = "linear"
-    _default_lr = 0.05
 
     def predict(self, X_a: Any, X_b: ArrayLike) -> Array:
         """Predict by the inference protocol (Table 2): C adds the parties' partial scores."""
@@ -420,7 +403,6 @@ class VerticalLogisticRegression(_VerticalModel):
     """
 
     _objective = "logistic"
-    _default_lr = 0.3
 
     def _encode_targets(self, y: Any, n: int) -> Array:
         arr = np.asarray(y)

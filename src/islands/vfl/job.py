@@ -28,9 +28,16 @@ A vertical job is a TOML file with ``kind = "vertical"``::
     lam = 0.0
     epochs = 20
     batch_size = 256
-    tol = 1e-4
+    tol = 1e-4                   # "none": run every epoch
     key_bits = 2048
     djn = true
+    # feature_bits = 16, score_bits = 32, encryption = "paillier" ("none": benchmarks only)
+
+The ``[model]`` keys and the ``[parties]`` PSI limits are the settings of
+:class:`~islands.vfl.config.VflConfig` (``kind`` is its ``objective``), with its
+defaults and limits; the job's ``seed`` seeds the splits and is the estimator's
+``random_state``, so the batch order's seed is ``draw_seed(seed)``
+(:func:`islands.vfl.config.draw_seed`).
 
 Each party standardises its own columns with its own training statistics (nothing
 leaves the party); for the linear model B also standardises the target and the
@@ -42,7 +49,6 @@ epoch and each party's split between homomorphic work, plain compute and messagi
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -53,9 +59,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.errors import JobError
-from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.reporting import new_figure, save_figure, write_json
 from islands.validation import read_toml, table_value
+from islands.vfl.config import VflConfig, draw_seed
 
 __all__ = ["JobError", "VerticalJob", "is_vertical", "load_vertical_job", "parse_vertical_job",
            "run_vertical", "write_vertical_outputs"]
@@ -63,8 +69,8 @@ __all__ = ["JobError", "VerticalJob", "is_vertical", "load_vertical_job", "parse
 _TOP = {"name", "kind", "seed", "output", "data", "parties", "model"}
 _DATA = {"name", "test_fraction", "rows"}
 _PARTIES = {"b_features", "a_features", "passive", "psi", "max_peer_size", "max_peer_ratio"}
-_MODEL = {"kind", "learning_rate", "lam", "epochs", "batch_size", "tol", "key_bits", "djn",
-          "feature_bits", "score_bits"}
+_LIMITS = ("max_peer_size", "max_peer_ratio")
+_MODEL = {"kind", *(set(VflConfig.model_fields) - {"objective", "seed", *_LIMITS})}
 DATASETS = ("breast_cancer", "diabetes", "synthetic")
 
 
@@ -80,6 +86,18 @@ class VerticalJob:
     parties: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
     source: str = "<job>"
+
+    def config(self) -> VflConfig:
+        """Return the model's settings, as the estimator builds them.
+
+        ``[model]`` (``kind`` is the objective), the PSI limits of ``[parties]`` and the
+        seed the estimator draws from the job's ``seed``. A job built in code may leave
+        keys out: they take :class:`VflConfig`'s defaults.
+        """
+        where = f"job file {self.source}"
+        limits = {k: self.parties[k] for k in _LIMITS if k in self.parties}
+        return VflConfig.from_file(self.model, f"{where} [model]", objective_key="kind",
+                                   extra={**limits, "seed": draw_seed(self.seed, where)})
 
 
 def _table(raw: Mapping[str, Any], name: str, allowed: set[str], where: str) -> dict[str, Any]:
@@ -132,33 +150,20 @@ def parse_vertical_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Vert
     parties = {"b_features": table_value(p, "b_features", (int,), pw, None, *pos_int),
                "a_features": table_value(p, "a_features", (int,), pw, 20, *pos_int),
                "passive": table_value(p, "passive", (int,), pw, 1, *pos_int),
-               "psi": table_value(p, "psi", (bool,), pw, False),
-               "max_peer_size": table_value(p, "max_peer_size", (int,), pw, None, *pos_int),
-               "max_peer_ratio": float(table_value(
-                   p, "max_peer_ratio", (float, int), pw, DEFAULT_MAX_PEER_RATIO,
-                   lambda v: math.isfinite(v) and v > 0, "a finite number > 0"))}
-    for key in ("max_peer_size", "max_peer_ratio"):
+               "psi": table_value(p, "psi", (bool,), pw, False)}
+    # the PSI limits are settings of the model's VflConfig, checked in this section's words
+    limits = VflConfig.from_file({k: p[k] for k in _LIMITS if k in p}, pw,
+                                 objective_key="kind")
+    parties |= {k: getattr(limits, k) for k in _LIMITS}
+    for key in _LIMITS:
         if key in p and not parties["psi"]:
             raise JobError(f"{pw}: {key!r} applies only with psi = true (it limits the ID "
                            "set each party accepts in private set intersection)")
     m = _table(raw, "model", _MODEL, where)
-    mw = f"{where} [model]"
-    kind = table_value(m, "kind", (str,), mw, "logistic", lambda v: v in ("linear", "logistic"),
-                  "'linear' or 'logistic'")
-    model = {"kind": kind,
-             "learning_rate": table_value(m, "learning_rate", (float, int), mw, None,
-                                     lambda v: v > 0, "a number > 0"),
-             "lam": float(table_value(m, "lam", (float, int), mw, 0.0, lambda v: v >= 0,
-                                 "a number >= 0")),
-             "epochs": table_value(m, "epochs", (int,), mw, 20, *pos_int),
-             "batch_size": table_value(m, "batch_size", (int,), mw, 256, *pos_int),
-             "tol": table_value(m, "tol", (float, int), mw, 1e-4, lambda v: v > 0, "a number > 0"),
-             "key_bits": table_value(m, "key_bits", (int,), mw, 2048,
-                                lambda v: v >= 1024 and v % 256 == 0,
-                                "an int >= 1024, a multiple of 256"),
-             "djn": table_value(m, "djn", (bool,), mw, True),
-             "feature_bits": table_value(m, "feature_bits", (int,), mw, 16, *pos_int),
-             "score_bits": table_value(m, "score_bits", (int,), mw, 32, *pos_int)}
+    config = VflConfig.from_file(m, f"{where} [model]", objective_key="kind",
+                                 extra={k: parties[k] for k in _LIMITS})
+    model = {"kind": config.objective,
+             **{k: getattr(config, k) for k in sorted(_MODEL - {"kind"})}}
     return VerticalJob(name, seed, output, data, parties, model, source)
 
 
@@ -230,8 +235,9 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
 
     say = progress or (lambda _m: None)
     start = time.perf_counter()
+    config = job.config()
     X, y, b = _dataset(job)
-    logistic = job.model["kind"] == "logistic"
+    logistic = config.objective == "logistic"
     x_tr, x_te, y_tr, y_te = train_test_split(
         X, y, test_size=job.data["test_fraction"], random_state=job.seed,
         stratify=y if logistic else None)
@@ -240,13 +246,10 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
                              strict=True)
     y_mean, y_std = (0.0, 1.0) if logistic else (float(y_tr.mean()), float(y_tr.std()))
     target = y_tr if logistic else (y_tr - y_mean) / y_std
-    m = job.model
-    kw = {k: m[k] for k in ("lam", "epochs", "batch_size", "tol", "key_bits", "djn",
-                            "feature_bits", "score_bits", "learning_rate")}
-    # a job built in code without these keys keeps the estimator's (PSI's) default
-    kw |= {k: job.parties[k] for k in ("max_peer_size", "max_peer_ratio") if k in job.parties}
-    est = (VerticalLogisticRegression if logistic else VerticalLinearRegression)(
-        random_state=job.seed, **kw)
+    kind = VerticalLogisticRegression if logistic else VerticalLinearRegression
+    # the estimator draws config.seed again from random_state=job.seed
+    est = kind(random_state=job.seed, **{k: getattr(config, k) for k in kind._param_names()
+                                         if k in VflConfig.model_fields})
     blocks_a, block_b = list(parts_tr[:-1]), parts_tr[-1]
     fit_args: dict[str, Any] = {}
     if job.parties["psi"]:
@@ -259,8 +262,9 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
         block_b, target = views[-1][0][:, :-1], views[-1][0][:, -1]
         fit_args = {"ids_a": [v[1] for v in views[:-1]] if len(views) > 2 else views[0][1],
                     "ids_b": views[-1][1]}
-    say(f"training {job.model['kind']} regression under Paillier "
-        f"({m['key_bits']}-bit{' DJN' if m['djn'] else ''} key)")
+    say(f"training {config.objective} regression " + (
+        "in the clear (encryption = 'none')" if config.encryption == "none" else
+        f"under Paillier ({config.key_bits}-bit{' DJN' if config.djn else ''} key)"))
     est.fit(blocks_a if len(blocks_a) > 1 else blocks_a[0], block_b, target, **fit_args)
     a_test = list(parts_te[:-1])
     test_a = a_test if len(a_test) > 1 else a_test[0]
@@ -298,6 +302,7 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
     epochs = max(est.n_epochs_, 1)
     return {
         "job": {**asdict(job)},
+        "settings": config.model_dump(),
         "rows": {"train_aligned": int(block_b.shape[0]) if est.ids_ is None else len(est.ids_),
                  "test": int(x_te.shape[0])},
         "features": {"passive": [int(c.size) for c in cols[:-1]], "active": int(cols[-1].size)},

@@ -92,7 +92,10 @@ OBJECTIVES = {"linear": maths.LINEAR, "logistic": maths.LOGISTIC}
 
 @dataclass(frozen=True)
 class Plan:
-    """The public hyper-parameters every party must share.
+    """The public hyper-parameters every party must share, resolved (no defaults).
+
+    Build it with :meth:`islands.vfl.config.VflConfig.plan`, which holds the defaults
+    and constraints; :func:`check_plan` is each party's own check of what it was given.
 
     Attributes
     ----------
@@ -114,16 +117,16 @@ class Plan:
         (:mod:`islands.vfl.cleartext`), as a baseline for benchmarks only.
     """
 
-    objective: str = "linear"
-    learning_rate: float = 0.05
-    lam: float = 0.0
-    epochs: int = 10
-    batch_size: int = 256
-    seed: int = 0
-    tol: float | None = None
-    feature_bits: int = 16
-    score_bits: int = 32
-    encryption: str = "paillier"
+    objective: str
+    learning_rate: float
+    lam: float
+    epochs: int
+    batch_size: int
+    seed: int
+    tol: float | None
+    feature_bits: int
+    score_bits: int
+    encryption: str
 
     @property
     def loss(self) -> Objective:

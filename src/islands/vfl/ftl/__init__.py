@@ -6,12 +6,14 @@ they share a few rows. Each trains a network into a common space; A's rows are t
 scored against B's class directions.
 
 - :class:`FederatedTransferLearner`: the estimator (PSI alignment, training, inference).
+- :class:`FtlConfig` (:mod:`islands.vfl.ftl.config`): every setting, once; the
+  estimator and the federation file's ``[ftl]`` section build it.
 - :mod:`islands.vfl.ftl.protocol`: the two roles, encrypted under each party's Paillier
   key or in the clear, and federated inference.
 - :mod:`islands.vfl.ftl.maths`: the Taylor losses, gradients and fixed point.
 """
 
+from islands.vfl.ftl.config import FtlConfig, Plan
 from islands.vfl.ftl.estimator import FederatedTransferLearner
-from islands.vfl.ftl.protocol import Plan
 
-__all__ = ["FederatedTransferLearner", "Plan"]
+__all__ = ["FederatedTransferLearner", "FtlConfig", "Plan"]

@@ -18,15 +18,15 @@ from numpy.typing import ArrayLike, NDArray
 
 from islands.crypto import paillier
 from islands.errors import ValidationError
-from islands.psi import DEFAULT_MAX_PEER_RATIO, check_peer_limit
+from islands.estimator import FederatedEstimator
+from islands.psi import DEFAULT_MAX_PEER_RATIO, align
 from islands.runtime import Transcript, run_local
-from islands.validation import check_array, check_random_state, unique_labels
+from islands.validation import check_array, unique_labels
 from islands.vfl.ftl import maths
+from islands.vfl.ftl.config import FtlConfig, Plan, draw_seeds
 from islands.vfl.ftl.protocol import (
-    Plan,
     SourceModel,
     TargetModel,
-    check_plan,
     infer_source,
     infer_target,
     source,
@@ -37,10 +37,7 @@ __all__ = ["FederatedTransferLearner"]
 
 Array = NDArray[np.float64]
 
-_PARAMS = ("dim", "hidden", "loss", "alignment", "alpha", "gamma", "source_weight",
-           "pretrain_epochs", "epochs", "batch_size", "learning_rate", "weight_decay", "tol",
-           "encryption", "key_bits", "djn", "frac_bits", "classes", "max_peer_size",
-           "max_peer_ratio", "timeout", "verbose", "random_state")
+OWNER = "FederatedTransferLearner"
 
 
 def _matrix(x: Any, name: str) -> Array:
@@ -50,7 +47,7 @@ def _matrix(x: Any, name: str) -> Array:
                        "2^30; standardise the features")
 
 
-class FederatedTransferLearner:
+class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
     """Label A's rows with B's labels, across different features and few shared rows.
 
     Federated transfer learning (Liu et al. 2020; Yang et al. 2019, §2.3.3): B holds
@@ -60,6 +57,10 @@ class FederatedTransferLearner:
     Φ·Net_A(x). Training exchanges the gradient terms under each party's Paillier key
     with one-time pads (:mod:`islands.vfl.ftl.protocol`, which also lists what each
     party learns).
+
+    The protocol's settings are :class:`~islands.vfl.ftl.config.FtlConfig`'s (the
+    federation file's ``[ftl]`` section takes the same ones); ``classes``, ``timeout``,
+    ``verbose`` and ``random_state`` only say how this process runs the two parties.
 
     Parameters
     ----------
@@ -89,7 +90,8 @@ class FederatedTransferLearner:
         ``"paillier"`` (default) or ``"none"``: the same terms in the clear, as the
         baseline for measurements only.
     key_bits, djn
-        Paillier modulus size of each party's key; DJN fixed-base encryption.
+        Paillier modulus size of each party's key (a multiple of 256 in [1024, 16384]);
+        DJN fixed-base encryption.
     frac_bits
         Fixed-point fraction bits; encrypted and clear training agree to about 2^-frac_bits.
     classes
@@ -107,7 +109,8 @@ class FederatedTransferLearner:
     verbose
         Print the loss after every epoch.
     random_state
-        Seed of the batch order and of both networks' initial weights.
+        Seed of the batch order and of both networks' initial weights
+        (:func:`~islands.vfl.ftl.config.draw_seeds`; ``plan_.seed`` is the batch order's).
 
     Attributes
     ----------
@@ -188,47 +191,15 @@ class FederatedTransferLearner:
         self.verbose = verbose
         self.random_state = random_state
 
-    # ------------------------------------------------------------ sklearn conventions
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Return the constructor parameters (scikit-learn convention)."""
-        return {k: getattr(self, k) for k in _PARAMS}
+    Config = FtlConfig
+    runtime = ("classes", "timeout", "verbose", "random_state")
 
-    def set_params(self, **params: Any) -> FederatedTransferLearner:
-        """Set constructor parameters (scikit-learn convention)."""
-        for key, value in params.items():
-            if key not in _PARAMS:
-                raise ValidationError(f"FederatedTransferLearner has no parameter {key!r}; "
-                                      f"valid: {sorted(_PARAMS)}")
-            setattr(self, key, value)
-        return self
-
-    def __repr__(self) -> str:
-        defaults = FederatedTransferLearner().get_params()
-        changed = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()
-                            if not (v is defaults[k] or (np.isscalar(v) and v == defaults[k])
-                                    or (isinstance(v, tuple) and v == defaults[k])))
-        return f"FederatedTransferLearner({changed})"
-
-    def _plan(self) -> tuple[Plan, tuple[int, int]]:
-        """Return the shared plan and each party's private seed for its initial weights."""
-        owner = "FederatedTransferLearner"
-        rng = check_random_state(self.random_state, owner)
-        seeds = (int(rng.integers(0, 2**62)), int(rng.integers(0, 2**62)))
-        hidden = tuple(self.hidden) if isinstance(self.hidden, (list, tuple)) else self.hidden
-        plan = Plan(dim=self.dim, hidden=hidden, loss=self.loss,
-                    alignment=self.alignment, alpha=self.alpha, gamma=self.gamma,
-                    source_weight=self.source_weight, pretrain_epochs=self.pretrain_epochs,
-                    epochs=self.epochs, batch_size=self.batch_size,
-                    learning_rate=self.learning_rate, weight_decay=self.weight_decay,
-                    seed=int(rng.integers(0, 2**31 - 1)), tol=self.tol,
-                    frac_bits=self.frac_bits, encryption=self.encryption,
-                    key_bits=self.key_bits, djn=self.djn)
-        if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) \
-                or not self.timeout > 0:
-            raise ValidationError(f"{owner}: timeout must be a float > 0; got "
-                                  f"{self.timeout!r}")
-        check_peer_limit(self.max_peer_size, self.max_peer_ratio, owner)
-        return check_plan(plan, owner), seeds
+    def _plan(self) -> tuple[FtlConfig, Plan, tuple[int, int]]:
+        """Return the settings, the shared plan and each party's private weights seed."""
+        config = self._config()
+        self._run_settings()
+        seed_a, seed_b, seed = draw_seeds(self.random_state)
+        return config, config.plan(seed), (seed_a, seed_b)
 
     def _labels(self, y_b: Any, n: int) -> tuple[NDArray[np.int64], Array]:
         y = np.asarray(y_b)
@@ -278,9 +249,7 @@ class FederatedTransferLearner:
             When one side's ID set is larger than the other's PSI limit
             (``max_peer_size``, ``max_peer_ratio``), naming both parties and the limit.
         """
-        from islands.psi import align
-
-        plan, seeds = self._plan()
+        config, plan, seeds = self._plan()
         x_a = _matrix(X_a, "X_a")
         x_b = _matrix(X_b, "X_b")
         codes, classes = self._labels(y_b, x_b.shape[0])
@@ -288,11 +257,10 @@ class FederatedTransferLearner:
             if ids is None or len(ids) != x.shape[0]:
                 raise ValidationError(f"{name} must hold one ID per row ({x.shape[0]}); got "
                                       f"{'None' if ids is None else len(ids)}")
-        size, ratio = check_peer_limit(self.max_peer_size, self.max_peer_ratio,
-                                       "FederatedTransferLearner")
-        side_a, side_b = align(ids_a, ids_b, names=("A", "B"), owner="FederatedTransferLearner",
-                               timeout=float(self.timeout), max_peer_size=size,
-                               max_peer_ratio=ratio)
+        side_a, side_b = align(ids_a, ids_b, names=("A", "B"), owner=OWNER,
+                               timeout=float(self.timeout),
+                               max_peer_size=config.max_peer_size,
+                               max_peer_ratio=config.max_peer_ratio)
         overlap_a = np.asarray(side_a.rows, dtype=np.int64)
         overlap_b = np.asarray(side_b.rows, dtype=np.int64)
         loss = maths.TaylorLoss(plan.loss, classes.size)

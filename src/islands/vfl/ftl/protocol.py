@@ -70,11 +70,9 @@ References
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import secrets
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -86,6 +84,7 @@ from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
 from islands.vfl import maths as vfl_maths
 from islands.vfl.ftl import maths
+from islands.vfl.ftl.config import ALIGNMENTS, Plan
 from islands.vfl.ftl.maths import TaylorLoss
 from islands.vfl.protocol import Clock
 
@@ -105,122 +104,15 @@ __all__ = [
 Array = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
-ALIGNMENTS = ("anchored", "symmetric")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The public hyper-parameters both parties must share.
-
-    Attributes
-    ----------
-    dim
-        d, the dimension of the common representation.
-    hidden
-        Widths of the hidden layers of both networks (ReLU between linear layers).
-    loss
-        ``"softmax"`` or ``"logistic"`` (the paper's), :class:`~islands.vfl.ftl.maths.TaylorLoss`.
-    alignment
-        ``"anchored"`` (only A moves) or ``"symmetric"`` (the paper's).
-    alpha, gamma, source_weight
-        Weights α of the label loss, γ of the alignment, β of B's source loss.
-    pretrain_epochs
-        Epochs B trains on its own labels before the federation starts (B-local).
-    epochs, batch_size
-        Passes over the overlap rows and overlap rows per step.
-    learning_rate, weight_decay
-        Adam's step size and L2 penalty, for both networks.
-    seed
-        Seed of the public batch order and of both networks' initial weights.
-    tol
-        Stop once an epoch's mean loss improves by less than ``tol`` (relative).
-    frac_bits
-        Fixed-point fraction bits f.
-    encryption
-        ``"paillier"`` or ``"none"`` (the unprotected baseline).
-    key_bits, djn
-        Each party's Paillier modulus size and whether it uses DJN fixed-base randomness.
-    """
-
-    dim: int = 32
-    hidden: tuple[int, ...] = (128,)
-    loss: str = "softmax"
-    alignment: str = "anchored"
-    alpha: float = 1.0
-    gamma: float = 1.0
-    source_weight: float = 1.0
-    pretrain_epochs: int = 5
-    epochs: int = 30
-    batch_size: int = 64
-    learning_rate: float = 1e-3
-    weight_decay: float = 1e-4
-    seed: int = 0
-    tol: float | None = None
-    frac_bits: int = 24
-    encryption: str = "paillier"
-    key_bits: int = paillier.DEFAULT_KEY_BITS
-    djn: bool = True
-
-    def digest(self) -> str:
-        """SHA-256 of the plan's canonical JSON: what the parties compare."""
-        body = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
 def check_plan(plan: Any, owner: str) -> Plan:
-    """Validate a :class:`Plan`; errors name the field and ``owner``."""
+    """Validate a :class:`Plan`; return it normalised (Python numbers, a tuple of widths).
+
+    Errors are islands' standard message for the first refused field, naming ``owner``
+    (the constraints are :class:`~islands.vfl.ftl.config.FtlConfig`'s).
+    """
     if not isinstance(plan, Plan):
         raise ValidationError(f"{owner}: plan must be an islands.vfl.ftl.Plan")
-
-    def bad(name: str, want: str) -> ValidationError:
-        return ValidationError(f"{owner}: {name} must be {want}; got {getattr(plan, name)!r}")
-
-    def is_int(v: Any) -> bool:
-        return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-    def is_num(v: Any) -> bool:
-        return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(
-            v, (bool, np.bool_)) and bool(np.isfinite(v))
-
-    for name, low in (("dim", 1), ("epochs", 1), ("batch_size", 1), ("pretrain_epochs", 0),
-                      ("seed", 0)):
-        if not is_int(getattr(plan, name)) or getattr(plan, name) < low:
-            raise bad(name, f"an int >= {low}")
-    if plan.dim > 1024:
-        raise bad("dim", "at most 1024")
-    if not isinstance(plan.hidden, tuple) or not all(is_int(h) and 1 <= h <= 65536
-                                                       for h in plan.hidden):
-        raise bad("hidden", "a tuple of layer widths in [1, 65536]")
-    if plan.loss not in maths.LOSSES:
-        raise bad("loss", f"one of {list(maths.LOSSES)}")
-    if plan.alignment not in ALIGNMENTS:
-        raise bad("alignment", f"one of {list(ALIGNMENTS)}")
-    for name in ("alpha", "gamma", "source_weight", "weight_decay"):
-        if not is_num(getattr(plan, name)) or not 0 <= getattr(plan, name) <= 1e6:
-            raise bad(name, "a finite float in [0, 1e6]")
-    if plan.alpha == 0:
-        raise bad("alpha", "above 0 (it weights the label loss A learns from)")
-    if not is_num(plan.learning_rate) or not 0 < plan.learning_rate <= 10:
-        raise bad("learning_rate", "a float in (0, 10]")
-    if plan.tol is not None and (not is_num(plan.tol) or plan.tol <= 0):
-        raise bad("tol", "None or a float > 0")
-    if not is_int(plan.frac_bits) or not 8 <= plan.frac_bits <= 32:
-        raise bad("frac_bits", "an int in [8, 32]")  # weights are int64: |v|·2^f < 2^62
-    if plan.encryption not in ("paillier", "none"):
-        raise bad("encryption", "'paillier' or 'none'")
-    if not is_int(plan.key_bits) or not paillier.MIN_KEY_BITS <= plan.key_bits <= 8192 or (
-            plan.key_bits % 256):
-        raise bad("key_bits", f"a multiple of 256 in [{paillier.MIN_KEY_BITS}, 8192]")
-    if not isinstance(plan.djn, (bool, np.bool_)):
-        raise bad("djn", "a bool")
-    # a normalised copy, so that numpy scalars and 1 vs 1.0 give the same digest
-    ints: dict[str, Any] = {k: int(getattr(plan, k)) for k in ("dim", "epochs", "batch_size",
-                                                "pretrain_epochs", "seed", "frac_bits",
-                                                "key_bits")}
-    floats: dict[str, Any] = {k: float(getattr(plan, k)) for k in (
-        "alpha", "gamma", "source_weight", "weight_decay", "learning_rate")}
-    return replace(plan, **ints, **floats, hidden=tuple(int(h) for h in plan.hidden),
-                   tol=None if plan.tol is None else float(plan.tol), djn=bool(plan.djn))
+    return Plan(**plan.settings(owner).model_dump())
 
 
 @wire.register(name="ftl.Hello")

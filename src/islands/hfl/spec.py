@@ -1,0 +1,220 @@
+"""Horizontal FL as ``islands party`` runs it: one server, the other parties clients.
+
+The federation file's ``[hfl]`` section holds ``server`` (party name), ``features`` (the
+input size, or a shape such as ``[1, 28, 28]`` for a cnn), ``classes`` (0 for
+regression), ``checkpoint`` (default true) and the job file's training keys and sections
+(``epochs``, ``seed``, ``task``, ``concurrency``, ``timeout``, ``eval_fraction``,
+``[hfl.model]``, ``[hfl.strategy]``, ``protect`` and the protection sections), checked by
+the job file's own code (:mod:`islands.hfl.job`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from islands.errors import JobError
+from islands.hfl.estimator import client_seed, split_local_eval
+from islands.hfl.job import Job, build_strategy, parse_job
+from islands.hfl.protect import build_sample_dp
+from islands.hfl.protocol import ClientResult, ServerResult, client, server
+from islands.protocols import (
+    Deployment,
+    Prepared,
+    ProtocolSpec,
+    RoleSpec,
+    load_table,
+    party_key,
+    save_json,
+)
+from islands.validation import table_value
+
+__all__ = ["SPEC", "hfl_job"]
+
+_OWN = {"server", "features", "classes", "checkpoint"}
+_JOB = {"seed", "epochs", "task", "concurrency", "timeout", "eval_fraction", "model",
+        "strategy", "protect", "secagg", "additive", "ckks", "paillier", "chaos", "dp",
+        "dp-sgd"}
+
+
+def hfl_job(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> Job:
+    """Check the federation's ``[hfl]`` section as a job's training sections.
+
+    The model, strategy and protection keys are exactly those of a job file
+    (:mod:`islands.hfl.job`) and are checked by the same code; the job's ``[data]`` and
+    ``[partition]``, which in a deployment each client's own file replaces, are filled
+    with inert values only to pass that check.
+    """
+    extra = sorted(set(options) - _OWN - _JOB)
+    if extra:
+        raise JobError(f"{where}: unknown key(s) {extra}; allowed: {sorted(_OWN | _JOB)}")
+    party_key(options, "server", parties, where)
+    for key in ("model", "strategy"):
+        if key not in options:
+            raise JobError(f"{where}: missing section [hfl.{key}]")
+    raw = {k: v for k, v in options.items() if k in _JOB}
+    raw.update(name="federation", data={"name": "digits"},
+               partition={"kind": "iid", "clients": len(parties) - 1}, baseline=False)
+    raw.setdefault("task", "classification")
+    return parse_job(raw, source=where.removeprefix("federation file "))
+
+
+@dataclass(frozen=True)
+class _Federated:
+    job: Job
+    server: str
+    clients: tuple[str, ...]
+    shape: tuple[int, ...]
+    classes: int | None
+    checkpoint: bool
+
+
+def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> _Federated:
+    job = hfl_job(options, where, parties)
+    server_name = str(options["server"])
+    shape = options.get("features")
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = [shape]
+    if (not isinstance(shape, list) or not shape
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in shape)):
+        raise JobError(f"{where}: 'features' must be the input size (an int >= 1, or a shape "
+                       f"such as [1, 28, 28] for a cnn); got {options.get('features')!r}")
+    classes = table_value(options, "classes", (int,), where, None, lambda v: v >= 2,
+                          "an int >= 2")
+    if job.task == "classification" and classes is None:
+        raise JobError(f"{where}: a classification task needs 'classes' (the number of labels)")
+    keep = table_value(options, "checkpoint", (bool,), where, True)
+    return _Federated(job, server_name, tuple(p for p in parties if p != server_name),
+                      tuple(shape), classes, bool(keep))
+
+
+def _common(dep: Deployment, fed: _Federated) -> tuple[Any, Any, Any, Path | None]:
+    """Return the model spec, strategy, sample-level DP and checkpoint folder."""
+    from islands.hfl.models import ModelSpec  # torch
+
+    job = fed.job
+    classification = job.task == "classification"
+    spec = ModelSpec(kind=job.model["kind"], input_shape=fed.shape,
+                     n_outputs=int(fed.classes) if classification and fed.classes else 1,
+                     hidden=tuple(job.model.get("hidden", [200])),
+                     channels=tuple(job.model.get("channels", [16, 32])))
+    strategy = build_strategy(job)
+    sample_dp = build_sample_dp(job.protect, job.protect_options)
+    ckpt = dep.output.with_name(dep.output.name + ".checkpoints") if fed.checkpoint else None
+    if ckpt is not None:
+        ckpt.mkdir(parents=True, exist_ok=True)
+    if dep.resume and ckpt is None:
+        raise JobError(f"{dep.where}: resuming needs checkpoint = true")
+    return spec, strategy, sample_dp, ckpt
+
+
+def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
+    from islands.hfl.models import flat_parameters  # torch
+
+    spec, strategy, sample_dp, ckpt = _common(dep, fed)
+    job = fed.job
+    initial = flat_parameters(spec.build(job.seed))
+    resuming = dep.resume and ckpt is not None and (ckpt / "server.ckpt").is_file()
+    if dep.resume and not resuming:
+        checkpoint = dep.output.with_name(dep.output.name + ".checkpoints")
+        raise JobError(f"party {dep.party!r}: --resume, but no server checkpoint in "
+                       f"{checkpoint}")
+    role = partial(server, clients=list(fed.clients), strategy=strategy, initial=initial,
+                   epochs=job.epochs, concurrency=job.concurrency, client_timeout=job.timeout,
+                   checkpoint=ckpt, resume=resuming, sample_dp=sample_dp)
+
+    def write(result: ServerResult, out: Path) -> dict[str, Any]:
+        if result.params is not None:
+            np.save(out / "params.npy", result.params)
+        summary = {
+            "role": "server", "aggregations": result.aggregations,
+            "rounds": len(result.rounds), "resumed_from": result.resumed_from,
+            "counts": result.counts, "batch_sizes": result.batch_sizes,
+            "steps_per_epoch": result.steps_per_epoch, "stopped": result.stopped,
+            "dropouts": [{"round": d.round, "client": d.client, "reason": d.reason,
+                          "stage": d.stage, "detail": d.detail} for d in result.dropouts],
+            "privacy": result.privacy, "sample_privacy": result.sample_privacy,
+            "local_accuracy": [r.accuracy for r in result.rounds],
+            "model_visible": result.params is not None,
+        }
+        save_json(out / "result.json", summary)
+        return summary
+
+    protect = f" under {'+'.join(job.protect)}" if job.protect else ""
+    return Prepared(role=role, write=write, tolerate=fed.clients,
+                    description=f"{job.strategy['name']} server for {len(fed.clients)} "
+                                f"clients{protect}")
+
+
+def _client_data(dep: Deployment, fed: _Federated) -> tuple[np.ndarray, np.ndarray]:
+    """Read a client's features and labels (the last column, or its labels file)."""
+    name = dep.party
+    X = load_table(dep.need("data", "hfl"), what=f"the data of party {name!r}")
+    if dep.labels is not None:
+        y = load_table(dep.labels, what=f"the labels of party {name!r}")
+        if y.ndim == 2 and y.shape[1] != 1:
+            raise JobError(f"party {name!r}: the labels file must hold one column; "
+                           f"it has {y.shape[1]}")
+        y = y.reshape(-1)
+    else:
+        X, y = X[:, :-1], X[:, -1]
+    if len(y) != len(X):
+        raise JobError(f"party {name!r}: {len(X)} rows of features but {len(y)} labels")
+    width = int(np.prod(fed.shape))
+    if X.shape[1] != width:
+        shown = list(fed.shape) if len(fed.shape) > 1 else fed.shape[0]
+        raise JobError(f"party {name!r}: its data has {X.shape[1]} feature columns; the "
+                       f"federation's model takes {width} (features = {shown!r})")
+    X = X.astype(np.float32).reshape(len(X), *fed.shape)
+    if fed.job.task != "classification":
+        return X, y.astype(np.float32)
+    classes = int(fed.classes or 0)
+    if not np.all(y == np.round(y)) or y.min() < 0 or y.max() >= classes:
+        raise JobError(f"party {name!r}: labels must be integers in [0, {classes})")
+    return X, y.astype(np.int64)
+
+
+def _bind_client(dep: Deployment, fed: _Federated) -> Prepared:
+    from islands.hfl.learner import TorchLearner  # torch
+
+    spec, strategy, sample_dp, ckpt = _common(dep, fed)
+    job = fed.job
+    X, labels = _client_data(dep, fed)
+    k = fed.clients.index(dep.party)
+    seed = client_seed(job.seed, k)
+    tr, ev = split_local_eval(len(labels), job.eval_fraction, seed)
+    learner = TorchLearner(spec, X[tr], labels[tr], X[ev], labels[ev], task=job.task,
+                           seed=seed, dp=sample_dp)
+    role = partial(client, server=fed.server, learner=learner,
+                   aggregator=strategy.aggregator, checkpoint=ckpt, resume=dep.resume)
+
+    def write(result: ClientResult, out: Path) -> dict[str, Any]:
+        if result.params is not None:
+            np.save(out / "params.npy", result.params)
+        summary = {"role": "client", "rounds_trained": result.rounds_trained,
+                   "n_train": result.n_train, "n_eval": result.n_eval,
+                   "losses": result.losses}
+        save_json(out / "result.json", summary)
+        return summary
+
+    return Prepared(role=role, write=write,
+                    tolerate=tuple(c for c in fed.clients if c != dep.party),
+                    description=f"{job.strategy['name']} client {k + 1}/{len(fed.clients)} "
+                                f"with {len(tr)} training rows")
+
+
+SPEC = ProtocolSpec(
+    name="hfl", title="Horizontal FL (FedAvg, FedProx, APFL) with its protections",
+    settings=_settings,
+    assign=lambda fed, parties: {p: "server" if p == fed.server else "client"
+                                 for p in parties},
+    roles={"server": RoleSpec("server", _bind_server,
+                              "Aggregates the clients' updates (no data file)."),
+           "client": RoleSpec("client", _bind_client,
+                              "Trains on its rows (data: features, labels in the last "
+                              "column or in its labels file).")})

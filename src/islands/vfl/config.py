@@ -1,0 +1,163 @@
+"""Vertical regression's settings, declared once for the estimators, job files and federation files.
+
+:class:`VflConfig` holds every setting of vertical linear and logistic regression
+(:mod:`islands.vfl.protocol`) with its one default, constraint and doc line:
+
+- :class:`~islands.vfl.VerticalLinearRegression` and
+  :class:`~islands.vfl.VerticalLogisticRegression` build it from their parameters at
+  ``fit`` (the class gives ``objective``; ``random_state`` gives ``seed`` through
+  :func:`draw_seed`);
+- a vertical job file (``islands run``, :mod:`islands.vfl.job`) builds it from its
+  ``[model]`` section (``kind`` is the objective) and its ``[parties]`` PSI limits;
+- a federation file's ``[vfl]`` section builds it with :meth:`VflConfig.from_federation`
+  (``model`` is the objective, ``seed`` is used as written).
+
+:meth:`VflConfig.plan` gives the resolved :class:`~islands.vfl.protocol.Plan` every
+party runs with; ``key_bits`` and ``djn`` are the coordinator's key settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from islands.config import ProtocolConfig, setting
+from islands.crypto import paillier
+from islands.errors import JobError
+from islands.psi import DEFAULT_MAX_PEER_RATIO
+from islands.validation import check_random_state
+from islands.vfl.protocol import Plan
+
+__all__ = ["DEFAULT_LEARNING_RATE", "VflConfig", "draw_seed"]
+
+DEFAULT_LEARNING_RATE: Mapping[str, float] = {"linear": 0.05, "logistic": 0.3}
+"""The step each objective gets when ``learning_rate`` is None.
+
+0.05 converges on standardised features whose correlation matrix has largest eigenvalue
+below 20; the Taylor loss's curvature is a quarter of that, hence 0.3 for logistic."""
+
+_TOL = 'a float in (0, inf), or None (in files: "none") to run every epoch'
+_STEP_LIMIT = 1e6  # |η·gradient| and λθ must stay far inside the fixed-point range
+
+
+def draw_seed(random_state: Any, owner: str) -> int:
+    """Return the public batch-order seed an estimator's ``random_state`` stands for.
+
+    ``random_state=r`` trains exactly as a federation file's ``seed = draw_seed(r, ...)``.
+    """
+    rng = check_random_state(random_state, owner)
+    return int(rng.integers(0, 2**31 - 1))
+
+
+class VflConfig(ProtocolConfig):
+    """The settings of one vertical linear or logistic regression.
+
+    Fields are declared in the order they are checked (the first refused one is
+    reported). ``objective`` has no default: the estimator class fixes it, and files
+    default to ``"logistic"``.
+    """
+
+    OWNER: ClassVar[str] = "vertical regression"
+
+    objective: Literal["linear", "logistic"] = setting(
+        ..., "'linear' or 'logistic'",
+        "Least squares, or the logistic loss's Taylor expansion (labels ±1).")
+    learning_rate: float | None = setting(
+        None, "a float in (0, 1e6], or None (0.05 linear, 0.3 logistic)",
+        "Step size η; None takes DEFAULT_LEARNING_RATE[objective].", gt=0, le=_STEP_LIMIT)
+    lam: float = setting(0.0, "a float in [0, 1e6]",
+                         "L2 penalty λ (the intercept is not penalised).",
+                         ge=0, le=_STEP_LIMIT)
+    epochs: int = setting(20, "an int in [1, inf)", "Most passes over the aligned rows.",
+                          ge=1)
+    batch_size: int = setting(
+        256, "an int in [1, inf)",
+        "Rows per mini-batch; each party also refuses batches it could solve for another's "
+        "data (islands.vfl.maths.min_batch_rows).", ge=1)
+    tol: float | None = setting(
+        1e-4, _TOL, "Stop once an epoch's mean loss changes by less than tol (relative).",
+        gt=0)
+    key_bits: int = setting(
+        paillier.DEFAULT_KEY_BITS,
+        f"an int in [{paillier.MIN_KEY_BITS}, {paillier.MAX_KEY_BITS}] and a multiple of 256",
+        "Size of the coordinator's Paillier modulus; 1024 is for tests only.",
+        ge=paillier.MIN_KEY_BITS, le=paillier.MAX_KEY_BITS, multiple_of=256)
+    djn: bool = setting(True, "a bool",
+                        "DJN key with short fixed-base randomness (faster encryption); False "
+                        "for textbook Paillier.")
+    feature_bits: int = setting(16, "an int in [1, 22]",
+                                "Fixed-point fractional bits of the features.", ge=1, le=22)
+    score_bits: int = setting(32, "an int in [1, 32]",
+                              "Fixed-point fractional bits of scores and residuals.",
+                              ge=1, le=32)
+    encryption: Literal["paillier", "none"] = setting(
+        "paillier", "'paillier' or 'none'",
+        "'none' sends the same messages in the clear: a baseline for benchmarks only, it "
+        "protects nothing.")
+    max_peer_size: int | None = setting(
+        None, "an int >= 1 or None",
+        "With private alignment: the largest ID set a party accepts from the other; given, "
+        "it replaces max_peer_ratio.", ge=1)
+    max_peer_ratio: float | None = setting(
+        DEFAULT_MAX_PEER_RATIO, "a number > 0 and finite, or None",
+        "With private alignment and no max_peer_size: the limit is this times the party's "
+        "own number of IDs; both None accept any size.", gt=0)
+    seed: int = setting(0, "an int in [0, inf)",
+                        "Seed of the public mini-batch order (estimators draw it from "
+                        "random_state, see draw_seed).", ge=0)
+
+    @property
+    def step(self) -> float:
+        """The learning rate the parties use: ``learning_rate``, or the objective's default."""
+        if self.learning_rate is None:
+            return DEFAULT_LEARNING_RATE[self.objective]
+        return self.learning_rate
+
+    def plan(self) -> Plan:
+        """Return the resolved :class:`~islands.vfl.protocol.Plan` every party runs with."""
+        return Plan(objective=self.objective, learning_rate=float(self.step),
+                    lam=float(self.lam), epochs=self.epochs, batch_size=self.batch_size,
+                    seed=self.seed, tol=None if self.tol is None else float(self.tol),
+                    feature_bits=self.feature_bits, score_bits=self.score_bits,
+                    encryption=self.encryption)
+
+    @classmethod
+    def from_file(cls, table: Mapping[str, Any], where: str, *, objective_key: str,
+                  extra: Mapping[str, Any] | None = None) -> VflConfig:
+        """Build from a file's section, where ``objective_key`` names the objective.
+
+        The objective defaults to ``"logistic"``; ``tol = "none"`` means None (TOML has no
+        null). ``extra`` holds settings that do not come from this section (a seed drawn
+        from the job's, the PSI limits of another section). Messages name the file's keys.
+        """
+        values = {("objective" if key == objective_key else key): value
+                  for key, value in table.items()}
+        allowed = {objective_key, *cls.model_fields} - {"objective", *(extra or {})}
+        unknown = sorted(set(table) - allowed)
+        if unknown:
+            raise JobError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+        values.setdefault("objective", "logistic")
+        if values.get("tol") == "none":
+            values["tol"] = None
+        try:
+            return cls.from_table({**values, **(extra or {})}, where)
+        except JobError as exc:
+            text = str(exc)
+            if objective_key != "objective":
+                text = text.replace("'objective'", repr(objective_key))
+            raise JobError(text) from None
+
+    @classmethod
+    def from_federation(cls, section: Mapping[str, Any], where: str) -> VflConfig:
+        """Build from a federation file's ``[vfl]`` section (without its party keys).
+
+        Keys: ``model`` (``"logistic"``, the default, or ``"linear"``), every other field
+        of this class under its own name, ``seed`` used as written (default 0) and
+        ``tol = "none"`` to run every epoch.
+
+        Raises
+        ------
+        JobError
+            ``"<where>: 'key' must be ...; got ..."`` or ``"<where>: unknown key(s) ..."``.
+        """
+        return cls.from_file(section, where, objective_key="model")

@@ -1,0 +1,137 @@
+"""Federated transfer learning deployed: one ``islands party`` process per party, mutual TLS.
+
+The two parties align their raw ID files by PSI, train, and the target scores its rows by
+federated inference, as one federation; with the estimator's ``random_state`` the result
+must be the in-process :class:`~islands.vfl.FederatedTransferLearner`'s.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer
+from sklearn.preprocessing import StandardScaler
+
+pytest.importorskip("grpc")
+
+from islands.deploy.local import Finished, start_parties, wait_parties, write_federation
+from islands.errors import JobError
+from islands.protocols import Deployment, spec
+from islands.vfl import FederatedTransferLearner
+
+pytestmark = pytest.mark.timeout(300)
+
+MODEL = {"dim": 4, "hidden": [8], "epochs": 2, "batch_size": 30, "pretrain_epochs": 1,
+         "key_bits": 1024}
+
+
+def _data() -> dict[str, Any]:
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    perm = np.random.default_rng(0).permutation(len(y))
+    # B (the bank, labelled) holds 300 rows, A (the hospital) 240, 60 of them shared;
+    # each side lists its rows in its own order
+    b, a = perm[:300], np.concatenate([perm[300:480], perm[:60]])
+    return {"x_a": X[a][:, :15], "x_b": X[b][:, 15:], "y_b": y[b],
+            "ids_a": [f"person-{i}" for i in a], "ids_b": [f"person-{i}" for i in b]}
+
+
+def _write(folder: Path, d: dict[str, Any]) -> None:
+    np.save(folder / "hospital.npy", d["x_a"])
+    np.savetxt(folder / "bank.csv", np.column_stack([d["x_b"], d["y_b"]]), delimiter=",",
+               fmt="%.17g")
+    (folder / "hospital-ids.txt").write_text("\n".join(d["ids_a"]) + "\n", encoding="utf-8")
+    (folder / "bank-ids.txt").write_text("\n".join(d["ids_b"]) + "\n", encoding="utf-8")
+
+
+def _ok(done: dict[str, Finished]) -> None:
+    bad = {n: f.log[-3000:] for n, f in done.items() if f.returncode != 0}
+    assert not bad, bad
+
+
+def test_deployed_ftl_equals_the_estimator(tmp_path: Path) -> None:
+    d = _data()
+    _write(tmp_path, d)
+    (tmp_path / "ask.txt").write_text("\n".join(d["ids_a"][::7]) + "\n", encoding="utf-8")
+    files = write_federation(
+        tmp_path, "ftl",
+        {"hospital": {"data": "hospital.npy", "ids": "hospital-ids.txt",
+                      "predict": "ask.txt"},
+         "bank": {"data": "bank.csv", "ids": "bank-ids.txt"}},
+        options={"source": "bank", "random_state": 3, **MODEL})
+    _ok(wait_parties(start_parties(files), files, 240))
+
+    est = FederatedTransferLearner(**{**MODEL, "hidden": (8,)},  # type: ignore[arg-type]
+                                   random_state=3)
+    est.fit(d["x_a"], d["x_b"], d["y_b"], d["ids_a"], d["ids_b"])
+    out = tmp_path / "out"
+    target = json.loads((out / "hospital" / "result.json").read_text())
+    source = json.loads((out / "bank" / "result.json").read_text())
+    assert target["role"] == "target" and source["role"] == "source"
+    assert target["aligned_rows"] == source["aligned_rows"] == 60
+    aligned = (out / "hospital" / "aligned-ids.txt").read_text().split()
+    assert aligned == (out / "bank" / "aligned-ids.txt").read_text().split()
+    assert aligned == est.overlap_ids_
+    # Paillier decryption is exact and both runs make the same float32 torch steps; the
+    # tolerance only allows for a different BLAS summation order between processes
+    np.testing.assert_allclose(source["epoch_losses"], est.loss_history_, rtol=1e-9)
+    np.testing.assert_allclose(target["epoch_losses"], est.loss_history_, rtol=1e-9)
+    np.testing.assert_allclose(np.load(out / "bank" / "phi.npy"), est.phi_, atol=1e-9)
+
+    with open(out / "hospital" / "predictions.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["id"] for r in rows] == d["ids_a"][::7]
+    assert set(rows[0]) == {"id", "label", "p_0", "p_1"}
+    proba = np.array([[float(r["p_0"]), float(r["p_1"])] for r in rows])
+    np.testing.assert_allclose(proba, est.predict_proba(d["x_a"][::7]), atol=1e-9)
+    assert [int(r["label"]) for r in rows] == est.predict(d["x_a"][::7]).tolist()
+    assert source["classes"] == [0.0, 1.0] and source["scored"] == len(rows)
+
+
+def _prepare(tmp_path: Path, party: str, options: dict[str, Any], **files: str) -> Any:
+    dep = Deployment(party=party, parties=("hospital", "bank"), options=options,
+                     where="federation file f.toml [ftl]", output=tmp_path / "out",
+                     source="p.toml", **{k: tmp_path / v for k, v in files.items()})
+    return spec("ftl").prepare(dep)
+
+
+def test_ftl_section_and_files_are_checked_before_connecting(tmp_path: Path) -> None:
+    d = _data()
+    _write(tmp_path, d)
+    good = {"source": "bank", **MODEL}
+    a = {"data": "hospital.npy", "ids": "hospital-ids.txt"}
+    assert "target" in _prepare(tmp_path, "hospital", good, **a).description
+    assert "2 classes" in _prepare(tmp_path, "bank", good, data="bank.csv",
+                                   ids="bank-ids.txt").description
+    cases: list[tuple[dict[str, Any], dict[str, str], str]] = [
+        ({**good, "key_bits": 1000}, a, "federation file f.toml [ftl]: 'key_bits' must be an "
+         "int in [1024, 16384] and a multiple of 256; got 1000"),
+        ({**good, "loss": "hinge"}, a, "'loss' must be one of ['softmax', 'logistic']"),
+        ({**good, "depth": 3}, a, "unknown key(s) ['depth']"),
+        ({**good, "timeout": 9}, a, "'timeout' is the federation file's top-level setting"),
+        ({**MODEL}, a, "'source' must name a party of [parties]; got None"),
+        ({**good, "seed": 1, "random_state": 2}, a, "give 'seed' or 'random_state'"),
+        ({**good, "random_state": -1}, a, "'random_state' must be an int in [0, inf)"),
+        (good, {"data": "hospital.npy"}, "needs its 'ids' file for protocol 'ftl'"),
+        (good, {**a, "labels": "bank-ids.txt"}, "it holds no labels"),
+        (good, {**a, "ids": "bank-ids.txt"}, "holds 240 rows but its 'ids' file"),
+        (good, {**a, "predict": "bank-ids.txt"}, "names IDs its ids file does not hold"),
+    ]
+    for options, keys, message in cases:
+        with pytest.raises(JobError) as info:
+            _prepare(tmp_path, "hospital", options, **keys)
+        assert message in str(info.value), (message, str(info.value))
+    big = d["x_a"].copy()
+    big[0, 0] = 2.0**31
+    np.save(tmp_path / "big.npy", big)
+    with pytest.raises(JobError, match="fixed point below 2\\^30"):
+        _prepare(tmp_path, "hospital", good, **{**a, "data": "big.npy"})
+    np.savetxt(tmp_path / "one.csv", np.column_stack([d["x_b"], np.ones(300)]),
+               delimiter=",")
+    with pytest.raises(JobError, match="at least 2 classes"):
+        _prepare(tmp_path, "bank", good, data="one.csv", ids="bank-ids.txt")
