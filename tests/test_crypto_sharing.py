@@ -16,6 +16,7 @@ from islands.crypto import (
     random_ring_elements,
     reconstruct,
 )
+from islands.crypto.sharing import share_among
 from islands.errors import ValidationError
 
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
@@ -100,3 +101,27 @@ def test_bound_is_checked_after_rounding() -> None:
     x = np.nextafter(max_abs_value(52, 2048), 0)
     with pytest.raises(ValidationError):
         encode_fixed([x], frac_bits=52, headroom=2048)
+
+
+@settings(max_examples=100, deadline=None)
+@given(hnp.arrays(np.uint64, st.integers(0, 30)),
+       st.lists(st.text(min_size=1, max_size=5), min_size=2, max_size=7, unique=True))
+def test_share_among_deals_one_share_per_holder_that_sum_to_the_secret(
+        secret: np.ndarray, names: list[str]) -> None:
+    dealt = share_among(secret, names)
+    assert list(dealt) == names
+    assert all(s.dtype == np.uint64 and s.shape == secret.shape for s in dealt.values())
+    np.testing.assert_array_equal(reconstruct(list(dealt.values())), secret)
+
+
+def test_share_among_refuses_repeated_or_too_few_holders() -> None:
+    secret = np.arange(3, dtype=np.uint64)
+    with pytest.raises(ValidationError, match="distinct holders"):
+        share_among(secret, ["a", "b", "a"])
+    with pytest.raises(ValidationError, match="'n' parameter of additive_shares"):
+        share_among(secret, ["a"])
+
+
+def test_reconstruct_refuses_what_is_not_a_ring_element() -> None:
+    with pytest.raises(ValidationError, match=r"uint64 of shape \(3,\); got float64\(3,\)"):
+        reconstruct([np.zeros(3, np.uint64), np.zeros(3)])

@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from islands.crypto.sharing import reconstruct
 from islands.errors import ProtocolError, ValidationError
-from islands.hfl.additive import AdditiveSharing
-from islands.hfl.aggregate import AggStep
+from islands.hfl.additive import AdditiveSharing, Share
+from islands.hfl.aggregate import AggStep, ring_encode
 from islands.runtime import run_local
 
 DIM = 5
@@ -31,13 +32,13 @@ def client_role(party: Any, roster: list[str], update: np.ndarray) -> Any:
     return half.on_step(party, server="server", step=AggStep(1, "ss-sum", None))
 
 
-def play(rosters: dict[str, list[str]]) -> Any:
+def play(rosters: dict[str, list[str]], keep_payloads: bool = False) -> Any:
     rng = np.random.default_rng(0)
     roles: dict[str, Any] = {"server": lambda party: None}
     for name, roster in rosters.items():
         roles[name] = partial(client_role, roster=roster,
                               update=rng.normal(size=DIM).astype(np.float32))
-    return run_local(roles, tolerate=list(rosters), timeout=20)
+    return run_local(roles, tolerate=list(rosters), timeout=20, keep_payloads=keep_payloads)
 
 
 def test_a_roster_of_one_is_refused() -> None:
@@ -74,3 +75,57 @@ def test_min_clients_is_checked() -> None:
     for bad in (1, 0, 2.5, "3"):
         with pytest.raises(ValidationError, match="'min_clients'"):
             AdditiveSharing(min_clients=bad)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------- issue 23, typed shares
+# A share used to be a dict {"round", "share", "roster"} checked by hand; it is now a
+# registered Share the codec checks on arrival (round >= 1, a 1-D uint64 array, a digest
+# of at most 32 bytes); the receiver still checks the round, the length and the roster.
+
+
+def deviant_role(party: Any, payload: Any) -> Any:
+    """Client 'b': sends ``payload`` as its share to the others and stops."""
+    for peer in ("v", "a"):
+        party.send(peer, "ss-share", payload)
+
+
+def play_with_deviant(payload: Any) -> Any:
+    roster = ["v", "a", "b"]
+    rng = np.random.default_rng(0)
+    roles: dict[str, Any] = {"server": lambda party: None,
+                             "b": partial(deviant_role, payload=payload)}
+    for name in ("v", "a"):
+        roles[name] = partial(client_role, roster=roster,
+                              update=rng.normal(size=DIM).astype(np.float32))
+    return run_local(roles, tolerate=roster, timeout=20)
+
+
+def test_shares_travel_as_registered_messages() -> None:
+    run = play({"v": ["v", "a", "b"], "a": ["v", "a", "b"], "b": ["v", "a", "b"]},
+               keep_payloads=True)
+    assert not run.failures
+    shares = run.transcript.with_tag("ss-share")
+    assert len(shares) == 6 and all(type(r.payload) is Share for r in shares)
+    assert {r.payload.round for r in shares} == {1}
+    # the partial sums add up to the encoded updates exactly, whatever shares were dealt
+    rng = np.random.default_rng(0)
+    encoded = [ring_encode(rng.normal(size=DIM).astype(np.float32), 1.0, frac_bits=32,
+                           headroom=3, who="test") for _ in range(3)]
+    np.testing.assert_array_equal(reconstruct([run.results[c] for c in "vab"]),
+                                  reconstruct(encoded))
+
+
+@pytest.mark.parametrize(("payload", "needle"), [
+    ({"round": 1, "share": np.zeros(DIM, np.uint64), "roster": b""},
+     "additive sharing: a malformed share from 'b'"),
+    (Share(1, np.zeros(DIM, np.int64), b""),  # type: ignore[arg-type]
+     "hfl.AdditiveShare field 'share': expected ndarray of uint64, got ndarray of int64"),
+    (Share(1, np.zeros(DIM + 1, np.uint64), b""), "additive sharing: a malformed share from 'b'"),
+    (Share(2, np.zeros(DIM, np.uint64), b""), "additive sharing: a malformed share from 'b'"),
+    (Share(1, np.zeros(DIM, np.uint64), b"x" * 32), "'b' was shown another roster"),
+])
+def test_a_malformed_share_is_refused_by_name(payload: Any, needle: str) -> None:
+    run = play_with_deviant(payload)
+    for name in ("v", "a"):
+        assert isinstance(run.failures.get(name), ProtocolError), run.failures
+        assert needle in str(run.failures[name])

@@ -9,6 +9,7 @@ reproductions do not import each other.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "islands"
@@ -56,3 +57,168 @@ def test_no_import_points_up() -> None:
             if LAYERS[target] > LAYERS[source] or frozenset({source, target}) in APART:
                 wrong.append(f"{rel}:{line} ({source}) imports {module} ({target})")
     assert not wrong, "\n".join(wrong)
+
+
+# --------------------------------------------------------------- function-level imports
+# An islands module imported inside a function hides a dependency from the reader and from
+# this file's layer check, so each one is at module top unless the module loads an optional
+# heavy dependency at import (see `import islands` stays light, tests/test_package.py).
+HEAVY = {
+    "islands.hfl.models": ("torch",),
+    "islands.hfl.training": ("torch",),
+    "islands.hfl.learner": ("torch",),
+    "islands.hfl.dpsgd": ("torch",),
+    "islands.hfl.audit": ("torch",),  # ModelSpec checks its argument at run time
+    "islands.crypto.paillier": ("phe", "gmpy2"),
+    "islands.crypto.paillier_ops": ("phe", "gmpy2"),
+    "islands.vfl": ("phe", "gmpy2"),  # its __init__ loads the Paillier layer
+}
+
+# Function-level imports of light islands modules allowed, as (file, imported module):
+# none. A new one fails the test below; an entry no longer found fails the one after it.
+ALLOWED_INNER: set[tuple[str, str]] = set()
+
+
+def _deferred(file: str, module: str) -> bool:
+    """A command imports the protocol, deployment or reproduction it runs when it runs.
+
+    ``islands --help`` loads no protocol package
+    (tests/test_package.py::test_cli_loads_no_protocol_package); lower layers it imports
+    at module top like any other module.
+    """
+    target = _top(module)
+    return file.split("/")[0] in ("cli", "cli.py") and target is not None \
+        and LAYERS.get(target, 0) >= LAYERS["securesum"]
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _module_name(path: Path) -> str:
+    parts = ("islands", *path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name: str) -> bool:
+    path = SRC.joinpath(*name.split(".")[1:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _targets(node: ast.AST, *, parents: bool = True) -> list[str]:
+    """The modules an import statement loads (``from a import b``: a, and a.b if a module).
+
+    Without ``parents``, ``from a import b`` of a module b names only a.b.
+    """
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        subs = [f"{node.module}.{alias.name}" for alias in node.names]
+        found = [s for s in subs if s.startswith("islands.") and _is_module(s)]
+        return [node.module, *found] if parents or len(found) < len(subs) else found
+    return []
+
+
+def _function_imports(path: Path) -> list[tuple[int, str]]:
+    """Islands modules imported in the body of a function of ``path``."""
+    out: dict[tuple[int, str], None] = {}
+    for func in ast.walk(_tree(path)):
+        if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(func):
+                if not isinstance(node, ast.Import | ast.ImportFrom):
+                    continue
+                for name in _targets(node, parents=False):
+                    if name.split(".")[0] == "islands":
+                        out[(node.lineno, name)] = None
+    return list(out)
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    """Modules imported when ``path`` is imported (not in functions or TYPE_CHECKING)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for branch in node.orelse:
+                visit(branch)
+            return
+        found.update(_targets(node))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(_tree(path))
+    return found
+
+
+def _heavy(name: str) -> tuple[str, ...]:
+    """The optional dependencies ``name`` loads at import (empty if it is light)."""
+    return next((deps for h, deps in HEAVY.items()
+                 if name == h or name.startswith(h + ".")), ())
+
+
+def _loads(module: str, graph: dict[str, set[str]]) -> set[str]:
+    """Top-level packages loaded by importing ``module`` (its packages' __init__ first)."""
+    parts = module.split(".")
+    todo = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(graph.get(name, ()))
+    return {name.split(".")[0] for name in seen}
+
+
+@functools.cache
+def _import_graph() -> dict[str, set[str]]:
+    return {_module_name(p): _module_level_imports(p) for p in SRC.rglob("*.py")}
+
+
+@functools.cache
+def _light_function_imports() -> frozenset[tuple[str, str]]:
+    """(file, module) of each function-level import that defers no optional dependency.
+
+    A heavy module counts as light where the importing module already loads what it loads.
+    """
+    graph = _import_graph()
+    found: set[tuple[str, str]] = set()
+    for path in sorted(SRC.rglob("*.py")):
+        already = _loads(_module_name(path), graph)
+        file = path.relative_to(SRC).as_posix()
+        for _, name in _function_imports(path):
+            if not set(_heavy(name)) - already and not _deferred(file, name):
+                found.add((file, name))
+    return frozenset(found)
+
+
+def test_no_function_level_import_of_a_light_module() -> None:
+    new = sorted(_light_function_imports() - ALLOWED_INNER)
+    assert not new, ("import these at module top (or add the module to HEAVY, with the "
+                     f"optional dependency it loads at import): {new}")
+
+
+def test_function_level_allowlist_only_shrinks() -> None:
+    stale = sorted(ALLOWED_INNER - _light_function_imports())
+    assert not stale, f"these imports moved up: remove them from ALLOWED_INNER: {stale}"
+
+
+def test_heavy_modules_load_their_dependency_at_import() -> None:
+    graph = _import_graph()
+    wrong = {module: deps for module, deps in HEAVY.items()
+             if not set(deps) <= _loads(module, graph)}
+    assert not wrong, f"not heavy at import, import them at module top: {wrong}"
+
+
+def test_the_check_sees_a_function_level_import(tmp_path: Path) -> None:
+    source = tmp_path / "x.py"
+    source.write_text("import numpy\n\n\ndef f():\n    from islands.errors import JobError\n"
+                      "    import islands.hfl.models\n    return JobError\n", encoding="utf-8")
+    found = _function_imports(source)
+    assert found == [(5, "islands.errors"), (6, "islands.hfl.models")]
+    assert not _heavy("islands.errors") and _heavy("islands.hfl.models") == ("torch",)
+    graph = _import_graph()
+    assert "torch" in _loads("islands.hfl.learner", graph)
+    assert "torch" not in _loads("islands.hfl", graph)

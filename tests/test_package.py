@@ -99,3 +99,81 @@ def test_every_reproduction_prints_an_islands_error_as_one_line(
     result = CliRunner().invoke(app, ["reproduce", name, "--quick", "--out", str(tmp_path)])
     assert result.exit_code == 2, result.output
     assert " ".join(result.output.split()) == "error: the settings are wrong"
+
+
+def test_cli_loads_no_protocol_package() -> None:
+    """``islands --help`` imports the registry's names, not the protocols or heavy parts."""
+    packages = ("islands.securesum", "islands.cca", "islands.pca", "islands.hfl",
+                "islands.vfl", "islands.psi", "islands.experiments", "pydantic", "scipy")
+    heavy = tuple(m for m in HEAVY if m not in ("typer", "rich", "grpc")) + packages
+    code = f"import sys, islands.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_cli_protocols_lists_every_registered_protocol(tmp_path: Path) -> None:
+    from islands.protocols import names, spec
+
+    result = CliRunner().invoke(app, ["protocols", "--json", str(tmp_path / "p.json")])
+    assert result.exit_code == 0, result.output
+    listing = json.loads((tmp_path / "p.json").read_text())
+    assert list(listing) == list(names())
+    for name in names():
+        found = spec(name)
+        assert listing[name] == {"title": found.title,
+                                 "roles": {r: found.roles[r].doc for r in found.roles}}
+        for word in (name, *found.roles):
+            assert f" {word} " in result.output
+
+
+def test_party_help_and_the_deployment_docs_list_the_registry() -> None:
+    from islands.protocols import names
+
+    result = CliRunner().invoke(app, ["party", "--help"])
+    assert result.exit_code == 0
+    assert f"is one of: {', '.join(names())} " in " ".join(result.output.split())
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "deployment.md").read_text()
+    intro = docs.split("## The pieces")[0]
+    assert re.findall(r"^- `(\w+)`:", intro, flags=re.MULTILINE) == list(names())
+
+
+@pytest.mark.parametrize("name", ["scca", "pca", "vfl", "ftl", "apfl", "contribution"])
+def test_every_reproduction_command_passes_its_options(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands are built from one table: each passes out, quick, seed and its own."""
+    import importlib
+
+    from islands.errors import ValidationError
+
+    seen: dict[str, object] = {}
+
+    def record(out: Path, **kwargs: object) -> None:
+        seen.update(kwargs, out=out)
+        raise ValidationError("stop here")
+
+    monkeypatch.setattr(importlib.import_module(f"islands.experiments.{name}"),
+                        f"reproduce_{name}", record)
+    extra = ["--epochs", "3", "--model", "cnn"] if name == "apfl" else []
+    result = CliRunner().invoke(app, ["reproduce", name, "--quick", "--seed", "7", "--out",
+                                      str(tmp_path), *extra])
+    assert result.exit_code == 2, result.output
+    progress = seen.pop("progress")
+    assert callable(progress)
+    expected = {"out": tmp_path, "quick": True, "random_state": 7}
+    assert seen == ({**expected, "epochs": 3, "model": "cnn"} if name == "apfl" else expected)
+    default = CliRunner().invoke(app, ["reproduce", name])
+    assert default.exit_code == 2 and seen["out"] == Path("reports") / name
+    assert seen["quick"] is False and seen["random_state"] == 0
+
+
+@pytest.mark.parametrize("command", [["audit", "scca"],
+                                     ["audit", "pca", "--dataset", "fashion_mnist"]])
+def test_audits_say_in_one_line_when_fashion_mnist_is_missing(
+        command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ISLANDS_FASHION_MNIST", str(tmp_path / "nowhere"))
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 2, result.output
+    flat = " ".join(result.output.split())
+    assert flat.startswith("error: Fashion-MNIST train files not found"), flat
+    assert "dataset-fashion-mnist" in flat and "Traceback" not in flat

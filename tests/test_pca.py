@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import re
 import secrets
 from functools import partial
 from pathlib import Path
@@ -23,7 +24,14 @@ from islands.errors import JobError, ProtocolError, ValidationError
 from islands.pca import FederatedPCA, maths, protocol
 from islands.pca.audit import audit_pca
 from islands.pca.config import PcaSettings
-from islands.pca.protocol import MOMENT_FRAC_BITS, PcaConfig, publisher, site
+from islands.pca.protocol import (
+    MOMENT_FRAC_BITS,
+    Components,
+    Mean,
+    PcaConfig,
+    publisher,
+    site,
+)
 from islands.runtime import run_local
 
 
@@ -506,12 +514,12 @@ def _deviant_site1(party: Any, *, d: int, k: int, n_sent: int, mean: np.ndarray,
     party.send("site2", "pubkey", key.public)
     peer = {"site2": party.recv("site2", "pubkey")}
     party.recv("site2", "stats")
-    party.send("site2", "mean", {"mean": mean, "n": n_sent})
+    party.send("site2", "mean", Mean(mean, n_sent))
     ring = party.recv("site2", "moment")
     # with two sites, site 1's own pairwise mask is minus site 2's: it unmasks site 2
     own = pairwise_mask("site1", key, peer, ring.size, context=session, label=b"moment")
     readings.append(decode_fixed(ring + own, frac_bits=MOMENT_FRAC_BITS))
-    party.send("site2", "components", {"components": np.eye(k, d), "eigenvalues": np.ones(k)})
+    party.send("site2", "components", Components(np.eye(k, d), np.ones(k)))
     party.send("publisher", "projection", np.zeros((1, k)))
 
 
@@ -570,7 +578,7 @@ def test_other_modes_refuse_a_total_row_count_below_their_own(mode: str) -> None
 
         def broadcast(tag: str, payload: Any, *, to: Any) -> None:
             if tag == "mean":
-                payload = {**payload, "n": 3}
+                payload = dataclasses.replace(payload, n=3)
             real_broadcast(tag, payload, to=to)
         party.broadcast = broadcast
         return site(party, **kwargs)
@@ -657,3 +665,83 @@ def test_a_one_site_secure_federation_file_is_refused_before_connecting(
                                       "epsilon": 0.5, "delta": 1e-5})
     with pytest.raises(ValidationError, match="at least 2 sites for mode='secure'"):
         run_configured(load_party_config(files["site1"]))
+
+
+# ---------------------------------------------------------------- issue 23, typed messages
+# mask, mean, noise and components were dicts taken apart by hand (a dict without "n"
+# was a KeyError, eigenvalues were never checked); now each is a registered dataclass
+# that the codec checks on arrival, and the receiver checks what depends on its own state.
+
+
+def _run_with_rewrite(mode: str, liar: str, tag: str, rewrite: Any) -> Any:
+    """Run three sites where ``liar`` rewrites every ``tag`` payload it sends."""
+    names = ("site1", "site2", "site3")
+    config = PcaConfig(mode=mode, n_components=2, sites=names,  # type: ignore[arg-type]
+                       publisher="publisher", epsilon=0.5, delta=1e-5)
+
+    def lying(party: Any, **kwargs: Any) -> Any:
+        real_send = party.send
+
+        def send(to: str, t: str, payload: Any) -> int:
+            return real_send(to, t, rewrite(payload) if t == tag else payload)
+
+        def broadcast(t: str, payload: Any, to: Any = None) -> None:
+            for peer in party.peers if to is None else to:
+                send(peer, t, payload)
+        party.send, party.broadcast = send, broadcast
+        return site(party, **kwargs)
+
+    roles: dict[str, Any] = {
+        name: partial(lying if name == liar else site,
+                      source=open_source(part, block_size=64, name=name), config=config)
+        for name, part in zip(names, sites(3, rows=30, d=4), strict=True)}
+    roles["publisher"] = partial(publisher, config=config)
+    return run_local(roles, timeout=20.0, keep_payloads=True)
+
+
+def test_pca_messages_are_registered_dataclasses() -> None:
+    run = _run_with_rewrite("elfedpca", "site1", "none", lambda p: p)
+    kinds = {r.tag: type(r.payload) for r in run.transcript.records}
+    assert kinds["mask"] is protocol.Mask and kinds["mean"] is Mean
+    assert kinds["noise"] is protocol.Noise and kinds["components"] is Components
+    central = _run_with_rewrite("central", "site1", "none", lambda p: p)
+    assert {type(r.payload) for r in central.transcript.records
+            if r.tag in ("mean", "components")} == {Mean, Components}
+
+
+@pytest.mark.parametrize(("mode", "liar", "tag", "rewrite", "error", "needle"), [
+    # the old dict format is refused by name, not a KeyError
+    ("elfedpca", "site1", "mean", lambda m: {"mean": m.mean, "n": m.n}, ProtocolError,
+     "'site1' sent a malformed 'mean' message"),
+    ("central", "site1", "components",
+     lambda c: {"components": c.components, "eigenvalues": c.eigenvalues}, ProtocolError,
+     "'site1' sent a malformed 'components' message"),
+    ("elfedpca", "site2", "mask", lambda m: {"a": m.a, "b": m.b}, ProtocolError,
+     "site3: 'site2' sent a malformed 'mask' message"),
+    # the codec's checks, named with the field
+    ("elfedpca", "site1", "noise", lambda n: dataclasses.replace(n, seed=n.seed * 2),
+     ProtocolError, "pca.Noise field 'seed': expected at most 32 items, got 64"),
+    ("elfedpca", "site1", "noise", lambda n: dataclasses.replace(n, seed=n.seed[:8]),
+     ProtocolError, "'site1' sent a noise seed that is not 32 random bytes"),
+    ("elfedpca", "site1", "mean", lambda m: dataclasses.replace(m, n=-1), ProtocolError,
+     "pca.Mean field 'n': expected a value >= 1, got -1"),
+    ("elfedpca", "site2", "mask", lambda m: dataclasses.replace(m, a=m.a[:, None]),
+     ProtocolError, "pca.Mask field 'a': expected an array of 1 dimensions"),
+    # and the receiver's own checks: shapes it knows
+    ("dpdispca", "site1", "components",
+     lambda c: dataclasses.replace(c, eigenvalues=np.ones(5)), ValidationError,
+     "'site1' sent eigenvalues of shape (5,), expected (2,)"),
+    ("plain", "site1", "mean", lambda m: dataclasses.replace(m, mean=m.mean[:2]),
+     ValidationError, "'site1' sent the mean of shape (2,), expected (4,)"),
+])
+def test_a_deviating_site_gets_a_named_error(mode: str, liar: str, tag: str, rewrite: Any,
+                                             error: type[Exception], needle: str) -> None:
+    with pytest.raises(error, match=re.escape(needle)):
+        _run_with_rewrite(mode, liar, tag, rewrite)
+
+
+def test_secure_mode_refuses_stats_that_are_not_ring_elements() -> None:
+    # before, site 1 added float stats to its uint64 total: a numpy casting TypeError
+    with pytest.raises(ValidationError, match=re.escape(
+            "'site2' sent stats of shape float64(5,), expected uint64(5,)")):
+        _run_with_rewrite("secure", "site2", "stats", lambda r: r.astype(np.float64))

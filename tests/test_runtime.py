@@ -20,6 +20,7 @@ from islands.errors import (
     WireError,
 )
 from islands.runtime import Party, PartyInputError, RunCancelled, Transcript, run_local, wire
+from islands.runtime.threads import torch_threads
 
 
 def ping(party: Party, n: int) -> Any:
@@ -609,3 +610,14 @@ def test_every_party_of_a_local_run_has_an_identity_its_peers_know() -> None:
     second = run_local({"a": signer, "b": checker})
     assert first.results["b"] and second.results["b"]
     assert first.results["a"] != second.results["a"]  # fresh keys every run
+
+
+def test_torch_threads_sets_and_restores_the_thread_count() -> None:
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    target = 1 if before != 1 else 2
+    with torch_threads(target):
+        assert torch.get_num_threads() == target
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        assert torch.get_num_threads() == before

@@ -76,6 +76,21 @@ def test_cli_runs_a_vertical_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert (out / "loss.png").stat().st_size > 1000
 
 
+def test_cli_refuses_resume_for_a_vertical_job(tmp_path: Path) -> None:
+    """--resume continues a horizontal job; a vertical job has no checkpoints to use."""
+    from typer.testing import CliRunner
+
+    from islands.cli import app
+
+    job = tmp_path / "job.toml"
+    job.write_text('name = "bc"\nkind = "vertical"\n[data]\nname = "breast_cancer"\n')
+    result = CliRunner().invoke(app, ["run", str(job), "--resume", "--output",
+                                      str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert " ".join(result.output.split()).startswith("error: --resume continues a horizontal")
+    assert not (tmp_path / "out").exists()
+
+
 def test_quick_reproduction(tmp_path: Path) -> None:
     from islands.experiments.vfl import reproduce_vfl
 

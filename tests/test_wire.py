@@ -455,3 +455,43 @@ def test_every_registered_message_compiles_its_checks() -> None:
 
     for name, cls in wire.registered_messages().items():
         assert wire._field_checks(cls, name) is not None
+
+
+def test_pca_and_additive_sharing_messages_are_registered_and_checked() -> None:
+    # issue 23: PCA's mask/mean/noise/components and additive sharing's share were dicts
+    # that each receiver took apart by hand; now the codec checks their fields on arrival
+    from islands.hfl.additive import Share
+    from islands.pca.protocol import Components, Mask, Mean, Noise
+
+    names = {cls: name for name, cls in wire.registered_messages().items()}
+    assert [names.get(c) for c in (Mask, Mean, Noise, Components, Share)] == [
+        "pca.Mask", "pca.Mean", "pca.Noise", "pca.Components", "hfl.AdditiveShare"]
+    for cls, name in names.items():
+        if name.startswith("pca.") or name == "hfl.AdditiveShare":
+            assert wire._field_checks(cls, name)
+    good = [Mask(np.zeros(3), -4), Mean(np.ones(3), 10), Noise(b"s" * 32, 0.5, 1e-5),
+            Components(np.eye(2, 3), np.ones(2)),
+            Share(2, np.arange(3, dtype=np.uint64), b"d" * 32)]
+    for msg in good:
+        back = wire.decode(wire.encode(msg))
+        assert type(back) is type(msg) and same(back.__dict__, msg.__dict__)
+    bad = [
+        (Mask(np.zeros((1, 3)), 1), "pca.Mask field 'a': expected an array of 1 dimensions"),
+        (Mask(np.zeros(3), 1.5), "pca.Mask field 'b': expected int, got float"),  # type: ignore[arg-type]
+        (Mean(np.ones(3), 0), "pca.Mean field 'n': expected a value >= 1, got 0"),
+        (Mean(np.ones(3, np.float32), 5), "pca.Mean field 'mean': expected ndarray of float64"),
+        (Noise(b"s" * 33, 0.5, 1e-5), "pca.Noise field 'seed': expected at most 32 items"),
+        (Noise(b"s" * 32, 0.0, 1e-5), "pca.Noise field 'epsilon': expected a value > 0.0"),
+        (Noise(b"s" * 32, 0.5, 1.0), "pca.Noise field 'delta': expected a value < 1.0"),
+        (Components(np.ones(3), np.ones(1)),
+         "pca.Components field 'components': expected an array of 2 dimensions"),
+        (Share(0, np.zeros(3, np.uint64), b""), "hfl.AdditiveShare field 'round': expected a "
+         "value >= 1, got 0"),
+        (Share(1, np.zeros(3, np.int64), b""), "hfl.AdditiveShare field 'share': expected "
+         "ndarray of uint64"),
+        (Share(1, np.zeros(3, np.uint64), b"d" * 33), "hfl.AdditiveShare field 'roster': "
+         "expected at most 32 items"),
+    ]
+    for msg, needle in bad:
+        with pytest.raises(WireError, match=re.escape(needle)):
+            wire.decode(wire.encode(msg))

@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.errors import ValidationError, invalid_parameter
+from islands.errors import DataNotFoundError, JobError, ValidationError, invalid_parameter
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 __all__ = [
     "FLOAT32_LIMIT_REASON",
@@ -69,15 +76,6 @@ def read_toml(path: Any) -> dict[str, Any]:
     JobError
         If it is not valid TOML.
     """
-    import sys
-    from pathlib import Path
-
-    from islands.errors import DataNotFoundError, JobError
-
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
     source = Path(path)
     if not source.is_file():
         raise DataNotFoundError(f"no job file at {source}")
@@ -114,8 +112,6 @@ def table_value(table: Any, key: str, kinds: tuple[type, ...], where: str,
     JobError
         ``"<where>: '<key>' must be <expected>; got <value>"``, or a missing key.
     """
-    from islands.errors import JobError
-
     if key not in table:
         if default is ...:
             raise JobError(f"{where}: missing key {key!r}")

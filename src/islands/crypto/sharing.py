@@ -5,6 +5,13 @@ a cryptographic generator and the last x − Σ others (mod 2^64). Any n−1 sha
 uniformly distributed and independent of x; all n sum to x. Arithmetic modulo 2^64 is
 numpy's native wrap-around on uint64.
 
+These are the maths of every secret sum in islands: :mod:`islands.securesum` (parties
+deal shares to one another), :mod:`islands.hfl.additive` (clients deal shares of their
+updates) and the secure mode of :mod:`islands.pca.protocol` (which masks with pairwise
+keys instead of dealing shares, and adds the masked ring elements with :func:`reconstruct`).
+Each protocol keeps its own messages and checks; dealing (:func:`share_among`) and adding
+(:func:`reconstruct`) are done here.
+
 References
 ----------
 .. [1] The FL privacy-computing tutorial, §3.2 (``papers/fl-privacy-computing-tutorial``).
@@ -20,7 +27,7 @@ from numpy.typing import NDArray
 
 from islands.errors import ValidationError, invalid_parameter
 
-__all__ = ["additive_shares", "random_ring_elements", "reconstruct"]
+__all__ = ["additive_shares", "random_ring_elements", "reconstruct", "share_among"]
 
 
 def random_ring_elements(shape: int | tuple[int, ...]) -> NDArray[np.uint64]:
@@ -57,8 +64,30 @@ def additive_shares(secret: NDArray[np.uint64], n: int) -> list[NDArray[np.uint6
     return [*shares, last]
 
 
+def share_among(secret: NDArray[np.uint64],
+                names: Sequence[str]) -> dict[str, NDArray[np.uint64]]:
+    """Deal ``secret`` to named holders: one additive share each (:func:`additive_shares`).
+
+    Parameters
+    ----------
+    secret
+        uint64 ring elements.
+    names
+        The holders, at least 2 and distinct; the owner of the secret is usually one of
+        them and keeps its own share.
+
+    Returns
+    -------
+    dict
+        Each name's share, in the order of ``names``; all of them sum to ``secret``.
+    """
+    if len(set(names)) != len(names):
+        raise ValidationError(f"share_among needs distinct holders; got {list(names)}")
+    return dict(zip(names, additive_shares(secret, len(names)), strict=True))
+
+
 def reconstruct(shares: Sequence[NDArray[np.uint64]]) -> NDArray[np.uint64]:
-    """Sum shares modulo 2^64."""
+    """Sum shares (or any ring elements: partial sums, masked values) modulo 2^64."""
     if not shares:
         raise ValidationError("reconstruct needs at least one share")
     total = np.zeros_like(shares[0], dtype=np.uint64)

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ from islands.deploy.config import PartyConfig, load_party_config
 from islands.deploy.protocols import prepare
 from islands.errors import JobError
 from islands.runtime.grpc_transport import run_party
+from islands.runtime.threads import torch_threads
 
 __all__ = ["run_configured", "run_party_file"]
 
@@ -60,15 +62,11 @@ def _threads(threads: int | None) -> Iterator[None]:
     if threads is None:
         yield
         return
-    import sys
-
     from threadpoolctl import threadpool_limits
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(threadpool_limits(limits=threads))
         if "torch" in sys.modules:  # an hfl party: its learner loaded torch
-            from islands.hfl.estimator import torch_threads
-
             stack.enter_context(torch_threads(threads))
         yield
 

@@ -108,12 +108,10 @@ def start_parties(files: Mapping[str, Path], *, extra_args: Sequence[str] = (),
 
     Output goes to ``<party>.log`` beside the party file.
     """
-    import islands
-
     procs = {}
     environ = {**os.environ, **(env or {})}
     # the parties import the same islands as this process, installed or not
-    here = str(Path(islands.__file__).resolve().parents[1])
+    here = str(Path(__file__).resolve().parents[2])
     environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (here, environ.get("PYTHONPATH", "")) if p)
     for party, path in files.items():

@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.data import find_fashion_mnist, load, partition_by_class
+from islands.errors import DataNotFoundError
 from islands.experiments.report import (
     Progress,
     agreement_table,
@@ -47,6 +49,10 @@ from islands.experiments.report import (
     setup_run,
     write_json,
 )
+from islands.hfl import APFL, FedAvg, FederatedModel
+from islands.hfl.estimator import client_seed, split_local_eval
+from islands.hfl.maths import apfl_batch_sizes
+from islands.hfl.metrics import classification_report, dev_avg
 from islands.validation import check_int
 
 __all__ = ["PAPER", "SENSITIVITY_LRS", "Schedule", "reproduce_apfl", "schedule",
@@ -114,8 +120,6 @@ def schedule(sizes: list[int], batch: int) -> Schedule:
     >>> [plan.aggregations(tau, 50) for tau in (1, 4, 15)]
     [5250, 1350, 350]
     """
-    from islands.hfl.maths import apfl_batch_sizes
-
     cl_steps = sum(sizes) // batch
     even = max(1, min(sizes) // max(cl_steps, 1))
     mbs = tuple(apfl_batch_sizes(batch, sizes))
@@ -164,8 +168,6 @@ class _Settings:
 
 
 def _strategy(row: str, batch: int, even: int, lr: float = 0.1) -> Any:
-    from islands.hfl import APFL, FedAvg
-
     if row.startswith("FL τ="):
         tau = int(row.split("=")[1].split()[0])
         if row.endswith("+ mbs"):
@@ -177,11 +179,7 @@ def _strategy(row: str, batch: int, even: int, lr: float = 0.1) -> Any:
 
 
 def _load(s: _Settings) -> tuple[str, Any, Any, Any, Any, Any]:
-    from islands.data import find_fashion_mnist, load
-
     if find_fashion_mnist() is None:
-        from islands.errors import DataNotFoundError
-
         raise DataNotFoundError("Fashion-MNIST files not found: install them with "
                                 "'sudo apt-get install dataset-fashion-mnist' (make does it "
                                 "where it may), or set ISLANDS_FASHION_MNIST")
@@ -254,15 +252,10 @@ def reproduce_apfl(
 
 def _local_train_rows(sizes: list[int], seed: int) -> list[NDArray[np.intp]]:
     """Each client's training rows: what FederatedModel keeps after its 10% local split."""
-    from islands.hfl.estimator import client_seed, split_local_eval
-
     return [split_local_eval(n, 0.1, client_seed(seed, k))[0] for k, n in enumerate(sizes)]
 
 
 def _run(out: Path, s: _Settings, say: Progress, start: float) -> dict[str, Any]:
-    from islands.data import partition_by_class
-    from islands.hfl import FederatedModel
-    from islands.hfl.metrics import classification_report, dev_avg
     from islands.hfl.training import Trainer, train_centralised
 
     say("loading Fashion-MNIST")

@@ -52,6 +52,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.data import find_fashion_mnist, load
+from islands.errors import DataNotFoundError
 from islands.experiments.report import (
     Progress,
     agreement_table,
@@ -62,7 +64,11 @@ from islands.experiments.report import (
     setup_run,
     write_json,
 )
-from islands.hfl.contribution.report import LABELS
+from islands.hfl import APFL, FederatedModel
+from islands.hfl.contribution import Contribution, ServerValidation
+from islands.hfl.contribution.report import LABELS, plot_contribution
+from islands.hfl.contribution.retrain import coalition_trainer, retrain_contributions
+from islands.runtime.threads import torch_threads
 
 __all__ = ["ROLES", "reproduce_contribution"]
 
@@ -115,11 +121,7 @@ def _settings(quick: bool, seed: int, n_threads: int | None) -> _Settings:
 # ------------------------------------------------------------------ data and training
 def _data(s: _Settings) -> dict[str, Any]:
     """Split the rows: the clients' parts, the server's validation rows, the test rows."""
-    from islands.data import find_fashion_mnist, load
-
     if find_fashion_mnist() is None:
-        from islands.errors import DataNotFoundError
-
         raise DataNotFoundError("Fashion-MNIST files not found (Debian package "
                                 "dataset-fashion-mnist, or ISLANDS_FASHION_MNIST)")
     train, test = load("fashion_mnist", split="train"), load("fashion_mnist", split="test")
@@ -150,8 +152,6 @@ def _data(s: _Settings) -> dict[str, Any]:
 
 def _model_factory(s: _Settings, spec: Any) -> Callable[..., Any]:
     """Fresh FederatedModels with the experiment's settings (any ``contribution``)."""
-    from islands.hfl import APFL, FederatedModel
-
     def make(contribution: Any = None, callback: Any = None) -> Any:
         # FedAvg with batches proportional to the clients' rows: APFL's eq. 26 at a fixed τ
         strategy = APFL(tau=s.tau, batch_size=s.batch, adaptive=False, lr=s.lr,
@@ -165,8 +165,6 @@ def _model_factory(s: _Settings, spec: Any) -> Callable[..., Any]:
 
 def _valued_run(make: Callable[..., Any], data: dict[str, Any], weighting: str,
                 behaviour: dict[str, Any], say: Progress, s: _Settings) -> Any:
-    from islands.hfl.contribution import Contribution
-
     def tick(record: Any, epoch: Any) -> None:
         if epoch is not None:
             say(f"[{weighting}] epoch {epoch.epoch}/{s.epochs}: test accuracy "
@@ -181,9 +179,6 @@ def _valued_run(make: Callable[..., Any], data: dict[str, Any], weighting: str,
 def _retrain(make: Callable[..., Any], spec: Any, data: dict[str, Any], names: list[str],
              behaviour: dict[str, Any], say: Progress) -> dict[str, Any]:
     """Exact Shapley values and leave-one-out by training every coalition."""
-    from islands.hfl.contribution import ServerValidation
-    from islands.hfl.contribution.retrain import coalition_trainer, retrain_contributions
-
     utility = ServerValidation(spec, *data["validation"], metric="accuracy")
     base = coalition_trainer(make, data["parts"], utility, names=names, behaviour=behaviour)
     seconds: dict[str, float] = {}
@@ -290,7 +285,6 @@ def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
         ``gtg_check``, ``costs``, ``agreement`` (the claims), ``figures`` and
         ``wall_time_s``.
     """
-    from islands.hfl.estimator import torch_threads
     from islands.hfl.learner import FreeRider
     from islands.hfl.models import ModelSpec
 
@@ -487,8 +481,6 @@ def _claims(s: _Settings, report: dict[str, Any], renorm: dict[str, Any],
 def _figures(out: Path, names: list[str], report: dict[str, Any], renorm: dict[str, Any],
              retrain: dict[str, Any]) -> list[str]:
     from matplotlib.ticker import MaxNLocator
-
-    from islands.hfl.contribution.report import plot_contribution
 
     bars = dict(report)
     bars["scores"] = _all_scores(report, retrain)

@@ -48,6 +48,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.data import find_fashion_mnist, load
+from islands.data.datasets import load_fashion_mnist
+from islands.data.views import split_image_views
 from islands.experiments.report import (
     Progress,
     agreement_table,
@@ -58,7 +61,9 @@ from islands.experiments.report import (
     setup_run,
     write_json,
 )
+from islands.vfl import FederatedTransferLearner
 from islands.vfl.ftl.config import FtlConfig, Plan
+from islands.vfl.ftl.protocol import make_net
 
 __all__ = ["PAPER_CONFIG", "reproduce_ftl"]
 
@@ -126,8 +131,6 @@ def _supervised(x: Array, y: IntArray, n_classes: int, plan: Plan, seed: int, ep
     """
     import torch
 
-    from islands.vfl.ftl.protocol import make_net
-
     net = make_net(x.shape[1], plan, seed)
     head = torch.nn.Linear(plan.dim, n_classes)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -164,8 +167,6 @@ def _supervised(x: Array, y: IntArray, n_classes: int, plan: Plan, seed: int, ep
 
 def _fit_ftl(x_a: Array, x_b: Array, y_b: IntArray, ids_a: list[int], ids_b: list[int],
              params: dict[str, Any]) -> tuple[Any, float]:
-    from islands.vfl import FederatedTransferLearner
-
     start = time.perf_counter()
     model = FederatedTransferLearner(**params).fit(x_a, x_b, y_b, ids_a, ids_b)
     return model, time.perf_counter() - start
@@ -198,9 +199,6 @@ def _percent(fraction: float) -> str:
 
 # ------------------------------------------------------------------ Fashion-MNIST
 def _fashion(s: _Settings, say: Progress) -> dict[str, Any]:
-    from islands.data.datasets import load_fashion_mnist
-    from islands.data.views import split_image_views
-
     say("[fashion_mnist] loading")
     train = load_fashion_mnist(split="train")
     test = load_fashion_mnist(split="test")
@@ -273,8 +271,6 @@ def _fashion(s: _Settings, say: Progress) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ breast cancer
 def _tabular_split(seed: int, repeat: int) -> dict[str, Any]:
-    from islands.data import load
-
     data = load("breast_cancer")
     x = np.asarray(data.X, dtype=np.float64)
     y = np.asarray(data.y, dtype=np.int64)
@@ -401,8 +397,6 @@ def reproduce_ftl(out_dir: Path | str, *, quick: bool = False, random_state: int
         ``encrypted_check``, ``agreement``, ``skipped``, ``figures``
         and ``wall_time_s``.
     """
-    from islands.data import find_fashion_mnist
-
     start = time.perf_counter()
     run = setup_run("reproduce_ftl", out_dir, random_state, None, progress)
     s = _settings(bool(quick), run.random_state)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from islands.data import find_fashion_mnist
 from islands.reporting import markdown_table, new_figure, save_figure, to_jsonable, write_json
 from islands.validation import check_int
 
@@ -88,8 +89,6 @@ def two_datasets(fashion: T, digits: T) -> tuple[list[tuple[str, T]], dict[str, 
     loaders, skipped
         ``(name, loader)`` pairs to run, and the data sets skipped with the reason.
     """
-    from islands.data import find_fashion_mnist
-
     if find_fashion_mnist() is None:
         return [("digits", digits)], {"fashion_mnist": "Fashion-MNIST files not found"}
     return [("fashion_mnist", fashion), ("digits", digits)], {}

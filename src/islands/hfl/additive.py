@@ -2,8 +2,9 @@
 
 Each of the m clients of a round encodes x_k = round(p_k·w_k·2^f) in Z_2^64
 (:mod:`islands.crypto.fixedpoint`), splits it into m additive shares with a
-cryptographic generator (:func:`islands.crypto.sharing.additive_shares`), keeps one and
-sends share j straight to client j (tag ``ss-share``). Once every update is in, the
+cryptographic generator (:func:`islands.crypto.sharing.share_among`), keeps one and
+sends share j straight to client j (tag ``ss-share``, a :class:`Share`). Once every
+update is in, the
 server asks each client for the sum of the shares it holds (phase ``ss-sum``) and adds
 the m partial sums: Σ_k x_k, the weighted mean. The server sees only partial sums, each
 a uniformly random ring element unless it colludes with all but one client.
@@ -31,12 +32,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.crypto.sharing import additive_shares
+from islands.crypto.sharing import reconstruct, share_among
 from islands.errors import ProtocolError, invalid_parameter
 from islands.hfl.aggregate import (
     AggStep,
@@ -48,12 +50,26 @@ from islands.hfl.aggregate import (
     ring_mean,
     unexpected_step,
 )
-from islands.runtime import Party
+from islands.runtime import Party, wire
 from islands.validation import check_float, is_int
 
-__all__ = ["AdditiveSharing"]
+__all__ = ["AdditiveSharing", "Share"]
 
 Vector = NDArray[np.float32]
+_DIGEST_BYTES = 32
+
+
+@wire.register(name="hfl.AdditiveShare")
+@dataclass(frozen=True)
+class Share:
+    """One client's share of its update for one peer (tag ``ss-share``, client → client).
+
+    ``roster`` is the SHA-256 digest of the round and the roster the sender was shown.
+    """
+
+    round: int = field(metadata={"ge": 1})
+    share: NDArray[np.uint64] = field(metadata={"ndim": 1})
+    roster: bytes = field(metadata={"max_len": _DIGEST_BYTES})
 
 
 class AdditiveSharing:
@@ -143,45 +159,42 @@ class _Client:
         if m == 1:
             self.own = x
         else:
-            shares = additive_shares(x, m)
-            for peer, share in zip(self.roster, shares, strict=True):
+            shares = share_among(x, self.roster)
+            digest = _roster_digest(round, self.roster)
+            for peer, share in shares.items():
                 if peer == party.name:
                     self.own = share
                 else:
-                    party.send(peer, "ss-share", {
-                        "round": round, "share": share,
-                        "roster": _roster_digest(round, self.roster)})
+                    party.send(peer, "ss-share", Share(round, share, digest))
         return np.zeros(0, dtype=np.uint64)  # the update itself travels as shares
 
     def _sum(self, party: Party, step: AggStep) -> NDArray[np.uint64]:
         if step.round != self.round or self.own is None:
             raise ProtocolError(f"additive sharing: client {party.name!r} holds no shares for "
                                 f"round {step.round}", party=party.name, step="ss-sum")
-        total = self.own.copy()
+        held = [self.own]
+        digest = _roster_digest(self.round, self.roster)
         for peer in self.roster:
             if peer == party.name:
                 continue
             while True:  # skip shares of a failed earlier round
                 msg = party.recv(peer, "ss-share", timeout=self.timeout)
-                if not isinstance(msg, dict) or not is_int(msg.get("round")):
+                if not isinstance(msg, Share):
                     raise ProtocolError(f"additive sharing: a malformed share from {peer!r}",
                                         party=party.name, step="ss-sum")
-                if msg["round"] >= self.round:
+                if msg.round >= self.round:
                     break
-            share = np.asarray(msg.get("share"))
-            if msg["round"] != self.round or share.shape != total.shape or (
-                    share.dtype != np.uint64):
+            if msg.round != self.round or msg.share.shape != self.own.shape:
                 raise ProtocolError(f"additive sharing: a malformed share from {peer!r}",
                                     party=party.name, step="ss-sum")
-            if msg.get("roster") != _roster_digest(self.round, self.roster):
+            if msg.roster != digest:
                 raise ProtocolError(
                     f"additive sharing round {self.round}: client {party.name!r} refuses to "
                     f"send its partial sum: {peer!r} was shown another roster by the server",
                     party=party.name, step="ss-sum")
-            total += share
+            held.append(msg.share)
         self.own = None
-        out: NDArray[np.uint64] = total
-        return out
+        return reconstruct(held)
 
 
 class _Server(PlainServerHalf):
@@ -221,11 +234,10 @@ class _Round(StreamingRound):
             raise ProtocolError(
                 f"additive sharing round {self.round}: no partial sum from {missing}; the "
                 "round cannot be finished", party=self.server, step="ss-sum")
-        total = np.zeros(self.dim, dtype=np.uint64)
-        for c in self.participants:
-            part = np.asarray(sums[c])
+        parts = [np.asarray(sums[c]) for c in self.participants]
+        for c, part in zip(self.participants, parts, strict=True):
             if part.shape != (self.dim,) or part.dtype != np.uint64:
                 raise ProtocolError(f"client {c!r} sent a malformed partial sum",
                                     party=self.server, step="ss-sum")
-            total += part
-        return ring_mean(total, frac_bits=self.frac_bits, weight=weight)
+        return ring_mean(reconstruct([np.zeros(self.dim, dtype=np.uint64), *parts]),
+                         frac_bits=self.frac_bits, weight=weight)

@@ -51,10 +51,22 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from islands.crypto import ckks
+from islands.crypto.fixedpoint import decode_fixed
+from islands.data import load_fashion_mnist, load_sklearn
 from islands.errors import DataNotFoundError, ProtocolError, ValidationError, invalid_parameter
-from islands.hfl.models import ModelSpec
+from islands.hfl.aggregate import AggReply
+from islands.hfl.estimator import client_seed
+from islands.hfl.homomorphic import TAG_SLOTS
+from islands.hfl.learner import TorchLearner
+from islands.hfl.models import ModelSpec, ModulePool
+from islands.hfl.protect import build_aggregator
+from islands.hfl.protocol import Task, Update, client, server
+from islands.hfl.secagg import SecureAggregation
+from islands.hfl.strategy import FedAvg
 from islands.reporting import new_figure, save_figure, write_json
-from islands.runtime import Record, Transcript
+from islands.runtime import Record, Transcript, run_local
+from islands.runtime.threads import torch_threads
 from islands.validation import check_float, check_int, describe
 
 __all__ = [
@@ -216,8 +228,6 @@ def shared_key_attack(secret_context: Any, upload: Sequence[bytes], length: int)
     ndarray of float64, shape (length,)
         The victim's model w_k.
     """
-    from islands.crypto import ckks
-
     ctx = (ckks.load_context(bytes(secret_context), secret=True)
            if isinstance(secret_context, bytes | bytearray) else secret_context)
     return ckks.decrypt_vector(ctx, list(upload), length)
@@ -246,8 +256,6 @@ def _message(records: Sequence[Record], *, sender: str, receiver: str, tag: str,
 
 def _server_view(transcript: Transcript, victim: str) -> dict[str, Any]:
     """Return what the server sent the victim in round 1 and what it got back."""
-    from islands.hfl.protocol import Task, Update
-
     sent = transcript.sent_by(_SERVER)
     got = transcript.received_by(_SERVER)
     task = _message(sent, sender=_SERVER, receiver=victim, tag="task", kind=Task,
@@ -260,8 +268,6 @@ def _server_view(transcript: Transcript, victim: str) -> dict[str, Any]:
 
 def _ckks_public_context(transcript: Transcript, dealer: str) -> bytes:
     """Return the public CKKS context the dealer gave the server (its only key)."""
-    from islands.hfl.aggregate import AggReply
-
     reply = _message(transcript.received_by(_SERVER), sender=dealer, receiver=_SERVER,
                      tag="agg", kind=AggReply, where=lambda a: a.phase == "ckks-deal")
     public = reply.body.get("public") if isinstance(reply.body, dict) else None
@@ -273,8 +279,6 @@ def _ckks_public_context(transcript: Transcript, dealer: str) -> bytes:
 # --------------------------------------------------------------------------- the federation
 def _load_data(dataset: str | None, need: int) -> tuple[Array, NDArray[np.int64], str,
                                                         tuple[int, int], str | None]:
-    from islands.data import load_fashion_mnist, load_sklearn
-
     note = None
     if dataset in (None, "fashion_mnist"):
         try:
@@ -299,13 +303,6 @@ def _federate(spec: ModelSpec, parts: list[tuple[Array, NDArray[np.int64]]], nam
               aggregator: Any, *, seed: int, lr: float) -> tuple[Transcript, dict[str, Any],
                                                                  Any]:
     """Run one round of FedAvg: every client one full-batch SGD step, payloads kept."""
-    from islands.hfl.estimator import client_seed, torch_threads
-    from islands.hfl.learner import TorchLearner
-    from islands.hfl.models import ModulePool
-    from islands.hfl.protocol import client, server
-    from islands.hfl.strategy import FedAvg
-    from islands.runtime import run_local
-
     strategy = FedAvg(local_steps=1, batch_size=None, lr=lr, momentum=0.0,
                       aggregator=aggregator)
     pool = ModulePool(spec)
@@ -447,8 +444,6 @@ def audit_gradients(
         guess = recover_input(w1, b1)
         return guess, relative_error(guess, x)
 
-    from islands.hfl.protect import build_aggregator
-
     for name in names_wanted:
         if name == "ckks" and importlib.util.find_spec("tenseal") is None:
             skipped.append("ckks")
@@ -475,9 +470,6 @@ def audit_gradients(
                 f"the clipped (S = {dp_clip:g}) and noised (σ = {dp_noise:g}: N(0, "
                 f"{(dp_noise * dp_clip) ** 2:g}) per coordinate) update, attacked as it came")
         elif name == "secagg":
-            from islands.crypto.fixedpoint import decode_fixed
-            from islands.hfl.secagg import SecureAggregation
-
             assert isinstance(agg, SecureAggregation)
             frac_bits = agg.frac_bits
 
@@ -500,9 +492,6 @@ def audit_gradients(
                 f"(error {e_single:.3g}); the mean the server learns mixes all "
                 f"{1 + others_total} samples of the round (error {e_mixed:.3g})")
         else:  # ckks
-            from islands.crypto import ckks
-            from islands.hfl.homomorphic import TAG_SLOTS
-
             public = ckks.load_context(_ckks_public_context(transcript, victim), secret=False)
             try:
                 ckks.decrypt_vector(public, list(upload), dim)

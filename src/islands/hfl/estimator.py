@@ -25,7 +25,7 @@ import os
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -37,6 +37,14 @@ from numpy.typing import ArrayLike, NDArray
 
 from islands.errors import ValidationError, invalid_parameter
 from islands.hfl.aggregate import MeanAggregator
+from islands.hfl.config import HflConfig
+from islands.hfl.contribution import (
+    ClientValidation,
+    Contribution,
+    ContributionTracker,
+    ServerValidation,
+    check_compatible,
+)
 from islands.hfl.metrics import classification_report, regression_report
 from islands.hfl.protect import SampleDP
 from islands.hfl.protocol import (
@@ -47,9 +55,11 @@ from islands.hfl.protocol import (
     client,
     server,
 )
+from islands.hfl.ray_backend import RayWorkerPool, check_client_data, ray_session
 from islands.hfl.strategy import FedAvg, Strategy
 from islands.runtime import Role, Transcript, run_local
-from islands.validation import check_float, check_int, describe
+from islands.runtime.threads import torch_threads
+from islands.validation import describe
 
 __all__ = ["BACKENDS", "EpochRecord", "FederatedModel", "client_seed", "split_local_eval"]
 
@@ -136,22 +146,6 @@ def split_local_eval(n: int, fraction: float, seed: int) -> tuple[NDArray[np.int
         n_eval = n - 1
     order = np.random.default_rng([seed, n]).permutation(n)
     return np.sort(order[n_eval:]), np.sort(order[:n_eval])
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int | None) -> Iterator[None]:
-    """Set torch's intra-op threads for the duration (None: leave as is)."""
-    import torch
-
-    if threads is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _cores() -> int:
@@ -271,41 +265,24 @@ class FederatedModel:
 
     def _validate(self) -> None:
         owner = "FederatedModel"
-        check_int(self.epochs, "epochs", owner, low=1)
+        # the settings files share (one default and constraint each); the model, strategy
+        # and contribution are objects here, checked as such
+        config = HflConfig.build(owner, epochs=self.epochs, seed=self.seed, task=self.task,
+                                 eval_fraction=self.eval_fraction,
+                                 concurrency=self.concurrency, timeout=self.timeout,
+                                 backend=self.backend, ray_address=self.ray_address)
+        if config.task is None:  # files infer it from the data set; fit has no name to go by
+            raise invalid_parameter("task", owner, "'classification' or 'regression'", None)
         if self.sample_dp is not None and not isinstance(self.sample_dp, SampleDP):
             raise invalid_parameter("sample_dp", owner, "None or a SampleDP",
                                     describe(self.sample_dp))
-        if self.task not in ("classification", "regression"):
-            raise invalid_parameter("task", owner, "'classification' or 'regression'",
-                                    describe(self.task))
-        frac = check_float(self.eval_fraction, "eval_fraction", owner, low=0.0)
-        if frac >= 1:
-            raise invalid_parameter("eval_fraction", owner, "a float in [0, 1)", frac)
-        check_int(self.seed, "seed", owner, low=0)
-        if self.concurrency is not None:
-            check_int(self.concurrency, "concurrency", owner, low=1)
-        check_float(self.timeout, "timeout", owner, low=0.0, low_inclusive=False)
         if self.resume and self.checkpoint is None:
             raise invalid_parameter("resume", owner, "False when 'checkpoint' is None", True)
         if not (self.threads in ("auto", None) or (
                 isinstance(self.threads, int) and self.threads >= 1)):
             raise invalid_parameter("threads", owner, "'auto', None or an int >= 1",
                                     describe(self.threads))
-        if self.backend not in BACKENDS:
-            raise invalid_parameter("backend", owner, "'local' or 'ray'", describe(self.backend))
-        address = self.ray_address
-        if address is not None:
-            if not (isinstance(address, str) and address
-                    and not any(c.isspace() for c in address)):
-                raise invalid_parameter(
-                    "ray_address", owner, "None or a Ray address such as 'auto', "
-                    "'host:6379' or 'ray://host:10001'", describe(address))
-            if self.backend != "ray":
-                raise invalid_parameter("ray_address", owner,
-                                        "None unless backend='ray'", address)
         if self.contribution is not None:
-            from islands.hfl.contribution import Contribution
-
             if not isinstance(self.contribution, Contribution):
                 raise invalid_parameter("contribution", owner, "None or a Contribution",
                                         describe(self.contribution))
@@ -315,8 +292,6 @@ class FederatedModel:
             if self.contribution.metric == "accuracy" and self.task != "classification":
                 raise invalid_parameter("contribution", owner, "metric 'loss' (or None) for "
                                         "a regression", "metric='accuracy'")
-            from islands.hfl.contribution import check_compatible
-
             check_compatible(getattr(self.strategy, "aggregator", MeanAggregator()))
         if self.backend == "ray" and importlib.util.find_spec("ray") is None:
             raise ImportError("The 'backend' parameter of FederatedModel is 'ray', but Ray "
@@ -449,8 +424,6 @@ class FederatedModel:
     def _ray_learners(self, stack: contextlib.ExitStack, data: list[tuple[NDArray[Any],
                       NDArray[Any]]], names: list[str], active: int) -> tuple[list[Any], int]:
         """Learners whose calls run in Ray workers (started here, stopped on exit)."""
-        from islands.hfl.ray_backend import RayWorkerPool, check_client_data, ray_session
-
         checked = []  # every client's rows checked before Ray starts: errors come first
         for k, (X, y) in enumerate(data):
             tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed, k))
@@ -562,12 +535,6 @@ class FederatedModel:
     def _tracker(self, learners: list[Any], names: list[str], pool: Any,
                  initial: Vector) -> Any:
         """Build the contribution tracker: the server's validation rows or the clients'."""
-        from islands.hfl.contribution import (
-            ClientValidation,
-            ContributionTracker,
-            ServerValidation,
-        )
-
         cfg = self.contribution
         utility: Any
         if cfg.validation == "clients":

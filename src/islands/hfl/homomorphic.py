@@ -61,11 +61,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.crypto import ckks
+from islands.crypto.ckks import CKKSParams
 from islands.crypto.prg import expand
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl.aggregate import (
@@ -88,6 +91,13 @@ TAG_SLOTS = 16
 """Values appended to every upload to bind the aggregate to its round and contributors."""
 
 _TAG_LABEL = b"islands hfl aggregate tags v1"
+
+
+def _paillier() -> ModuleType:
+    """Return :mod:`islands.crypto.paillier`, importing phe and gmpy2 on first use only."""
+    from islands.crypto import paillier
+
+    return paillier
 
 
 def _refuse_key(scheme: str, me: str, dealer: str, name: str, want: str,
@@ -245,8 +255,7 @@ class PaillierAggregator:
 
     def __init__(self, key_bits: int = 2048, frac_bits: int = 32, int_bits: int = 8,
                  max_clients: int = 1024, packed: bool = True) -> None:
-        from islands.crypto import paillier
-
+        paillier = _paillier()
         self.key_bits = check_int(key_bits, "key_bits", "PaillierAggregator", low=2048)
         # validates every number now, before any message leaves a party
         self.spec = paillier.packing_spec(
@@ -267,9 +276,9 @@ class PaillierAggregator:
 
 
 def _paillier_fingerprint(public: bytes) -> bytes:
-    from islands.crypto import paillier
-
-    return paillier.fingerprint(paillier.public_key_from_bytes(public))
+    paillier = _paillier()
+    fingerprint: bytes = paillier.fingerprint(paillier.public_key_from_bytes(public))
+    return fingerprint
 
 
 class _PaillierClient:
@@ -282,16 +291,14 @@ class _PaillierClient:
         self.keys = KeyReceiver("paillier", self._generate, self._install)
 
     def _generate(self) -> tuple[bytes, bytes]:
-        from islands.crypto import paillier
-
+        paillier = _paillier()
         pk, sk = paillier.generate_keypair(self.config.key_bits)
         return _int_bytes(sk.p) + _int_bytes(sk.q), paillier.public_key_to_bytes(pk)
 
     def _install(self, secret: bytes) -> bytes:
         from phe import paillier as phe_paillier
 
-        from islands.crypto import paillier
-
+        paillier = _paillier()
         b = self.binding
         k = int.from_bytes(secret[:4], "big")
         p = int.from_bytes(secret[4:4 + k], "big")
@@ -306,7 +313,8 @@ class _PaillierClient:
         pk = phe_paillier.PaillierPublicKey(p * q)
         self.public_key, self.private_key = pk, phe_paillier.PaillierPrivateKey(pk, p, q)
         b.install(secret)
-        return paillier.fingerprint(pk)
+        fingerprint: bytes = paillier.fingerprint(pk)
+        return fingerprint
 
     def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
         self.binding.seen(party, server, step)
@@ -315,12 +323,12 @@ class _PaillierClient:
         raise unexpected_step(party, step, "Paillier")
 
     def open(self, payload: Any) -> Vector:
-        from islands.crypto import paillier
-
+        paillier = _paillier()
         rnd, names, w, n = self.binding.claims(payload, "blob")
         try:
-            values = paillier.decrypt_vector(self.private_key, payload["blob"], n + TAG_SLOTS,
-                                             self.config.spec, terms=len(names))
+            values: NDArray[np.float64] = paillier.decrypt_vector(
+                self.private_key, payload["blob"], n + TAG_SLOTS, self.config.spec,
+                terms=len(names))
         except ValidationError as exc:
             raise self.binding.refuse(rnd, f"it does not decrypt ({exc})") from exc
         # each of the len(names) terms is rounded to the fixed-point grid once
@@ -330,8 +338,7 @@ class _PaillierClient:
 
     def payload(self, party: Party, *, server: str, round: int, params: Vector,
                 base: Vector, weight: float) -> bytes:
-        from islands.crypto import paillier
-
+        paillier = _paillier()
         if self.public_key is None:
             raise ProtocolError(f"client {party.name!r} has no Paillier key", party=party.name,
                                 step="update")
@@ -344,8 +351,9 @@ class _PaillierClient:
                 self.public_key, self.config.spec.ciphertexts_for(scaled.size),
                 background=True, private_key=self.private_key)
         try:
-            return paillier.encrypt_vector(self.public_key, scaled, self.config.spec,
-                                           pool=self.pool)
+            blob: bytes = paillier.encrypt_vector(self.public_key, scaled, self.config.spec,
+                                                  pool=self.pool)
+            return blob
         except ValidationError as exc:
             raise ValidationError(f"Paillier: client {party.name!r}'s update: {exc}") from exc
 
@@ -356,16 +364,14 @@ class _PaillierServer(PlainServerHalf):
         self.public_key: Any = None
 
     def setup(self, link: ServerLink, clients: Sequence[str]) -> list[str]:
-        from islands.crypto import paillier
-
+        paillier = _paillier()
         public, dealt = deal_key(link, clients, "paillier", _paillier_fingerprint)
         self.public_key = paillier.public_key_from_bytes(public)
         return dealt
 
     def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
               weights: Mapping[str, float], dim: int) -> _PaillierRound:
-        from islands.crypto import paillier
-
+        paillier = _paillier()
         # encrypt_vector's layout: the key's fingerprint, then ciphertexts of
         # 2·ceil(bits(n)/8) bytes, as many as the packing takes for dim values
         width = 2 * -(-int(self.public_key.n).bit_length() // 8)
@@ -385,8 +391,7 @@ class _PaillierRound(StreamingRound):
         self.total: bytes | None = None
 
     def add(self, client: str, payload: Any) -> None:
-        from islands.crypto import paillier
-
+        paillier = _paillier()
         self.expect(client)
         if not isinstance(payload, bytes) or len(payload) != self.size:
             got = (f"{len(payload)} bytes" if isinstance(payload, bytes)
@@ -426,8 +431,6 @@ class CKKSAggregator:
     def __init__(self, poly_modulus_degree: int | None = None,
                  coeff_mod_bit_sizes: Sequence[int] | None = None,
                  scale_bits: int | None = None) -> None:
-        from islands.crypto.ckks import CKKSParams
-
         defaults = CKKSParams()
         self.params = CKKSParams(
             poly_modulus_degree=(defaults.poly_modulus_degree if poly_modulus_degree is None
@@ -470,8 +473,6 @@ def _check_dealt(got: Any, own: Any, b: _Binding) -> None:
 
 
 def _ckks_fingerprint(public: bytes) -> bytes:
-    from islands.crypto import ckks
-
     return ckks.fingerprint(ckks.load_context(public, secret=False))
 
 
@@ -483,14 +484,10 @@ class _CKKSClient:
         self.keys = KeyReceiver("ckks", self._generate, self._install)
 
     def _generate(self) -> tuple[bytes, bytes]:
-        from islands.crypto import ckks
-
         ctx = ckks.make_context(self.config.params)
         return ckks.secret_context_bytes(ctx), ckks.public_context_bytes(ctx)
 
     def _install(self, secret: bytes) -> bytes:
-        from islands.crypto import ckks
-
         b = self.binding
         try:
             context = ckks.load_context(secret, secret=True)
@@ -509,8 +506,6 @@ class _CKKSClient:
         raise unexpected_step(party, step, "CKKS")
 
     def open(self, payload: Any) -> Vector:
-        from islands.crypto import ckks
-
         rnd, names, w, n = self.binding.claims(payload, "chunks")
         try:
             values = ckks.decrypt_vector(self.context, payload["chunks"], n + TAG_SLOTS)
@@ -523,8 +518,6 @@ class _CKKSClient:
 
     def payload(self, party: Party, *, server: str, round: int, params: Vector,
                 base: Vector, weight: float) -> Any:
-        from islands.crypto import ckks
-
         if self.context is None:
             raise ProtocolError(f"client {party.name!r} has no CKKS key", party=party.name,
                                 step="update")
@@ -539,8 +532,6 @@ class _CKKSServer(PlainServerHalf):
         self.context: Any = None
 
     def setup(self, link: ServerLink, clients: Sequence[str]) -> list[str]:
-        from islands.crypto import ckks
-
         public, dealt = deal_key(link, clients, "ckks", _ckks_fingerprint)
         self.context = ckks.load_context(public, secret=False)
         return dealt
@@ -556,8 +547,6 @@ class _CKKSServer(PlainServerHalf):
 class _CKKSRound(StreamingRound):
     def __init__(self, server: str, round: int, clients: Sequence[str],
                  weights: Mapping[str, float], dim: int, context: Any) -> None:
-        from islands.crypto import ckks
-
         super().__init__(server, clients, weights)
         self.round, self.dim = round, dim
         self.sum = ckks.EncryptedSum(context, dim + TAG_SLOTS)

@@ -71,10 +71,15 @@ ckks, paillier or chaos, which hide them)::
     max_permutations = 200
 
 Every key is checked: an unknown key (a typo) or a value of the wrong kind is an error
-naming the section and key. :func:`run_job` trains the federation, the centralised
-baseline (``baseline = true``) or, for a linear regression, the closed-form ridge
-solution, and returns one JSON-ready result; :func:`write_outputs` writes
-``results.json`` and the accuracy and τ curves as PNG.
+naming the section and key. The top-level training keys and each section are the typed
+configurations of :mod:`islands.hfl.config` (one default and constraint per setting,
+shared with :class:`~islands.hfl.FederatedModel` and the federation file's ``[hfl]``):
+``task`` left out is inferred from the data set (``"regression"`` for diabetes, else
+``"classification"``), ``concurrency = "all"`` trains every client at once, and
+``[contribution]`` also takes ``seed`` (default: the job's). :func:`run_job` trains the
+federation, the centralised baseline (``baseline = true``) or, for a linear regression,
+the closed-form ridge solution, and returns one JSON-ready result; :func:`write_outputs`
+writes ``results.json`` and the accuracy and τ curves as PNG.
 """
 
 from __future__ import annotations
@@ -99,16 +104,29 @@ from islands.data import (
 )
 from islands.errors import JobError, ValidationError
 from islands.hfl.checkpoint import load_checkpoint, save_checkpoint
+from islands.hfl.config import (
+    STRATEGY_KEYS,
+    ContributionConfig,
+    DataConfig,
+    FedProxConfig,
+    HflConfig,
+    ModelConfig,
+    PartitionConfig,
+    infer_task,
+    strategy_config,
+)
+from islands.hfl.contribution import Contribution, check_compatible
+from islands.hfl.contribution.report import plot_contribution
 from islands.hfl.estimator import (
-    BACKENDS,
     EpochRecord,
     FederatedModel,
     client_seed,
     split_local_eval,
 )
 from islands.hfl.metrics import classification_report, dev_avg, regression_report
+from islands.hfl.protect import build_aggregator, build_sample_dp
 from islands.hfl.protocol import SERVER_FILE, RoundRecord
-from islands.hfl.strategy import APFL, SAMPLINGS, FedAvg, FedProx, Strategy
+from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
 from islands.reporting import new_figure, save_figure, write_json
 from islands.validation import read_toml, table_value
 
@@ -134,16 +152,14 @@ _PROTECT_OPTIONS: dict[str, set[str]] = {
 _TOP = {"name", "seed", "epochs", "output", "baseline", "task", "concurrency", "timeout",
         "eval_fraction", "data", "partition", "model", "strategy", "protect", "backend",
         "ray_address", "contribution", *_PROTECT_OPTIONS}
-_CONTRIBUTION = {"methods", "validation", "validation_samples", "metric", "weighting",
-                 "tolerance", "confidence", "min_permutations", "max_permutations",
-                 "truncation", "round_truncation"}
-_DATA = {"name", "train_samples", "test_samples", "test_fraction", "standardize", "path"}
-_PARTITION = {"kind", "clients", "groups", "alpha", "shards_per_client", "min_samples"}
-_MODEL = {"kind", "hidden", "channels"}
-_STRATEGY = {"name", "local_steps", "batch_size", "lr", "momentum", "weight_decay", "fraction",
-             "min_clients", "tau", "phi", "mbs", "adaptive", "client_batch_size", "mu", "evaluate",
-             "sampling"}
-_DATASETS = ("fashion_mnist", "digits", "breast_cancer", "wine", "diabetes")
+# the top-level keys that are HflConfig's; each section is its own configuration
+_SETTINGS = ("epochs", "seed", "task", "eval_fraction", "concurrency", "timeout", "backend",
+             "ray_address")
+_CONTRIBUTION = set(ContributionConfig.model_fields)
+_DATA = set(DataConfig.model_fields)
+_PARTITION = set(PartitionConfig.model_fields)
+_MODEL = set(ModelConfig.model_fields)
+_STRATEGY = set(STRATEGY_KEYS)
 
 
 
@@ -209,71 +225,18 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     unknown = sorted(set(raw) - _TOP)
     if unknown:
         raise JobError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_TOP)}")
-    pos_int = (lambda v: v >= 1, "an int >= 1")
-    data = _section(raw, "data", _DATA, where)
-    table_value(data, "name", (str,), f"{where} [data]", check=lambda v: v in _DATASETS,
-         expected=f"one of {list(_DATASETS)}")
-    for key in ("train_samples", "test_samples"):
-        table_value(data, key, (int,), f"{where} [data]", None, *pos_int)
-    table_value(data, "test_fraction", (float,), f"{where} [data]", 0.2, lambda v: 0 < v < 1,
-         "a float in (0, 1)")
-    table_value(data, "standardize", (bool,), f"{where} [data]", False)
-    table_value(data, "path", (str,), f"{where} [data]", None)
-
-    partition = _section(raw, "partition", _PARTITION, where)
-    kinds = ("iid", "classes", "dirichlet", "shards")
-    table_value(partition, "kind", (str,), f"{where} [partition]", check=lambda v: v in kinds,
-         expected=f"one of {list(kinds)}")
-    table_value(partition, "clients", (int,), f"{where} [partition]", None, *pos_int)
-    if partition["kind"] == "classes":
-        table_value(partition, "groups", (str, list), f"{where} [partition]")
-    elif "clients" not in partition:
-        raise JobError(f"{where} [partition]: missing key 'clients'")
-    table_value(partition, "alpha", (float, int), f"{where} [partition]", 0.5, lambda v: v > 0,
-         "a number > 0")
-    table_value(partition, "shards_per_client", (int,), f"{where} [partition]", 2, *pos_int)
-
-    model = _section(raw, "model", _MODEL, where)
-    table_value(model, "kind", (str,), f"{where} [model]", check=lambda v: v in ("mlp", "cnn",
-                                                                          "linear"),
-         expected="'mlp', 'cnn' or 'linear'")
-    table_value(model, "hidden", (list,), f"{where} [model]", [200],
-         lambda v: all(isinstance(h, int) and h >= 1 for h in v), "a list of ints >= 1")
-    table_value(model, "channels", (list,), f"{where} [model]", [16, 32],
-         lambda v: len(v) == 2 and all(isinstance(h, int) and h >= 1 for h in v),
-         "two ints >= 1")
-
-    strategy = _section(raw, "strategy", _STRATEGY, where)
-    table_value(strategy, "name", (str,), f"{where} [strategy]",
-         check=lambda v: v in ("fedavg", "apfl", "fedprox"),
-         expected="'fedavg', 'apfl' or 'fedprox'")
-    for key in ("local_steps", "tau", "phi", "min_clients", "client_batch_size"):
-        table_value(strategy, key, (int,), f"{where} [strategy]", None, *pos_int)
-    table_value(strategy, "batch_size", (int, str), f"{where} [strategy]", None,
-         lambda v: v == "full" or (isinstance(v, int) and v >= 1), "an int >= 1 or 'full'")
-    for key in ("lr", "momentum", "weight_decay", "fraction", "mu"):
-        # the range is the strategy's own, checked by the dry run below
-        table_value(strategy, key, (float, int), f"{where} [strategy]", None, expected="a number")
-    for key in ("mbs", "adaptive", "evaluate"):
-        table_value(strategy, key, (bool,), f"{where} [strategy]", None)
-    table_value(strategy, "sampling", (str,), f"{where} [strategy]", None,
-                lambda v: v in SAMPLINGS, " or ".join(repr(v) for v in SAMPLINGS))
-
-    task = table_value(raw, "task", (str,), where, None,
-                lambda v: v in ("classification", "regression"),
-                "'classification' or 'regression'")
-    if task is None:
-        task = "regression" if data["name"] == "diabetes" else "classification"
-    concurrency = table_value(raw, "concurrency", (int,), where, 8, *pos_int)
-    backend = table_value(raw, "backend", (str,), where, "local", lambda v: v in BACKENDS,
-                   " or ".join(repr(b) for b in BACKENDS))
-    # None: as Job.to_dict writes an absent address (TOML itself has no null)
-    ray_address = table_value(raw, "ray_address", (str, type(None)), where, None,
-                       lambda v: v is None or (bool(v) and not any(c.isspace() for c in v)),
-                       "a Ray address such as 'auto', 'host:6379' or 'ray://host:10001'")
-    if ray_address is not None and backend != "ray":
+    data = DataConfig.from_table(_section(raw, "data", _DATA, where), f"{where} [data]")
+    PartitionConfig.from_table(_section(raw, "partition", _PARTITION, where),
+                               f"{where} [partition]")
+    model = ModelConfig.from_table(_section(raw, "model", _MODEL, where), f"{where} [model]")
+    strategy = strategy_config(_section(raw, "strategy", _STRATEGY, where),
+                               f"{where} [strategy]")
+    if raw.get("ray_address") is not None and raw.get("backend", "local") != "ray":
         raise JobError(f"{where}: 'ray_address' is only used with backend = \"ray\"; got "
-                       f"backend = {backend!r}")
+                       f"backend = {raw.get('backend', 'local')!r}")
+    top = {k: raw[k] for k in _SETTINGS if k in raw}
+    settings = HflConfig.from_table({**top, "model": model, "strategy": strategy}, where)
+    task = infer_task(settings.task, data.name)
     protect = table_value(raw, "protect", (list,), where, [],
                    lambda v: all(isinstance(p, str) and p in _PROTECT_OPTIONS for p in v),
                    f"a list of names among {sorted(_PROTECT_OPTIONS)}")
@@ -286,7 +249,6 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
                            f"not use {name!r}")
         options[name] = _section(raw, name, allowed, where)
     try:
-        from islands.hfl.protect import build_aggregator, build_sample_dp
 
         build_aggregator(protect, options)  # every value checked before anything runs
         build_sample_dp(protect, options)
@@ -297,18 +259,15 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
         contribution = _contribution_section(raw, where, protect, options, task)
     job = Job(
         name=table_value(raw, "name", (str,), where, Path(source).stem),
-        seed=table_value(raw, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0"),
-        epochs=table_value(raw, "epochs", (int,), where, 1, *pos_int),
+        seed=settings.seed, epochs=settings.epochs,
         output=table_value(raw, "output", (str,), where, f"runs/{Path(source).stem}"),
         baseline=table_value(raw, "baseline", (bool,), where, True),
-        task=task, concurrency=concurrency,
-        timeout=float(table_value(raw, "timeout", (int, float), where, 600.0, lambda v: v > 0,
-                           "a number > 0")),
-        eval_fraction=float(table_value(raw, "eval_fraction", (int, float), where, 0.1,
-                                 lambda v: 0 <= v < 1, "a number in [0, 1)")),
-        data=data, partition=partition, model=model, strategy=strategy, source=source,
-        protect=list(protect), protect_options=options, backend=backend,
-        ray_address=ray_address, contribution=contribution,
+        task=task, concurrency=settings.concurrency, timeout=settings.timeout,
+        eval_fraction=settings.eval_fraction,
+        data=dict(raw["data"]), partition=dict(raw["partition"]), model=dict(raw["model"]),
+        strategy=dict(raw["strategy"]), source=source, protect=list(protect),
+        protect_options=options, backend=settings.backend, ray_address=settings.ray_address,
+        contribution=contribution,
     )
     try:  # a dry run: the strategy's own checks, before anything runs
         _make_strategy(job, None)
@@ -322,30 +281,13 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
 def _contribution_section(raw: Mapping[str, Any], where: str, protect: list[str],
                           options: Mapping[str, Any], task: str) -> dict[str, Any]:
     """Check ``[contribution]``; every value is tried on a Contribution now."""
-    from islands.hfl.contribution import METHODS, check_compatible
-    from islands.hfl.protect import build_aggregator
-
     sec = f"{where} [contribution]"
-    table = _section(raw, "contribution", _CONTRIBUTION, where)
-    table_value(table, "methods", (list,), sec, ["gtg", "loo"],
-                lambda v: bool(v) and all(isinstance(m, str) and m in METHODS for m in v)
-                and len(set(v)) == len(v), f"a list of distinct names among {list(METHODS)}")
-    table_value(table, "validation", (str,), sec, "server",
-                lambda v: v in ("server", "clients"), "'server' or 'clients'")
-    table_value(table, "validation_samples", (int,), sec, 1000, lambda v: v >= 1,
-                "an int >= 1")
-    table_value(table, "metric", (str,), sec, None, lambda v: v in ("accuracy", "loss"),
-                "'accuracy' or 'loss'")
-    table_value(table, "weighting", (str,), sec, "fixed",
-                lambda v: v in ("fixed", "renormalised"), "'fixed' or 'renormalised'")
-    for key in ("tolerance", "confidence", "truncation", "round_truncation"):
-        table_value(table, key, (float, int), sec, None, lambda v: v >= 0, "a number >= 0")
-    for key in ("min_permutations", "max_permutations"):
-        table_value(table, key, (int,), sec, None, lambda v: v >= 2, "an int >= 2")
-    table.setdefault("methods", ["gtg", "loo"])
-    table.setdefault("validation", "server")
-    table.setdefault("validation_samples", 1000)
-    table.setdefault("weighting", "fixed")
+    config = ContributionConfig.from_table(_section(raw, "contribution", _CONTRIBUTION, where),
+                                           sec)
+    # the file's keys, with the defaults results.json has always shown
+    table = {**raw["contribution"], "methods": list(config.methods),
+             "validation": config.validation, "validation_samples": config.validation_samples,
+             "weighting": config.weighting}
     if table.get("metric") == "accuracy" and task != "classification":
         raise JobError(f"{sec}: 'metric' must be 'loss' for a regression job; got 'accuracy'")
     if table["validation"] == "clients" and raw.get("eval_fraction", 0.1) == 0:
@@ -361,15 +303,8 @@ def _contribution_section(raw: Mapping[str, Any], where: str, protect: list[str]
 
 def _contribution_config(table: Mapping[str, Any], validation: Any) -> Any:
     """Build the :class:`Contribution` of a checked ``[contribution]`` table."""
-    from islands.hfl.contribution import Contribution
-
-    keys = ("metric", "weighting", "tolerance", "confidence", "min_permutations",
-            "max_permutations", "truncation", "round_truncation")
-    kwargs = {k: table[k] for k in keys if table.get(k) is not None}
-    for k in ("tolerance", "confidence", "truncation", "round_truncation"):
-        if k in kwargs:
-            kwargs[k] = float(kwargs[k])
-    return Contribution(validation, methods=tuple(table["methods"]), **kwargs)
+    config = ContributionConfig.model_validate(dict(table))
+    return Contribution(validation, **config.settings())
 
 
 # --------------------------------------------------------------------------- building
@@ -393,32 +328,30 @@ def _subset(n: int, size: int | None, rng: np.random.Generator) -> NDArray[np.in
 
 def prepare(job: Job) -> Prepared:
     """Load the job's data, split train/test, divide the training rows between clients."""
-    from islands.hfl.models import ModelSpec
-
     rng = np.random.default_rng(job.seed)
-    d = job.data
-    name = d["name"]
+    d = DataConfig.model_validate(job.data)
+    name = d.name
     if name == "fashion_mnist":
-        kwargs = {"path": d["path"]} if d.get("path") else {}
+        kwargs = {"path": d.path} if d.path else {}
         train = load("fashion_mnist", split="train", **kwargs)
         test = load("fashion_mnist", split="test", **kwargs)
-        tr = _subset(train.n_samples, d.get("train_samples"), rng)
-        te = _subset(test.n_samples, d.get("test_samples"), rng)
+        tr = _subset(train.n_samples, d.train_samples, rng)
+        te = _subset(test.n_samples, d.test_samples, rng)
         X, y = train.X[tr].astype(np.float32), train.y[tr]
         X_test, y_test = test.X[te].astype(np.float32), test.y[te]
         image: tuple[int, ...] | None = (1, 28, 28)
     else:
         full = load(name)
         order = rng.permutation(full.n_samples)
-        n_test = max(1, round(full.n_samples * d.get("test_fraction", 0.2)))
+        n_test = max(1, round(full.n_samples * d.test_fraction))
         te, tr = order[:n_test], order[n_test:]
-        tr = tr[_subset(len(tr), d.get("train_samples"), rng)]
-        te = te[_subset(len(te), d.get("test_samples"), rng)]
+        tr = tr[_subset(len(tr), d.train_samples, rng)]
+        te = te[_subset(len(te), d.test_samples, rng)]
         X = full.X[tr].reshape(len(tr), -1).astype(np.float32)
         X_test = full.X[te].reshape(len(te), -1).astype(np.float32)
         y, y_test = full.y[tr], full.y[te]
         image = (1, *full.image_shape) if full.image_shape else None
-    if d.get("standardize"):
+    if d.standardize:
         # statistics of the pooled training rows: in a deployment these are the sums
         # Σx, Σx², n that a secure sum (islands.securesum) gives without pooling rows
         mu, sd = X.mean(axis=0), X.std(axis=0)  # float32, as X
@@ -433,7 +366,8 @@ def prepare(job: Job) -> Prepared:
         n_classes = int(max(y.max(), y_test.max())) + 1
 
     p = job.partition
-    if p["kind"] == "classes":
+    part = PartitionConfig.model_validate(p)
+    if part.kind == "classes":
         if regression:
             raise JobError("[partition] kind 'classes' needs class labels (a classification "
                            "data set)")
@@ -452,11 +386,10 @@ def prepare(job: Job) -> Prepared:
             if p["kind"] == "iid":
                 idx = partition_iid(len(y), p["clients"], random_state=job.seed)
             elif p["kind"] == "dirichlet":
-                idx = partition_dirichlet(y, p["clients"], alpha=float(p.get("alpha", 0.5)),
+                idx = partition_dirichlet(y, p["clients"], alpha=part.alpha,
                                           random_state=job.seed)
             else:
-                idx = partition_shards(y, p["clients"],
-                                       shards_per_party=p.get("shards_per_client", 2),
+                idx = partition_shards(y, p["clients"], shards_per_party=part.shards_per_client,
                                        random_state=job.seed)
         except ValidationError as exc:
             raise _partition_error(job, len(y), exc) from exc
@@ -464,18 +397,15 @@ def prepare(job: Job) -> Prepared:
         if len(rows) == 0:
             raise JobError(f"[partition] client {k + 1} gets no rows; change the partition")
 
-    m = job.model
-    kind = m["kind"]
+    model = ModelConfig.model_validate(job.model)
+    kind = model.kind
     if kind == "cnn":
         if image is None:
             raise JobError(f"[model] kind 'cnn' needs an image data set; {name} is tabular")
         input_shape: tuple[int, ...] = image
     else:
         input_shape = (int(X.shape[1]),)
-    spec = ModelSpec(kind=kind, input_shape=input_shape,
-                     n_outputs=1 if regression else n_classes,
-                     hidden=tuple(m.get("hidden", [200])),
-                     channels=tuple(m.get("channels", [16, 32])))
+    spec = model.spec(input_shape, 1 if regression else n_classes)
     parts = [(X[rows], y[rows]) for rows in idx]
     summary = {"train_rows": len(y), "test_rows": len(y_test),
                "client_rows": [len(r) for r in idx]}
@@ -503,41 +433,21 @@ def build_strategy(job: Job) -> Strategy:
     """Build the strategy the job names, with its parameters (defaults as each class's)."""
     aggregator = None
     if job.protect:
-        from islands.hfl.protect import build_aggregator
 
         aggregator = build_aggregator(job.protect, job.protect_options)
     return _make_strategy(job, aggregator)
 
 
 def _make_strategy(job: Job, aggregator: Any) -> Strategy:
-    s = {k: v for k, v in job.strategy.items() if k != "name"}
-    name = job.strategy["name"]
-    if s.get("batch_size") == "full" and name == "apfl":
-        raise JobError("[strategy] batch_size 'full' is for fedavg/fedprox")
-    allowed = {
-        "fedavg": {"local_steps", "batch_size", "lr", "momentum", "weight_decay", "fraction",
-                   "min_clients", "evaluate", "sampling"},
-        "fedprox": {"mu", "local_steps", "batch_size", "lr", "momentum", "weight_decay",
-                    "fraction", "min_clients", "evaluate", "sampling"},
-        "apfl": {"tau", "phi", "batch_size", "mbs", "adaptive", "client_batch_size", "lr",
-                 "momentum",
-                 "weight_decay", "min_clients"},
-    }[name]
-    extra = sorted(set(s) - allowed)
-    if extra:
-        raise JobError(f"[strategy] {extra} do not apply to {name!r}; it takes "
-                       f"{sorted(allowed)}")
+    config = strategy_config(job.strategy, "[strategy]")
+    s: dict[str, Any] = config.kwargs()
     if aggregator is not None:
         s["aggregator"] = aggregator
-    if name == "apfl":
+    if config.name == "apfl":
         return APFL(**s)
-    if s.get("batch_size") == "full":
-        s["batch_size"] = None
-    seed = {"seed": job.seed}
-    kwargs: dict[str, Any] = {**s, **seed}
-    if name == "fedprox":
-        return FedProx(**kwargs)
-    return FedAvg(**kwargs)
+    if isinstance(config, FedProxConfig):
+        return FedProx(**s, seed=job.seed)
+    return FedAvg(**s, seed=job.seed)
 
 
 # --------------------------------------------------------------------------- running
@@ -608,7 +518,6 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
             history.append({**asdict(epoch), "seconds": offset + epoch.seconds})
             save_checkpoint(checkpoints / HISTORY_FILE, {"history": history})
 
-    from islands.hfl.protect import build_sample_dp
 
     strategy = build_strategy(job)
     contribution = None
@@ -811,7 +720,6 @@ def write_outputs(result: dict[str, Any], out: str | Path, *, json_path: str | P
     ax.grid(alpha=0.3)
     written.append(save_figure(fig, folder / "tau.png"))
     if result.get("contribution"):
-        from islands.hfl.contribution.report import plot_contribution
 
         written.append(plot_contribution(result["contribution"], folder / "contribution.png",
                                          title=f"{result['job']['name']}: contributions"))

@@ -28,11 +28,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.hfl.dpsgd import PrivateTrainer
 from islands.hfl.models import ModelSpec, ModulePool
 from islands.hfl.protect import SampleAccount, SampleDP
 from islands.hfl.protocol import LocalOutcome
 from islands.hfl.strategy import LocalConfig
-from islands.hfl.training import Position, Trainer
+from islands.hfl.training import Position, Trainer, _as_features, _as_targets
 
 __all__ = ["FreeRider", "PooledLearner", "TorchLearner"]
 
@@ -70,15 +71,11 @@ class TorchLearner:
         self._private: Any = None
         self._account: SampleAccount | None = None
         if dp is not None:
-            from islands.hfl.dpsgd import PrivateTrainer
-
             self._private = PrivateTrainer(self.trainer, dp)
             self._account = SampleAccount(dp, len(y))
         self._n_train = len(y)
         self._eval = None
         if X_eval is not None and y_eval is not None and len(y_eval) > 0:
-            from islands.hfl.training import _as_features, _as_targets
-
             # checked like the training rows: a NaN here must not turn into a dropout later
             x_eval = _as_features(X_eval, spec, "X_eval", "TorchLearner")
             self._eval = (x_eval, _as_targets(y_eval, len(x_eval), task, spec.n_outputs,

@@ -77,6 +77,7 @@ from numpy.typing import NDArray
 
 from islands.crypto import chaos
 from islands.errors import ProtocolError, ValidationError, invalid_parameter
+from islands.hfl.additive import AdditiveSharing
 from islands.hfl.aggregate import (
     Aggregator,
     AggStep,
@@ -86,7 +87,16 @@ from islands.hfl.aggregate import (
     ServerHalf,
     ServerLink,
 )
+from islands.hfl.homomorphic import CKKSAggregator, PaillierAggregator
 from islands.hfl.keys import KeyReceiver, deal_key
+from islands.hfl.secagg import SecAggClient, SecureAggregation, threshold_for
+from islands.privacy import (
+    PrivacyAccountant,
+    clip_l2,
+    distributed_noise_std,
+    effective_noise_multiplier,
+    gaussian_noise,
+)
 from islands.runtime import Party
 from islands.validation import check_float, is_int
 
@@ -126,8 +136,6 @@ def _base_name(agg: Aggregator | None) -> str:
 
 def _secagg_threshold(agg: Aggregator) -> float | int | None:
     """Return the threshold of the secure aggregation in ``agg``'s stack, or None."""
-    from islands.hfl.secagg import SecureAggregation
-
     for layer in _layers(agg):
         if isinstance(layer, SecureAggregation):
             return layer.threshold
@@ -357,8 +365,6 @@ class _DPClient:
         cfg = self.config
         if cfg.noise == "local":
             return 1
-        from islands.hfl.secagg import SecAggClient
-
         bound = cfg.guaranteed
         for layer in _layers(self.inner):
             if isinstance(layer, SecAggClient):
@@ -398,8 +404,6 @@ class _DPClient:
         own_t = self._own_guaranteed(party, server, rnd)
         if not is_int(t) or not 1 <= t <= own_t:
             raise _refuse(party, server, rnd, "guaranteed", f"an int in [1, {own_t}]", t)
-        from islands.privacy import distributed_noise_std
-
         self.round, self.clip = rnd, clip
         self.std = distributed_noise_std(sigma, clip, int(t))
         if cfg.noise == "distributed":
@@ -414,8 +418,6 @@ class _DPClient:
 
     def payload(self, party: Party, *, server: str, round: int, params: Vector,
                 base: Vector, weight: float) -> Any:
-        from islands.privacy import clip_l2, gaussian_noise
-
         if self.round != round or self.std is None:
             raise ProtocolError(
                 f"client {party.name!r} refuses to upload round {round}: the server "
@@ -460,8 +462,6 @@ class _DPServer:
         threshold = _secagg_threshold(cfg.inner)
         t = None
         if threshold is not None:
-            from islands.hfl.secagg import threshold_for
-
             t = threshold_for(threshold, round_clients)
         if cfg.guaranteed is not None:
             t = cfg.guaranteed if t is None else min(t, cfg.guaranteed)
@@ -489,8 +489,6 @@ class _DPServer:
         self.steps += 1
 
     def _acct(self) -> Any:
-        from islands.privacy import PrivacyAccountant
-
         cfg = self.config
         if self._accountant is None:
             self._accountant = PrivacyAccountant(
@@ -541,8 +539,6 @@ class _DPRound:
     def finish(self, survivors: Sequence[str]) -> Any:
         k, t = len(survivors), self.guaranteed
         if k < t:  # before the inner finish: nothing is unmasked or decrypted
-            from islands.privacy import effective_noise_multiplier
-
             sigma = self.server.config.noise_multiplier
             raise ProtocolError(
                 f"client-level DP: only {k} clients survived the round, fewer than the "
@@ -609,8 +605,6 @@ class SampleDP:
 
     def new_accountant(self, batch_size: int, n: int) -> Any:
         """Return a fresh :class:`~islands.privacy.PrivacyAccountant` for one client."""
-        from islands.privacy import PrivacyAccountant
-
         return PrivacyAccountant(self.noise_multiplier,
                                  sampling_rate=self.sampling_rate(batch_size, n),
                                  delta=self.delta, method=self.accountant)
@@ -773,20 +767,12 @@ def build_aggregator(protect: Sequence[str], options: Mapping[str, Mapping[str, 
     base = bases[0] if bases else "mean"
     agg: Aggregator
     if base == "secagg":
-        from islands.hfl.secagg import SecureAggregation
-
         agg = SecureAggregation(**opts.get("secagg", {}))
     elif base == "additive":
-        from islands.hfl.additive import AdditiveSharing
-
         agg = AdditiveSharing(**opts.get("additive", {}))
     elif base == "ckks":
-        from islands.hfl.homomorphic import CKKSAggregator
-
         agg = CKKSAggregator(**opts.get("ckks", {}))
     elif base == "paillier":
-        from islands.hfl.homomorphic import PaillierAggregator
-
         agg = PaillierAggregator(**opts.get("paillier", {}))
     else:
         agg = MeanAggregator()

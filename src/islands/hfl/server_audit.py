@@ -30,8 +30,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from islands.crypto import ckks
+from islands.crypto.envelope import pair_context, seal
+from islands.crypto.masking import generate_key
 from islands.errors import IslandsError, ProtocolError, ValidationError
-from islands.hfl.aggregate import AggStep
+from islands.hfl.additive import AdditiveSharing
+from islands.hfl.aggregate import AggStep, MeanAggregator
+from islands.hfl.homomorphic import CKKSAggregator, PaillierAggregator
+from islands.hfl.keys import _ENVELOPE, KeyReceiver, _aad
+from islands.hfl.protect import ChaosPermutation, ClientDP, build_aggregator
+from islands.hfl.protocol import LocalOutcome, client, server
+from islands.hfl.secagg import SecureAggregation
+from islands.hfl.strategy import FedAvg
 from islands.runtime import Transcript, run_local
 from islands.runtime.identity import Identity, make_identities
 
@@ -98,8 +108,6 @@ class SecAggFederation:
 
     def __init__(self, names: Sequence[str] = ("v", "a1", "a2", "b1", "b2"), *,
                  threshold: float | int = 0.5, dim: int = 6) -> None:
-        from islands.hfl.secagg import SecureAggregation
-
         self.names = list(names)
         parties = ["server", *self.names]
         self.ids = make_identities(parties)
@@ -171,8 +179,6 @@ def _secagg_lower_t() -> None:
 
 
 def _secagg_substituted_key() -> None:
-    from islands.crypto.masking import generate_key
-
     fed = SecAggFederation()
     keys = fed.advertise(3)
     keys["b1"] = [generate_key().public, *keys["b1"][1:]]
@@ -180,8 +186,6 @@ def _secagg_substituted_key() -> None:
 
 
 def _secagg_sybil() -> None:
-    from islands.crypto.masking import generate_key
-
     fed = SecAggFederation()
     keys = fed.advertise(3)
     keys["server"] = [generate_key().public, generate_key().public,
@@ -195,8 +199,6 @@ class Dealing:
 
     def __init__(self, clients: Sequence[str] = ("c0", "c1", "c2"), *,
                  purpose: str = "ckks") -> None:
-        from islands.hfl.keys import KeyReceiver
-
         self.clients, self.purpose = list(clients), purpose
         parties = ["server", *self.clients]
         self.ids = make_identities(parties)
@@ -226,10 +228,6 @@ class Dealing:
 
 
 def _keys_server_made() -> None:
-    from islands.crypto.envelope import pair_context, seal
-    from islands.crypto.masking import generate_key
-    from islands.hfl.keys import _ENVELOPE, _aad
-
     d = Dealing()
     keys = d.hello()
     d.step("c0", "deal", {"keys": keys})
@@ -247,8 +245,6 @@ def _keys_server_deals() -> None:
 
 
 def _keys_sealed_for_the_server() -> None:
-    from islands.crypto.masking import generate_key
-
     d = Dealing()
     keys = d.hello()
     keys["server"] = {"key": generate_key().public, "sig": bytes(64)}
@@ -262,8 +258,6 @@ class _Link:
 
 def he_aggregator(scheme: str, **kw: Any) -> Any:
     """Make a :class:`CKKSAggregator` or :class:`PaillierAggregator` configuration."""
-    from islands.hfl.homomorphic import CKKSAggregator, PaillierAggregator
-
     return CKKSAggregator(**kw) if scheme == "ckks" else PaillierAggregator(**kw)
 
 
@@ -314,8 +308,6 @@ class HEFederation:
         """Make the server's half, holding the public part the dealer sent."""
         half = self.agg.server_half()
         if self.scheme == "ckks":
-            from islands.crypto import ckks
-
             half.context = ckks.load_context(self.public, secret=False)
         else:
             from islands.crypto import paillier
@@ -395,8 +387,6 @@ def dp_uploads(scheme: str, t: int = 3) -> tuple[HEFederation, dict[str, Any]]:
     Returns the federation (its halves are :class:`~islands.hfl.protect.ClientDP` over
     the scheme) and every client's upload, for the played server to sum as it likes.
     """
-    from islands.hfl.protect import ClientDP
-
     fed = HEFederation(scheme)
     dp = ClientDP(he_aggregator(scheme), noise="distributed", guaranteed=t)
     fed.halves = {c: dp.client_half() for c in fed.clients}
@@ -439,8 +429,6 @@ def _he_replayed(scheme: str) -> None:
 
 # --------------------------------------------------------------------------- additive
 def _additive_run(rosters: dict[str, list[str]]) -> None:
-    from islands.hfl.additive import AdditiveSharing
-
     def role(party: Any, roster: list[str]) -> Any:
         half = AdditiveSharing().client_half()
         half.on_step(party, server="server", step=AggStep(1, "ss-roster", roster))
@@ -462,8 +450,6 @@ class _Zero:
     n_train, n_eval = 100, 0
 
     def train(self, params: Any, **kw: Any) -> Any:
-        from islands.hfl.protocol import LocalOutcome
-
         return LocalOutcome(params=np.asarray(params, np.float32).copy(), momentum=None,
                             loss=0.0)
 
@@ -481,9 +467,6 @@ def play(server_agg: Any, client_agg: Any, *, k: int = 1, dim: int = 257,
     RunResult, Transcript
         Every party tolerated: failures are in ``result.failures``.
     """
-    from islands.hfl import FedAvg
-    from islands.hfl.protocol import client, server
-
     names = [f"c{i}" for i in range(k)]
     strategy = strategy or FedAvg(local_steps=1, batch_size=None, aggregator=server_agg)
     transcript = Transcript()
@@ -508,23 +491,15 @@ def _clients_refuse(server_agg: Any, client_agg: Any, k: int) -> None:
 
 
 def _downgrade(protection: str) -> None:
-    from islands.hfl.aggregate import MeanAggregator
-    from islands.hfl.protect import build_aggregator
-
     _clients_refuse(MeanAggregator(), build_aggregator([protection]), k=3)
 
 
 def _ldp_less_noise() -> None:
-    from islands.hfl.protect import ClientDP
-
     _clients_refuse(ClientDP(clip=1.0, noise_multiplier=1e-300),
                     ClientDP(clip=1.0, noise_multiplier=1.0), k=1)
 
 
 def _ddp_calibrated_for_all() -> None:
-    from islands.hfl.protect import ClientDP
-    from islands.hfl.secagg import SecureAggregation
-
     class Inflating(ClientDP):
         def server_half(self) -> Any:
             half = super().server_half()
@@ -555,9 +530,6 @@ class DiesAtUpload:
 
 
 def _ddp_too_few_survivors() -> tuple[str, str]:
-    from islands.hfl.homomorphic import PaillierAggregator
-    from islands.hfl.protect import ClientDP
-
     agg = ClientDP(PaillierAggregator(), noise="distributed", guaranteed=3)
     dying = {f"c{i}": DiesAtUpload(agg.client_half()) for i in range(2)}
     result, _ = play(agg, agg, k=4, halves=dying)
@@ -568,9 +540,6 @@ def _ddp_too_few_survivors() -> tuple[str, str]:
 
 
 def _fixed_cohort() -> tuple[str, str]:
-    from islands.hfl import FedAvg
-    from islands.hfl.protect import ClientDP
-
     agg = ClientDP(clip=1.0, noise_multiplier=1.0)
     strategy = FedAvg(local_steps=1, batch_size=None, aggregator=agg, fraction=0.5, seed=3)
     if strategy.secret_sampling_rate is None:
@@ -581,20 +550,14 @@ def _fixed_cohort() -> tuple[str, str]:
 
 
 def _chaos_alone() -> None:
-    from islands.hfl.protect import ChaosPermutation
-
     ChaosPermutation()
 
 
 def _ddp_over_mean() -> None:
-    from islands.hfl.protect import ClientDP
-
     ClientDP(noise="distributed")
 
 
 def _paillier_1024() -> None:
-    from islands.hfl.homomorphic import PaillierAggregator
-
     PaillierAggregator(key_bits=1024)
 
 

@@ -5,7 +5,10 @@ input size, or a shape such as ``[1, 28, 28]`` for a cnn), ``classes`` (0 for
 regression), ``checkpoint`` (default true) and the job file's training keys and sections
 (``epochs``, ``seed``, ``task``, ``concurrency``, ``timeout``, ``eval_fraction``,
 ``[hfl.model]``, ``[hfl.strategy]``, ``protect`` and the protection sections), checked by
-the job file's own code (:mod:`islands.hfl.job`).
+the job file's own code (:mod:`islands.hfl.job`), which builds
+:class:`~islands.hfl.config.HflConfig` and its parts. Without ``task`` the run is a
+classification (:func:`~islands.hfl.config.infer_task`); ``concurrency = "all"`` trains
+every client at once.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from islands.errors import JobError
+from islands.hfl.config import HflFederationConfig, ModelConfig, infer_task
 from islands.hfl.estimator import client_seed, split_local_eval
 from islands.hfl.job import Job, build_strategy, parse_job
 from islands.hfl.protect import build_sample_dp
@@ -32,11 +36,10 @@ from islands.protocols import (
     party_key,
     save_json,
 )
-from islands.validation import table_value
 
 __all__ = ["SPEC", "hfl_job"]
 
-_OWN = {"server", "features", "classes", "checkpoint"}
+_OWN = set(HflFederationConfig.model_fields)
 _JOB = {"seed", "epochs", "task", "concurrency", "timeout", "eval_fraction", "model",
         "strategy", "protect", "secagg", "additive", "ckks", "paillier", "chaos", "dp",
         "dp-sgd"}
@@ -60,7 +63,8 @@ def hfl_job(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) ->
     raw = {k: v for k, v in options.items() if k in _JOB}
     raw.update(name="federation", data={"name": "digits"},
                partition={"kind": "iid", "clients": len(parties) - 1}, baseline=False)
-    raw.setdefault("task", "classification")
+    # without 'task' (and no data set to infer it from) the config's rule gives classification
+    raw.setdefault("task", infer_task(None))
     return parse_job(raw, source=where.removeprefix("federation file "))
 
 
@@ -76,33 +80,19 @@ class _Federated:
 
 def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> _Federated:
     job = hfl_job(options, where, parties)
-    server_name = str(options["server"])
-    shape = options.get("features")
-    if isinstance(shape, int) and not isinstance(shape, bool):
-        shape = [shape]
-    if (not isinstance(shape, list) or not shape
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in shape)):
-        raise JobError(f"{where}: 'features' must be the input size (an int >= 1, or a shape "
-                       f"such as [1, 28, 28] for a cnn); got {options.get('features')!r}")
-    classes = table_value(options, "classes", (int,), where, None, lambda v: v >= 2,
-                          "an int >= 2")
-    if job.task == "classification" and classes is None:
+    own = HflFederationConfig.from_table({k: v for k, v in options.items() if k in _OWN}, where)
+    if job.task == "classification" and own.classes is None:
         raise JobError(f"{where}: a classification task needs 'classes' (the number of labels)")
-    keep = table_value(options, "checkpoint", (bool,), where, True)
-    return _Federated(job, server_name, tuple(p for p in parties if p != server_name),
-                      tuple(shape), classes, bool(keep))
+    return _Federated(job, own.server, tuple(p for p in parties if p != own.server),
+                      own.shape, own.classes, own.checkpoint)
 
 
 def _common(dep: Deployment, fed: _Federated) -> tuple[Any, Any, Any, Path | None]:
     """Return the model spec, strategy, sample-level DP and checkpoint folder."""
-    from islands.hfl.models import ModelSpec  # torch
-
     job = fed.job
     classification = job.task == "classification"
-    spec = ModelSpec(kind=job.model["kind"], input_shape=fed.shape,
-                     n_outputs=int(fed.classes) if classification and fed.classes else 1,
-                     hidden=tuple(job.model.get("hidden", [200])),
-                     channels=tuple(job.model.get("channels", [16, 32])))
+    spec = ModelConfig.model_validate(job.model).spec(
+        fed.shape, int(fed.classes) if classification and fed.classes else 1)
     strategy = build_strategy(job)
     sample_dp = build_sample_dp(job.protect, job.protect_options)
     ckpt = dep.output.with_name(dep.output.name + ".checkpoints") if fed.checkpoint else None

@@ -28,7 +28,13 @@ from islands.crypto import decode_fixed
 from islands.errors import ValidationError
 from islands.pca import maths
 from islands.pca.estimator import FederatedPCA
-from islands.pca.protocol import MOMENT_FRAC_BITS, centring_of, elfedpca_noise
+from islands.pca.protocol import (
+    MOMENT_FRAC_BITS,
+    Mean,
+    Noise,
+    centring_of,
+    elfedpca_noise,
+)
 from islands.runtime import Record
 
 __all__ = ["PcaAuditReport", "audit_pca", "recover_elfedpca_moments"]
@@ -55,12 +61,12 @@ def recover_elfedpca_moments(
     n_sites
         s, the number of sites.
     """
-    noise = _sent(sent_by_site1, "noise")
-    mean = _sent(sent_by_site1, "mean")
-    d = int(np.asarray(mean["mean"]).shape[0])
+    noise: Noise = _sent(sent_by_site1, "noise")
+    mean: Mean = _sent(sent_by_site1, "mean")
+    d = int(mean.mean.shape[0])
     # as published, E is calibrated for the whole budget
-    tau = maths.gaussian_tau(float(noise["epsilon"]), float(noise["delta"]), int(mean["n"]))
-    shared = maths.symmetric_noise(d, tau, elfedpca_noise(noise["seed"]))
+    tau = maths.gaussian_tau(float(noise.epsilon), float(noise.delta), mean.n)
+    shared = maths.symmetric_noise(d, tau, elfedpca_noise(noise.seed))
     return {r.sender: np.asarray(r.payload) - shared / n_sites
             for r in received_by_site1 if r.tag == "moment"}
 

@@ -2,7 +2,9 @@
 
 Every mode runs three passes over each site's data (streamed in blocks, O(d²) memory
 per site): column sums for joint centring, the second moment of the centred rows, and
-the projection the site publishes. Messages by mode (site 1 is the aggregator):
+the projection the site publishes. Messages by mode (site 1 is the aggregator; ``mask``,
+``mean``, ``noise`` and ``components`` are the registered :class:`Mask`, :class:`Mean`,
+:class:`Noise` and :class:`Components`, the others arrays or bytes):
 
 =============  ===========================================================================
 mode           messages
@@ -69,8 +71,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -79,13 +81,14 @@ from islands.crypto import decode_fixed, encode_fixed
 from islands.crypto.fixedpoint import max_abs_value
 from islands.crypto.masking import generate_key, pairwise_mask
 from islands.crypto.prg import SEED_BYTES, csprng_normal, keyed_normal
+from islands.crypto.sharing import reconstruct
 from islands.data.sources import BlockSource
 from islands.errors import ProtocolError, ValidationError, invalid_parameter
 from islands.pca import maths
-from islands.runtime import Party
+from islands.runtime import Party, wire
 
-__all__ = ["MODES", "PcaConfig", "PublisherResult", "SiteResult", "centring_of",
-           "elfedpca_noise", "publisher", "site"]
+__all__ = ["MODES", "Components", "Mask", "Mean", "Noise", "PcaConfig", "PublisherResult",
+           "SiteResult", "centring_of", "elfedpca_noise", "publisher", "site"]
 
 Array = NDArray[np.float64]
 Mode = Literal["plain", "elfedpca", "secure", "dpdispca", "central"]
@@ -93,6 +96,48 @@ MODES: tuple[Mode, ...] = ("plain", "elfedpca", "secure", "dpdispca", "central")
 STATS_FRAC_BITS = 24
 MOMENT_FRAC_BITS = 20
 """Fixed-point bits of Σ x̃x̃ᵀ in ``secure`` (entries ≤ N_i; noise s.d. ≥ 1 ≫ 2^-20)."""
+
+
+# ------------------------------------------------------------------ messages
+# The codec checks each field's type and bounds on arrival; a receiver still checks what
+# depends on its own state (the shapes d and k, its row count, its configuration).
+
+
+@wire.register(name="pca.Mask")
+@dataclass(frozen=True)
+class Mask:
+    """``mask``, site 2 → site i ≥ 3 (``elfedpca``): the centring masks (a_i, b_i)."""
+
+    a: NDArray[np.float64] = field(metadata={"ndim": 1})
+    b: int
+
+
+@wire.register(name="pca.Mean")
+@dataclass(frozen=True)
+class Mean:
+    """``mean``, site 1 → sites: the joint mean and the total row count n."""
+
+    mean: NDArray[np.float64] = field(metadata={"ndim": 1})
+    n: int = field(metadata={"ge": 1})
+
+
+@wire.register(name="pca.Noise")
+@dataclass(frozen=True)
+class Noise:
+    """``noise``, site 1 → sites (``elfedpca``): the seed of E and the budget it is for."""
+
+    seed: bytes = field(metadata={"max_len": SEED_BYTES})
+    epsilon: float = field(metadata={"gt": 0.0})
+    delta: float = field(metadata={"gt": 0.0, "lt": 1.0})
+
+
+@wire.register(name="pca.Components")
+@dataclass(frozen=True)
+class Components:
+    """``components``, site 1 → sites: V'ᵀ (k×d) and its eigenvalues (k)."""
+
+    components: NDArray[np.float64] = field(metadata={"ndim": 2})
+    eigenvalues: NDArray[np.float64] = field(metadata={"ndim": 1})
 
 
 @dataclass(frozen=True)
@@ -270,15 +315,15 @@ def _expect(frm: str, name: str, expected: object, got: object, step: str,
             f"{expected!r}; stopping before anything more is sent", party=me, step=step)
 
 
-def _check_n(n: object, frm: str, me: str, rows: int, sites: int) -> int:
+def _check_n(n: int, frm: str, me: str, rows: int, sites: int) -> int:
     """Return the total row count ``frm`` sent; refuse one below own rows + one per other site."""
     low = rows + sites - 1
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < low:
+    if n < low:
         raise ProtocolError(
             f"{me}: {frm!r} sent n = {n!r} rows in all, but this site holds {rows} and each "
             f"of the other {sites - 1} at least 1, so n must be an int >= {low}",
             party=me, step="mean")
-    return int(n)
+    return n
 
 
 def _moment_tau(config: PcaConfig, n: int) -> float:
@@ -313,11 +358,41 @@ def _add_up(parts: list[Array]) -> Array:
     return total
 
 
-def _check(value: Any, shape: tuple[int, ...], what: str, frm: str) -> Any:
-    if not (isinstance(value, np.ndarray) and value.shape == shape):
-        got = value.shape if isinstance(value, np.ndarray) else type(value).__name__
-        raise ValidationError(f"{frm!r} sent {what} of shape {got}, expected {shape}")
+def _check(value: Any, shape: tuple[int, ...], what: str, frm: str,
+           dtype: type[np.generic] | None = None) -> Any:
+    if not (isinstance(value, np.ndarray) and value.shape == shape
+            and (dtype is None or value.dtype == dtype)):
+        got = (type(value).__name__ if not isinstance(value, np.ndarray) else value.shape
+               if dtype is None else f"{value.dtype}{value.shape}")
+        want = shape if dtype is None else f"{np.dtype(dtype)}{shape}"
+        raise ValidationError(f"{frm!r} sent {what} of shape {got}, expected {want}")
     return value
+
+
+_M = TypeVar("_M")
+
+
+def _receive(party: Party, frm: str, tag: str, kind: type[_M]) -> _M:
+    """Receive ``tag`` from ``frm``, refusing anything but a ``kind`` message."""
+    got = party.recv(frm, tag)
+    if not isinstance(got, kind):
+        raise ProtocolError(f"{party.name}: {frm!r} sent a malformed {tag!r} message",
+                            party=party.name, step=tag)
+    return got
+
+
+def _receive_mean(party: Party, agg: str, d: int, rows: int, sites: int) -> tuple[Array, int]:
+    """Receive site 1's joint mean and total row count (checked against this site's own)."""
+    got = _receive(party, agg, "mean", Mean)
+    return (_check(got.mean, (d,), "the mean", agg),
+            _check_n(got.n, agg, party.name, rows, sites))
+
+
+def _receive_components(party: Party, agg: str, k: int, d: int) -> tuple[Array, Array]:
+    """Receive site 1's components (k×d) and their eigenvalues (k)."""
+    got = _receive(party, agg, "components", Components)
+    return (_check(got.components, (k, d), "components", agg),
+            _check(got.eigenvalues, (k,), "eigenvalues", agg))
 
 
 # ------------------------------------------------------------------ roles
@@ -390,40 +465,38 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
         if party.name == second:
             real, ints = maths.zero_sum_masks(*_mask_draws(config, s - 1, d))
             for i, peer in enumerate(config.sites[2:], start=1):
-                party.send(peer, "mask", {"a": real[i], "b": int(ints[i])})
+                party.send(peer, "mask", Mask(real[i], int(ints[i])))
             mask_a, mask_b = real[0], int(ints[0])
         elif not is_agg:
-            got = party.recv(second, "mask")
-            mask_a, mask_b = _check(got["a"], (d,), "a mask", second), int(got["b"])
+            mask = _receive(party, second, "mask", Mask)
+            mask_a, mask_b = _check(mask.a, (d,), "a mask", second), mask.b
         if not is_agg:
             stats = np.append(sums + mask_a, float(rows + mask_b))
 
+    # secure: every site sends ring elements, which the aggregator adds modulo 2^64
+    ring = np.uint64 if config.mode == "secure" else None
     if config.mode == "secure":
         assert key is not None
-        ring = encode_fixed(stats, frac_bits=STATS_FRAC_BITS, headroom=s)
-        ring += pairwise_mask(party.name, key, publics, d + 1, context=session, label=b"stats")
-        outgoing: Any = ring
+        masked = encode_fixed(stats, frac_bits=STATS_FRAC_BITS, headroom=s)
+        masked += pairwise_mask(party.name, key, publics, d + 1, context=session,
+                                label=b"stats")
+        outgoing: Any = masked
     else:
         outgoing = stats
 
     if is_agg:
-        parts = [outgoing] + [_check(party.recv(p, "stats"), (d + 1,), "stats", p)
+        parts = [outgoing] + [_check(party.recv(p, "stats"), (d + 1,), "stats", p, ring)
                               for p in others]
         if config.mode == "secure":
-            total_ring = np.zeros(d + 1, dtype=np.uint64)
-            for part in parts:
-                total_ring += part
-            total = decode_fixed(total_ring, frac_bits=STATS_FRAC_BITS)
+            total = decode_fixed(reconstruct(parts), frac_bits=STATS_FRAC_BITS)
         else:
             total = _add_up(parts)
         n_total = round(float(total[-1]))
         mean = total[:-1] / n_total
-        party.broadcast("mean", {"mean": mean, "n": n_total}, to=others)
+        party.broadcast("mean", Mean(mean, n_total), to=others)
     else:
         party.send(agg, "stats", outgoing)
-        got = party.recv(agg, "mean")
-        mean = _check(got["mean"], (d,), "the mean", agg)
-        n_total = _check_n(got["n"], agg, party.name, rows, s)
+        mean, n_total = _receive_mean(party, agg, d, rows, s)
 
     # ---- pass 2: second moment, with each scheme's noise
     outer, _ = maths.moment(source.blocks(), mean, centring=config.centring)
@@ -442,17 +515,13 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
         if is_agg:
             seed = (secrets.token_bytes(SEED_BYTES) if config.noise_seed is None
                     else _reproducible_key(config.noise_seed, "elfedpca E"))
-            party.broadcast("noise", {"seed": seed, "epsilon": config.epsilon,
-                                      "delta": config.delta}, to=others)
+            party.broadcast("noise", Noise(seed, config.epsilon, config.delta), to=others)
         else:
-            got = party.recv(agg, "noise")
-            if not isinstance(got, dict) or set(got) != {"seed", "epsilon", "delta"}:
-                raise ProtocolError(f"{party.name}: {agg!r} sent a malformed 'noise' message",
-                                    party=party.name, step="noise")
-            _expect(agg, "epsilon", config.epsilon, got["epsilon"], "noise", party.name)
-            _expect(agg, "delta", config.delta, got["delta"], "noise", party.name)
-            seed = got["seed"]
-            if not (isinstance(seed, bytes) and len(seed) == SEED_BYTES):
+            noise = _receive(party, agg, "noise", Noise)
+            _expect(agg, "epsilon", config.epsilon, noise.epsilon, "noise", party.name)
+            _expect(agg, "delta", config.delta, noise.delta, "noise", party.name)
+            seed = noise.seed
+            if len(seed) != SEED_BYTES:
                 raise ProtocolError(
                     f"{party.name}: {agg!r} sent a noise seed that is not {SEED_BYTES} "
                     "random bytes", party=party.name, step="noise")
@@ -481,24 +550,18 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
 
     noisy: Array | None = None
     if is_agg:
-        parts = [outgoing] + [_check(party.recv(p, "moment"), shape, "a moment", p)
+        parts = [outgoing] + [_check(party.recv(p, "moment"), shape, "a moment", p, ring)
                               for p in others]
         if config.mode == "secure":
-            ring_total = np.zeros(shape, dtype=np.uint64)
-            for part in parts:
-                ring_total += part
             noisy = maths.symmetric_from_upper(
-                decode_fixed(ring_total, frac_bits=MOMENT_FRAC_BITS), d) / n_total
+                decode_fixed(reconstruct(parts), frac_bits=MOMENT_FRAC_BITS), d) / n_total
         else:
             noisy = _add_up(parts)
         values, comps = maths.top_components(noisy, k)
-        party.broadcast("components", {"components": comps, "eigenvalues": values},
-                        to=others)
+        party.broadcast("components", Components(comps, values), to=others)
     else:
         party.send(agg, "moment", outgoing)
-        got = party.recv(agg, "components")
-        comps = _check(got["components"], (k, d), "components", agg)
-        values = got["eigenvalues"]
+        comps, values = _receive_components(party, agg, k, d)
 
     _publish(party, source, config, mean, comps)
     return SiteResult(mean=mean, components=comps, eigenvalues=values, n_rows=rows,
@@ -523,14 +586,11 @@ def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) ->
             if block.shape[0]:
                 party.send(agg, "rows", np.ascontiguousarray(block))
         party.send(agg, "rows", np.zeros((0, d)))
-        got = party.recv(agg, "mean")
-        mean = _check(got["mean"], (d,), "the mean", agg)
-        n_total = _check_n(got["n"], agg, party.name, rows, len(config.sites))
-        got = party.recv(agg, "components")
-        comps = _check(got["components"], (k, d), "components", agg)
+        mean, n_total = _receive_mean(party, agg, d, rows, len(config.sites))
+        comps, values = _receive_components(party, agg, k, d)
         tau = maths.moment_tau(config.epsilon, config.delta, n_total)
         _publish(party, source, config, mean, comps)
-        return SiteResult(mean=mean, components=comps, eigenvalues=got["eigenvalues"],
+        return SiteResult(mean=mean, components=comps, eigenvalues=values,
                           n_rows=rows, n_total=n_total, tau=tau, noisy_moment=None,
                           dp_guarantee=config.dp_void_reason is None,
                           dp_void_reason=config.dp_void_reason,
@@ -555,8 +615,8 @@ def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) ->
     tau = maths.moment_tau(config.epsilon, config.delta, n_total)
     noisy = outer / n_total + maths.symmetric_noise(d, tau, _noise(config, "moment"))
     values, comps = maths.top_components(noisy, k)
-    party.broadcast("mean", {"mean": mean, "n": n_total}, to=others)
-    party.broadcast("components", {"components": comps, "eigenvalues": values}, to=others)
+    party.broadcast("mean", Mean(mean, n_total), to=others)
+    party.broadcast("components", Components(comps, values), to=others)
     _publish(party, source, config, mean, comps)
     return SiteResult(mean=mean, components=comps, eigenvalues=values, n_rows=rows,
                       n_total=n_total, tau=tau, noisy_moment=noisy,

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from islands.crypto import additive_shares, decode_fixed, encode_fixed, reconstruct
+from islands.crypto import decode_fixed, encode_fixed
 from islands.crypto.fixedpoint import DEFAULT_FRAC_BITS, max_abs_value
+from islands.crypto.sharing import reconstruct, share_among
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
 from islands.securesum.config import SecureSumConfig
@@ -104,7 +105,7 @@ def secure_sum_party(
                 f"but {party.name!r} holds {values.shape} with frac_bits={frac_bits}"
             )
 
-    shares = dict(zip(party.parties, additive_shares(ring, n), strict=True))
+    shares = share_among(ring, party.parties)
     for peer in party.peers:
         party.send(peer, "share", shares[peer])
     held = [shares[party.name], *party.gather("share").values()]

@@ -58,10 +58,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.data import load_sklearn
 from islands.errors import JobError
 from islands.reporting import new_figure, save_figure, write_json
 from islands.validation import read_toml, table_value
+from islands.vfl import maths
 from islands.vfl.config import VflConfig, draw_seed
+from islands.vfl.estimator import VerticalLinearRegression, VerticalLogisticRegression
 
 __all__ = ["JobError", "VerticalJob", "is_vertical", "load_vertical_job", "parse_vertical_job",
            "run_vertical", "write_vertical_outputs"]
@@ -183,8 +186,6 @@ def _dataset(job: VerticalJob) -> tuple[NDArray[np.float64], NDArray[Any], int]:
         y: NDArray[Any] = ((z > 0).astype(np.int64) if job.model["kind"] == "logistic"
                            else z)
         return X, y, b
-    from islands.data import load_sklearn
-
     ds = load_sklearn(name)
     if (name == "diabetes") != (job.model["kind"] == "linear"):
         raise JobError(f"job {job.name!r}: {name} is a "
@@ -230,8 +231,6 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
     from sklearn.linear_model import LinearRegression, LogisticRegression
     from sklearn.metrics import accuracy_score, mean_squared_error, r2_score, roc_auc_score
     from sklearn.model_selection import train_test_split
-
-    from islands.vfl import VerticalLinearRegression, VerticalLogisticRegression
 
     say = progress or (lambda _m: None)
     start = time.perf_counter()
@@ -288,8 +287,6 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
                    "sklearn_mse": float(mean_squared_error(y_te, ref_pred))}
     lossless = None
     if not job.parties["psi"]:
-        from islands.vfl import maths
-
         plan = est.plan_
         ref_thetas, _ = maths.centralised_gd(
             [*blocks_a, block_b], np.asarray(est._encode_targets(target, block_b.shape[0])),

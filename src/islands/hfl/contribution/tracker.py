@@ -58,8 +58,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.errors import ValidationError, invalid_parameter
+from islands.hfl.aggregate import MeanAggregator
+from islands.hfl.config import METHODS, ContributionSettings
 from islands.hfl.contribution.game import (
-    WEIGHTINGS,
     RoundGame,
     Utility,
     member_coefficients,
@@ -71,7 +72,8 @@ from islands.hfl.contribution.maths import (
     permutation_shapley,
     reward_shares,
 )
-from islands.validation import check_float, check_int, describe
+from islands.hfl.protect import ChaosPermutation, ClientDP
+from islands.validation import describe
 
 __all__ = [
     "METHODS",
@@ -85,7 +87,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Vector = NDArray[np.float32]
-METHODS: tuple[str, ...] = ("gtg", "exact", "or", "loo")
 MAX_ROUND_EXACT = 14
 """``exact`` values 2^m coalitions per round: refused for federations above this size."""
 MAX_OR_CLIENTS = 16
@@ -112,9 +113,6 @@ def check_compatible(aggregator: Any) -> None:
     The plain mean, and client-level DP around an aggregator that allows it, are
     compatible; see the module docstring for why the others are not.
     """
-    from islands.hfl.aggregate import MeanAggregator
-    from islands.hfl.protect import ChaosPermutation, ClientDP
-
     agg = aggregator
     while isinstance(agg, ClientDP):
         if agg.noise != "local":
@@ -187,33 +185,20 @@ class Contribution:
 
     def __post_init__(self) -> None:
         owner = "Contribution"
-        methods = (self.methods,) if isinstance(self.methods, str) else tuple(self.methods)
-        if not methods or any(m not in METHODS for m in methods) or len(set(methods)) < len(
-                methods):
-            raise invalid_parameter("methods", owner, f"distinct names among {METHODS}",
-                                    describe(self.methods))
+        methods = self.methods
+        if isinstance(methods, str):
+            methods = (methods,)
+        elif isinstance(methods, list | tuple):
+            methods = tuple(methods)
         object.__setattr__(self, "methods", methods)
         v = self.validation
         if not (v == "clients" if isinstance(v, str) else (
                 isinstance(v, tuple | list) and len(v) == 2)):
             raise invalid_parameter("validation", owner, "an (X, y) pair or 'clients'",
                                     describe(v))
-        if self.metric not in (None, "accuracy", "loss"):
-            raise invalid_parameter("metric", owner, "None, 'accuracy' or 'loss'",
-                                    describe(self.metric))
-        if self.weighting not in WEIGHTINGS:
-            raise invalid_parameter("weighting", owner, f"one of {WEIGHTINGS}",
-                                    describe(self.weighting))
-        check_float(self.tolerance, "tolerance", owner, low=0.0, low_inclusive=False)
-        c = check_float(self.confidence, "confidence", owner, low=0.0, low_inclusive=False)
-        if c >= 1:
-            raise invalid_parameter("confidence", owner, "a float in (0, 1)", c)
-        lo = check_int(self.min_permutations, "min_permutations", owner, low=2)
-        check_int(self.max_permutations, "max_permutations", owner, low=lo)
-        check_float(self.truncation, "truncation", owner, low=0.0)
-        check_float(self.round_truncation, "round_truncation", owner, low=0.0)
-        if self.seed is not None:
-            check_int(self.seed, "seed", owner, low=0)
+        # the one set of constraints, shared with the [contribution] section of files
+        ContributionSettings.build(owner, **{
+            f.name: getattr(self, f.name) for f in fields(self) if f.name != "validation"})
 
     def check_clients(self, n: int) -> None:
         """Refuse methods whose cost is exponential in the ``n`` clients when n is too large."""

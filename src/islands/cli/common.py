@@ -1,0 +1,62 @@
+"""What every command shares: the ``islands`` app, the console, and how an error ends a command."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from islands import __version__
+from islands.errors import IslandsError
+
+__all__ = ["app", "console", "stop_on_error"]
+
+app = typer.Typer(
+    name="islands",
+    help="Privacy-preserving computation across data islands.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals may hold a party's data or keys
+)
+console = Console()
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        console.print(f"islands {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version_callback, is_eager=True,
+                     help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Privacy-preserving computation across data islands."""
+
+
+def print_error(error: BaseException | str) -> None:
+    """Print an error as the one line a failed command ends with."""
+    console.print(f"[red]error:[/] {escape(str(error))}")
+
+
+@contextlib.contextmanager
+def stop_on_error(code: int = 2, also: tuple[type[Exception], ...] = ()) -> Iterator[None]:
+    """Print an islands error (bad settings, missing data) as one line and exit ``code``.
+
+    Exit 2 means the command was given something it cannot use (a file, a setting), exit 1
+    that the run itself failed.
+    """
+    caught: tuple[type[Exception], ...] = (IslandsError, *also)
+    try:
+        yield
+    except caught as exc:
+        print_error(exc)
+        raise typer.Exit(code) from exc

@@ -1,0 +1,276 @@
+"""``islands run JOB.toml`` (a job, dispatched by its ``kind``) and ``islands contribution``."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from islands.cli.common import app, console, print_error, stop_on_error
+from islands.errors import IslandsError
+from islands.validation import read_toml
+
+__all__ = ["JOB_KINDS", "contribution_command", "print_contribution", "run_command"]
+
+
+@app.command("run")
+def run_command(
+    job_file: Annotated[Path, typer.Argument(help="The job's TOML file (see examples/).")],
+    resume: Annotated[bool, typer.Option(
+        help="Continue a killed run from the checkpoints in its output folder.")] = False,
+    output: Annotated[Path | None, typer.Option(
+        help="Output folder (default: the job's 'output').")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Also write the results JSON here.")
+    ] = None,
+) -> None:
+    """Run a federated training job: progress per round, a summary, JSON and curves."""
+    JOB_KINDS[_job_kind(job_file)](job_file, resume=resume, output=output, json_path=json_path)
+
+
+def _job_kind(job_file: Path) -> str:
+    """Return the job file's ``kind`` when :data:`JOB_KINDS` has it, else ``"horizontal"``.
+
+    A file that cannot be read, or names no known kind, goes to the horizontal job
+    reader, which says what is wrong with it.
+    """
+    try:
+        kind = read_toml(job_file).get("kind")
+    except (OSError, ValueError):
+        return "horizontal"
+    return kind if isinstance(kind, str) and kind in JOB_KINDS else "horizontal"
+
+
+def _run_horizontal(job_file: Path, *, resume: bool, output: Path | None,
+                    json_path: Path | None) -> None:
+    """Run a horizontal job: rounds with a progress bar, the centralised baseline, Ctrl-C."""
+    from islands.hfl.job import load_job, run_job, write_outputs
+
+    with stop_on_error(2):
+        job = load_job(job_file)
+    out = output if output is not None else Path(job.output)
+    protect = f" protected by {' + '.join(job.protect)}" if job.protect else ""
+    on_ray = ""
+    if job.backend == "ray":
+        where = escape(job.ray_address) if job.ray_address else "a local instance"
+        on_ray = f", training on Ray ({where})"
+    console.print(f"job [bold]{escape(job.name)}[/]: {job.strategy['name']}{protect} on "
+                  f"{job.data['name']}, {job.epochs} epoch(s){on_ray}, output {escape(str(out))}")
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        fl_task = bar.add_task("federated", total=job.epochs,
+                               info="starting Ray…" if job.backend == "ray" else "")
+
+        stopping = threading.Event()
+
+        def on_round(record: Any, epoch: Any) -> None:
+            if stopping.is_set():
+                # called before the round's checkpoint: after Ctrl-C no round whose
+                # clients were stopped half-way is saved as if they had dropped out
+                raise RuntimeError("interrupted by Ctrl-C")
+            acc = "" if record.accuracy is None else f" local acc {record.accuracy:.3f}"
+            eps = "" if record.epsilon is None else f" ε={record.epsilon:.2f}"
+            if record.sample_epsilon is not None:
+                eps += f" DP-SGD ε={record.sample_epsilon:.2f}"
+            info = f"round {record.round} τ={record.tau}{acc}{eps}"
+            if epoch is not None and epoch.test:
+                key = "accuracy" if "accuracy" in epoch.test else "r2"
+                info += f" | epoch {epoch.epoch} test {key} {epoch.test[key]:.4f}"
+            bar.update(fl_task, completed=record.epoch, info=info)
+
+        cl_task = bar.add_task("centralised", total=job.epochs, info="", visible=job.baseline)
+
+        def on_baseline(epoch: int, epochs: int) -> None:
+            bar.update(cl_task, completed=epoch, info=f"epoch {epoch}/{epochs}")
+
+        previous = signal.getsignal(signal.SIGINT)
+        if (previous is signal.default_int_handler
+                and threading.current_thread() is threading.main_thread()):
+            def on_sigint(signum: int, frame: Any) -> None:
+                stopping.set()  # before anything is torn down
+                signal.default_int_handler(signum, frame)
+
+            signal.signal(signal.SIGINT, on_sigint)
+        try:
+            result = run_job(job, resume=resume, output=out, callback=on_round,
+                             baseline_callback=on_baseline)
+        except IslandsError as exc:
+            if not stopping.is_set():
+                print_error(exc)
+                raise typer.Exit(1) from exc
+            result = None
+        except KeyboardInterrupt:
+            result = None
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    if result is None:  # Ctrl-C: said after the progress bars are drawn for the last time
+        _interrupted_job(job, job_file, output, out)
+        raise typer.Exit(130)
+    written = write_outputs(result, out, json_path=json_path)
+    _summarise_job(result)
+    console.print("wrote " + ", ".join(escape(str(p)) for p in written))
+
+
+def _interrupted_job(job: Any, job_file: Path, output: Path | None, out: Path) -> None:
+    """Say, after Ctrl-C, whether and how the run can be resumed."""
+    from islands.hfl.job import can_resume
+    from islands.hfl.protocol import SERVER_FILE
+
+    console.print("[yellow]interrupted[/]")
+    if not (out / "checkpoints" / SERVER_FILE).is_file():
+        console.print("no round was checkpointed yet: run the job again to start it")
+    elif not can_resume(job):
+        console.print(f"protect = {job.protect} keeps the model hidden from the server, so "
+                      "the run cannot be resumed: run the job again to start it afresh")
+    else:
+        command = ["islands", "run", str(job_file), "--resume"]
+        if output is not None:
+            command += ["--output", str(output)]
+        console.print(f"checkpoints in {escape(str(out / 'checkpoints'))}; to continue, "
+                      f"run:\n  {escape(shlex.join(command))}", soft_wrap=True)
+
+
+def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
+                  json_path: Path | None) -> None:
+    """Run a vertical job (kind = "vertical"): alignment, encrypted training, test metrics."""
+    from islands.vfl.job import load_vertical_job, run_vertical, write_vertical_outputs
+
+    if resume:
+        print_error(f"--resume continues a horizontal job from its checkpoints; the vertical "
+                    f"job {job_file} keeps none: run it without --resume")
+        raise typer.Exit(2)
+    with stop_on_error(2):
+        job = load_vertical_job(job_file)
+    out = output if output is not None else Path(job.output)
+    m = job.model
+    console.print(f"job [bold]{escape(job.name)}[/]: vertical {m['kind']} regression on "
+                  f"{job.data['name']}, {job.parties['passive']} passive part"
+                  f"{'y' if job.parties['passive'] == 1 else 'ies'} + B + coordinator, "
+                  f"{m['key_bits']}-bit Paillier{' (DJN)' if m['djn'] else ''}, up to "
+                  f"{m['epochs']} epochs, output {escape(str(out))}")
+    with console.status("starting") as status, stop_on_error(1):
+        result = run_vertical(job, progress=lambda msg: status.update(escape(msg)))
+    written = write_vertical_outputs(result, out, json_path=json_path)
+    table = Table(title=f"{job.name}: test metrics")
+    table.add_column("model")
+    keys = ["accuracy", "auc"] if m["kind"] == "logistic" else ["r2", "mse"]
+    for key in keys:
+        table.add_column(key, justify="right")
+    metrics = result["metrics"]
+    table.add_row("vertical, encrypted", *(f"{metrics[k]:.4f}" for k in keys))
+    table.add_row("scikit-learn, joined data", *(f"{metrics['sklearn_' + k]:.4f}" for k in keys))
+    console.print(table)
+    split = result["per_epoch_split"]
+    parts = ", ".join(f"{name}: HE {c['he']:.2f} s, compute {c['compute']:.3f} s, messaging "
+                      f"{c['messaging']:.2f} s" for name, c in split.items())
+    epoch_s = result["epoch_seconds"]
+    console.print(f"{result['epochs_run']} epochs, loss {result['loss_history'][0]:.4f} → "
+                  f"{result['loss_history'][-1]:.4f}; {np.mean(epoch_s):.2f} s per epoch "
+                  f"({parts}); {result['bytes'] / 1e6:.2f} MB exchanged")
+    if result["aligned_ids"] is not None:
+        console.print(f"PSI aligned {result['aligned_ids']} rows")
+    console.print("wrote " + ", ".join(escape(str(p)) for p in written))
+
+
+def _summarise_job(result: dict[str, Any]) -> None:
+    """One screen: the federated model against its baseline, and what the run cost."""
+    regression = result["job"]["task"] == "regression"
+    keys = ("mse", "rmse", "mae", "r2") if regression else ("accuracy", "precision", "recall",
+                                                            "f1")
+    table = Table(title=f"{result['job']['name']}: test metrics")
+    table.add_column("model")
+    for key in keys:
+        table.add_column(key, justify="right")
+    table.add_column("aggregations", justify="right")
+    table.add_row(f"federated ({result['job']['strategy']['name']})",
+                  *(f"{result[k]:.4f}" for k in keys), str(result["aggregations"]))
+    base = result.get("baseline")
+    if base is not None:
+        table.add_row("centralised", *(f"{base[k]:.4f}" for k in keys), "–")
+        closed = base.get("closed_form")
+        if closed is not None:
+            table.add_row("closed-form ridge", *(f"{closed['test'][k]:.4f}" for k in keys), "–")
+    console.print(table)
+    facts = [f"{result['rounds']} rounds, {result['seconds_per_round']['mean'] * 1000:.1f} ms "
+             f"per round, {result['bytes']['total'] / 1e6:.1f} MB on the wire"]
+    if "dev_avg" in result:
+        facts.append(f"Dev_avg {result['dev_avg']:.4f}")
+    if result.get("contribution"):
+        print_contribution(result["contribution"])
+    if result["dropouts"]:
+        facts.append(f"{len(result['dropouts'])} dropout(s)")
+    if result.get("protect"):
+        facts.append("protected by " + " + ".join(result["protect"]))
+    if result.get("privacy"):
+        facts.append(f"privacy spent ε = {result['privacy']['epsilon']:.3f} at "
+                     f"δ = {result['privacy']['delta']:g}")
+    if result.get("sample_privacy"):
+        facts.append(f"DP-SGD privacy spent ε = {result['sample_privacy']['epsilon']:.3f} "
+                     f"at δ = {result['sample_privacy']['delta']:g} (largest of the clients)")
+    if result.get("stopped"):
+        facts.append(f"stopped early ({result['stopped']})")
+    if base is not None and base.get("closed_form"):
+        facts.append(f"max |θ_fed − θ_ridge| {base['closed_form']['max_abs_difference']:.2e}")
+    console.print("; ".join(facts) + f"; {result['wall_time_s']:.1f} s in all")
+
+
+
+@app.command("contribution")
+def contribution_command(
+    run_dir: Annotated[Path, typer.Argument(help="The output folder of an 'islands run' "
+                                            "whose job had a \\[contribution] section.")],
+    chart: Annotated[Path | None, typer.Option(
+        help="Where to write the bar chart (default: RUN_DIR/contribution.png).")] = None,
+) -> None:
+    """Each client's contribution and reward share: a table and a bar chart."""
+    from islands.hfl.contribution.report import load_contribution, plot_contribution
+
+    with stop_on_error(2):
+        report = load_contribution(run_dir)
+    print_contribution(report)
+    path = plot_contribution(report, chart if chart is not None else run_dir / "contribution.png",
+                             title=f"{run_dir.name}: contributions")
+    console.print(f"wrote {escape(str(path))}")
+
+
+def print_contribution(report: dict[str, Any]) -> None:
+    """Print the scores table, the primary method's bars and how they were obtained."""
+    from islands.hfl.contribution.report import contribution_rows, text_bars
+
+    headers, rows = contribution_rows(report)
+    settings = report.get("settings", {})
+    table = Table(title=f"contributions ({settings.get('validation', '?')} validation, "
+                        f"{settings.get('weighting', '?')} weighting)")
+    for h in headers:
+        table.add_column(h, justify="left" if h == "client" else "right")
+    for row in rows:
+        table.add_row(*(escape(str(c)) for c in row))
+    console.print(table)
+    for line in text_bars(report):
+        console.print(escape(line))
+    facts = [f"utility {report['utility_initial']:.4f} → {report['utility_final']:.4f} "
+             f"(gain {report['gain']:+.4f})",
+             f"{report['evaluations']} coalition models scored in {report['seconds']:.1f} s"]
+    if "gtg" in report["scores"]:
+        facts.append(f"GTG: {report['permutations']} orders, {report['unconverged']} "
+                     f"round(s) at max_permutations, {report['skipped']} skipped")
+        if report.get("hoeffding") is not None:
+            facts.append(f"Hoeffding half-width {report['hoeffding']:.4f}")
+    console.print("; ".join(facts))
+
+
+JOB_KINDS: dict[str, Callable[..., None]] = {
+    "horizontal": _run_horizontal,
+    "vertical": _run_vertical,
+}
+"""A job file's ``kind`` → the function that runs it (no ``kind``: horizontal)."""
