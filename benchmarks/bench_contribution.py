@@ -119,7 +119,7 @@ def cpu_seconds() -> tuple[float, float]:
 
 
 def mlp_spec() -> Any:
-    from islands.hfl.models import ModelSpec
+    from islands.hfl.torch.models import ModelSpec
 
     return ModelSpec("mlp", (784,), 10, hidden=(200,))
 
@@ -317,7 +317,7 @@ def bench_micro(counts: tuple[int, ...], val: tuple[np.ndarray, np.ndarray]) -> 
 
     from islands.hfl.contribution import RoundGame, ServerValidation
     from islands.hfl.estimator import torch_threads
-    from islands.hfl.models import ModulePool, flat_parameters
+    from islands.hfl.torch.models import ModulePool, flat_parameters
 
     spec = mlp_spec()
     utility = ServerValidation(spec, val[0], val[1], pool=ModulePool(spec))

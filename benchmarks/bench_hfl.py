@@ -127,13 +127,13 @@ def cores() -> int:
 
 
 def mlp_spec() -> Any:
-    from islands.hfl.models import ModelSpec
+    from islands.hfl.torch.models import ModelSpec
 
     return ModelSpec(kind="mlp", input_shape=(784,), n_outputs=10, hidden=(200,))
 
 
 def cnn_spec() -> Any:
-    from islands.hfl.models import ModelSpec
+    from islands.hfl.torch.models import ModelSpec
 
     return ModelSpec(kind="cnn", input_shape=(1, 28, 28), n_outputs=10)
 
@@ -228,7 +228,7 @@ def parse_line(stdout: str, prefix: str) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------------- 1
 def bench_overhead(kind: str, rows: int, threads: int, repeats: int) -> dict[str, Any]:
     from islands.hfl import FedAvg, FederatedModel
-    from islands.hfl.training import train_centralised
+    from islands.hfl.torch.training import train_centralised
 
     spec = mlp_spec() if kind == "mlp" else cnn_spec()
     X, y = load_float32(rows)
@@ -334,9 +334,9 @@ def child_scale(n_clients: int, concurrency: int) -> dict[str, Any]:
 
     from islands.hfl import FedAvg, client, server
     from islands.hfl.estimator import client_seed
-    from islands.hfl.learner import TorchLearner
-    from islands.hfl.models import ModulePool, flat_parameters
-    from islands.hfl.training import train_centralised
+    from islands.hfl.torch.learner import TorchLearner
+    from islands.hfl.torch.models import ModulePool, flat_parameters
+    from islands.hfl.torch.training import train_centralised
     from islands.runtime import run_local
 
     spec = mlp_spec()

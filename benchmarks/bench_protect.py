@@ -21,9 +21,9 @@
    clients; thread CPU time, so the other clients' threads do not count), the server's
    CPU seconds for the round's aggregation, bytes sent and received per client, and the
    ratios to plain aggregation.
-3. DP-SGD (sample-level DP, :mod:`islands.hfl.dpsgd`): seconds per local step of the
+3. DP-SGD (sample-level DP, :mod:`islands.hfl.torch.dpsgd`): seconds per local step of the
    APFL MLP (784-200-10, 159,010 parameters) and of the CNN on 1×28×28 inputs, batch
-   64, against the plain :class:`~islands.hfl.training.Trainer` step in the same run.
+   64, against the plain :class:`~islands.hfl.torch.training.Trainer` step in the same run.
    The DP step adds Opacus's per-sample gradients, clipping, a CSPRNG Gaussian draw per
    parameter and the Poisson sample.
 
@@ -229,10 +229,10 @@ class _Timed:
 
 
 def secagg_round(n: int, dim: int, dropout: float, secure: bool) -> dict[str, Any]:
+    from islands.aggregation.base import MeanAggregator
+    from islands.aggregation.secagg import SecureAggregation
     from islands.hfl import FedAvg
-    from islands.hfl.aggregate import MeanAggregator
     from islands.hfl.protocol import client, server
-    from islands.hfl.secagg import SecureAggregation
     from islands.runtime import Transcript, run_local
 
     agg: Any = SecureAggregation(threshold=0.5) if secure else MeanAggregator()
@@ -308,10 +308,10 @@ def print_secagg(rows: list[dict[str, Any]]) -> None:
 def bench_dpsgd(quick: bool) -> list[dict[str, Any]]:
     import torch
 
-    from islands.hfl.dpsgd import PrivateTrainer
-    from islands.hfl.models import ModelSpec
-    from islands.hfl.protect import SampleDP
-    from islands.hfl.training import Position, Trainer
+    from islands.aggregation.protect import SampleDP
+    from islands.hfl.torch.dpsgd import PrivateTrainer
+    from islands.hfl.torch.models import ModelSpec
+    from islands.hfl.torch.training import Position, Trainer
 
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)

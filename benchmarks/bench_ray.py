@@ -178,8 +178,8 @@ def child(backend: str, n_clients: int, rounds: int) -> dict[str, Any]:
 
     from islands.data import partition_iid
     from islands.hfl import FedAvg, FederatedModel
-    from islands.hfl.models import ModelSpec
-    from islands.hfl.training import train_centralised
+    from islands.hfl.torch.models import ModelSpec
+    from islands.hfl.torch.training import train_centralised
 
     X, y, dataset = load_data()
     parts = [(X[idx], y[idx]) for idx in partition_iid(len(y), n_clients, random_state=0)]

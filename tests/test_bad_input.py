@@ -321,7 +321,7 @@ def test_hfl_labels_out_of_range() -> None:
 
 
 def test_torch_learner_checks_eval_rows() -> None:
-    from islands.hfl.learner import TorchLearner
+    from islands.hfl.torch.learner import TorchLearner
 
     spec, parts = _hfl_parts()
     x, y = parts[0]

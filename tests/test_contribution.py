@@ -13,10 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from islands.aggregation.additive import AdditiveSharing
+from islands.aggregation.base import MeanAggregator
+from islands.aggregation.homomorphic import CKKSAggregator, PaillierAggregator
+from islands.aggregation.protect import ChaosPermutation, ClientDP
+from islands.aggregation.secagg import SecureAggregation
 from islands.errors import DataNotFoundError, ProtocolError, ValidationError
 from islands.hfl import FedAvg, FederatedModel
-from islands.hfl.additive import AdditiveSharing
-from islands.hfl.aggregate import MeanAggregator
 from islands.hfl.checkpoint import load_checkpoint, save_checkpoint
 from islands.hfl.contribution import (
     METHODS,
@@ -43,16 +46,13 @@ from islands.hfl.contribution.report import (
 )
 from islands.hfl.contribution.retrain import coalition_trainer, retrain_contributions
 from islands.hfl.contribution.tracker import MAX_OR_CLIENTS, MAX_ROUND_EXACT
-from islands.hfl.homomorphic import CKKSAggregator, PaillierAggregator
-from islands.hfl.protect import ChaosPermutation, ClientDP
-from islands.hfl.secagg import SecureAggregation
 from islands.runtime import wire
 
 torch = pytest.importorskip("torch")
 
 from islands.data import load  # noqa: E402
-from islands.hfl.learner import FreeRider  # noqa: E402
-from islands.hfl.models import ModelSpec  # noqa: E402
+from islands.hfl.torch.learner import FreeRider  # noqa: E402
+from islands.hfl.torch.models import ModelSpec  # noqa: E402
 
 SPEC = ModelSpec("mlp", (64,), 10, hidden=(16,))
 ALL = ("gtg", "exact", "or", "loo")

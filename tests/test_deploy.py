@@ -126,8 +126,8 @@ def _hfl_parties(clients: int) -> dict[str, dict[str, Any]]:
 
 def _in_process(parts: list[Any], epochs: int, aggregator: Any = None) -> np.ndarray:
     from islands.hfl import FederatedModel
-    from islands.hfl.models import ModelSpec
     from islands.hfl.strategy import FedAvg
+    from islands.hfl.torch.models import ModelSpec
 
     spec = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(16,))
     fl = FederatedModel(spec, FedAvg(local_steps=4, batch_size=32, lr=0.1, seed=3,
@@ -154,7 +154,7 @@ def test_secure_aggregation_across_processes_signs_with_the_tls_identities(
     # the clients' keys and survivor-set signatures are checked with the identity keys
     # each party received in its peers' hellos over mutual TLS
     pytest.importorskip("torch")
-    from islands.hfl.secagg import SecureAggregation
+    from islands.aggregation.secagg import SecureAggregation
 
     parts = _digits_clients(tmp_path)
     files = write_federation(tmp_path, "hfl", _hfl_parties(3),

@@ -77,7 +77,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any],
         pytest.skip("Fashion-MNIST files not found")
     out = tmp_path_factory.mktemp("apfl_quick")
     messages: list[str] = []
-    return out, reproduce_apfl(out, quick=True, progress=messages.append), messages
+    result = reproduce_apfl(out, quick=True, progress=messages.append)
+    return out, result.to_json(), messages
 
 
 def test_report_files_and_rows(run: tuple[Path, dict[str, Any], list[str]]) -> None:

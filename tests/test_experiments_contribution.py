@@ -34,9 +34,9 @@ Run = tuple[Path, dict[str, Any], list[str]]
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     out = tmp_path_factory.mktemp("contribution_quick")
     messages: list[str] = []
-    results = reproduce_contribution(out, quick=True, random_state=0,
-                                     progress=messages.append)
-    return out, results, messages
+    result = reproduce_contribution(out, quick=True, random_state=0,
+                                    progress=messages.append)
+    return out, result.to_json(), messages
 
 
 def test_files_and_json(run: Run) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from islands.data import find_fashion_mnist
-from islands.experiments.report import to_jsonable
+from islands.experiments.report import ReproductionResult, to_jsonable
 
 pytest.importorskip("torch")
 
@@ -26,11 +26,19 @@ MODELS = ("ftl", "ftl_paper", "lower_bound", "upper_bound")
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], list[str]]:
+def run_result(tmp_path_factory: pytest.TempPathFactory
+               ) -> tuple[Path, ReproductionResult, list[str]]:
     out = tmp_path_factory.mktemp("ftl_quick")
     messages: list[str] = []
-    results = reproduce_ftl(out, quick=True, random_state=0, progress=messages.append)
-    return out, results, messages
+    result = reproduce_ftl(out, quick=True, random_state=0, progress=messages.append)
+    return out, result, messages
+
+
+@pytest.fixture(scope="module")
+def run(run_result: tuple[Path, ReproductionResult, list[str]]
+        ) -> tuple[Path, dict[str, Any], list[str]]:
+    out, result, messages = run_result
+    return out, result.to_json(), messages
 
 
 def test_files_and_json(run: tuple[Path, dict[str, Any], list[str]]) -> None:
@@ -41,6 +49,8 @@ def test_files_and_json(run: tuple[Path, dict[str, Any], list[str]]) -> None:
     doc = json.loads((out / "results.json").read_text())
     assert set(doc) == KEYS
     assert doc == to_jsonable(results)
+    assert list(doc) == ["settings", "fashion_mnist", "breast_cancer", "encrypted_check",
+                         "agreement", "skipped", "figures", "wall_time_s"]
     assert doc["settings"]["quick"] is True and doc["settings"]["seed"] == 0
     assert doc["settings"]["paper_config"] == ftl.PAPER_CONFIG
     check = doc["encrypted_check"]
@@ -102,9 +112,9 @@ def test_runs_without_fashion_mnist(tmp_path: Path, monkeypatch: pytest.MonkeyPa
                                 tab_epochs=5)
     monkeypatch.setattr(ftl, "_settings", lambda quick, seed: small)
     results = reproduce_ftl(tmp_path, quick=True)
-    assert results["fashion_mnist"] is None
-    assert results["skipped"] == {"fashion_mnist": "Fashion-MNIST files not found"}
-    assert {c["dataset"] for c in results["agreement"]} == {"breast_cancer"}
+    assert results.sections["fashion_mnist"] is None
+    assert results.skipped == {"fashion_mnist": "Fashion-MNIST files not found"}
+    assert {c["dataset"] for c in results.agreement} == {"breast_cancer"}
     assert (tmp_path / "accuracy_vs_overlap.png").is_file()
     assert "Skipped: fashion_mnist" in (tmp_path / "report.md").read_text()
 
@@ -114,16 +124,16 @@ def test_parameters_are_validated(tmp_path: Path) -> None:
         reproduce_ftl(tmp_path, quick=True, random_state=-1)
 
 
-def test_cli(run: tuple[Path, dict[str, Any], list[str]], tmp_path: Path,
+def test_cli(run_result: tuple[Path, ReproductionResult, list[str]], tmp_path: Path,
              monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
     from islands.cli import app
 
-    out, results, _ = run
+    out, results, _ = run_result
     calls: list[dict[str, Any]] = []
 
-    def fake(out_dir: Path, **kwargs: Any) -> dict[str, Any]:
+    def fake(out_dir: Path, **kwargs: Any) -> ReproductionResult:
         calls.append({"out": out_dir, **{k: v for k, v in kwargs.items() if k != "progress"}})
         return results
 

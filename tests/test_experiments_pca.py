@@ -32,8 +32,8 @@ def _figures(names: list[str]) -> set[str]:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     out = tmp_path_factory.mktemp("pca_quick")
     messages: list[str] = []
-    results = reproduce_pca(out, quick=True, random_state=0, progress=messages.append)
-    return out, results, messages
+    result = reproduce_pca(out, quick=True, random_state=0, progress=messages.append)
+    return out, result.to_json(), messages
 
 
 def test_files_are_written(run: Run) -> None:

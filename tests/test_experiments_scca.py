@@ -33,8 +33,8 @@ DATASETS = ["digits", pytest.param("fashion_mnist", marks=pytest.mark.skipif(
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], list[str]]:
     out = tmp_path_factory.mktemp("scca_quick")
     messages: list[str] = []
-    results = reproduce_scca(out, quick=True, random_state=0, progress=messages.append)
-    return out, results, messages
+    result = reproduce_scca(out, quick=True, random_state=0, progress=messages.append)
+    return out, result.to_json(), messages
 
 
 def test_files_are_written(run: tuple[Path, dict[str, Any], list[str]]) -> None:

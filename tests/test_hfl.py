@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from islands.aggregation.base import MeanAggregator as Mean
+from islands.aggregation.base import ServerLink
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl import APFL, FedAvg, FederatedModel, FedProx, LocalConfig, MeanAggregator
-from islands.hfl.aggregate import MeanAggregator as Mean
-from islands.hfl.aggregate import ServerLink
 from islands.hfl.checkpoint import load_checkpoint, save_checkpoint
 from islands.hfl.maths import (
     TauState,
@@ -124,9 +124,9 @@ def test_checkpoint_round_trip_and_damage(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- end to end
 torch = pytest.importorskip("torch")
 
-from islands.hfl.learner import TorchLearner  # noqa: E402
-from islands.hfl.models import ModelSpec, flat_parameters  # noqa: E402
-from islands.hfl.training import Position, Trainer, batch_indices, train_centralised  # noqa: E402
+from islands.hfl.torch.learner import TorchLearner  # noqa: E402
+from islands.hfl.torch.models import ModelSpec, flat_parameters  # noqa: E402
+from islands.hfl.torch.training import Position, Trainer, batch_indices, train_centralised  # noqa: E402
 
 
 def _blobs(n: int, d: int = 6, classes: int = 3, seed: int = 0) -> tuple[Any, Any]:
@@ -360,10 +360,10 @@ def test_a_straggler_on_the_training_pool_drops_out_alone() -> None:
 
     from sklearn.datasets import load_digits
 
-    from islands.hfl.learner import PooledLearner, TorchLearner
-    from islands.hfl.models import ModelSpec, flat_parameters
     from islands.hfl.protocol import client, server
     from islands.hfl.strategy import FedAvg
+    from islands.hfl.torch.learner import PooledLearner, TorchLearner
+    from islands.hfl.torch.models import ModelSpec, flat_parameters
     from islands.runtime import run_local
 
     spec = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(8,))

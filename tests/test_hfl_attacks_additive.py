@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from islands.aggregation.additive import AdditiveSharing, Share
+from islands.aggregation.base import AggStep, ring_encode
 from islands.crypto.sharing import reconstruct
 from islands.errors import ProtocolError, ValidationError
-from islands.hfl.additive import AdditiveSharing, Share
-from islands.hfl.aggregate import AggStep, ring_encode
 from islands.runtime import run_local
 
 DIM = 5

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from islands.aggregation.base import MeanAggregator
+from islands.aggregation.protect import ChaosPermutation, ClientDP, build_aggregator
+from islands.aggregation.secagg import SecureAggregation
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl import FedAvg
-from islands.hfl.aggregate import MeanAggregator
-from islands.hfl.protect import ChaosPermutation, ClientDP, build_aggregator
-from islands.hfl.secagg import SecureAggregation
 from islands.hfl.server_audit import DiesAtUpload, play
 from islands.runtime import Transcript
 
@@ -104,7 +104,7 @@ def test_distributed_noise_under_chaos_is_calibrated_for_the_secagg_threshold() 
 def test_a_round_with_fewer_survivors_than_the_noise_needs_is_not_released() -> None:
     # noise calibrated for 3 guaranteed survivors of 4; Paillier can sum the 2 that
     # upload, whose sum carries √(2/3)·σ: the DP round refuses before the sum
-    from islands.hfl.homomorphic import PaillierAggregator
+    from islands.aggregation.homomorphic import PaillierAggregator
 
     agg = ClientDP(PaillierAggregator(), noise="distributed", guaranteed=3)
     dying = {f"c{i}": DiesAtUpload(agg.client_half()) for i in range(2)}
@@ -127,7 +127,7 @@ def test_distributed_noise_over_the_plain_mean_is_refused(make: Any) -> None:
 
 
 def test_distributed_noise_without_a_threshold_needs_guaranteed() -> None:
-    from islands.hfl.additive import AdditiveSharing
+    from islands.aggregation.additive import AdditiveSharing
 
     with pytest.raises(ValidationError, match="guaranteed"):
         ClientDP(AdditiveSharing(), noise="distributed")
@@ -208,7 +208,7 @@ def test_a_job_with_chaos_alone_is_refused() -> None:
 
 # --------------------------------------------------------------------------- finding 8
 def test_paillier_keys_below_2048_bits_are_refused() -> None:
-    from islands.hfl.homomorphic import PaillierAggregator
+    from islands.aggregation.homomorphic import PaillierAggregator
 
     with pytest.raises(ValidationError, match=r"key_bits.*2048"):
         PaillierAggregator(key_bits=1024)

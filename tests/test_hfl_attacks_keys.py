@@ -12,10 +12,10 @@ import secrets
 
 import pytest
 
+from islands.aggregation.keys import _ENVELOPE, _aad
 from islands.crypto.envelope import pair_context, seal
 from islands.crypto.masking import generate_key
 from islands.errors import ProtocolError
-from islands.hfl.keys import _ENVELOPE, _aad
 from islands.hfl.server_audit import Dealing
 
 CLIENTS = ["c0", "c1", "c2"]

@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from islands.aggregation.secagg import KEY_BYTES, _share_from
 from islands.crypto import shamir
 from islands.crypto.prg import expand
 from islands.errors import ProtocolError
-from islands.hfl.secagg import KEY_BYTES, _share_from
 from islands.hfl.server_audit import SecAggFederation, split_view
 
 NAMES = ["v", "a1", "a2", "b1", "b2"]  # v: the victim
@@ -54,8 +54,8 @@ def test_without_the_threshold_bound_the_split_view_reads_the_update(
     # both views (each has 2 signers), and the server rebuilds both masks of v
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+    from islands.aggregation import secagg
     from islands.crypto.masking import MaskingKey, pairwise_mask
-    from islands.hfl import secagg
 
     monkeypatch.setattr(secagg, "least_threshold", lambda n: 1)
     fed = federation(threshold=2)

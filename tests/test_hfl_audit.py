@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from islands.errors import ValidationError
 from islands.hfl.audit import audit_gradients, first_layer_update, recover_input, relative_error
-from islands.hfl.models import ModelSpec, flat_parameters
+from islands.hfl.torch.models import ModelSpec, flat_parameters
 
 HAS_TENSEAL = importlib.util.find_spec("tenseal") is not None
 
@@ -73,7 +73,7 @@ def test_first_layer_update_slices_the_first_dense_layer() -> None:
 
 def test_the_attack_on_a_real_sgd_step_of_the_engine() -> None:
     """The engine's own trainer, one sample: the float32 update reveals it to ~1e-6."""
-    from islands.hfl.training import Position, Trainer
+    from islands.hfl.torch.training import Position, Trainer
 
     spec = ModelSpec("mlp", (20,), 3, hidden=(30,))
     rng = np.random.default_rng(1)

@@ -77,7 +77,7 @@ def test_estimator_and_file_share_defaults_and_limits() -> None:
 
 def test_model_sizes_default_to_model_spec_s() -> None:
     pytest.importorskip("torch")
-    from islands.hfl.models import ModelSpec
+    from islands.hfl.torch.models import ModelSpec
 
     spec = ModelConfig(kind="cnn").spec((1, 28, 28), 10)
     assert spec == ModelSpec("cnn", (1, 28, 28), 10)
@@ -135,3 +135,21 @@ def test_the_federation_section_builds_the_same_configs() -> None:
                           r"f\.toml \[hfl\] \[model\]: 'hidden' must be a list of ints >= 1")]:
         with pytest.raises(JobError, match=message):
             _settings({**base, **bad}, where, ("s", "a", "b"))
+
+
+def test_federated_model_follows_scikit_learns_parameter_conventions() -> None:
+    from sklearn.base import clone
+
+    from islands.hfl.strategy import FedAvg
+
+    model = FederatedModel("spec", FedAvg(lr=0.2), epochs=3, concurrency=None)
+    params = model.get_params()
+    assert params["epochs"] == 3 and params["concurrency"] is None
+    assert set(params) == set(inspect.signature(FederatedModel).parameters)
+    copy = clone(model)
+    assert copy is not model and copy.get_params()["epochs"] == 3
+    assert model.set_params(seed=4) is model and model.seed == 4
+    with pytest.raises(ValidationError, match="FederatedModel has no parameter 'seeds'"):
+        model.set_params(seeds=4)
+    assert repr(model).startswith("FederatedModel(model='spec', strategy=FedAvg(")
+    assert "epochs=3" in repr(model) and "timeout" not in repr(model)

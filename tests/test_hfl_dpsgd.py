@@ -17,14 +17,14 @@ pytest.importorskip("dp_accounting")
 import torch
 from sklearn.datasets import load_digits
 
+from islands.aggregation.protect import SampleBudget, SampleDP, build_sample_dp
 from islands.errors import ValidationError
 from islands.hfl import FedAvg, FederatedModel
-from islands.hfl.dpsgd import PrivateTrainer, poisson_sample
-from islands.hfl.learner import TorchLearner
-from islands.hfl.models import ModelSpec, _load_checked
-from islands.hfl.protect import SampleBudget, SampleDP, build_sample_dp
 from islands.hfl.strategy import LocalConfig
-from islands.hfl.training import Position, Trainer
+from islands.hfl.torch.dpsgd import PrivateTrainer, poisson_sample
+from islands.hfl.torch.learner import TorchLearner
+from islands.hfl.torch.models import ModelSpec, _load_checked
+from islands.hfl.torch.training import Position, Trainer
 from islands.privacy import PrivacyAccountant
 
 
@@ -218,8 +218,8 @@ def test_a_job_file_takes_dp_sgd(tmp_path: Path) -> None:
     path = tmp_path / "job.toml"
     path.write_text(text)
     result = run_job(load_job(path), output=tmp_path / "out")
-    assert result["sample_privacy"]["epsilon"] > 0
-    assert len(result["sample_epsilon"]) == result["rounds"]
+    assert result.sample_privacy is not None and result.sample_privacy.epsilon > 0
+    assert len(result.sample_epsilon) == result.rounds
     path.write_text(text.replace("clip = 1.0", "clip = 1.0\nsigma = 2"))
     with pytest.raises(JobError, match="sigma"):
         load_job(path)

@@ -15,17 +15,17 @@ from typing import Any
 import numpy as np
 import pytest
 
+from islands.aggregation.base import MeanAggregator
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl import FedAvg, FederatedModel
-from islands.hfl.aggregate import MeanAggregator
 from islands.hfl.checkpoint import load_checkpoint
 from islands.hfl.protocol import LocalOutcome, client, server
 from islands.runtime import run_local
 
 torch = pytest.importorskip("torch")
 
-from islands.hfl.learner import TorchLearner  # noqa: E402
-from islands.hfl.models import ModelSpec, flat_parameters  # noqa: E402
+from islands.hfl.torch.learner import TorchLearner  # noqa: E402
+from islands.hfl.torch.models import ModelSpec, flat_parameters  # noqa: E402
 
 SPEC = ModelSpec(kind="mlp", input_shape=(6,), n_outputs=3, hidden=(8,))
 NAMES = ["c0", "c1", "c2"]
@@ -163,7 +163,7 @@ def test_too_many_malformed_updates_is_a_clear_error() -> None:
 
 @pytest.mark.parametrize("kind", ["nan", "huge", "short"])
 def test_secure_aggregation_drops_a_malformed_client_and_unmasks_the_rest(kind: str) -> None:
-    from islands.hfl.secagg import SecureAggregation
+    from islands.aggregation.secagg import SecureAggregation
 
     # nan/huge: the honest encoder refuses them (the client drops out, saying why);
     # short: a forged masked vector of the wrong length, refused by the server
@@ -183,7 +183,7 @@ def test_secure_aggregation_drops_a_malformed_client_and_unmasks_the_rest(kind: 
 @pytest.mark.parametrize("scheme", ["ckks", "paillier"])
 def test_homomorphic_aggregators_drop_an_upload_of_another_length(scheme: str) -> None:
     pytest.importorskip("tenseal" if scheme == "ckks" else "phe")
-    from islands.hfl.protect import build_aggregator
+    from islands.aggregation.protect import build_aggregator
 
     strategy = FedAvg(local_steps=2, batch_size=5, lr=0.1, min_clients=2,
                       aggregator=build_aggregator([scheme], {}))

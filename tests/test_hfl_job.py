@@ -51,6 +51,24 @@ lr = 0.05
 """
 
 
+# results.json's keys, in order, as every release has written them (the metrics after
+# "workers"; "contribution", "baseline" and "dev_avg" only when the job has them)
+RESULT_KEYS = ["job", "data", "strategy", "backend", "ray_address", "workers", "{metrics}",
+               "aggregations", "rounds", "steps_per_epoch", "batch_sizes", "dropouts",
+               "client_failures", "bytes", "seconds_per_round", "history", "resumed_from",
+               "protect", "privacy", "sample_privacy", "stopped", "epsilon", "sample_epsilon",
+               "tau", "local_accuracy", "federated_seconds", "contribution", "baseline",
+               "dev_avg", "wall_time_s"]
+CLASSIFICATION = ["accuracy", "precision", "recall", "f1", "per_class_accuracy", "confusion"]
+REGRESSION = ["mse", "rmse", "mae", "r2"]
+
+
+def _result_keys(metrics: list[str], *absent: str) -> list[str]:
+    keys = [k for k in RESULT_KEYS if k not in absent]
+    i = keys.index("{metrics}")
+    return keys[:i] + metrics + keys[i + 1:]
+
+
 def _job(tmp_path: Path, *, epochs: int = 2, baseline: str = "true",
          groups: str = "0-3,4-6,7-9", name: str = "job.toml") -> Path:
     path = tmp_path / name
@@ -163,6 +181,12 @@ def test_run_writes_json_and_curves(tmp_path: Path) -> None:
     for name in ("results.json", "accuracy.png", "tau.png"):
         assert (tmp_path / "out" / name).is_file()
     assert "test metrics" in result.output and "Dev_avg" in result.output
+    assert list(res) == _result_keys(CLASSIFICATION, "contribution")
+    assert list(res["baseline"]) == [*CLASSIFICATION, "kind", "batch_size", "history", "losses",
+                                     "seconds"]
+    assert json.loads((tmp_path / "out" / "results.json").read_text()) == res
+    assert res["bytes"]["total"] == sum(res["bytes"]["sent"].values())
+    assert res["seconds_per_round"]["max"] >= res["seconds_per_round"]["mean"] > 0
 
 
 def test_linear_regression_job_reaches_the_closed_form(tmp_path: Path) -> None:
@@ -172,11 +196,20 @@ def test_linear_regression_job_reaches_the_closed_form(tmp_path: Path) -> None:
     from islands.hfl.job import run_job
 
     res = run_job(parse_job(raw), output=tmp_path / "lr")
-    closed = res["baseline"]["closed_form"]
+    doc = res.to_json()
+    assert list(doc) == _result_keys(REGRESSION, "contribution", "dev_avg")
+    assert list(doc["baseline"]) == [*REGRESSION, "kind", "batch_size", "history", "losses",
+                                     "seconds", "closed_form"]
+    assert list(doc["baseline"]["closed_form"]) == [
+        "coef", "intercept", "federated_coef", "federated_intercept", "max_abs_difference",
+        "relative_difference", "test", "lambda"]
+    assert doc["job"]["task"] == res.task == "regression" and doc["backend"] == "local"
+    assert res.baseline is not None and res.baseline.closed_form is not None
+    closed = res.baseline.closed_form
     # one full-batch step per round on the same objective is gradient descent itself:
     # after 1200 steps it sits on the ridge solution up to float32 rounding
-    assert closed["relative_difference"] < 1e-4
-    assert res["mse"] == pytest.approx(closed["test"]["mse"], rel=1e-4)
+    assert closed.relative_difference < 1e-4
+    assert res.metrics["mse"] == pytest.approx(closed.test["mse"], rel=1e-4)
 
 
 def _ckpt_params(folder: Path) -> np.ndarray:
@@ -241,8 +274,8 @@ def test_ckks_over_chaos_matches_the_unprotected_run(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     protected = json.loads((tmp_path / "p.json").read_text())
     assert protected["protect"] == ["ckks", "chaos"]
-    assert abs(protected["accuracy"] - plain["accuracy"]) <= 0.005
-    assert protected["aggregations"] == plain["aggregations"]
+    assert abs(protected["accuracy"] - plain.metrics["accuracy"]) <= 0.005
+    assert protected["aggregations"] == plain.aggregations
     assert "protected by ckks + chaos" in res.output
 
 
@@ -317,6 +350,7 @@ def test_contribution_job_writes_scores_and_the_command_shows_them(tmp_path: Pat
     res = runner.invoke(app, ["run", str(path)])
     assert res.exit_code == 0, res.output
     result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert list(result) == _result_keys(CLASSIFICATION, "baseline", "dev_avg")
     report = result["contribution"]
     assert report["clients"] == ["client-1", "client-2", "client-3"]
     assert report["settings"]["validation"] == "server (150 rows)"

@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from islands.aggregation.additive import AdditiveSharing
+from islands.aggregation.base import AggStep, MeanAggregator
+from islands.aggregation.protect import ChaosPermutation, ClientDP, build_aggregator
+from islands.aggregation.secagg import SecAggClient, SecureAggregation, threshold_for
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl import FedAvg
-from islands.hfl.additive import AdditiveSharing
-from islands.hfl.aggregate import AggStep, MeanAggregator
-from islands.hfl.protect import ChaosPermutation, ClientDP, build_aggregator
 from islands.hfl.protocol import LocalOutcome, client, server
-from islands.hfl.secagg import SecAggClient, SecureAggregation, threshold_for
 from islands.runtime import Transcript, run_local
 
 DIM = 257
@@ -355,9 +355,9 @@ def test_mismatched_vector_lengths_are_refused() -> None:
 
 def test_homomorphic_rounds_refuse_other_lengths_and_keys() -> None:
     pytest.importorskip("tenseal")
+    from islands.aggregation.base import ServerLink
+    from islands.aggregation.homomorphic import CKKSAggregator, PaillierAggregator
     from islands.crypto import ckks, paillier
-    from islands.hfl.aggregate import ServerLink
-    from islands.hfl.homomorphic import CKKSAggregator, PaillierAggregator
 
     class P:
         name = "server"

@@ -26,15 +26,15 @@ from islands.runtime import run_local
 ray = pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from islands.hfl.learner import TorchLearner  # noqa: E402
-from islands.hfl.models import ModelSpec, flat_parameters  # noqa: E402
-from islands.hfl.protect import SampleDP  # noqa: E402
+from islands.aggregation.protect import SampleDP  # noqa: E402
 from islands.hfl.ray_backend import (  # noqa: E402
     RayWorkerPool,
     WorkerError,
     WorkerTimeoutError,
 )
 from islands.hfl.strategy import LocalConfig  # noqa: E402
+from islands.hfl.torch.learner import TorchLearner  # noqa: E402
+from islands.hfl.torch.models import ModelSpec, flat_parameters  # noqa: E402
 
 SPEC = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(16,))
 
@@ -274,7 +274,7 @@ def test_a_job_file_with_backend_ray_runs_and_matches_local(tmp_path: Path) -> N
     assert doc["ray_address"] is None and doc["workers"] == 2
     local_path = tmp_path / "local.toml"
     local_path.write_text(JOB.format(output=tmp_path / "out-local", backend="local"))
-    local = run_job(load_job(local_path))
+    local = run_job(load_job(local_path)).to_json()
     assert local["backend"] == "local"
     assert doc["accuracy"] == local["accuracy"] and doc["bytes"] == local["bytes"]
 

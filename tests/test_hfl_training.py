@@ -22,8 +22,8 @@ from sklearn.metrics import (  # noqa: E402
 
 from islands.errors import ValidationError  # noqa: E402
 from islands.hfl.metrics import classification_report, dev_avg, regression_report  # noqa: E402
-from islands.hfl.models import ModelSpec, ModulePool, flat_parameters, load_flat  # noqa: E402
-from islands.hfl.training import (  # noqa: E402
+from islands.hfl.torch.models import ModelSpec, ModulePool, flat_parameters, load_flat  # noqa: E402
+from islands.hfl.torch.training import (  # noqa: E402
     Position,
     Trainer,
     batch_indices,

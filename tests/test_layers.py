@@ -1,4 +1,5 @@
-"""Layers point one way: runtime ← crypto/privacy/data ← protocols ← deploy/experiments ← cli.
+"""Layers point one way: runtime ← crypto/privacy/data ← aggregation ← protocols
+← deploy/experiments ← cli.
 
 Every import of an islands module, at module level or inside a function, is read from the
 source (nothing is imported) and checked against the layer order below: a module may
@@ -17,6 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "islands"
 LAYERS = {
     "errors": 0, "validation": 0, "reporting": 0, "config": 0, "estimator": 0,
     "crypto": 1, "privacy": 1, "data": 1, "runtime": 1,
+    "aggregation": 1.5,  # aggregators and protections: any protocol may use them
     "securesum": 2, "cca": 2, "pca": 2, "psi": 2, "hfl": 2, "vfl": 2, "protocols": 2,
     "deploy": 3, "experiments": 3,
     "cli": 4, "__init__": 4, "__main__": 4,
@@ -64,10 +66,7 @@ def test_no_import_points_up() -> None:
 # this file's layer check, so each one is at module top unless the module loads an optional
 # heavy dependency at import (see `import islands` stays light, tests/test_package.py).
 HEAVY = {
-    "islands.hfl.models": ("torch",),
-    "islands.hfl.training": ("torch",),
-    "islands.hfl.learner": ("torch",),
-    "islands.hfl.dpsgd": ("torch",),
+    "islands.hfl.torch": ("torch",),  # the package and every module in it
     "islands.hfl.audit": ("torch",),  # ModelSpec checks its argument at run time
     "islands.crypto.paillier": ("phe", "gmpy2"),
     "islands.crypto.paillier_ops": ("phe", "gmpy2"),
@@ -215,10 +214,55 @@ def test_heavy_modules_load_their_dependency_at_import() -> None:
 def test_the_check_sees_a_function_level_import(tmp_path: Path) -> None:
     source = tmp_path / "x.py"
     source.write_text("import numpy\n\n\ndef f():\n    from islands.errors import JobError\n"
-                      "    import islands.hfl.models\n    return JobError\n", encoding="utf-8")
+                      "    import islands.hfl.torch.models\n    return JobError\n",
+                      encoding="utf-8")
     found = _function_imports(source)
-    assert found == [(5, "islands.errors"), (6, "islands.hfl.models")]
-    assert not _heavy("islands.errors") and _heavy("islands.hfl.models") == ("torch",)
+    assert found == [(5, "islands.errors"), (6, "islands.hfl.torch.models")]
+    assert not _heavy("islands.errors") and _heavy("islands.hfl.torch.models") == ("torch",)
     graph = _import_graph()
-    assert "torch" in _loads("islands.hfl.learner", graph)
+    assert "torch" in _loads("islands.hfl.torch.learner", graph)
     assert "torch" not in _loads("islands.hfl", graph)
+
+
+# --------------------------------------------------------------- torch is a folder
+# Torch is loaded by the modules of islands/hfl/torch/ and by nothing else at import; a
+# module elsewhere that needs one of them at import is heavy itself (HEAVY says so).
+TORCH_PACKAGE = "islands.hfl.torch"
+TORCH_DEPENDENCIES = {"torch", "opacus"}
+
+
+def _inside_torch_package(module: str) -> bool:
+    return module == TORCH_PACKAGE or module.startswith(TORCH_PACKAGE + ".")
+
+
+def _torch_outside_its_folder(graph: dict[str, set[str]]) -> list[str]:
+    """Modules outside the torch package that import torch, or it, at module level."""
+    wrong = []
+    for module, imported in sorted(graph.items()):
+        if _inside_torch_package(module):
+            continue
+        direct = sorted(n for n in imported if n.split(".")[0] in TORCH_DEPENDENCIES)
+        if direct:
+            wrong.append(f"{module} imports {direct} at module level")
+        through = sorted(n for n in imported if _inside_torch_package(n))
+        if through and "torch" not in _heavy(module):
+            wrong.append(f"{module} imports {through} at module level but is not in HEAVY")
+    return wrong
+
+
+def test_only_the_torch_folder_imports_torch_at_module_level() -> None:
+    wrong = _torch_outside_its_folder(_import_graph())
+    assert not wrong, "\n".join(wrong)
+    assert not {"torch", "opacus"} & _loads("islands.hfl", _import_graph())
+    assert not {"torch", "opacus"} & _loads("islands.aggregation", _import_graph())
+
+
+def test_the_torch_folder_check_sees_a_stray_import() -> None:
+    graph = {"islands.hfl.torch.models": {"torch", "torch.nn"},
+             "islands.hfl.strategy": {"torch.nn"},
+             "islands.hfl.protocol": {"islands.hfl.torch.learner"},
+             "islands.hfl.audit": {"islands.hfl.torch.learner"}}
+    assert _torch_outside_its_folder(graph) == [
+        "islands.hfl.protocol imports ['islands.hfl.torch.learner'] at module level but is "
+        "not in HEAVY",
+        "islands.hfl.strategy imports ['torch.nn'] at module level"]

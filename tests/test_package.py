@@ -22,8 +22,8 @@ def test_import_islands_stays_light() -> None:
     code = (
         "import sys, islands, islands.runtime, islands.crypto, islands.data, islands.securesum,"
         " islands.hfl, islands.hfl.metrics, islands.hfl.strategy, islands.hfl.protocol,"
-        " islands.hfl.protect, islands.hfl.secagg, islands.hfl.additive,"
-        " islands.hfl.homomorphic, islands.privacy;"
+        " islands.aggregation.protect, islands.aggregation.secagg, islands.aggregation.additive,"
+        " islands.aggregation.homomorphic, islands.privacy;"
         f"print([m for m in {HEAVY!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -177,3 +177,24 @@ def test_audits_say_in_one_line_when_fashion_mnist_is_missing(
     flat = " ".join(result.output.split())
     assert flat.startswith("error: Fashion-MNIST train files not found"), flat
     assert "dataset-fashion-mnist" in flat and "Traceback" not in flat
+
+
+def test_a_reproduction_result_is_its_results_json() -> None:
+    """The envelope keeps results.json's order; a section cannot hide one of its keys."""
+    from islands.experiments.report import ReproductionResult, claim, to_jsonable
+
+    agreement = [claim("a", "x", "agrees"), claim("b", "y", "differs"),
+                 claim("c", "z", "agrees")]
+    result = ReproductionResult(settings={"quick": True}, sections={"rows": [1], "paper": {}},
+                                agreement=agreement, figures=["f.png"], wall_time_s=1.5)
+    assert list(result.to_json()) == ["settings", "rows", "paper", "agreement", "figures",
+                                      "wall_time_s"]
+    assert to_jsonable({"run": result}) == {"run": result.to_json()}
+    assert result.verdicts == {"agrees": 2, "differs": 1}
+    skipping = ReproductionResult(settings={}, sections={}, agreement=[], figures=[],
+                                  wall_time_s=0.0, skipped={"fashion_mnist": "not found"})
+    assert list(skipping.to_json()) == ["settings", "agreement", "skipped", "figures",
+                                        "wall_time_s"]
+    with pytest.raises(ValueError, match=r"\['figures'\]"):
+        ReproductionResult(settings={}, sections={"figures": []}, agreement=[], figures=[],
+                           wall_time_s=0.0)

@@ -39,7 +39,7 @@ def test_a_protection_that_gives_way_is_reported_and_fails_the_command(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # the audit is not a list of foregone conclusions: with the chaos check removed the
     # row reads LEAKS and the command exits 1
-    from islands.hfl import protect
+    from islands.aggregation import protect
 
     monkeypatch.setattr(protect.ChaosPermutation, "__init__",
                         lambda self, inner=None: None)

@@ -472,3 +472,118 @@ def test_bad_psi_limits_are_refused_before_any_message(key: str, value: Any, ids
                        match=f"The '{key}' parameter of VerticalLogisticRegression must be"):
         model.fit(np.ones((4, 1)), np.ones((4, 1)), [0, 1, 0, 1], **ids_kw)
     assert not runs
+
+
+# ------------------------------------------------- one alignment path (issue 23)
+
+_PSI_TAGS = {"turn", "blinded", "double", "matches", "keep", "aligned"}
+
+
+def _recorded(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Let every in-process run through (the estimator's and PSI's), keeping its result."""
+    import islands.runtime
+    import islands.vfl.estimator as est
+
+    runs: list[Any] = []
+
+    def record(roles: dict[str, Any], **kw: Any) -> Any:
+        runs.append(run_local(roles, **kw))
+        return runs[-1]
+
+    monkeypatch.setattr(est, "run_local", record)
+    monkeypatch.setattr(islands.runtime, "run_local", record)
+    return runs
+
+
+def test_fit_with_ids_aligns_and_trains_in_one_run_of_the_federation_roles(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """PSI, then training, as the deployed federation's roles, with no inference stage."""
+    blocks, y = data(40, (2, 2, 3), seed=6)
+    ids = [f"id-{i:02d}" for i in range(40)]
+    kw = dict(epochs=2, learning_rate=0.1, key_bits=1024, tol=None, random_state=1)
+    runs = _recorded(monkeypatch)
+    # A₂ lacks the first 5 people, A₁ holds 3 that B lacks; B's rows are reversed
+    model = VerticalLinearRegression(**kw).fit(
+        [np.vstack([blocks[0], np.ones((3, 2))]), blocks[1][5:]], blocks[2][::-1], y[::-1],
+        ids_a=[[*ids, "x", "y", "z"], ids[5:]], ids_b=ids[::-1])
+    (run,) = runs
+    assert model.transcript_ is run.transcript
+    tags = [r.tag for r in model.transcript_]
+    assert set(tags) >= _PSI_TAGS and not {"predict", "query", "partial", "scores"} & set(tags)
+    assert max(i for i, t in enumerate(tags) if t in _PSI_TAGS) < tags.index("setup")
+    assert model.ids_ == ids[5:] and run.results["A1"].ids == run.results["A2"].ids == ids[5:]
+    assert len(model.epoch_seconds_) == model.n_epochs_ == 2
+    # the same model as the rows aligned by hand
+    kept = slice(5, None)
+    aligned = VerticalLinearRegression(**kw).fit([blocks[0][kept], blocks[1][kept]],
+                                                 blocks[2][kept], y[kept])
+    for a, b in zip(model.coef_a_, aligned.coef_a_, strict=True):
+        assert np.array_equal(a, b)
+    assert np.array_equal(model.coef_b_, aligned.coef_b_)
+    assert model.loss_history_ == aligned.loss_history_ and aligned.ids_ is None
+
+
+def test_ids_that_differ_only_in_unicode_form_align() -> None:
+    """A writes 'café' decomposed (NFD), B composed: PSI's NFC matches them (a KeyError before)."""
+    blocks, y = data(12, (2, 2), seed=8)
+    names = [f"caf\u00e9-{i}" for i in range(12)]
+    decomposed = [n.replace("\u00e9", "e\u0301") for n in names]
+    kw = dict(epochs=1, batch_size=6, key_bits=1024, tol=None, random_state=2)
+    model = VerticalLinearRegression(**kw).fit(blocks[0], blocks[1], y, ids_a=decomposed,
+                                               ids_b=names)
+    assert model.ids_ == sorted(names)  # B's own spelling, in PSI's order
+    order = [names.index(v) for v in model.ids_]
+    again = VerticalLinearRegression(**kw).fit(blocks[0][order], blocks[1][order], y[order])
+    assert np.array_equal(model.coef_a_, again.coef_a_)
+
+
+def test_numpy_ids_come_back_as_python_values() -> None:
+    blocks, y = data(12, (2, 2), seed=9)
+    model = VerticalLinearRegression(epochs=1, batch_size=6, key_bits=1024).fit(
+        blocks[0], blocks[1], y, ids_a=np.arange(12), ids_b=np.arange(12)[::-1].copy())
+    assert model.ids_ == list(range(12)) and all(type(v) is int for v in model.ids_)
+
+
+@pytest.mark.parametrize(("ids_a", "ids_b", "message"), [
+    ([list(range(6)), list(range(6, 12))], list(range(12)),
+     r"party 'B'.*the parties share no ID across all of them"),
+    ([list(range(3)), list(range(3))], list(range(3)),
+     r"party 'B'.*the 3 aligned rows make a single batch.*more than 3 rows"),
+])
+def test_what_alignment_leaves_is_refused_before_training(ids_a: Any, ids_b: Any,
+                                                          message: str) -> None:
+    rng = np.random.default_rng(0)
+    x_a = [rng.normal(size=(len(ids), 1)) for ids in ids_a]
+    x_b, y = rng.normal(size=(len(ids_b), 2)), rng.normal(size=len(ids_b))
+    model = VerticalLinearRegression(key_bits=1024, batch_size=8)
+    with pytest.raises(ValidationError, match=message) as info:
+        model.fit(x_a, x_b, y, ids_a=ids_a, ids_b=ids_b)
+    assert not hasattr(model, "coef_b_")
+    assert getattr(info.value, "party", None) == "B"
+
+
+@pytest.mark.parametrize(("ids_a", "message"), [
+    ([list(range(4)), [0, 1, 2, 0]], r"'ids_a\[1\]' parameter of VerticalLinearRegression "
+                                    r"repeats the ID 0"),
+    ([list(range(4)), list("abcd")], r"ids_a\[1\] holds str IDs but ids_b holds int IDs"),
+    ([list(range(4))], r"one ID list per passive party \(2\); got 1"),
+])
+def test_bad_ids_of_any_passive_party_are_refused_before_any_message(
+        ids_a: Any, message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, PSI with A₁ ran before A₂'s IDs were checked."""
+    runs = _recorded(monkeypatch)
+    model = VerticalLinearRegression(key_bits=1024)
+    with pytest.raises(ValidationError, match=message):
+        model.fit([np.ones((4, 1)), np.ones((4, 1))], np.ones((4, 1)), np.arange(4.0),
+                  ids_a=ids_a, ids_b=list(range(4)))
+    assert not runs
+
+
+def test_the_active_party_refuses_a_query_without_the_inference_stage() -> None:
+    from islands.vfl.federation import PsiSettings, active_party
+
+    role = partial(active_party, X=np.ones((4, 1)), y=np.ones(4), ids=list(range(4)),
+                   coordinator="C", passive=["A"], plan=make_plan("linear"),
+                   psi=PsiSettings(inference=False), query=[1])
+    with pytest.raises(ValidationError, match="IDs to predict need the inference stage"):
+        run_local({"B": role}, timeout=5)

@@ -232,21 +232,19 @@ def test_a1_learns_which_of_its_ids_shared_with_b_a2_holds(
     rng = np.random.default_rng(0)
     x_a1, x_a2 = rng.normal(size=(len(ids_a1), 2)), rng.normal(size=(len(ids_a2), 2))
     x_b, y = rng.normal(size=(40, 2)), rng.normal(size=40)
-    monkeypatch.setattr(est, "run_local", _stop)
-    model = est.VerticalLinearRegression(key_bits=1024)
-    with pytest.raises(_Aligned):
-        model.fit([x_a1, x_a2], x_b, y, ids_a=[ids_a1, ids_a2], ids_b=ids_b)
+    runs: list[Any] = []
+
+    def record(roles: dict[str, Any], **kw: Any) -> Any:
+        runs.append(run_local(roles, **kw))
+        return runs[-1]
+
+    monkeypatch.setattr(est, "run_local", record)
+    model = est.VerticalLinearRegression(key_bits=1024, epochs=1)
+    model.fit([x_a1, x_a2], x_b, y, ids_a=[ids_a1, ids_a2], ids_b=ids_b)
+    (run,) = runs  # alignment and training in one run
     a1_with_b = set(ids_a1) & set(ids_b)  # A₁'s own PSI output
-    kept = set(model.ids_)  # the rows A₁ is told to train on
-    assert kept == a1_with_b & set(ids_a2)
+    kept = set(run.results["A1"].ids)  # the rows A₁ is told to train on
+    assert kept == a1_with_b & set(ids_a2) == set(model.ids_)
     # so A₁ reads, for each of its 30 IDs shared with B, whether A₂ holds it
     assert a1_with_b - kept == {f"id-{i:02d}" for i in range(10)}
     assert not kept & {"a2-only-0"}  # but nothing of A₂'s IDs outside A₁ ∩ B
-
-
-class _Aligned(Exception):
-    """Raised instead of training: the alignment is all this test needs."""
-
-
-def _stop(roles: dict[str, Any], **_: Any) -> Any:
-    raise _Aligned

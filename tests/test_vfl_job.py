@@ -17,6 +17,11 @@ pytest.importorskip("phe")
 from islands.vfl.job import JobError, load_vertical_job, parse_vertical_job, run_vertical
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+# results.json's keys, in order, as every release has written them
+VERTICAL_KEYS = ["job", "settings", "rows", "features", "loss_history", "batch_losses",
+                 "epochs_run", "converged", "metrics", "epoch_seconds", "per_epoch_split",
+                 "bytes", "bytes_by_tag", "aligned_ids", "max_abs_diff_to_centralised_gd",
+                 "wall_time_s"]
 
 
 def test_the_examples_parse() -> None:
@@ -52,11 +57,19 @@ def test_a_two_passive_linear_job_runs_and_matches_scikit_learn() -> None:
                               "model": {"kind": "linear", "key_bits": 1024, "epochs": 30,
                                         "batch_size": 64}})
     r = run_vertical(job)
-    assert r["features"] == {"passive": [3, 3], "active": 4}
-    assert abs(r["metrics"]["r2"] - r["metrics"]["sklearn_r2"]) < 0.02
-    assert r["max_abs_diff_to_centralised_gd"] < 1e-4
-    assert len(r["epoch_seconds"]) == r["epochs_run"] == len(r["loss_history"])
-    assert set(r["per_epoch_split"]) == {"A1", "A2", "B", "C"}
+    assert (r.passive_features, r.active_features) == ([3, 3], 4)
+    assert abs(r.metrics["r2"] - r.metrics["sklearn_r2"]) < 0.02
+    assert r.max_abs_diff_to_centralised_gd is not None
+    assert r.max_abs_diff_to_centralised_gd < 1e-4
+    assert len(r.epoch_seconds) == r.epochs_run == len(r.loss_history)
+    assert set(r.per_epoch_split) == {"A1", "A2", "B", "C"}
+    # results.json: the keys and nesting it has always had
+    doc = r.to_json()
+    assert list(doc) == VERTICAL_KEYS
+    assert doc["rows"] == {"train_aligned": r.train_rows, "test": r.test_rows}
+    assert doc["features"] == {"passive": [3, 3], "active": 4}
+    assert doc["settings"]["objective"] == "linear" and doc["job"]["name"] == "t"
+    assert doc["aligned_ids"] is None
 
 
 def test_cli_runs_a_vertical_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,6 +86,9 @@ def test_cli_runs_a_vertical_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert exit_info.value.code in (0, None)
     result = json.loads((out / "results.json").read_text())
     assert result["aligned_ids"] < 455 and result["metrics"]["auc"] > 0.95
+    assert list(result) == VERTICAL_KEYS and result["rows"]["train_aligned"] == result[
+        "aligned_ids"]
+    assert list(result["metrics"]) == ["accuracy", "auc", "sklearn_accuracy", "sklearn_auc"]
     assert (out / "loss.png").stat().st_size > 1000
 
 
@@ -96,8 +112,13 @@ def test_quick_reproduction(tmp_path: Path) -> None:
 
     messages: list[str] = []
     results = reproduce_vfl(tmp_path, quick=True, progress=messages.append)
-    assert set(results["runs"]) == {"diabetes", "breast_cancer", "synthetic"}
-    assert all(c["verdict"] != "differs" for c in results["agreement"])
+    assert set(results.sections["runs"]) == {"diabetes", "breast_cancer", "synthetic"}
+    assert all(c["verdict"] != "differs" for c in results.agreement)
+    assert sum(results.verdicts.values()) == len(results.agreement)
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert list(doc) == ["settings", "runs", "agreement", "figures", "wall_time_s"]
+    assert doc == json.loads(json.dumps(results.to_json()))
+    assert all(list(r) == VERTICAL_KEYS for r in doc["runs"].values())
     report = (tmp_path / "report.md").read_text()
     assert "Cost per epoch" in report and (tmp_path / "loss_curves.png").exists()
     assert any("[breast_cancer]" in m for m in messages)

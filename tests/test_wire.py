@@ -460,7 +460,7 @@ def test_every_registered_message_compiles_its_checks() -> None:
 def test_pca_and_additive_sharing_messages_are_registered_and_checked() -> None:
     # issue 23: PCA's mask/mean/noise/components and additive sharing's share were dicts
     # that each receiver took apart by hand; now the codec checks their fields on arrival
-    from islands.hfl.additive import Share
+    from islands.aggregation.additive import Share
     from islands.pca.protocol import Components, Mask, Mean, Noise
 
     names = {cls: name for name, cls in wire.registered_messages().items()}

@@ -12,14 +12,24 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["markdown_table", "new_figure", "save_figure", "to_jsonable", "write_json"]
+__all__ = ["JsonResult", "markdown_table", "new_figure", "save_figure", "to_jsonable",
+           "write_json"]
+
+
+@runtime_checkable
+class JsonResult(Protocol):
+    """A typed result that gives its JSON form (plain dicts, lists and numbers)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the result as JSON-ready values."""
+        ...
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -29,7 +39,8 @@ def to_jsonable(obj: Any) -> Any:
     ----------
     obj
         Any mix of dicts, lists, tuples, NumPy arrays and scalars, paths, strings,
-        numbers, booleans and ``None``.
+        numbers, booleans, ``None`` and results with a ``to_json()`` method (typed
+        results such as :class:`islands.hfl.job.HflJobResult`).
 
     Returns
     -------
@@ -60,6 +71,8 @@ def to_jsonable(obj: Any) -> Any:
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
+    if isinstance(obj, JsonResult):
+        return to_jsonable(obj.to_json())
     raise TypeError(f"cannot convert {type(obj).__name__} to JSON")
 
 

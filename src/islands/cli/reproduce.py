@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -21,9 +21,10 @@ from rich.table import Table
 
 from islands.cli.common import app, console, stop_on_error
 
-__all__ = ["REPRODUCTIONS", "Reproduction", "reproduce_app"]
+if TYPE_CHECKING:  # islands.cli imports no experiments until a command runs
+    from islands.experiments.report import ReproductionResult as Results
 
-Results = dict[str, Any]
+__all__ = ["REPRODUCTIONS", "Reproduction", "reproduce_app"]
 
 QUICK_HELP = "Small settings (seconds, for smoke tests)."
 
@@ -67,7 +68,7 @@ def _option(name: str, kind: type, default: Any, help: str) -> inspect.Parameter
 
 
 def _pca_notes(results: Results) -> None:
-    if results["settings"].get("dp_guarantee") is False:
+    if results.settings.get("dp_guarantee") is False:
         console.print("[bold yellow]No DP guarantee:[/] every DP fit used noise_seed so the "
                       "figures can be redrawn; anyone who knows it removes the noise "
                       "(ε = ∞). ε here is the calibration target.")
@@ -77,7 +78,7 @@ def _vfl_tables(results: Results) -> None:
     table = Table(title="Vertical FL under Paillier")
     for col in ("data", "metric", "federated", "scikit-learn", "epochs", "s/epoch"):
         table.add_column(col, justify="left" if col == "data" else "right")
-    for name, r in results["runs"].items():
+    for name, r in results.sections["runs"].items():
         key = "auc" if "auc" in r["metrics"] else "r2"
         epoch_s = r["epoch_seconds"]
         table.add_row(escape(name), key, f"{r['metrics'][key]:.4f}",
@@ -87,7 +88,7 @@ def _vfl_tables(results: Results) -> None:
 
 
 def _ftl_tables(results: Results) -> None:
-    fashion = results["fashion_mnist"]
+    fashion = results.sections["fashion_mnist"]
     if fashion is not None:
         table = Table(title="Fashion-MNIST: test accuracy on A's half (B holds the labels)")
         for col in ("overlap", "rows", "FTL", "FTL (paper)", "lower bound", "upper bound",
@@ -105,7 +106,7 @@ def _ftl_tables(results: Results) -> None:
     table = Table(title="Breast cancer: mean test AUC on A's features over the splits")
     for col in ("overlap", "rows", "FTL", "FTL (paper)", "lower bound", "upper bound"):
         table.add_column(col, justify="left" if col == "overlap" else "right")
-    for name, v in results["breast_cancer"]["summary"].items():
+    for name, v in results.sections["breast_cancer"]["summary"].items():
         table.add_row(escape(name), str(v["overlap_rows"]), f"{v['ftl_auc']:.4f}",
                       f"{v['ftl_paper_auc']:.4f}", f"{v['lower_bound_auc']:.4f}",
                       f"{v['upper_bound_auc']:.4f}")
@@ -116,7 +117,7 @@ def _apfl_tables(results: Results) -> None:
     table = Table(title="Fashion-MNIST, classes 0-3 / 4-6 / 7-9")
     for col in ("row", "accuracy %", "Dev_avg", "aggregations"):
         table.add_column(col, justify="left" if col == "row" else "right")
-    for name, row in results["rows"].items():
+    for name, row in results.sections["rows"].items():
         table.add_row(escape(name), f"{100 * row['accuracy']:.2f}",
                       "–" if name == "CL" else f"{100 * row['dev_avg']:.2f}",
                       "–" if name == "CL" else str(row["aggregations"]))
@@ -124,7 +125,8 @@ def _apfl_tables(results: Results) -> None:
 
 
 def _contribution_tables(results: Results) -> None:
-    scores = {**results["contribution"]["scores"], "retrain": results["retrain"]["scores"]}
+    parts = results.sections
+    scores = {**parts["contribution"]["scores"], "retrain": parts["retrain"]["scores"]}
     names = {"gtg": "GTG", "exact": "exact/round", "or": "OR", "loo": "LOO/round",
              "retrain": "retrained Shapley"}
     table = Table(title="Contribution of each client (validation accuracy points)")
@@ -133,10 +135,10 @@ def _contribution_tables(results: Results) -> None:
     for m in scores:
         table.add_column(names.get(m, m), justify="right")
     table.add_column("share", justify="right")
-    for k, c in enumerate(results["clients"]):
+    for k, c in enumerate(parts["clients"]):
         table.add_row(escape(c["name"]), escape(c["role"]),
                       *(f"{scores[m][k]:+.4f}" for m in scores),
-                      f"{100 * results['contribution']['shares'][k]:.1f}%")
+                      f"{100 * parts['contribution']['shares'][k]:.1f}%")
     console.print(table)
 
 
@@ -197,19 +199,17 @@ def reproduce(entry: Reproduction, out: Path, quick: bool, seed: int, json_path:
 
 def _summarise_reproduction(results: Results, out: Path, json_path: Path | None) -> None:
     """Print the claims checked against the paper, one screen, and where the report is."""
-    verdicts: dict[str, int] = {}
-    for claim in results["agreement"]:
-        verdicts[claim["verdict"]] = verdicts.get(claim["verdict"], 0) + 1
     table = Table(title="Agreement with the paper")
     columns = [c for c in ("figure", "claim", "dataset", "verdict", "finding")
-               if any(c in claim for claim in results["agreement"])]
+               if any(c in claim for claim in results.agreement)]
     for col in columns:
         table.add_column(col)
-    for claim in results["agreement"]:
+    for claim in results.agreement:
         table.add_row(*(escape(str(claim.get(c, ""))) for c in columns))
     console.print(table)
-    console.print(f"{verdicts} in {results['wall_time_s']:.0f} s; report: {out / 'report.md'}")
-    for name in results.get("skipped", []):
+    console.print(f"{results.verdicts} in {results.wall_time_s:.0f} s; report: "
+                  f"{out / 'report.md'}")
+    for name in results.skipped or []:
         console.print(f"[yellow]skipped[/] {escape(str(name))}")
     if json_path is not None:
         json_path.write_text((out / "results.json").read_text())

@@ -7,7 +7,7 @@ import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
@@ -18,6 +18,10 @@ from rich.table import Table
 from islands.cli.common import app, console, print_error, stop_on_error
 from islands.errors import IslandsError
 from islands.validation import read_toml
+
+if TYPE_CHECKING:
+    from islands.hfl.job import HflJobResult
+    from islands.vfl.job import VerticalJobResult
 
 __all__ = ["JOB_KINDS", "contribution_command", "print_contribution", "run_command"]
 
@@ -161,67 +165,69 @@ def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
     with console.status("starting") as status, stop_on_error(1):
         result = run_vertical(job, progress=lambda msg: status.update(escape(msg)))
     written = write_vertical_outputs(result, out, json_path=json_path)
-    table = Table(title=f"{job.name}: test metrics")
-    table.add_column("model")
-    keys = ["accuracy", "auc"] if m["kind"] == "logistic" else ["r2", "mse"]
-    for key in keys:
-        table.add_column(key, justify="right")
-    metrics = result["metrics"]
-    table.add_row("vertical, encrypted", *(f"{metrics[k]:.4f}" for k in keys))
-    table.add_row("scikit-learn, joined data", *(f"{metrics['sklearn_' + k]:.4f}" for k in keys))
-    console.print(table)
-    split = result["per_epoch_split"]
-    parts = ", ".join(f"{name}: HE {c['he']:.2f} s, compute {c['compute']:.3f} s, messaging "
-                      f"{c['messaging']:.2f} s" for name, c in split.items())
-    epoch_s = result["epoch_seconds"]
-    console.print(f"{result['epochs_run']} epochs, loss {result['loss_history'][0]:.4f} → "
-                  f"{result['loss_history'][-1]:.4f}; {np.mean(epoch_s):.2f} s per epoch "
-                  f"({parts}); {result['bytes'] / 1e6:.2f} MB exchanged")
-    if result["aligned_ids"] is not None:
-        console.print(f"PSI aligned {result['aligned_ids']} rows")
+    _summarise_vertical(result)
     console.print("wrote " + ", ".join(escape(str(p)) for p in written))
 
 
-def _summarise_job(result: dict[str, Any]) -> None:
+def _summarise_vertical(result: VerticalJobResult) -> None:
+    """Print the test metrics against scikit-learn, then what the epochs cost."""
+    keys = ["accuracy", "auc"] if result.settings.objective == "logistic" else ["r2", "mse"]
+    table = Table(title=f"{result.job.name}: test metrics")
+    table.add_column("model")
+    for key in keys:
+        table.add_column(key, justify="right")
+    metrics = result.metrics
+    table.add_row("vertical, encrypted", *(f"{metrics[k]:.4f}" for k in keys))
+    table.add_row("scikit-learn, joined data", *(f"{metrics['sklearn_' + k]:.4f}" for k in keys))
+    console.print(table)
+    parts = ", ".join(f"{name}: HE {c.he:.2f} s, compute {c.compute:.3f} s, messaging "
+                      f"{c.messaging:.2f} s" for name, c in result.per_epoch_split.items())
+    console.print(f"{result.epochs_run} epochs, loss {result.loss_history[0]:.4f} → "
+                  f"{result.loss_history[-1]:.4f}; {np.mean(result.epoch_seconds):.2f} s per "
+                  f"epoch ({parts}); {result.bytes / 1e6:.2f} MB exchanged")
+    if result.aligned_ids is not None:
+        console.print(f"PSI aligned {result.aligned_ids} rows")
+
+
+def _summarise_job(result: HflJobResult) -> None:
     """One screen: the federated model against its baseline, and what the run cost."""
-    regression = result["job"]["task"] == "regression"
-    keys = ("mse", "rmse", "mae", "r2") if regression else ("accuracy", "precision", "recall",
-                                                            "f1")
-    table = Table(title=f"{result['job']['name']}: test metrics")
+    keys = (("mse", "rmse", "mae", "r2") if result.task == "regression"
+            else ("accuracy", "precision", "recall", "f1"))
+    table = Table(title=f"{result.job.name}: test metrics")
     table.add_column("model")
     for key in keys:
         table.add_column(key, justify="right")
     table.add_column("aggregations", justify="right")
-    table.add_row(f"federated ({result['job']['strategy']['name']})",
-                  *(f"{result[k]:.4f}" for k in keys), str(result["aggregations"]))
-    base = result.get("baseline")
+    table.add_row(f"federated ({result.job.strategy['name']})",
+                  *(f"{result.metrics[k]:.4f}" for k in keys), str(result.aggregations))
+    base = result.baseline
+    closed = None if base is None else base.closed_form
     if base is not None:
-        table.add_row("centralised", *(f"{base[k]:.4f}" for k in keys), "–")
-        closed = base.get("closed_form")
+        table.add_row("centralised", *(f"{base.metrics[k]:.4f}" for k in keys), "–")
         if closed is not None:
-            table.add_row("closed-form ridge", *(f"{closed['test'][k]:.4f}" for k in keys), "–")
+            table.add_row("closed-form ridge", *(f"{closed.test[k]:.4f}" for k in keys), "–")
     console.print(table)
-    facts = [f"{result['rounds']} rounds, {result['seconds_per_round']['mean'] * 1000:.1f} ms "
-             f"per round, {result['bytes']['total'] / 1e6:.1f} MB on the wire"]
-    if "dev_avg" in result:
-        facts.append(f"Dev_avg {result['dev_avg']:.4f}")
-    if result.get("contribution"):
-        print_contribution(result["contribution"])
-    if result["dropouts"]:
-        facts.append(f"{len(result['dropouts'])} dropout(s)")
-    if result.get("protect"):
-        facts.append("protected by " + " + ".join(result["protect"]))
-    if result.get("privacy"):
-        facts.append(f"privacy spent ε = {result['privacy']['epsilon']:.3f} at "
-                     f"δ = {result['privacy']['delta']:g}")
-    if result.get("sample_privacy"):
-        facts.append(f"DP-SGD privacy spent ε = {result['sample_privacy']['epsilon']:.3f} "
-                     f"at δ = {result['sample_privacy']['delta']:g} (largest of the clients)")
-    if result.get("stopped"):
-        facts.append(f"stopped early ({result['stopped']})")
-    if base is not None and base.get("closed_form"):
-        facts.append(f"max |θ_fed − θ_ridge| {base['closed_form']['max_abs_difference']:.2e}")
-    console.print("; ".join(facts) + f"; {result['wall_time_s']:.1f} s in all")
+    facts = [f"{result.rounds} rounds, {result.seconds_per_round.mean * 1000:.1f} ms "
+             f"per round, {result.bytes.total / 1e6:.1f} MB on the wire"]
+    if result.dev_avg is not None:
+        facts.append(f"Dev_avg {result.dev_avg:.4f}")
+    if result.contribution:
+        print_contribution(result.contribution)
+    if result.dropouts:
+        facts.append(f"{len(result.dropouts)} dropout(s)")
+    if result.job.protect:
+        facts.append("protected by " + " + ".join(result.job.protect))
+    if result.privacy is not None:
+        facts.append(f"privacy spent ε = {result.privacy.epsilon:.3f} at "
+                     f"δ = {result.privacy.delta:g}")
+    if result.sample_privacy is not None:
+        facts.append(f"DP-SGD privacy spent ε = {result.sample_privacy.epsilon:.3f} "
+                     f"at δ = {result.sample_privacy.delta:g} (largest of the clients)")
+    if result.stopped:
+        facts.append(f"stopped early ({result.stopped})")
+    if closed is not None:
+        facts.append(f"max |θ_fed − θ_ridge| {closed.max_abs_difference:.2e}")
+    console.print("; ".join(facts) + f"; {result.wall_time_s:.1f} s in all")
 
 
 

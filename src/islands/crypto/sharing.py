@@ -6,7 +6,7 @@ uniformly distributed and independent of x; all n sum to x. Arithmetic modulo 2^
 numpy's native wrap-around on uint64.
 
 These are the maths of every secret sum in islands: :mod:`islands.securesum` (parties
-deal shares to one another), :mod:`islands.hfl.additive` (clients deal shares of their
+deal shares to one another), :mod:`islands.aggregation.additive` (clients deal shares of their
 updates) and the secure mode of :mod:`islands.pca.protocol` (which masks with pairwise
 keys instead of dealing shares, and adds the masked ring elements with :func:`reconstruct`).
 Each protocol keeps its own messages and checks; dealing (:func:`share_among`) and adding

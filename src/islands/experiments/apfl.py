@@ -19,7 +19,7 @@ APFL is also run at other learning rates (:data:`SENSITIVITY_LRS`), since how fa
 falls depends on how often the accuracy stops improving.
 
 The paper does not name its network; the default here is a 784-200-10 MLP (``--model
-cnn`` for the small CNN of :mod:`islands.hfl.models`).
+cnn`` for the small CNN of :mod:`islands.hfl.torch.models`).
 
 References
 ----------
@@ -41,6 +41,7 @@ from islands.data import find_fashion_mnist, load, partition_by_class
 from islands.errors import DataNotFoundError
 from islands.experiments.report import (
     Progress,
+    ReproductionResult,
     agreement_table,
     claim,
     markdown_table,
@@ -189,7 +190,7 @@ def _load(s: _Settings) -> tuple[str, Any, Any, Any, Any, Any]:
           else np.sort(rng.choice(train.n_samples, s.train_rows, replace=False)))
     te = (np.arange(test.n_samples) if s.test_rows is None
           else np.sort(rng.choice(test.n_samples, s.test_rows, replace=False)))
-    from islands.hfl.models import ModelSpec
+    from islands.hfl.torch.models import ModelSpec
 
     spec = (ModelSpec(kind="mlp", input_shape=(784,), n_outputs=10, hidden=(200,))
             if s.model == "mlp" else ModelSpec(kind="cnn", input_shape=(1, 28, 28),
@@ -206,7 +207,7 @@ def reproduce_apfl(
     quick: bool = False,
     random_state: int = 0,
     progress: Progress | None = None,
-) -> dict[str, Any]:
+) -> ReproductionResult:
     """Run the seven rows of the APFL paper's Fashion-MNIST tables and write a report.
 
     Parameters
@@ -231,8 +232,9 @@ def reproduce_apfl(
 
     Returns
     -------
-    dict
-        ``settings``, ``schedule`` (:class:`Schedule` as a dict), ``rows`` (per row: test
+    ReproductionResult
+        Its ``to_json()`` (``results.json``) holds ``settings``, ``schedule``
+        (:class:`Schedule` as a dict), ``rows`` (per row: test
         metrics, ``dev_avg``, ``aggregations``, ``bytes``, ``seconds``, ``history``,
         ``tau``, ``tau_trajectory``), ``sensitivity`` (APFL at each of
         :data:`SENSITIVITY_LRS` and 0.1), ``paper``, ``agreement``, ``figures`` and
@@ -255,8 +257,8 @@ def _local_train_rows(sizes: list[int], seed: int) -> list[NDArray[np.intp]]:
     return [split_local_eval(n, 0.1, client_seed(seed, k))[0] for k, n in enumerate(sizes)]
 
 
-def _run(out: Path, s: _Settings, say: Progress, start: float) -> dict[str, Any]:
-    from islands.hfl.training import Trainer, train_centralised
+def _run(out: Path, s: _Settings, say: Progress, start: float) -> ReproductionResult:
+    from islands.hfl.torch.training import Trainer, train_centralised
 
     say("loading Fashion-MNIST")
     dataset, spec, X, y, X_test, y_test = _load(s)
@@ -321,14 +323,17 @@ def _run(out: Path, s: _Settings, say: Progress, start: float) -> dict[str, Any]
                             "test_rows": len(y_test)}
     claims = _claims(rows)
     figures = _figures(out, rows, sensitivity, s)
-    results = {"settings": settings, "schedule": asdict(plan), "rows": rows,
-               "sensitivity": {lr: {k: v for k, v in r.items() if k != "tau"}
-                               for lr, r in sensitivity.items()},
-               "paper": PAPER, "agreement": claims, "figures": figures,
-               "wall_time_s": time.perf_counter() - start}
+    result = ReproductionResult(
+        settings=settings,
+        sections={"schedule": asdict(plan), "rows": rows,
+                  "sensitivity": {lr: {k: v for k, v in r.items() if k != "tau"}
+                                  for lr, r in sensitivity.items()},
+                  "paper": PAPER},
+        agreement=claims, figures=figures, wall_time_s=time.perf_counter() - start)
+    results = result.to_json()
     write_json(out / "results.json", results)
     _report(out, results)
-    return results
+    return result
 
 
 def _claims(rows: dict[str, dict[str, Any]]) -> list[dict[str, str]]:

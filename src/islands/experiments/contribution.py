@@ -13,7 +13,7 @@ the ground truth, and writes ``report.md``, ``results.json`` and three PNGs:
 - ``client-4``: medium (1,500) with 70% of its labels replaced by uniform random labels;
 - ``client-5``: a free-rider holding 1,500 rows, so that it claims their aggregation
   weight, which uploads the global model it receives unchanged
-  (:class:`~islands.hfl.learner.FreeRider`).
+  (:class:`~islands.hfl.torch.learner.FreeRider`).
 
 The rows are disjoint random (IID) draws from the Fashion-MNIST training split; the
 server's validation rows (2,000, never trained on) come from the same split and give
@@ -56,6 +56,7 @@ from islands.data import find_fashion_mnist, load
 from islands.errors import DataNotFoundError
 from islands.experiments.report import (
     Progress,
+    ReproductionResult,
     agreement_table,
     claim,
     markdown_table,
@@ -253,7 +254,7 @@ def _cumulative(report: dict[str, Any], method: str, n: int) -> Floats:
 def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
                            quick: bool = False, random_state: int = 0,
                            n_threads: int | None = None,
-                           progress: Progress | None = None) -> dict[str, Any]:
+                           progress: Progress | None = None) -> ReproductionResult:
     """Value five unequal Fashion-MNIST clients and compare with Shapley by retraining.
 
     Parameters
@@ -277,16 +278,17 @@ def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
 
     Returns
     -------
-    dict
-        ``settings``, ``clients`` (rows, role, aggregation weight), ``federation``
+    ReproductionResult
+        Its ``to_json()`` (``results.json``) holds ``settings``, ``clients`` (rows,
+        role, aggregation weight), ``federation``
         (accuracy, rounds, wall time), ``contribution`` and ``renormalised`` (the two
         :class:`~islands.hfl.contribution.ContributionReport` as dicts), ``retrain``
         (coalition values, Shapley and leave-one-out scores, times), ``comparison``,
         ``gtg_check``, ``costs``, ``agreement`` (the claims), ``figures`` and
         ``wall_time_s``.
     """
-    from islands.hfl.learner import FreeRider
-    from islands.hfl.models import ModelSpec
+    from islands.hfl.torch.learner import FreeRider
+    from islands.hfl.torch.models import ModelSpec
 
     start = time.perf_counter()
     run = setup_run("reproduce_contribution", out_dir, random_state, n_threads, progress)
@@ -340,18 +342,19 @@ def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
     gtg = _gtg_check(report)
     claims = _claims(s, report, renorm, retrain, comparison, gtg, costs)
     figures = _figures(run.out, names, report, renorm, retrain)
-    results = {"settings": asdict(s) | {"dataset": "fashion_mnist", "methods": list(METHODS),
-                                        "strategy": "FedAvg, batches ∝ rows (APFL eq. 26, "
-                                                    "fixed τ)",
-                                        "contribution": report["settings"]},
-               "clients": clients, "federation": federation, "contribution": report,
-               "renormalised": renorm, "retrain": retrain, "comparison": comparison,
-               "gtg_check": gtg, "costs": costs, "agreement": claims, "figures": figures,
-               "wall_time_s": time.perf_counter() - start}
+    result = ReproductionResult(
+        settings=asdict(s) | {"dataset": "fashion_mnist", "methods": list(METHODS),
+                              "strategy": "FedAvg, batches ∝ rows (APFL eq. 26, fixed τ)",
+                              "contribution": report["settings"]},
+        sections={"clients": clients, "federation": federation, "contribution": report,
+                  "renormalised": renorm, "retrain": retrain, "comparison": comparison,
+                  "gtg_check": gtg, "costs": costs},
+        agreement=claims, figures=figures, wall_time_s=time.perf_counter() - start)
+    results = result.to_json()
     write_json(run.out / "results.json", results)
     _report(run.out, results)
-    say(f"done in {results['wall_time_s']:.0f} s")
-    return results
+    say(f"done in {result.wall_time_s:.0f} s")
+    return result
 
 
 # ------------------------------------------------------------------ claims

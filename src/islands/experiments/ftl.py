@@ -53,6 +53,7 @@ from islands.data.datasets import load_fashion_mnist
 from islands.data.views import split_image_views
 from islands.experiments.report import (
     Progress,
+    ReproductionResult,
     agreement_table,
     claim,
     markdown_table,
@@ -371,7 +372,7 @@ def _encrypted_check(s: _Settings, say: Progress) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ entry point
 def reproduce_ftl(out_dir: Path | str, *, quick: bool = False, random_state: int = 0,
-                  progress: Progress | None = None) -> dict[str, Any]:
+                  progress: Progress | None = None) -> ReproductionResult:
     """Run the FTL experiments and write the report.
 
     Parameters
@@ -391,9 +392,10 @@ def reproduce_ftl(out_dir: Path | str, *, quick: bool = False, random_state: int
 
     Returns
     -------
-    dict
-        ``settings``, ``fashion_mnist`` (one row per overlap: FTL, the paper's
-        configuration, lower and upper bound), ``breast_cancer`` (per split and averaged),
+    ReproductionResult
+        Its ``to_json()`` (``results.json``) holds ``settings``, ``fashion_mnist``
+        (one row per overlap: FTL, the paper's configuration, lower and upper bound),
+        ``breast_cancer`` (per split and averaged),
         ``encrypted_check``, ``agreement``, ``skipped``, ``figures``
         and ``wall_time_s``.
     """
@@ -411,16 +413,17 @@ def reproduce_ftl(out_dir: Path | str, *, quick: bool = False, random_state: int
     check = _encrypted_check(s, run.say)
     claims = _claims(fashion, tabular, check)
     figures = [_figure(run.out, fashion, tabular)]
-    results = {"settings": asdict(s) | {"paper_config": PAPER_CONFIG,
-                                        "fashion_model": FASHION_MODEL,
-                                        "tabular_model": TABULAR_MODEL},
-               "fashion_mnist": fashion, "breast_cancer": tabular, "encrypted_check": check,
-               "agreement": claims, "skipped": skipped, "figures": figures,
-               "wall_time_s": time.perf_counter() - start}
+    result = ReproductionResult(
+        settings=asdict(s) | {"paper_config": PAPER_CONFIG, "fashion_model": FASHION_MODEL,
+                              "tabular_model": TABULAR_MODEL},
+        sections={"fashion_mnist": fashion, "breast_cancer": tabular, "encrypted_check": check},
+        agreement=claims, skipped=skipped, figures=figures,
+        wall_time_s=time.perf_counter() - start)
+    results = result.to_json()
     write_json(run.out / "results.json", results)
     _report(run.out, results)
-    run.say(f"done in {results['wall_time_s']:.0f} s")
-    return results
+    run.say(f"done in {result.wall_time_s:.0f} s")
+    return result
 
 
 # ------------------------------------------------------------------ claims, figure, report

@@ -68,6 +68,7 @@ from islands.data import (
 )
 from islands.experiments.report import (
     Progress,
+    ReproductionResult,
     agreement_table,
     claim,
     markdown_table,
@@ -866,7 +867,7 @@ def reproduce_pca(
     random_state: int = 0,
     progress: Progress | None = None,
     n_threads: int | None = 1,
-) -> dict[str, Any]:
+) -> ReproductionResult:
     """Run the federated DP-PCA experiments (q and SVM accuracy vs ε, k, s) and report.
 
     Parameters
@@ -892,8 +893,8 @@ def reproduce_pca(
 
     Returns
     -------
-    dict
-        The results, as written to ``results.json``: ``settings``, ``datasets`` (per
+    ReproductionResult
+        Its ``to_json()`` is ``results.json``: ``settings``, ``datasets`` (per
         data set: metadata, ``tau``, ``svm_exact_normalised`` and ``settings``, keyed
         ``"<balanced|unbalanced>_s<s>"``, each with ``plain`` and one entry per DP mode
         holding ``q`` (ε × k × seed), ``svm`` (ε × seed, at the plotted k),
@@ -914,7 +915,7 @@ def reproduce_pca(
         return _run(run.out, s, run.say, start)
 
 
-def _run(out: Path, s: _Settings, say: Progress, start: float) -> dict[str, Any]:
+def _run(out: Path, s: _Settings, say: Progress, start: float) -> ReproductionResult:
     loaders, skipped = two_datasets(_load_fashion, _load_digits)
 
     datasets: dict[str, Any] = {}
@@ -935,12 +936,12 @@ def _run(out: Path, s: _Settings, say: Progress, start: float) -> dict[str, Any]
         files[f"{title}: q vs k"] = _plot_grid(ds, s, "q_k", out / f"q_vs_k_{name}.png").name
     files["Utility vs number of sites"] = _plot_sites(datasets, s,
                                                       out / "utility_vs_sites.png").name
-    results: dict[str, Any] = {
-        "settings": s.as_dict(), "datasets": datasets, "findings": findings,
-        "agreement": agreement, "skipped": skipped, "figures": files,
-        "wall_time_s": time.perf_counter() - start,
-    }
+    result = ReproductionResult(
+        settings=s.as_dict(), sections={"datasets": datasets, "findings": findings},
+        agreement=agreement, skipped=skipped, figures=files,
+        wall_time_s=time.perf_counter() - start)
+    results = result.to_json()
     (out / "report.md").write_text(_report(results, files, s), encoding="utf-8")
     write_json(out / "results.json", results)
-    say(f"done in {results['wall_time_s']:.1f} s: {out / 'report.md'}")
-    return results
+    say(f"done in {result.wall_time_s:.1f} s: {out / 'report.md'}")
+    return result

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Progress",
+    "ReproductionResult",
     "RunSetup",
     "agreement_table",
     "claim",
@@ -92,6 +93,61 @@ def two_datasets(fashion: T, digits: T) -> tuple[list[tuple[str, T]], dict[str, 
     if find_fashion_mnist() is None:
         return [("digits", digits)], {"fashion_mnist": "Fashion-MNIST files not found"}
     return [("fashion_mnist", fashion), ("digits", digits)], {}
+
+
+@dataclass(frozen=True)
+class ReproductionResult:
+    """What a ``reproduce_<name>`` function returns; :meth:`to_json` is its ``results.json``.
+
+    Attributes
+    ----------
+    settings
+        The settings the run used.
+    sections
+        The reproduction's own results by name, in the order ``results.json`` lists them
+        (e.g. ``runs`` for vfl, ``rows`` and ``sensitivity`` for apfl).
+    agreement
+        The paper's claims checked here (:func:`claim`, with ``figure`` or ``dataset``
+        where the claim is about one).
+    figures
+        The plots' file names (a list, or title → file name).
+    wall_time_s
+        Seconds the whole reproduction took.
+    skipped
+        What was skipped and why, for reproductions that can skip a data set (else None).
+    """
+
+    settings: dict[str, Any]
+    sections: dict[str, Any]
+    agreement: list[dict[str, Any]]
+    figures: list[str] | dict[str, str]
+    wall_time_s: float
+    skipped: list[str] | dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        clash = sorted(set(self.sections) & _ENVELOPE)
+        if clash:
+            raise ValueError(f"sections {clash} would hide the result's own keys")
+
+    @property
+    def verdicts(self) -> dict[str, int]:
+        """How many claims got each verdict, in the order they first appear."""
+        counts: dict[str, int] = {}
+        for c in self.agreement:
+            counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``results.json``: settings, the sections, agreement, skipped, figures, time."""
+        out: dict[str, Any] = {"settings": self.settings, **self.sections,
+                               "agreement": self.agreement}
+        if self.skipped is not None:
+            out["skipped"] = self.skipped
+        out.update(figures=self.figures, wall_time_s=self.wall_time_s)
+        return out
+
+
+_ENVELOPE = frozenset({"settings", "agreement", "skipped", "figures", "wall_time_s"})
 
 
 def claim(claim: str, finding: str, verdict: str) -> dict[str, str]:

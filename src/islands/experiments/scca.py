@@ -48,6 +48,7 @@ from islands.cca.maths import pooled_cca
 from islands.data import load_fashion_mnist, load_sklearn, split_image_views
 from islands.experiments.report import (
     Progress,
+    ReproductionResult,
     agreement_table,
     markdown_table,
     new_figure,
@@ -721,7 +722,7 @@ def reproduce_scca(
     random_state: int = 0,
     progress: Progress | None = None,
     n_threads: int | None = 1,
-) -> dict[str, Any]:
+) -> ReproductionResult:
     """Run the Swarm CCA paper's experiments (Figs 3-7) and write a report.
 
     Parameters
@@ -748,8 +749,8 @@ def reproduce_scca(
 
     Returns
     -------
-    dict
-        The results, as written to ``results.json``: ``settings``, ``datasets`` (per
+    ReproductionResult
+        Its ``to_json()`` is ``results.json``: ``settings``, ``datasets`` (per
         data set: ``threshold`` for (a), ``classifiers`` for (b), ``methods`` for (c)),
         ``agreement`` (one entry per checked paper claim, with a ``verdict`` of
         ``"agrees"``, ``"partly"`` or ``"differs"``), ``skipped``, ``figures`` and
@@ -767,7 +768,7 @@ def reproduce_scca(
         return _run(run.out, s, run.say, start)
 
 
-def _run(out: Path, s: _Settings, say: Progress, start: float) -> dict[str, Any]:
+def _run(out: Path, s: _Settings, say: Progress, start: float) -> ReproductionResult:
     loaders, skipped = two_datasets(_load_fashion, _load_digits)
 
     datasets: dict[str, Any] = {}
@@ -808,12 +809,11 @@ def _run(out: Path, s: _Settings, say: Progress, start: float) -> dict[str, Any]
             out / "fig6_training_time.png", log=True).name,
         "Fig. 7 - SCCA vs PCA vs CCA": _plot_methods(datasets, out / "fig7_methods.png").name,
     }
-    results: dict[str, Any] = {
-        "settings": s.as_dict(), "datasets": datasets, "agreement": agreement,
-        "skipped": skipped, "figures": files,
-        "wall_time_s": time.perf_counter() - start,
-    }
+    result = ReproductionResult(
+        settings=s.as_dict(), sections={"datasets": datasets}, agreement=agreement,
+        skipped=skipped, figures=files, wall_time_s=time.perf_counter() - start)
+    results = result.to_json()
     (out / "report.md").write_text(_report(results, files), encoding="utf-8")
     write_json(out / "results.json", results)
-    say(f"done in {results['wall_time_s']:.1f} s: {out / 'report.md'}")
-    return results
+    say(f"done in {result.wall_time_s:.1f} s: {out / 'report.md'}")
+    return result

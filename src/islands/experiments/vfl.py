@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from islands.experiments.report import (
     Progress,
+    ReproductionResult,
     agreement_table,
     claim,
     markdown_table,
@@ -35,7 +35,7 @@ from islands.experiments.report import (
     setup_run,
     write_json,
 )
-from islands.vfl.job import VerticalJob, run_vertical
+from islands.vfl.job import VerticalJob, VerticalJobResult, run_vertical
 
 __all__ = ["reproduce_vfl"]
 
@@ -69,7 +69,7 @@ def _jobs(quick: bool, seed: int) -> list[VerticalJob]:
 
 
 def reproduce_vfl(out_dir: Path | str, *, quick: bool = False, random_state: int = 0,
-                  progress: Progress | None = None) -> dict[str, Any]:
+                  progress: Progress | None = None) -> ReproductionResult:
     """Run the three vertical jobs and write the report.
 
     Parameters
@@ -86,22 +86,22 @@ def reproduce_vfl(out_dir: Path | str, *, quick: bool = False, random_state: int
 
     Returns
     -------
-    dict
-        ``settings``, ``runs`` (one :func:`islands.vfl.job.run_vertical` result per
-        data set), ``agreement``, ``figures`` and ``wall_time_s``.
+    ReproductionResult
+        Its one section, ``runs``, holds one :func:`islands.vfl.job.run_vertical` result
+        (as JSON) per data set.
     """
     start = time.perf_counter()
     run = setup_run("reproduce_vfl", out_dir, random_state, None, progress)
     jobs = _jobs(bool(quick), run.random_state)
     for job in jobs:  # every job's VflConfig, checked before the first one trains
         job.config()
-    results: dict[str, Any] = {}
+    results: dict[str, VerticalJobResult] = {}
     for job in jobs:
         run.say(f"[{job.name}] starting")
         results[job.name] = run_vertical(job, progress=_prefixed(run.say, job.name))
     agreement, rows = [], []
     for name, r in results.items():
-        diff = r["max_abs_diff_to_centralised_gd"]
+        diff = r.max_abs_diff_to_centralised_gd
         if diff is not None:
             ok = diff < 1e-3
             agreement.append({**claim("training is lossless (equals centralised GD)",
@@ -109,7 +109,7 @@ def reproduce_vfl(out_dir: Path | str, *, quick: bool = False, random_state: int
                                       "2^-16 grid)", "agrees" if ok else "differs"),
                               "dataset": name})
             rows.append([name, "lossless", f"{diff:.1e}"])
-        m = r["metrics"]
+        m = r.metrics
         key = "auc" if "auc" in m else "r2"
         gap = m[f"sklearn_{key}"] - m[key]
         agreement.append({**claim("as accurate as training on the joined data",
@@ -122,22 +122,22 @@ def reproduce_vfl(out_dir: Path | str, *, quick: bool = False, random_state: int
     fig = new_figure(11, 3.6)
     axes = fig.subplots(1, len(results))
     for ax, (name, r) in zip(axes, results.items(), strict=True):
-        ax.plot(range(1, len(r["loss_history"]) + 1), r["loss_history"], marker="o")
-        ax.set_title(f"{name} ({r['job']['model']['kind']})")
+        ax.plot(range(1, len(r.loss_history) + 1), r.loss_history, marker="o")
+        ax.set_title(f"{name} ({r.settings.objective})")
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("loss (decrypted by C)")
     figure = save_figure(fig, run.out / "loss_curves.png")
     table = []
     for name, r in results.items():
-        split = r["per_epoch_split"]
-        epoch_s = r["epoch_seconds"]
-        table.append([name, r["job"]["model"]["kind"], r["rows"]["train_aligned"],
-                      f"{r['features']['passive'][0]} + {r['features']['active']}",
-                      r["epochs_run"], sum(epoch_s) / max(len(epoch_s), 1),
-                      *(split[p]["he"] for p in ("A", "B", "C")),
-                      *(split[p]["messaging"] for p in ("A", "B", "C")),
-                      r["bytes"] / max(r["epochs_run"], 1) / 1e6])
+        split = r.per_epoch_split
+        epoch_s = r.epoch_seconds
+        table.append([name, r.settings.objective, r.train_rows,
+                      f"{r.passive_features[0]} + {r.active_features}",
+                      r.epochs_run, sum(epoch_s) / max(len(epoch_s), 1),
+                      *(split[p].he for p in ("A", "B", "C")),
+                      *(split[p].messaging for p in ("A", "B", "C")),
+                      r.bytes / max(r.epochs_run, 1) / 1e6])
     lines = [
         "# Vertical federated learning (Yang et al. 2019, Tables 1–2)", "",
         f"{'Quick settings (1024-bit keys: tests only). ' if quick else ''}"
@@ -152,8 +152,9 @@ def reproduce_vfl(out_dir: Path | str, *, quick: bool = False, random_state: int
         "Plain compute (numpy) is below 5 ms per epoch for every party.", "",
         "![loss curves](loss_curves.png)", ""]
     (run.out / "report.md").write_text("\n".join(lines), encoding="utf-8")
-    payload = {"settings": {"quick": bool(quick), "random_state": run.random_state},
-               "runs": results, "agreement": agreement, "figures": [figure.name],
-               "wall_time_s": time.perf_counter() - start}
-    write_json(run.out / "results.json", payload)
-    return payload
+    result = ReproductionResult(
+        settings={"quick": bool(quick), "random_state": run.random_state},
+        sections={"runs": {name: r.to_json() for name, r in results.items()}},
+        agreement=agreement, figures=[figure.name], wall_time_s=time.perf_counter() - start)
+    write_json(run.out / "results.json", result.to_json())
+    return result

@@ -3,11 +3,11 @@
 - :mod:`islands.hfl.protocol`: the server and client roles (models as flat vectors,
   time in mini-batch steps, dropouts, checkpoints);
 - :mod:`islands.hfl.strategy`: :class:`FedAvg`, :class:`APFL`, :class:`FedProx`;
-- :mod:`islands.hfl.aggregate`: aggregators (the plain weighted mean here; protections
-  plug in behind the same interface);
+- :mod:`islands.aggregation`: aggregators and protections (plain mean, secure
+  aggregation, additive sharing, CKKS, Paillier, chaos, DP), a package of their own;
 - :mod:`islands.hfl.maths`: FedAvg weights, APFL's batch and interval rules;
 - :mod:`islands.hfl.metrics`: accuracy, macro precision/recall/F1, Dev_avg;
-- :mod:`islands.hfl.models`, :mod:`islands.hfl.training`: PyTorch models and local SGD
+- :mod:`islands.hfl.torch`: PyTorch models, local SGD, DP-SGD and the learners
   (imported only when used: ``import islands.hfl`` does not load torch);
 - :mod:`islands.hfl.estimator`: :class:`FederatedModel`, the user API;
 - :mod:`islands.hfl.ray_backend`: the clients' local training in Ray workers
@@ -19,7 +19,7 @@
 
 from typing import Any
 
-from islands.hfl.aggregate import Aggregator, MeanAggregator
+from islands.aggregation.base import Aggregator, MeanAggregator
 from islands.hfl.estimator import EpochRecord, FederatedModel
 from islands.hfl.protocol import client, server
 from islands.hfl.strategy import APFL, FedAvg, FedProx, LocalConfig, Strategy
@@ -43,7 +43,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # ModelSpec lives beside the torch models; load it (and torch) on first use only
     if name == "ModelSpec":
-        from islands.hfl.models import ModelSpec
+        from islands.hfl.torch.models import ModelSpec
 
         return ModelSpec
     raise AttributeError(f"module 'islands.hfl' has no attribute {name!r}")

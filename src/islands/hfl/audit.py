@@ -13,19 +13,19 @@ exactly, from any neuron the sample activates (:func:`recover_input`). With a ba
 the same ratio gives a δ-weighted mixture of the batch's inputs.
 
 :func:`audit_gradients` runs a real federation (the roles of :mod:`islands.hfl.protocol`,
-:class:`~islands.hfl.learner.TorchLearner`, one full-batch SGD step per client) in which
+:class:`~islands.hfl.torch.learner.TorchLearner`, one full-batch SGD step per client) in which
 client 1 holds one sample, once per protection, keeps the transcript, and attacks
 exactly what the server received:
 
 * ``plain`` (the weighted mean): client 1's float32 model minus the initial model the
   server sent it → the image, exactly (rounding only);
-* ``secagg`` (:mod:`islands.hfl.secagg`): client 1's upload is a masked ring vector.
+* ``secagg`` (:mod:`islands.aggregation.secagg`): client 1's upload is a masked ring vector.
   Read as the fixed-point encoding it pretends to be it is uniform garbage; the server
   also learns the weighted mean of all clients, whose update mixes every sample of the
   round. The reported error is the better of the two readings;
-* ``ckks`` (:mod:`islands.hfl.homomorphic`): ciphertexts, and only the public context
+* ``ckks`` (:mod:`islands.aggregation.homomorphic`): ciphertexts, and only the public context
   (decrypting with it is refused). The server's best guess is nothing: x̂ = 0, error 1;
-* ``dp`` (:class:`~islands.hfl.protect.ClientDP`): the clipped, noised model is plain,
+* ``dp`` (:class:`~islands.aggregation.protect.ClientDP`): the clipped, noised model is plain,
   so the attack runs on it; the noise N(0, σ²S²) per coordinate drowns the signal;
 * ``ckks+collusion``: the weakness of the paper's scheme. Every client holds the same
   secret key, so a second client handing its key to the server lets it decrypt client
@@ -51,19 +51,19 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from islands.aggregation.base import AggReply
+from islands.aggregation.homomorphic import TAG_SLOTS
+from islands.aggregation.protect import build_aggregator
+from islands.aggregation.secagg import SecureAggregation
 from islands.crypto import ckks
 from islands.crypto.fixedpoint import decode_fixed
 from islands.data import load_fashion_mnist, load_sklearn
 from islands.errors import DataNotFoundError, ProtocolError, ValidationError, invalid_parameter
-from islands.hfl.aggregate import AggReply
 from islands.hfl.estimator import client_seed
-from islands.hfl.homomorphic import TAG_SLOTS
-from islands.hfl.learner import TorchLearner
-from islands.hfl.models import ModelSpec, ModulePool
-from islands.hfl.protect import build_aggregator
 from islands.hfl.protocol import Task, Update, client, server
-from islands.hfl.secagg import SecureAggregation
 from islands.hfl.strategy import FedAvg
+from islands.hfl.torch.learner import TorchLearner
+from islands.hfl.torch.models import ModelSpec, ModulePool
 from islands.reporting import new_figure, save_figure, write_json
 from islands.runtime import Record, Transcript, run_local
 from islands.runtime.threads import torch_threads
@@ -166,7 +166,7 @@ def first_layer_update(spec: ModelSpec, before: ArrayLike, after: ArrayLike,
                        ) -> tuple[Array, Array]:
     """Slice the first dense layer's update (ΔW₁, Δb₁) out of two flat parameter vectors.
 
-    Flat vectors follow :mod:`islands.hfl.models`: ``module.parameters()`` order, each
+    Flat vectors follow :mod:`islands.hfl.torch.models`: ``module.parameters()`` order, each
     parameter row-major, so the first layer's weight (h × d, h neurons, d inputs) comes
     first and its bias (h) right after.
 
@@ -210,7 +210,7 @@ def first_layer_update(spec: ModelSpec, before: ArrayLike, after: ArrayLike,
 def shared_key_attack(secret_context: Any, upload: Sequence[bytes], length: int) -> Array:
     """Decrypt another client's CKKS upload with a colluding client's copy of the key.
 
-    APFL's clients share one CKKS key pair (:mod:`islands.hfl.keys`), so the secret
+    APFL's clients share one CKKS key pair (:mod:`islands.aggregation.keys`), so the secret
     context any client holds opens every other client's ``Enc(w_k)`` that the server
     received: the server, given one client's key, sees every model in the clear.
 

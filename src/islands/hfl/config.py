@@ -4,7 +4,7 @@
 constraint and doc line; its parts are their own configurations:
 
 - :class:`ModelConfig` (``[model]``): the architecture's kind and sizes (the sizes'
-  defaults are :class:`~islands.hfl.models.ModelSpec`'s, the one copy);
+  defaults are :class:`~islands.hfl.torch.models.ModelSpec`'s, the one copy);
 - :data:`StrategyConfig` (``[strategy]``): :class:`FedAvgConfig`, :class:`FedProxConfig`
   or :class:`ApflConfig`, chosen by ``name``; an unset key keeps the strategy class's
   default, and the ranges are the class's own (checked when it is built);
@@ -90,14 +90,14 @@ def infer_task(task: str | None, dataset: str | None = None) -> Task:
 class ModelConfig(ProtocolConfig):
     """``[model]``: the architecture every party trains.
 
-    ``hidden`` and ``channels`` left unset take :class:`~islands.hfl.models.ModelSpec`'s
+    ``hidden`` and ``channels`` left unset take :class:`~islands.hfl.torch.models.ModelSpec`'s
     defaults ((200,) and (16, 32)); :meth:`spec` builds the ModelSpec.
     """
 
     OWNER: ClassVar[str] = "ModelSpec"
 
     kind: Literal["mlp", "cnn", "linear"] = setting(
-        ..., "'mlp', 'cnn' or 'linear'", "The architecture (islands.hfl.models).")
+        ..., "'mlp', 'cnn' or 'linear'", "The architecture (islands.hfl.torch.models).")
     hidden: Annotated[tuple[_PositiveInt, ...] | None, BeforeValidator(_as_tuple)] = setting(
         None, "a list of ints >= 1", "Hidden layer widths of an mlp (None: ModelSpec's).")
     channels: Annotated[tuple[_PositiveInt, ...] | None, BeforeValidator(_as_tuple)] = setting(
@@ -105,8 +105,8 @@ class ModelConfig(ProtocolConfig):
         min_length=2, max_length=2)
 
     def spec(self, input_shape: tuple[int, ...], n_outputs: int) -> Any:
-        """Return the :class:`~islands.hfl.models.ModelSpec` (imports torch)."""
-        from islands.hfl.models import ModelSpec  # torch
+        """Return the :class:`~islands.hfl.torch.models.ModelSpec` (imports torch)."""
+        from islands.hfl.torch.models import ModelSpec  # torch
 
         sizes: dict[str, Any] = {k: v for k, v in (("hidden", self.hidden),
                                                    ("channels", self.channels))

@@ -8,7 +8,7 @@ caller's side, outside the protocol.
 
 Where the torch work runs is the ``backend``: ``"local"`` runs it on a small thread
 pool of this process, as many threads as clients train at once
-(:class:`~islands.hfl.learner.PooledLearner`); ``"ray"`` runs it in Ray workers, on
+(:class:`~islands.hfl.torch.learner.PooledLearner`); ``"ray"`` runs it in Ray workers, on
 this machine or a Ray cluster (:mod:`islands.hfl.ray_backend`). The roles and their
 messages are the same either way, and so are the results for the same seeds and the
 same torch thread count (an int ``threads``: with ``"auto"`` each backend picks its own,
@@ -35,8 +35,10 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from islands.aggregation.base import MeanAggregator
+from islands.aggregation.protect import SampleDP
 from islands.errors import ValidationError, invalid_parameter
-from islands.hfl.aggregate import MeanAggregator
+from islands.estimator import FederatedEstimator
 from islands.hfl.config import HflConfig
 from islands.hfl.contribution import (
     ClientValidation,
@@ -46,7 +48,6 @@ from islands.hfl.contribution import (
     check_compatible,
 )
 from islands.hfl.metrics import classification_report, regression_report
-from islands.hfl.protect import SampleDP
 from islands.hfl.protocol import (
     SERVER_FILE,
     DropoutEvent,
@@ -154,13 +155,13 @@ def _cores() -> int:
     return os.cpu_count() or 1
 
 
-class FederatedModel:
+class FederatedModel(FederatedEstimator[HflConfig]):
     """Horizontal federated training of a PyTorch model (FedAvg, APFL, FedProx, ...).
 
     Parameters
     ----------
     model : ModelSpec
-        The architecture every party trains (:class:`islands.hfl.models.ModelSpec`).
+        The architecture every party trains (:class:`islands.hfl.torch.models.ModelSpec`).
     strategy : Strategy, default=FedAvg()
         The server's round hooks and aggregator (:mod:`islands.hfl.strategy`).
     epochs : int, default=1
@@ -189,7 +190,7 @@ class FederatedModel:
         (``epoch`` set at the end of an epoch): progress bars, logging.
     sample_dp : SampleDP or None
         Train every client with DP-SGD under these settings (sample-level differential
-        privacy, :mod:`islands.hfl.dpsgd`); the server accounts each client's budget.
+        privacy, :mod:`islands.hfl.torch.dpsgd`); the server accounts each client's budget.
     backend : {"local", "ray"}, default="local"
         Where the clients' local training and evaluation run: ``"local"`` on a thread
         pool of this process (as many threads as clients train at once), ``"ray"`` in
@@ -207,6 +208,10 @@ class FederatedModel:
         of each round (:mod:`islands.hfl.contribution`: GTG-Shapley, exact per-round
         Shapley, one-round reconstruction, leave-one-out); the result is
         ``contribution_``. Refused with an aggregator that hides single updates.
+
+    Every parameter is stored as given and checked at ``fit``; ``get_params`` and
+    ``set_params`` follow scikit-learn's conventions
+    (:class:`islands.estimator.FederatedEstimator`).
 
     Attributes
     ----------
@@ -234,6 +239,8 @@ class FederatedModel:
     contribution_ : ContributionReport or None
         Each client's scores and reward share (with ``contribution``), else None.
     """
+
+    Config = HflConfig
 
     def __init__(self, model: Any, strategy: Strategy | None = None, *, epochs: int = 1,
                  task: Task = "classification", eval_fraction: float = 0.1, seed: int = 0,
@@ -298,8 +305,8 @@ class FederatedModel:
                               "is not installed: pip install 'islands[ray]'")
 
     def _check_parts(self, parts: Sequence[Any]) -> list[tuple[NDArray[Any], NDArray[Any]]]:
-        from islands.hfl.models import ModelSpec
-        from islands.hfl.training import _as_features, _as_targets
+        from islands.hfl.torch.models import ModelSpec
+        from islands.hfl.torch.training import _as_features, _as_targets
 
         if not isinstance(self.model, ModelSpec):
             raise invalid_parameter("model", "FederatedModel", "an islands.hfl.ModelSpec",
@@ -358,7 +365,7 @@ class FederatedModel:
         behaviour
             Simulate misbehaving clients: ``{name: wrap}`` replaces that client's
             learner with ``wrap(learner)``, e.g.
-            :class:`~islands.hfl.learner.FreeRider` (uploads the global model
+            :class:`~islands.hfl.torch.learner.FreeRider` (uploads the global model
             unchanged).
 
         Returns
@@ -372,7 +379,7 @@ class FederatedModel:
             If clients were left out (failed, timed out or sent a malformed update):
             one warning naming each, the rounds and why (also in ``dropouts_``).
         """
-        from islands.hfl.models import ModulePool
+        from islands.hfl.torch.models import ModulePool
 
         self._validate()
         data = self._check_parts(parts)
@@ -405,7 +412,7 @@ class FederatedModel:
     def _local_learners(self, stack: contextlib.ExitStack, data: list[tuple[NDArray[Any],
                         NDArray[Any]]], pool: Any, active: int) -> tuple[list[Any], int]:
         """TorchLearners whose calls run on a pool of ``active`` threads."""
-        from islands.hfl.learner import PooledLearner, TorchLearner
+        from islands.hfl.torch.learner import PooledLearner, TorchLearner
 
         learners = []
         for k, (X, y) in enumerate(data):
@@ -449,8 +456,8 @@ class FederatedModel:
              active: int,
              test: tuple[ArrayLike, ArrayLike] | None) -> None:
         """Run the server and client roles over ``learners``; set the fitted attributes."""
-        from islands.hfl.models import flat_parameters
-        from islands.hfl.training import Trainer
+        from islands.hfl.torch.models import flat_parameters
+        from islands.hfl.torch.training import Trainer
 
         initial = flat_parameters(self.model.build(self.seed))
         scorer = None
@@ -558,7 +565,7 @@ class FederatedModel:
 
     def predict(self, X: ArrayLike) -> NDArray[Any]:
         """Class labels (classification) or values (regression) for the rows of ``X``."""
-        from islands.hfl.training import Trainer
+        from islands.hfl.torch.training import Trainer
 
         self._check_fitted()
         X = np.asarray(X)

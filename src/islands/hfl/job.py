@@ -38,7 +38,7 @@ FedAvg and FedProx also take ``fraction`` (clients per round) and ``sampling``:
 ``"fixed"`` (the default, reproducible from the job's seed) or ``"poisson"`` (a secret
 draw from the cryptographic generator, the only one client-level DP amplifies).
 
-Protections (:mod:`islands.hfl.protect`) are a list, each with an optional section of
+Protections (:mod:`islands.aggregation.protect`) are a list, each with an optional section of
 options named after it::
 
     protect = ["ckks", "chaos"]  # or e.g. ["secagg", "dp"]; default: none
@@ -78,8 +78,9 @@ shared with :class:`~islands.hfl.FederatedModel` and the federation file's ``[hf
 ``"classification"``), ``concurrency = "all"`` trains every client at once, and
 ``[contribution]`` also takes ``seed`` (default: the job's). :func:`run_job` trains the
 federation, the centralised baseline (``baseline = true``) or, for a linear regression,
-the closed-form ridge solution, and returns one JSON-ready result; :func:`write_outputs`
-writes ``results.json`` and the accuracy and τ curves as PNG.
+the closed-form ridge solution, and returns an :class:`HflJobResult` (its
+``to_json()`` is ``results.json``); :func:`write_outputs` writes ``results.json`` and
+the accuracy and τ curves as PNG.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.aggregation.protect import build_aggregator, build_sample_dp
 from islands.data import (
     load,
     partition_by_class,
@@ -124,13 +126,14 @@ from islands.hfl.estimator import (
     split_local_eval,
 )
 from islands.hfl.metrics import classification_report, dev_avg, regression_report
-from islands.hfl.protect import build_aggregator, build_sample_dp
 from islands.hfl.protocol import SERVER_FILE, RoundRecord
 from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
 from islands.reporting import new_figure, save_figure, write_json
 from islands.validation import read_toml, table_value
 
-__all__ = ["Job", "can_resume", "load_job", "parse_job", "run_job", "write_outputs"]
+__all__ = ["BaselineResult", "HflJobResult", "Job", "PrivacySpent", "RidgeComparison",
+           "RoundSeconds", "Traffic", "can_resume", "load_job", "parse_job", "run_job",
+           "write_outputs"]
 
 log = logging.getLogger(__name__)
 HISTORY_FILE = "history.ckpt"
@@ -469,10 +472,154 @@ def _baseline_batch(strategy: Strategy, n_clients: int, n_rows: int) -> int:
     return n_rows if b is None else min(n_rows, b * n_clients)
 
 
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes on the wire: sent and received per party, and the total."""
+
+    sent: dict[str, int]
+    received: dict[str, int]
+    total: int
+
+
+@dataclass(frozen=True)
+class RoundSeconds:
+    """Wall time of one round: the mean and the longest."""
+
+    mean: float
+    max: float
+
+
+@dataclass(frozen=True)
+class PrivacySpent:
+    """An (ε, δ) budget spent by the run."""
+
+    epsilon: float
+    delta: float
+
+
+@dataclass(frozen=True)
+class RidgeComparison:
+    """The closed-form ridge solution and the federated model's distance to it."""
+
+    coef: list[float]
+    intercept: float
+    federated_coef: list[float]
+    federated_intercept: float
+    max_abs_difference: float
+    relative_difference: float
+    test: dict[str, Any]
+    lam: float
+
+    def to_json(self) -> dict[str, Any]:
+        """Return plain values, ``lam`` under the key ``lambda``."""
+        out = asdict(self)
+        out["lambda"] = out.pop("lam")
+        return out
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """Centralised training with the federation's model, optimiser and seed.
+
+    ``metrics`` are the final model's test metrics; ``history`` one ``{"epoch", "test"}``
+    per epoch; ``closed_form`` only for a linear regression.
+    """
+
+    metrics: dict[str, Any]
+    batch_size: int
+    history: list[dict[str, Any]]
+    losses: list[float]
+    seconds: float
+    closed_form: RidgeComparison | None = None
+    kind: str = "centralised"
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the ``baseline`` entry of ``results.json`` (the metrics first)."""
+        out: dict[str, Any] = {**self.metrics, "kind": self.kind, "batch_size": self.batch_size,
+                               "history": self.history, "losses": self.losses,
+                               "seconds": self.seconds}
+        if self.closed_form is not None:
+            out["closed_form"] = self.closed_form.to_json()
+        return out
+
+
+@dataclass(frozen=True)
+class HflJobResult:
+    """What :func:`run_job` returns; :meth:`to_json` is ``results.json``.
+
+    ``metrics`` are the final global model's test metrics (``accuracy``, ``precision``,
+    ``recall``, ``f1``, ... for a classification, ``mse``, ``rmse``, ``mae``, ``r2`` for a
+    regression); ``workers`` the threads or Ray workers that trained; ``resumed_from`` the
+    round a resumed run continued after (0: afresh). After a resume, ``bytes``,
+    ``federated_seconds`` and ``wall_time_s`` count this process's part of the run only.
+    ``contribution`` is the contribution report's plain values (what ``islands
+    contribution`` reads back); ``dev_avg`` needs a classification with a baseline.
+    """
+
+    job: Job
+    data: dict[str, Any]
+    strategy: str
+    workers: int
+    metrics: dict[str, Any]
+    aggregations: int
+    rounds: int
+    steps_per_epoch: int
+    batch_sizes: dict[str, int]
+    dropouts: list[dict[str, Any]]
+    client_failures: dict[str, str]
+    bytes: Traffic
+    seconds_per_round: RoundSeconds
+    history: list[dict[str, Any]]
+    resumed_from: int
+    privacy: PrivacySpent | None
+    sample_privacy: PrivacySpent | None
+    stopped: str | None
+    epsilon: list[float | None]
+    sample_epsilon: list[float | None]
+    tau: list[int]
+    local_accuracy: list[float | None]
+    federated_seconds: float
+    wall_time_s: float
+    contribution: dict[str, Any] | None = None
+    baseline: BaselineResult | None = None
+    dev_avg: float | None = None
+
+    @property
+    def task(self) -> str:
+        """``"classification"`` or ``"regression"``."""
+        return self.job.task
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``results.json``: the keys and order it has always had."""
+        out: dict[str, Any] = {
+            "job": self.job.to_dict(), "data": self.data, "strategy": self.strategy,
+            "backend": self.job.backend, "ray_address": self.job.ray_address,
+            "workers": self.workers, **self.metrics, "aggregations": self.aggregations,
+            "rounds": self.rounds, "steps_per_epoch": self.steps_per_epoch,
+            "batch_sizes": self.batch_sizes, "dropouts": self.dropouts,
+            "client_failures": self.client_failures, "bytes": asdict(self.bytes),
+            "seconds_per_round": asdict(self.seconds_per_round), "history": self.history,
+            "resumed_from": self.resumed_from, "protect": list(self.job.protect),
+            "privacy": None if self.privacy is None else asdict(self.privacy),
+            "sample_privacy": (None if self.sample_privacy is None
+                               else asdict(self.sample_privacy)),
+            "stopped": self.stopped, "epsilon": self.epsilon,
+            "sample_epsilon": self.sample_epsilon, "tau": self.tau,
+            "local_accuracy": self.local_accuracy, "federated_seconds": self.federated_seconds}
+        if self.contribution is not None:
+            out["contribution"] = self.contribution
+        if self.baseline is not None:
+            out["baseline"] = self.baseline.to_json()
+        if self.dev_avg is not None:
+            out["dev_avg"] = self.dev_avg
+        out["wall_time_s"] = self.wall_time_s
+        return out
+
+
 def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
             callback: Callback | None = None,
-            baseline_callback: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Run a job: the federation, then its baseline; return the JSON-ready results.
+            baseline_callback: Callable[[int, int], None] | None = None) -> HflJobResult:
+    """Run a job: the federation, then its baseline; return its results.
 
     Parameters
     ----------
@@ -491,15 +638,8 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
 
     Returns
     -------
-    dict
-        ``accuracy``, ``precision``, ``recall``, ``f1`` (classification) or ``mse``,
-        ``r2`` (regression) of the final global model on the test rows;
-        ``aggregations``; ``dev_avg`` when a baseline ran; ``baseline``, ``history``,
-        ``rounds``, ``bytes``, ``dropouts``, ``job``, ``data``, ``backend`` (with
-        ``ray_address`` and ``workers``: threads or Ray workers that trained),
-        ``resumed_from`` (the round a resumed run continued after, else 0) and
-        ``wall_time_s``. After a resume, ``bytes``, ``federated_seconds`` and
-        ``wall_time_s`` count this process's part of the run only.
+    HflJobResult
+        Its :meth:`~HflJobResult.to_json` is ``results.json``.
     """
     t0 = time.perf_counter()
     out = Path(output if output is not None else job.output)
@@ -549,49 +689,40 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
     totals_sent = fl.transcript_.totals("sender")
     totals_recv = fl.transcript_.totals("receiver")
     per_round = [r.seconds for r in fl.rounds_]
-    result: dict[str, Any] = {
-        "job": job.to_dict(),
-        "data": {"dataset": prep.dataset, **prep.summary, "model": prep.spec.describe(),
-                 "parameters": prep.spec.n_params()},
-        "strategy": repr(strategy),
-        "backend": job.backend,
-        "ray_address": job.ray_address,
-        "workers": fl.workers_,
-        **final,
-        "aggregations": fl.aggregations_,
-        "rounds": len(fl.rounds_),
-        "steps_per_epoch": fl.steps_per_epoch_,
-        "batch_sizes": fl.batch_sizes_,
-        "dropouts": [asdict(d) for d in fl.dropouts_],
-        "client_failures": {k: repr(v) for k, v in fl.client_failures_.items()},
-        "bytes": {"sent": {k: v.nbytes for k, v in totals_sent.items()},
-                  "received": {k: v.nbytes for k, v in totals_recv.items()},
-                  "total": fl.transcript_.total_bytes},
-        "seconds_per_round": {"mean": float(np.mean(per_round)) if per_round else 0.0,
-                              "max": float(np.max(per_round)) if per_round else 0.0},
-        "history": history,
-        "resumed_from": resumed_from,
-        "protect": list(job.protect),
-        "privacy": (None if fl.privacy_ is None
-                    else {"epsilon": fl.privacy_[0], "delta": fl.privacy_[1]}),
-        "sample_privacy": (None if fl.sample_privacy_ is None else
-                           {"epsilon": fl.sample_privacy_[0], "delta": fl.sample_privacy_[1]}),
-        "stopped": fl.stopped_,
-        "epsilon": [r.epsilon for r in fl.rounds_],
-        "sample_epsilon": [r.sample_epsilon for r in fl.rounds_],
-        "tau": [r.tau for r in fl.rounds_],
-        "local_accuracy": [r.accuracy for r in fl.rounds_],
-        "federated_seconds": fl.wall_time_,
-    }
-    if fl.contribution_ is not None:
-        result["contribution"] = fl.contribution_.to_dict()
+    baseline = None
+    gap = None
     if job.baseline:
-        result["baseline"] = _baseline(job, prep, strategy, fl, baseline_callback)
+        baseline = _baseline(job, prep, strategy, fl, baseline_callback)
         if job.task == "classification":
-            result["dev_avg"] = dev_avg(np.asarray(final["per_class_accuracy"]),
-                                        np.asarray(result["baseline"]["per_class_accuracy"]))
-    result["wall_time_s"] = time.perf_counter() - t0
-    return result
+            gap = dev_avg(np.asarray(final["per_class_accuracy"]),
+                          np.asarray(baseline.metrics["per_class_accuracy"]))
+    return HflJobResult(
+        job=job,
+        data={"dataset": prep.dataset, **prep.summary, "model": prep.spec.describe(),
+              "parameters": prep.spec.n_params()},
+        strategy=repr(strategy), workers=fl.workers_, metrics=final,
+        aggregations=fl.aggregations_, rounds=len(fl.rounds_),
+        steps_per_epoch=fl.steps_per_epoch_, batch_sizes=fl.batch_sizes_,
+        dropouts=[asdict(d) for d in fl.dropouts_],
+        client_failures={k: repr(v) for k, v in fl.client_failures_.items()},
+        bytes=Traffic(sent={k: v.nbytes for k, v in totals_sent.items()},
+                      received={k: v.nbytes for k, v in totals_recv.items()},
+                      total=fl.transcript_.total_bytes),
+        seconds_per_round=RoundSeconds(
+            mean=float(np.mean(per_round)) if per_round else 0.0,
+            max=float(np.max(per_round)) if per_round else 0.0),
+        history=history, resumed_from=resumed_from,
+        privacy=None if fl.privacy_ is None else PrivacySpent(*fl.privacy_),
+        sample_privacy=(None if fl.sample_privacy_ is None
+                        else PrivacySpent(*fl.sample_privacy_)),
+        stopped=fl.stopped_,
+        epsilon=[r.epsilon for r in fl.rounds_],
+        sample_epsilon=[r.sample_epsilon for r in fl.rounds_],
+        tau=[r.tau for r in fl.rounds_],
+        local_accuracy=[r.accuracy for r in fl.rounds_],
+        federated_seconds=fl.wall_time_,
+        contribution=None if fl.contribution_ is None else fl.contribution_.to_dict(),
+        baseline=baseline, dev_avg=gap, wall_time_s=time.perf_counter() - t0)
 
 
 def can_resume(job: Job) -> bool:
@@ -620,9 +751,9 @@ def _earlier_history(checkpoints: Path, resume: bool) -> tuple[list[dict[str, An
 
 
 def _baseline(job: Job, prep: Prepared, strategy: Strategy, fl: FederatedModel,
-              progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+              progress: Callable[[int, int], None] | None) -> BaselineResult:
     """Centralised training with the same model, optimiser and seed (or ridge's closed form)."""
-    from islands.hfl.training import Trainer, train_centralised
+    from islands.hfl.torch.training import Trainer, train_centralised
 
     X, y = _union_train(job, prep.parts)
     X_test, y_test = prep.test
@@ -646,22 +777,19 @@ def _baseline(job: Job, prep: Prepared, strategy: Strategy, fl: FederatedModel,
         weight_decay=cfg.weight_decay, task=job.task, seed=job.seed,  # type: ignore[arg-type]
         init_seed=job.seed, callback=each_epoch)
     pred = scorer.predict(params, X_test)
-    out: dict[str, Any] = {}
-    if job.task == "classification":
-        out.update(classification_report(y_test, pred, prep.n_classes).to_dict())
-    else:
-        out.update(regression_report(y_test, pred).to_dict())
-    out.update(kind="centralised", batch_size=batch, history=history, losses=losses,
-               seconds=time.perf_counter() - t0)
+    metrics = (classification_report(y_test, pred, prep.n_classes).to_dict()
+               if job.task == "classification" else regression_report(y_test, pred).to_dict())
+    seconds = time.perf_counter() - t0
+    closed = None
     if job.task == "regression" and job.model["kind"] == "linear":
-        out["closed_form"] = _ridge_closed_form(X, y, X_test, y_test, cfg.weight_decay,
-                                                fl.params_)
-    return out
+        closed = _ridge_closed_form(X, y, X_test, y_test, cfg.weight_decay, fl.params_)
+    return BaselineResult(metrics=metrics, batch_size=batch, history=history, losses=losses,
+                          seconds=seconds, closed_form=closed)
 
 
 def _ridge_closed_form(X: NDArray[Any], y: NDArray[Any], X_test: NDArray[Any],
                        y_test: NDArray[Any], weight_decay: float,
-                       federated: NDArray[np.float32]) -> dict[str, Any]:
+                       federated: NDArray[np.float32]) -> RidgeComparison:
     """Ridge with the bias penalised too, as the tutorial's objective (§4).
 
     min (1/n)·‖y − Xw − b‖² + λ(‖w‖² + b²); SGD's weight decay is the gradient of
@@ -676,51 +804,51 @@ def _ridge_closed_form(X: NDArray[Any], y: NDArray[Any], X_test: NDArray[Any],
     fed = np.asarray(federated, np.float64)
     pred = np.hstack([np.asarray(X_test, np.float64),
                       np.ones((len(y_test), 1))]) @ theta
-    return {"coef": theta[:-1].tolist(), "intercept": float(theta[-1]),
-            "federated_coef": fed[:-1].tolist(), "federated_intercept": float(fed[-1]),
-            "max_abs_difference": float(np.max(np.abs(fed - theta))),
-            "relative_difference": float(np.linalg.norm(fed - theta) / np.linalg.norm(theta)),
-            "test": regression_report(y_test, pred).to_dict(), "lambda": lam}
+    return RidgeComparison(
+        coef=theta[:-1].tolist(), intercept=float(theta[-1]), federated_coef=fed[:-1].tolist(),
+        federated_intercept=float(fed[-1]), max_abs_difference=float(np.max(np.abs(fed - theta))),
+        relative_difference=float(np.linalg.norm(fed - theta) / np.linalg.norm(theta)),
+        test=regression_report(y_test, pred).to_dict(), lam=lam)
 
 
 # --------------------------------------------------------------------------- outputs
-def write_outputs(result: dict[str, Any], out: str | Path, *, json_path: str | Path | None = None
-                  ) -> list[Path]:
+def write_outputs(result: HflJobResult, out: str | Path, *,
+                  json_path: str | Path | None = None) -> list[Path]:
     """Write ``results.json`` and the curves (``accuracy.png``, ``tau.png``) into ``out``."""
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    written = [write_json(folder / "results.json", result)]
+    doc = result.to_json()
+    written = [write_json(folder / "results.json", doc)]
     if json_path is not None:
-        written.append(write_json(json_path, result))
-    regression = result["job"]["task"] == "regression"
+        written.append(write_json(json_path, doc))
+    regression = result.task == "regression"
     key = "r2" if regression else "accuracy"
     label = "test R²" if regression else "test accuracy"
     fig = new_figure()
     ax = fig.subplots()
-    hist = result["history"]
+    hist = result.history
     ax.plot([h["epoch"] for h in hist], [h["test"].get(key, math.nan) for h in hist],
-            marker="o", label=f"federated ({result['job']['strategy']['name']})")
-    base = result.get("baseline")
-    if base and base.get("history"):
-        ax.plot([h["epoch"] for h in base["history"]],
-                [h["test"].get(key, math.nan) for h in base["history"]],
+            marker="o", label=f"federated ({result.job.strategy['name']})")
+    base = result.baseline
+    if base is not None and base.history:
+        ax.plot([h["epoch"] for h in base.history],
+                [h["test"].get(key, math.nan) for h in base.history],
                 marker="s", label="centralised")
     ax.set_xlabel("epoch")
     ax.set_ylabel(label)
-    ax.set_title(result["job"]["name"])
+    ax.set_title(result.job.name)
     ax.grid(alpha=0.3)
     ax.legend()
     written.append(save_figure(fig, folder / "accuracy.png"))
     fig = new_figure(6.4, 3.6)
     ax = fig.subplots()
-    ax.step(range(1, len(result["tau"]) + 1), result["tau"], where="post")
+    ax.step(range(1, len(result.tau) + 1), result.tau, where="post")
     ax.set_xlabel("round (aggregation)")
     ax.set_ylabel("τ (local steps)")
-    ax.set_title(f"{result['job']['name']}: τ per round")
+    ax.set_title(f"{result.job.name}: τ per round")
     ax.grid(alpha=0.3)
     written.append(save_figure(fig, folder / "tau.png"))
-    if result.get("contribution"):
-
-        written.append(plot_contribution(result["contribution"], folder / "contribution.png",
-                                         title=f"{result['job']['name']}: contributions"))
+    if result.contribution:
+        written.append(plot_contribution(result.contribution, folder / "contribution.png",
+                                         title=f"{result.job.name}: contributions"))
     return written

@@ -14,14 +14,14 @@ tag         direction         payload
                               model, the local loss, and (when asked) the local accuracy
                               of the global model the round started from; or
                               :class:`Refusal` when that model cannot be uploaded
-``task``    server → client   :class:`~islands.hfl.aggregate.AggStep`: a phase of the
+``task``    server → client   :class:`~islands.aggregation.base.AggStep`: a phase of the
                               aggregator's own protocol (key agreement, unmasking)
-``agg``     client → server   :class:`~islands.hfl.aggregate.AggReply`: the answer
+``agg``     client → server   :class:`~islands.aggregation.base.AggReply`: the answer
 ==========  ================  ==============================================================
 
 The global model travels as the aggregator's *payload*: the plain vector for the plain
 mean and secure aggregation, a ciphertext under CKKS or Paillier, which only the
-clients can open (:mod:`islands.hfl.aggregate`). The first task carries the initial
+clients can open (:mod:`islands.aggregation.base`). The first task carries the initial
 model in the clear (it is public: a seeded initialisation).
 
 Time is counted in mini-batch steps. An epoch has S = min_k ⌊n_k/b_k⌋ steps (with APFL's
@@ -76,13 +76,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.errors import (
-    PeerFailedError,
-    PeerTimeoutError,
-    ProtocolError,
-    ValidationError,
-)
-from islands.hfl.aggregate import (
+from islands.aggregation.base import (
     Aggregator,
     AggReply,
     AggStep,
@@ -91,9 +85,15 @@ from islands.hfl.aggregate import (
     RoundAggregation,
     ServerLink,
 )
+from islands.aggregation.protect import SampleBudget, SampleDP
+from islands.errors import (
+    PeerFailedError,
+    PeerTimeoutError,
+    ProtocolError,
+    ValidationError,
+)
 from islands.hfl.checkpoint import load_checkpoint, save_checkpoint
 from islands.hfl.maths import round_steps, weighted_accuracy
-from islands.hfl.protect import SampleBudget, SampleDP
 from islands.hfl.strategy import LocalConfig, Strategy
 from islands.runtime import Party, wire
 from islands.validation import check_float, check_int
@@ -362,7 +362,7 @@ class RoundObserver(Protocol):
 
 
 class Learner(Protocol):
-    """What a client role needs from local training (see :mod:`islands.hfl.learner`)."""
+    """What a client role needs from local training (see :mod:`islands.hfl.torch.learner`)."""
 
     @property
     def n_train(self) -> int:

@@ -24,7 +24,7 @@ threads are light (they wait); the torch work happens in the workers.
 * **Workers.** :class:`RayWorkerPool` starts W actors of :class:`HFLWorker`, one CPU
   each, W = min(free CPUs of the Ray cluster, clients training at once, clients). Each
   worker sets its torch intra-op threads once. Client k is pinned to worker k mod W,
-  which builds the client's :class:`~islands.hfl.learner.TorchLearner` at its first
+  which builds the client's :class:`~islands.hfl.torch.learner.TorchLearner` at its first
   call and keeps it: a client's rows live in exactly one worker, and only one module
   per worker exists (a worker runs one call at a time).
 * **Data.** Each client's checked training and evaluation rows are put in Ray's object
@@ -37,7 +37,7 @@ threads are light (they wait); the torch work happens in the workers.
   as the call's result; the momentum buffer stays with the client role, as in the
   in-process simulator (where it is checkpointed).
 * **Identical results.** A worker runs the same :class:`TorchLearner` code on the
-  same rows with the same seeds, and a :class:`~islands.hfl.training.Trainer`'s batch
+  same rows with the same seeds, and a :class:`~islands.hfl.torch.training.Trainer`'s batch
   order depends only on (seed, epoch, step), so a learner rebuilt in a worker (or
   rebuilt again after a restart) draws the same batches. With the same number of
   torch intra-op threads as the in-process run (``threads``), the final model is
@@ -53,7 +53,7 @@ threads are light (they wait); the torch work happens in the workers.
   killed and restarted the same way (bounded wait): otherwise the other clients
   pinned to it would queue behind the abandoned call and time out in turn.
 * **DP-SGD.** The privacy accountant stays in the driver-side learner
-  (:class:`~islands.hfl.protect.SampleAccount`): the budget is checked before a call
+  (:class:`~islands.aggregation.protect.SampleAccount`): the budget is checked before a call
   and accounted after it returned; only the steps run in the worker.
 
 Trust. Ray moves Python objects between the driver and its workers with pickle. That
@@ -85,8 +85,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.aggregation.protect import SampleAccount, SampleDP
 from islands.errors import ProtocolError, ValidationError
-from islands.hfl.protect import SampleAccount, SampleDP
 from islands.hfl.protocol import LocalOutcome
 from islands.hfl.strategy import LocalConfig
 
@@ -240,7 +240,7 @@ def check_client_data(spec: Any, task: str, X: Any, y: Any, X_eval: Any = None,
     ValidationError
         Naming ``X`` or ``y`` and what is wrong (as :class:`Trainer` does).
     """
-    from islands.hfl.training import _as_features, _as_targets
+    from islands.hfl.torch.training import _as_features, _as_targets
 
     features = _as_features(X, spec, "X", "Trainer")
     targets = _as_targets(y, features.shape[0], task, spec.n_outputs, "y", "Trainer")
@@ -260,13 +260,13 @@ class HFLWorker:
     Parameters
     ----------
     spec
-        The model (:class:`~islands.hfl.models.ModelSpec`).
+        The model (:class:`~islands.hfl.torch.models.ModelSpec`).
     task
         ``"classification"`` or ``"regression"``.
     threads
         torch intra-op threads of this worker (None: leave Ray's setting).
     dp
-        DP-SGD settings: train through a :class:`~islands.hfl.dpsgd.PrivateTrainer`.
+        DP-SGD settings: train through a :class:`~islands.hfl.torch.dpsgd.PrivateTrainer`.
     fetch_timeout
         Seconds to wait for a client's rows from the object store.
     """
@@ -275,7 +275,7 @@ class HFLWorker:
                  fetch_timeout: float) -> None:
         import torch
 
-        from islands.hfl.models import ModulePool
+        from islands.hfl.torch.models import ModulePool
 
         if threads is not None:
             torch.set_num_threads(int(threads))
@@ -297,7 +297,7 @@ class HFLWorker:
         if entry is None:
             import ray
 
-            from islands.hfl.learner import TorchLearner
+            from islands.hfl.torch.learner import TorchLearner
 
             X, y, X_eval, y_eval = ray.get(data[0], timeout=self.fetch_timeout)
             # private writable copies: the object store's arrays are read-only views
@@ -309,7 +309,7 @@ class HFLWorker:
                 task=self.task, seed=seed, pool=self.pool)
             private = None
             if self.dp is not None:
-                from islands.hfl.dpsgd import PrivateTrainer
+                from islands.hfl.torch.dpsgd import PrivateTrainer
 
                 private = PrivateTrainer(learner.trainer, self.dp)
             entry = (learner, private)
@@ -320,7 +320,7 @@ class HFLWorker:
               step: int, steps: int, batch_size: int, config: LocalConfig,
               momentum: Vector | None) -> tuple[Vector, Vector | None, float]:
         """Run a client's local steps; return (model, momentum buffer, loss)."""
-        from islands.hfl.training import Position
+        from islands.hfl.torch.training import Position
 
         learner, private = self._client(key, data, seed)
         if private is None:
@@ -469,7 +469,7 @@ class RayWorkerPool:
             The client's party name (for error messages).
         X, y, X_eval, y_eval
             Its training and local evaluation rows (as for
-            :class:`~islands.hfl.learner.TorchLearner`).
+            :class:`~islands.hfl.torch.learner.TorchLearner`).
         seed
             The seed of its batch order.
         checked

@@ -30,17 +30,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from islands.aggregation.additive import AdditiveSharing
+from islands.aggregation.base import AggStep, MeanAggregator
+from islands.aggregation.homomorphic import CKKSAggregator, PaillierAggregator
+from islands.aggregation.keys import _ENVELOPE, KeyReceiver, _aad
+from islands.aggregation.protect import ChaosPermutation, ClientDP, build_aggregator
+from islands.aggregation.secagg import SecureAggregation
 from islands.crypto import ckks
 from islands.crypto.envelope import pair_context, seal
 from islands.crypto.masking import generate_key
 from islands.errors import IslandsError, ProtocolError, ValidationError
-from islands.hfl.additive import AdditiveSharing
-from islands.hfl.aggregate import AggStep, MeanAggregator
-from islands.hfl.homomorphic import CKKSAggregator, PaillierAggregator
-from islands.hfl.keys import _ENVELOPE, KeyReceiver, _aad
-from islands.hfl.protect import ChaosPermutation, ClientDP, build_aggregator
 from islands.hfl.protocol import LocalOutcome, client, server
-from islands.hfl.secagg import SecureAggregation
 from islands.hfl.strategy import FedAvg
 from islands.runtime import Transcript, run_local
 from islands.runtime.identity import Identity, make_identities
@@ -384,7 +384,7 @@ def _he_forwarded(scheme: str) -> None:
 def dp_uploads(scheme: str, t: int = 3) -> tuple[HEFederation, dict[str, Any]]:
     """Round 1 of distributed DP over CKKS or Paillier, noise calibrated for ``t``.
 
-    Returns the federation (its halves are :class:`~islands.hfl.protect.ClientDP` over
+    Returns the federation (its halves are :class:`~islands.aggregation.protect.ClientDP` over
     the scheme) and every client's upload, for the played server to sum as it likes.
     """
     fed = HEFederation(scheme)

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from islands.aggregation.protect import build_sample_dp
 from islands.errors import JobError
 from islands.hfl.config import HflFederationConfig, ModelConfig, infer_task
 from islands.hfl.estimator import client_seed, split_local_eval
 from islands.hfl.job import Job, build_strategy, parse_job
-from islands.hfl.protect import build_sample_dp
 from islands.hfl.protocol import ClientResult, ServerResult, client, server
 from islands.protocols import (
     Deployment,
@@ -104,7 +104,7 @@ def _common(dep: Deployment, fed: _Federated) -> tuple[Any, Any, Any, Path | Non
 
 
 def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
-    from islands.hfl.models import flat_parameters  # torch
+    from islands.hfl.torch.models import flat_parameters  # torch
 
     spec, strategy, sample_dp, ckpt = _common(dep, fed)
     job = fed.job
@@ -170,7 +170,7 @@ def _client_data(dep: Deployment, fed: _Federated) -> tuple[np.ndarray, np.ndarr
 
 
 def _bind_client(dep: Deployment, fed: _Federated) -> Prepared:
-    from islands.hfl.learner import TorchLearner  # torch
+    from islands.hfl.torch.learner import TorchLearner  # torch
 
     spec, strategy, sample_dp, ckpt = _common(dep, fed)
     job = fed.job

@@ -13,7 +13,7 @@ hook                       decides
 ``get_state/set_state``    what a checkpoint must hold to resume exactly
 =========================  ==============================================================
 
-and an :class:`~islands.hfl.aggregate.Aggregator` it is given, which the server uses to
+and an :class:`~islands.aggregation.base.Aggregator` it is given, which the server uses to
 combine the updates. :class:`FedAvg`, :class:`APFL` and :class:`FedProx` are built from
 the same parts: a batch rule (fixed, or APFL's eq. 26), an interval rule (fixed τ, or
 APFL's adaptive eq. 31) and a local optimiser configuration.
@@ -37,8 +37,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from islands.aggregation.base import Aggregator, MeanAggregator
 from islands.errors import ValidationError, invalid_parameter
-from islands.hfl.aggregate import Aggregator, MeanAggregator
 from islands.hfl.maths import TauState, apfl_batch_sizes, update_tau
 from islands.validation import check_float, check_int, describe
 

@@ -1,11 +1,12 @@
 """``VerticalLinearRegression`` and ``VerticalLogisticRegression``: the user API.
 
 ``fit(X_a, X_b, y, ids_a=None, ids_b=None)`` simulates the whole federation in this
-process: with IDs, private set intersection (:mod:`islands.psi`) aligns each passive
-party with B first; then the coordinator C and the data parties run the roles of
-:mod:`islands.vfl.protocol`, each in its own thread, every message encoded to bytes.
-In a deployment each organisation runs only its own role and keeps only its own weights;
-the estimator holds all of them because it plays every party.
+process: the coordinator C and the data parties run the roles of
+:mod:`islands.vfl.federation`, each in its own thread, every message encoded to bytes, in
+one run: with IDs, private set intersection (:mod:`islands.psi.protocol`) between B and
+each passive party first, then training (:mod:`islands.vfl.protocol`). A deployed
+federation runs the same roles, one party per organisation, which keeps only its own
+weights; the estimator holds all of them because it plays every party.
 """
 
 from __future__ import annotations
@@ -18,23 +19,29 @@ from numpy.typing import ArrayLike, NDArray
 
 from islands.config import RunSettings
 from islands.crypto import paillier
+from islands.crypto.psi import encode_ids
 from islands.errors import ValidationError
 from islands.estimator import FederatedEstimator
-from islands.psi import DEFAULT_MAX_PEER_RATIO, align
+from islands.psi.config import DEFAULT_MAX_PEER_RATIO, DEFAULT_NORMALIZE
 from islands.runtime import Transcript, run_local
 from islands.validation import check_array, unique_labels
 from islands.vfl import maths
 from islands.vfl.config import VflConfig, draw_seed
+from islands.vfl.federation import (
+    ActiveResult,
+    CoordinatorOutcome,
+    PassiveResult,
+    PsiSettings,
+    active_party,
+    coordinator_party,
+    passive_party,
+)
 from islands.vfl.protocol import (
     Clock,
-    CoordinatorResult,
     PartyModel,
-    active,
-    coordinator,
     epoch_seconds,
     inference_coordinator,
     inference_party,
-    passive,
 )
 
 __all__ = ["VerticalLinearRegression", "VerticalLogisticRegression"]
@@ -123,10 +130,10 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
         self._run_settings()
         return config.replace(seed=draw_seed(self.random_state, owner))
 
-    def _align(self, blocks: list[Array], x_b: Array, y: Any, ids_a: Any, ids_b: Any,
-               names: list[str], config: VflConfig, timeout: float
-               ) -> tuple[list[Array], Array, Any, list[Any]]:
-        """Run PSI between B and every passive party; keep the rows all share."""
+    def _check_ids(self, blocks: list[Array], x_b: Array, ids_a: Any, ids_b: Any
+                   ) -> list[Any]:
+        """Check every party's IDs as PSI will, before any message; return A's ID lists."""
+        owner = type(self).__name__
         lists = list(ids_a) if len(blocks) > 1 else [ids_a]
         if len(lists) != len(blocks):
             raise ValidationError(f"ids_a must hold one ID list per passive party "
@@ -137,27 +144,16 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
                                       f"{len(ids)} IDs for {x.shape[0]} rows")
         if len(ids_b) != x_b.shape[0]:
             raise ValidationError(f"ids_b has {len(ids_b)} IDs for {x_b.shape[0]} rows of X_b")
-        pairs = [align(ids, ids_b, names=(name, "B"),
-                       labels=("ids_a" if len(lists) == 1 else f"ids_a[{i}]", "ids_b"),
-                       owner=type(self).__name__, timeout=timeout,
-                       max_peer_size=config.max_peer_size,
-                       max_peer_ratio=config.max_peer_ratio)
-                 for i, (name, ids) in enumerate(zip(names, lists, strict=True))]
-        # B learns each pairwise intersection; the rows every party shares are kept, in
-        # B's aligned (sorted) order, and B tells each A which of its common IDs survive
-        common = set(pairs[0][1].ids)
-        for _, b_side in pairs[1:]:
-            common &= set(b_side.ids)
-        if not common:
-            raise ValidationError("the parties share no ID across all of them")
-        order = [v for v in pairs[0][1].ids if v in common]
-        b_rows = {v: int(r) for v, r in zip(pairs[0][1].ids, pairs[0][1].rows, strict=True)}
-        aligned_blocks = []
-        for (a_side, _), x in zip(pairs, blocks, strict=True):
-            rows_of = {v: int(r) for v, r in zip(a_side.ids, a_side.rows, strict=True)}
-            aligned_blocks.append(x[[rows_of[v] for v in order]])
-        rows_b = [b_rows[v] for v in order]
-        return aligned_blocks, x_b[rows_b], np.asarray(y)[rows_b], order
+        kind_b = None
+        for i, ids in enumerate(lists):
+            label = "ids_a" if len(lists) == 1 else f"ids_a[{i}]"
+            _, kind = encode_ids(ids, label, owner, normalize=DEFAULT_NORMALIZE)
+            if kind_b is None:
+                _, kind_b = encode_ids(ids_b, "ids_b", owner, normalize=DEFAULT_NORMALIZE)
+            if kind != kind_b:
+                raise ValidationError(f"{owner}: {label} holds {kind} IDs but ids_b holds "
+                                      f"{kind_b} IDs; use one kind (1 and '1' never match)")
+        return lists
 
     # ------------------------------------------------------------ API
     def fit(self, X_a: Any, X_b: ArrayLike, y: ArrayLike, ids_a: Any = None,
@@ -175,13 +171,16 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
             Targets for X_b's rows.
         ids_a, ids_b
             Row IDs (a list per passive party when there are several). Given, the rows
-            are aligned by private set intersection first; None: the rows are already
-            aligned (same count, same order).
+            are aligned by private set intersection between B and each passive party,
+            in the same run as training (:mod:`islands.vfl.federation`); None: the rows
+            are already aligned (same count, same order).
 
         Raises
         ------
         ValidationError
-            For bad parameters or data, before any message is sent.
+            For bad parameters or data, before any message is sent; after alignment,
+            when the parties share no ID or too few rows for one batch (naming the party
+            that refused).
         ProtocolError
             When a party's ID set is larger than the other's PSI limit
             (``max_peer_size``, ``max_peer_ratio``), naming both parties and the limit.
@@ -208,23 +207,35 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
         features = {**{n: x.shape[1] for n, x in zip(names, blocks, strict=True)},
                     "B": x_b.shape[1]}
         maths.check_batch_rows(plan.batch_size, features, "B", owner)
-        ids: list[Any] | None = None
-        if ids_a is not None:
-            blocks, x_b, targets, ids = self._align(blocks, x_b, targets, ids_a, ids_b, names,
-                                                    config, run_settings.timeout)
-        self.ids_ = ids
-        maths.check_batch_rows(plan.batch_size, features, "B", owner, x_b.shape[0])
+        # with IDs, the aligned rows are checked by every party after PSI
+        psi: PsiSettings | None = None
+        lists: list[Any] = [None] * len(blocks)
+        if ids_a is None:
+            maths.check_batch_rows(plan.batch_size, features, "B", owner, x_b.shape[0])
+        else:
+            lists = self._check_ids(blocks, x_b, ids_a, ids_b)
+            psi = PsiSettings(normalize=DEFAULT_NORMALIZE, max_peer_size=config.max_peer_size,
+                              max_peer_ratio=config.max_peer_ratio,
+                              timeout=run_settings.timeout, inference=False)
         roles: dict[str, Any] = {
-            "C": partial(coordinator, active="B", passive=names, plan=plan,
-                         key_bits=config.key_bits, djn=config.djn),
-            "B": partial(active, X=x_b, y=targets, coordinator="C", passive=names, plan=plan),
+            "C": partial(coordinator_party, active="B", passive=names, plan=plan,
+                         key_bits=config.key_bits, djn=config.djn, psi=psi),
+            "B": partial(active_party, X=x_b, y=targets, ids=ids_b, coordinator="C",
+                         passive=names, plan=plan, psi=psi),
         }
-        for name, x in zip(names, blocks, strict=True):
-            roles[name] = partial(passive, X=x, coordinator="C", active="B", plan=plan)
+        for name, x, own in zip(names, blocks, lists, strict=True):
+            roles[name] = partial(passive_party, X=x, ids=own, coordinator="C", active="B",
+                                  plan=plan, psi=psi)
         run = run_local(roles, timeout=run_settings.timeout,
                         keep_payloads=run_settings.keep_payloads, blas_threads=None)
-        result_c: CoordinatorResult = run.results["C"]
-        models: dict[str, PartyModel] = {n: run.results[n] for n in [*names, "B"]}
+        outcome: CoordinatorOutcome = run.results["C"]
+        result_b: ActiveResult = run.results["B"]
+        passives: list[PassiveResult] = [run.results[n] for n in names]
+        self.ids_ = result_b.ids
+        result_c = outcome.training
+        models: dict[str, PartyModel] = {**{n: r.model for n, r in
+                                            zip(names, passives, strict=True)},
+                                         "B": result_b.model}
         coefs = [models[n].theta for n in names]
         self.coef_a_ = coefs[0] if len(coefs) == 1 else coefs
         self.coef_b_ = models["B"].theta[:-1]
@@ -363,9 +374,9 @@ class VerticalLinearRegression(_VerticalModel):
     timing_ : dict of party name to Clock
         Seconds of homomorphic work, plain compute and messaging (incl. waiting).
     transcript_ : Transcript
-        Every message of the fit.
+        Every message of the fit (with IDs, PSI's first).
     ids_ : list or None
-        The aligned IDs when the fit aligned them.
+        The aligned IDs (as B gave them, in PSI's order) when the fit aligned them.
 
     Examples
     --------

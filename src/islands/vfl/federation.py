@@ -11,10 +11,11 @@ every stage a run of the same role functions the estimators use:
    coordinator C how many rows are aligned (``aligned``).
 2. **Training**: :func:`islands.vfl.protocol.passive`, :func:`~islands.vfl.protocol.active`
    and :func:`~islands.vfl.protocol.coordinator` on the aligned rows (Table 1).
-3. **Inference** (after alignment by IDs): B sends C the IDs it wants scored
-   (``predict``; possibly none), C asks every data party for its partial scores of those
-   IDs (Table 2, :func:`~islands.vfl.protocol.inference_party`), adds them and returns the
-   decision values to B (``scores``).
+3. **Inference** (after alignment by IDs, unless ``PsiSettings.inference`` is off): B
+   sends C the IDs it wants scored (``predict``; possibly none), C asks every data party
+   for its partial scores of those IDs (Table 2,
+   :func:`~islands.vfl.protocol.inference_party`), adds them and returns the decision
+   values to B (``scores``).
 
 What each party learns beyond what the stages document (:mod:`islands.psi.protocol`,
 :mod:`islands.vfl.protocol`): with several passive parties, each A_k learns how many of its
@@ -22,10 +23,10 @@ common IDs are shared by every party (the length of ``keep``) and which; in infe
 and every data party see the queried IDs, and C sees their decision values, as in the
 paper's Table 2.
 
-The in-process estimators run the same stages with the same messages' content
-(:meth:`islands.vfl.estimator.VerticalLinearRegression.fit` aligns by the same PSI and
-keeps the same rows, in the same order), so a deployed federation and the estimator give
-the same model on the same data and plan.
+The in-process estimators run these roles:
+:meth:`islands.vfl.estimator.VerticalLinearRegression.fit` with IDs runs alignment and
+training as one run of them (without the inference stage), so a deployed federation and
+the estimator give the same model on the same data and plan.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.errors import ProtocolError
+from islands.errors import ProtocolError, ValidationError
 from islands.psi.protocol import Alignment, initiator, responder
 from islands.runtime import Party
 from islands.vfl.protocol import (
@@ -67,6 +68,8 @@ class PsiSettings:
     max_peer_ratio: float | None = 10.0
     timeout: float = 600.0
     """Seconds a party waits while the others align (PSI takes minutes at 10^6 IDs)."""
+    inference: bool = True
+    """Run the inference stage after training (the estimators' ``fit`` runs none)."""
 
     def roles(self) -> dict[str, Any]:
         """Return the keyword arguments of the PSI roles."""
@@ -107,6 +110,11 @@ class CoordinatorOutcome:
     scored: int
 
 
+def _id_list(ids: Sequence[Any] | None) -> list[Any]:
+    # an array's IDs as Python scalars, as PSI returns them
+    return [] if ids is None else ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+
+
 def _keep(party: Party, frm: str, size: int, timeout: float) -> NDArray[np.int64]:
     value = np.asarray(party.recv(frm, "keep", timeout=timeout))
     if (value.dtype.kind not in "iu" or value.ndim != 1 or value.size == 0
@@ -132,14 +140,14 @@ def passive_party(party: Party, X: Any, ids: Sequence[Any] | None, *, coordinato
     if psi is None:
         return PassiveResult(passive(party, x, coordinator=coordinator, active=active,
                                      plan=plan), None)
-    own = list(ids or [])
+    own = _id_list(ids)
     party.recv(active, "turn", timeout=psi.timeout)
     pair: Alignment = initiator(party, peer=active, ids=own, workers=workers, **psi.roles())
     keep = _keep(party, active, len(pair.ids), psi.timeout)
     model = passive(party, x[pair.rows[keep]], coordinator=coordinator, active=active,
                     plan=plan)
-    scored = inference_party(party, x, model.theta, coordinator=coordinator,
-                             ids=psi.lookup(own))
+    scored = (inference_party(party, x, model.theta, coordinator=coordinator,
+                              ids=psi.lookup(own)) if psi.inference else 0)
     return PassiveResult(model, [pair.ids[int(i)] for i in keep], scored)
 
 
@@ -158,13 +166,18 @@ def active_party(party: Party, X: Any, y: Any, ids: Sequence[Any] | None, *,
     ids
         The IDs of X's rows; None with ``psi`` None: rows already aligned.
     query
-        IDs whose decision values B asks for after training (alignment by IDs only).
+        IDs whose decision values B asks for after training (alignment by IDs with the
+        inference stage only).
     """
     x, target = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    asked = list(query)
+    if asked and psi is not None and not psi.inference:
+        raise ValidationError(f"party {party.name!r}: IDs to predict need the inference "
+                              "stage (PsiSettings.inference)")
     if psi is None:
         model = active(party, x, target, coordinator=coordinator, passive=passive, plan=plan)
         return ActiveResult(model, None, [], np.zeros(0))
-    own = list(ids or [])
+    own = _id_list(ids)
     labelled = np.flatnonzero(np.isfinite(target))
     entered = [own[int(i)] for i in labelled]
     pairs = []
@@ -175,9 +188,8 @@ def active_party(party: Party, X: Any, y: Any, ids: Sequence[Any] | None, *,
     common = set(pairs[0].ids)
     for pair in pairs[1:]:
         common &= set(pair.ids)
-    if not common:
-        raise ProtocolError("the parties share no ID across all of them", party=party.name,
-                            step="keep")
+    if not common:  # the data's fault, as PSI's own empty intersection
+        raise ValidationError("the parties share no ID across all of them")
     # every pairwise list is sorted by the same rule, so each keeps the common IDs in
     # the same order as the first
     for name, pair in zip(passive, pairs, strict=True):
@@ -189,7 +201,8 @@ def active_party(party: Party, X: Any, y: Any, ids: Sequence[Any] | None, *,
     party.send(coordinator, "aligned", len(order))
     model = active(party, x[rows], target[rows], coordinator=coordinator, passive=passive,
                    plan=plan)
-    asked = list(query)
+    if not psi.inference:
+        return ActiveResult(model, order, [], np.zeros(0))
     party.send(coordinator, "predict", psi.lookup(asked))
     inference_party(party, x, np.asarray(model.theta), coordinator=coordinator,
                     ids=psi.lookup(own), intercept=True)
@@ -210,7 +223,7 @@ def coordinator_party(party: Party, *, active: str, passive: Sequence[str], plan
                                 party=party.name, step="aligned")
     training = coordinator(party, active=active, passive=passive, plan=plan,
                            key_bits=key_bits, djn=djn)
-    if psi is None:
+    if psi is None or not psi.inference:
         return CoordinatorOutcome(training, 0)
     query = party.recv(active, "predict")
     if not isinstance(query, list):

@@ -65,9 +65,10 @@ from islands.validation import read_toml, table_value
 from islands.vfl import maths
 from islands.vfl.config import VflConfig, draw_seed
 from islands.vfl.estimator import VerticalLinearRegression, VerticalLogisticRegression
+from islands.vfl.protocol import Clock
 
-__all__ = ["JobError", "VerticalJob", "is_vertical", "load_vertical_job", "parse_vertical_job",
-           "run_vertical", "write_vertical_outputs"]
+__all__ = ["JobError", "VerticalJob", "VerticalJobResult", "is_vertical", "load_vertical_job",
+           "parse_vertical_job", "run_vertical", "write_vertical_outputs"]
 
 _TOP = {"name", "kind", "seed", "output", "data", "parties", "model"}
 _DATA = {"name", "test_fraction", "rows"}
@@ -225,9 +226,62 @@ def _own_ids(n: int, party: int, seed: int) -> tuple[NDArray[np.intp], list[str]
 # ----------------------------------------------------------------------------- run
 
 
+@dataclass(frozen=True)
+class VerticalJobResult:
+    """What :func:`run_vertical` returns; :meth:`to_json` is ``results.json``.
+
+    ``metrics`` holds ``accuracy`` and ``auc`` (logistic) or ``r2`` and ``mse`` (linear),
+    each also as ``sklearn_<name>`` for scikit-learn trained on the joined data.
+    ``per_epoch_split`` is, per party, its seconds per epoch (a :class:`Clock`);
+    ``aligned_ids`` the rows PSI aligned (None without PSI);
+    ``max_abs_diff_to_centralised_gd`` the distance to centralised gradient descent on
+    the same batches (None with PSI).
+    """
+
+    job: VerticalJob
+    settings: VflConfig
+    train_rows: int
+    test_rows: int
+    passive_features: list[int]
+    active_features: int
+    loss_history: list[float]
+    batch_losses: list[float]
+    epochs_run: int
+    converged: bool
+    metrics: dict[str, float]
+    epoch_seconds: list[float]
+    per_epoch_split: dict[str, Clock]
+    bytes: int
+    bytes_by_tag: dict[str, int]
+    aligned_ids: int | None
+    max_abs_diff_to_centralised_gd: float | None
+    wall_time_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``results.json``: the keys and order it has always had."""
+        return {
+            "job": asdict(self.job),
+            "settings": self.settings.model_dump(),
+            "rows": {"train_aligned": self.train_rows, "test": self.test_rows},
+            "features": {"passive": self.passive_features, "active": self.active_features},
+            "loss_history": self.loss_history,
+            "batch_losses": self.batch_losses,
+            "epochs_run": self.epochs_run,
+            "converged": self.converged,
+            "metrics": self.metrics,
+            "epoch_seconds": self.epoch_seconds,
+            "per_epoch_split": {name: asdict(c) for name, c in self.per_epoch_split.items()},
+            "bytes": self.bytes,
+            "bytes_by_tag": self.bytes_by_tag,
+            "aligned_ids": self.aligned_ids,
+            "max_abs_diff_to_centralised_gd": self.max_abs_diff_to_centralised_gd,
+            "wall_time_s": self.wall_time_s,
+        }
+
+
 def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = None
-                 ) -> dict[str, Any]:
-    """Train one vertical job and return its JSON-ready result."""
+                 ) -> VerticalJobResult:
+    """Train one vertical job and return its results."""
     from sklearn.linear_model import LinearRegression, LogisticRegression
     from sklearn.metrics import accuracy_score, mean_squared_error, r2_score, roc_auc_score
     from sklearn.model_selection import train_test_split
@@ -297,43 +351,38 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
         lossless = float(np.max(np.abs(got - np.concatenate(ref_thetas))))
     epoch_s = est.epoch_seconds_
     epochs = max(est.n_epochs_, 1)
-    return {
-        "job": {**asdict(job)},
-        "settings": config.model_dump(),
-        "rows": {"train_aligned": int(block_b.shape[0]) if est.ids_ is None else len(est.ids_),
-                 "test": int(x_te.shape[0])},
-        "features": {"passive": [int(c.size) for c in cols[:-1]], "active": int(cols[-1].size)},
-        "loss_history": est.loss_history_,
-        "batch_losses": est.batch_losses_,
-        "epochs_run": est.n_epochs_,
-        "converged": bool(est.converged_),
-        "metrics": metrics,
-        "epoch_seconds": epoch_s,
-        "per_epoch_split": {name: {k: v / epochs for k, v in vars(c).items()}
-                            for name, c in est.timing_.items()},
-        "bytes": est.transcript_.total_bytes,
-        "bytes_by_tag": {t: v.nbytes for t, v in est.transcript_.totals("tag").items()},
-        "aligned_ids": None if est.ids_ is None else len(est.ids_),
-        "max_abs_diff_to_centralised_gd": lossless,
-        "wall_time_s": time.perf_counter() - start,
-    }
+    return VerticalJobResult(
+        job=job, settings=config,
+        train_rows=int(block_b.shape[0]) if est.ids_ is None else len(est.ids_),
+        test_rows=int(x_te.shape[0]),
+        passive_features=[int(c.size) for c in cols[:-1]], active_features=int(cols[-1].size),
+        loss_history=est.loss_history_, batch_losses=est.batch_losses_,
+        epochs_run=est.n_epochs_, converged=bool(est.converged_), metrics=metrics,
+        epoch_seconds=epoch_s,
+        per_epoch_split={name: Clock(**{k: v / epochs for k, v in asdict(c).items()})
+                         for name, c in est.timing_.items()},
+        bytes=est.transcript_.total_bytes,
+        bytes_by_tag={t: v.nbytes for t, v in est.transcript_.totals("tag").items()},
+        aligned_ids=None if est.ids_ is None else len(est.ids_),
+        max_abs_diff_to_centralised_gd=lossless, wall_time_s=time.perf_counter() - start)
 
 
-def write_vertical_outputs(result: dict[str, Any], out: str | Path, *,
+def write_vertical_outputs(result: VerticalJobResult, out: str | Path, *,
                            json_path: str | Path | None = None) -> list[Path]:
     """Write ``results.json`` and ``loss.png`` (loss per epoch) into ``out``."""
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    written = [write_json(folder / "results.json", result)]
+    doc = result.to_json()
+    written = [write_json(folder / "results.json", doc)]
     if json_path is not None:
-        written.append(write_json(json_path, result))
+        written.append(write_json(json_path, doc))
     fig = new_figure(6.4, 4.0)
     ax = fig.subplots()
-    losses = result["loss_history"]
+    losses = result.loss_history
     ax.plot(range(1, len(losses) + 1), losses, marker="o")
     ax.set_xlabel("epoch")
     ax.set_ylabel("loss (decrypted by C)")
-    ax.set_title(f"{result['job']['name']}: {result['job']['model']['kind']} regression")
+    ax.set_title(f"{result.job.name}: {result.settings.objective} regression")
     ax.grid(alpha=0.3)
     written.append(save_figure(fig, folder / "loss.png"))
     return written

@@ -70,7 +70,7 @@ class ServerValidation:
     Parameters
     ----------
     spec
-        The federation's :class:`~islands.hfl.models.ModelSpec`.
+        The federation's :class:`~islands.hfl.torch.models.ModelSpec`.
     X, y
         The validation rows (never trained on).
     task
@@ -79,12 +79,12 @@ class ServerValidation:
         ``"accuracy"`` (classification only) or ``"loss"`` (minus cross-entropy or
         minus the mean squared error).
     pool
-        A :class:`~islands.hfl.models.ModulePool` of ``spec`` to borrow modules from.
+        A :class:`~islands.hfl.torch.models.ModulePool` of ``spec`` to borrow modules from.
     """
 
     def __init__(self, spec: Any, X: Any, y: Any, *, task: str = "classification",
                  metric: str = "accuracy", pool: Any = None) -> None:
-        from islands.hfl.training import Trainer
+        from islands.hfl.torch.training import Trainer
 
         if len(np.asarray(y)) == 0:
             raise ValidationError("the contribution's validation set is empty")

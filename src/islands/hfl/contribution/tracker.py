@@ -57,8 +57,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.aggregation.base import MeanAggregator
+from islands.aggregation.protect import ChaosPermutation, ClientDP
 from islands.errors import ValidationError, invalid_parameter
-from islands.hfl.aggregate import MeanAggregator
 from islands.hfl.config import METHODS, ContributionSettings
 from islands.hfl.contribution.game import (
     RoundGame,
@@ -72,7 +73,6 @@ from islands.hfl.contribution.maths import (
     permutation_shapley,
     reward_shares,
 )
-from islands.hfl.protect import ChaosPermutation, ClientDP
 from islands.validation import describe
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Protections that wrap any aggregator: the chaos permutation and client-level DP.
 
-Both compose with every aggregator of :mod:`islands.hfl` (plain mean, secure
+Both compose with every aggregator of :mod:`islands.aggregation` (plain mean, secure
 aggregation, additive sharing, CKKS, Paillier) and with each other, and
 :func:`build_aggregator` builds the stack a job's ``protect = [...]`` names:
 
@@ -11,7 +11,7 @@ aggregation, additive sharing, CKKS, Paillier) and with each other, and
 * ``"dp"`` clips and noises the update before anything else.
 
 Chaos permutation (APFL §3.2, ALGORITHMS.md §3): the clients share a logistic-map key
-(x₀, λ) dealt by the first client (:mod:`islands.hfl.keys`) and permute their model by
+(x₀, λ) dealt by the first client (:mod:`islands.aggregation.keys`) and permute their model by
 the argsort of the orbit; since all use the same permutation, the coordinate-wise
 aggregate of the permuted vectors is the permuted aggregate, which the clients
 unpermute. The server never holds the key. It is obfuscation, not encryption, and on
@@ -57,7 +57,7 @@ server reports (ε, δ) after every round; with
 ``target_epsilon`` the run stops before the round that would exceed it.
 
 Sample-level differential privacy (``"dp-sgd"``, :class:`SampleDP`): every client trains
-with DP-SGD (Abadi et al. 2016; :mod:`islands.hfl.dpsgd`, per-sample gradients from
+with DP-SGD (Abadi et al. 2016; :mod:`islands.hfl.torch.dpsgd`, per-sample gradients from
 Opacus), which protects each *training example* of that client, whatever the other
 parties do with its updates. It is not an aggregator: it changes local training, so it
 composes with every protection above. Each client's budget is its own (ε, δ) over its
@@ -75,10 +75,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.crypto import chaos
-from islands.errors import ProtocolError, ValidationError, invalid_parameter
-from islands.hfl.additive import AdditiveSharing
-from islands.hfl.aggregate import (
+from islands.aggregation.additive import AdditiveSharing
+from islands.aggregation.base import (
     Aggregator,
     AggStep,
     ClientHalf,
@@ -87,9 +85,11 @@ from islands.hfl.aggregate import (
     ServerHalf,
     ServerLink,
 )
-from islands.hfl.homomorphic import CKKSAggregator, PaillierAggregator
-from islands.hfl.keys import KeyReceiver, deal_key
-from islands.hfl.secagg import SecAggClient, SecureAggregation, threshold_for
+from islands.aggregation.homomorphic import CKKSAggregator, PaillierAggregator
+from islands.aggregation.keys import KeyReceiver, deal_key
+from islands.aggregation.secagg import SecAggClient, SecureAggregation, threshold_for
+from islands.crypto import chaos
+from islands.errors import ProtocolError, ValidationError, invalid_parameter
 from islands.privacy import (
     PrivacyAccountant,
     clip_l2,
@@ -558,7 +558,7 @@ class SampleDP:
     Each local step draws a Poisson sample of the client's rows (each row independently
     with probability q = b/n, b the client's batch size, n its training rows), clips
     every per-sample gradient to L2 ≤ C, adds N(0, σ²C²) from a cryptographic generator
-    to their sum and divides by b (:mod:`islands.hfl.dpsgd`). One step is one release of
+    to their sum and divides by b (:mod:`islands.hfl.torch.dpsgd`). One step is one release of
     the Poisson-subsampled Gaussian mechanism with noise multiplier σ and sampling rate
     q; :class:`islands.privacy.PrivacyAccountant` composes them.
 
@@ -666,13 +666,13 @@ class SampleAccount:
     The client's side of what :class:`SampleBudget` accounts on the server's. The
     accountant is made at the first call, for that call's batch size (the sampling
     rate q = b/n it assumes). Kept by whoever holds the client's learner state
-    (:class:`~islands.hfl.learner.TorchLearner`, or the driver-side learner of the Ray
+    (:class:`~islands.hfl.torch.learner.TorchLearner`, or the driver-side learner of the Ray
     backend), whoever runs the steps.
 
     Parameters
     ----------
     dp
-        The DP-SGD settings (:class:`~islands.hfl.protect.SampleDP`).
+        The DP-SGD settings (:class:`~islands.aggregation.protect.SampleDP`).
     n_train
         The client's training rows n.
     """

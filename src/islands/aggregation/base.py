@@ -374,7 +374,7 @@ class MeanAggregator:
     """The plain weighted mean of FedAvg, Σ_k (n_k/n_S)·w_k over the survivors S.
 
     The server sees every client's model in the clear: protection comes from the
-    aggregators in :mod:`islands.hfl.protect` that replace or wrap this one.
+    aggregators in :mod:`islands.aggregation.protect` that replace or wrap this one.
 
     Parameters
     ----------

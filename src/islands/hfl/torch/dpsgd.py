@@ -18,7 +18,7 @@ local step
 4. adds Gaussian noise and averages over the *expected* batch size:
    g = (Σᵢ ḡᵢ + N(0, σ²C²·I)) / b — Opacus's convention under Poisson sampling, which
    keeps the released quantity's sensitivity at C whatever the sample's size;
-5. takes the same SGD step as the non-private :class:`~islands.hfl.training.Trainer`
+5. takes the same SGD step as the non-private :class:`~islands.hfl.torch.training.Trainer`
    (weight decay, FedProx term, momentum), which is post-processing.
 
 Adding or removing one row changes Σᵢ ḡᵢ by at most C, so each step is the
@@ -66,11 +66,11 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from islands.aggregation.protect import SampleDP
 from islands.crypto.prg import csprng_normal, csprng_uniform
 from islands.errors import ValidationError, invalid_parameter
-from islands.hfl.models import _flat_tensor, _load_checked, _params_of
-from islands.hfl.protect import SampleDP
-from islands.hfl.training import Position, Trainer, TrainOutcome
+from islands.hfl.torch.models import _flat_tensor, _load_checked, _params_of
+from islands.hfl.torch.training import Position, Trainer, TrainOutcome
 from islands.validation import describe
 
 __all__ = ["PrivateTrainer", "poisson_sample"]
@@ -92,7 +92,7 @@ def poisson_sample(n: int, rate: float) -> NDArray[np.int64]:
 
 
 class PrivateTrainer:
-    """DP-SGD over a :class:`~islands.hfl.training.Trainer`'s rows (module docstring).
+    """DP-SGD over a :class:`~islands.hfl.torch.training.Trainer`'s rows (module docstring).
 
     Parameters
     ----------

@@ -86,12 +86,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from numpy.typing import NDArray
 
-from islands.crypto import shamir
-from islands.crypto.envelope import open_sealed, pair_context, seal
-from islands.crypto.masking import MaskingKey, generate_key, pairwise_mask
-from islands.crypto.prg import expand
-from islands.errors import ProtocolError, ValidationError, invalid_parameter
-from islands.hfl.aggregate import (
+from islands.aggregation.base import (
     AggStep,
     MalformedUpdateError,
     PlainServerHalf,
@@ -102,6 +97,11 @@ from islands.hfl.aggregate import (
     ring_mean,
     unexpected_step,
 )
+from islands.crypto import shamir
+from islands.crypto.envelope import open_sealed, pair_context, seal
+from islands.crypto.masking import MaskingKey, generate_key, pairwise_mask
+from islands.crypto.prg import expand
+from islands.errors import ProtocolError, ValidationError, invalid_parameter
 from islands.runtime import Party
 from islands.validation import is_int
 
@@ -188,7 +188,7 @@ class SecureAggregation:
     Notes
     -----
     Composes with FedAvg and APFL (any strategy), the chaos permutation and
-    client-level DP (:mod:`islands.hfl.protect`). The server learns the weighted mean
+    client-level DP (:mod:`islands.aggregation.protect`). The server learns the weighted mean
     of the survivors: :meth:`ServerHalf.reveal` returns it.
     """
 

@@ -3,7 +3,7 @@
 Models travel between server and clients as one flat ``float32`` vector: the parameters
 in ``module.parameters()`` order, each flattened row-major. Every module built here
 holds its parameters as views into one contiguous flat tensor, so loading a vector is
-one copy and an optimiser step is one vector-wide update (:mod:`islands.hfl.training`).
+one copy and an optimiser step is one vector-wide update (:mod:`islands.hfl.torch.training`).
 
 Three model kinds (:class:`ModelSpec`):
 

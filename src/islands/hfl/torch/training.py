@@ -19,7 +19,7 @@ their updates agree step for step. Everything is a pure function of its inputs:
   exactly :class:`torch.optim.SGD` (dampening 0, no Nesterov) plus the proximal term
   μ/2·‖w − w₀‖² of FedProx. The momentum buffer v is returned and handed back by the
   caller, so a client's buffer survives between rounds.
-* **State.** Modules come from a :class:`~islands.hfl.models.ModulePool` and keep nothing
+* **State.** Modules come from a :class:`~islands.hfl.torch.models.ModulePool` and keep nothing
   between calls: each call loads the given vector and returns a copy of the result.
 
 All arithmetic is ``float32``. The number of intra-op threads is the caller's business
@@ -40,7 +40,7 @@ from numpy.typing import NDArray
 from torch import nn
 
 from islands.errors import invalid_parameter
-from islands.hfl.models import (
+from islands.hfl.torch.models import (
     ModelSpec,
     ModulePool,
     _check_vector,

@@ -1,7 +1,7 @@
 """Homomorphic aggregation: CKKS (APFL's protection) and packed Paillier (its baseline).
 
 The clients share one key pair that the server never sees, dealt by the first client
-(:mod:`islands.hfl.keys`); the server holds only the public part and combines the
+(:mod:`islands.aggregation.keys`); the server holds only the public part and combines the
 uploads on ciphertexts; the clients decrypt the result they receive in the next task.
 
 * :class:`CKKSAggregator` (APFL §3.2): each client uploads Enc(w_k), packed N/2 values
@@ -67,11 +67,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.crypto import ckks
-from islands.crypto.ckks import CKKSParams
-from islands.crypto.prg import expand
-from islands.errors import ProtocolError, ValidationError
-from islands.hfl.aggregate import (
+from islands.aggregation.base import (
     AggStep,
     MalformedUpdateError,
     PlainServerHalf,
@@ -79,7 +75,11 @@ from islands.hfl.aggregate import (
     StreamingRound,
     unexpected_step,
 )
-from islands.hfl.keys import KeyReceiver, deal_key
+from islands.aggregation.keys import KeyReceiver, deal_key
+from islands.crypto import ckks
+from islands.crypto.ckks import CKKSParams
+from islands.crypto.prg import expand
+from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party
 from islands.validation import check_int
 

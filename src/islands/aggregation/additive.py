@@ -15,7 +15,7 @@ would make its partial sum its update), and every share carries a digest of the
 sender's roster, so a client whose peers were shown another roster refuses to send its
 partial sum.
 
-This is the simpler, cheaper alternative to :mod:`islands.hfl.secagg` for a small
+This is the simpler, cheaper alternative to :mod:`islands.aggregation.secagg` for a small
 federation whose clients can reach one another; it has **no dropout recovery**: a
 client that drops after shares were sent takes other clients' shares with it, and the
 round fails with an error that says so (use secure aggregation where clients drop).
@@ -38,9 +38,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.crypto.sharing import reconstruct, share_among
-from islands.errors import ProtocolError, invalid_parameter
-from islands.hfl.aggregate import (
+from islands.aggregation.base import (
     AggStep,
     PlainServerHalf,
     ServerLink,
@@ -50,6 +48,8 @@ from islands.hfl.aggregate import (
     ring_mean,
     unexpected_step,
 )
+from islands.crypto.sharing import reconstruct, share_among
+from islands.errors import ProtocolError, invalid_parameter
 from islands.runtime import Party, wire
 from islands.validation import check_float, is_int
 

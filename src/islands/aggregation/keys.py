@@ -47,10 +47,10 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from islands.aggregation.base import AggStep, ServerLink
 from islands.crypto.envelope import open_sealed, pair_context, seal
 from islands.crypto.masking import MaskingKey, generate_key
 from islands.errors import ProtocolError
-from islands.hfl.aggregate import AggStep, ServerLink
 from islands.runtime import Party
 
 __all__ = ["KeyReceiver", "deal_key"]

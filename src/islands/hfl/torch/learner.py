@@ -1,12 +1,12 @@
 """The PyTorch learner a client role trains with: its data, its model, its evaluation.
 
-Binds a :class:`~islands.hfl.training.Trainer` (the client's training data) to the
+Binds a :class:`~islands.hfl.torch.training.Trainer` (the client's training data) to the
 client's local evaluation data, behind the :class:`~islands.hfl.protocol.Learner`
 interface the client role uses, so that the roles themselves never import torch.
 
 Two small pieces compose with it:
 
-* :class:`~islands.hfl.protect.SampleAccount` keeps one client's DP-SGD budget (the
+* :class:`~islands.aggregation.protect.SampleAccount` keeps one client's DP-SGD budget (the
   checks before a call and the accounting after it), whoever runs the steps:
   :class:`TorchLearner` here, or the driver-side learner of the Ray backend
   (:mod:`islands.hfl.ray_backend`) whose steps run in a Ray worker.
@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.hfl.dpsgd import PrivateTrainer
-from islands.hfl.models import ModelSpec, ModulePool
-from islands.hfl.protect import SampleAccount, SampleDP
+from islands.aggregation.protect import SampleAccount, SampleDP
 from islands.hfl.protocol import LocalOutcome
 from islands.hfl.strategy import LocalConfig
-from islands.hfl.training import Position, Trainer, _as_features, _as_targets
+from islands.hfl.torch.dpsgd import PrivateTrainer
+from islands.hfl.torch.models import ModelSpec, ModulePool
+from islands.hfl.torch.training import Position, Trainer, _as_features, _as_targets
 
 __all__ = ["FreeRider", "PooledLearner", "TorchLearner"]
 
@@ -58,7 +58,7 @@ class TorchLearner:
     pool
         Modules shared with other clients of this process (simulations).
     dp
-        Train with DP-SGD (:mod:`islands.hfl.dpsgd`) under these settings; the learner
+        Train with DP-SGD (:mod:`islands.hfl.torch.dpsgd`) under these settings; the learner
         accounts its own budget and refuses a call that would exceed ``target_epsilon``.
     """
 
@@ -93,7 +93,7 @@ class TorchLearner:
 
     def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
               config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
-        """Run the local steps (see :meth:`~islands.hfl.training.Trainer.train`).
+        """Run the local steps (see :meth:`~islands.hfl.torch.training.Trainer.train`).
 
         Raises
         ------

@@ -1,0 +1,57 @@
+"""Aggregation and the protections around it, for any protocol that sums client updates.
+
+- :mod:`islands.aggregation.base`: the :class:`Aggregator` interface (a client half and
+  a server half), the plain weighted mean, and the :class:`AggStep`/:class:`AggReply`
+  messages every protection's phases travel in;
+- :mod:`islands.aggregation.secagg`: secure aggregation with dropout recovery
+  (Bonawitz et al., CCS 2017);
+- :mod:`islands.aggregation.additive`: additive secret sharing between the clients;
+- :mod:`islands.aggregation.homomorphic`: CKKS and packed Paillier aggregation;
+- :mod:`islands.aggregation.keys`: dealing one shared secret key through a server that
+  must never see it;
+- :mod:`islands.aggregation.protect`: the chaos permutation and client-level DP that
+  wrap any aggregator, the stack a job's ``protect = [...]`` names, and the sample-level
+  DP (DP-SGD) settings.
+
+This package imports only :mod:`islands.crypto`, :mod:`islands.privacy`,
+:mod:`islands.runtime` and the core modules, never a protocol package or torch
+(``tests/test_layers.py``). The wire names of its messages (``hfl.AggStep``,
+``hfl.AggReply``, ``hfl.AdditiveShare``) are those they had in :mod:`islands.hfl`.
+"""
+
+from islands.aggregation.additive import AdditiveSharing
+from islands.aggregation.base import (
+    Aggregator,
+    AggReply,
+    AggStep,
+    ClientHalf,
+    MeanAggregator,
+    ServerHalf,
+)
+from islands.aggregation.homomorphic import CKKSAggregator, PaillierAggregator
+from islands.aggregation.protect import (
+    ChaosPermutation,
+    ClientDP,
+    SampleDP,
+    build_aggregator,
+    build_sample_dp,
+)
+from islands.aggregation.secagg import SecureAggregation
+
+__all__ = [
+    "AdditiveSharing",
+    "AggReply",
+    "AggStep",
+    "Aggregator",
+    "CKKSAggregator",
+    "ChaosPermutation",
+    "ClientDP",
+    "ClientHalf",
+    "MeanAggregator",
+    "PaillierAggregator",
+    "SampleDP",
+    "SecureAggregation",
+    "ServerHalf",
+    "build_aggregator",
+    "build_sample_dp",
+]
