@@ -248,3 +248,48 @@ def test_a1_learns_which_of_its_ids_shared_with_b_a2_holds(
     # so A₁ reads, for each of its 30 IDs shared with B, whether A₂ holds it
     assert a1_with_b - kept == {f"id-{i:02d}" for i in range(10)}
     assert not kept & {"a2-only-0"}  # but nothing of A₂'s IDs outside A₁ ∩ B
+
+
+# -------------------------------------------------- the deployed federation's own messages
+def _psi_then(send: Any) -> Any:
+    """An active party B that runs PSI honestly, then sends what ``send`` makes."""
+    from islands.psi.protocol import responder
+
+    def role(party: Any) -> None:
+        party.send("A", "turn", 0)
+        pair = responder(party, peer="A", ids=[f"id{i}" for i in range(20)])
+        send(party, len(pair.ids))
+
+    return role
+
+
+@pytest.mark.parametrize("keep", [
+    np.array([3, 1], dtype=np.int64),      # not ascending
+    np.array([0, 99], dtype=np.int64),     # past A's common IDs
+    np.array([], dtype=np.int64),          # nothing to train on
+    np.array([0.5, 1.0]),                  # not positions
+])
+def test_a_passive_party_refuses_a_malformed_keep_list(keep: np.ndarray) -> None:
+    from islands.vfl.federation import PsiSettings, passive_party
+
+    plan = VflConfig.build(objective="linear", epochs=1, batch_size=4).plan()
+    roles = {
+        "A": partial(passive_party, X=np.ones((20, 2)), ids=[f"id{i}" for i in range(20)],
+                     coordinator="B", active="B", plan=plan, psi=PsiSettings()),
+        "B": _psi_then(lambda party, n: party.send("A", "keep", keep)),
+    }
+    with pytest.raises(ProtocolError, match=r"party 'B' sent a malformed 'keep' list"):
+        run_local(roles, timeout=30)
+
+
+@pytest.mark.parametrize("aligned", [0, -3, "20", 2.5])
+def test_the_coordinator_refuses_a_malformed_alignment_count(aligned: Any) -> None:
+    from islands.vfl.federation import PsiSettings, coordinator_party
+
+    plan = VflConfig.build(objective="linear", epochs=1, batch_size=4).plan()
+    roles = {"C": partial(coordinator_party, active="B", passive=["A"], plan=plan,
+                          key_bits=1024, djn=False, psi=PsiSettings()),
+             "B": lambda party: party.send("C", "aligned", aligned),
+             "A": lambda party: None}
+    with pytest.raises(ProtocolError, match=r"party 'B' sent a malformed 'aligned' count"):
+        run_local(roles, timeout=30)
