@@ -135,6 +135,7 @@ def bench_round_trips(quick: bool) -> dict[str, Any]:
 def bench_cca(quick: bool, repeats: int) -> dict[str, Any]:
     from islands.cca import SwarmCCA
     from islands.data import load_fashion_mnist, split_image_views
+    from islands.deploy.launch import PartyRecord
     from islands.deploy.local import start_parties, wait_parties, write_federation
 
     n = 20000 if quick else 60000
@@ -162,8 +163,8 @@ def bench_cca(quick: bool, repeats: int) -> dict[str, Any]:
             bad = {k: v.log[-1000:] for k, v in done.items() if v.returncode}
             if bad:
                 raise RuntimeError(f"a party failed: {bad}")
-            records = [json.loads((root / f"out/{p}/party.json").read_text()) for p in "xy"]
-            deployed.append(max(r["role_seconds"] for r in records))
+            records = [PartyRecord.read(root / f"out/{p}") for p in "xy"]
+            deployed.append(max(r.role_seconds for r in records))
     ratio = median(deployed) / median(local)
     row = {"n": n, "p": X.shape[1], "q": Y.shape[1], "repeats": repeats,
            "in_process_s": local, "grpc_role_s": deployed, "grpc_process_wall_s": walls,

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from islands.errors import ValidationError
+from islands.errors import JobError, ValidationError
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(30, 3))
@@ -173,6 +173,33 @@ def test_party_data_file(tmp_path: Any, text: str, words: tuple[str, ...]) -> No
         load_table(path, what="the data of party 'x'")
     for word in words:
         assert word in str(info.value), (word, str(info.value))
+
+
+def test_a_labels_file_may_be_a_vector_or_one_column(tmp_path: Any) -> None:
+    from islands.protocols import load_array, load_column
+
+    y = np.array([0.0, 1.0, 1.0, 0.0])
+    np.save(tmp_path / "y.npy", y)  # what np.save(path, y) writes: 1-D
+    np.save(tmp_path / "col.npy", y[:, None])
+    np.savetxt(tmp_path / "y.csv", y[:, None], delimiter=",")
+    for name in ("y.npy", "col.npy", "y.csv"):
+        got = load_column(tmp_path / name, what="the labels of party 'x'")
+        assert got.shape == (4,) and np.array_equal(got, y), name
+    assert load_array(tmp_path / "y.npy", what="v").shape == (4,)
+    assert load_array(tmp_path / "col.npy", what="v").shape == (4, 1)
+    np.save(tmp_path / "two.npy", np.ones((4, 2)))
+    with pytest.raises(JobError, match=r"labels of party 'x' \(.*two.npy\) must hold one "
+                                       r"column; it has 2"):
+        load_column(tmp_path / "two.npy", what="the labels of party 'x'")
+    np.save(tmp_path / "nan.npy", np.array([0.0, np.nan]))
+    with pytest.raises(ValidationError, match="finite"):
+        load_column(tmp_path / "nan.npy", what="the labels of party 'x'")
+    np.save(tmp_path / "text.npy", np.array(["a", "b"]))
+    with pytest.raises(ValidationError, match="party 'x'"):
+        load_column(tmp_path / "text.npy", what="the labels of party 'x'")
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}, None]), allow_pickle=True)
+    with pytest.raises(JobError, match=r"cannot be read as a numeric \.npy file"):
+        load_column(tmp_path / "objects.npy", what="the labels of party 'x'")
 
 
 # ---------------------------------------------------------------- horizontal FL

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from pydantic import model_validator
 
-from islands.config import ProtocolConfig, RunSettings, setting
-from islands.errors import JobError, ValidationError
+from islands.config import ProtocolConfig, RunSettings, check_same_plan, plan_text, setting
+from islands.errors import JobError, ProtocolError, ValidationError
 
 
 class Demo(ProtocolConfig):
@@ -158,3 +158,24 @@ def test_run_settings() -> None:
 def test_a_missing_required_setting_is_named() -> None:
     assert message(epsilon=0.5) == (
         "FederatedDemo needs the 'n_components' parameter (an int in [1, inf))")
+
+
+def test_a_plan_that_differs_is_named_setting_by_setting() -> None:
+    mine = Demo.build(n_components=2, epsilon=1.0).plan_text()
+    theirs = Demo.build(n_components=3, epsilon=1.0).plan_text()
+    assert mine == plan_text({**Demo.build(n_components=2, epsilon=1.0).model_dump()})
+    check_same_plan(mine, mine, party="A", peer="B")
+    # the same settings written another way are the same plan
+    check_same_plan(mine, " " + mine.replace(",", ", "), party="A", peer="B")
+    with pytest.raises(ValidationError, match=r"party 'A': its plan differs from 'B''s "
+                                              r"\(mine, theirs\): \{'n_components': \(2, 3\)\}"):
+        check_same_plan(mine, theirs, party="A", peer="B")
+
+
+@pytest.mark.parametrize("bad", [{"n_components": 2}, b"{}", "not json", "[1, 2]",
+                                 "{" + " " * (1 << 16) + "}", None])
+def test_a_malformed_plan_is_a_protocol_error_naming_the_peer(bad: object) -> None:
+    mine = Demo.build(n_components=2).plan_text()
+    with pytest.raises(ProtocolError, match="'B' sent a malformed plan") as info:
+        check_same_plan(mine, bad, party="A", peer="B")
+    assert info.value.party == "A" and info.value.step == "plan"

@@ -25,6 +25,7 @@ from islands.hfl.contribution import (
     METHODS,
     ClientValidation,
     Contribution,
+    ContributionReport,
     ContributionTracker,
     IncompatibleAggregatorError,
     RoundGame,
@@ -1023,7 +1024,8 @@ def test_coalition_trainer_trains_coalitions_of_a_federation(
 def test_report_rows_and_text_bars(loss_run: FederatedModel) -> None:
     rep = loss_run.contribution_
     assert rep is not None
-    data = json.loads(json.dumps(rep.to_dict()))  # as results.json holds it
+    data = ContributionReport.from_dict(json.loads(json.dumps(rep.to_dict())))  # as read back
+    assert data == rep
     headers, rows = contribution_rows(data)
     assert headers == ["client", "GTG-Shapley", "exact Shapley (per round)",
                        "one-round reconstruction", "leave-one-out", "share"]
@@ -1037,8 +1039,10 @@ def test_report_rows_and_text_bars(loss_run: FederatedModel) -> None:
     top = int(np.argmax(np.abs(rep.scores["gtg"])))
     assert lines[top].count("█") == 10
 
-    signed = {"clients": ["a", "bb", "c"], "scores": {"exact": [0.2, -0.1, 0.0]},
-              "primary": "exact", "shares": [1.0, 0.0, 0.0]}
+    signed = ContributionReport.from_dict({
+        "clients": ["a", "bb", "c"], "scores": {"exact": [0.2, -0.1, 0.0]},
+        "primary": "exact", "shares": [1.0, 0.0, 0.0], "utility_initial": 0.0,
+        "utility_final": 0.1, "gain": 0.1, "evaluations": 8, "seconds": 0.0})
     bars = text_bars(signed, width=20)
     left, right = zip(*(ln.split("│") for ln in bars), strict=True)
     assert right[0].count("█") == 10 and left[0].count("█") == 0
@@ -1051,7 +1055,7 @@ def test_plot_and_load_contribution(loss_run: FederatedModel, tmp_path: Path) ->
     rep = loss_run.contribution_
     assert rep is not None
     data = rep.to_dict()
-    out = plot_contribution(data, tmp_path / "contribution.png")
+    out = plot_contribution(rep, tmp_path / "contribution.png")
     assert Path(out).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(DataNotFoundError, match=r"results\.json"):
         load_contribution(tmp_path)
@@ -1060,8 +1064,15 @@ def test_plot_and_load_contribution(loss_run: FederatedModel, tmp_path: Path) ->
         load_contribution(tmp_path)
     (tmp_path / "results.json").write_text(json.dumps({"contribution": data}))
     loaded = load_contribution(tmp_path)
-    assert loaded["scores"] == data["scores"] and loaded["clients"] == data["clients"]
-    assert contribution_rows(loaded) == contribution_rows(data)
+    assert loaded == rep and loaded.to_dict() == data
+    assert contribution_rows(loaded) == contribution_rows(rep)
+    with pytest.raises(TypeError, match=r"ContributionReport: read \.scores"):
+        loaded["scores"]  # it was a dict: the message says what changed
+    incomplete = {k: v for k, v in data.items() if k != "seconds"}
+    (tmp_path / "results.json").write_text(json.dumps({"contribution": incomplete}))
+    with pytest.raises(ValidationError, match=r"results in .*results\.json are incomplete "
+                                              r"\(missing \['seconds'\]\)"):
+        load_contribution(tmp_path)
 
 
 

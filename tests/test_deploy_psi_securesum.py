@@ -50,21 +50,24 @@ def result(folder: Path, party: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- securesum
 def test_secure_sum_across_processes_equals_in_process(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
-    values = {name: rng.normal(0, 50, 6) for name in ("a", "b", "c")}
-    # three ways a party may hold its vector: one CSV row, one NPY column, one CSV column
+    values = {name: rng.normal(0, 50, 6) for name in ("a", "b", "c", "d")}
+    # four ways a party may hold its vector: one CSV row, one NPY column, one CSV column,
+    # a 1-D NPY array (what np.save(path, x) writes)
     np.savetxt(tmp_path / "a.csv", values["a"][None, :], delimiter=",", fmt="%.17g")
     np.save(tmp_path / "b.npy", values["b"][:, None])
     np.savetxt(tmp_path / "c.csv", values["c"][:, None], delimiter=",", fmt="%.17g")
+    np.save(tmp_path / "d.npy", values["d"])
     files = write_federation(tmp_path, "securesum",
                              {"a": {"data": "a.csv"}, "b": {"data": "b.npy"},
-                              "c": {"data": "c.csv"}}, options={"frac_bits": 20})
+                              "c": {"data": "c.csv"}, "d": {"data": "d.npy"}},
+                             options={"frac_bits": 20})
     assert_ok(run(files))
     ref = secure_sum(values, frac_bits=20).total
     for party in values:
         # fixed point is exact in the ring: every party decodes the same total as in process
         np.testing.assert_array_equal(np.load(tmp_path / "out" / party / "total.npy"), ref)
         # the summary says what was summed, never the party's own values
-        assert result(tmp_path, party) == {"role": "party", "parties": 3, "shape": [6],
+        assert result(tmp_path, party) == {"role": "party", "parties": 4, "shape": [6],
                                            "frac_bits": 20}
 
 

@@ -13,11 +13,13 @@ from islands.data import find_fashion_mnist
 from islands.experiments.apfl import (
     PAPER,
     SENSITIVITY_LRS,
+    ApflRow,
     _local_train_rows,
     reproduce_apfl,
     schedule,
     tau_trajectory,
 )
+from islands.experiments.report import ReproductionResult, to_jsonable
 from islands.hfl.maths import TauState, update_tau
 
 needs_data = pytest.mark.skipif(find_fashion_mnist() is None,
@@ -71,14 +73,53 @@ def test_the_documented_choices_of_the_tau_rule() -> None:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], list[str]]:
+def run_result(tmp_path_factory: pytest.TempPathFactory
+               ) -> tuple[Path, ReproductionResult, list[str]]:
     pytest.importorskip("torch")
     if find_fashion_mnist() is None:
         pytest.skip("Fashion-MNIST files not found")
     out = tmp_path_factory.mktemp("apfl_quick")
     messages: list[str] = []
     result = reproduce_apfl(out, quick=True, progress=messages.append)
+    return out, result, messages
+
+
+@pytest.fixture(scope="module")
+def run(run_result: tuple[Path, ReproductionResult, list[str]]
+        ) -> tuple[Path, dict[str, Any], list[str]]:
+    out, result, messages = run_result
     return out, result.to_json(), messages
+
+
+def test_rows_are_typed_and_the_cli_table_reads_them(
+        run_result: tuple[Path, ReproductionResult, list[str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from islands.cli.common import console
+    from islands.cli.reproduce import REPRODUCTIONS
+
+    out, result, _ = run_result
+    rows = result.sections["rows"]
+    assert all(isinstance(r, ApflRow) for r in rows.values())
+    assert rows["CL"].dev_avg is None and rows["APFL"].dev_avg is not None
+    doc = json.loads((out / "results.json").read_text())
+    assert doc == to_jsonable(result.to_json())
+    # a row keeps the keys and order results.json always had
+    assert list(doc["rows"]["CL"])[-5:] == ["aggregations", "bytes", "seconds", "history",
+                                            "tau"]
+    assert list(doc["rows"]["APFL"])[-9:] == [
+        "dev_avg", "aggregations", "bytes", "seconds", "batch_sizes", "steps_per_epoch",
+        "history", "tau", "tau_trajectory"]
+    assert "tau" not in doc["sensitivity"]["0.1"]
+    monkeypatch.setattr(console, "_width", 200)  # restored to None (a live width)
+    with console.capture() as printed:
+        tables = next(e for e in REPRODUCTIONS if e.name == "apfl").tables
+        assert tables is not None
+        tables(result)
+    text = printed.get()
+    for name, r in rows.items():
+        assert f"{100 * r.accuracy:.2f}" in text, name
+        if r.dev_avg is not None:
+            assert f"{100 * r.dev_avg:.2f}" in text and str(r.aggregations) in text
 
 
 def test_report_files_and_rows(run: tuple[Path, dict[str, Any], list[str]]) -> None:

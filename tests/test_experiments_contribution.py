@@ -20,8 +20,12 @@ pytestmark = pytest.mark.skipif(find_fashion_mnist() is None,
 from islands.experiments.contribution import (  # noqa: E402
     METHODS,
     ROLES,
+    ContributionClient,
+    RetrainScores,
     reproduce_contribution,
 )
+from islands.experiments.report import ReproductionResult  # noqa: E402
+from islands.hfl.contribution import ContributionReport  # noqa: E402
 
 KEYS = {"settings", "clients", "federation", "contribution", "renormalised", "retrain",
         "comparison", "gtg_check", "costs", "agreement", "figures", "wall_time_s"}
@@ -31,12 +35,51 @@ Run = tuple[Path, dict[str, Any], list[str]]
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+def run_result(tmp_path_factory: pytest.TempPathFactory
+               ) -> tuple[Path, ReproductionResult, list[str]]:
     out = tmp_path_factory.mktemp("contribution_quick")
     messages: list[str] = []
     result = reproduce_contribution(out, quick=True, random_state=0,
                                     progress=messages.append)
+    return out, result, messages
+
+
+@pytest.fixture(scope="module")
+def run(run_result: tuple[Path, ReproductionResult, list[str]]) -> Run:
+    out, result, messages = run_result
     return out, result.to_json(), messages
+
+
+def test_sections_are_typed_and_the_cli_table_reads_them(
+        run_result: tuple[Path, ReproductionResult, list[str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from islands.cli.common import console
+    from islands.cli.reproduce import REPRODUCTIONS
+
+    out, result, _ = run_result
+    report, retrain = result.sections["contribution"], result.sections["retrain"]
+    clients = result.sections["clients"]
+    assert isinstance(report, ContributionReport)
+    assert isinstance(result.sections["renormalised"], ContributionReport)
+    assert isinstance(retrain, RetrainScores)
+    assert all(isinstance(c, ContributionClient) for c in clients)
+    doc = json.loads((out / "results.json").read_text())
+    assert doc == to_jsonable(result.to_json())
+    assert list(doc["clients"][0]) == ["name", "role", "rows", "aggregation_weight",
+                                       "batch_size", "noise", "wrong_labels", "free_rider"]
+    assert list(doc["retrain"]) == ["scores", "loo", "values", "trainings", "seconds",
+                                    "coalition_seconds", "alone", "without", "full", "empty"]
+    assert doc["contribution"] == to_jsonable(report.to_dict())
+    monkeypatch.setattr(console, "_width", 200)  # restored to None (a live width)
+    with console.capture() as printed:
+        tables = next(e for e in REPRODUCTIONS if e.name == "contribution").tables
+        assert tables is not None
+        tables(result)
+    lines = printed.get().splitlines()
+    for k, c in enumerate(clients):
+        line = next(ln for ln in lines if c.name in ln)
+        assert c.role in line and f"{retrain.scores[k]:+.4f}" in line
+        assert f"{100 * report.shares[k]:.1f}%" in line
 
 
 def test_files_and_json(run: Run) -> None:

@@ -154,3 +154,33 @@ def test_import_stays_light() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_sections_are_typed_and_the_cli_tables_read_them(
+        run_result: tuple[Path, ReproductionResult, list[str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from islands.cli.common import console
+    from islands.cli.reproduce import REPRODUCTIONS
+    from islands.experiments.ftl import FashionResults, OverlapSummary, TabularResults
+
+    out, result, _ = run_result
+    fashion, tabular = result.sections["fashion_mnist"], result.sections["breast_cancer"]
+    assert isinstance(tabular, TabularResults)
+    assert all(isinstance(v, OverlapSummary) for v in tabular.summary.values())
+    # results.json is the typed sections' plain values, key for key and in order
+    doc = json.loads((out / "results.json").read_text())
+    assert doc == to_jsonable(result.to_json())
+    assert list(doc["breast_cancer"]["summary"]["10%"]) == [
+        f.name for f in dataclasses.fields(OverlapSummary)]
+    monkeypatch.setattr(console, "_width", 200)  # restored to None (a live width)
+    with console.capture() as printed:
+        tables = next(e for e in REPRODUCTIONS if e.name == "ftl").tables
+        assert tables is not None
+        tables(result)
+    text = printed.get()
+    for name, v in tabular.summary.items():
+        assert f"{v.ftl_auc:.4f}" in text and f"{v.upper_bound_auc:.4f}" in text, name
+    if fashion is not None:
+        assert isinstance(fashion, FashionResults)
+        for r in fashion.rows:
+            assert f"{r.ftl['accuracy']:.4f}" in text and f"{r.overlap_rows}" in text

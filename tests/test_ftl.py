@@ -146,7 +146,7 @@ def test_plans_must_agree() -> None:
     x_a, x_b, labels, overlap = _data()
     plan = Plan(encryption="none", dim=3, hidden=(4,), epochs=1, pretrain_epochs=0)
     other = Plan(encryption="none", dim=3, hidden=(4,), epochs=2, pretrain_epochs=0)
-    with pytest.raises(ValidationError, match="plan differs"):
+    with pytest.raises(ValidationError, match=r"plan differs.*'epochs': \((1, 2|2, 1)\)"):
         run_local({"A": partial(target, X=x_a, plan=plan),
                    "B": partial(source, X=x_b, labels=labels, overlap=overlap, n_classes=2,
                                 plan=other)}, timeout=30, blas_threads=None)
@@ -183,8 +183,8 @@ def test_one_config_holds_every_default() -> None:
         assert signature[name].default == value, name
     plan = config.plan(7)
     assert plan == Plan(seed=7)
-    assert check_plan(plan, "t") == plan and plan.digest() == Plan(seed=7).digest()
-    assert plan.digest() != Plan(seed=8).digest()
+    assert check_plan(plan, "t") == plan and plan.text() == Plan(seed=7).text()
+    assert plan.text() != Plan(seed=8).text()
     assert FtlConfig(key_bits=16384).plan(0).key_bits == 16384
     assert FtlConfig.build(None, hidden=[8, 4]).hidden == (8, 4)  # a TOML list
 
@@ -284,7 +284,7 @@ def test_numpy_ids_and_numpy_parameters(cancer: dict[str, np.ndarray]) -> None:
                                      alpha=np.float64(1), encryption="none", random_state=0)
     model.fit(X[a][:, :15], X[b][:, 15:], y[b], np.asarray(a), np.asarray(b))
     assert model.n_overlap_ == 60
-    assert check_plan(Plan(alpha=1), "t").digest() == check_plan(Plan(alpha=1.0), "t").digest()
+    assert check_plan(Plan(alpha=1), "t").text() == check_plan(Plan(alpha=1.0), "t").text()
 
 
 def test_no_batch_of_k_rows_or_fewer() -> None:

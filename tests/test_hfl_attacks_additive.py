@@ -15,7 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from islands.aggregation.additive import AdditiveSharing, Share
+from islands.aggregation.additive import (
+    AdditiveRoster,
+    AdditiveSharing,
+    AdditiveSumRequest,
+    Share,
+)
 from islands.aggregation.base import AggStep, ring_encode
 from islands.crypto.sharing import reconstruct
 from islands.errors import ProtocolError, ValidationError
@@ -26,10 +31,12 @@ DIM = 5
 
 def client_role(party: Any, roster: list[str], update: np.ndarray) -> Any:
     half = AdditiveSharing().client_half()
-    half.on_step(party, server="server", step=AggStep(1, "ss-roster", roster))
+    half.on_step(party, server="server", step=AggStep(1, "ss-roster", AdditiveRoster(roster)))
     half.payload(party, server="server", round=1, params=update, base=np.zeros(DIM),
                  weight=1.0)
-    return half.on_step(party, server="server", step=AggStep(1, "ss-sum", None))
+    answer = half.on_step(party, server="server",
+                         step=AggStep(1, "ss-sum", AdditiveSumRequest()))
+    return answer.total
 
 
 def play(rosters: dict[str, list[str]], keep_payloads: bool = False) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from islands.aggregation.keys import KeyAck
 from islands.errors import ProtocolError
 from islands.hfl.server_audit import HEFederation, forwarded, he_aggregator
 
@@ -71,7 +72,7 @@ def test_a_dealer_offering_more_ckks_protection_is_accepted() -> None:
     dealer = _aggregator("ckks", poly_modulus_degree=16384)
     fed = Federation("ckks", dealer=dealer)
     acks = fed.deal()
-    assert all(isinstance(a, bytes) for a in acks.values())
+    assert all(isinstance(a, KeyAck) for a in acks.values())
     agg, ups = fed.uploads(1)
     payload = fed.aggregate(agg, ups, CLIENTS)
     for c in CLIENTS:

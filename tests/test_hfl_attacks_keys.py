@@ -12,7 +12,15 @@ import secrets
 
 import pytest
 
-from islands.aggregation.keys import _ENVELOPE, _aad
+from islands.aggregation.keys import (
+    _ENVELOPE,
+    KeyAck,
+    KeyDealRequest,
+    KeyDelivery,
+    KeyHello,
+    KeyOffer,
+    _aad,
+)
 from islands.crypto.envelope import pair_context, seal
 from islands.crypto.masking import generate_key
 from islands.errors import ProtocolError
@@ -28,42 +36,42 @@ def dealing() -> Dealing:
 def test_an_honest_dealing_gives_every_client_the_dealers_key() -> None:
     d = dealing()
     keys = d.hello()
-    dealt = d.step("c0", "deal", {"keys": keys})
+    dealt = d.step("c0", "deal", KeyDealRequest(keys=keys))
     for c in ("c1", "c2"):
-        assert d.step(c, "deliver", {"dealer_key": keys["c0"]["key"],
-                                     "dealer_sig": dealt["sig"],
-                                     "sealed": dealt["sealed"][c]}) == b"ok"
+        assert d.step(c, "deliver", KeyDelivery(dealer_key=keys["c0"].key,
+                                                dealer_sig=dealt.sig,
+                                                sealed=dealt.sealed[c])) == KeyAck(b"ok")
     assert len(set(d.installed.values())) == 1 and set(d.installed) == set(CLIENTS)
 
 
 def test_a_key_the_server_made_up_is_refused() -> None:
     d = dealing()
     keys = d.hello()
-    d.step("c0", "deal", {"keys": keys})
+    d.step("c0", "deal", KeyDealRequest(keys=keys))
     own, secret = generate_key(), secrets.token_bytes(32)  # the server's key and secret
     for c in ("c1", "c2"):
-        sealed = seal(own, keys[c]["key"], secret,
+        sealed = seal(own, keys[c].key, secret,
                       context=pair_context(_ENVELOPE, d.session, "c0", c),
                       aad=_aad("demo", d.session, c))
         # unsigned, or signed by the server itself: neither is the dealer's signature
         for sig in (b"\x00" * 64, d.ids["server"].sign("demo dealer", own.public)):
             with pytest.raises(ProtocolError, match="'demo dealer' signature of 'c0' does "
                                "not verify"):
-                d.step(c, "deliver", {"dealer_key": own.public, "dealer_sig": sig,
-                                      "sealed": sealed})
+                d.step(c, "deliver", KeyDelivery(dealer_key=own.public, dealer_sig=sig,
+                                                 sealed=sealed))
     assert set(d.installed) == {"c0"}  # only the dealer's own key was installed
 
 
 def test_the_server_cannot_deal_itself_or_be_sealed_for() -> None:
     d = dealing()
     with pytest.raises(ProtocolError, match="the dealer 'server' is not a client"):
-        d.step("c1", "hello", {"dealer": "server", "session": d.session})
+        d.step("c1", "hello", KeyHello(dealer="server", session=d.session))
     keys = d.hello()
     fake = generate_key()
     for extra in ("server", "stranger"):
-        listed = dict(keys, **{extra: {"key": fake.public, "sig": b"\x00" * 64}})
+        listed = dict(keys, **{extra: KeyOffer(key=fake.public, sig=b"\x00" * 64)})
         with pytest.raises(ProtocolError, match=rf"\['{extra}'\] are not clients"):
-            d.step("c0", "deal", {"keys": listed})
+            d.step("c0", "deal", KeyDealRequest(keys=listed))
     assert not d.installed
 
 
@@ -71,7 +79,7 @@ def test_the_dealer_refuses_a_key_the_server_put_in_a_clients_place() -> None:
     d = dealing()
     keys = d.hello()
     fake = generate_key()  # the server would open c2's envelope with it
-    keys["c2"] = dict(keys["c2"], key=fake.public)
+    keys["c2"] = KeyOffer(key=fake.public, sig=keys["c2"].sig)
     with pytest.raises(ProtocolError, match="'demo key' signature of 'c2' does not verify"):
-        d.step("c0", "deal", {"keys": keys})
+        d.step("c0", "deal", KeyDealRequest(keys=keys))
     assert not d.installed  # the dealer made no key before checking

@@ -12,7 +12,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from islands.aggregation.secagg import KEY_BYTES, _share_from
+from islands.aggregation.secagg import (
+    KEY_BYTES,
+    SecAggAdvertise,
+    SecAggKeyList,
+    SecAggKeys,
+    SecAggSurvivors,
+    SecAggUnmask,
+    _share_from,
+)
 from islands.crypto import shamir
 from islands.crypto.prg import expand
 from islands.errors import ProtocolError
@@ -29,14 +37,12 @@ def federation(threshold: float | int = 0.5) -> SecAggFederation:
 def test_a_server_that_lowers_the_threshold_is_refused_before_any_share_leaves() -> None:
     fed = federation()  # t = 3 of 5
     session = bytes(16)
-    keys = {}
-    for c in NAMES:
-        a = fed.step(c, "advertise", {"session": session, "threshold": 2})
-        keys[c] = [a["c"], a["s"], a["sig"]]
+    keys = {c: fed.step(c, "advertise", SecAggAdvertise(session=session, threshold=2))
+            for c in NAMES}
     for c in NAMES:
         with pytest.raises(ProtocolError, match=r"refuses 'server'.s 'share-keys' message: "
                            r"parameter 'threshold' must be at least 3 .*got t=2"):
-            fed.step(c, "share-keys", {"keys": keys})
+            fed.step(c, "share-keys", SecAggKeyList(keys=keys))
         assert fed.halves[c].stage.value == "advertised"  # no share was made
 
 
@@ -84,46 +90,46 @@ def test_a_client_refuses_keys_the_server_put_in_another_clients_place() -> None
 
     fed = federation()
     session = bytes(16)
-    keys = {}
-    for c in NAMES:
-        a = fed.step(c, "advertise", {"session": session, "threshold": 3})
-        keys[c] = [a["c"], a["s"], a["sig"]]
+    keys = {c: fed.step(c, "advertise", SecAggAdvertise(session=session, threshold=3))
+            for c in NAMES}
     fake = generate_key()  # the server's own envelope key, claimed as b1's
-    forged = dict(keys, b1=[fake.public, keys["b1"][1], keys["b1"][2]])
+    forged = dict(keys, b1=SecAggKeys(c=fake.public, s=keys["b1"].s, sig=keys["b1"].sig))
     with pytest.raises(ProtocolError, match="'secagg keys' signature of 'b1' does not verify"):
-        fed.step("v", "share-keys", {"keys": forged})
+        fed.step("v", "share-keys", SecAggKeyList(keys=forged))
     # and a server that lists itself as a client
     own = fed.ids["server"]
-    sybil = dict(keys, server=[fake.public, generate_key().public,
-                               own.sign("secagg keys", b"")])
+    sybil = dict(keys, server=SecAggKeys(c=fake.public, s=generate_key().public,
+                                         sig=own.sign("secagg keys", b"")))
     with pytest.raises(ProtocolError, match=r"\['server'\] are not clients"):
-        fed.step("a1", "share-keys", {"keys": sybil})
+        fed.step("a1", "share-keys", SecAggKeyList(keys=sybil))
 
 
 def test_unmasking_needs_the_set_the_client_signed() -> None:
     fed = federation()
     fed.setup(3)
-    sigs = {c: fed.step(c, "consistency", {"survivors": NAMES}) for c in NAMES}
+    sigs = {c: fed.step(c, "consistency", SecAggSurvivors(survivors=NAMES)).sig
+            for c in NAMES}
     with pytest.raises(ProtocolError, match="not the set this client signed"):
-        fed.step("a1", "unmask", {"survivors": ["v", "a1", "a2"],
-                                  "dropped": ["b1", "b2"], "signatures": sigs})
+        fed.step("a1", "unmask", SecAggUnmask(survivors=["v", "a1", "a2"],
+                                              dropped=["b1", "b2"], signatures=sigs))
     # a signature of another client's on a set it did not sign does not count
     forged = dict(sigs, b2=sigs["b1"])
     with pytest.raises(ProtocolError, match="signature of 'b2' does not verify"):
-        fed.step("a2", "unmask", {"survivors": NAMES, "dropped": [], "signatures": forged})
+        fed.step("a2", "unmask", SecAggUnmask(survivors=NAMES, dropped=[], signatures=forged))
 
 
 def test_an_honest_round_unmasks_exactly_the_sum() -> None:
     fed = federation()
     uploads = fed.setup(3)
-    sigs = {c: fed.step(c, "consistency", {"survivors": NAMES}) for c in NAMES}
-    answers = {c: fed.step(c, "unmask", {"survivors": NAMES, "dropped": [],
-                                         "signatures": sigs}) for c in NAMES[:3]}
+    sigs = {c: fed.step(c, "consistency", SecAggSurvivors(survivors=NAMES)).sig
+            for c in NAMES}
+    answers = {c: fed.step(c, "unmask", SecAggUnmask(survivors=NAMES, dropped=[],
+                                                     signatures=sigs)) for c in NAMES[:3]}
     total = sum(uploads.values(), np.zeros(DIM, dtype=np.uint64))
     holders = NAMES[:3]
     xs = [sorted(NAMES).index(c) + 1 for c in holders]
     for u in NAMES:
-        b = shamir.combine([_share_from(x, answers[c]["b"][u], c)
+        b = shamir.combine([_share_from(x, answers[c].b[u], c)
                             for x, c in zip(xs, holders, strict=True)], KEY_BYTES)
         total -= expand(b, DIM, label=b"secagg self")
     got = total.view(np.int64).astype(np.float64) / 2.0**32

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +14,13 @@ from torch import nn
 from typer.testing import CliRunner
 
 from islands.errors import ValidationError
-from islands.hfl.audit import audit_gradients, first_layer_update, recover_input, relative_error
+from islands.hfl.audit import (
+    GradientAudit,
+    audit_gradients,
+    first_layer_update,
+    recover_input,
+    relative_error,
+)
 from islands.hfl.torch.models import ModelSpec, flat_parameters
 
 HAS_TENSEAL = importlib.util.find_spec("tenseal") is not None
@@ -86,44 +91,51 @@ def test_the_attack_on_a_real_sgd_step_of_the_engine() -> None:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def report(tmp_path_factory: pytest.TempPathFactory) -> GradientAudit:
     names = ["plain", "secagg", "ckks", "dp"] if HAS_TENSEAL else ["plain", "secagg", "dp"]
     out = tmp_path_factory.mktemp("audit")
     return audit_gradients(out, protections=names, dataset="digits", seed=0,
                            dp_clip=1.0, dp_noise=1.0)
 
 
-def test_plain_mean_leaks_the_image_exactly(report: dict[str, Any]) -> None:
-    assert report["dataset"] == "digits" and report["image_shape"] == [8, 8]
-    assert report["setting"]["rows"] == [1, 32, 32]
-    assert report["errors"]["plain"] < 1e-4
+def test_plain_mean_leaks_the_image_exactly(report: GradientAudit) -> None:
+    assert report.dataset == "digits" and report.image_shape == [8, 8]
+    assert report.setting["rows"] == [1, 32, 32]
+    assert report.errors["plain"] < 1e-4
 
 
-def test_secure_aggregation_hides_the_single_upload(report: dict[str, Any]) -> None:
-    views = report["views"]["secagg"]
+def test_secure_aggregation_hides_the_single_upload(report: GradientAudit) -> None:
+    views = report.views["secagg"]
     assert views["single_upload"] > 0.5
     # the mean mixes the round's 65 samples: an average digit, not client 1's
     assert views["aggregate"] > 0.3
-    assert report["errors"]["secagg"] == min(views.values())
+    assert report.errors["secagg"] == min(views.values())
 
 
-def test_dp_noise_drowns_the_gradient(report: dict[str, Any]) -> None:
-    assert report["errors"]["dp"] > 0.1
+def test_dp_noise_drowns_the_gradient(report: GradientAudit) -> None:
+    assert report.errors["dp"] > 0.1
 
 
-def test_ckks_hides_the_update_unless_a_client_colludes(report: dict[str, Any]) -> None:
+def test_ckks_hides_the_update_unless_a_client_colludes(report: GradientAudit) -> None:
     if not HAS_TENSEAL:
         pytest.skip("tenseal is not installed")
-    assert report["errors"]["ckks"] == 1.0
-    assert "public context" in report["notes"]["ckks"]
-    assert report["errors"]["ckks+collusion"] < 1e-3
+    assert report.errors["ckks"] == 1.0
+    assert "public context" in report.notes["ckks"]
+    assert report.errors["ckks+collusion"] < 1e-3
 
 
-def test_audit_writes_figure_and_json(report: dict[str, Any]) -> None:
-    saved = json.loads(Path(report["json"]).read_text())
-    assert saved["errors"] == pytest.approx(report["errors"])
-    if report["figure"] is not None:
-        assert Path(report["figure"]).read_bytes()[:4] == b"\x89PNG"
+def test_audit_writes_figure_and_json(report: GradientAudit) -> None:
+    assert report.json is not None
+    saved = json.loads(Path(report.json).read_text())
+    assert saved["errors"] == pytest.approx(report.errors)
+    # audit.json is the result's to_json, key for key and in order, as it always was
+    assert list(saved) == ["errors", "views", "notes", "dataset", "sample_index", "label",
+                           "image_shape", "skipped", "reference", "setting", "figure", "json"]
+    assert saved == json.loads(json.dumps(report.to_json()))
+    with pytest.raises(TypeError, match=r"GradientAudit now: read \.errors"):
+        report["errors"]  # it was a dict: the message says what changed
+    if report.figure is not None:
+        assert Path(report.figure).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_audit_gradients_validates_its_arguments() -> None:

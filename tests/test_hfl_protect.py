@@ -12,7 +12,13 @@ import pytest
 from islands.aggregation.additive import AdditiveSharing
 from islands.aggregation.base import AggStep, MeanAggregator
 from islands.aggregation.protect import ChaosPermutation, ClientDP, build_aggregator
-from islands.aggregation.secagg import SecAggClient, SecureAggregation, threshold_for
+from islands.aggregation.secagg import (
+    SecAggAdvertise,
+    SecAggClient,
+    SecAggUnmask,
+    SecureAggregation,
+    threshold_for,
+)
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl import FedAvg
 from islands.hfl.protocol import LocalOutcome, client, server
@@ -197,11 +203,11 @@ def test_secure_aggregation_client_refuses_to_reveal_both_shares() -> None:
         identity = make_identities(["a"])["a"]
 
     half = SecAggClient(0.5, frac_bits=32)
-    half.on_step(P(), server="s", step=AggStep(1, "advertise", {  # type: ignore[arg-type]
-        "session": b"0" * 16, "threshold": 1}))
+    half.on_step(P(), server="s", step=AggStep(  # type: ignore[arg-type]
+        1, "advertise", SecAggAdvertise(session=b"0" * 16, threshold=1)))
     with pytest.raises(ProtocolError, match="stage 'advertised'"):
-        half.on_step(P(), server="s", step=AggStep(1, "unmask", {  # type: ignore[arg-type]
-            "survivors": ["a"], "dropped": []}))
+        half.on_step(P(), server="s", step=AggStep(  # type: ignore[arg-type]
+            1, "unmask", SecAggUnmask(survivors=["a"], dropped=[], signatures={})))
 
 
 def test_values_outside_the_fixed_point_range_are_an_error_not_a_wrap() -> None:

@@ -21,7 +21,7 @@ pytest.importorskip("gmpy2")
 from islands.crypto import paillier
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import run_local
-from islands.vfl import VerticalLogisticRegression, maths, protocol
+from islands.vfl import VerticalLogisticRegression, maths
 from islands.vfl.config import VflConfig
 from islands.vfl.protocol import Hello, Plan, Setup, active, coordinator, passive
 
@@ -121,7 +121,7 @@ def _fake_coordinator(party: Any, features: dict[str, int], plan: Plan,
     for name in parties:
         party.recv(name, "hello")
     pk, _, hs = keys()
-    setup = Setup(paillier.public_key_to_bytes(pk), hs, protocol.asdict(plan), features)
+    setup = Setup(paillier.public_key_to_bytes(pk), hs, plan.text(), features)
     party.broadcast("setup", setup, to=list(parties))
     for name in parties:
         party.recv(name, "gradient")

@@ -14,7 +14,13 @@ import pytest
 pytest.importorskip("sklearn")
 pytest.importorskip("phe")
 
-from islands.vfl.job import JobError, load_vertical_job, parse_vertical_job, run_vertical
+from islands.vfl.job import (
+    JobError,
+    VerticalJobResult,
+    load_vertical_job,
+    parse_vertical_job,
+    run_vertical,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 # results.json's keys, in order, as every release has written them
@@ -113,6 +119,7 @@ def test_quick_reproduction(tmp_path: Path) -> None:
     messages: list[str] = []
     results = reproduce_vfl(tmp_path, quick=True, progress=messages.append)
     assert set(results.sections["runs"]) == {"diabetes", "breast_cancer", "synthetic"}
+    assert all(isinstance(r, VerticalJobResult) for r in results.sections["runs"].values())
     assert all(c["verdict"] != "differs" for c in results.agreement)
     assert sum(results.verdicts.values()) == len(results.agreement)
     doc = json.loads((tmp_path / "results.json").read_text())
@@ -122,6 +129,18 @@ def test_quick_reproduction(tmp_path: Path) -> None:
     report = (tmp_path / "report.md").read_text()
     assert "Cost per epoch" in report and (tmp_path / "loss_curves.png").exists()
     assert any("[breast_cancer]" in m for m in messages)
+    # the CLI's table reads the typed runs
+    from islands.cli.common import console
+    from islands.cli.reproduce import REPRODUCTIONS
+
+    tables = next(e for e in REPRODUCTIONS if e.name == "vfl").tables
+    assert tables is not None
+    with console.capture() as printed:
+        tables(results)
+    text = printed.get()
+    for r in results.sections["runs"].values():
+        key = "auc" if "auc" in r.metrics else "r2"
+        assert f"{r.metrics[key]:.4f}" in text and f"{r.metrics['sklearn_' + key]:.4f}" in text
 
 
 def test_the_psi_limit_of_a_job_file() -> None:

@@ -26,10 +26,10 @@ import numpy as np
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from islands.errors import JobError, ValidationError, invalid_parameter
+from islands.errors import JobError, ProtocolError, ValidationError, invalid_parameter
 from islands.validation import describe
 
-__all__ = ["ProtocolConfig", "RunSettings", "setting"]
+__all__ = ["ProtocolConfig", "RunSettings", "check_same_plan", "plan_text", "setting"]
 
 _C = TypeVar("_C", bound="ProtocolConfig")
 
@@ -180,13 +180,15 @@ class ProtocolConfig(BaseModel):
         """Return a copy with ``changes`` applied, checked as :meth:`build` checks."""
         return type(self).build(None, **{**dict(self), **changes})
 
-    def digest(self) -> str:
-        """SHA-256 (hex) of the settings as canonical JSON: equal settings, equal digest."""
+    def plan_text(self) -> str:
+        """Return the settings as canonical JSON (:func:`plan_text`): what parties compare."""
         # model_dump_json writes an infinite setting as "Infinity" (a string), so the text
-        # is strict JSON; re-dumping sorts the keys
-        text = json.dumps(json.loads(self.model_dump_json()), sort_keys=True,
-                          separators=(",", ":"), allow_nan=False)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        # is strict JSON
+        return plan_text(json.loads(self.model_dump_json()))
+
+    def digest(self) -> str:
+        """SHA-256 (hex) of :meth:`plan_text`: equal settings, equal digest."""
+        return hashlib.sha256(self.plan_text().encode("utf-8")).hexdigest()
 
 
 class RunSettings(ProtocolConfig):
@@ -196,3 +198,48 @@ class RunSettings(ProtocolConfig):
                              "Seconds a party waits for one message.", gt=0)
     keep_payloads: bool = setting(False, "a bool",
                                   "Keep every message's payload in the transcript.")
+
+
+MAX_PLAN_TEXT = 1 << 16
+"""The longest plan text a party parses from a peer (characters)."""
+
+
+def plan_text(values: Mapping[str, Any]) -> str:
+    """Return a plan's public settings as canonical JSON (sorted keys, compact, finite).
+
+    Every party of a protocol whose parties must run with the same public settings (the
+    vertical and transfer-learning plans) sends this text and checks the one it receives
+    with :func:`check_same_plan`, so a mismatch is caught before any data moves and named
+    setting by setting.
+    """
+    return json.dumps(dict(values), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def check_same_plan(mine: str, theirs: Any, *, party: str, peer: str) -> None:
+    """Refuse a peer's plan text that differs from ``mine``, naming every differing setting.
+
+    Raises
+    ------
+    ProtocolError
+        If ``theirs`` is not a plan text (not a string, too long, not a JSON object).
+    ValidationError
+        ``"party 'A': its plan differs from 'C''s (mine, theirs): {...}"``.
+    """
+    if theirs == mine:
+        return
+    other: Any = None
+    if isinstance(theirs, str) and len(theirs) <= MAX_PLAN_TEXT:
+        try:
+            other = json.loads(theirs)
+        except ValueError:
+            other = None
+    if not isinstance(other, dict):
+        raise ProtocolError(f"party {party!r}: {peer!r} sent a malformed plan "
+                            f"({type(theirs).__name__})", party=party, step="plan")
+    own = json.loads(mine)
+    if own == other:
+        return
+    diff = {key: (own.get(key), other.get(key)) for key in sorted(set(own) | set(other))
+            if own.get(key) != other.get(key)}
+    raise ValidationError(f"party {party!r}: its plan differs from {peer!r}'s "
+                          f"(mine, theirs): {diff}")

@@ -35,6 +35,8 @@ __all__ = [
     "ProtocolSpec",
     "RoleSpec",
     "check_section",
+    "load_array",
+    "load_column",
     "load_table",
     "names",
     "party_ids",
@@ -223,8 +225,45 @@ def party_ids(dep: Deployment, protocol: str, *, rows: int | None = None,
 
 def load_table(path: Path, *, what: str, block_size: int | None = None) -> np.ndarray:
     """Read a whole CSV, NPY or Parquet file of numbers as a float64 matrix."""
-    source = open_source(str(path), name=what, **({} if block_size is None
-                                                   else {"block_size": block_size}))
+    return _load(str(path), path, what, block_size)
+
+
+def load_array(path: Path, *, what: str) -> np.ndarray:
+    """Read a table as :func:`load_table` does, or a 1-D ``.npy`` array as a vector.
+
+    A 1-D ``.npy`` file (what ``np.save(path, y)`` writes for a vector) is read as it is;
+    it gets the checks a column of a table gets.
+    """
+    if path.suffix.lower() == ".npy" and path.is_file():
+        try:
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise JobError(f"{what} ({path}) cannot be read as a numeric .npy file: "
+                           f"{exc}") from None
+        if array.ndim == 1:
+            return _load(array.reshape(-1, 1), path, what, None)[:, 0]
+    return load_table(path, what=what)
+
+
+def load_column(path: Path, *, what: str) -> np.ndarray:
+    """Read a file of one number per row (labels) as a float64 vector (:func:`load_array`).
+
+    Raises
+    ------
+    JobError
+        If the file holds more than one column, naming it.
+    """
+    values = load_array(path, what=what)
+    if values.ndim == 2:
+        if values.shape[1] != 1:
+            raise JobError(f"{what} ({path}) must hold one column; it has {values.shape[1]}")
+        values = values[:, 0]
+    return values
+
+
+def _load(rows: Any, path: Path, what: str, block_size: int | None) -> np.ndarray:
+    source = open_source(rows, name=what, **({} if block_size is None
+                                             else {"block_size": block_size}))
     blocks = [np.asarray(b, dtype=np.float64) for b in source.blocks()]
     if not blocks:
         raise ValidationError(f"{what} ({path}) holds no rows")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -19,8 +20,8 @@ import numpy as np
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["JsonResult", "markdown_table", "new_figure", "save_figure", "to_jsonable",
-           "write_json"]
+__all__ = ["JsonResult", "JsonRow", "markdown_table", "new_figure", "save_figure", "to_jsonable",
+           "write_json", "write_results"]
 
 
 @runtime_checkable
@@ -30,6 +31,14 @@ class JsonResult(Protocol):
     def to_json(self) -> dict[str, Any]:
         """Return the result as JSON-ready values."""
         ...
+
+
+class JsonRow:
+    """Mixin for a dataclass whose JSON form is its fields, in order (shallow)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the fields by name, in declaration order."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -95,6 +104,24 @@ def write_json(path: str | Path, obj: Any) -> Path:
     out.write_text(json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n",
                    encoding="utf-8")
     return out
+
+
+def write_results(result: JsonResult, out: str | Path, json_path: str | Path | None = None
+                  ) -> tuple[Path, list[Path]]:
+    """Write ``result`` as ``out/results.json`` (making ``out``), and also to ``json_path``.
+
+    Returns
+    -------
+    tuple
+        The folder ``out`` (for the figures that go beside it) and the files written.
+    """
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = result.to_json()
+    written = [write_json(folder / "results.json", doc)]
+    if json_path is not None:
+        written.append(write_json(json_path, doc))
+    return folder, written
 
 
 def _cell(value: Any, floatfmt: str) -> str:

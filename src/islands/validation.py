@@ -36,6 +36,7 @@ __all__ = [
     "check_random_state",
     "check_values",
     "describe",
+    "file_section",
     "is_int",
     "read_toml",
     "table_value",
@@ -84,6 +85,27 @@ def read_toml(path: Any) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise JobError(f"job file {source} is not valid TOML: {exc}") from exc
     return raw
+
+
+def file_section(raw: Any, name: str, allowed: set[str], where: str, *,
+                 required: bool = True) -> dict[str, Any]:
+    """Return the section ``[name]`` of a parsed file, refusing keys not in ``allowed``.
+
+    Raises
+    ------
+    JobError
+        ``"<where>: missing section [name]"`` (when ``required``), ``"<where>: [name] must
+        be a table"``, or ``"<where> [name]: unknown key(s) [...]; allowed: [...]"``.
+    """
+    if name not in raw and required:
+        raise JobError(f"{where}: missing section [{name}]")
+    table = raw.get(name, {})
+    if not isinstance(table, dict):
+        raise JobError(f"{where}: [{name}] must be a table")
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise JobError(f"{where} [{name}]: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    return dict(table)
 
 
 def table_value(table: Any, key: str, kinds: tuple[type, ...], where: str,

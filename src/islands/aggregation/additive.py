@@ -43,17 +43,18 @@ from islands.aggregation.base import (
     PlainServerHalf,
     ServerLink,
     StreamingRound,
-    check_ring_frac_bits,
     ring_encode,
     ring_mean,
     unexpected_step,
 )
+from islands.aggregation.config import AdditiveConfig
 from islands.crypto.sharing import reconstruct, share_among
-from islands.errors import ProtocolError, invalid_parameter
+from islands.errors import ProtocolError
 from islands.runtime import Party, wire
-from islands.validation import check_float, is_int
+from islands.validation import check_float
 
-__all__ = ["AdditiveSharing", "Share"]
+__all__ = ["AdditivePartialSum", "AdditiveRoster", "AdditiveSharing", "AdditiveSumRequest",
+           "Share"]
 
 Vector = NDArray[np.float32]
 _DIGEST_BYTES = 32
@@ -70,6 +71,28 @@ class Share:
     round: int = field(metadata={"ge": 1})
     share: NDArray[np.uint64] = field(metadata={"ndim": 1})
     roster: bytes = field(metadata={"max_len": _DIGEST_BYTES})
+
+
+@wire.register(name="hfl.AdditiveRoster")
+@dataclass(frozen=True)
+class AdditiveRoster:
+    """``ss-roster``, server → client: the round's clients, among whom updates are shared."""
+
+    clients: list[str]
+
+
+@wire.register(name="hfl.AdditiveSumRequest")
+@dataclass(frozen=True)
+class AdditiveSumRequest:
+    """``ss-sum``, server → client: send the sum of the shares held."""
+
+
+@wire.register(name="hfl.AdditivePartialSum")
+@dataclass(frozen=True)
+class AdditivePartialSum:
+    """``ss-sum``, client → server: the sum of the shares the client holds."""
+
+    total: NDArray[np.uint64] = field(metadata={"ndim": 1})
 
 
 class AdditiveSharing:
@@ -90,13 +113,10 @@ class AdditiveSharing:
 
     def __init__(self, frac_bits: int = 32, timeout: float = 600.0,
                  min_clients: int = 2) -> None:
-        self.frac_bits = check_ring_frac_bits(frac_bits, "AdditiveSharing")
+        config = AdditiveConfig.build(None, frac_bits=frac_bits, min_clients=min_clients)
+        self.frac_bits, self.min_clients = config.frac_bits, config.min_clients
         self.timeout = check_float(timeout, "timeout", "AdditiveSharing", low=0.0,
                                    low_inclusive=False)
-        if not is_int(min_clients) or min_clients < 2:
-            raise invalid_parameter("min_clients", "AdditiveSharing", "an int >= 2 (a roster "
-                                    "of one reveals the update)", min_clients)
-        self.min_clients = int(min_clients)
 
     def client_half(self) -> _Client:
         """Make a client's half: splits its update, sums the shares it holds."""
@@ -125,7 +145,7 @@ class _Client:
 
     def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
         if step.phase == "ss-roster":
-            roster = step.body
+            roster = step.body.clients if isinstance(step.body, AdditiveRoster) else None
             if (not isinstance(roster, list) or party.name not in roster
                     or len(set(roster)) != len(roster)):
                 raise ProtocolError("additive sharing: malformed roster", party=party.name,
@@ -168,7 +188,10 @@ class _Client:
                     party.send(peer, "ss-share", Share(round, share, digest))
         return np.zeros(0, dtype=np.uint64)  # the update itself travels as shares
 
-    def _sum(self, party: Party, step: AggStep) -> NDArray[np.uint64]:
+    def _sum(self, party: Party, step: AggStep) -> AdditivePartialSum:
+        if not isinstance(step.body, AdditiveSumRequest):
+            raise ProtocolError("additive sharing: malformed partial-sum request",
+                                party=party.name, step="ss-sum")
         if step.round != self.round or self.own is None:
             raise ProtocolError(f"additive sharing: client {party.name!r} holds no shares for "
                                 f"round {step.round}", party=party.name, step="ss-sum")
@@ -194,7 +217,7 @@ class _Client:
                     party=party.name, step="ss-sum")
             held.append(msg.share)
         self.own = None
-        return reconstruct(held)
+        return AdditivePartialSum(total=reconstruct(held))
 
 
 class _Server(PlainServerHalf):
@@ -203,7 +226,8 @@ class _Server(PlainServerHalf):
 
     def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
               weights: Mapping[str, float], dim: int) -> _Round:
-        link.send(round, "ss-roster", {c: list(clients) for c in clients})
+        link.send(round, "ss-roster", {c: AdditiveRoster(clients=list(clients))
+                                       for c in clients})
         return _Round(link, round, clients, weights, dim, self.frac_bits)
 
     def reveal(self, payload: Any) -> Vector:
@@ -228,13 +252,15 @@ class _Round(StreamingRound):
                 "shares were sent, taking shares of the others' updates with them; this "
                 "aggregator cannot recover (use secure aggregation, protect = ['secagg'])",
                 party=self.server, step="ss-sum")
-        sums = self.link.exchange(self.round, "ss-sum", {c: None for c in self.participants})
+        sums = self.link.exchange(self.round, "ss-sum",
+                                  {c: AdditiveSumRequest() for c in self.participants})
         missing = [c for c in self.participants if c not in sums]
         if missing:
             raise ProtocolError(
                 f"additive sharing round {self.round}: no partial sum from {missing}; the "
                 "round cannot be finished", party=self.server, step="ss-sum")
-        parts = [np.asarray(sums[c]) for c in self.participants]
+        parts = [np.asarray(s.total if isinstance(s, AdditivePartialSum) else None)
+                 for s in (sums[c] for c in self.participants)]
         for c, part in zip(self.participants, parts, strict=True):
             if part.shape != (self.dim,) or part.dtype != np.uint64:
                 raise ProtocolError(f"client {c!r} sent a malformed partial sum",

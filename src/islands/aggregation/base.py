@@ -46,6 +46,7 @@ from islands.errors import (
     PeerTimeoutError,
     ProtocolError,
     ValidationError,
+    WireError,
     invalid_parameter,
 )
 from islands.runtime import Party, wire
@@ -72,7 +73,12 @@ Vector = NDArray[np.float32]
 @wire.register(name="hfl.AggStep")
 @dataclass(frozen=True)
 class AggStep:
-    """One phase message of an aggregator's protocol, server → client (``task`` tag)."""
+    """One phase message of an aggregator's protocol, server → client (``task`` tag).
+
+    ``body`` is the phase's registered message (defined beside its aggregator), whose
+    fields the codec checks on decode; the receiver checks its class for the phase.
+    ``Any`` here because the body classes live in the modules above this one.
+    """
 
     round: int
     phase: str
@@ -82,7 +88,7 @@ class AggStep:
 @wire.register(name="hfl.AggReply")
 @dataclass(frozen=True)
 class AggReply:
-    """A client's answer to an :class:`AggStep` (``agg`` tag)."""
+    """A client's answer to an :class:`AggStep` (``agg`` tag); ``body`` as in AggStep."""
 
     round: int
     phase: str
@@ -162,6 +168,13 @@ class ServerLink:
             except PeerTimeoutError:
                 self.dropouts.append(StageDropout(round, client, "timeout", phase))
                 continue
+            except ProtocolError as exc:
+                if not isinstance(exc.__cause__, WireError):
+                    raise
+                # the codec refused the reply (e.g. a body field of the wrong type)
+                raise ProtocolError(
+                    f"client {client!r} sent a malformed reply to {phase!r} in round {round}: "
+                    f"{exc}", party=self.party.name, step=phase) from exc
             if not isinstance(msg, AggReply) or msg.round != round:
                 raise ProtocolError(
                     f"client {client!r} sent a malformed reply to {phase!r} in round {round}",
@@ -334,14 +347,6 @@ class PlainServerHalf:
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Nothing to restore."""
-
-
-def check_ring_frac_bits(frac_bits: Any, owner: str) -> int:
-    """Fractional bits of a Z_2^64 aggregator's fixed point: an int in [8, 48]."""
-    if isinstance(frac_bits, bool) or not isinstance(frac_bits, (int, np.integer)) or not (
-            8 <= int(frac_bits) <= 48):
-        raise invalid_parameter("frac_bits", owner, "an int in [8, 48]", frac_bits)
-    return int(frac_bits)
 
 
 def ring_encode(params: Vector, weight: float, *, frac_bits: int, headroom: int,

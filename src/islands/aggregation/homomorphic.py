@@ -75,13 +75,12 @@ from islands.aggregation.base import (
     StreamingRound,
     unexpected_step,
 )
-from islands.aggregation.keys import KeyReceiver, deal_key
+from islands.aggregation.config import CkksConfig, PaillierAggConfig
+from islands.aggregation.keys import KeyHello, KeyReceiver, deal_key
 from islands.crypto import ckks
-from islands.crypto.ckks import CKKSParams
 from islands.crypto.prg import expand
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party
-from islands.validation import check_int
 
 __all__ = ["TAG_SLOTS", "CKKSAggregator", "PaillierAggregator"]
 
@@ -141,9 +140,9 @@ class _Binding:
     def seen(self, party: Party, server: str, step: AggStep | None = None) -> None:
         self.me, self.server = party.name, server
         self.clients = frozenset(party.parties) - {server}
-        if (step is not None and step.phase.endswith("-hello") and isinstance(step.body, dict)
-                and isinstance(step.body.get("dealer"), str)):
-            self.dealer = step.body["dealer"][:100]
+        if (step is not None and step.phase.endswith("-hello")
+                and isinstance(step.body, KeyHello) and isinstance(step.body.dealer, str)):
+            self.dealer = step.body.dealer[:100]
 
     def install(self, secret: bytes) -> None:
         self.key = hmac.new(secret, _TAG_LABEL + self.scheme.encode(), hashlib.sha256).digest()
@@ -255,13 +254,14 @@ class PaillierAggregator:
 
     def __init__(self, key_bits: int = 2048, frac_bits: int = 32, int_bits: int = 8,
                  max_clients: int = 1024, packed: bool = True) -> None:
-        paillier = _paillier()
-        self.key_bits = check_int(key_bits, "key_bits", "PaillierAggregator", low=2048)
-        # validates every number now, before any message leaves a party
-        self.spec = paillier.packing_spec(
-            self.key_bits, frac_bits=frac_bits, int_bits=int_bits, max_terms=max_clients,
-            slots=None if packed else 1)
-        self.packed = bool(packed)
+        config = PaillierAggConfig.build(None, key_bits=key_bits, frac_bits=frac_bits,
+                                         int_bits=int_bits, max_clients=max_clients,
+                                         packed=packed)
+        self.key_bits, self.packed = config.key_bits, config.packed
+        # the packing's own rules, checked now, before any message leaves a party
+        self.spec = _paillier().packing_spec(
+            self.key_bits, frac_bits=config.frac_bits, int_bits=config.int_bits,
+            max_terms=config.max_clients, slots=None if config.packed else 1)
 
     def client_half(self) -> _PaillierClient:
         """Make a client half (holds the shared private key once dealt)."""
@@ -431,13 +431,9 @@ class CKKSAggregator:
     def __init__(self, poly_modulus_degree: int | None = None,
                  coeff_mod_bit_sizes: Sequence[int] | None = None,
                  scale_bits: int | None = None) -> None:
-        defaults = CKKSParams()
-        self.params = CKKSParams(
-            poly_modulus_degree=(defaults.poly_modulus_degree if poly_modulus_degree is None
-                                 else poly_modulus_degree),
-            coeff_mod_bit_sizes=(defaults.coeff_mod_bit_sizes if coeff_mod_bit_sizes is None
-                                 else tuple(coeff_mod_bit_sizes)),
-            scale_bits=defaults.scale_bits if scale_bits is None else scale_bits)
+        self.params = CkksConfig.build(
+            None, poly_modulus_degree=poly_modulus_degree,
+            coeff_mod_bit_sizes=coeff_mod_bit_sizes, scale_bits=scale_bits).params()
 
     def client_half(self) -> _CKKSClient:
         """Make a client half (holds the shared secret context once dealt)."""

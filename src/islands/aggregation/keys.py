@@ -45,17 +45,84 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from islands.aggregation.base import AggStep, ServerLink
 from islands.crypto.envelope import open_sealed, pair_context, seal
 from islands.crypto.masking import MaskingKey, generate_key
 from islands.errors import ProtocolError
-from islands.runtime import Party
+from islands.runtime import Party, wire
 
-__all__ = ["KeyReceiver", "deal_key"]
+__all__ = [
+    "KeyAck",
+    "KeyDeal",
+    "KeyDealRequest",
+    "KeyDelivery",
+    "KeyHello",
+    "KeyOffer",
+    "KeyReceiver",
+    "deal_key",
+]
 
 _ENVELOPE = b"islands key dealing v1"
+
+
+# --------------------------------------------------------------------------- messages
+# The bodies of the phases (AggStep/AggReply.body); the codec checks their field types
+# on decode, the receiver checks the class for the phase and the values.
+@wire.register(name="hfl.KeyHello")
+@dataclass(frozen=True)
+class KeyHello:
+    """``<p>-hello``, server → client: the dealer's name and the session id."""
+
+    dealer: str
+    session: bytes
+
+
+@wire.register(name="hfl.KeyOffer")
+@dataclass(frozen=True)
+class KeyOffer:
+    """``<p>-hello``, client → server: a fresh envelope public key, signed."""
+
+    key: bytes
+    sig: bytes
+
+
+@wire.register(name="hfl.KeyDealRequest")
+@dataclass(frozen=True)
+class KeyDealRequest:
+    """``<p>-deal``, server → dealer: every client's signed envelope key, by name."""
+
+    keys: dict[str, KeyOffer]
+
+
+@wire.register(name="hfl.KeyDeal")
+@dataclass(frozen=True)
+class KeyDeal:
+    """``<p>-deal``, dealer → server: the public part, one envelope per client, signed."""
+
+    public: bytes
+    sealed: dict[str, bytes]
+    sig: bytes
+
+
+@wire.register(name="hfl.KeyDelivery")
+@dataclass(frozen=True)
+class KeyDelivery:
+    """``<p>-deliver``, server → client: the dealer's signed envelope key, its envelope."""
+
+    dealer_key: bytes
+    dealer_sig: bytes
+    sealed: bytes
+
+
+@wire.register(name="hfl.KeyAck")
+@dataclass(frozen=True)
+class KeyAck:
+    """``<p>-deliver``, client → server: the installed key's fingerprint (or ``b"ok"``)."""
+
+    fingerprint: bytes
 
 
 def _aad(purpose: str, session: bytes, receiver: str) -> bytes:
@@ -86,33 +153,34 @@ def deal_key(link: ServerLink, clients: Sequence[str], purpose: str,
     dealer = clients[0]
     session = secrets.token_bytes(16)
     hello = link.exchange(0, f"{purpose}-hello", {
-        c: {"dealer": dealer, "session": session} for c in clients})
+        c: KeyHello(dealer=dealer, session=session) for c in clients})
     if dealer not in hello:
         raise ProtocolError(
             f"the {purpose} key dealer {dealer!r} did not answer; no key can be dealt",
             party=link.name, step=f"{purpose}-hello")
-    keys = {c: hello[c] for c in clients if isinstance(hello.get(c), dict)}
-    dealt = link.exchange(0, f"{purpose}-deal", {dealer: {"keys": keys}})
+    keys = {c: hello[c] for c in clients if isinstance(hello.get(c), KeyOffer)}
+    dealt = link.exchange(0, f"{purpose}-deal", {dealer: KeyDealRequest(keys=keys)})
     if dealer not in dealt:
         raise ProtocolError(f"the {purpose} key dealer {dealer!r} failed while dealing",
                             party=link.name, step=f"{purpose}-deal")
     answer = dealt[dealer]
-    if (not isinstance(answer, dict) or not isinstance(answer.get("public"), bytes)
-            or not isinstance(answer.get("sealed"), dict)
-            or not isinstance(answer.get("sig"), bytes)):
+    if (not isinstance(answer, KeyDeal) or not isinstance(answer.public, bytes)
+            or not isinstance(answer.sealed, dict) or not isinstance(answer.sig, bytes)):
         raise ProtocolError(f"the {purpose} key dealer sent a malformed answer",
                             party=link.name, step=f"{purpose}-deal")
-    public: bytes = answer["public"]
+    public: bytes = answer.public
     want = fingerprint(public)
-    others = [c for c in keys if c != dealer and c in answer["sealed"]]
+    others = [c for c in keys if c != dealer and c in answer.sealed]
     acks = link.exchange(0, f"{purpose}-deliver", {
-        c: {"dealer_key": keys[dealer]["key"], "dealer_sig": answer["sig"],
-            "sealed": answer["sealed"][c]} for c in others})
+        c: KeyDelivery(dealer_key=keys[dealer].key, dealer_sig=answer.sig,
+                       sealed=answer.sealed[c]) for c in others})
     installed = [dealer]
     for c in others:
         if c not in acks:
             continue
-        if acks[c] != (want if want is not None else b"ok"):
+        ack = acks[c]
+        if not isinstance(ack, KeyAck) or ack.fingerprint != (
+                want if want is not None else b"ok"):
             raise ProtocolError(
                 f"client {c!r} installed a different {purpose} key than the dealer's",
                 party=link.name, step=f"{purpose}-deliver")
@@ -159,36 +227,36 @@ class KeyReceiver:
     def on_step(self, party: Party, step: AggStep, *, server: str) -> Any:
         """Handle one phase relayed by ``server``; return the reply."""
         phase = step.phase[len(self.purpose) + 1:]
-        body = step.body if isinstance(step.body, dict) else {}
+        body = step.body
         clients = set(party.parties) - {server}
         if phase == "hello":
-            if not isinstance(body.get("session"), bytes) or not isinstance(
-                    body.get("dealer"), str):
+            if not isinstance(body, KeyHello) or not isinstance(body.session, bytes) or (
+                    not isinstance(body.dealer, str)):
                 raise ProtocolError(f"malformed {step.phase} message", party=party.name,
                                     step=step.phase)
-            if body["dealer"] not in clients:
+            if body.dealer not in clients:
                 raise self._refuse(party, server, step.phase,
-                                   f"the dealer {body['dealer'][:100]!r} is not a client of "
+                                   f"the dealer {body.dealer[:100]!r} is not a client of "
                                    "this federation")
-            self._own, self._session, self._dealer = generate_key(), body["session"], body[
-                "dealer"]
+            self._own, self._session, self._dealer = generate_key(), body.session, body.dealer
             sig = party.identity.sign(f"{self.purpose} key", _key_message(
                 self.purpose, self._session, party.name, self._own.public))
-            return {"key": self._own.public, "sig": sig}
+            return KeyOffer(key=self._own.public, sig=sig)
         if self._own is None:
             raise ProtocolError(f"client {party.name!r} got {step.phase!r} before hello",
                                 party=party.name, step=step.phase)
         if phase == "deal":
             return self._deal(party, server, step, body, clients)
         if phase == "deliver":
-            dealer_key, sealed = body.get("dealer_key"), body.get("sealed")
-            if not isinstance(dealer_key, bytes) or not isinstance(sealed, bytes):
+            if not isinstance(body, KeyDelivery) or not isinstance(
+                    body.dealer_key, bytes) or not isinstance(body.sealed, bytes):
                 raise ProtocolError(f"malformed {step.phase} message", party=party.name,
                                     step=step.phase)
+            dealer_key, sealed = body.dealer_key, body.sealed
             # the envelope key must be the dealer's own: a server that seals its own key
             # for the clients has no dealer signature on its envelope key
             party.identity.verify(self._dealer, f"{self.purpose} dealer", _key_message(
-                self.purpose, self._session, self._dealer, dealer_key), body.get("dealer_sig"))
+                self.purpose, self._session, self._dealer, dealer_key), body.dealer_sig)
             secret = open_sealed(self._own, dealer_key, sealed,
                                  context=pair_context(_ENVELOPE, self._session, self._dealer,
                                                       party.name),
@@ -196,18 +264,19 @@ class KeyReceiver:
                                  sender=f"dealer {self._dealer!r}")
             fp = self._install(secret)
             self.ready = True
-            return fp if fp is not None else b"ok"
+            return KeyAck(fingerprint=fp if fp is not None else b"ok")
         raise ProtocolError(f"unknown key-dealing phase {step.phase!r}", party=party.name,
                             step=step.phase)
 
-    def _deal(self, party: Party, server: str, step: AggStep, body: dict[str, Any],
-              clients: set[str]) -> dict[str, Any]:
+    def _deal(self, party: Party, server: str, step: AggStep, body: Any,
+              clients: set[str]) -> KeyDeal:
         assert self._own is not None
-        if self._dealer != party.name or not isinstance(body.get("keys"), dict):
+        if self._dealer != party.name or not isinstance(body, KeyDealRequest) or (
+                not isinstance(body.keys, dict)):
             raise ProtocolError(f"client {party.name!r} was asked to deal the "
                                 f"{self.purpose} key but is not the dealer",
                                 party=party.name, step=step.phase)
-        keys: dict[str, Any] = body["keys"]
+        keys: dict[str, Any] = body.keys
         strangers = sorted(str(c)[:100] for c in keys if c not in clients)
         if strangers:
             raise self._refuse(party, server, step.phase,
@@ -216,21 +285,21 @@ class KeyReceiver:
         for c, entry in keys.items():
             if c == party.name:
                 continue
-            if not isinstance(entry, dict) or not isinstance(entry.get("key"), bytes):
+            if not isinstance(entry, KeyOffer) or not isinstance(entry.key, bytes):
                 raise ProtocolError(f"malformed {step.phase} message", party=party.name,
                                     step=step.phase)
             party.identity.verify(c, f"{self.purpose} key", _key_message(
-                self.purpose, self._session, c, entry["key"]), entry.get("sig"))
+                self.purpose, self._session, c, entry.key), entry.sig)
         secret, public = self._generate()
         self._install(secret)
         envelopes: dict[str, bytes] = {}
         for c, entry in keys.items():
             if c == party.name:
                 continue
-            envelopes[c] = seal(self._own, entry["key"], secret,
+            envelopes[c] = seal(self._own, entry.key, secret,
                                 context=pair_context(_ENVELOPE, self._session, party.name, c),
                                 aad=_aad(self.purpose, self._session, c))
         self.ready = True
         sig = party.identity.sign(f"{self.purpose} dealer", _key_message(
             self.purpose, self._session, party.name, self._own.public))
-        return {"public": public, "sealed": envelopes, "sig": sig}
+        return KeyDeal(public=public, sealed=envelopes, sig=sig)

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -85,11 +86,13 @@ from islands.aggregation.base import (
     ServerHalf,
     ServerLink,
 )
+from islands.aggregation.config import SECTIONS, ClientDPConfig, SampleDPConfig
 from islands.aggregation.homomorphic import CKKSAggregator, PaillierAggregator
 from islands.aggregation.keys import KeyReceiver, deal_key
 from islands.aggregation.secagg import SecAggClient, SecureAggregation, threshold_for
+from islands.config import ProtocolConfig
 from islands.crypto import chaos
-from islands.errors import ProtocolError, ValidationError, invalid_parameter
+from islands.errors import JobError, ProtocolError, ValidationError, invalid_parameter
 from islands.privacy import (
     PrivacyAccountant,
     clip_l2,
@@ -97,14 +100,16 @@ from islands.privacy import (
     effective_noise_multiplier,
     gaussian_noise,
 )
-from islands.runtime import Party
-from islands.validation import check_float, is_int
+from islands.runtime import Party, wire
+from islands.validation import is_int
 
 __all__ = [
     "BASES",
     "SAMPLE_LEVEL",
     "ChaosPermutation",
     "ClientDP",
+    "DPNoiseRequest",
+    "Protection",
     "SampleAccount",
     "SampleBudget",
     "SampleDP",
@@ -117,6 +122,20 @@ Vector = NDArray[np.float32]
 
 HIDING_BASES = ("secagg", "additive", "ckks", "paillier")
 """Base aggregators that hide single updates' values from the server."""
+
+
+# --------------------------------------------------------------------------- messages
+@wire.register(name="hfl.DPNoiseRequest")
+@dataclass(frozen=True)
+class DPNoiseRequest:
+    """``dp-noise``, server → client: the round's noise; the client checks it against its own.
+
+    The codec checks the field types on decode; the client checks the values.
+    """
+
+    noise_multiplier: float
+    clip: float
+    guaranteed: int
 
 
 def _layers(agg: Any) -> list[Any]:
@@ -253,7 +272,6 @@ class _ChaosServer:
 
 
 # --------------------------------------------------------------------------- DP
-NOISE_MODES = ("local", "distributed")
 
 
 class ClientDP:
@@ -287,23 +305,13 @@ class ClientDP:
                  guaranteed: int | None = None, delta: float = 1e-5,
                  target_epsilon: float | None = None, accountant: str = "rdp") -> None:
         self.inner = MeanAggregator() if inner is None else inner
-        self.clip = check_float(clip, "clip", "ClientDP", low=0.0, low_inclusive=False)
-        self.noise_multiplier = check_float(noise_multiplier, "noise_multiplier", "ClientDP",
-                                            low=0.0, low_inclusive=False)
-        if noise not in NOISE_MODES:
-            raise invalid_parameter("noise", "ClientDP", f"one of {NOISE_MODES}", noise)
-        self.noise = noise
-        if guaranteed is not None and (not is_int(guaranteed) or guaranteed < 1):
-            raise invalid_parameter("guaranteed", "ClientDP", "an int >= 1", guaranteed)
-        self.guaranteed = guaranteed
-        self.delta = check_float(delta, "delta", "ClientDP", low=0.0, low_inclusive=False)
-        if self.delta >= 1:
-            raise invalid_parameter("delta", "ClientDP", "a float in (0, 1)", delta)
-        self.target_epsilon = (None if target_epsilon is None else check_float(
-            target_epsilon, "target_epsilon", "ClientDP", low=0.0, low_inclusive=False))
-        if accountant not in ("rdp", "pld"):
-            raise invalid_parameter("accountant", "ClientDP", "'rdp' or 'pld'", accountant)
-        self.accountant = accountant
+        config = ClientDPConfig.build(
+            None, clip=clip, noise_multiplier=noise_multiplier, noise=noise,
+            guaranteed=guaranteed, delta=delta, target_epsilon=target_epsilon,
+            accountant=accountant)
+        self.clip, self.noise_multiplier = config.clip, config.noise_multiplier
+        self.noise, self.guaranteed, self.delta = config.noise, config.guaranteed, config.delta
+        self.target_epsilon, self.accountant = config.target_epsilon, config.accountant
         if noise == "distributed":
             self._check_distributed()
         self.name = f"dp+{self.inner.name}"
@@ -389,12 +397,11 @@ class _DPClient:
 
     def _check_noise(self, party: Party, server: str, step: AggStep) -> None:
         cfg, body, rnd = self.config, step.body, step.round
-        keys = {"noise_multiplier", "clip", "guaranteed"}
-        if not isinstance(body, dict) or set(body) != keys:
+        if not isinstance(body, DPNoiseRequest):
             raise ProtocolError(f"client {party.name!r} got a malformed noise request from "
                                 f"{server!r} in round {rnd}", party=party.name,
                                 step="dp-noise")
-        sigma, clip, t = body["noise_multiplier"], body["clip"], body["guaranteed"]
+        sigma, clip, t = body.noise_multiplier, body.clip, body.guaranteed
         if (not isinstance(sigma, float) or not np.isfinite(sigma)
                 or sigma < cfg.noise_multiplier):
             raise _refuse(party, server, rnd, "noise_multiplier",
@@ -480,8 +487,8 @@ class _DPServer:
             raise ProtocolError(
                 f"round {round}: {len(participants)} clients, fewer than the {t} the "
                 "distributed noise is calibrated for", party=link.name, step="dp-noise")
-        request = {"noise_multiplier": float(cfg.noise_multiplier),
-                   "clip": float(cfg.clip), "guaranteed": int(t)}
+        request = DPNoiseRequest(noise_multiplier=float(cfg.noise_multiplier),
+                                 clip=float(cfg.clip), guaranteed=int(t))
         link.send(round, "dp-noise", {c: request for c in participants})
         return _DPRound(agg, self, t, link.name)
 
@@ -581,18 +588,12 @@ class SampleDP:
     def __init__(self, *, clip: float = 1.0, noise_multiplier: float = 1.0,
                  delta: float = 1e-5, target_epsilon: float | None = None,
                  accountant: str = "rdp") -> None:
-        owner = "SampleDP"
-        self.clip = check_float(clip, "clip", owner, low=0.0, low_inclusive=False)
-        self.noise_multiplier = check_float(noise_multiplier, "noise_multiplier", owner,
-                                            low=0.0, low_inclusive=False)
-        self.delta = check_float(delta, "delta", owner, low=0.0, low_inclusive=False)
-        if self.delta >= 1:
-            raise invalid_parameter("delta", owner, "a float in (0, 1)", delta)
-        self.target_epsilon = (None if target_epsilon is None else check_float(
-            target_epsilon, "target_epsilon", owner, low=0.0, low_inclusive=False))
-        if accountant not in ("rdp", "pld"):
-            raise invalid_parameter("accountant", owner, "'rdp' or 'pld'", accountant)
-        self.accountant = accountant
+        config = SampleDPConfig.build(None, clip=clip, noise_multiplier=noise_multiplier,
+                                      delta=delta, target_epsilon=target_epsilon,
+                                      accountant=accountant)
+        self.clip, self.noise_multiplier = config.clip, config.noise_multiplier
+        self.delta, self.target_epsilon = config.delta, config.target_epsilon
+        self.accountant = config.accountant
 
     def sampling_rate(self, batch_size: int, n: int) -> float:
         """Return q = b/n, the Poisson sampling rate for ``n`` rows and batch size ``b``."""
@@ -723,12 +724,130 @@ WRAPPERS = ("chaos", "dp")
 SAMPLE_LEVEL = ("dp-sgd",)
 
 
+@dataclass(frozen=True)
+class Protection:
+    """The protections a run names and their settings: a job's ``protect = [...]`` and sections.
+
+    Attributes
+    ----------
+    names
+        Among ``secagg``, ``additive``, ``ckks``, ``paillier`` (at most one base),
+        ``chaos``, ``dp`` and ``dp-sgd``, in the order given.
+    settings
+        The configuration (:data:`~islands.aggregation.config.SECTIONS`) of each named
+        protection that was given settings; the others take their defaults.
+    """
+
+    names: tuple[str, ...] = ()
+    settings: Mapping[str, ProtocolConfig] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, protect: Sequence[str],
+              options: Mapping[str, Mapping[str, Any]] | None = None) -> Protection:
+        """Check ``protect`` and each protection's keyword arguments in ``options``.
+
+        Raises
+        ------
+        ValidationError
+            For an unknown name, two bases, a repeated name, options of a name not used,
+            or a refused setting (the standard message, naming the protection's class).
+        """
+        names = _check_names(protect)
+        stray = [k for k in (options or {}) if k not in names]
+        if stray:
+            raise ValidationError(f"options given for protections not in protect: {stray}")
+        return cls(names, {name: SECTIONS[name].build(None, **dict(values))
+                           for name, values in (options or {}).items()})
+
+    @classmethod
+    def from_table(cls, raw: Mapping[str, Any], where: str) -> Protection:
+        """Read ``protect`` and the protection sections of a job or federation table.
+
+        Every value is checked, and the stack is built once (so settings that only
+        conflict together, such as distributed noise over the plain mean, are refused
+        now, before anything runs).
+
+        Raises
+        ------
+        JobError
+            Naming ``where``, the section and the key.
+        """
+        protect = raw.get("protect", [])
+        if not isinstance(protect, list) or not all(
+                isinstance(p, str) and p in SECTIONS for p in protect):
+            raise JobError(f"{where}: 'protect' must be a list of names among "
+                           f"{sorted(SECTIONS)}; got {protect!r}")
+        settings: dict[str, ProtocolConfig] = {}
+        for name, config in SECTIONS.items():
+            if name not in raw:
+                continue
+            if name not in protect:
+                raise JobError(f"{where}: section [{name}] is given but protect = {protect} "
+                               f"does not use {name!r}")
+            if not isinstance(raw[name], Mapping):
+                raise JobError(f"{where}: [{name}] must be a section (a table)")
+            settings[name] = config.from_table(raw[name], f"{where} [{name}]")
+        try:
+            protection = cls(_check_names(protect), settings)
+            protection.aggregator()
+            protection.sample_dp()
+        except (ValidationError, TypeError, ImportError) as exc:
+            raise JobError(f"{where}: protect = {protect}: {exc}") from exc
+        return protection
+
+    def options(self) -> dict[str, dict[str, Any]]:
+        """Return the settings given, per protection, as keyword arguments."""
+        return {name: config.model_dump(exclude_unset=True)
+                for name, config in self.settings.items()}
+
+    def _kwargs(self, name: str) -> dict[str, Any]:
+        config = self.settings.get(name)
+        return {} if config is None else dict(config)
+
+    def aggregator(self) -> Aggregator:
+        """Build the aggregator stack: the base, then ``chaos``, then ``dp`` around it."""
+        bases = [n for n in self.names if n in BASES]
+        base = bases[0] if bases else "mean"
+        agg: Aggregator
+        if base == "secagg":
+            agg = SecureAggregation(**self._kwargs("secagg"))
+        elif base == "additive":
+            agg = AdditiveSharing(**self._kwargs("additive"))
+        elif base == "ckks":
+            agg = CKKSAggregator(**self._kwargs("ckks"))
+        elif base == "paillier":
+            agg = PaillierAggregator(**self._kwargs("paillier"))
+        else:
+            agg = MeanAggregator()
+        if "chaos" in self.names:
+            agg = ChaosPermutation(agg, **self._kwargs("chaos"))
+        if "dp" in self.names:
+            agg = ClientDP(agg, **self._kwargs("dp"))
+        return agg
+
+    def sample_dp(self) -> SampleDP | None:
+        """Return the DP-SGD settings ``dp-sgd`` asks for, or None."""
+        return SampleDP(**self._kwargs("dp-sgd")) if "dp-sgd" in self.names else None
+
+
+def _check_names(protect: Sequence[str]) -> tuple[str, ...]:
+    names = list(protect)
+    unknown = [n for n in names if n not in BASES + WRAPPERS + SAMPLE_LEVEL]
+    if unknown:
+        raise ValidationError(f"unknown protection(s) {unknown}; choose among "
+                              f"{list(BASES[1:] + WRAPPERS + SAMPLE_LEVEL)}")
+    if len(set(names)) != len(names):
+        raise ValidationError(f"protect lists a protection twice: {names}")
+    bases = [n for n in names if n in BASES]
+    if len(bases) > 1:
+        raise ValidationError(f"protect names two base aggregators {bases}; choose one")
+    return tuple(names)
+
+
 def build_sample_dp(protect: Sequence[str], options: Mapping[str, Mapping[str, Any]]
                     | None = None) -> SampleDP | None:
     """Return the :class:`SampleDP` that ``protect`` asks for (``"dp-sgd"``), or None."""
-    if "dp-sgd" not in protect:
-        return None
-    return SampleDP(**dict((options or {}).get("dp-sgd", {})))
+    return Protection.build(protect, options).sample_dp()
 
 
 def build_aggregator(protect: Sequence[str], options: Mapping[str, Mapping[str, Any]]
@@ -750,35 +869,4 @@ def build_aggregator(protect: Sequence[str], options: Mapping[str, Mapping[str, 
     ValidationError
         For an unknown name, two bases, a repeated name, or options of a name not used.
     """
-    names = list(protect)
-    opts = {k: dict(v) for k, v in (options or {}).items()}
-    unknown = [n for n in names if n not in BASES + WRAPPERS + SAMPLE_LEVEL]
-    if unknown:
-        raise ValidationError(f"unknown protection(s) {unknown}; choose among "
-                              f"{list(BASES[1:] + WRAPPERS + SAMPLE_LEVEL)}")
-    if len(set(names)) != len(names):
-        raise ValidationError(f"protect lists a protection twice: {names}")
-    bases = [n for n in names if n in BASES]
-    if len(bases) > 1:
-        raise ValidationError(f"protect names two base aggregators {bases}; choose one")
-    stray = [k for k in opts if k not in names]
-    if stray:
-        raise ValidationError(f"options given for protections not in protect: {stray}")
-    base = bases[0] if bases else "mean"
-    agg: Aggregator
-    if base == "secagg":
-        agg = SecureAggregation(**opts.get("secagg", {}))
-    elif base == "additive":
-        agg = AdditiveSharing(**opts.get("additive", {}))
-    elif base == "ckks":
-        agg = CKKSAggregator(**opts.get("ckks", {}))
-    elif base == "paillier":
-        agg = PaillierAggregator(**opts.get("paillier", {}))
-    else:
-        agg = MeanAggregator()
-    if "chaos" in names:
-        agg = ChaosPermutation(agg, **opts.get("chaos", {}))
-    if "dp" in names:
-        agg = ClientDP(agg, **opts.get("dp", {}))
-    return agg
-
+    return Protection.build(protect, options).aggregator()

@@ -80,6 +80,7 @@ import enum
 import math
 import secrets
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -92,25 +93,120 @@ from islands.aggregation.base import (
     PlainServerHalf,
     ServerLink,
     StreamingRound,
-    check_ring_frac_bits,
     ring_encode,
     ring_mean,
     unexpected_step,
 )
+from islands.aggregation.config import SecAggConfig
 from islands.crypto import shamir
 from islands.crypto.envelope import open_sealed, pair_context, seal
 from islands.crypto.masking import MaskingKey, generate_key, pairwise_mask
 from islands.crypto.prg import expand
-from islands.errors import ProtocolError, ValidationError, invalid_parameter
-from islands.runtime import Party
+from islands.errors import ProtocolError, ValidationError
+from islands.runtime import Party, wire
 from islands.validation import is_int
 
-__all__ = ["SecureAggregation", "least_threshold", "threshold_for"]
+__all__ = [
+    "SecAggAdvertise",
+    "SecAggDelivery",
+    "SecAggEnvelopes",
+    "SecAggKeyList",
+    "SecAggKeys",
+    "SecAggShares",
+    "SecAggSignature",
+    "SecAggSurvivors",
+    "SecAggUnmask",
+    "SecureAggregation",
+    "least_threshold",
+    "threshold_for",
+]
 
 Vector = NDArray[np.float32]
 KEY_BYTES = 32
 _CONTEXT = b"islands secagg v1"
 _ENVELOPE = b"islands secagg shares v1"
+
+
+# --------------------------------------------------------------------------- messages
+# The bodies of the phases (AggStep/AggReply.body); the codec checks their field types
+# on decode, each receiver checks the class for the phase and the values.
+@wire.register(name="hfl.SecAggAdvertise")
+@dataclass(frozen=True)
+class SecAggAdvertise:
+    """Stage 0, server → client: the round's session id and t."""
+
+    session: bytes
+    threshold: int
+
+
+@wire.register(name="hfl.SecAggKeys")
+@dataclass(frozen=True)
+class SecAggKeys:
+    """Stage 0, client → server: the client's two public keys, signed."""
+
+    c: bytes
+    s: bytes
+    sig: bytes
+
+
+@wire.register(name="hfl.SecAggKeyList")
+@dataclass(frozen=True)
+class SecAggKeyList:
+    """Stage 1, server → client: every client's signed keys, by name."""
+
+    keys: dict[str, SecAggKeys]
+
+
+@wire.register(name="hfl.SecAggEnvelopes")
+@dataclass(frozen=True)
+class SecAggEnvelopes:
+    """Stage 1, client → server: one sealed pair of shares per other client."""
+
+    shares: dict[str, bytes]
+
+
+@wire.register(name="hfl.SecAggDelivery")
+@dataclass(frozen=True)
+class SecAggDelivery:
+    """Stage 1b, server → client: U2 and the envelopes addressed to the client."""
+
+    u2: list[str]
+    shares: dict[str, bytes]
+
+
+@wire.register(name="hfl.SecAggSurvivors")
+@dataclass(frozen=True)
+class SecAggSurvivors:
+    """Stage 3, server → client: U3, for the client to sign."""
+
+    survivors: list[str]
+
+
+@wire.register(name="hfl.SecAggSignature")
+@dataclass(frozen=True)
+class SecAggSignature:
+    """Stage 3, client → server: the client's signature on U3."""
+
+    sig: bytes
+
+
+@wire.register(name="hfl.SecAggUnmask")
+@dataclass(frozen=True)
+class SecAggUnmask:
+    """Stage 4, server → client: U3, the dropped clients and the signatures on U3."""
+
+    survivors: list[str]
+    dropped: list[str]
+    signatures: dict[str, bytes]
+
+
+@wire.register(name="hfl.SecAggShares")
+@dataclass(frozen=True)
+class SecAggShares:
+    """Stage 4, client → server: b-shares of the survivors, s-shares of the dropped."""
+
+    b: dict[str, bytes]
+    s: dict[str, bytes]
 
 
 def threshold_for(threshold: float | int, n: int) -> int:
@@ -195,16 +291,8 @@ class SecureAggregation:
     name = "secagg"
 
     def __init__(self, threshold: float | int = 0.5, frac_bits: int = 32) -> None:
-        if is_int(threshold):
-            if int(threshold) < 2:
-                raise invalid_parameter("threshold", "SecureAggregation",
-                                        "an int >= 2 or a fraction in [0.5, 1)", threshold)
-        elif not isinstance(threshold, float) or not 0.5 <= threshold < 1.0:
-            raise invalid_parameter("threshold", "SecureAggregation",
-                                    "an int >= 2 or a fraction in [0.5, 1) (t <= n/2 lets "
-                                    "an active server unmask a client)", threshold)
-        self.threshold = threshold
-        self.frac_bits = check_ring_frac_bits(frac_bits, "SecureAggregation")
+        config = SecAggConfig.build(None, threshold=threshold, frac_bits=frac_bits)
+        self.threshold, self.frac_bits = config.threshold, config.frac_bits
 
     def client_half(self) -> SecAggClient:
         """Make a client's state machine."""
@@ -298,17 +386,19 @@ class SecAggClient:
             return self._unmask(party, server, step)
         raise unexpected_step(party, step, "secure")
 
-    def _advertise(self, party: Party, step: AggStep) -> dict[str, bytes]:
+    def _advertise(self, party: Party, step: AggStep) -> SecAggKeys:
         body = step.body
         if step.round <= self.round and self.stage is not ClientStage.IDLE:
             raise ProtocolError(
                 f"secure aggregation: client {party.name!r} was asked to advertise keys for "
                 f"round {step.round} again", party=party.name, step="advertise")
-        session, t = body.get("session"), body.get("threshold")
-        if not isinstance(session, bytes) or len(session) != 16 or not is_int(t) or t < 1:
+        if (not isinstance(body, SecAggAdvertise) or not isinstance(body.session, bytes)
+                or len(body.session) != 16 or not is_int(body.threshold)
+                or body.threshold < 1):
             raise ProtocolError("secure aggregation: malformed advertise request",
                                 party=party.name, step="advertise")
-        self.round, self._session, self._t = step.round, session, int(t)
+        session = body.session
+        self.round, self._session, self._t = step.round, session, int(body.threshold)
         self._c, self._s = generate_key(), generate_key()
         self._b = None
         self._envelopes = {}
@@ -317,22 +407,22 @@ class SecAggClient:
         # another client's place ([1]_ §6, the active-server variant)
         sig = party.identity.sign("secagg keys", _keys_message(
             session, step.round, party.name, self._c.public, self._s.public))
-        return {"c": self._c.public, "s": self._s.public, "sig": sig}
+        return SecAggKeys(c=self._c.public, s=self._s.public, sig=sig)
 
     def _refuse(self, party: Party, server: str, step: str, what: str) -> ProtocolError:
         return ProtocolError(
             f"secure aggregation round {self.round}: client {party.name!r} refuses "
             f"{server!r}'s {step!r} message: {what}", party=party.name, step=step)
 
-    def _share_keys(self, party: Party, server: str, step: AggStep) -> dict[str, bytes]:
+    def _share_keys(self, party: Party, server: str, step: AggStep) -> SecAggEnvelopes:
         assert self._c is not None and self._s is not None
-        keys = step.body.get("keys")
+        keys = step.body.keys if isinstance(step.body, SecAggKeyList) else None
         if not isinstance(keys, dict) or party.name not in keys or not all(
-                isinstance(k, list) and len(k) == 3 for k in keys.values()):
+                isinstance(k, SecAggKeys) for k in keys.values()):
             raise ProtocolError("secure aggregation: malformed key list",
                                 party=party.name, step="share-keys")
         mine = keys[party.name]
-        if list(mine[:2]) != [self._c.public, self._s.public]:
+        if [mine.c, mine.s] != [self._c.public, self._s.public]:
             raise ProtocolError(
                 f"secure aggregation: the key list gives client {party.name!r} keys that "
                 "are not its own", party=party.name, step="share-keys")
@@ -355,15 +445,15 @@ class SecAggClient:
             raise ProtocolError(
                 f"secure aggregation round {self.round}: {n} clients advertised "
                 f"keys, below the threshold t={self._t}", party=party.name, step="share-keys")
-        flat = [bytes(k) for v in keys.values() for k in v[:2]]
+        flat = [bytes(k) for v in keys.values() for k in (v.c, v.s)]
         if len(set(flat)) != len(flat):
             raise ProtocolError("secure aggregation: two clients present the same key",
                                 party=party.name, step="share-keys")
-        for v, (c_pk, s_pk, sig) in keys.items():
+        for v, entry in keys.items():
             party.identity.verify(v, "secagg keys", _keys_message(
-                self._session, self.round, v, bytes(c_pk), bytes(s_pk)), sig)
+                self._session, self.round, v, bytes(entry.c), bytes(entry.s)), entry.sig)
         self._u1 = sorted(keys)
-        self._keys = {v: (bytes(k[0]), bytes(k[1])) for v, k in keys.items()}
+        self._keys = {v: (bytes(k.c), bytes(k.s)) for v, k in keys.items()}
         self._b = secrets.token_bytes(KEY_BYTES)
         s_shares = shamir.split(self._s.private.private_bytes_raw(), n, self._t)
         b_shares = shamir.split(self._b, n, self._t)
@@ -377,10 +467,12 @@ class SecAggClient:
                           context=pair_context(_ENVELOPE, self._session, party.name, v),
                           aad=_aad(self._session, self.round, party.name, v))
         self.stage = ClientStage.SHARED
-        return out
+        return SecAggEnvelopes(shares=out)
 
     def _deliver(self, party: Party, step: AggStep) -> None:
-        u2, envelopes = step.body.get("u2"), step.body.get("shares")
+        body = step.body
+        u2, envelopes = ((body.u2, body.shares) if isinstance(body, SecAggDelivery)
+                         else (None, None))
         if (not isinstance(u2, list) or party.name not in u2 or not set(u2) <= set(self._u1)
                 or not isinstance(envelopes, dict)
                 or set(envelopes) != set(u2) - {party.name}):
@@ -420,9 +512,9 @@ class SecAggClient:
         self.stage = ClientStage.MASKED
         return x
 
-    def _consistency(self, party: Party, server: str, step: AggStep) -> bytes:
+    def _consistency(self, party: Party, server: str, step: AggStep) -> SecAggSignature:
         """Sign the survivor set the server announced (the consistency check of [1]_)."""
-        survivors = step.body.get("survivors") if isinstance(step.body, dict) else None
+        survivors = step.body.survivors if isinstance(step.body, SecAggSurvivors) else None
         if not isinstance(survivors, list) or party.name not in survivors:
             raise ProtocolError("secure aggregation: malformed consistency request",
                                 party=party.name, step="consistency")
@@ -435,15 +527,15 @@ class SecAggClient:
                 f"the threshold t={self._t}", party=party.name, step="consistency")
         self._u3 = sorted(survivors)
         self.stage = ClientStage.SIGNED
-        return party.identity.sign("secagg survivors", _survivors_message(
-            self._session, self.round, self._u3))
+        return SecAggSignature(sig=party.identity.sign("secagg survivors", _survivors_message(
+            self._session, self.round, self._u3)))
 
-    def _unmask(self, party: Party, server: str,
-                step: AggStep) -> dict[str, dict[str, bytes]]:
+    def _unmask(self, party: Party, server: str, step: AggStep) -> SecAggShares:
         assert self._c is not None
-        body = step.body if isinstance(step.body, dict) else {}
-        survivors, dropped = body.get("survivors"), body.get("dropped")
-        signatures = body.get("signatures")
+        body = step.body
+        survivors, dropped, signatures = ((body.survivors, body.dropped, body.signatures)
+                                          if isinstance(body, SecAggUnmask)
+                                          else (None, None, None))
         if (not isinstance(survivors, list) or not isinstance(dropped, list)
                 or not isinstance(signatures, dict) or party.name not in survivors):
             raise ProtocolError("secure aggregation: malformed unmask request",
@@ -482,7 +574,7 @@ class SecAggClient:
                 s_out[v] = s_share
         self.stage = ClientStage.UNMASKED
         self._envelopes = {}
-        return {"b": b_out, "s": s_out}
+        return SecAggShares(b=b_out, s=s_out)
 
 
 def _pack_pair(a: bytes, b: bytes) -> bytes:
@@ -530,29 +622,32 @@ class SecAggRound(StreamingRound):
         self.stage = ServerStage.KEYS
         self.session = secrets.token_bytes(16)
         adverts = link.exchange(rnd, "advertise", {
-            c: {"session": self.session, "threshold": t} for c in clients})
+            c: SecAggAdvertise(session=self.session, threshold=t) for c in clients})
         u1 = [c for c in clients if c in adverts]
         self._require(len(u1), "advertise")
-        keys: dict[str, list[bytes]] = {}
+        keys: dict[str, SecAggKeys] = {}
         for c in u1:
             a = adverts[c]
-            if not isinstance(a, dict) or not all(
-                    isinstance(a.get(k), bytes) and len(a[k]) == KEY_BYTES for k in "cs"
-            ) or not isinstance(a.get("sig"), bytes):
+            if not isinstance(a, SecAggKeys) or not all(
+                    isinstance(k, bytes) and len(k) == KEY_BYTES for k in (a.c, a.s)
+            ) or not isinstance(a.sig, bytes):
                 raise ProtocolError(f"client {c!r} advertised malformed keys",
                                     party=link.name, step="advertise")
-            keys[c] = [a["c"], a["s"], a["sig"]]
-        self.keys = keys
-        envelopes = link.exchange(rnd, "share-keys", {c: {"keys": keys} for c in u1})
+            keys[c] = a
+        self.keys = {c: (a.c, a.s) for c, a in keys.items()}
+        envelopes = link.exchange(rnd, "share-keys", {c: SecAggKeyList(keys=keys) for c in u1})
         u2 = [c for c in u1 if c in envelopes]
         self._require(len(u2), "share-keys")
+        sealed: dict[str, dict[str, bytes]] = {}
         for c in u2:
             env = envelopes[c]
-            if not isinstance(env, dict) or set(env) != set(u1) - {c}:
+            if not isinstance(env, SecAggEnvelopes) or set(env.shares) != set(u1) - {c}:
                 raise ProtocolError(f"client {c!r} sent shares for the wrong clients",
                                     party=link.name, step="share-keys")
+            sealed[c] = env.shares
         link.send(rnd, "deliver", {
-            u: {"u2": u2, "shares": {v: envelopes[v][u] for v in u2 if v != u}} for u in u2})
+            u: SecAggDelivery(u2=u2, shares={v: sealed[v][u] for v in u2 if v != u})
+            for u in u2})
         super().__init__(link.name, u2, {c: weights[c] for c in u2})
         self.u1 = sorted(u1)
         self._total = np.zeros(dim, dtype=np.uint64)
@@ -586,12 +681,13 @@ class SecAggRound(StreamingRound):
         self._require(len(u3), "masked input")
         dropped = [c for c in self.participants if c not in survivors]
         signed = self.link.exchange(self.round, "consistency", {
-            c: {"survivors": u3} for c in u3})
-        u4 = [c for c in u3 if isinstance(signed.get(c), bytes)]
+            c: SecAggSurvivors(survivors=u3) for c in u3})
+        u4 = [c for c in u3 if isinstance(signed.get(c), SecAggSignature)]
         self._require(len(u4), "consistency")
-        signatures = {c: signed[c] for c in u4}
+        signatures = {c: signed[c].sig for c in u4}
         answers = self.link.exchange(self.round, "unmask", {
-            c: {"survivors": u3, "dropped": dropped, "signatures": signatures} for c in u4})
+            c: SecAggUnmask(survivors=u3, dropped=dropped, signatures=signatures)
+            for c in u4})
         responders = [c for c in u4 if c in answers]
         self._require(len(responders), "unmask")
         holders = responders[:self.t]
@@ -599,21 +695,21 @@ class SecAggRound(StreamingRound):
         coefficients = shamir.lagrange_at_zero(xs)
         for c in holders:
             a = answers[c]
-            if (not isinstance(a, dict) or not isinstance(a.get("b"), dict)
-                    or not isinstance(a.get("s"), dict) or set(a["b"]) != set(u3)
-                    or set(a["s"]) != set(dropped)):
+            if (not isinstance(a, SecAggShares) or not isinstance(a.b, dict)
+                    or not isinstance(a.s, dict) or set(a.b) != set(u3)
+                    or set(a.s) != set(dropped)):
                 raise ProtocolError(f"client {c!r} sent a malformed unmask answer",
                                     party=self.server, step="unmask")
         total = self._total
         for u in u3:
-            shares = [_share_from(x, answers[c]["b"][u], repr(c)) for x, c in zip(xs, holders,
-                                                                                   strict=True)]
+            shares = [_share_from(x, answers[c].b[u], repr(c)) for x, c in zip(xs, holders,
+                                                                                strict=True)]
             b = shamir.combine(shares, KEY_BYTES, coefficients=coefficients)
             total -= expand(b, self.dim, label=b"secagg self")
         context = _round_context(self.session, self.round)
         for v in dropped:
-            shares = [_share_from(x, answers[c]["s"][v], repr(c)) for x, c in zip(xs, holders,
-                                                                                   strict=True)]
+            shares = [_share_from(x, answers[c].s[v], repr(c)) for x, c in zip(xs, holders,
+                                                                                strict=True)]
             raw = shamir.combine(shares, KEY_BYTES, coefficients=coefficients)
             private = X25519PrivateKey.from_private_bytes(raw)
             key = MaskingKey(private=private, public=private.public_key().public_bytes_raw())

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.arrays import Array
 from islands.cca import maths
 from islands.cca.estimator import SwarmCCA
 from islands.errors import ValidationError
@@ -39,7 +40,6 @@ __all__ = [
     "recover_k2_and_span",
 ]
 
-Array = NDArray[np.float64]
 
 
 def _payload(records: list[Record], tag: str) -> Any:

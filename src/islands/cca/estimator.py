@@ -11,8 +11,9 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
+from islands.arrays import Array
 from islands.cca.config import SccaConfig
 from islands.cca.protocol import SccaResult, peer
 from islands.errors import ValidationError, invalid_parameter
@@ -22,7 +23,6 @@ from islands.validation import check_array, check_random_state
 
 __all__ = ["SwarmCCA"]
 
-Array = NDArray[np.float64]
 
 
 class SwarmCCA(FederatedEstimator[SccaConfig]):

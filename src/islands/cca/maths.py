@@ -39,6 +39,7 @@ import numpy as np
 import scipy.linalg
 from numpy.typing import NDArray
 
+from islands.arrays import Array
 from islands.errors import ValidationError
 
 __all__ = [
@@ -57,7 +58,6 @@ __all__ = [
     "whiten",
 ]
 
-Array = NDArray[np.float64]
 
 
 @dataclass(frozen=True)

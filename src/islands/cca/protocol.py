@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from numpy.typing import NDArray
 
+from islands.arrays import Array
 from islands.cca import maths
 from islands.errors import ValidationError
 from islands.runtime import Party, wire
@@ -46,7 +46,6 @@ from islands.validation import check_array
 
 __all__ = ["SccaResult", "peer", "s1", "s2"]
 
-Array = NDArray[np.float64]
 
 
 @wire.register(name="scca.Dims")

@@ -196,26 +196,26 @@ def audit_gradients_command(
           console.status("running one federation per protection and the attacks")):
         result = audit_gradients(out, protections=names, seed=seed, sample=sample,
                                  dp_clip=dp_clip, dp_noise=dp_noise, dataset=dataset)
-    if "dataset" in result["notes"]:
-        console.print(f"[yellow]{escape(result['notes']['dataset'])}[/]")
-    table = Table(title=f"Server's recovery of client 1's image ({result['dataset']} "
-                        f"#{result['sample_index']}, label {result['label']}); "
+    if "dataset" in result.notes:
+        console.print(f"[yellow]{escape(result.notes['dataset'])}[/]")
+    table = Table(title=f"Server's recovery of client 1's image ({result.dataset} "
+                        f"#{result.sample_index}, label {result.label}); "
                         "error ‖x̂ − x‖/‖x‖, 0 = exact, 1 = guessing 0")
     for col in ("protection", "error", "readings"):
         table.add_column(col, justify="right" if col == "error" else "left")
-    for name, error in result["errors"].items():
+    for name, error in result.errors.items():
         readings = ", ".join(f"{view} {value:.2e}" for view, value
-                             in result["views"].get(name, {}).items())
+                             in result.views.get(name, {}).items())
         colour = "red" if error < 0.1 else "green"
         table.add_row(escape(name), f"[{colour}]{error:.2e}[/]", escape(readings))
     console.print(table)
-    for name, note in result["notes"].items():
+    for name, note in result.notes.items():
         if name != "dataset":
             console.print(f"[bold]{escape(name)}[/]: {escape(note)}")
-    if result.get("figure"):
-        console.print(f"figure: {escape(str(result['figure']))}")
-    if result.get("json"):
-        console.print(f"wrote {escape(str(result['json']))}")
+    if result.figure:
+        console.print(f"figure: {escape(result.figure)}")
+    if result.json:
+        console.print(f"wrote {escape(result.json)}")
     if json_path is not None:
-        write_json(json_path, result)
+        write_json(json_path, result.to_json())
         console.print(f"wrote {escape(str(json_path))}")

@@ -76,13 +76,12 @@ def party_command(
 
         with stop_on_error(1, also=(OSError,)):
             record = run_configured(cfg, resume=resume, on_ready=ready)
-    sent = sum(record["bytes_sent"].values())
-    console.print(f"done in {record['total_seconds']:.2f} s (role {record['role_seconds']:.2f} s,"
-                  f" connecting {record['connect_seconds']:.2f} s); sent "
-                  f"{record['messages_sent']} messages, {sent / 1e6:.3f} MB")
+    console.print(f"done in {record.total_seconds:.2f} s (role {record.role_seconds:.2f} s,"
+                  f" connecting {record.connect_seconds:.2f} s); sent "
+                  f"{record.messages_sent} messages, {record.total_bytes_sent / 1e6:.3f} MB")
     console.print(f"wrote {escape(str(cfg.output))}")
     if json_path is not None:
-        json_path.write_text(json.dumps(record, indent=2, default=float) + "\n")
+        json_path.write_text(json.dumps(record.to_json(), indent=2, default=float) + "\n")
 
 
 @app.command("protocols")

@@ -22,7 +22,12 @@ from rich.table import Table
 from islands.cli.common import app, console, stop_on_error
 
 if TYPE_CHECKING:  # islands.cli imports no experiments until a command runs
+    from islands.experiments.apfl import ApflRow
+    from islands.experiments.contribution import ContributionClient, RetrainScores
+    from islands.experiments.ftl import FashionResults, TabularResults
     from islands.experiments.report import ReproductionResult as Results
+    from islands.hfl.contribution import ContributionReport
+    from islands.vfl.job import VerticalJobResult
 
 __all__ = ["REPRODUCTIONS", "Reproduction", "reproduce_app"]
 
@@ -78,38 +83,38 @@ def _vfl_tables(results: Results) -> None:
     table = Table(title="Vertical FL under Paillier")
     for col in ("data", "metric", "federated", "scikit-learn", "epochs", "s/epoch"):
         table.add_column(col, justify="left" if col == "data" else "right")
-    for name, r in results.sections["runs"].items():
-        key = "auc" if "auc" in r["metrics"] else "r2"
-        epoch_s = r["epoch_seconds"]
-        table.add_row(escape(name), key, f"{r['metrics'][key]:.4f}",
-                      f"{r['metrics']['sklearn_' + key]:.4f}", str(r["epochs_run"]),
-                      f"{sum(epoch_s) / max(len(epoch_s), 1):.2f}")
+    runs: dict[str, VerticalJobResult] = results.sections["runs"]
+    for name, r in runs.items():
+        key = "auc" if "auc" in r.metrics else "r2"
+        table.add_row(escape(name), key, f"{r.metrics[key]:.4f}",
+                      f"{r.metrics['sklearn_' + key]:.4f}", str(r.epochs_run),
+                      f"{sum(r.epoch_seconds) / max(len(r.epoch_seconds), 1):.2f}")
     console.print(table)
 
 
 def _ftl_tables(results: Results) -> None:
-    fashion = results.sections["fashion_mnist"]
+    fashion: FashionResults | None = results.sections["fashion_mnist"]
     if fashion is not None:
         table = Table(title="Fashion-MNIST: test accuracy on A's half (B holds the labels)")
         for col in ("overlap", "rows", "FTL", "FTL (paper)", "lower bound", "upper bound",
                     "FTL s"):
             table.add_column(col, justify="left" if col == "overlap" else "right")
-        for r in fashion["rows"]:
-            paper = r["ftl_paper"]
-            table.add_row(f"{100 * r['overlap_fraction']:g}%", str(r["overlap_rows"]),
-                          f"{r['ftl']['accuracy']:.4f}",
-                          "–" if paper is None else f"{paper['accuracy']:.4f}",
-                          f"{r['lower_bound']['accuracy']:.4f}",
-                          f"{r['upper_bound']['accuracy']:.4f}",
-                          f"{r['ftl']['seconds']:.0f}")
+        for r in fashion.rows:
+            table.add_row(f"{100 * r.overlap_fraction:g}%", str(r.overlap_rows),
+                          f"{r.ftl['accuracy']:.4f}",
+                          "–" if r.ftl_paper is None else f"{r.ftl_paper['accuracy']:.4f}",
+                          f"{r.lower_bound['accuracy']:.4f}",
+                          f"{r.upper_bound['accuracy']:.4f}",
+                          f"{r.ftl['seconds']:.0f}")
         console.print(table)
     table = Table(title="Breast cancer: mean test AUC on A's features over the splits")
     for col in ("overlap", "rows", "FTL", "FTL (paper)", "lower bound", "upper bound"):
         table.add_column(col, justify="left" if col == "overlap" else "right")
-    for name, v in results.sections["breast_cancer"]["summary"].items():
-        table.add_row(escape(name), str(v["overlap_rows"]), f"{v['ftl_auc']:.4f}",
-                      f"{v['ftl_paper_auc']:.4f}", f"{v['lower_bound_auc']:.4f}",
-                      f"{v['upper_bound_auc']:.4f}")
+    tabular: TabularResults = results.sections["breast_cancer"]
+    for name, v in tabular.summary.items():
+        table.add_row(escape(name), str(v.overlap_rows), f"{v.ftl_auc:.4f}",
+                      f"{v.ftl_paper_auc:.4f}", f"{v.lower_bound_auc:.4f}",
+                      f"{v.upper_bound_auc:.4f}")
     console.print(table)
 
 
@@ -117,16 +122,19 @@ def _apfl_tables(results: Results) -> None:
     table = Table(title="Fashion-MNIST, classes 0-3 / 4-6 / 7-9")
     for col in ("row", "accuracy %", "Dev_avg", "aggregations"):
         table.add_column(col, justify="left" if col == "row" else "right")
-    for name, row in results.sections["rows"].items():
-        table.add_row(escape(name), f"{100 * row['accuracy']:.2f}",
-                      "–" if name == "CL" else f"{100 * row['dev_avg']:.2f}",
-                      "–" if name == "CL" else str(row["aggregations"]))
+    rows: dict[str, ApflRow] = results.sections["rows"]
+    for name, row in rows.items():
+        table.add_row(escape(name), f"{100 * row.accuracy:.2f}",
+                      "–" if row.dev_avg is None else f"{100 * row.dev_avg:.2f}",
+                      "–" if name == "CL" else str(row.aggregations))
     console.print(table)
 
 
 def _contribution_tables(results: Results) -> None:
-    parts = results.sections
-    scores = {**parts["contribution"]["scores"], "retrain": parts["retrain"]["scores"]}
+    report: ContributionReport = results.sections["contribution"]
+    retrain: RetrainScores = results.sections["retrain"]
+    clients: list[ContributionClient] = results.sections["clients"]
+    scores = {**report.scores, "retrain": retrain.scores}
     names = {"gtg": "GTG", "exact": "exact/round", "or": "OR", "loo": "LOO/round",
              "retrain": "retrained Shapley"}
     table = Table(title="Contribution of each client (validation accuracy points)")
@@ -135,10 +143,10 @@ def _contribution_tables(results: Results) -> None:
     for m in scores:
         table.add_column(names.get(m, m), justify="right")
     table.add_column("share", justify="right")
-    for k, c in enumerate(parts["clients"]):
-        table.add_row(escape(c["name"]), escape(c["role"]),
+    for k, c in enumerate(clients):
+        table.add_row(escape(c.name), escape(c.role),
                       *(f"{scores[m][k]:+.4f}" for m in scores),
-                      f"{100 * parts['contribution']['shares'][k]:.1f}%")
+                      f"{100 * report.shares[k]:.1f}%")
     console.print(table)
 
 

@@ -20,6 +20,7 @@ from islands.errors import IslandsError
 from islands.validation import read_toml
 
 if TYPE_CHECKING:
+    from islands.hfl.contribution import ContributionReport
     from islands.hfl.job import HflJobResult
     from islands.vfl.job import VerticalJobResult
 
@@ -249,12 +250,12 @@ def contribution_command(
     console.print(f"wrote {escape(str(path))}")
 
 
-def print_contribution(report: dict[str, Any]) -> None:
+def print_contribution(report: ContributionReport) -> None:
     """Print the scores table, the primary method's bars and how they were obtained."""
     from islands.hfl.contribution.report import contribution_rows, text_bars
 
     headers, rows = contribution_rows(report)
-    settings = report.get("settings", {})
+    settings = report.settings
     table = Table(title=f"contributions ({settings.get('validation', '?')} validation, "
                         f"{settings.get('weighting', '?')} weighting)")
     for h in headers:
@@ -264,14 +265,14 @@ def print_contribution(report: dict[str, Any]) -> None:
     console.print(table)
     for line in text_bars(report):
         console.print(escape(line))
-    facts = [f"utility {report['utility_initial']:.4f} → {report['utility_final']:.4f} "
-             f"(gain {report['gain']:+.4f})",
-             f"{report['evaluations']} coalition models scored in {report['seconds']:.1f} s"]
-    if "gtg" in report["scores"]:
-        facts.append(f"GTG: {report['permutations']} orders, {report['unconverged']} "
-                     f"round(s) at max_permutations, {report['skipped']} skipped")
-        if report.get("hoeffding") is not None:
-            facts.append(f"Hoeffding half-width {report['hoeffding']:.4f}")
+    facts = [f"utility {report.utility_initial:.4f} → {report.utility_final:.4f} "
+             f"(gain {report.gain:+.4f})",
+             f"{report.evaluations} coalition models scored in {report.seconds:.1f} s"]
+    if "gtg" in report.scores:
+        facts.append(f"GTG: {report.permutations} orders, {report.unconverged} "
+                     f"round(s) at max_permutations, {report.skipped} skipped")
+        if report.hoeffding is not None:
+            facts.append(f"Hoeffding half-width {report.hoeffding:.4f}")
     console.print("; ".join(facts))
 
 

@@ -19,19 +19,94 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from islands.deploy.config import PartyConfig, load_party_config
 from islands.deploy.protocols import prepare
-from islands.errors import JobError
+from islands.errors import JobError, ValidationError
+from islands.reporting import JsonRow
 from islands.runtime.grpc_transport import run_party
 from islands.runtime.threads import torch_threads
 
-__all__ = ["run_configured", "run_party_file"]
+__all__ = ["PartyRecord", "run_configured", "run_party_file"]
 
 MARKER = "party.json"
+
+
+@dataclass(frozen=True)
+class PartyRecord(JsonRow):
+    """What a party ran and sent; :meth:`to_json` is its ``<output>/party.json``.
+
+    Attributes
+    ----------
+    party, protocol, federation
+        This party's name, the protocol and the federation's name.
+    run_id
+        The run's ID, the same for every party of the run.
+    description
+        One line saying what the party's role computed.
+    connect_seconds, role_seconds, total_seconds
+        Time to reach every peer, time in the role, and in all.
+    bytes_sent
+        Receiver → bytes this party sent it.
+    messages_sent
+        Messages this party sent.
+    result
+        The protocol's own summary of the party's result (its spec's writer).
+    """
+
+    party: str
+    protocol: str
+    federation: str
+    run_id: str
+    description: str
+    connect_seconds: float
+    role_seconds: float
+    total_seconds: float
+    bytes_sent: dict[str, int]
+    messages_sent: int
+    result: dict[str, Any]
+
+    @property
+    def total_bytes_sent(self) -> int:
+        """Bytes sent to all peers."""
+        return sum(self.bytes_sent.values())
+
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PartyRecord:
+        """Read a ``party.json`` mapping back.
+
+        Raises
+        ------
+        ValidationError
+            If a key is missing or unknown.
+        """
+        names = [f.name for f in fields(cls)]
+        missing = [k for k in names if k not in data]
+        unknown = [k for k in data if k not in names]
+        if missing or unknown:
+            raise ValidationError(f"not a party record: missing {missing}, unknown {unknown}")
+        return cls(**{k: data[k] for k in names})
+
+    @classmethod
+    def read(cls, output: str | Path) -> PartyRecord:
+        """Read the record of a party's output folder (its ``party.json``)."""
+        path = Path(output) / MARKER
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValidationError(f"{path} is not valid JSON ({exc})") from exc
+        if not isinstance(data, dict):
+            raise ValidationError(f"{path} is not a party record")
+        return cls.from_json(data)
+
+    def __getitem__(self, key: str) -> Any:
+        raise TypeError(f"run_configured returns a PartyRecord now: read .{key} "
+                        f"(or .to_json()[{key!r}]) instead of [{key!r}]")
 
 
 def _check_output(out: Path) -> None:
@@ -72,13 +147,13 @@ def _threads(threads: int | None) -> Iterator[None]:
 
 
 def run_configured(config: PartyConfig, *, resume: bool = False,
-                   on_ready: Callable[[str], None] | None = None) -> dict[str, Any]:
+                   on_ready: Callable[[str], None] | None = None) -> PartyRecord:
     """Run the party a :class:`~islands.deploy.config.PartyConfig` describes.
 
     Returns
     -------
-    dict
-        The summary written to ``<output>/party.json``: party, protocol, run ID, times,
+    PartyRecord
+        The record written to ``<output>/party.json``: party, protocol, run ID, times,
         bytes sent, and the protocol's own summary.
     """
     fed = config.federation
@@ -108,15 +183,13 @@ def run_configured(config: PartyConfig, *, resume: bool = False,
     tmp.mkdir()
     summary = prepared.write(run.result, tmp)
     sent = run.transcript.totals("receiver")
-    record = {
-        "party": config.name, "protocol": fed.protocol, "federation": fed.name,
-        "run_id": run.run_id, "description": prepared.description,
-        "connect_seconds": run.connect_time, "role_seconds": run.wall_time,
-        "total_seconds": time.monotonic() - t0,
-        "bytes_sent": {k: v.nbytes for k, v in sent.items()},
-        "messages_sent": len(run.transcript), "result": summary,
-    }
-    (tmp / MARKER).write_text(json.dumps(record, indent=2, default=float) + "\n",
+    record = PartyRecord(
+        party=config.name, protocol=fed.protocol, federation=fed.name, run_id=run.run_id,
+        description=prepared.description, connect_seconds=run.connect_time,
+        role_seconds=run.wall_time, total_seconds=time.monotonic() - t0,
+        bytes_sent={k: v.nbytes for k, v in sent.items()},
+        messages_sent=len(run.transcript), result=summary)
+    (tmp / MARKER).write_text(json.dumps(record.to_json(), indent=2, default=float) + "\n",
                               encoding="utf-8")
     _publish(tmp, out)
     if failed.exists():
@@ -125,7 +198,7 @@ def run_configured(config: PartyConfig, *, resume: bool = False,
 
 
 def run_party_file(path: str | Path, *, insecure: bool | None = None, resume: bool = False,
-                   on_ready: Callable[[str], None] | None = None) -> dict[str, Any]:
+                   on_ready: Callable[[str], None] | None = None) -> PartyRecord:
     """Load a party file and run it (see :func:`run_configured`)."""
     return run_configured(load_party_config(path, insecure=insecure), resume=resume,
                           on_ready=on_ready)

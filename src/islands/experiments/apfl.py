@@ -56,7 +56,7 @@ from islands.hfl.maths import apfl_batch_sizes
 from islands.hfl.metrics import classification_report, dev_avg
 from islands.validation import check_int
 
-__all__ = ["PAPER", "SENSITIVITY_LRS", "Schedule", "reproduce_apfl", "schedule",
+__all__ = ["PAPER", "SENSITIVITY_LRS", "ApflRow", "Schedule", "reproduce_apfl", "schedule",
            "tau_trajectory"]
 
 PAPER: dict[str, dict[str, float]] = {
@@ -108,6 +108,54 @@ class Schedule:
         """Return a fixed τ's aggregations: ⌈S/τ⌉ per epoch (rounds end with epochs)."""
         steps = self.mbs_steps if mbs else self.even_steps
         return epochs * -(-steps // tau)
+
+
+@dataclass(frozen=True)
+class ApflRow:
+    """One row of the paper's tables: CL (one model on the pooled rows) or a federated run.
+
+    Attributes
+    ----------
+    scores
+        The test scores: accuracy, precision, recall, f1, per-class accuracy, confusion.
+    aggregations, bytes, seconds
+        Aggregations (0 for CL), bytes sent and the run's seconds.
+    history
+        Per epoch: ``epoch`` and test ``accuracy`` (a federated run adds ``aggregations``
+        and ``tau``).
+    tau
+        Each round's τ (empty for CL).
+    dev_avg
+        The mean per-class accuracy deviation from CL (None for CL).
+    batch_sizes, steps_per_epoch, tau_trajectory
+        A federated run's batch sizes, steps per epoch and τ over the epochs (None for CL).
+    """
+
+    scores: dict[str, Any]
+    aggregations: int
+    bytes: int
+    seconds: float
+    history: list[dict[str, Any]]
+    tau: list[int]
+    dev_avg: float | None = None
+    batch_sizes: Any = None
+    steps_per_epoch: Any = None
+    tau_trajectory: list[dict[str, int]] | None = None
+
+    @property
+    def accuracy(self) -> float:
+        """Test accuracy."""
+        return float(self.scores["accuracy"])
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the row as ``results.json`` holds it: the scores, then the run's keys."""
+        if self.tau_trajectory is None:
+            return {**self.scores, "aggregations": self.aggregations, "bytes": self.bytes,
+                    "seconds": self.seconds, "history": self.history, "tau": self.tau}
+        return {**self.scores, "dev_avg": self.dev_avg, "aggregations": self.aggregations,
+                "bytes": self.bytes, "seconds": self.seconds, "batch_sizes": self.batch_sizes,
+                "steps_per_epoch": self.steps_per_epoch, "history": self.history,
+                "tau": self.tau, "tau_trajectory": self.tau_trajectory}
 
 
 def schedule(sizes: list[int], batch: int) -> Schedule:
@@ -238,7 +286,7 @@ def reproduce_apfl(
         metrics, ``dev_avg``, ``aggregations``, ``bytes``, ``seconds``, ``history``,
         ``tau``, ``tau_trajectory``), ``sensitivity`` (APFL at each of
         :data:`SENSITIVITY_LRS` and 0.1), ``paper``, ``agreement``, ``figures`` and
-        ``wall_time_s``.
+        ``wall_time_s``; its ``sections["rows"]`` holds each row as an :class:`ApflRow`.
     """
     start = time.perf_counter()
     run = setup_run("reproduce_apfl", out_dir, random_state, None, progress)
@@ -264,7 +312,7 @@ def _run(out: Path, s: _Settings, say: Progress, start: float) -> ReproductionRe
     dataset, spec, X, y, X_test, y_test = _load(s)
     idx = partition_by_class(y, GROUPS)
     parts = [(X[r], y[r]) for r in idx]
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, ApflRow] = {}
 
     # CL trains on exactly the rows the clients train on (their local test rows held out)
     keep = _local_train_rows([len(p[1]) for p in parts], s.seed)
@@ -284,10 +332,10 @@ def _run(out: Path, s: _Settings, say: Progress, start: float) -> ReproductionRe
                                   lr=0.1, momentum=0.5, seed=s.seed, init_seed=s.seed,
                                   callback=cl_epoch)
     cl_report = classification_report(y_test, scorer.predict(params, X_test), 10)
-    rows["CL"] = {**cl_report.to_dict(), "aggregations": 0, "bytes": 0,
-                  "seconds": time.perf_counter() - t0, "history": cl_hist, "tau": []}
+    rows["CL"] = ApflRow(scores=cl_report.to_dict(), aggregations=0, bytes=0,
+                         seconds=time.perf_counter() - t0, history=cl_hist, tau=[])
 
-    def federated(row: str, lr: float = 0.1) -> dict[str, Any]:
+    def federated(row: str, lr: float = 0.1) -> ApflRow:
         label = row if lr == 0.1 else f"{row} lr={lr:g}"
 
         def tick(record: Any, epoch: Any) -> None:
@@ -303,15 +351,15 @@ def _run(out: Path, s: _Settings, say: Progress, start: float) -> ReproductionRe
         # a round that closes an epoch has already counted it
         epochs = [r.epoch if r.epoch_end else r.epoch + 1 for r in fm.rounds_]
         taus = [r.tau for r in fm.rounds_]
-        return {
-            **rep, "dev_avg": dev_avg(rep["per_class_accuracy"], cl_report.per_class_accuracy),
-            "aggregations": fm.aggregations_, "bytes": fm.transcript_.total_bytes,
-            "seconds": fm.wall_time_, "batch_sizes": fm.batch_sizes_,
-            "steps_per_epoch": fm.steps_per_epoch_,
-            "history": [{"epoch": h.epoch, "accuracy": h.test["accuracy"],
-                         "aggregations": h.aggregations, "tau": h.tau} for h in fm.history_],
-            "tau": taus, "tau_trajectory": tau_trajectory(taus, epochs),
-        }
+        return ApflRow(
+            scores=dict(rep),
+            dev_avg=dev_avg(rep["per_class_accuracy"], cl_report.per_class_accuracy),
+            aggregations=fm.aggregations_, bytes=fm.transcript_.total_bytes,
+            seconds=fm.wall_time_, batch_sizes=fm.batch_sizes_,
+            steps_per_epoch=fm.steps_per_epoch_,
+            history=[{"epoch": h.epoch, "accuracy": h.test["accuracy"],
+                      "aggregations": h.aggregations, "tau": h.tau} for h in fm.history_],
+            tau=taus, tau_trajectory=tau_trajectory(taus, epochs))
 
     for row in ROWS[1:]:
         rows[row] = federated(row)
@@ -326,7 +374,7 @@ def _run(out: Path, s: _Settings, say: Progress, start: float) -> ReproductionRe
     result = ReproductionResult(
         settings=settings,
         sections={"schedule": asdict(plan), "rows": rows,
-                  "sensitivity": {lr: {k: v for k, v in r.items() if k != "tau"}
+                  "sensitivity": {lr: {k: v for k, v in r.to_json().items() if k != "tau"}
                                   for lr, r in sensitivity.items()},
                   "paper": PAPER},
         agreement=claims, figures=figures, wall_time_s=time.perf_counter() - start)
@@ -336,18 +384,18 @@ def _run(out: Path, s: _Settings, say: Progress, start: float) -> ReproductionRe
     return result
 
 
-def _claims(rows: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
-    pct = {k: 100 * v["accuracy"] for k, v in rows.items()}
+def _claims(rows: dict[str, ApflRow]) -> list[dict[str, str]]:
+    pct = {k: 100 * v.accuracy for k, v in rows.items()}
     apfl, t1 = rows["APFL"], rows["FL τ=1"]
     out = []
     gap = pct["CL"] - pct["APFL"]
     out.append(claim("APFL within 1 point of CL (paper: 90.15 vs 89.36)",
                       f"CL {pct['CL']:.2f}, APFL {pct['APFL']:.2f} (gap {gap:.2f})",
                       "agrees" if gap <= 1 else "partly" if gap <= 3 else "differs"))
-    ratio = apfl["aggregations"] / max(t1["aggregations"], 1)
+    ratio = apfl.aggregations / max(t1.aggregations, 1)
     out.append(claim("APFL needs at most half the aggregations of τ=1 "
                       "(paper: 2339/5250 = 0.45)",
-                      f"{apfl['aggregations']}/{t1['aggregations']} = {ratio:.2f}",
+                      f"{apfl.aggregations}/{t1.aggregations} = {ratio:.2f}",
                       "agrees" if ratio <= 0.5 else "partly" if ratio < 1 else "differs"))
     ordered = pct["FL τ=15"] < pct["FL τ=1"] and pct["FL τ=4"] < pct["FL τ=1"]
     out.append(claim("On this non-IID split, τ=15 and τ=4 fall well below τ=1 "
@@ -360,7 +408,7 @@ def _claims(rows: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
     out.append(claim("The batch rule helps at τ=4 (paper: 72.77 → 76.23)",
                       f"{pct['FL τ=4']:.2f} → {pct['FL τ=4 + mbs']:.2f} ({mbs:+.2f})",
                       "agrees" if mbs > 0.5 else "partly" if mbs > -0.5 else "differs"))
-    dev = rows["APFL"]["dev_avg"] * 100
+    dev = float(rows["APFL"].dev_avg or 0.0) * 100
     out.append(claim("APFL's per-class deviation from CL is small (paper: Dev_avg 0.87)",
                       f"Dev_avg {dev:.2f} points",
                       "agrees" if dev <= 2 else "partly" if dev <= 5 else "differs"))
@@ -368,13 +416,13 @@ def _claims(rows: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
     return out
 
 
-def _figures(out: Path, rows: dict[str, dict[str, Any]],
-             sensitivity: dict[str, dict[str, Any]], s: _Settings) -> list[str]:
+def _figures(out: Path, rows: dict[str, ApflRow], sensitivity: dict[str, ApflRow],
+             s: _Settings) -> list[str]:
     fig = new_figure(7.5, 4.8)
     ax = fig.subplots()
     for name, row in rows.items():
-        ax.plot([h["epoch"] for h in row["history"]],
-                [100 * h["accuracy"] for h in row["history"]], marker=".", label=name)
+        ax.plot([h["epoch"] for h in row.history],
+                [100 * h["accuracy"] for h in row.history], marker=".", label=name)
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(f"Fashion-MNIST, classes 0-3 / 4-6 / 7-9, {s.model.upper()}")
@@ -385,8 +433,8 @@ def _figures(out: Path, rows: dict[str, dict[str, Any]],
     ax = fig.subplots()
     for name, row in rows.items():
         if name != "CL":
-            ax.plot([h["aggregations"] for h in row["history"]],
-                    [100 * h["accuracy"] for h in row["history"]], marker=".", label=name)
+            ax.plot([h["aggregations"] for h in row.history],
+                    [100 * h["accuracy"] for h in row.history], marker=".", label=name)
     ax.set_xscale("log")
     ax.set_xlabel("aggregations (log scale)")
     ax.set_ylabel("test accuracy (%)")
@@ -396,10 +444,10 @@ def _figures(out: Path, rows: dict[str, dict[str, Any]],
     names.append(save_figure(fig, out / "accuracy_vs_aggregations.png").name)
     names.append(_tau_figure(
         out / "tau.png", "APFL's adaptive interval (eq. 31)",
-        {name: rows[name]["tau"] for name in ("APFL", "APFL (no mbs)")}))
+        {name: rows[name].tau for name in ("APFL", "APFL (no mbs)")}))
     names.append(_tau_figure(
         out / "tau_lr.png", "APFL's τ at three learning rates",
-        {f"lr {lr}: {row['aggregations']} aggregations": row["tau"]
+        {f"lr {lr}: {row.aggregations} aggregations": row.tau
          for lr, row in sorted(sensitivity.items(), key=lambda kv: float(kv[0]))}))
     return names
 

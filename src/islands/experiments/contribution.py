@@ -45,7 +45,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +66,13 @@ from islands.experiments.report import (
     write_json,
 )
 from islands.hfl import APFL, FederatedModel
-from islands.hfl.contribution import Contribution, ServerValidation
+from islands.hfl.contribution import Contribution, ContributionReport, ServerValidation
 from islands.hfl.contribution.report import LABELS, plot_contribution
 from islands.hfl.contribution.retrain import coalition_trainer, retrain_contributions
+from islands.reporting import JsonRow
 from islands.runtime.threads import torch_threads
 
-__all__ = ["ROLES", "reproduce_contribution"]
+__all__ = ["ROLES", "ContributionClient", "RetrainScores", "reproduce_contribution"]
 
 ROLES: tuple[str, ...] = ("large, clean", "medium, clean", "small, clean",
                           "medium, noisy labels", "medium, free-rider")
@@ -105,6 +106,52 @@ class _Settings:
     lr: float
     momentum: float
     n_threads: int | None
+
+
+@dataclass(frozen=True)
+class ContributionClient(JsonRow):
+    """One client of the experiment: its role, data and how it misbehaves."""
+
+    name: str
+    role: str
+    rows: int
+    aggregation_weight: float
+    batch_size: int
+    noise: float
+    wrong_labels: int
+    free_rider: bool
+
+
+
+@dataclass(frozen=True)
+class RetrainScores(JsonRow):
+    """Contributions by retraining every coalition: the reference the methods are scored by.
+
+    Attributes
+    ----------
+    scores, loo
+        Exact Shapley values and leave-one-out, per client.
+    values, coalition_seconds
+        v(S) and the seconds to train S, by S's members (comma-joined indices).
+    trainings, seconds
+        Coalitions trained and their total seconds.
+    alone, without
+        v({k}) and v(N without k) per client.
+    full, empty
+        v(N) and v(∅).
+    """
+
+    scores: list[float]
+    loo: list[float]
+    values: dict[str, float]
+    trainings: int
+    seconds: float
+    coalition_seconds: dict[str, float]
+    alone: list[float]
+    without: list[float]
+    full: float
+    empty: float
+
 
 
 def _settings(quick: bool, seed: int, n_threads: int | None) -> _Settings:
@@ -178,7 +225,7 @@ def _valued_run(make: Callable[..., Any], data: dict[str, Any], weighting: str,
 
 
 def _retrain(make: Callable[..., Any], spec: Any, data: dict[str, Any], names: list[str],
-             behaviour: dict[str, Any], say: Progress) -> dict[str, Any]:
+             behaviour: dict[str, Any], say: Progress) -> RetrainScores:
     """Exact Shapley values and leave-one-out by training every coalition."""
     utility = ServerValidation(spec, *data["validation"], metric="accuracy")
     base = coalition_trainer(make, data["parts"], utility, names=names, behaviour=behaviour)
@@ -198,12 +245,12 @@ def _retrain(make: Callable[..., Any], spec: Any, data: dict[str, Any], names: l
     result = retrain_contributions(train, n, method="exact", progress=tick)
     full = list(range(n))
     loo = [result.value(full) - result.value([j for j in full if j != k]) for k in full]
-    return {"scores": result.scores, "loo": loo, "values": result.values,
-            "trainings": result.trainings, "seconds": result.seconds,
-            "coalition_seconds": seconds,
-            "alone": [result.value([k]) for k in full],
-            "without": [result.value([j for j in full if j != k]) for k in full],
-            "full": result.value(full), "empty": result.value([])}
+    return RetrainScores(
+        scores=result.scores, loo=loo, values=result.values, trainings=result.trainings,
+        seconds=result.seconds, coalition_seconds=seconds,
+        alone=[result.value([k]) for k in full],
+        without=[result.value([j for j in full if j != k]) for k in full],
+        full=result.value(full), empty=result.value([]))
 
 
 # ------------------------------------------------------------------ comparisons
@@ -215,13 +262,13 @@ def _spearman(a: list[float], b: list[float]) -> float:
     return float(spearmanr(a, b).statistic)
 
 
-def _compare(scores: dict[str, list[float]], retrain: dict[str, Any]) -> list[dict[str, Any]]:
+def _compare(scores: dict[str, list[float]], retrain: RetrainScores) -> list[dict[str, Any]]:
     """Each reconstruction method against retraining: Spearman ρ, max |Δ|, Σ φ."""
     out = []
     for m, phi in scores.items():
-        refs = [("retrain", retrain["scores"])]
+        refs = [("retrain", retrain.scores)]
         if m == "loo":
-            refs.append(("retrain_loo", retrain["loo"]))
+            refs.append(("retrain_loo", retrain.loo))
         for ref, target in refs:
             diff = np.abs(np.asarray(phi) - np.asarray(target))
             out.append({"method": m, "reference": ref, "spearman": _spearman(phi, target),
@@ -230,22 +277,22 @@ def _compare(scores: dict[str, list[float]], retrain: dict[str, Any]) -> list[di
     return out
 
 
-def _gtg_check(report: dict[str, Any]) -> dict[str, Any]:
-    gtg = np.asarray(report["scores"]["gtg"])
-    exact = np.asarray(report["scores"]["exact"])
-    hw = np.asarray(report["halfwidth"]["gtg"])
+def _gtg_check(report: ContributionReport) -> dict[str, Any]:
+    gtg = np.asarray(report.scores["gtg"])
+    exact = np.asarray(report.scores["exact"])
+    hw = np.asarray(report.halfwidth["gtg"])
     diff = np.abs(gtg - exact)
     return {"abs_diff": diff.tolist(), "halfwidth": hw.tolist(),
             "within": (diff <= hw).tolist(), "within_twice": (diff <= 2 * hw).tolist(),
-            "max_abs_diff": float(diff.max()), "hoeffding": report["hoeffding"],
-            "permutations": report["permutations"], "unconverged": report["unconverged"],
-            "rounds": len(report["rounds"])}
+            "max_abs_diff": float(diff.max()), "hoeffding": report.hoeffding,
+            "permutations": report.permutations, "unconverged": report.unconverged,
+            "rounds": len(report.rounds)}
 
 
-def _cumulative(report: dict[str, Any], method: str, n: int) -> Floats:
+def _cumulative(report: ContributionReport, method: str, n: int) -> Floats:
     """Return rounds × clients: each client's summed per-round score after every round."""
-    rows = np.zeros((len(report["rounds"]), n))
-    for r, entry in enumerate(report["rounds"]):
+    rows = np.zeros((len(report.rounds), n))
+    for r, entry in enumerate(report.rounds):
         rows[r, entry["clients"]] = entry[method]
     return np.cumsum(rows, axis=0)
 
@@ -285,7 +332,8 @@ def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
         :class:`~islands.hfl.contribution.ContributionReport` as dicts), ``retrain``
         (coalition values, Shapley and leave-one-out scores, times), ``comparison``,
         ``gtg_check``, ``costs``, ``agreement`` (the claims), ``figures`` and
-        ``wall_time_s``.
+        ``wall_time_s``. Its ``sections`` hold ``clients`` as :class:`ContributionClient`,
+        the two reports as ``ContributionReport`` and ``retrain`` as :class:`RetrainScores`.
     """
     from islands.hfl.torch.learner import FreeRider
     from islands.hfl.torch.models import ModelSpec
@@ -304,48 +352,47 @@ def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
     with torch_threads(s.n_threads):
         say(f"training and valuing {n} clients (fixed weighting)")
         fm = _valued_run(make, data, "fixed", behaviour, say, s)
-        report = fm.contribution_.to_dict()
-        say(f"valued: {report['evaluations']} coalition models in "
-            f"{report['seconds']:.1f} s; training wall time {fm.wall_time_:.1f} s")
+        report: ContributionReport = fm.contribution_
+        say(f"valued: {report.evaluations} coalition models in "
+            f"{report.seconds:.1f} s; training wall time {fm.wall_time_:.1f} s")
         say("training and valuing again (renormalised weighting)")
         fm_renorm = _valued_run(make, data, "renormalised", behaviour, say, s)
-        renorm = fm_renorm.contribution_.to_dict()
+        renorm: ContributionReport = fm_renorm.contribution_
         same_model = bool(np.array_equal(fm.params_, fm_renorm.params_))
         say(f"retraining all {2 ** n - 1} coalitions")
         retrain = _retrain(make, spec, data, names, behaviour, say)
     test = fm.score(*data["test"])
     counts = [int(fm.counts_[c]) for c in names]
-    clients = [{"name": c, "role": ROLES[k], "rows": counts[k],
-                "aggregation_weight": counts[k] / sum(counts),
-                "batch_size": int(fm.batch_sizes_[c]),
-                "noise": s.noise if k == s.noisy else 0.0,
-                "wrong_labels": data["wrong_labels"] if k == s.noisy else 0,
-                "free_rider": k == s.free_rider} for k, c in enumerate(names)]
-    training_s = retrain["coalition_seconds"][",".join(str(k) for k in range(n))]
-    costs = {"valued_run_wall_s": fm.wall_time_, "valuation_s": report["seconds"],
-             "evaluations": report["evaluations"],
+    clients = [ContributionClient(
+        name=c, role=ROLES[k], rows=counts[k], aggregation_weight=counts[k] / sum(counts),
+        batch_size=int(fm.batch_sizes_[c]), noise=s.noise if k == s.noisy else 0.0,
+        wrong_labels=data["wrong_labels"] if k == s.noisy else 0,
+        free_rider=k == s.free_rider) for k, c in enumerate(names)]
+    training_s = retrain.coalition_seconds[",".join(str(k) for k in range(n))]
+    costs = {"valued_run_wall_s": fm.wall_time_, "valuation_s": report.seconds,
+             "evaluations": report.evaluations,
              "training_alone_s": training_s,
-             "renormalised_valuation_s": renorm["seconds"],
-             "retrain_s": retrain["seconds"], "retrain_trainings": retrain["trainings"],
-             "valuation_vs_training": report["seconds"] / training_s,
-             "valuation_vs_retrain": report["seconds"] / retrain["seconds"]}
+             "renormalised_valuation_s": renorm.seconds,
+             "retrain_s": retrain.seconds, "retrain_trainings": retrain.trainings,
+             "valuation_vs_training": report.seconds / training_s,
+             "valuation_vs_retrain": report.seconds / retrain.seconds}
     federation = {
         "test_accuracy": float(test["accuracy"]),
         "history": [{"epoch": h.epoch, "accuracy": h.test["accuracy"],
                      "rounds": h.aggregations} for h in fm.history_],
         "rounds": int(fm.aggregations_), "steps_per_epoch": int(fm.steps_per_epoch_),
         "wall_time_s": fm.wall_time_, "same_model_both_runs": same_model,
-        "validation_initial": report["utility_initial"],
-        "validation_final": report["utility_final"],
+        "validation_initial": report.utility_initial,
+        "validation_final": report.utility_final,
         "parameters": spec.n_params(), "model_description": spec.describe()}
-    comparison = _compare(report["scores"], retrain)
+    comparison = _compare(report.scores, retrain)
     gtg = _gtg_check(report)
     claims = _claims(s, report, renorm, retrain, comparison, gtg, costs)
     figures = _figures(run.out, names, report, renorm, retrain)
     result = ReproductionResult(
         settings=asdict(s) | {"dataset": "fashion_mnist", "methods": list(METHODS),
                               "strategy": "FedAvg, batches ∝ rows (APFL eq. 26, fixed τ)",
-                              "contribution": report["settings"]},
+                              "contribution": report.settings},
         sections={"clients": clients, "federation": federation, "contribution": report,
                   "renormalised": renorm, "retrain": retrain, "comparison": comparison,
                   "gtg_check": gtg, "costs": costs},
@@ -362,43 +409,44 @@ def _verdict(wins: int, total: int) -> str:
     return "agrees" if wins == total else "partly" if wins else "differs"
 
 
-def _all_scores(report: dict[str, Any], retrain: dict[str, Any]) -> dict[str, list[float]]:
-    return {**report["scores"], "retrain": retrain["scores"], "retrain_loo": retrain["loo"]}
+def _all_scores(scores: dict[str, list[float]], retrain: list[float],
+                retrain_loo: list[float]) -> dict[str, list[float]]:
+    return {**scores, "retrain": retrain, "retrain_loo": retrain_loo}
 
 
-def _claims(s: _Settings, report: dict[str, Any], renorm: dict[str, Any],
-            retrain: dict[str, Any], comparison: list[dict[str, Any]], gtg: dict[str, Any],
+def _claims(s: _Settings, report: ContributionReport, renorm: ContributionReport,
+            retrain: RetrainScores, comparison: list[dict[str, Any]], gtg: dict[str, Any],
             costs: dict[str, Any]) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     fr, noisy = s.free_rider, s.noisy
-    scores = _all_scores(report, retrain)
+    scores = _all_scores(report.scores, retrain.scores, retrain.loo)
 
     # the free-rider
-    zero = [m for m in METHODS if report["scores"][m][fr] == 0.0]
-    share = report["shares"][fr]
+    zero = [m for m in METHODS if report.scores[m][fr] == 0.0]
+    share = report.shares[fr]
     out.append(claim(
         "The free-rider gets nothing: a null player of the fixed-weighting game (score "
         "exactly 0 by every reconstruction method, share 0)",
-        ", ".join(f"{SHORT[m]} {report['scores'][m][fr]:+.4f}" for m in METHODS)
+        ", ".join(f"{SHORT[m]} {report.scores[m][fr]:+.4f}" for m in METHODS)
         + f"; share {100 * share:.1f}%",
         "agrees" if len(zero) == len(METHODS) and share == 0 else
         "partly" if zero else "differs"))
-    top = max(abs(v) for v in retrain["scores"])
-    ratio = abs(retrain["scores"][fr]) / top if top > 0 else 0.0
+    top = max(abs(v) for v in retrain.scores)
+    ratio = abs(retrain.scores[fr]) / top if top > 0 else 0.0
     out.append(claim(
         "Retraining also values the free-rider near 0 (|φ| ≤ 10% of the largest "
         "retrained Shapley value)",
-        f"Shapley (retrain) {retrain['scores'][fr]:+.4f}, {100 * ratio:.0f}% of "
-        f"the largest ({top:.4f}); LOO (retrain) {retrain['loo'][fr]:+.4f}",
+        f"Shapley (retrain) {retrain.scores[fr]:+.4f}, {100 * ratio:.0f}% of "
+        f"the largest ({top:.4f}); LOO (retrain) {retrain.loo[fr]:+.4f}",
         "agrees" if ratio <= 0.1 else "partly" if ratio <= 0.25 else "differs"))
-    top_r = max(abs(v) for v in renorm["scores"]["exact"])
-    ratio_r = abs(renorm["scores"]["exact"][fr]) / top_r if top_r > 0 else 0.0
+    top_r = max(abs(v) for v in renorm.scores["exact"])
+    ratio_r = abs(renorm.scores["exact"][fr]) / top_r if top_r > 0 else 0.0
     out.append(claim(
         "Under the papers' renormalised weighting the free-rider is near 0 too "
         "(|φ| ≤ 10% of the largest exact per-round value)",
-        ", ".join(f"{SHORT[m]} {renorm['scores'][m][fr]:+.4f}" for m in METHODS)
+        ", ".join(f"{SHORT[m]} {renorm.scores[m][fr]:+.4f}" for m in METHODS)
         + f"; {100 * ratio_r:.0f}% of the largest; share "
-        f"{100 * renorm['shares'][fr]:.1f}%",
+        f"{100 * renorm.shares[fr]:.1f}%",
         "agrees" if ratio_r <= 0.1 else "partly" if ratio_r <= 0.25 else "differs"))
 
     # noisy against clean of the same size
@@ -453,13 +501,13 @@ def _claims(s: _Settings, report: dict[str, Any], renorm: dict[str, Any],
 
     # efficiency and the retrained grand coalition
     checks = {
-        "Σ exact/round − gain": sum(report["scores"]["exact"]) - report["gain"],
-        "Σ OR − (u_final − u_initial)": sum(report["scores"]["or"])
-        - (report["utility_final"] - report["utility_initial"]),
-        "Σ retrain − (v(N) − v(∅))": sum(retrain["scores"]) - (retrain["full"]
-                                                               - retrain["empty"]),
-        "v_retrain(N) − u_final": retrain["full"] - report["utility_final"],
-        "v_retrain(∅) − u_initial": retrain["empty"] - report["utility_initial"]}
+        "Σ exact/round − gain": sum(report.scores["exact"]) - report.gain,
+        "Σ OR − (u_final − u_initial)": sum(report.scores["or"])
+        - (report.utility_final - report.utility_initial),
+        "Σ retrain − (v(N) − v(∅))": sum(retrain.scores) - (retrain.full
+                                                               - retrain.empty),
+        "v_retrain(N) − u_final": retrain.full - report.utility_final,
+        "v_retrain(∅) − u_initial": retrain.empty - report.utility_initial}
     worst = max(abs(v) for v in checks.values())
     out.append(claim(
         "Efficiency: the scores sum to the gain they share, and retraining the grand "
@@ -481,12 +529,11 @@ def _claims(s: _Settings, report: dict[str, Any], renorm: dict[str, Any],
 
 
 # ------------------------------------------------------------------ figures
-def _figures(out: Path, names: list[str], report: dict[str, Any], renorm: dict[str, Any],
-             retrain: dict[str, Any]) -> list[str]:
+def _figures(out: Path, names: list[str], report: ContributionReport,
+             renorm: ContributionReport, retrain: RetrainScores) -> list[str]:
     from matplotlib.ticker import MaxNLocator
 
-    bars = dict(report)
-    bars["scores"] = _all_scores(report, retrain)
+    bars = replace(report, scores=_all_scores(report.scores, retrain.scores, retrain.loo))
     files = [plot_contribution(bars, out / "contribution.png",
                                title="Fashion-MNIST, fixed weighting").name]
 
@@ -496,11 +543,11 @@ def _figures(out: Path, names: list[str], report: dict[str, Any], renorm: dict[s
     axes = fig.subplots(2, 2, sharex=True).ravel()
     for ax, (rep, m, weighting) in zip(axes, panels, strict=True):
         cum = _cumulative(rep, m, n)
-        x = [e["round"] for e in rep["rounds"]]
+        x = [e["round"] for e in rep.rounds]
         for k, name in enumerate(names):
             ax.plot(x, cum[:, k], label=name)
         if m != "loo":
-            ax.plot(x, np.cumsum([e["gain"] for e in rep["rounds"]]), color="black",
+            ax.plot(x, np.cumsum([e["gain"] for e in rep.rounds]), color="black",
                     linestyle=":", label="gain (Σ of the clients)")
         ax.axhline(0, color="grey", linewidth=0.6)
         ax.set_title(f"{LABELS[m]}, {weighting} weighting", fontsize=10)
@@ -514,14 +561,14 @@ def _figures(out: Path, names: list[str], report: dict[str, Any], renorm: dict[s
 
     fig = new_figure(6.4, 5.2)
     ax = fig.subplots()
-    ref = np.asarray(retrain["scores"])
+    ref = np.asarray(retrain.scores)
     markers = {"gtg": "o", "exact": "s", "or": "^", "loo": "v"}
-    for m, phi in report["scores"].items():
+    for m, phi in report.scores.items():
         ax.scatter(ref, phi, marker=markers.get(m, "o"), label=LABELS.get(m, m))
     for k, name in enumerate(names):
-        ax.annotate(name, (ref[k], report["scores"]["exact"][k]), fontsize=7,
+        ax.annotate(name, (ref[k], report.scores["exact"][k]), fontsize=7,
                     xytext=(4, -10), textcoords="offset points")
-    everything = np.concatenate([ref, *[np.asarray(v) for v in report["scores"].values()]])
+    everything = np.concatenate([ref, *[np.asarray(v) for v in report.scores.values()]])
     lo, hi = float(everything.min()), float(everything.max())
     pad = 0.05 * (hi - lo or 1.0)
     ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="black", linewidth=0.8,
@@ -542,7 +589,7 @@ def _report(out: Path, results: dict[str, Any]) -> None:
     clients, costs, gtg = results["clients"], results["costs"], results["gtg_check"]
     names = [c["name"] for c in clients]
     n = len(names)
-    scores = _all_scores(rep, ret)
+    scores = _all_scores(rep["scores"], ret["scores"], ret["loo"])
     lines = ["# Contribution measurement on Fashion-MNIST (Yang et al. 2019, §2.4.4)", ""]
     if s["quick"]:
         lines += ["**Quick settings** (smoke test): fewer rows, a smaller model and one "

@@ -62,11 +62,13 @@ from islands.experiments.report import (
     setup_run,
     write_json,
 )
+from islands.reporting import JsonRow
 from islands.vfl import FederatedTransferLearner
 from islands.vfl.ftl.config import FtlConfig, Plan
 from islands.vfl.ftl.protocol import make_net
 
-__all__ = ["PAPER_CONFIG", "reproduce_ftl"]
+__all__ = ["PAPER_CONFIG", "FashionResults", "FashionRow", "OverlapSummary", "TabularResults",
+           "reproduce_ftl"]
 
 Array = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -198,8 +200,110 @@ def _percent(fraction: float) -> str:
     return f"{100 * fraction:g}%"
 
 
+@dataclass(frozen=True)
+class FashionRow(JsonRow):
+    """One overlap of the Fashion-MNIST experiment.
+
+    Attributes
+    ----------
+    overlap_fraction, overlap_rows
+        The share of B's rows A also holds, and how many.
+    a_rows, b_rows, epochs, steps
+        The parties' rows, FTL's epochs and its optimiser steps.
+    ftl, ftl_paper
+        FTL with this package's defaults and with the paper's configuration (None
+        where not run): ``accuracy``, ``seconds``, ``training_seconds``, ``epochs_run``,
+        ``n_overlap``, ``loss_history``.
+    lower_bound, upper_bound
+        A trained on its overlap rows alone (``accuracy`` at FTL's epochs, the best
+        epoch, the curve) and on all its rows labelled (``accuracy``, ``epochs``).
+    """
+
+    overlap_fraction: float
+    overlap_rows: int
+    a_rows: int
+    b_rows: int
+    epochs: int
+    steps: int
+    ftl: dict[str, Any]
+    ftl_paper: dict[str, Any] | None
+    lower_bound: dict[str, Any]
+    upper_bound: dict[str, Any]
+
+    def score(self, model: str) -> dict[str, Any] | None:
+        """Return one model's scores: ``ftl``, ``ftl_paper``, ``lower_bound``, ``upper_bound``."""
+        found: dict[str, Any] | None = getattr(self, model)
+        return found
+
+
+
+@dataclass(frozen=True)
+class FashionResults(JsonRow):
+    """The Fashion-MNIST experiment: one :class:`FashionRow` per overlap, and its data."""
+
+    rows: list[FashionRow]
+    b_rows: int
+    a_only_rows: int
+    test_rows: int
+    model: dict[str, Any]
+
+
+
+@dataclass(frozen=True)
+class OverlapSummary(JsonRow):
+    """Breast cancer at one overlap, over the splits: means, spreads and the paired gain.
+
+    Attributes
+    ----------
+    overlap_fraction, overlap_rows
+        The share of B's rows A also holds, and how many.
+    ftl_auc, ftl_accuracy, ..., upper_bound_accuracy
+        Mean test AUC and accuracy of each model over the splits.
+    ftl_auc_sd, ..., upper_bound_auc_sd
+        Their AUC's standard deviation.
+    ftl_wins
+        Splits where FTL's AUC beat the lower bound's.
+    auc_gain, auc_gain_se
+        Mean of FTL's AUC minus the lower bound's, and its standard error.
+    repeats
+        Splits.
+    """
+
+    overlap_fraction: float
+    overlap_rows: int
+    ftl_auc: float
+    ftl_accuracy: float
+    ftl_paper_auc: float
+    ftl_paper_accuracy: float
+    lower_bound_auc: float
+    lower_bound_accuracy: float
+    upper_bound_auc: float
+    upper_bound_accuracy: float
+    ftl_auc_sd: float
+    ftl_paper_auc_sd: float
+    lower_bound_auc_sd: float
+    upper_bound_auc_sd: float
+    ftl_wins: int
+    auc_gain: float
+    auc_gain_se: float
+    repeats: int
+
+
+
+@dataclass(frozen=True)
+class TabularResults(JsonRow):
+    """The breast cancer experiment: every split's runs and an :class:`OverlapSummary` each."""
+
+    runs: dict[str, list[dict[str, Any]]]
+    summary: dict[str, OverlapSummary]
+    model: dict[str, Any]
+    epochs: int
+    repeats: int
+
+
+
 # ------------------------------------------------------------------ Fashion-MNIST
-def _fashion(s: _Settings, say: Progress) -> dict[str, Any]:
+def _fashion(s: _Settings, say: Progress) -> FashionResults:
     say("[fashion_mnist] loading")
     train = load_fashion_mnist(split="train")
     test = load_fashion_mnist(split="test")
@@ -219,7 +323,7 @@ def _fashion(s: _Settings, say: Progress) -> dict[str, Any]:
     evaluate = _accuracy(y_test)
     # the baselines' network and optimiser settings
     plan = FtlConfig.build("reproduce ftl", **FASHION_MODEL).plan(0)
-    out: list[dict[str, Any]] = []
+    out: list[FashionRow] = []
     for fraction, epochs in zip(s.overlaps, s.epochs, strict=True):
         tag = f"[fashion_mnist {_percent(fraction)}]"
         n_ov = round(fraction * s.b_rows)
@@ -265,9 +369,9 @@ def _fashion(s: _Settings, say: Progress) -> dict[str, Any]:
         say(f"{tag} FTL {row['ftl']['accuracy']:.4f}, lower bound "
             f"{row['lower_bound']['accuracy']:.4f}, upper bound "
             f"{row['upper_bound']['accuracy']:.4f}")
-        out.append(row)
-    return {"rows": out, "b_rows": s.b_rows, "a_only_rows": s.b_rows,
-            "test_rows": int(te.size), "model": FASHION_MODEL}
+        out.append(FashionRow(**row))
+    return FashionResults(rows=out, b_rows=s.b_rows, a_only_rows=s.b_rows,
+                          test_rows=int(te.size), model=FASHION_MODEL)
 
 
 # ------------------------------------------------------------------ breast cancer
@@ -284,7 +388,7 @@ def _tabular_split(seed: int, repeat: int) -> dict[str, Any]:
             "rng": rng}
 
 
-def _tabular(s: _Settings, say: Progress) -> dict[str, Any]:
+def _tabular(s: _Settings, say: Progress) -> TabularResults:
     plan = FtlConfig.build("reproduce ftl", **TABULAR_MODEL).plan(0)
     runs: dict[str, list[dict[str, Any]]] = {_percent(f): [] for f in s.tab_overlaps}
     for repeat in range(s.tab_repeats):
@@ -324,9 +428,9 @@ def _tabular(s: _Settings, say: Progress) -> dict[str, Any]:
                 "lower_bound": lower[-1], "upper_bound": upper[-1]})
             say(f"{tag} AUC: FTL {ftl['auc']:.4f}, paper's {ftl_paper['auc']:.4f}, lower "
                 f"{lower[-1]['auc']:.4f}, upper {upper[-1]['auc']:.4f}")
-    summary: dict[str, Any] = {}
+    summary: dict[str, OverlapSummary] = {}
     for key, reps in runs.items():
-        summary[key] = {
+        summary[key] = OverlapSummary(**{
             "overlap_fraction": s.tab_overlaps[list(runs).index(key)],
             "overlap_rows": reps[0]["overlap_rows"],
             **{f"{name}_{metric}": float(np.mean([r[name][metric] for r in reps]))
@@ -336,9 +440,9 @@ def _tabular(s: _Settings, say: Progress) -> dict[str, Any]:
                for name in ("ftl", "ftl_paper", "lower_bound", "upper_bound")},
             "ftl_wins": int(sum(r["ftl"]["auc"] > r["lower_bound"]["auc"] for r in reps)),
             **_paired([r["ftl"]["auc"] - r["lower_bound"]["auc"] for r in reps]),
-            "repeats": len(reps)}
-    return {"runs": runs, "summary": summary, "model": TABULAR_MODEL,
-            "epochs": s.tab_epochs, "repeats": s.tab_repeats}
+            "repeats": len(reps)})
+    return TabularResults(runs=runs, summary=summary, model=TABULAR_MODEL,
+                          epochs=s.tab_epochs, repeats=s.tab_repeats)
 
 
 def _paired(diffs: list[float]) -> dict[str, float]:
@@ -397,7 +501,8 @@ def reproduce_ftl(out_dir: Path | str, *, quick: bool = False, random_state: int
         (one row per overlap: FTL, the paper's configuration, lower and upper bound),
         ``breast_cancer`` (per split and averaged),
         ``encrypted_check``, ``agreement``, ``skipped``, ``figures``
-        and ``wall_time_s``.
+        and ``wall_time_s``. Its ``sections`` hold the experiments typed
+        (:class:`FashionResults` or None, :class:`TabularResults`).
     """
     start = time.perf_counter()
     run = setup_run("reproduce_ftl", out_dir, random_state, None, progress)
@@ -431,14 +536,14 @@ def _verdict(wins: int, total: int) -> str:
     return "agrees" if wins == total else "partly" if wins else "differs"
 
 
-def _claims(fashion: dict[str, Any] | None, tabular: dict[str, Any],
+def _claims(fashion: FashionResults | None, tabular: TabularResults,
             check: dict[str, Any]) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     if fashion is not None:
-        rows = fashion["rows"]
-        pairs = [(_percent(r["overlap_fraction"]), r["ftl"]["accuracy"],
-                  r["lower_bound"]["accuracy"], r["lower_bound"]["best_accuracy"],
-                  r["upper_bound"]["accuracy"]) for r in rows]
+        rows = fashion.rows
+        pairs = [(_percent(r.overlap_fraction), r.ftl["accuracy"],
+                  r.lower_bound["accuracy"], r.lower_bound["best_accuracy"],
+                  r.upper_bound["accuracy"]) for r in rows]
         wins = sum(f > lo for _, f, lo, _, _ in pairs)
         out.append({**claim(
             "FTL beats the target-only model (A trained on its overlap rows alone)",
@@ -454,36 +559,36 @@ def _claims(fashion: dict[str, Any] | None, tabular: dict[str, Any],
             "FTL stays below the upper bound (A's rows all labelled)",
             "; ".join(f"{p}: {f:.3f} vs {up:.3f}" for p, f, _, _, up in pairs),
             _verdict(below, len(pairs))), "dataset": "fashion_mnist"})
-        acc = [r["ftl"]["accuracy"] for r in rows]
+        acc = [r.ftl["accuracy"] for r in rows]
         rises = sum(b > a for a, b in itertools.pairwise(acc))
         out.append({**claim(
             "Accuracy grows with the overlap (as in the paper's experiments)",
             " → ".join(f"{a:.3f}" for a in acc),
             "agrees" if rises == len(acc) - 1 else
             "partly" if acc[-1] > acc[0] else "differs"), "dataset": "fashion_mnist"})
-        paper = [(_percent(r["overlap_fraction"]), r["ftl_paper"]["accuracy"],
-                  r["lower_bound"]["accuracy"]) for r in rows if r["ftl_paper"] is not None]
+        paper = [(_percent(r.overlap_fraction), r.ftl_paper["accuracy"],
+                  r.lower_bound["accuracy"]) for r in rows if r.ftl_paper is not None]
         if paper:
             wins = sum(f > lo for _, f, lo in paper)
             out.append({**claim(
                 "The paper's configuration beats the target-only model",
                 "; ".join(f"{p}: {f:.3f} vs {lo:.3f}" for p, f, lo in paper),
                 _verdict(wins, len(paper))), "dataset": "fashion_mnist"})
-    summary = tabular["summary"]
+    summary = tabular.summary
     # paired over the splits: a gain counts when it exceeds two standard errors
-    clear = [v["auc_gain"] > 2 * v["auc_gain_se"] for v in summary.values()]
-    worse = [v["auc_gain"] < -2 * v["auc_gain_se"] for v in summary.values()]
+    clear = [v.auc_gain > 2 * v.auc_gain_se for v in summary.values()]
+    worse = [v.auc_gain < -2 * v.auc_gain_se for v in summary.values()]
     out.append({**claim(
         "FTL beats the target-only model (AUC, paired over the splits)",
-        "; ".join(f"{k}: {v['ftl_auc']:.3f} vs {v['lower_bound_auc']:.3f}, gain "
-                  f"{v['auc_gain']:+.4f} ± {v['auc_gain_se']:.4f} (s.e.), better in "
-                  f"{v['ftl_wins']}/{v['repeats']} splits" for k, v in summary.items()),
+        "; ".join(f"{k}: {v.ftl_auc:.3f} vs {v.lower_bound_auc:.3f}, gain "
+                  f"{v.auc_gain:+.4f} ± {v.auc_gain_se:.4f} (s.e.), better in "
+                  f"{v.ftl_wins}/{v.repeats} splits" for k, v in summary.items()),
         "agrees" if all(clear) else "differs" if any(worse) and not any(clear)
         else "partly"), "dataset": "breast_cancer"})
-    below = sum(v["ftl_auc"] <= v["upper_bound_auc"] for v in summary.values())
+    below = sum(v.ftl_auc <= v.upper_bound_auc for v in summary.values())
     out.append({**claim(
         "FTL stays at or below the upper bound (mean AUC)",
-        "; ".join(f"{k}: {v['ftl_auc']:.3f} vs {v['upper_bound_auc']:.3f}"
+        "; ".join(f"{k}: {v.ftl_auc:.3f} vs {v.upper_bound_auc:.3f}"
                   for k, v in summary.items()),
         _verdict(below, len(summary))), "dataset": "breast_cancer"})
     diff = check["max_abs_proba_diff"]
@@ -496,7 +601,7 @@ def _claims(fashion: dict[str, Any] | None, tabular: dict[str, Any],
     return out
 
 
-def _figure(out: Path, fashion: dict[str, Any] | None, tabular: dict[str, Any]) -> str:
+def _figure(out: Path, fashion: FashionResults | None, tabular: TabularResults) -> str:
     fig = new_figure(11, 4.2)
     axes = fig.subplots(1, 2)
     styles = {"ftl": ("FTL (this package's defaults)", "o", "-"),
@@ -505,14 +610,14 @@ def _figure(out: Path, fashion: dict[str, Any] | None, tabular: dict[str, Any]) 
               "upper_bound": ("upper bound: all A's rows labelled", "^", "--")}
     ax = axes[0]
     if fashion is not None:
-        rows = fashion["rows"]
+        rows = fashion.rows
         for key, (label, marker, line) in styles.items():
-            pts = [(100 * r["overlap_fraction"], r[key]["accuracy"]) for r in rows
-                   if r[key] is not None]
+            pts = [(100 * r.overlap_fraction, sc["accuracy"]) for r in rows
+                   if (sc := r.score(key)) is not None]
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker=marker, linestyle=line, label=label)
-        ax.set_xticks([100 * r["overlap_fraction"] for r in rows])
-        ax.set_title(f"Fashion-MNIST halves (B: {fashion['b_rows']:,} labelled rows)")
+        ax.set_xticks([100 * r.overlap_fraction for r in rows])
+        ax.set_title(f"Fashion-MNIST halves (B: {fashion.b_rows:,} labelled rows)")
         ax.legend(fontsize=8)
     else:
         ax.set_title("Fashion-MNIST: files not found")
@@ -520,14 +625,14 @@ def _figure(out: Path, fashion: dict[str, Any] | None, tabular: dict[str, Any]) 
     ax.set_ylabel("test accuracy on A's view")
     ax.grid(alpha=0.3)
     ax = axes[1]
-    summary = tabular["summary"]
-    xs = [100 * v["overlap_fraction"] for v in summary.values()]
+    summary = tabular.summary
+    xs = [100 * v.overlap_fraction for v in summary.values()]
     for key, (label, marker, line) in styles.items():
-        ax.errorbar(xs, [v[f"{key}_auc"] for v in summary.values()],
-                    yerr=[v[f"{key}_auc_sd"] for v in summary.values()], marker=marker,
+        ax.errorbar(xs, [getattr(v, f"{key}_auc") for v in summary.values()],
+                    yerr=[getattr(v, f"{key}_auc_sd") for v in summary.values()], marker=marker,
                     linestyle=line, capsize=3, label=label)
     ax.set_xticks(xs)
-    ax.set_title(f"Breast cancer, mean ± sd over {tabular['repeats']} splits")
+    ax.set_title(f"Breast cancer, mean ± sd over {tabular.repeats} splits")
     ax.set_xlabel("overlap (% of B's rows)")
     ax.set_ylabel("test AUC on A's view")
     ax.grid(alpha=0.3)

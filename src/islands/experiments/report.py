@@ -29,6 +29,7 @@ __all__ = [
     "claim",
     "markdown_table",
     "new_figure",
+    "plain",
     "save_figure",
     "setup_run",
     "thread_limit",
@@ -105,7 +106,9 @@ class ReproductionResult:
         The settings the run used.
     sections
         The reproduction's own results by name, in the order ``results.json`` lists them
-        (e.g. ``runs`` for vfl, ``rows`` and ``sensitivity`` for apfl).
+        (e.g. ``runs`` for vfl, ``rows`` and ``sensitivity`` for apfl). Values may hold
+        typed rows (objects with a ``to_json()`` method); :meth:`to_json` writes them as
+        their plain values.
     agreement
         The paper's claims checked here (:func:`claim`, with ``figure`` or ``dataset``
         where the claim is about one).
@@ -139,7 +142,8 @@ class ReproductionResult:
 
     def to_json(self) -> dict[str, Any]:
         """Return ``results.json``: settings, the sections, agreement, skipped, figures, time."""
-        out: dict[str, Any] = {"settings": self.settings, **self.sections,
+        out: dict[str, Any] = {"settings": self.settings,
+                               **{k: plain(v) for k, v in self.sections.items()},
                                "agreement": self.agreement}
         if self.skipped is not None:
             out["skipped"] = self.skipped
@@ -148,6 +152,21 @@ class ReproductionResult:
 
 
 _ENVELOPE = frozenset({"settings", "agreement", "skipped", "figures", "wall_time_s"})
+
+
+def plain(obj: Any) -> Any:
+    """Replace every typed row (an object with ``to_json()``) in a nest by its plain values.
+
+    Mappings and lists are rebuilt around them; everything else (NumPy values, tuples,
+    NaN) is left for :func:`~islands.reporting.write_json` to convert, as before.
+    """
+    if hasattr(obj, "to_json") and not isinstance(obj, type):
+        return plain(obj.to_json())
+    if isinstance(obj, dict):
+        return {k: plain(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [plain(v) for v in obj]
+    return obj
 
 
 def claim(claim: str, finding: str, verdict: str) -> dict[str, str]:

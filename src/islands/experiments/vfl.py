@@ -154,7 +154,7 @@ def reproduce_vfl(out_dir: Path | str, *, quick: bool = False, random_state: int
     (run.out / "report.md").write_text("\n".join(lines), encoding="utf-8")
     result = ReproductionResult(
         settings={"quick": bool(quick), "random_state": run.random_state},
-        sections={"runs": {name: r.to_json() for name, r in results.items()}},
+        sections={"runs": dict(results)},
         agreement=agreement, figures=[figure.name], wall_time_s=time.perf_counter() - start)
     write_json(run.out / "results.json", result.to_json())
     return result

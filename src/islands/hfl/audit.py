@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,10 @@ from numpy.typing import ArrayLike, NDArray
 
 from islands.aggregation.base import AggReply
 from islands.aggregation.homomorphic import TAG_SLOTS
+from islands.aggregation.keys import KeyDeal
 from islands.aggregation.protect import build_aggregator
 from islands.aggregation.secagg import SecureAggregation
+from islands.arrays import Array
 from islands.crypto import ckks
 from islands.crypto.fixedpoint import decode_fixed
 from islands.data import load_fashion_mnist, load_sklearn
@@ -71,6 +74,7 @@ from islands.validation import check_float, check_int, describe
 
 __all__ = [
     "PROTECTIONS",
+    "GradientAudit",
     "audit_gradients",
     "first_layer_update",
     "recover_input",
@@ -78,7 +82,6 @@ __all__ = [
     "shared_key_attack",
 ]
 
-Array = NDArray[np.float64]
 
 PROTECTIONS: tuple[str, ...] = ("plain", "secagg", "ckks", "dp")
 """The protections :func:`audit_gradients` attacks (``ckks`` also reports ``ckks+collusion``)."""
@@ -270,7 +273,7 @@ def _ckks_public_context(transcript: Transcript, dealer: str) -> bytes:
     """Return the public CKKS context the dealer gave the server (its only key)."""
     reply = _message(transcript.received_by(_SERVER), sender=dealer, receiver=_SERVER,
                      tag="agg", kind=AggReply, where=lambda a: a.phase == "ckks-deal")
-    public = reply.body.get("public") if isinstance(reply.body, dict) else None
+    public = reply.body.public if isinstance(reply.body, KeyDeal) else None
     if not isinstance(public, bytes):
         raise ValidationError("the CKKS dealer's answer holds no public context")
     return public
@@ -332,6 +335,62 @@ def _check_protections(protections: Sequence[str]) -> list[str]:
     return names
 
 
+@dataclass(frozen=True)
+class GradientAudit:
+    """What :func:`audit_gradients` found; :meth:`to_json` is its ``audit.json``.
+
+    Attributes
+    ----------
+    errors
+        Protection → ‖x̂ − x‖/‖x‖ of the server's best attack (0 = exact, 1 = no better
+        than guessing 0).
+    views
+        Protection → the error of each reading the server has.
+    notes
+        Why, per protection (and ``"dataset"`` when digits stood in for Fashion-MNIST).
+    dataset, sample_index, label, image_shape
+        The image client 1 held.
+    skipped
+        Protections not run (``ckks`` without TenSEAL).
+    reference
+        ``round_mean_image``: the error of the mean image of the round's samples, which
+        the server does not have (a yardstick for "looks like an average image").
+    setting
+        The federation: model, clients, rows, learning rate, seed, DP settings.
+    figure, json
+        The files written when an output folder was given (``figure`` is None without
+        matplotlib), else None.
+    """
+
+    errors: dict[str, float]
+    views: dict[str, dict[str, float]]
+    notes: dict[str, str]
+    dataset: str
+    sample_index: int
+    label: int
+    image_shape: list[int]
+    skipped: list[str]
+    reference: dict[str, float]
+    setting: dict[str, Any]
+    figure: str | None = None
+    json: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``audit.json``: ``figure`` and ``json`` only when files were written."""
+        out: dict[str, Any] = {
+            "errors": self.errors, "views": self.views, "notes": self.notes,
+            "dataset": self.dataset, "sample_index": self.sample_index, "label": self.label,
+            "image_shape": self.image_shape, "skipped": self.skipped,
+            "reference": self.reference, "setting": self.setting}
+        if self.json is not None:
+            out.update(figure=self.figure, json=self.json)
+        return out
+
+    def __getitem__(self, key: str) -> Any:
+        raise TypeError(f"audit_gradients returns a GradientAudit now: read .{key} "
+                        f"(or .to_json()[{key!r}]) instead of [{key!r}]")
+
+
 def audit_gradients(
     out: str | Path | None = None,
     *,
@@ -344,7 +403,7 @@ def audit_gradients(
     dataset: str | None = None,
     other_rows: int = 32,
     lr: float = 0.1,
-) -> dict[str, Any]:
+) -> GradientAudit:
     """Run APFL §2.1's attack on a real federation, once per protection, from the server.
 
     ``clients`` clients train an MLP d-200-10 (784-200-10 on Fashion-MNIST) with FedAvg
@@ -380,14 +439,9 @@ def audit_gradients(
 
     Returns
     -------
-    dict
-        ``errors`` (protection → ‖x̂ − x‖/‖x‖ of the server's best attack; 0 = exact,
-        1 = no better than guessing 0), ``views`` (protection → error of each reading
-        the server has), ``notes`` (why, per protection), ``dataset``,
-        ``sample_index``, ``label``, ``image_shape``, ``skipped``, ``setting``,
-        ``reference`` (the error of the mean image of the round's samples, which the
-        server does not have: a yardstick for "looks like an average image") and, with
-        ``out``, ``figure`` and ``json``.
+    GradientAudit
+        The errors, the readings and notes per protection, the sample and the setting;
+        with ``out``, the files written.
 
     Raises
     ------
@@ -515,28 +569,21 @@ def audit_gradients(
                 f"{colluder} hands the server its copy of the shared CKKS secret key; the "
                 "server decrypts client 1's upload as it received it and reads the image")
 
-    report: dict[str, Any] = {
-        "errors": errors,
-        "views": views,
-        "notes": notes,
-        "dataset": ds_name,
-        "sample_index": index,
-        "label": int(y[index]),
-        "image_shape": list(image_shape),
-        "skipped": skipped,
+    report = GradientAudit(
+        errors=errors, views=views, notes=notes, dataset=ds_name, sample_index=index,
+        label=int(y[index]), image_shape=list(image_shape), skipped=skipped,
         # not the server's: what "an average image" scores, to read errors near it by
-        "reference": {"round_mean_image": relative_error(
+        reference={"round_mean_image": relative_error(
             np.concatenate([X[r] for r in rows]).mean(axis=0), x)},
-        "setting": {
+        setting={
             "model": spec.describe(), "clients": clients,
             "rows": [len(r) for r in rows], "lr": lr, "momentum": 0.0,
             "local_steps": 1, "batch": "full", "seed": seed,
             "dp": {"clip": dp_clip, "noise_multiplier": dp_noise},
             "input_norm": float(np.linalg.norm(x)),
-        },
-    }
+        })
     if out is not None:
-        report.update(_write(Path(out), report, x, images, shown_view, image_shape))
+        report = _write(Path(out), report, x, images, shown_view, image_shape)
     return report
 
 
@@ -544,21 +591,21 @@ def audit_gradients(
 _ORDER = ("plain", "secagg", "ckks", "ckks+collusion", "dp")
 
 
-def _write(out: Path, report: dict[str, Any], x: Array, images: dict[str, Array],
-           shown_view: dict[str, str], image_shape: tuple[int, int]) -> dict[str, Any]:
+def _write(out: Path, report: GradientAudit, x: Array, images: dict[str, Array],
+           shown_view: dict[str, str], image_shape: tuple[int, int]) -> GradientAudit:
 
     out.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Any] = {"figure": None}
+    figure = None
     if importlib.util.find_spec("matplotlib") is not None:
-        written["figure"] = str(_figure(out / "gradient_leakage.png", report, x, images,
-                                        shown_view, image_shape))
+        figure = str(_figure(out / "gradient_leakage.png", report, x, images, shown_view,
+                             image_shape))
     json_path = out / "audit.json"
-    written["json"] = str(json_path)
-    write_json(json_path, {**report, **written})
+    written = replace(report, figure=figure, json=str(json_path))
+    write_json(json_path, written.to_json())
     return written
 
 
-def _figure(path: Path, report: dict[str, Any], x: Array, images: dict[str, Array],
+def _figure(path: Path, report: GradientAudit, x: Array, images: dict[str, Array],
             shown_view: dict[str, str], image_shape: tuple[int, int]) -> Path:
 
     shown = [k for k in _ORDER if k in images]
@@ -566,9 +613,9 @@ def _figure(path: Path, report: dict[str, Any], x: Array, images: dict[str, Arra
     fig = new_figure(width=1.9 * cols, height=2.5)
     axes = fig.subplots(1, cols, squeeze=False)[0]
     lo, hi = float(x.min()), float(x.max())
-    panels = [("original", f"{report['dataset']} #{report['sample_index']}", x)]
+    panels = [("original", f"{report.dataset} #{report.sample_index}", x)]
     panels += [(k if k not in shown_view else f"{k}: {shown_view[k]}",
-                f"error {report['errors'][k]:.2g}", images[k]) for k in shown]
+                f"error {report.errors[k]:.2g}", images[k]) for k in shown]
     for ax, (title, sub, img) in zip(axes, panels, strict=True):
         ax.imshow(np.clip(img, lo, hi).reshape(image_shape), cmap="gray", vmin=lo, vmax=hi)
         ax.set_title(f"{title}\n{sub}", fontsize=8)

@@ -37,6 +37,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from islands.aggregation.base import MeanAggregator
 from islands.aggregation.protect import SampleDP
+from islands.arrays import Vector
 from islands.errors import ValidationError, invalid_parameter
 from islands.estimator import FederatedEstimator
 from islands.hfl.config import HflConfig
@@ -68,7 +69,6 @@ log = logging.getLogger(__name__)
 
 Task = Literal["classification", "regression"]
 Backend = Literal["local", "ray"]
-Vector = NDArray[np.float32]
 BACKENDS: tuple[str, ...] = ("local", "ray")
 """Where the clients' local training runs: this process, or Ray workers."""
 

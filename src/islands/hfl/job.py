@@ -85,18 +85,20 @@ the accuracy and τ curves as PNG.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.aggregation.protect import build_aggregator, build_sample_dp
+from islands.aggregation.config import SECTIONS
+from islands.aggregation.protect import Protection
 from islands.data import (
     load,
     partition_by_class,
@@ -117,7 +119,7 @@ from islands.hfl.config import (
     infer_task,
     strategy_config,
 )
-from islands.hfl.contribution import Contribution, check_compatible
+from islands.hfl.contribution import Contribution, ContributionReport, check_compatible
 from islands.hfl.contribution.report import plot_contribution
 from islands.hfl.estimator import (
     EpochRecord,
@@ -128,8 +130,8 @@ from islands.hfl.estimator import (
 from islands.hfl.metrics import classification_report, dev_avg, regression_report
 from islands.hfl.protocol import SERVER_FILE, RoundRecord
 from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
-from islands.reporting import new_figure, save_figure, write_json
-from islands.validation import read_toml, table_value
+from islands.reporting import new_figure, save_figure, write_results
+from islands.validation import file_section, read_toml, table_value
 
 __all__ = ["BaselineResult", "HflJobResult", "Job", "PrivacySpent", "RidgeComparison",
            "RoundSeconds", "Traffic", "can_resume", "load_job", "parse_job", "run_job",
@@ -142,19 +144,9 @@ _NO_RESUME = ("ckks", "paillier", "chaos")
 
 Callback = Callable[[RoundRecord, EpochRecord | None], None]
 
-_PROTECT_OPTIONS: dict[str, set[str]] = {
-    "secagg": {"threshold", "frac_bits"},
-    "additive": {"frac_bits", "min_clients"},
-    "ckks": {"poly_modulus_degree", "coeff_mod_bit_sizes", "scale_bits"},
-    "paillier": {"key_bits", "frac_bits", "int_bits", "max_clients", "packed"},
-    "chaos": set(),
-    "dp": {"clip", "noise_multiplier", "noise", "guaranteed", "delta", "target_epsilon",
-           "accountant"},
-    "dp-sgd": {"clip", "noise_multiplier", "delta", "target_epsilon", "accountant"},
-}
 _TOP = {"name", "seed", "epochs", "output", "baseline", "task", "concurrency", "timeout",
         "eval_fraction", "data", "partition", "model", "strategy", "protect", "backend",
-        "ray_address", "contribution", *_PROTECT_OPTIONS}
+        "ray_address", "contribution", *SECTIONS}
 # the top-level keys that are HflConfig's; each section is its own configuration
 _SETTINGS = ("epochs", "seed", "task", "eval_fraction", "concurrency", "timeout", "backend",
              "ray_address")
@@ -184,18 +176,25 @@ class Job:
     model: dict[str, Any]
     strategy: dict[str, Any]
     source: str = ""
-    protect: list[str] = field(default_factory=list)
-    protect_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    protection: Protection = field(default_factory=Protection)
     backend: str = "local"
     ray_address: str | None = None
     contribution: dict[str, Any] | None = None
 
+    @property
+    def protect(self) -> list[str]:
+        """The protections' names, as the file's ``protect`` lists them."""
+        return list(self.protection.names)
+
     def to_dict(self) -> dict[str, Any]:
         """Return the job as plain values, as the file has them (and ``source``)."""
-        out = asdict(self)
-        out.update(out.pop("protect_options"))
-        if out["contribution"] is None:
-            del out["contribution"]
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "protection":
+                out["protect"] = self.protect
+            elif f.name != "contribution" or self.contribution is not None:
+                out[f.name] = copy.deepcopy(getattr(self, f.name))
+        out.update(self.protection.options())
         return out
 
 
@@ -212,27 +211,17 @@ def load_job(path: str | Path) -> Job:
     return parse_job(read_toml(path), source=str(path))
 
 
-def _section(raw: Mapping[str, Any], name: str, allowed: set[str], where: str) -> dict[str, Any]:
-    table = raw.get(name)
-    if not isinstance(table, dict):
-        raise JobError(f"{where}: missing section [{name}]")
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise JobError(f"{where} [{name}]: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-    return dict(table)
-
-
 def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     """Check a job given as a mapping (the parsed TOML) and return it as a :class:`Job`."""
     where = f"job file {source}"
     unknown = sorted(set(raw) - _TOP)
     if unknown:
         raise JobError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_TOP)}")
-    data = DataConfig.from_table(_section(raw, "data", _DATA, where), f"{where} [data]")
-    PartitionConfig.from_table(_section(raw, "partition", _PARTITION, where),
+    data = DataConfig.from_table(file_section(raw, "data", _DATA, where), f"{where} [data]")
+    PartitionConfig.from_table(file_section(raw, "partition", _PARTITION, where),
                                f"{where} [partition]")
-    model = ModelConfig.from_table(_section(raw, "model", _MODEL, where), f"{where} [model]")
-    strategy = strategy_config(_section(raw, "strategy", _STRATEGY, where),
+    model = ModelConfig.from_table(file_section(raw, "model", _MODEL, where), f"{where} [model]")
+    strategy = strategy_config(file_section(raw, "strategy", _STRATEGY, where),
                                f"{where} [strategy]")
     if raw.get("ray_address") is not None and raw.get("backend", "local") != "ray":
         raise JobError(f"{where}: 'ray_address' is only used with backend = \"ray\"; got "
@@ -240,26 +229,10 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     top = {k: raw[k] for k in _SETTINGS if k in raw}
     settings = HflConfig.from_table({**top, "model": model, "strategy": strategy}, where)
     task = infer_task(settings.task, data.name)
-    protect = table_value(raw, "protect", (list,), where, [],
-                   lambda v: all(isinstance(p, str) and p in _PROTECT_OPTIONS for p in v),
-                   f"a list of names among {sorted(_PROTECT_OPTIONS)}")
-    options: dict[str, dict[str, Any]] = {}
-    for name, allowed in _PROTECT_OPTIONS.items():
-        if name not in raw:
-            continue
-        if name not in protect:
-            raise JobError(f"{where}: section [{name}] is given but protect = {protect} does "
-                           f"not use {name!r}")
-        options[name] = _section(raw, name, allowed, where)
-    try:
-
-        build_aggregator(protect, options)  # every value checked before anything runs
-        build_sample_dp(protect, options)
-    except (ValidationError, TypeError, ImportError) as exc:
-        raise JobError(f"{where}: protect = {protect}: {exc}") from exc
+    protection = Protection.from_table(raw, where)  # every value checked before anything runs
     contribution = None
     if "contribution" in raw:
-        contribution = _contribution_section(raw, where, protect, options, task)
+        contribution = _contribution_section(raw, where, protection, task)
     job = Job(
         name=table_value(raw, "name", (str,), where, Path(source).stem),
         seed=settings.seed, epochs=settings.epochs,
@@ -268,8 +241,8 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
         task=task, concurrency=settings.concurrency, timeout=settings.timeout,
         eval_fraction=settings.eval_fraction,
         data=dict(raw["data"]), partition=dict(raw["partition"]), model=dict(raw["model"]),
-        strategy=dict(raw["strategy"]), source=source, protect=list(protect),
-        protect_options=options, backend=settings.backend, ray_address=settings.ray_address,
+        strategy=dict(raw["strategy"]), source=source, protection=protection,
+        backend=settings.backend, ray_address=settings.ray_address,
         contribution=contribution,
     )
     try:  # a dry run: the strategy's own checks, before anything runs
@@ -281,11 +254,11 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     return job
 
 
-def _contribution_section(raw: Mapping[str, Any], where: str, protect: list[str],
-                          options: Mapping[str, Any], task: str) -> dict[str, Any]:
+def _contribution_section(raw: Mapping[str, Any], where: str, protection: Protection,
+                          task: str) -> dict[str, Any]:
     """Check ``[contribution]``; every value is tried on a Contribution now."""
     sec = f"{where} [contribution]"
-    config = ContributionConfig.from_table(_section(raw, "contribution", _CONTRIBUTION, where),
+    config = ContributionConfig.from_table(file_section(raw, "contribution", _CONTRIBUTION, where),
                                            sec)
     # the file's keys, with the defaults results.json has always shown
     table = {**raw["contribution"], "methods": list(config.methods),
@@ -298,7 +271,7 @@ def _contribution_section(raw: Mapping[str, Any], where: str, protect: list[str]
                        "clients' own evaluation rows)")
     try:
         _contribution_config(table, (np.zeros((1, 1)), np.zeros(1)))
-        check_compatible(build_aggregator(protect, options))
+        check_compatible(protection.aggregator())
     except ValidationError as exc:
         raise JobError(f"{sec}: {exc}") from exc
     return table
@@ -434,11 +407,7 @@ def _partition_error(job: Job, n_rows: int, exc: ValidationError) -> JobError:
 
 def build_strategy(job: Job) -> Strategy:
     """Build the strategy the job names, with its parameters (defaults as each class's)."""
-    aggregator = None
-    if job.protect:
-
-        aggregator = build_aggregator(job.protect, job.protect_options)
-    return _make_strategy(job, aggregator)
+    return _make_strategy(job, job.protection.aggregator() if job.protect else None)
 
 
 def _make_strategy(job: Job, aggregator: Any) -> Strategy:
@@ -552,7 +521,7 @@ class HflJobResult:
     regression); ``workers`` the threads or Ray workers that trained; ``resumed_from`` the
     round a resumed run continued after (0: afresh). After a resume, ``bytes``,
     ``federated_seconds`` and ``wall_time_s`` count this process's part of the run only.
-    ``contribution`` is the contribution report's plain values (what ``islands
+    ``contribution`` is the contribution report (its plain values are what ``islands
     contribution`` reads back); ``dev_avg`` needs a classification with a baseline.
     """
 
@@ -580,7 +549,7 @@ class HflJobResult:
     local_accuracy: list[float | None]
     federated_seconds: float
     wall_time_s: float
-    contribution: dict[str, Any] | None = None
+    contribution: ContributionReport | None = None
     baseline: BaselineResult | None = None
     dev_avg: float | None = None
 
@@ -607,7 +576,7 @@ class HflJobResult:
             "sample_epsilon": self.sample_epsilon, "tau": self.tau,
             "local_accuracy": self.local_accuracy, "federated_seconds": self.federated_seconds}
         if self.contribution is not None:
-            out["contribution"] = self.contribution
+            out["contribution"] = self.contribution.to_dict()
         if self.baseline is not None:
             out["baseline"] = self.baseline.to_json()
         if self.dev_avg is not None:
@@ -680,7 +649,7 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
                         eval_fraction=job.eval_fraction, seed=job.seed,
                         concurrency=job.concurrency, timeout=job.timeout,
                         checkpoint=checkpoints, resume=resume, callback=on_round,
-                        sample_dp=build_sample_dp(job.protect, job.protect_options),
+                        sample_dp=job.protection.sample_dp(),
                         backend=job.backend,  # type: ignore[arg-type]
                         ray_address=job.ray_address, contribution=contribution)
     fl.fit(prep.parts, test=prep.test)
@@ -721,7 +690,7 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
         tau=[r.tau for r in fl.rounds_],
         local_accuracy=[r.accuracy for r in fl.rounds_],
         federated_seconds=fl.wall_time_,
-        contribution=None if fl.contribution_ is None else fl.contribution_.to_dict(),
+        contribution=fl.contribution_,
         baseline=baseline, dev_avg=gap, wall_time_s=time.perf_counter() - t0)
 
 
@@ -815,12 +784,7 @@ def _ridge_closed_form(X: NDArray[Any], y: NDArray[Any], X_test: NDArray[Any],
 def write_outputs(result: HflJobResult, out: str | Path, *,
                   json_path: str | Path | None = None) -> list[Path]:
     """Write ``results.json`` and the curves (``accuracy.png``, ``tau.png``) into ``out``."""
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    doc = result.to_json()
-    written = [write_json(folder / "results.json", doc)]
-    if json_path is not None:
-        written.append(write_json(json_path, doc))
+    folder, written = write_results(result, out, json_path)
     regression = result.task == "regression"
     key = "r2" if regression else "accuracy"
     label = "test R²" if regression else "test accuracy"
@@ -848,7 +812,7 @@ def write_outputs(result: HflJobResult, out: str | Path, *,
     ax.set_title(f"{result.job.name}: τ per round")
     ax.grid(alpha=0.3)
     written.append(save_figure(fig, folder / "tau.png"))
-    if result.contribution:
+    if result.contribution is not None:
         written.append(plot_contribution(result.contribution, folder / "contribution.png",
                                          title=f"{result.job.name}: contributions"))
     return written

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.arrays import Vector
 from islands.errors import ValidationError
 
 __all__ = [
@@ -33,7 +34,6 @@ __all__ = [
     "weighted_mean",
 ]
 
-Vector = NDArray[np.float32]
 
 
 def normalised_weights(counts: Sequence[float]) -> NDArray[np.float64]:

@@ -74,7 +74,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from numpy.typing import NDArray
 
 from islands.aggregation.base import (
     Aggregator,
@@ -86,6 +85,7 @@ from islands.aggregation.base import (
     ServerLink,
 )
 from islands.aggregation.protect import SampleBudget, SampleDP
+from islands.arrays import Vector
 from islands.errors import (
     PeerFailedError,
     PeerTimeoutError,
@@ -119,7 +119,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Vector = NDArray[np.float32]
 SERVER_FILE = "server.ckpt"
 MALFORMED = "malformed update"
 RESUME_MISMATCH = "resume mismatch"

@@ -86,6 +86,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.aggregation.protect import SampleAccount, SampleDP
+from islands.arrays import Vector
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl.protocol import LocalOutcome
 from islands.hfl.strategy import LocalConfig
@@ -103,7 +104,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Vector = NDArray[np.float32]
 ClientData = tuple[NDArray[Any], NDArray[Any], NDArray[Any] | None, NDArray[Any] | None]
 MAX_RESTARTS = 8  # a worker is also restarted after each timed-out call
 RESTART_TIMEOUT_S = 120.0

@@ -30,12 +30,37 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from islands.aggregation.additive import AdditiveSharing
+from islands.aggregation.additive import (
+    AdditiveRoster,
+    AdditiveSharing,
+    AdditiveSumRequest,
+)
 from islands.aggregation.base import AggStep, MeanAggregator
 from islands.aggregation.homomorphic import CKKSAggregator, PaillierAggregator
-from islands.aggregation.keys import _ENVELOPE, KeyReceiver, _aad
-from islands.aggregation.protect import ChaosPermutation, ClientDP, build_aggregator
-from islands.aggregation.secagg import SecureAggregation
+from islands.aggregation.keys import (
+    _ENVELOPE,
+    KeyDealRequest,
+    KeyDelivery,
+    KeyHello,
+    KeyOffer,
+    KeyReceiver,
+    _aad,
+)
+from islands.aggregation.protect import (
+    ChaosPermutation,
+    ClientDP,
+    DPNoiseRequest,
+    build_aggregator,
+)
+from islands.aggregation.secagg import (
+    SecAggAdvertise,
+    SecAggDelivery,
+    SecAggKeyList,
+    SecAggKeys,
+    SecAggSurvivors,
+    SecAggUnmask,
+    SecureAggregation,
+)
 from islands.crypto import ckks
 from islands.crypto.envelope import pair_context, seal
 from islands.crypto.masking import generate_key
@@ -124,21 +149,19 @@ class SecAggFederation:
         return self.halves[client].on_step(self.views[client], server="server",
                                            step=AggStep(rnd, phase, body))
 
-    def advertise(self, t: int, session: bytes = bytes(16)) -> dict[str, list[bytes]]:
+    def advertise(self, t: int, session: bytes = bytes(16)) -> dict[str, SecAggKeys]:
         """Stage 0, advertising ``t``; return the signed key list."""
-        keys = {}
-        for c in self.names:
-            a = self.step(c, "advertise", {"session": session, "threshold": t})
-            keys[c] = [a["c"], a["s"], a["sig"]]
-        return keys
+        return {c: self.step(c, "advertise", SecAggAdvertise(session=session, threshold=t))
+                for c in self.names}
 
     def setup(self, t: int) -> dict[str, Any]:
         """Stages 0 to 2 as an honest server runs them; return the masked uploads."""
         keys = self.advertise(t)
-        envelopes = {c: self.step(c, "share-keys", {"keys": keys}) for c in self.names}
+        envelopes = {c: self.step(c, "share-keys", SecAggKeyList(keys=keys))
+                     for c in self.names}
         for u in self.names:
-            self.step(u, "deliver", {"u2": self.names, "shares": {
-                v: envelopes[v][u] for v in self.names if v != u}})
+            self.step(u, "deliver", SecAggDelivery(u2=self.names, shares={
+                v: envelopes[v].shares[u] for v in self.names if v != u}))
         return {c: self.halves[c].payload(self.views[c], server="server", round=1,
                                           params=self.updates[c],
                                           base=np.zeros(self.dim, np.float32), weight=1.0)
@@ -154,20 +177,21 @@ def split_view(fed: SecAggFederation, t: int) -> dict[str, Any]:
     uploads = fed.setup(t)
     view_a, view_b = ["v", "a1", "a2"], ["a1", "b1", "b2"]
     got: dict[str, Any] = {"upload": uploads["v"], "b": {}, "s": {}}
-    sigs_a = {c: fed.step(c, "consistency", {"survivors": view_a}) for c in view_a}
+    sigs_a = {c: fed.step(c, "consistency", SecAggSurvivors(survivors=view_a)).sig
+              for c in view_a}
     sigs_b = {}
     for c in view_b:
         # a1 signed the first view already: it answers no second one
         with contextlib.suppress(ProtocolError):
-            sigs_b[c] = fed.step(c, "consistency", {"survivors": view_b})
+            sigs_b[c] = fed.step(c, "consistency", SecAggSurvivors(survivors=view_b)).sig
     for c in view_a:
-        answer = fed.step(c, "unmask", {"survivors": view_a, "dropped": ["b1", "b2"],
-                                        "signatures": sigs_a})
-        got["b"][c] = answer["b"]["v"]
+        answer = fed.step(c, "unmask", SecAggUnmask(survivors=view_a, dropped=["b1", "b2"],
+                                                    signatures=sigs_a))
+        got["b"][c] = answer.b["v"]
     for c in ["b1", "b2"]:
-        answer = fed.step(c, "unmask", {"survivors": view_b, "dropped": ["v", "a2"],
-                                        "signatures": sigs_b})
-        got["s"][c] = answer["s"]["v"]
+        answer = fed.step(c, "unmask", SecAggUnmask(survivors=view_b, dropped=["v", "a2"],
+                                                    signatures=sigs_b))
+        got["s"][c] = answer.s["v"]
     return got
 
 
@@ -175,22 +199,22 @@ def _secagg_lower_t() -> None:
     fed = SecAggFederation()
     keys = fed.advertise(2)
     for c in fed.names:
-        fed.step(c, "share-keys", {"keys": keys})
+        fed.step(c, "share-keys", SecAggKeyList(keys=keys))
 
 
 def _secagg_substituted_key() -> None:
     fed = SecAggFederation()
     keys = fed.advertise(3)
-    keys["b1"] = [generate_key().public, *keys["b1"][1:]]
-    fed.step("v", "share-keys", {"keys": keys})
+    keys["b1"] = SecAggKeys(c=generate_key().public, s=keys["b1"].s, sig=keys["b1"].sig)
+    fed.step("v", "share-keys", SecAggKeyList(keys=keys))
 
 
 def _secagg_sybil() -> None:
     fed = SecAggFederation()
     keys = fed.advertise(3)
-    keys["server"] = [generate_key().public, generate_key().public,
-                      fed.ids["server"].sign("secagg keys", b"")]
-    fed.step("v", "share-keys", {"keys": keys})
+    keys["server"] = SecAggKeys(c=generate_key().public, s=generate_key().public,
+                                sig=fed.ids["server"].sign("secagg keys", b""))
+    fed.step("v", "share-keys", SecAggKeyList(keys=keys))
 
 
 # --------------------------------------------------------------------------- key dealing
@@ -223,32 +247,33 @@ class Dealing:
 
     def hello(self, dealer: str = "c0") -> dict[str, Any]:
         """Run the hello phase; return every client's signed envelope key."""
-        return {c: self.step(c, "hello", {"dealer": dealer, "session": self.session})
+        return {c: self.step(c, "hello", KeyHello(dealer=dealer, session=self.session))
                 for c in self.clients}
 
 
 def _keys_server_made() -> None:
     d = Dealing()
     keys = d.hello()
-    d.step("c0", "deal", {"keys": keys})
+    d.step("c0", "deal", KeyDealRequest(keys=keys))
     own, secret = generate_key(), secrets.token_bytes(32)
-    sealed = seal(own, keys["c1"]["key"], secret,
+    sealed = seal(own, keys["c1"].key, secret,
                   context=pair_context(_ENVELOPE, d.session, "c0", "c1"),
                   aad=_aad(d.purpose, d.session, "c1"))
-    d.step("c1", "deliver", {"dealer_key": own.public, "sealed": sealed,
-                             "dealer_sig": d.ids["server"].sign("ckks dealer", own.public)})
+    d.step("c1", "deliver", KeyDelivery(
+        dealer_key=own.public, sealed=sealed,
+        dealer_sig=d.ids["server"].sign("ckks dealer", own.public)))
 
 
 def _keys_server_deals() -> None:
     d = Dealing()
-    d.step("c1", "hello", {"dealer": "server", "session": d.session})
+    d.step("c1", "hello", KeyHello(dealer="server", session=d.session))
 
 
 def _keys_sealed_for_the_server() -> None:
     d = Dealing()
     keys = d.hello()
-    keys["server"] = {"key": generate_key().public, "sig": bytes(64)}
-    d.step("c0", "deal", {"keys": keys})
+    keys["server"] = KeyOffer(key=generate_key().public, sig=bytes(64))
+    d.step("c0", "deal", KeyDealRequest(keys=keys))
 
 
 # --------------------------------------------------------------------------- CKKS, Paillier
@@ -290,16 +315,16 @@ class HEFederation:
     def deal(self) -> dict[str, Any]:
         """Deal the key as an honest server relays it; return each client's answer."""
         session = bytes(16)
-        keys = {c: self.step(c, "hello", {"dealer": "c0", "session": session})
+        keys = {c: self.step(c, "hello", KeyHello(dealer="c0", session=session))
                 for c in self.clients}
-        dealt = self.step("c0", "deal", {"keys": keys})
-        self.public = dealt["public"]
+        dealt = self.step("c0", "deal", KeyDealRequest(keys=keys))
+        self.public = dealt.public
         acks: dict[str, Any] = {}
         for c in self.clients[1:]:
             try:
-                acks[c] = self.step(c, "deliver", {
-                    "dealer_key": keys["c0"]["key"], "dealer_sig": dealt["sig"],
-                    "sealed": dealt["sealed"][c]})
+                acks[c] = self.step(c, "deliver", KeyDelivery(
+                    dealer_key=keys["c0"].key, dealer_sig=dealt.sig,
+                    sealed=dealt.sealed[c]))
             except ProtocolError as exc:
                 acks[c] = exc
         return acks
@@ -393,7 +418,7 @@ def dp_uploads(scheme: str, t: int = 3) -> tuple[HEFederation, dict[str, Any]]:
     fed.deal()
     for c in fed.clients:
         fed.halves[c].on_step(fed.views[c], server="server", step=AggStep(
-            1, "dp-noise", {"noise_multiplier": 1.0, "clip": 1.0, "guaranteed": t}))
+            1, "dp-noise", DPNoiseRequest(noise_multiplier=1.0, clip=1.0, guaranteed=t)))
     return fed, fed.uploads(1)[1]
 
 
@@ -431,10 +456,12 @@ def _he_replayed(scheme: str) -> None:
 def _additive_run(rosters: dict[str, list[str]]) -> None:
     def role(party: Any, roster: list[str]) -> Any:
         half = AdditiveSharing().client_half()
-        half.on_step(party, server="server", step=AggStep(1, "ss-roster", roster))
+        half.on_step(party, server="server", step=AggStep(1, "ss-roster", AdditiveRoster(roster)))
         half.payload(party, server="server", round=1, params=np.ones(4, np.float32),
                      base=np.zeros(4, np.float32), weight=1.0)
-        return half.on_step(party, server="server", step=AggStep(1, "ss-sum", None))
+        answer = half.on_step(party, server="server",
+                             step=AggStep(1, "ss-sum", AdditiveSumRequest()))
+        return answer.total
 
     roles: dict[str, Any] = {"server": lambda party: None}
     roles.update({n: partial(role, roster=r) for n, r in rosters.items()})

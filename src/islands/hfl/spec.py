@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from islands.aggregation.protect import build_sample_dp
+from islands.aggregation.config import SECTIONS
 from islands.errors import JobError
 from islands.hfl.config import HflFederationConfig, ModelConfig, infer_task
 from islands.hfl.estimator import client_seed, split_local_eval
@@ -32,6 +32,7 @@ from islands.protocols import (
     Prepared,
     ProtocolSpec,
     RoleSpec,
+    load_column,
     load_table,
     party_key,
     save_json,
@@ -41,8 +42,7 @@ __all__ = ["SPEC", "hfl_job"]
 
 _OWN = set(HflFederationConfig.model_fields)
 _JOB = {"seed", "epochs", "task", "concurrency", "timeout", "eval_fraction", "model",
-        "strategy", "protect", "secagg", "additive", "ckks", "paillier", "chaos", "dp",
-        "dp-sgd"}
+        "strategy", "protect", *SECTIONS}
 
 
 def hfl_job(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> Job:
@@ -94,7 +94,7 @@ def _common(dep: Deployment, fed: _Federated) -> tuple[Any, Any, Any, Path | Non
     spec = ModelConfig.model_validate(job.model).spec(
         fed.shape, int(fed.classes) if classification and fed.classes else 1)
     strategy = build_strategy(job)
-    sample_dp = build_sample_dp(job.protect, job.protect_options)
+    sample_dp = job.protection.sample_dp()
     ckpt = dep.output.with_name(dep.output.name + ".checkpoints") if fed.checkpoint else None
     if ckpt is not None:
         ckpt.mkdir(parents=True, exist_ok=True)
@@ -146,11 +146,7 @@ def _client_data(dep: Deployment, fed: _Federated) -> tuple[np.ndarray, np.ndarr
     name = dep.party
     X = load_table(dep.need("data", "hfl"), what=f"the data of party {name!r}")
     if dep.labels is not None:
-        y = load_table(dep.labels, what=f"the labels of party {name!r}")
-        if y.ndim == 2 and y.shape[1] != 1:
-            raise JobError(f"party {name!r}: the labels file must hold one column; "
-                           f"it has {y.shape[1]}")
-        y = y.reshape(-1)
+        y = load_column(dep.labels, what=f"the labels of party {name!r}")
     else:
         X, y = X[:, :-1], X[:, -1]
     if len(y) != len(X):

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
+from islands.arrays import Array
 from islands.crypto import decode_fixed
 from islands.errors import ValidationError
 from islands.pca import maths
@@ -39,7 +39,6 @@ from islands.runtime import Record
 
 __all__ = ["PcaAuditReport", "audit_pca", "recover_elfedpca_moments"]
 
-Array = NDArray[np.float64]
 
 
 def _sent(records: Sequence[Record], tag: str) -> Any:

@@ -17,8 +17,9 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
+from islands.arrays import Array
 from islands.data.sources import RowSource, open_source
 from islands.errors import ValidationError, invalid_parameter
 from islands.estimator import FederatedEstimator
@@ -37,7 +38,6 @@ from islands.validation import check_array, check_random_state
 
 __all__ = ["FederatedPCA"]
 
-Array = NDArray[np.float64]
 
 
 class FederatedPCA(FederatedEstimator[PcaSettings]):

@@ -58,6 +58,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.arrays import Array
 from islands.errors import invalid_parameter
 
 __all__ = [
@@ -80,7 +81,6 @@ __all__ = [
     "zero_sum_masks",
 ]
 
-Array = NDArray[np.float64]
 NormalSource = Callable[[int, float], Array]
 """Draws ``count`` i.i.d. N(0, sigma²) values: ``draw(count, sigma)``."""
 Centring = Literal["raw", "published", "released"]

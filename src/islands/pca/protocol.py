@@ -77,6 +77,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.arrays import Array
 from islands.crypto import decode_fixed, encode_fixed
 from islands.crypto.fixedpoint import max_abs_value
 from islands.crypto.masking import generate_key, pairwise_mask
@@ -90,7 +91,6 @@ from islands.runtime import Party, wire
 __all__ = ["MODES", "Components", "Mask", "Mean", "Noise", "PcaConfig", "PublisherResult",
            "SiteResult", "centring_of", "elfedpca_noise", "publisher", "site"]
 
-Array = NDArray[np.float64]
 Mode = Literal["plain", "elfedpca", "secure", "dpdispca", "central"]
 MODES: tuple[Mode, ...] = ("plain", "elfedpca", "secure", "dpdispca", "central")
 STATS_FRAC_BITS = 24
@@ -563,13 +563,7 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
         party.send(agg, "moment", outgoing)
         comps, values = _receive_components(party, agg, k, d)
 
-    _publish(party, source, config, mean, comps)
-    return SiteResult(mean=mean, components=comps, eigenvalues=values, n_rows=rows,
-                      n_total=n_total, tau=tau, noisy_moment=noisy,
-                      dp_guarantee=config.dp_void_reason is None,
-                      dp_void_reason=config.dp_void_reason,
-                      noise_std=_noise_stds(config, n_total)[0],
-                      mean_noise_std=_noise_stds(config, n_total)[1])
+    return _publish(party, source, config, mean, comps, values, rows, n_total, tau, noisy)
 
 
 def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) -> SiteResult:
@@ -589,13 +583,8 @@ def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) ->
         mean, n_total = _receive_mean(party, agg, d, rows, len(config.sites))
         comps, values = _receive_components(party, agg, k, d)
         tau = maths.moment_tau(config.epsilon, config.delta, n_total)
-        _publish(party, source, config, mean, comps)
-        return SiteResult(mean=mean, components=comps, eigenvalues=values,
-                          n_rows=rows, n_total=n_total, tau=tau, noisy_moment=None,
-                          dp_guarantee=config.dp_void_reason is None,
-                          dp_void_reason=config.dp_void_reason,
-                          noise_std=_noise_stds(config, n_total)[0],
-                          mean_noise_std=_noise_stds(config, n_total)[1])
+        return _publish(party, source, config, mean, comps, values, rows, n_total, tau,
+                        None)
 
     pooled = [np.array(block) for block in source.blocks()]
     for peer in others:
@@ -617,21 +606,23 @@ def _central(party: Party, source: BlockSource, config: PcaConfig, rows: int) ->
     values, comps = maths.top_components(noisy, k)
     party.broadcast("mean", Mean(mean, n_total), to=others)
     party.broadcast("components", Components(comps, values), to=others)
-    _publish(party, source, config, mean, comps)
-    return SiteResult(mean=mean, components=comps, eigenvalues=values, n_rows=rows,
-                      n_total=n_total, tau=tau, noisy_moment=noisy,
-                      dp_guarantee=config.dp_void_reason is None,
-                      dp_void_reason=config.dp_void_reason,
-                      noise_std=_noise_stds(config, n_total)[0],
-                      mean_noise_std=_noise_stds(config, n_total)[1])
+    return _publish(party, source, config, mean, comps, values, rows, n_total, tau, noisy)
 
 
 def _publish(party: Party, source: BlockSource, config: PcaConfig, mean: Array,
-             comps: Array) -> None:
+             comps: Array, values: Array, rows: int, n_total: int, tau: float | None,
+             noisy: Array | None) -> SiteResult:
+    """Send the site's projection to the publisher and return the site's result."""
     blocks = []
     for block in source.blocks():
         blocks.append(maths.centre_rows(block, mean, centring=config.centring) @ comps.T)
     party.send(config.publisher, "projection", np.vstack(blocks))
+    noise_std, mean_noise_std = _noise_stds(config, n_total)
+    return SiteResult(mean=mean, components=comps, eigenvalues=values, n_rows=rows,
+                      n_total=n_total, tau=tau, noisy_moment=noisy,
+                      dp_guarantee=config.dp_void_reason is None,
+                      dp_void_reason=config.dp_void_reason, noise_std=noise_std,
+                      mean_noise_std=mean_noise_std)
 
 
 def publisher(party: Party, *, config: PcaConfig) -> PublisherResult:

@@ -17,7 +17,7 @@ from islands.protocols import (
     ProtocolSpec,
     RoleSpec,
     check_section,
-    load_table,
+    load_array,
     save_json,
 )
 from islands.securesum.config import SecureSumConfig
@@ -44,7 +44,7 @@ def _bind_party(dep: Deployment, settings: SecureSumConfig) -> Prepared:
     path = dep.need("data", "securesum")
     what = f"the data of party {dep.party!r}"
     try:
-        values = check_values(_vector(load_table(path, what=what)), what, settings.frac_bits,
+        values = check_values(_vector(load_array(path, what=what)), what, settings.frac_bits,
                               len(dep.parties))
     except ValidationError as exc:
         raise JobError(f"party file {dep.source}: its 'data' file {path}: {exc}") from None

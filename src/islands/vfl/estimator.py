@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from islands.arrays import Array
 from islands.config import RunSettings
 from islands.crypto import paillier
 from islands.crypto.psi import encode_ids
@@ -46,7 +47,6 @@ from islands.vfl.protocol import (
 
 __all__ = ["VerticalLinearRegression", "VerticalLogisticRegression"]
 
-Array = NDArray[np.float64]
 
 def _blocks(X_a: Any, name: str, owner: str) -> list[Array]:
     """One passive party's matrix, or a list of them, as checked float arrays.

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.arrays import Array
 from islands.errors import ProtocolError, ValidationError
 from islands.psi.protocol import Alignment, initiator, responder
 from islands.runtime import Party
@@ -56,7 +57,6 @@ from islands.vfl.protocol import (
 __all__ = ["ActiveResult", "Alignment", "CoordinatorOutcome", "PassiveResult", "PsiSettings",
            "active_party", "coordinator_party", "passive_party"]
 
-Array = NDArray[np.float64]
 
 
 @dataclass(frozen=True)

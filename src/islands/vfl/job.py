@@ -60,8 +60,8 @@ from numpy.typing import NDArray
 
 from islands.data import load_sklearn
 from islands.errors import JobError
-from islands.reporting import new_figure, save_figure, write_json
-from islands.validation import read_toml, table_value
+from islands.reporting import new_figure, save_figure, write_results
+from islands.validation import file_section, read_toml, table_value
 from islands.vfl import maths
 from islands.vfl.config import VflConfig, draw_seed
 from islands.vfl.estimator import VerticalLinearRegression, VerticalLogisticRegression
@@ -104,16 +104,6 @@ class VerticalJob:
                                    extra={**limits, "seed": draw_seed(self.seed, where)})
 
 
-def _table(raw: Mapping[str, Any], name: str, allowed: set[str], where: str) -> dict[str, Any]:
-    table = raw.get(name, {})
-    if not isinstance(table, dict):
-        raise JobError(f"{where}: [{name}] must be a table")
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise JobError(f"{where} [{name}]: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-    return dict(table)
-
-
 def load_vertical_job(path: str | Path) -> VerticalJob:
     """Read and check a vertical job file."""
     return parse_vertical_job(read_toml(path), source=str(path))
@@ -142,14 +132,14 @@ def parse_vertical_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Vert
     seed = table_value(raw, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0")
     output = table_value(raw, "output", (str,), where, f"runs/{name}")
     pos_int = (lambda v: v >= 1, "an int >= 1")
-    d = _table(raw, "data", _DATA, where)
+    d = file_section(raw, "data", _DATA, where, required=False)
     dw = f"{where} [data]"
     data = {"name": table_value(d, "name", (str,), dw, "breast_cancer", lambda v: v in DATASETS,
                            f"one of {DATASETS}"),
             "test_fraction": float(table_value(d, "test_fraction", (float, int), dw, 0.2,
                                           lambda v: 0 < v < 1, "a number in (0, 1)")),
             "rows": table_value(d, "rows", (int,), dw, 10_000, *pos_int)}
-    p = _table(raw, "parties", _PARTIES, where)
+    p = file_section(raw, "parties", _PARTIES, where, required=False)
     pw = f"{where} [parties]"
     parties = {"b_features": table_value(p, "b_features", (int,), pw, None, *pos_int),
                "a_features": table_value(p, "a_features", (int,), pw, 20, *pos_int),
@@ -163,7 +153,7 @@ def parse_vertical_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Vert
         if key in p and not parties["psi"]:
             raise JobError(f"{pw}: {key!r} applies only with psi = true (it limits the ID "
                            "set each party accepts in private set intersection)")
-    m = _table(raw, "model", _MODEL, where)
+    m = file_section(raw, "model", _MODEL, where, required=False)
     config = VflConfig.from_file(m, f"{where} [model]", objective_key="kind",
                                  extra={k: parties[k] for k in _LIMITS})
     model = {"kind": config.objective,
@@ -370,12 +360,7 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
 def write_vertical_outputs(result: VerticalJobResult, out: str | Path, *,
                            json_path: str | Path | None = None) -> list[Path]:
     """Write ``results.json`` and ``loss.png`` (loss per epoch) into ``out``."""
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    doc = result.to_json()
-    written = [write_json(folder / "results.json", doc)]
-    if json_path is not None:
-        written.append(write_json(json_path, doc))
+    folder, written = write_results(result, out, json_path)
     fig = new_figure(6.4, 4.0)
     ax = fig.subplots()
     losses = result.loss_history

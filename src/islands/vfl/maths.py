@@ -46,8 +46,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
+from islands.arrays import Array, IntArray
 from islands.crypto.fixedpoint import quantize
 from islands.errors import ValidationError, invalid_parameter
 from islands.validation import check_array
@@ -69,8 +70,6 @@ __all__ = [
     "sigmoid",
 ]
 
-Array = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 
 MAX_ABS_FEATURE = float(2**30)
 """Largest feature magnitude accepted (standardise the data first)."""

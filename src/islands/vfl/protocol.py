@@ -60,8 +60,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
+from islands.arrays import Array, IntArray
+from islands.config import check_same_plan, plan_text
 from islands.crypto import paillier
 from islands.crypto.paillier_ops import VectorCipher, decrypt_signed
 from islands.errors import ProtocolError, ValidationError
@@ -85,8 +86,6 @@ __all__ = [
     "passive",
 ]
 
-Array = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 OBJECTIVES = {"linear": maths.LINEAR, "logistic": maths.LOGISTIC}
 
 
@@ -138,6 +137,10 @@ class Plan:
         """The fixed-point :class:`~islands.vfl.maths.Precision`."""
         return Precision(self.feature_bits, self.score_bits)
 
+    def text(self) -> str:
+        """Return the plan as canonical JSON: what the coordinator sends and parties compare."""
+        return plan_text(asdict(self))
+
 
 @wire.register(name="vfl.Hello")
 @dataclass(frozen=True)
@@ -158,7 +161,7 @@ class Setup:
 
     n: bytes
     djn_base: int | None
-    plan: dict[str, Any]
+    plan: str
     features: dict[str, int]
 
 
@@ -295,12 +298,7 @@ def _join(party: Party, clock: Clock, coordinator: str, plan: Plan, rows: int,
         raise ProtocolError(f"coordinator {coordinator!r} sent a wrong 'features' for party "
                             f"{party.name!r}: expected {features} (the count it sent), got "
                             f"{counts[party.name]}", party=party.name, step="setup")
-    mine = asdict(plan)
-    if setup.plan != mine:
-        diff = {k: (mine.get(k), setup.plan.get(k)) for k in set(mine) | set(setup.plan)
-                if mine.get(k) != setup.plan.get(k)}
-        raise ValidationError(f"party {party.name!r}: its plan differs from coordinator "
-                              f"{coordinator!r}'s (mine, theirs): {diff}")
+    check_same_plan(plan.text(), setup.plan, party=party.name, peer=coordinator)
     min_rows = maths.check_batch_rows(plan.batch_size, counts, active, owner, rows)
     if plan.encryption == "none":
         return ClearCipher(), min_rows
@@ -558,11 +556,11 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
     cipher: Any
     if public_key is None:
         cipher = ClearCipher()
-        setup = Setup(b"", None, asdict(plan), features)
+        setup = Setup(b"", None, plan.text(), features)
         key_size = 0
     else:
         cipher = VectorCipher(public_key, djn_base, workers=1)
-        setup = Setup(paillier.public_key_to_bytes(public_key), djn_base, asdict(plan),
+        setup = Setup(paillier.public_key_to_bytes(public_key), djn_base, plan.text(),
                       features)
         key_size = int(public_key.n).bit_length()
 

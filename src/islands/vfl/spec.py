@@ -27,6 +27,7 @@ from islands.protocols import (
     ProtocolSpec,
     RoleSpec,
     check_section,
+    load_column,
     load_table,
     party_ids,
     party_key,
@@ -186,7 +187,7 @@ def _targets(dep: Deployment, X: np.ndarray, fed: _Federated
         text = read_labels(dep.labels, what=f"the labels of party {name!r}")
         raw = np.zeros(len(text))
     else:
-        raw = load_table(dep.labels, what=f"the labels of party {name!r}").reshape(-1)
+        raw = load_column(dep.labels, what=f"the labels of party {name!r}")
     if len(raw) != len(X):
         raise JobError(f"party {name!r}: {len(X)} rows of features but {len(raw)} labels")
     values: list[Any] = list(raw.tolist()) if text is None else list(text)

@@ -1,21 +1,22 @@
 """Tables and charts of contribution results (``islands contribution RUN_DIR``).
 
-They read the plain ``contribution`` mapping a job writes into ``results.json``
-(:meth:`~islands.hfl.contribution.ContributionReport.to_dict`), so a finished run
-can be shown without its data or model.
+They read a :class:`~islands.hfl.contribution.ContributionReport`, as a run made it or
+as :func:`load_contribution` reads it back from the ``contribution`` mapping a job writes
+into ``results.json`` (:meth:`~islands.hfl.contribution.ContributionReport.to_dict`), so
+a finished run can be shown without its data or model.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from islands.errors import DataNotFoundError, ValidationError
+from islands.hfl.contribution.tracker import ContributionReport
 from islands.reporting import new_figure, save_figure
 
 __all__ = ["contribution_rows", "load_contribution", "plot_contribution", "text_bars"]
@@ -25,7 +26,7 @@ LABELS = {"gtg": "GTG-Shapley", "exact": "exact Shapley (per round)",
           "retrain": "exact Shapley (retraining)", "retrain_loo": "leave-one-out (retraining)"}
 
 
-def load_contribution(run_dir: str | Path) -> dict[str, Any]:
+def load_contribution(run_dir: str | Path) -> ContributionReport:
     """Read the ``contribution`` results of a run folder (its ``results.json``).
 
     Raises
@@ -47,37 +48,30 @@ def load_contribution(run_dir: str | Path) -> dict[str, Any]:
     if not isinstance(found, dict):
         raise ValidationError(f"the run in {run_dir} measured no contribution: add a "
                               "[contribution] section to its job file and run it again")
-    need = ("clients", "scores", "shares", "primary", "utility_initial", "utility_final",
-            "gain", "evaluations", "seconds")
-    missing = [k for k in need if k not in found]
-    if missing or not isinstance(found["scores"], dict) or found["primary"] not in found[
-            "scores"]:
-        raise ValidationError(f"the contribution results in {path} are incomplete "
-                              f"(missing {missing or ['the primary method scores']})")
-    return found
+    return ContributionReport.from_dict(found, where=f" in {path}")
 
 
-def contribution_rows(report: Mapping[str, Any]) -> tuple[list[str], list[list[Any]]]:
+def contribution_rows(report: ContributionReport) -> tuple[list[str], list[list[Any]]]:
     """Headers and one row per client: each method's score (± half-width) and the share."""
-    methods = list(report["scores"])
+    methods = list(report.scores)
     headers = ["client", *(LABELS.get(m, m) for m in methods), "share"]
     rows = []
-    for k, name in enumerate(report["clients"]):
+    for k, name in enumerate(report.clients):
         cells: list[Any] = [name]
         for m in methods:
-            score = float(report["scores"][m][k])
-            hw = report.get("halfwidth", {}).get(m)
+            score = float(report.scores[m][k])
+            hw = report.halfwidth.get(m)
             cells.append(f"{score:+.4f}" + ("" if hw is None else f" ± {float(hw[k]):.4f}"))
-        cells.append(f"{100 * float(report['shares'][k]):.1f}%")
+        cells.append(f"{100 * float(report.shares[k]):.1f}%")
         rows.append(cells)
     return headers, rows
 
 
-def text_bars(report: Mapping[str, Any], width: int = 40) -> list[str]:
+def text_bars(report: ContributionReport, width: int = 40) -> list[str]:
     """Draw a bar per client of the primary method's score, for a terminal (signed, to scale)."""
-    scores = np.asarray(report["scores"][report["primary"]], dtype=np.float64)
+    scores = np.asarray(report.scores[report.primary], dtype=np.float64)
     top = float(np.max(np.abs(scores))) if scores.size else 0.0
-    names = [str(c) for c in report["clients"]]
+    names = [str(c) for c in report.clients]
     pad = max(len(c) for c in names)
     half = width // 2
     lines = []
@@ -89,29 +83,29 @@ def text_bars(report: Mapping[str, Any], width: int = 40) -> list[str]:
     return lines
 
 
-def plot_contribution(report: Mapping[str, Any], path: str | Path, *,
+def plot_contribution(report: ContributionReport, path: str | Path, *,
                       title: str = "client contributions") -> Path:
     """Bar chart: every method's scores (error bars where known) and the reward shares."""
-    clients = [str(c) for c in report["clients"]]
-    methods = list(report["scores"])
+    clients = [str(c) for c in report.clients]
+    methods = list(report.scores)
     x = np.arange(len(clients))
     fig = new_figure(max(6.4, 0.9 * len(clients) + 3), 6.4)
     ax, ax2 = fig.subplots(2, 1, height_ratios=[2, 1])
     width = 0.8 / max(len(methods), 1)
     for j, m in enumerate(methods):
-        hw = report.get("halfwidth", {}).get(m)
-        ax.bar(x + (j - (len(methods) - 1) / 2) * width, report["scores"][m], width,
+        hw = report.halfwidth.get(m)
+        ax.bar(x + (j - (len(methods) - 1) / 2) * width, report.scores[m], width,
                yerr=hw, capsize=3 if hw is not None else 0, label=LABELS.get(m, m))
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x, clients, rotation=30 if len(clients) > 8 else 0)
     ax.set_ylabel("contribution (utility units)")
-    gain = report.get("gain")
+    gain = report.gain
     ax.set_title(title if gain is None or not math.isfinite(gain)
                  else f"{title} (total gain {gain:+.3f})")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize="small")
-    ax2.bar(x, [100 * float(s) for s in report["shares"]], color="tab:green")
+    ax2.bar(x, [100 * float(s) for s in report.shares], color="tab:green")
     ax2.set_xticks(x, clients, rotation=30 if len(clients) > 8 else 0)
-    ax2.set_ylabel(f"reward share, % ({LABELS.get(report['primary'], report['primary'])})")
+    ax2.set_ylabel(f"reward share, % ({LABELS.get(report.primary, report.primary)})")
     ax2.grid(axis="y", alpha=0.3)
     return save_figure(fig, path)

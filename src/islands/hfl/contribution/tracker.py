@@ -281,6 +281,47 @@ class ContributionReport:
         """Plain values, for ``results.json``."""
         return asdict(self)
 
+    def to_json(self) -> dict[str, Any]:
+        """Return :meth:`to_dict` (how a typed result gives its JSON in islands)."""
+        return self.to_dict()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> ContributionReport:
+        """Read back the plain values :meth:`to_dict` gave (a run's ``results.json``).
+
+        The keys a report has always had are required; ``halfwidth``, ``hoeffding``,
+        ``rounds``, ``permutations``, ``unconverged``, ``skipped`` and ``settings`` default
+        to none measured. ``where`` (e.g. " in PATH") goes into the error message.
+
+        Raises
+        ------
+        ValidationError
+            If a required key is missing or the primary method has no scores.
+        """
+        missing = [k for k in _REPORT_KEYS if k not in data]
+        scores = data.get("scores")
+        if missing or not isinstance(scores, Mapping) or data["primary"] not in scores:
+            raise ValidationError(f"the contribution results{where} are incomplete (missing "
+                                  f"{missing or ['the primary method scores']})")
+        return cls(
+            clients=list(data["clients"]), scores={m: list(v) for m, v in scores.items()},
+            halfwidth={m: list(v) for m, v in (data.get("halfwidth") or {}).items()},
+            hoeffding=data.get("hoeffding"), shares=list(data["shares"]),
+            primary=data["primary"], utility_initial=data["utility_initial"],
+            utility_final=data["utility_final"], gain=data["gain"],
+            rounds=list(data.get("rounds", [])), evaluations=data["evaluations"],
+            seconds=data["seconds"], permutations=data.get("permutations", 0),
+            unconverged=data.get("unconverged", 0), skipped=data.get("skipped", 0),
+            settings=dict(data.get("settings", {})))
+
+    def __getitem__(self, key: str) -> Any:
+        raise TypeError(f"a contribution report is a ContributionReport: read .{key} "
+                        f"(or .to_dict()[{key!r}]) instead of [{key!r}]")
+
+
+_REPORT_KEYS = ("clients", "scores", "shares", "primary", "utility_initial", "utility_final",
+                "gain", "evaluations", "seconds")
+
 
 class ContributionTracker:
     """Values every round of a run from its plain uploads (see the module docstring).

@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.aggregation.protect import SampleAccount, SampleDP
+from islands.arrays import Vector
 from islands.hfl.protocol import LocalOutcome
 from islands.hfl.strategy import LocalConfig
 from islands.hfl.torch.dpsgd import PrivateTrainer
@@ -37,7 +38,6 @@ from islands.hfl.torch.training import Position, Trainer, _as_features, _as_targ
 
 __all__ = ["FreeRider", "PooledLearner", "TorchLearner"]
 
-Vector = NDArray[np.float32]
 
 
 class TorchLearner:
@@ -145,7 +145,23 @@ class TorchLearner:
         return value
 
 
-class PooledLearner:
+class _Wrapping:
+    """A learner around ``inner`` that reports ``inner``'s sample counts."""
+
+    inner: Any
+
+    @property
+    def n_train(self) -> int:
+        """Training samples (``inner``'s)."""
+        return int(self.inner.n_train)
+
+    @property
+    def n_eval(self) -> int:
+        """Local evaluation samples (``inner``'s)."""
+        return int(self.inner.n_eval)
+
+
+class PooledLearner(_Wrapping):
     """Run another learner's calls on a shared, bounded thread pool (composition).
 
     The client role's thread hands each ``train``/``evaluate`` call to ``executor`` and
@@ -178,16 +194,6 @@ class PooledLearner:
             raise TimeoutError(f"local {what} did not finish within {self.timeout:g} s") \
                 from None
 
-    @property
-    def n_train(self) -> int:
-        """Training samples."""
-        return int(self.inner.n_train)
-
-    @property
-    def n_eval(self) -> int:
-        """Local evaluation samples."""
-        return int(self.inner.n_eval)
-
     def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
               config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
         """Run ``inner.train`` on the pool and return its outcome (or raise its error)."""
@@ -208,7 +214,7 @@ class PooledLearner:
         return None if spent is None else spent()
 
 
-class FreeRider:
+class FreeRider(_Wrapping):
     """A client that trains nothing: it uploads the global model it was sent, unchanged.
 
     For simulations of contribution measurement (:mod:`islands.hfl.contribution`): it
@@ -223,16 +229,6 @@ class FreeRider:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-
-    @property
-    def n_train(self) -> int:
-        """The training samples it claims."""
-        return int(self.inner.n_train)
-
-    @property
-    def n_eval(self) -> int:
-        """Local evaluation samples."""
-        return int(self.inner.n_eval)
 
     def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
               config: LocalConfig, momentum: Vector | None) -> LocalOutcome:

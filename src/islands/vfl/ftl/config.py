@@ -4,7 +4,7 @@
   encryption and the PSI limits). :class:`~islands.vfl.ftl.FederatedTransferLearner`
   builds it from its parameters at ``fit``; ``islands party`` from the ``[ftl]`` section.
 - :class:`Plan`: what both parties must share to train, made by :meth:`FtlConfig.plan`
-  with the public ``seed``; the parties compare its :meth:`Plan.digest`.
+  with the public ``seed``; the parties compare its :meth:`Plan.text`.
 """
 
 from __future__ import annotations
@@ -167,6 +167,6 @@ class Plan:
         """Return the plan's fields checked, as :class:`PlanSettings` (errors name ``owner``)."""
         return PlanSettings.build(owner, **asdict(self))
 
-    def digest(self) -> str:
-        """SHA-256 of the plan's canonical JSON: what the parties compare."""
-        return self.settings().digest()
+    def text(self) -> str:
+        """Return the plan as canonical JSON: what the parties exchange and compare."""
+        return self.settings().plan_text()

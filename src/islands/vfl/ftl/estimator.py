@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from islands.arrays import Array
 from islands.crypto import paillier
 from islands.errors import ValidationError
 from islands.estimator import FederatedEstimator
@@ -35,7 +36,6 @@ from islands.vfl.ftl.protocol import (
 
 __all__ = ["FederatedTransferLearner"]
 
-Array = NDArray[np.float64]
 
 OWNER = "FederatedTransferLearner"
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.arrays import Array
 from islands.errors import ProtocolError
 from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.psi.protocol import initiator, responder
@@ -42,7 +43,6 @@ from islands.vfl.ftl.protocol import (
 
 __all__ = ["SourceOutcome", "TargetOutcome", "source_party", "target_party"]
 
-Array = NDArray[np.float64]
 
 
 @dataclass

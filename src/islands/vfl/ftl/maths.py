@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from islands.arrays import Array
 from islands.crypto.fixedpoint import round_scaled
 from islands.errors import ValidationError
 
@@ -79,8 +80,6 @@ __all__ = [
     "target_terms",
 ]
 
-Array = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 
 LOSSES = ("softmax", "logistic")
 

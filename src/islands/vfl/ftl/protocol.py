@@ -76,8 +76,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
+from islands.arrays import Array, IntArray
+from islands.config import check_same_plan
 from islands.crypto import paillier
 from islands.crypto.paillier_ops import VectorCipher, decrypt_many
 from islands.errors import ProtocolError, ValidationError
@@ -101,8 +102,6 @@ __all__ = [
     "target",
 ]
 
-Array = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 
 def check_plan(plan: Any, owner: str) -> Plan:
     """Validate a :class:`Plan`; return it normalised (Python numbers, a tuple of widths).
@@ -118,7 +117,7 @@ def check_plan(plan: Any, owner: str) -> Plan:
 @wire.register(name="ftl.Hello")
 @dataclass(frozen=True)
 class Hello:
-    """A party's overlap rows, feature count, plan digest and public key (None: clear)."""
+    """A party's overlap rows, feature count, plan text and public key (None: clear)."""
 
     rows: int = field(metadata={"ge": 0})
     features: int = field(metadata={"ge": 0})
@@ -310,16 +309,19 @@ def _matrix_products(cipher: VectorCipher, cts: list[Any], rows: int, weights: I
     return out
 
 
+def _check_hello(party: Party, peer: str, theirs: Any, plan: str) -> Hello:
+    if not isinstance(theirs, Hello):
+        raise ProtocolError(f"peer {peer!r} sent a malformed hello", party=party.name,
+                            step="hello")
+    check_same_plan(plan, theirs.plan, party=party.name, peer=peer)
+    return theirs
+
+
 def _hello(party: Party, peer: str, mine: Hello, clock: Clock) -> Hello:
     with clock.timing("messaging"):
         party.send(peer, "hello", mine)
         theirs = party.recv(peer, "hello")
-    if not isinstance(theirs, Hello):
-        raise ProtocolError(f"peer {peer!r} sent a malformed hello", party=party.name,
-                            step="hello")
-    if theirs.plan != mine.plan:
-        raise ValidationError(f"party {party.name!r}: its plan differs from {peer!r}'s "
-                              "(compare every Plan field on both sides)")
+    theirs = _check_hello(party, peer, theirs, mine.plan)
     if theirs.rows != mine.rows:
         raise ValidationError(f"party {party.name!r} holds {mine.rows} overlap rows but "
                               f"{peer!r} holds {theirs.rows}; align them first (PSI)")
@@ -382,7 +384,7 @@ def target(party: Party, X: Any, *, peer: str = "B", plan: Plan,
         raise ValidationError(f"party {party.name!r}: X must be a finite 2-D array")
     clock = Clock()
     keys = _Keys(plan, party.name)
-    hello = _hello(party, peer, Hello(x.shape[0], x.shape[1], plan.digest(), keys.n_bytes,
+    hello = _hello(party, peer, Hello(x.shape[0], x.shape[1], plan.text(), keys.n_bytes,
                                       keys.djn_base, 0), clock)
     keys.attach_peer(hello, peer, party.name)
     k = hello.scores
@@ -540,7 +542,7 @@ def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
 
     with clock.timing("compute"):
         _pretrain(net, opt, xt, y, loss, plan, init_seed)
-    hello = _hello(party, peer, Hello(rows_o.size, x.shape[1], plan.digest(), keys.n_bytes,
+    hello = _hello(party, peer, Hello(rows_o.size, x.shape[1], plan.text(), keys.n_bytes,
                                       keys.djn_base, loss.scores), clock)
     keys.attach_peer(hello, peer, party.name)
     d, k = plan.dim, loss.scores
@@ -701,11 +703,10 @@ def infer_source(party: Party, phi: Any, *, peer: str = "A", plan: Plan) -> int:
     phi_arr = np.asarray(phi, dtype=np.float64)
     k, d = phi_arr.shape
     keys = _Keys(plan, party.name)
-    with_key = Hello(0, d, plan.digest(), keys.n_bytes, keys.djn_base, k)
+    with_key = Hello(0, d, plan.text(), keys.n_bytes, keys.djn_base, k)
     party.send(peer, "hello", with_key)
     hello = party.recv(peer, "hello")
-    if not isinstance(hello, Hello) or hello.plan != with_key.plan:
-        raise ValidationError(f"party {party.name!r}: peer {peer!r}'s plan differs")
+    _check_hello(party, peer, hello, with_key.plan)
     rows = hello.rows
     if keys.plain:
         party.send(peer, "phi", phi_arr)
@@ -728,10 +729,9 @@ def infer_target(party: Party, net: Any, X: Any, *, peer: str = "B", plan: Plan)
     x = np.asarray(X, dtype=np.float64)
     with torch.no_grad():
         u = net(_tensor(x)).numpy().astype(np.float64)
-    party.send(peer, "hello", Hello(x.shape[0], x.shape[1], plan.digest(), None, None, 0))
+    party.send(peer, "hello", Hello(x.shape[0], x.shape[1], plan.text(), None, None, 0))
     hello = party.recv(peer, "hello")
-    if not isinstance(hello, Hello) or hello.plan != plan.digest():
-        raise ValidationError(f"party {party.name!r}: peer {peer!r}'s plan differs")
+    _check_hello(party, peer, hello, plan.text())
     k, d, f = hello.scores, plan.dim, plan.frac_bits
     if plan.encryption == "none":
         phi = _array(party.recv(peer, "phi"), (k, d), "phi", party.name)

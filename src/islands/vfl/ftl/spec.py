@@ -44,6 +44,7 @@ from islands.protocols import (
     ProtocolSpec,
     RoleSpec,
     check_section,
+    load_column,
     load_table,
     party_ids,
     party_key,
@@ -107,7 +108,7 @@ def _read(dep: Deployment, *, labelled: bool
     y = None
     if labelled:
         if dep.labels is not None:
-            y = load_table(dep.labels, what=f"the labels of party {name!r}").reshape(-1)
+            y = load_column(dep.labels, what=f"the labels of party {name!r}")
         else:
             X, y = X[:, :-1], X[:, -1]
     elif dep.labels is not None:

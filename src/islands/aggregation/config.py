@@ -1,0 +1,176 @@
+"""The protections' settings, declared once for their classes, job files and federation files.
+
+Each protection a job's ``protect = [...]`` names has one configuration here, and its
+class (:class:`~islands.aggregation.secagg.SecureAggregation`, ...) checks its
+parameters by building it, so the Python API, a job file's ``[secagg]``/``[dp]``/...
+section and a federation file's ``[hfl.secagg]``/... section share every default,
+constraint and message. :data:`SECTIONS` maps each name to its configuration: it is
+the list of protections and of the keys each section accepts.
+
+Settings that depend on a cryptographic engine's own rules are checked by that
+engine's parameter class when the protection is built (CKKS's modulus chain by
+:class:`~islands.crypto.ckks.CKKSParams`, Paillier's packing by
+:func:`~islands.crypto.paillier.packing_spec`), so the rules stay in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, model_validator
+
+from islands.config import ProtocolConfig, setting
+from islands.crypto.ckks import CKKSParams
+
+__all__ = [
+    "SECTIONS",
+    "AdditiveConfig",
+    "ChaosConfig",
+    "CkksConfig",
+    "ClientDPConfig",
+    "PaillierAggConfig",
+    "SampleDPConfig",
+    "SecAggConfig",
+]
+
+_FRAC_BITS = "an int in [8, 48]"
+_ACCOUNTANTS = Literal["rdp", "pld"]
+
+
+def _threshold(value: int | float) -> int | float:
+    if isinstance(value, int) and value < 2:
+        raise ValueError("too small")
+    if isinstance(value, float) and not 0.5 <= value < 1.0:
+        raise ValueError("out of range")
+    return value
+
+
+class SecAggConfig(ProtocolConfig):
+    """Secure aggregation (Bonawitz et al. 2017): ``protect = ["secagg"]``, ``[secagg]``."""
+
+    OWNER = "SecureAggregation"
+
+    threshold: Annotated[int | float, AfterValidator(_threshold)] = setting(
+        0.5, "an int >= 2 or a fraction in [0.5, 1) (t <= n/2 lets an active server unmask "
+        "a client)", "t, the survivors needed to unmask: a count, or a fraction φ of the "
+        "round's n clients (t = ⌊φn⌋ + 1).")
+    frac_bits: int = setting(32, _FRAC_BITS, "Fixed-point fractional bits in Z_2^64.",
+                             ge=8, le=48)
+
+
+class AdditiveConfig(ProtocolConfig):
+    """Additive secret sharing between the clients: ``["additive"]``, ``[additive]``."""
+
+    OWNER = "AdditiveSharing"
+
+    frac_bits: int = setting(32, _FRAC_BITS, "Fixed-point fractional bits in Z_2^64.",
+                             ge=8, le=48)
+    min_clients: int = setting(2, "an int >= 2 (a roster of one reveals the update)",
+                               "The smallest roster a client shares its update with.", ge=2)
+
+
+class CkksConfig(ProtocolConfig):
+    """CKKS aggregation under the clients' shared key (APFL): ``["ckks"]``, ``[ckks]``.
+
+    An unset value is :class:`~islands.crypto.ckks.CKKSParams`'s default, which also
+    checks the three together (SEAL's 128-bit security table, the scale's room).
+    """
+
+    OWNER = "CKKSAggregator"
+
+    poly_modulus_degree: int | None = setting(
+        None, "one of 4096, 8192, 16384, 32768", "Ring dimension N (default 8192).")
+    coeff_mod_bit_sizes: tuple[int, ...] | list[int] | None = setting(
+        None, "a list of at least two ints in [20, 60]",
+        "Bit sizes of the coefficient modulus primes (default [60, 40, 60]).")
+    scale_bits: int | None = setting(None, "an int in [20, 60]",
+                                     "log2 of the CKKS scale (default 40).")
+
+    def params(self) -> CKKSParams:
+        """Return the engine's parameters, unset values at their defaults."""
+        defaults = CKKSParams()
+        return CKKSParams(
+            poly_modulus_degree=(defaults.poly_modulus_degree
+                                 if self.poly_modulus_degree is None
+                                 else self.poly_modulus_degree),
+            coeff_mod_bit_sizes=(defaults.coeff_mod_bit_sizes
+                                 if self.coeff_mod_bit_sizes is None
+                                 else tuple(self.coeff_mod_bit_sizes)),
+            scale_bits=defaults.scale_bits if self.scale_bits is None else self.scale_bits)
+
+    @model_validator(mode="after")
+    def _engine(self) -> CkksConfig:
+        self.params()  # CKKSParams raises the ValidationError naming the parameter
+        return self
+
+
+class PaillierAggConfig(ProtocolConfig):
+    """Packed Paillier aggregation: ``["paillier"]``, ``[paillier]``.
+
+    The packing (slot width from ``frac_bits``, ``int_bits`` and ``max_clients``) is
+    checked by :func:`~islands.crypto.paillier.packing_spec` when the aggregator is built.
+    """
+
+    OWNER = "PaillierAggregator"
+
+    key_bits: int = setting(2048, "an int >= 2048", "Size of the Paillier modulus n.",
+                            ge=2048)
+    frac_bits: int = setting(32, "an int >= 1", "Fixed point: resolution 2^-frac_bits.",
+                             ge=1)
+    int_bits: int = setting(8, "an int >= 1",
+                            "Fixed point: the bound 2^int_bits on each weighted value.", ge=1)
+    max_clients: int = setting(1024, "an int >= 1",
+                               "Headroom of each slot for the sum over the clients.", ge=1)
+    packed: bool = setting(True, "a bool", "Many values per plaintext; false is the "
+                           "paper's one value per ciphertext (comparisons only).")
+
+
+class ChaosConfig(ProtocolConfig):
+    """APFL's chaos permutation: ``["chaos"]``; it has no settings (the key is dealt)."""
+
+    OWNER = "ChaosPermutation"
+
+
+class _DPCommon(ProtocolConfig):
+    clip: float = setting(1.0, "a float in (0, inf)", "The L2 bound S (or C per sample).",
+                          gt=0)
+    noise_multiplier: float = setting(1.0, "a float in (0, inf)",
+                                      "σ: the noise's standard deviation over the clip.", gt=0)
+    delta: float = setting(1e-5, "a float in (0, 1)", "δ of the reported (ε, δ).",
+                           gt=0, lt=1)
+    target_epsilon: float | None = setting(
+        None, "a float in (0, inf)", "Stop the run before a round that would spend more.",
+        gt=0)
+    accountant: _ACCOUNTANTS = setting("rdp", "'rdp' or 'pld'", "dp-accounting's accountant.")
+
+
+class ClientDPConfig(_DPCommon):
+    """Client-level DP (DP-FedAvg): ``["dp"]``, ``[dp]``."""
+
+    OWNER = "ClientDP"
+
+    noise: Literal["local", "distributed"] = setting(
+        "local", "one of ('local', 'distributed')",
+        "Each client adds all the noise, or its share of it for t survivors.")
+    guaranteed: int | None = setting(
+        None, "an int >= 1", "t for distributed noise: the survivors it is calibrated for "
+        "(default: secure aggregation's threshold).", ge=1)
+
+
+class SampleDPConfig(_DPCommon):
+    """Sample-level DP (DP-SGD in every client): ``["dp-sgd"]``, ``[dp-sgd]``."""
+
+    OWNER = "SampleDP"
+
+
+SECTIONS: dict[str, type[ProtocolConfig]] = {
+    "secagg": SecAggConfig,
+    "additive": AdditiveConfig,
+    "ckks": CkksConfig,
+    "paillier": PaillierAggConfig,
+    "chaos": ChaosConfig,
+    "dp": ClientDPConfig,
+    "dp-sgd": SampleDPConfig,
+}
+"""Each protection's name and configuration; a file's section of that name is read into it."""
+
