@@ -7,11 +7,13 @@ function it belongs to, what was expected and what was got.
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -28,6 +30,7 @@ __all__ = [
     "MAX_ABS_FLOAT",
     "MAX_ABS_FLOAT32",
     "RandomState",
+    "apply_overrides",
     "as_float_array",
     "check_array",
     "check_float",
@@ -38,10 +41,13 @@ __all__ = [
     "describe",
     "file_section",
     "is_int",
+    "read_job",
     "read_toml",
     "table_value",
     "unique_labels",
 ]
+
+_J = TypeVar("_J")
 
 RandomState = int | np.random.Generator | None
 """What ``random_state`` parameters accept: a seed, a generator, or ``None`` (fresh entropy)."""
@@ -85,6 +91,75 @@ def read_toml(path: Any) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise JobError(f"job file {source} is not valid TOML: {exc}") from exc
     return raw
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str], where: str
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Apply ``KEY=VALUE`` overrides (``islands run --set``) to a parsed file.
+
+    ``KEY`` is a dotted path into the file's tables (``strategy.tau``, ``epochs``);
+    ``VALUE`` is read as a TOML value (``4``, ``0.5``, ``true``, ``"text"``, ``[1, 2]``),
+    and a bare word that is not one (``digits``) is taken as text. The result is checked
+    afterwards exactly as the file is.
+
+    Returns
+    -------
+    tuple
+        The file with the overrides applied (a copy) and the overrides as path → value,
+        in the order given (a later one for the same path wins).
+
+    Raises
+    ------
+    JobError
+        Naming the override: no ``=``, an empty key part, a path through a value that is
+        not a table.
+    """
+    out = copy.deepcopy(dict(raw))
+    applied: dict[str, Any] = {}
+    for text in overrides:
+        key, sep, value_text = str(text).partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(p.strip() for p in parts):
+            raise JobError(f"{where}: --set {text!r} must be KEY=VALUE, KEY a dotted path "
+                           "such as strategy.tau")
+        parts = [p.strip() for p in parts]
+        try:
+            value = tomllib.loads(f"v = {value_text.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = value_text.strip()
+            if not value:
+                raise JobError(f"{where}: --set {text!r} gives no value") from None
+        table = out
+        for depth, part in enumerate(parts[:-1]):
+            node = table.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise JobError(f"{where}: --set {text!r}: '{'.'.join(parts[:depth + 1])}' is "
+                               f"not a section (it holds {node!r})")
+            table = node
+        table[parts[-1]] = value
+        applied[".".join(parts)] = value
+    return out, applied
+
+
+def read_job(path: Any, overrides: Sequence[str], parse: Callable[[dict[str, Any], str], _J]
+             ) -> tuple[_J, dict[str, Any]]:
+    """Read a job file, apply ``overrides`` (:func:`apply_overrides`), check it with ``parse``.
+
+    ``parse(raw, source)`` checks the table; an error it raises after overrides were
+    applied says which ones.
+
+    Returns
+    -------
+    tuple
+        What ``parse`` returned and the overrides applied (path → value).
+    """
+    raw, applied = apply_overrides(read_toml(path), overrides, f"job file {path}")
+    try:
+        return parse(raw, str(path)), applied
+    except JobError as exc:
+        if not applied:
+            raise
+        raise JobError(f"{exc} (with --set {' '.join(overrides)})") from exc
 
 
 def file_section(raw: Any, name: str, allowed: set[str], where: str, *,

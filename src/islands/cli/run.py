@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import signal
 import threading
@@ -37,9 +38,14 @@ def run_command(
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Also write the results JSON here.")
     ] = None,
+    overrides: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="KEY=VALUE",
+        help="Override one setting of the file, e.g. --set strategy.tau=4 --set epochs=5 "
+             "(a TOML value; checked as the file is, and recorded in results.json).")] = None,
 ) -> None:
     """Run a federated training job: progress per round, a summary, JSON and curves."""
-    JOB_KINDS[_job_kind(job_file)](job_file, resume=resume, output=output, json_path=json_path)
+    JOB_KINDS[_job_kind(job_file)](job_file, resume=resume, output=output, json_path=json_path,
+                                   overrides=list(overrides or []))
 
 
 def _job_kind(job_file: Path) -> str:
@@ -56,12 +62,12 @@ def _job_kind(job_file: Path) -> str:
 
 
 def _run_horizontal(job_file: Path, *, resume: bool, output: Path | None,
-                    json_path: Path | None) -> None:
+                    json_path: Path | None, overrides: list[str]) -> None:
     """Run a horizontal job: rounds with a progress bar, the centralised baseline, Ctrl-C."""
     from islands.hfl.job import load_job, run_job, write_outputs
 
     with stop_on_error(2):
-        job = load_job(job_file)
+        job = load_job(job_file, overrides)
     out = output if output is not None else Path(job.output)
     protect = f" protected by {' + '.join(job.protect)}" if job.protect else ""
     on_ray = ""
@@ -69,7 +75,8 @@ def _run_horizontal(job_file: Path, *, resume: bool, output: Path | None,
         where = escape(job.ray_address) if job.ray_address else "a local instance"
         on_ray = f", training on Ray ({where})"
     console.print(f"job [bold]{escape(job.name)}[/]: {job.strategy['name']}{protect} on "
-                  f"{job.data['name']}, {job.epochs} epoch(s){on_ray}, output {escape(str(out))}")
+                  f"{job.data['name']}, {job.epochs} epoch(s){on_ray}, output {escape(str(out))}"
+                  + _set_text(job.overrides))
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
@@ -119,14 +126,15 @@ def _run_horizontal(job_file: Path, *, resume: bool, output: Path | None,
         finally:
             signal.signal(signal.SIGINT, previous)
     if result is None:  # Ctrl-C: said after the progress bars are drawn for the last time
-        _interrupted_job(job, job_file, output, out)
+        _interrupted_job(job, job_file, output, out, overrides)
         raise typer.Exit(130)
     written = write_outputs(result, out, json_path=json_path)
     _summarise_job(result)
     console.print("wrote " + ", ".join(escape(str(p)) for p in written))
 
 
-def _interrupted_job(job: Any, job_file: Path, output: Path | None, out: Path) -> None:
+def _interrupted_job(job: Any, job_file: Path, output: Path | None, out: Path,
+                     overrides: list[str]) -> None:
     """Say, after Ctrl-C, whether and how the run can be resumed."""
     from islands.hfl.job import can_resume
     from islands.hfl.protocol import SERVER_FILE
@@ -141,12 +149,14 @@ def _interrupted_job(job: Any, job_file: Path, output: Path | None, out: Path) -
         command = ["islands", "run", str(job_file), "--resume"]
         if output is not None:
             command += ["--output", str(output)]
+        for text in overrides:  # the same settings, or the checkpoints do not fit
+            command += ["--set", text]
         console.print(f"checkpoints in {escape(str(out / 'checkpoints'))}; to continue, "
                       f"run:\n  {escape(shlex.join(command))}", soft_wrap=True)
 
 
 def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
-                  json_path: Path | None) -> None:
+                  json_path: Path | None, overrides: list[str]) -> None:
     """Run a vertical job (kind = "vertical"): alignment, encrypted training, test metrics."""
     from islands.vfl.job import load_vertical_job, run_vertical, write_vertical_outputs
 
@@ -155,19 +165,26 @@ def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
                     f"job {job_file} keeps none: run it without --resume")
         raise typer.Exit(2)
     with stop_on_error(2):
-        job = load_vertical_job(job_file)
+        job = load_vertical_job(job_file, overrides)
     out = output if output is not None else Path(job.output)
     m = job.model
     console.print(f"job [bold]{escape(job.name)}[/]: vertical {m['kind']} regression on "
                   f"{job.data['name']}, {job.parties['passive']} passive part"
                   f"{'y' if job.parties['passive'] == 1 else 'ies'} + B + coordinator, "
                   f"{m['key_bits']}-bit Paillier{' (DJN)' if m['djn'] else ''}, up to "
-                  f"{m['epochs']} epochs, output {escape(str(out))}")
+                  f"{m['epochs']} epochs, output {escape(str(out))}" + _set_text(job.overrides))
     with console.status("starting") as status, stop_on_error(1):
         result = run_vertical(job, progress=lambda msg: status.update(escape(msg)))
     written = write_vertical_outputs(result, out, json_path=json_path)
     _summarise_vertical(result)
     console.print("wrote " + ", ".join(escape(str(p)) for p in written))
+
+
+def _set_text(applied: dict[str, Any]) -> str:
+    """Return the overrides a job was run with, for its first line (empty without any)."""
+    if not applied:
+        return ""
+    return "; with " + escape(", ".join(f"{k} = {json.dumps(v)}" for k, v in applied.items()))
 
 
 def _summarise_vertical(result: VerticalJobResult) -> None:

@@ -89,8 +89,8 @@ import copy
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +131,7 @@ from islands.hfl.metrics import classification_report, dev_avg, regression_repor
 from islands.hfl.protocol import SERVER_FILE, RoundRecord
 from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
 from islands.reporting import new_figure, save_figure, write_results
-from islands.validation import file_section, read_toml, table_value
+from islands.validation import file_section, read_job, table_value
 
 __all__ = ["BaselineResult", "HflJobResult", "Job", "PrivacySpent", "RidgeComparison",
            "RoundSeconds", "Traffic", "can_resume", "load_job", "parse_job", "run_job",
@@ -180,6 +180,7 @@ class Job:
     backend: str = "local"
     ray_address: str | None = None
     contribution: dict[str, Any] | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
     def protect(self) -> list[str]:
@@ -192,14 +193,18 @@ class Job:
         for f in fields(self):
             if f.name == "protection":
                 out["protect"] = self.protect
-            elif f.name != "contribution" or self.contribution is not None:
+            elif ((f.name != "contribution" or self.contribution is not None)
+                  and (f.name != "overrides" or self.overrides)):
                 out[f.name] = copy.deepcopy(getattr(self, f.name))
         out.update(self.protection.options())
         return out
 
 
-def load_job(path: str | Path) -> Job:
-    """Read and check a job file.
+def load_job(path: str | Path, overrides: Sequence[str] = ()) -> Job:
+    """Read and check a job file, with ``KEY=VALUE`` overrides applied first.
+
+    The overrides (``islands run --set``, :func:`~islands.validation.apply_overrides`) are
+    checked with the file, exactly as if it held them, and kept in :attr:`Job.overrides`.
 
     Raises
     ------
@@ -208,7 +213,8 @@ def load_job(path: str | Path) -> Job:
     JobError
         If it is not valid TOML or a key is unknown, missing or of the wrong kind.
     """
-    return parse_job(read_toml(path), source=str(path))
+    job, applied = read_job(path, overrides, lambda raw, source: parse_job(raw, source=source))
+    return replace(job, overrides=applied)
 
 
 def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:

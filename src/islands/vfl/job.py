@@ -50,8 +50,8 @@ epoch and each party's split between homomorphic work, plain compute and messagi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ from numpy.typing import NDArray
 from islands.data import load_sklearn
 from islands.errors import JobError
 from islands.reporting import new_figure, save_figure, write_results
-from islands.validation import file_section, read_toml, table_value
+from islands.validation import file_section, read_job, read_toml, table_value
 from islands.vfl import maths
 from islands.vfl.config import VflConfig, draw_seed
 from islands.vfl.estimator import VerticalLinearRegression, VerticalLogisticRegression
@@ -90,6 +90,14 @@ class VerticalJob:
     parties: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
     source: str = "<job>"
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the job as plain values (``overrides`` only when some were given)."""
+        out = asdict(self)
+        if not self.overrides:
+            del out["overrides"]
+        return out
 
     def config(self) -> VflConfig:
         """Return the model's settings, as the estimator builds them.
@@ -104,9 +112,15 @@ class VerticalJob:
                                    extra={**limits, "seed": draw_seed(self.seed, where)})
 
 
-def load_vertical_job(path: str | Path) -> VerticalJob:
-    """Read and check a vertical job file."""
-    return parse_vertical_job(read_toml(path), source=str(path))
+def load_vertical_job(path: str | Path, overrides: Sequence[str] = ()) -> VerticalJob:
+    """Read and check a vertical job file, ``KEY=VALUE`` overrides applied first.
+
+    The overrides (``islands run --set``, :func:`~islands.validation.apply_overrides`) are
+    checked with the file and kept in :attr:`VerticalJob.overrides`.
+    """
+    job, applied = read_job(path, overrides,
+                            lambda raw, source: parse_vertical_job(raw, source=source))
+    return replace(job, overrides=applied)
 
 
 def is_vertical(path: str | Path) -> bool:
@@ -250,7 +264,7 @@ class VerticalJobResult:
     def to_json(self) -> dict[str, Any]:
         """Return ``results.json``: the keys and order it has always had."""
         return {
-            "job": asdict(self.job),
+            "job": self.job.to_dict(),
             "settings": self.settings.model_dump(),
             "rows": {"train_aligned": self.train_rows, "test": self.test_rows},
             "features": {"passive": self.passive_features, "active": self.active_features},
