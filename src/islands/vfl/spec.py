@@ -273,7 +273,8 @@ def _label(value: Any) -> str:
 
 SPEC = ProtocolSpec(
     name="vfl",
-    title="Vertical linear/logistic regression: PSI, Paillier training with a coordinator, "
+    title="Vertical linear/logistic regression: PSI, encrypted training (OU or Paillier) "
+          "with a coordinator, "
           "inference",
     settings=_settings,
     assign=lambda fed, parties: {p: ("coordinator" if p == fed.coordinator else
@@ -281,7 +282,7 @@ SPEC = ProtocolSpec(
                                  for p in parties},
     roles={
         "coordinator": RoleSpec("coordinator", _bind_coordinator,
-                                "Holds the Paillier key; no data file."),
+                                "Holds the private key; no data file."),
         "active": RoleSpec("active", _bind_active,
                            "Holds features and the labels (data, labels; ids and predict "
                            "with psi)."),
