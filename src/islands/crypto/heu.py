@@ -76,7 +76,7 @@ from islands.validation import describe
 try:
     from heu import numpy as hnp
     from heu import phe
-except ImportError as exc:  # no wheel for this platform or Python, or the extra is absent
+except (ImportError, OSError) as exc:  # no wheel for this platform, or the extra is absent
     hnp = phe = None
     _MISSING: str | None = str(exc)
 else:
@@ -301,7 +301,7 @@ class OuCipher:
 
         Bucket method on HEU's ``feature_wise_bucket_sum``: the weights are offset to
         U = W + 2^(E−1) ≥ 0 (E bits of the largest |w|, per group of columns of equal
-        window count) and cut into windows of w bits; a window's buckets, summed in
+        window count) and cut into windows of w ≤ 7 bits; a window's buckets, summed in
         reversed digit order with prefix sums, give Σ_i d_ij·m_i; windows combine by
         Horner's rule; Σ_i m_i·2^(E−1) is subtracted at the end.
         """
@@ -314,14 +314,14 @@ class OuCipher:
         b, p = w.shape
         largest = np.abs(w).max(axis=0) if b else np.zeros(p, dtype=np.int64)
         bits = [int(v).bit_length() + 1 for v in largest]
-        groups: dict[tuple[int, int], list[int]] = {}
+        groups: dict[int, list[int]] = {}  # columns by their number of windows: one call each
         for j, e in enumerate(bits):
-            window = _best_window(b, e)
-            groups.setdefault((-(-e // window), window), []).append(j)
+            groups.setdefault(-(-e // _best_window(b, e)), []).append(j)
         results: list[Any] = [None] * p
         total = self._ev.sum(cts)
-        for (count, window), cols in groups.items():
+        for count, cols in groups.items():
             e = max(bits[j] for j in cols)
+            window = -(-e // count)  # the narrowest window that covers e bits in count steps
             for j, ct in zip(cols, self._bucket(cts, total, w[:, cols], e, window, count),
                              strict=True):
                 results[j] = ct
@@ -512,8 +512,9 @@ class OuKeyOwner:
         else:
             values = [int(v) for v in plain.to_numpy().ravel()]
         if values is None or (positive and any(v <= 0 for v in values)):
+            span = f"0 < v < 2^{range_bits}" if positive else f"|v| < 2^{range_bits}"
             raise ProtocolError(
                 f"{sender} sent {what} that decrypt outside the range the protocol allows "
-                f"({'(0' if positive else '(-2^' + str(range_bits)}, 2^{range_bits})); refused "
-                "(a value beyond it could reveal the key)", party=party, step=step)
+                f"({span}); refused (a value beyond it could reveal the key)", party=party,
+                step=step)
         return values

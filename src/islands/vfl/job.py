@@ -64,7 +64,7 @@ from islands.errors import JobError
 from islands.reporting import new_figure, save_figure, write_results
 from islands.validation import file_section, read_toml, table_value
 from islands.vfl import maths
-from islands.vfl.config import VflConfig, draw_seed
+from islands.vfl.config import RENAMED, VflConfig, draw_seed
 from islands.vfl.estimator import VerticalLinearRegression, VerticalLogisticRegression
 from islands.vfl.protocol import Clock
 
@@ -154,7 +154,7 @@ def parse_vertical_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Vert
         if key in p and not parties["psi"]:
             raise JobError(f"{pw}: {key!r} applies only with psi = true (it limits the ID "
                            "set each party accepts in private set intersection)")
-    m = file_section(raw, "model", _MODEL, where, required=False)
+    m = file_section(raw, "model", _MODEL, where, required=False, renamed=RENAMED)
     config = VflConfig.from_file(m, f"{where} [model]", objective_key="kind",
                                  extra={k: parties[k] for k in _LIMITS})
     model = {"kind": config.objective,
