@@ -248,6 +248,20 @@ def test_a_plan_the_key_cannot_hold_is_refused() -> None:
         c.encrypt([1 << 400])
 
 
+def test_the_coordinator_refuses_a_plan_its_key_cannot_hold_before_the_setup() -> None:
+    """|G| < 2^k grows with the batch size: a 2^110-row batch needs k + 129 > 341 bits."""
+    blocks, y = data(60, (2, 2))
+    plan = make_plan("linear", epochs=1, batch_size=2**110, he="ou")
+    roles = {"C": partial(coordinator, plan=plan, keys=owner()),
+             "B": partial(active, X=blocks[1], y=y, plan=plan),
+             "A": partial(passive, X=blocks[0], plan=plan)}
+    with pytest.raises(ValidationError, match=r"coordinator 'C': the masked gradients need "
+                                              r"3\d\d bits but the OU key's plaintexts hold "
+                                              r"34\d \(use a larger key_bits") as info:
+        run_local(roles, timeout=60)
+    assert info.value.party == "C"  # type: ignore[attr-defined]
+
+
 def test_unmask_checks_what_c_returned() -> None:
     c = cipher()
     masks = c.masks(2, 60)
