@@ -97,7 +97,7 @@ def test_the_estimator_refuses_the_old_name_in_set_params_too() -> None:
                                               r"renamed to 'he'"):
         VerticalLinearRegression().set_params(encryption="none")
     with pytest.raises(TypeError, match="unexpected keyword argument 'encrypt'"):
-        VerticalLinearRegression(encrypt="none")  # type: ignore[call-arg]
+        VerticalLinearRegression(encrypt="none")
 
 
 def test_the_cleartext_baseline_trains_the_same_model() -> None:

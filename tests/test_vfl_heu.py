@@ -71,9 +71,9 @@ def test_an_ou_run_trains_the_clear_runs_model(cls: Any, widths: tuple[int, ...]
 def test_the_masked_gradients_c_decrypts_are_in_the_statistical_range() -> None:
     blocks, y = data(60, (2, 2))
     plan = make_plan("linear", epochs=1, batch_size=30, he="ou")
-    roles = {"C": partial(coordinator, plan=plan, keys=owner()),
-             "B": partial(active, X=blocks[1], y=y, plan=plan),
-             "A": partial(passive, X=blocks[0], plan=plan)}
+    roles: dict[str, Any] = {"C": partial(coordinator, plan=plan, keys=owner()),
+                             "B": partial(active, X=blocks[1], y=y, plan=plan),
+                             "A": partial(passive, X=blocks[0], plan=plan)}
     run = run_local(roles, timeout=120, keep_payloads=True, blas_threads=None)
     k = maths.value_bounds(plan.precision, plan.batch_size, 1).gradient_bits
     masked = [v for r in run.transcript.with_tag("masked") for v in r.payload]
@@ -208,9 +208,9 @@ def test_c_refuses_a_value_out_of_range_naming_the_sender(value: int) -> None:
     """OU's overflow attack needs C to decrypt a value beyond the masks' range: refused."""
     blocks, y = data(60, (2, 2))
     plan = make_plan("linear", epochs=1, batch_size=30, he="ou")
-    roles = {"C": partial(coordinator, plan=plan, keys=owner()),
-             "B": partial(active, X=blocks[1], y=y, plan=plan),
-             "A": partial(_deviating_passive, plan=plan, value=value)}
+    roles: dict[str, Any] = {"C": partial(coordinator, plan=plan, keys=owner()),
+                             "B": partial(active, X=blocks[1], y=y, plan=plan),
+                             "A": partial(_deviating_passive, plan=plan, value=value)}
     with pytest.raises(ProtocolError, match=r"party 'A' sent masked gradients that decrypt "
                                             r"outside the range the protocol allows") as info:
         run_local(roles, timeout=60)
@@ -228,10 +228,10 @@ def test_a_party_refuses_a_malformed_key_in_the_setup() -> None:
     blocks, y = data(60, (2, 2))
     plan = make_plan("linear", epochs=1, batch_size=30, he="ou")
     fields, _ = ou_key_fields()
-    roles = {"C": partial(_lying_coordinator, plan=plan,
-                          public_key=key_with(fields, (4).to_bytes(8, "little"))),
-             "B": partial(active, X=blocks[1], y=y, plan=plan),
-             "A": partial(passive, X=blocks[0], plan=plan)}
+    roles: dict[str, Any] = {"C": partial(_lying_coordinator, plan=plan,
+                                          public_key=key_with(fields, (4).to_bytes(8, "little"))),
+                             "B": partial(active, X=blocks[1], y=y, plan=plan),
+                             "A": partial(passive, X=blocks[0], plan=plan)}
     with pytest.raises(ProtocolError, match=r"party '[AB]' \(setup from 'C'\): the public key "
                                             r"is not an OU key"):
         run_local(roles, timeout=60)
@@ -252,9 +252,9 @@ def test_the_coordinator_refuses_a_plan_its_key_cannot_hold_before_the_setup() -
     """|G| < 2^k grows with the batch size: a 2^110-row batch needs k + 129 > 341 bits."""
     blocks, y = data(60, (2, 2))
     plan = make_plan("linear", epochs=1, batch_size=2**110, he="ou")
-    roles = {"C": partial(coordinator, plan=plan, keys=owner()),
-             "B": partial(active, X=blocks[1], y=y, plan=plan),
-             "A": partial(passive, X=blocks[0], plan=plan)}
+    roles: dict[str, Any] = {"C": partial(coordinator, plan=plan, keys=owner()),
+                             "B": partial(active, X=blocks[1], y=y, plan=plan),
+                             "A": partial(passive, X=blocks[0], plan=plan)}
     with pytest.raises(ValidationError, match=r"coordinator 'C': the masked gradients need "
                                               r"3\d\d bits but the OU key's plaintexts hold "
                                               r"34\d \(use a larger key_bits") as info:
