@@ -8,28 +8,29 @@ of :class:`~islands.crypto.paillier_ops.VectorCipher` (``encrypt``, ``add``,
 ``weighted``, ``to_bytes``, ``from_bytes``, ``masks``, ``unmask``) and
 :class:`OuKeyOwner` is the key owner's side (key generation, range-checked decryption).
 
-Why this module is hand-written around HEU rather than HEU used as is
-(``research/heu-2026-11-25/DESIGN.md`` §3–§5, every call verified against Python
-integers on ``sf-heu`` 0.5.2b0, sources cited from ``secretflow/heu`` v0.5.2b0):
+Why this module is hand-written around HEU rather than HEU used as is (every call
+checked against Python integers on ``sf-heu`` 0.5.2b0; sources cited from
+``secretflow/heu`` v0.5.2b0):
 
 - **Weighted sums.** Σ_i m_i·w_ij through ``Evaluator.matmul`` costs one scalar
   exponentiation per entry. :meth:`OuCipher.weighted` is a bucket (Pippenger) method
   built on HEU's ``feature_wise_bucket_sum``: per window of w ≤ 7 bits of the offset
-  weights, one addition per row and column plus 2·2^w, about 18× faster (DESIGN §3.4).
+  weights, one addition per row and column plus 2·2^w: at 1024 rows × 20 columns,
+  about 18 times faster than ``matmul``.
 - **Receipt checks.** HEU parses keys and ciphertexts without checking them (no
   0 < c < n test; malformed bytes raise deep in C++). Every byte string from another
-  party is parsed here first with ``msgpack`` under size limits and checked (DESIGN §4,
-  §6.2): the public key's schema id, n odd and long enough, G and H units in (1, n); a
-  ciphertext array's shape, count, schema ids and 0 < c < n with gcd(c, n) = 1.
+  party is parsed here first with ``msgpack`` under size limits and checked: the public
+  key's schema id, n odd and long enough, G and H units in (1, n); a ciphertext array's
+  shape, count, schema ids and 0 < c < n with gcd(c, n) = 1.
 - **Randomness.** HEU's OU encrypts c = G^m·H^r mod n with r of only 110 bits at 2048
   bits (``ou/public_key.h`` lines 28–32, ``ou/encryptor.cc`` line 47). Every fresh
   ciphertext is multiplied here by H^r' with r' of 224 bits from :mod:`secrets`
   (:meth:`OuCipher.lengthen`; HEU stores c in Montgomery form c·R, and
-  (c·R)·H^r' = (c·H^r')·R, so a plain product keeps the form, DESIGN §5.2 option (b)).
+  (c·R)·H^r' = (c·H^r')·R, so a plain product keeps the form).
 - **Masks.** OU's plaintext modulus p is secret, so a pad uniform modulo the plaintext
   space cannot be drawn: masks are statistical, R = 2^k + U with U uniform in
   [0, 2^(k+128)) for |G| < 2^k, and the key owner decrypts in range k + 129 bits
-  (DESIGN §6.1).
+  (HEU's documented defence against OU's plaintext-overflow attack, caveat 2 below).
 
 Security. OU (Okamoto and Uchiyama, EUROCRYPT 1998, LNCS 1403, 308–318) is one-way if
 factoring n = p²q is hard and semantically secure under the p-subgroup assumption; HEU
