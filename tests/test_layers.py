@@ -70,6 +70,7 @@ HEAVY = {
     "islands.hfl.audit": ("torch",),  # ModelSpec checks its argument at run time
     "islands.crypto.paillier": ("phe", "gmpy2"),
     "islands.crypto.paillier_ops": ("phe", "gmpy2"),
+    "islands.crypto.heu": ("heu", "gmpy2"),  # heu only where sf-heu is installed
     "islands.vfl": ("phe", "gmpy2"),  # its __init__ loads the Paillier layer
 }
 

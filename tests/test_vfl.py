@@ -225,7 +225,7 @@ def test_b_re_randomises_the_residual_and_only_c_sees_the_loss() -> None:
 def test_the_cleartext_baseline_runs_the_same_arithmetic() -> None:
     blocks, y = data(50, (2, 3))
     plan = make_plan("logistic", learning_rate=0.2, epochs=2, batch_size=20, seed=2,
-                encryption="none")
+                he="none")
     y = np.where(y > 0, 1.0, -1.0)
     run, _ = run_roles(blocks, y, plan, None)
     fixed, losses = maths.fixed_point_gd(blocks, y, objective=plan.loss, lam=0.0,

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from islands.crypto import heu
 from islands.errors import JobError, ValidationError
 from islands.vfl import VerticalLinearRegression, VerticalLogisticRegression
 from islands.vfl.config import VflConfig, draw_seed
@@ -76,17 +77,34 @@ def test_the_objective_comes_from_the_class_and_files_default_to_logistic() -> N
 
 
 @pytest.mark.parametrize("build", [estimator_config, job_config, fed_config])
-def test_encryption_is_a_setting_everywhere(build: Any) -> None:
+def test_he_is_a_setting_everywhere(build: Any) -> None:
     """Only Plan had it before; the estimator and the files could not choose it."""
-    assert build().encryption == "paillier"
-    assert build(encryption="none").plan().encryption == "none"
+    assert build().he == "paillier"
+    assert build(he="none").plan().he == "none"
+    if heu.available() or build is not estimator_config:  # the estimator checks sf-heu
+        assert build(he="ou").plan().he == "ou"
+
+
+@pytest.mark.parametrize("build", [estimator_config, job_config, fed_config])
+def test_the_old_name_encryption_says_it_was_renamed(build: Any) -> None:
+    with pytest.raises((ValidationError, JobError),
+                       match=r"'encryption' was renamed to 'he' \('ou', 'paillier' or 'none'"):
+        build(encryption="none")
+
+
+def test_the_estimator_refuses_the_old_name_in_set_params_too() -> None:
+    with pytest.raises(ValidationError, match=r"^VerticalLinearRegression: 'encryption' was "
+                                              r"renamed to 'he'"):
+        VerticalLinearRegression().set_params(encryption="none")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'encrypt'"):
+        VerticalLinearRegression(encrypt="none")
 
 
 def test_the_cleartext_baseline_trains_the_same_model() -> None:
     rng = np.random.default_rng(3)
     X = rng.normal(size=(80, 4))
     y = X @ [1.0, -1.0, 0.5, 2.0] + 0.3
-    fits = [VerticalLinearRegression(encryption=e, key_bits=1024, epochs=2, batch_size=20,
+    fits = [VerticalLinearRegression(he=e, key_bits=1024, epochs=2, batch_size=20,
                                      random_state=1).fit(X[:, :2], X[:, 2:], y)
             for e in ("none", "paillier")]
     np.testing.assert_array_equal(fits[0].coef_b_, fits[1].coef_b_)  # same integer arithmetic
@@ -154,7 +172,7 @@ def test_the_federation_section_takes_every_setting_and_names_bad_keys() -> None
         {"model": "linear", "learning_rate": 0.1, "lam": 0.5, "epochs": 3, "batch_size": 64,
          "seed": 9, "tol": "none", "key_bits": 3072, "djn": False, "feature_bits": 12,
          "score_bits": 30, "max_peer_size": 500, "max_peer_ratio": 2.0,
-         "encryption": "paillier"}, FED)
+         "he": "paillier"}, FED)
     assert (config.key_bits, config.djn, config.max_peer_size) == (3072, False, 500)
     assert config.plan() == VflConfig.build(
         None, objective="linear", learning_rate=0.1, lam=0.5, epochs=3, batch_size=64, seed=9,
@@ -177,10 +195,10 @@ def test_the_estimator_messages_are_the_standard_ones() -> None:
                                               r"VerticalLinearRegression must be an int in "
                                               r"\[1, inf\)\. Got 0 instead\.$"):
         model.fit(np.ones((4, 1)), np.ones((4, 1)), np.ones(4))
-    with pytest.raises(ValidationError, match=r"The 'encryption' parameter of "
-                                              r"VerticalLogisticRegression must be 'paillier' "
-                                              r"or 'none'\. Got 'rsa' instead\."):
-        estimator_config("logistic", encryption="rsa")
+    with pytest.raises(ValidationError, match=r"The 'he' parameter of "
+                                              r"VerticalLogisticRegression must be 'ou', "
+                                              r"'paillier' or 'none'\. Got 'rsa' instead\."):
+        estimator_config("logistic", he="rsa")
     with pytest.raises(ValidationError, match="VerticalLinearRegression has no parameter "
                                               "'objective'"):
         VerticalLinearRegression().set_params(objective="logistic")
@@ -200,7 +218,7 @@ def test_estimator_parameters_are_the_config_fields_and_the_runtime_ones() -> No
 def test_a_generator_random_state_is_drawn_from_once_per_fit() -> None:
     rng, twin = np.random.default_rng(4), np.random.default_rng(4)
     X = np.random.default_rng(0).normal(size=(40, 2))
-    model = VerticalLinearRegression(encryption="none", epochs=1, batch_size=20,
+    model = VerticalLinearRegression(he="none", epochs=1, batch_size=20,
                                      random_state=rng).fit(X[:, :1], X[:, 1:], X[:, 0])
     assert model.plan_.seed == draw_seed(twin, "x") and model.config_.plan() == model.plan_
     assert rng.integers(1 << 30) == twin.integers(1 << 30)  # both streams advanced once
@@ -211,10 +229,10 @@ def test_the_estimator_and_the_job_file_train_with_one_plan() -> None:
     X = rng.normal(size=(60, 3))
     y = (X @ [1.0, -1.0, 2.0] > 0).astype(int)
     settings = {"learning_rate": 0.2, "epochs": 2, "batch_size": 30, "key_bits": 1024}
-    model = VerticalLogisticRegression(random_state=11, encryption="none", **settings)
+    model = VerticalLogisticRegression(random_state=11, he="none", **settings)
     model.fit(X[:, :1], X[:, 1:], y)
     job = parse_vertical_job({"name": "x", "kind": "vertical", "seed": 11,
-                              "model": {"kind": "logistic", "encryption": "none", **settings}})
+                              "model": {"kind": "logistic", "he": "none", **settings}})
     assert job.config() == model.config_ and job.config().plan() == model.plan_
 
 

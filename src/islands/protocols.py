@@ -193,8 +193,15 @@ def party_key(options: Mapping[str, Any], key: str, parties: Sequence[str], wher
     return value
 
 
-def check_section(options: Mapping[str, Any], where: str, allowed: set[str]) -> None:
-    """Refuse a ``timeout`` key (a federation-wide setting) and keys not in ``allowed``."""
+def check_section(options: Mapping[str, Any], where: str, allowed: set[str], *,
+                  renamed: Mapping[str, str] | None = None) -> None:
+    """Refuse a ``timeout`` key (a federation-wide setting) and keys not in ``allowed``.
+
+    A key of ``renamed`` (a key files used to accept) gets its message saying what changed.
+    """
+    for key, why in (renamed or {}).items():
+        if key in options:
+            raise JobError(f"{where}: {key!r} {why}")
     if "timeout" in options and "timeout" not in allowed:
         raise JobError(f"{where}: 'timeout' is the federation file's top-level setting "
                        "(seconds a party waits for one message); move it out of this section")

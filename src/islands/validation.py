@@ -163,8 +163,11 @@ def read_job(path: Any, overrides: Sequence[str], parse: Callable[[dict[str, Any
 
 
 def file_section(raw: Any, name: str, allowed: set[str], where: str, *,
-                 required: bool = True) -> dict[str, Any]:
+                 required: bool = True,
+                 renamed: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Return the section ``[name]`` of a parsed file, refusing keys not in ``allowed``.
+
+    A key of ``renamed`` (a key files used to accept) gets its message saying what changed.
 
     Raises
     ------
@@ -177,6 +180,9 @@ def file_section(raw: Any, name: str, allowed: set[str], where: str, *,
     table = raw.get(name, {})
     if not isinstance(table, dict):
         raise JobError(f"{where}: [{name}] must be a table")
+    for key, why in (renamed or {}).items():
+        if key in table:
+            raise JobError(f"{where} [{name}]: {key!r} {why}")
     unknown = sorted(set(table) - allowed)
     if unknown:
         raise JobError(f"{where} [{name}]: unknown key(s) {unknown}; allowed: {sorted(allowed)}")

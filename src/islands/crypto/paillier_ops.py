@@ -29,6 +29,7 @@ base when the key owner published one (``djn_base``).
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,7 +42,8 @@ from islands.crypto import paillier
 from islands.crypto.processes import check_workers, chunks, run_in_workers
 from islands.errors import ValidationError
 
-__all__ = ["VectorCipher", "decrypt_many", "decrypt_signed", "weighted_products"]
+__all__ = ["VectorCipher", "decrypt_many", "decrypt_signed", "modular_masks", "modular_unmask",
+           "weighted_products"]
 
 _PARALLEL_ENCRYPT = 64  # encryptions below which a pool costs more than it saves
 _PARALLEL_ENTRIES = 4096  # multi-exponentiation entries (rows × columns), likewise
@@ -179,6 +181,31 @@ def decrypt_signed(private_key: phe_paillier.PaillierPrivateKey,
     return [m - n if m > half else m for m in paillier.decrypt(private_key, cts)]
 
 
+def modular_masks(n: int, count: int) -> list[int]:
+    """One-time pads uniform modulo n from :mod:`secrets`, as signed representatives."""
+    half = n // 2
+    return [secrets.randbelow(n) - half for _ in range(count)]
+
+
+def modular_unmask(n: int, masked: Any, masks: list[int]) -> list[int]:
+    """G = masked − R mod n read as signed in (−n/2, n/2], after checking 0 ≤ masked < n.
+
+    Raises
+    ------
+    ValidationError
+        If ``masked`` is not a list of len(masks) ints in [0, n).
+    """
+    if (not isinstance(masked, list) or len(masked) != len(masks)
+            or not all(isinstance(v, int) and 0 <= v < n for v in masked)):
+        raise ValidationError(f"expected {len(masks)} ints in [0, n)")
+    half = n // 2
+    out = []
+    for v, r in zip(masked, masks, strict=True):
+        g = (v - r) % n
+        out.append(g - n if g > half else g)
+    return out
+
+
 class VectorCipher:
     """One party's public-key Paillier work: encrypt signed ints, serialise, combine.
 
@@ -234,6 +261,14 @@ class VectorCipher:
     def weighted(self, cts: Sequence[Any], weights: NDArray[np.int64]) -> list[Any]:
         """:func:`weighted_products` with this party's workers."""
         return weighted_products(self.public_key, cts, weights, workers=self.workers)
+
+    def masks(self, count: int, value_bits: int) -> list[int]:
+        """:func:`modular_masks`: perfect one-time pads (``value_bits`` is not needed)."""
+        return modular_masks(self.n, count)
+
+    def unmask(self, masked: Any, masks: list[int], value_bits: int) -> list[int]:
+        """:func:`modular_unmask` of the key owner's decryptions."""
+        return modular_unmask(self.n, masked, masks)
 
     def to_bytes(self, cts: Sequence[Any]) -> bytes:
         """Key fingerprint followed by the ciphertexts (2·⌈bits/8⌉ bytes each)."""

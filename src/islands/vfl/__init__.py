@@ -5,7 +5,8 @@ Organisations that hold different features of the same people train one model
 
 - :class:`VerticalLinearRegression`, :class:`VerticalLogisticRegression`: the estimators;
   ``fit(X_a, X_b, y, ids_a=None, ids_b=None)`` aligns rows by private set intersection
-  when IDs are given, then trains under Paillier encryption with a coordinator.
+  when IDs are given, then trains under additively homomorphic encryption (``he``:
+  Okamoto–Uchiyama on HEU or Paillier) with a coordinator.
 - :mod:`islands.vfl.protocol`: the roles of the coordinator C, the active party B
   (labels) and the passive parties A_1 … A_k, and of federated inference (Table 2).
 - :class:`FederatedTransferLearner` (:mod:`islands.vfl.ftl`): federated transfer

@@ -3,7 +3,7 @@
 :class:`ClearCipher` has the interface of
 :class:`~islands.crypto.paillier_ops.VectorCipher` but "encrypts" a signed integer as its
 residue modulo M = 2^256 and adds, multiplies and masks in that ring, so a run with
-``Plan(encryption="none")`` sends the same messages, in the same order, with the same
+``Plan(he="none")`` sends the same messages, in the same order, with the same
 masking, as the Paillier run, only in the clear (32 bytes per value instead of 512). It
 exists to measure what Paillier costs (``benchmarks/bench_vfl.py``): every party sees
 every value, B sees A's partial scores, C sees nothing masked by a key.
@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.crypto.paillier_ops import modular_masks, modular_unmask
 from islands.errors import ValidationError
 
 __all__ = ["ClearCipher"]
@@ -57,6 +58,14 @@ class ClearCipher:
         """Read residues as signed integers in (−2^255, 2^255]."""
         n, half = self.n, self.half
         return [v - n if v > half else v for v in values]
+
+    def masks(self, count: int, value_bits: int) -> list[int]:
+        """Draw pads uniform modulo 2^256, as the Paillier run draws them modulo n."""
+        return modular_masks(self.n, count)
+
+    def unmask(self, masked: Any, masks: list[int], value_bits: int) -> list[int]:
+        """Remove the pads modulo 2^256 and read the result as signed."""
+        return modular_unmask(self.n, masked, masks)
 
     def to_bytes(self, values: Sequence[int]) -> bytes:
         """32 little-endian bytes per residue."""

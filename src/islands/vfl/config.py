@@ -28,7 +28,12 @@ from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.validation import check_random_state
 from islands.vfl.protocol import Plan
 
-__all__ = ["DEFAULT_LEARNING_RATE", "VflConfig", "draw_seed"]
+__all__ = ["DEFAULT_LEARNING_RATE", "RENAMED", "VflConfig", "draw_seed"]
+
+RENAMED: Mapping[str, str] = {
+    "encryption": "was renamed to 'he' ('ou', 'paillier' or 'none'; 'paillier' and 'none' "
+                  "mean what 'encryption' meant)"}
+"""Settings that were renamed, each with the message a file or estimator gets for it."""
 
 DEFAULT_LEARNING_RATE: Mapping[str, float] = {"linear": 0.05, "logistic": 0.3}
 """The step each objective gets when ``learning_rate`` is None.
@@ -80,20 +85,22 @@ class VflConfig(ProtocolConfig):
     key_bits: int = setting(
         paillier.DEFAULT_KEY_BITS,
         f"an int in [{paillier.MIN_KEY_BITS}, {paillier.MAX_KEY_BITS}] and a multiple of 256",
-        "Size of the coordinator's Paillier modulus; 1024 is for tests only.",
+        "Size of the coordinator's modulus (under OU the approximate bits of n = p²q); "
+        "1024 is for tests only.",
         ge=paillier.MIN_KEY_BITS, le=paillier.MAX_KEY_BITS, multiple_of=256)
     djn: bool = setting(True, "a bool",
-                        "DJN key with short fixed-base randomness (faster encryption); False "
-                        "for textbook Paillier.")
+                        "With he='paillier': DJN key with short fixed-base randomness (faster "
+                        "encryption); False for textbook Paillier.")
     feature_bits: int = setting(16, "an int in [1, 22]",
                                 "Fixed-point fractional bits of the features.", ge=1, le=22)
     score_bits: int = setting(32, "an int in [1, 32]",
                               "Fixed-point fractional bits of scores and residuals.",
                               ge=1, le=32)
-    encryption: Literal["paillier", "none"] = setting(
-        "paillier", "'paillier' or 'none'",
-        "'none' sends the same messages in the clear: a baseline for benchmarks only, it "
-        "protects nothing.")
+    he: Literal["ou", "paillier", "none"] = setting(
+        "paillier", "'ou', 'paillier' or 'none'",
+        "Homomorphic encryption: 'ou' (Okamoto-Uchiyama on HEU, needs sf-heu), 'paillier' "
+        "(islands' DJN Paillier); 'none' sends the same messages in the clear: a baseline "
+        "for benchmarks only, it protects nothing.")
     max_peer_size: int | None = setting(
         None, "an int >= 1 or None",
         "With private alignment: the largest ID set a party accepts from the other; given, "
@@ -119,7 +126,7 @@ class VflConfig(ProtocolConfig):
                     lam=float(self.lam), epochs=self.epochs, batch_size=self.batch_size,
                     seed=self.seed, tol=None if self.tol is None else float(self.tol),
                     feature_bits=self.feature_bits, score_bits=self.score_bits,
-                    encryption=self.encryption)
+                    he=self.he)
 
     @classmethod
     def from_file(cls, table: Mapping[str, Any], where: str, *, objective_key: str,
@@ -130,6 +137,9 @@ class VflConfig(ProtocolConfig):
         null). ``extra`` holds settings that do not come from this section (a seed drawn
         from the job's, the PSI limits of another section). Messages name the file's keys.
         """
+        for key, why in RENAMED.items():
+            if key in table:
+                raise JobError(f"{where}: {key!r} {why}")
         values = {("objective" if key == objective_key else key): value
                   for key, value in table.items()}
         allowed = {objective_key, *cls.model_fields} - {"objective", *(extra or {})}

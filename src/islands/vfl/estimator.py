@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from islands.arrays import Array
 from islands.config import RunSettings
-from islands.crypto import paillier
+from islands.crypto import heu, paillier
 from islands.crypto.psi import encode_ids
 from islands.errors import ValidationError
 from islands.estimator import FederatedEstimator
@@ -27,7 +27,7 @@ from islands.psi.config import DEFAULT_MAX_PEER_RATIO, DEFAULT_NORMALIZE
 from islands.runtime import Transcript, run_local
 from islands.validation import check_array, unique_labels
 from islands.vfl import maths
-from islands.vfl.config import VflConfig, draw_seed
+from islands.vfl.config import RENAMED, VflConfig, draw_seed
 from islands.vfl.federation import (
     ActiveResult,
     CoordinatorOutcome,
@@ -62,8 +62,16 @@ def _blocks(X_a: Any, name: str, owner: str) -> list[Array]:
             for i, x in enumerate(items)]
 
 
-_FEATURE_WHY = ("features are encoded in fixed point below 2^30 before Paillier encryption; "
+_FEATURE_WHY = ("features are encoded in fixed point below 2^30 before encryption; "
                 "standardise them first")
+
+
+def _refuse_renamed(owner: str, params: dict[str, Any]) -> None:
+    """Name a renamed parameter (:data:`~islands.vfl.config.RENAMED`); refuse any other."""
+    for key in params:
+        if key in RENAMED:
+            raise ValidationError(f"{owner}: {key!r} {RENAMED[key]}")
+        raise TypeError(f"{owner}.__init__() got an unexpected keyword argument {key!r}")
 
 
 def _passive_names(k: int) -> list[str]:
@@ -94,13 +102,15 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
         djn: bool = True,
         feature_bits: int = 16,
         score_bits: int = 32,
-        encryption: str = "paillier",
+        he: str = "paillier",
         max_peer_size: int | None = None,
         max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
         timeout: float = 600.0,
         keep_payloads: bool = False,
         random_state: int | np.random.Generator | None = None,
+        **renamed: Any,
     ) -> None:
+        _refuse_renamed(type(self).__name__, renamed)
         self.learning_rate = learning_rate
         self.lam = lam
         self.epochs = epochs
@@ -110,12 +120,18 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
         self.djn = djn
         self.feature_bits = feature_bits
         self.score_bits = score_bits
-        self.encryption = encryption
+        self.he = he
         self.max_peer_size = max_peer_size
         self.max_peer_ratio = max_peer_ratio
         self.timeout = timeout
         self.keep_payloads = keep_payloads
         self.random_state = random_state
+
+    def set_params(self, **params: Any) -> Any:
+        """Set constructor parameters (scikit-learn convention); they are checked at fit."""
+        _refuse_renamed(type(self).__name__, {k: v for k, v in params.items()
+                                              if k in RENAMED})
+        return super().set_params(**params)
 
     # ------------------------------------------------------------ validation
     def _config(self) -> VflConfig:
@@ -127,6 +143,8 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
         values = {name: getattr(self, name) for name in self._param_names()
                   if name in VflConfig.model_fields}
         config = VflConfig.build(owner, objective=self._objective, **values)
+        if config.he == "ou":
+            heu.require(owner)
         self._run_settings()
         return config.replace(seed=draw_seed(self.random_state, owner))
 
@@ -300,10 +318,10 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
 
 
 class VerticalLinearRegression(_VerticalModel):
-    """Least-squares regression over features split between organisations, under Paillier.
+    """Least-squares regression over features split between organisations, encrypted.
 
     Passive parties A_1 … A_k hold features, the active party B holds features and the
-    target, and a coordinator C holds the Paillier key; training follows Yang et al.
+    target, and a coordinator C holds the private key; training follows Yang et al.
     (2019), Table 1 (see :mod:`islands.vfl.protocol`): C only ever decrypts gradients
     masked with one-time pads, and the loss. The iterates are those of centralised
     mini-batch gradient descent on L = (1/b)·Σ(z − y)² + (λ/2)‖θ‖² with the features
@@ -327,15 +345,19 @@ class VerticalLinearRegression(_VerticalModel):
     tol : float or None, default=1e-4
         Stop when an epoch's mean loss changes by less than ``tol`` (relative).
     key_bits : int, default=2048
-        Paillier modulus size; 1024 is for tests only.
+        Modulus size (under OU the approximate bits of n = p²q); 1024 is for tests only.
     djn : bool, default=True
-        DJN key with short fixed-base randomness (faster encryption; see
-        :mod:`islands.crypto.paillier`); False for textbook Paillier.
+        With ``he="paillier"``: DJN key with short fixed-base randomness (faster
+        encryption; see :mod:`islands.crypto.paillier`); False for textbook Paillier.
     feature_bits, score_bits : int, default=16, 32
         Fixed-point precision of features ([1, 22]) and of scores/residuals ([1, 32]).
-    encryption : {"paillier", "none"}, default="paillier"
-        "none" sends the same messages in the clear (no key): a baseline for benchmarks
-        only, it protects nothing.
+    he : {"ou", "paillier", "none"}, default="paillier"
+        The homomorphic encryption: "ou", Okamoto–Uchiyama on HEU (needs ``sf-heu``;
+        security rests on factoring n = p²q, about 112 bits at 2048, see
+        :mod:`islands.crypto.heu`); "paillier", islands' DJN Paillier (decisional
+        composite residuosity, about 112 bits at 2048); "none" sends the same messages
+        in the clear (no key): a baseline for benchmarks only, it protects nothing.
+        (Formerly ``encryption``, which is refused with a message saying so.)
     max_peer_size : int or None, default=None
         With IDs, the largest ID set each party accepts from the other in private set
         intersection; PSI cannot tell a guessed ID from a real one, so each ID the other
@@ -397,7 +419,7 @@ class VerticalLinearRegression(_VerticalModel):
 
 
 class VerticalLogisticRegression(_VerticalModel):
-    """Logistic regression over features split between organisations, under Paillier.
+    """Logistic regression over features split between organisations, encrypted.
 
     As :class:`VerticalLinearRegression`, with the second-order Taylor expansion of the
     logistic loss, log 2 − yz/2 + z²/8 for labels y = ±1 (Hardy et al. 2017), so that the

@@ -31,7 +31,8 @@ A vertical job is a TOML file with ``kind = "vertical"``::
     tol = 1e-4                   # "none": run every epoch
     key_bits = 2048
     djn = true
-    # feature_bits = 16, score_bits = 32, encryption = "paillier" ("none": benchmarks only)
+    # feature_bits = 16, score_bits = 32, he = "paillier" ("ou": HEU's Okamoto-Uchiyama;
+    # "none": benchmarks only)
 
 The ``[model]`` keys and the ``[parties]`` PSI limits are the settings of
 :class:`~islands.vfl.config.VflConfig` (``kind`` is its ``objective``), with its
@@ -63,7 +64,7 @@ from islands.errors import JobError
 from islands.reporting import new_figure, save_figure, write_results
 from islands.validation import file_section, read_job, read_toml, table_value
 from islands.vfl import maths
-from islands.vfl.config import VflConfig, draw_seed
+from islands.vfl.config import RENAMED, VflConfig, draw_seed
 from islands.vfl.estimator import VerticalLinearRegression, VerticalLogisticRegression
 from islands.vfl.protocol import Clock
 
@@ -167,7 +168,7 @@ def parse_vertical_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Vert
         if key in p and not parties["psi"]:
             raise JobError(f"{pw}: {key!r} applies only with psi = true (it limits the ID "
                            "set each party accepts in private set intersection)")
-    m = file_section(raw, "model", _MODEL, where, required=False)
+    m = file_section(raw, "model", _MODEL, where, required=False, renamed=RENAMED)
     config = VflConfig.from_file(m, f"{where} [model]", objective_key="kind",
                                  extra={k: parties[k] for k in _LIMITS})
     model = {"kind": config.objective,
@@ -320,7 +321,8 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
         fit_args = {"ids_a": [v[1] for v in views[:-1]] if len(views) > 2 else views[0][1],
                     "ids_b": views[-1][1]}
     say(f"training {config.objective} regression " + (
-        "in the clear (encryption = 'none')" if config.encryption == "none" else
+        "in the clear (he = 'none')" if config.he == "none" else
+        f"under Okamoto-Uchiyama (HEU, {config.key_bits}-bit key)" if config.he == "ou" else
         f"under Paillier ({config.key_bits}-bit{' DJN' if config.djn else ''} key)"))
     est.fit(blocks_a if len(blocks_a) > 1 else blocks_a[0], block_b, target, **fit_args)
     a_test = list(parts_te[:-1])

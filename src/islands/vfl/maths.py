@@ -60,6 +60,7 @@ __all__ = [
     "MAX_ABS_SCORE",
     "Objective",
     "Precision",
+    "ValueBounds",
     "batch_plan",
     "centralised_gd",
     "check_batch_rows",
@@ -68,6 +69,7 @@ __all__ = [
     "fixed_point_gd",
     "min_batch_rows",
     "sigmoid",
+    "value_bounds",
 ]
 
 
@@ -128,6 +130,41 @@ class Precision:
     def loss_scale(self) -> int:
         """2^(2·score_bits): the scale of the integer Σẽ²."""
         return 1 << (2 * self.score_bits)
+
+
+@dataclass(frozen=True)
+class ValueBounds:
+    """Bit bounds of the integers the key owner decrypts, from the plan alone.
+
+    Attributes
+    ----------
+    gradient_bits
+        |G_j| < 2^gradient_bits for every gradient sum G_j = Σ_i ẽ_i·x̃_ij.
+    penalty_bits
+        A party's penalty (:func:`penalty_units`) must stay below 2^penalty_bits.
+    loss_bits
+        0 ≤ Σ_i ẽ_i² + penalties < 2^loss_bits.
+    """
+
+    gradient_bits: int
+    penalty_bits: int
+    loss_bits: int
+
+
+def value_bounds(precision: Precision, batch_size: int, passive: int) -> ValueBounds:
+    """Return the :class:`ValueBounds` of a plan with ``passive`` passive parties.
+
+    A batch holds fewer than 2·``batch_size`` rows (:func:`batch_plan` folds a short last
+    batch into the one before), |ũ_k| ≤ 2^(28+s), |ṽ| ≤ 2^(30+s) (:func:`encode`'s
+    bounds, s = score_bits), so |ẽ| ≤ (k+4)·2^(28+s), and |x̃| ≤ 2^(30+f) (f =
+    feature_bits). A penalty above Σẽ²'s own bound means λ‖θ‖² beyond 2^60: a
+    diverged run.
+    """
+    rows = (2 * batch_size - 1).bit_length()
+    e_bits = 28 + precision.score_bits + (passive + 4).bit_length()
+    square = rows + 2 * e_bits
+    return ValueBounds(gradient_bits=rows + e_bits + 31 + precision.feature_bits,
+                       penalty_bits=square, loss_bits=square + (passive + 2).bit_length())
 
 
 def encode(values: ArrayLike, frac_bits: int, bound: float, name: str, owner: str) -> IntArray:

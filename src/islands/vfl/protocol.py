@@ -1,10 +1,13 @@
 """The roles of vertical linear and logistic regression (Yang et al. 2019, Tables 1–2).
 
-Parties: ``C`` the coordinator (holds the Paillier private key, sees no data), ``B`` the
+Parties: ``C`` the coordinator (holds the private key, sees no data), ``B`` the
 active party (features X_B, labels y, the intercept) and one or more passive parties
 ``A_1 … A_k`` (features X_k). Rows are already aligned (:mod:`islands.psi`). The maths
 is :mod:`islands.vfl.maths`: residual e = Σ_k u_k + v, gradient (c1/b)·Xᵀe + λθ, loss
-c0 + (c2/b)·Σe² + penalty. [[·]] is Paillier encryption under C's key.
+c0 + (c2/b)·Σe² + penalty. [[·]] is additively homomorphic encryption under C's key:
+Okamoto–Uchiyama on HEU (``he="ou"``, :mod:`islands.crypto.heu`), islands' DJN Paillier
+(``"paillier"``, :mod:`islands.crypto.paillier_ops`), or the same messages in the clear
+(``"none"``, :mod:`islands.vfl.cleartext`).
 
 Messages, in order (every one a wire message in the transcript):
 
@@ -12,22 +15,27 @@ Messages, in order (every one a wire message in the transcript):
 tag         sender → to  payload
 ==========  ===========  =================================================================
 hello       A_k, B → C   :class:`Hello`: rows and features (C checks the rows agree)
-setup       C → all      :class:`Setup`: the public key n, DJN base h_s, the plan,
-                         every party's feature count
+setup       C → all      :class:`Setup`: the public key, the DJN base h_s
+                         (Paillier), the plan, every party's feature count
                          — for every mini-batch of b rows (same plan for every party) —
 u           A_k → B      [[ũ_k]]: b ciphertexts of A_k's partial scores
 residual    B → A_k      [[ẽ]] = Π_k [[ũ_k]] · Enc(ṽ): b ciphertexts, re-randomised
                          by B's fresh encryption of ṽ
 gradient    A_k, B → C   [[G + R]]: Π_i [[ẽ_i]]^(x̃_ij) · Enc(R_j) for every feature j,
-                         R_j uniform modulo n from the CSPRNG (one-time pad)
+                         R_j from the CSPRNG: uniform modulo n under Paillier
+                         (one-time pad); under OU, whose plaintext modulus is
+                         secret, R_j = 2^k + U, U uniform below 2^(k+128), for
+                         |G| < 2^k (:func:`islands.vfl.maths.value_bounds`)
 share       A_k → B      [[Σ_i ẽ_i·ũ_k,i + penalty_k]]: one ciphertext
 loss        B → C        [[Σ_i ẽ_i²+ penalties]] = Π_k share_k · Π_i [[ẽ_i]]^(ṽ_i) · Enc(pen_B)
-masked      C → A_k, B   G + R mod n for the party's features: decrypted, still masked
+masked      C → A_k, B   G + R (mod n) for the party's features: decrypted, still
+                         masked; under OU C refuses any value outside (0, 2^(k+129))
                          — after every epoch —
 status      C → all      :class:`Status`: epoch, its loss, whether to go on
 ==========  ===========  =================================================================
 
-A and B remove their masks (G = masked − R mod n, read as a signed integer), scale,
+A and B remove their masks (G = masked − R, modulo n and read as a signed integer under
+Paillier), scale,
 add λθ and step. What each party sees: C sees uniformly random masked gradients and the
 loss of every batch (Table 1 reveals the loss to C too); A_k sees ciphertexts and its
 gradient sums X_kᵀe, B ciphertexts and X_Bᵀe, Σe, i.e. X_Bᵀ(Σ_k u_k). From a batch of no
@@ -52,9 +60,8 @@ returns its partial scores in the clear (:func:`inference_party`), C adds them.
 from __future__ import annotations
 
 import itertools
-import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -63,7 +70,7 @@ import numpy as np
 
 from islands.arrays import Array, IntArray
 from islands.config import check_same_plan, plan_text
-from islands.crypto import paillier
+from islands.crypto import heu, paillier
 from islands.crypto.paillier_ops import VectorCipher, decrypt_signed
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
@@ -87,6 +94,7 @@ __all__ = [
 ]
 
 OBJECTIVES = {"linear": maths.LINEAR, "logistic": maths.LOGISTIC}
+HE = ("ou", "paillier", "none")
 
 
 @dataclass(frozen=True)
@@ -111,9 +119,10 @@ class Plan:
         runs every epoch.
     feature_bits, score_bits
         Fixed-point precision (:class:`islands.vfl.maths.Precision`).
-    encryption
-        ``"paillier"``; ``"none"`` runs the same messages in the clear
-        (:mod:`islands.vfl.cleartext`), as a baseline for benchmarks only.
+    he
+        ``"ou"`` (Okamoto–Uchiyama on HEU), ``"paillier"`` (islands' DJN Paillier);
+        ``"none"`` runs the same messages in the clear (:mod:`islands.vfl.cleartext`),
+        as a baseline for benchmarks only.
     """
 
     objective: str
@@ -125,7 +134,7 @@ class Plan:
     tol: float | None
     feature_bits: int
     score_bits: int
-    encryption: str
+    he: str
 
     @property
     def loss(self) -> Objective:
@@ -156,10 +165,12 @@ class Hello:
 class Setup:
     """The coordinator's public key, the plan and every data party's feature count.
 
-    ``features`` holds B's count without the intercept, as the hellos gave them.
+    ``public_key`` is the OU key's HEU serialisation (``he="ou"``), the Paillier modulus n
+    (``"paillier"``, with ``djn_base`` h_s or None) or empty (``"none"``). ``features``
+    holds B's count without the intercept, as the hellos gave them.
     """
 
-    n: bytes
+    public_key: bytes
     djn_base: int | None
     plan: str
     features: dict[str, int]
@@ -241,9 +252,8 @@ def check_plan(plan: Any, owner: str) -> Plan:
     if plan.tol is not None and (isinstance(plan.tol, bool) or not isinstance(
             plan.tol, (int, float)) or not plan.tol > 0):
         raise ValidationError(f"{owner}: tol must be None or a float > 0; got {plan.tol!r}")
-    if plan.encryption not in ("paillier", "none"):
-        raise ValidationError(f"{owner}: encryption must be 'paillier' or 'none'; got "
-                              f"{plan.encryption!r}")
+    if plan.he not in HE:
+        raise ValidationError(f"{owner}: he must be one of {list(HE)}; got {plan.he!r}")
     plan.precision  # noqa: B018 - validates the bit counts
     return plan
 
@@ -269,14 +279,16 @@ def _recv(party: Party, clock: Clock, frm: str, tag: str) -> Any:
 
 
 def _join(party: Party, clock: Clock, coordinator: str, plan: Plan, rows: int,
-          features: int, active: str, parties: Sequence[str] | None = None) -> tuple[Any, int]:
+          features: int, active: str, parties: Sequence[str] | None = None,
+          ) -> tuple[Any, int, maths.ValueBounds]:
     """Say hello to C, receive and check the key, the plan and the feature counts.
 
     The batch size is checked against this party's own feature count before the hello and
     against every party's count, as C relays them, before anything derived from the
     data is sent (:func:`islands.vfl.maths.check_batch_rows`). B names all the data
-    ``parties``; a passive party knows only itself and B. Returns the cipher and the
-    fold threshold of :func:`islands.vfl.maths.batch_plan`.
+    ``parties``; a passive party knows only itself and B. Returns the cipher, the
+    fold threshold of :func:`islands.vfl.maths.batch_plan` and the plan's
+    :func:`~islands.vfl.maths.value_bounds`.
     """
     owner = f"party {party.name!r}"
     maths.check_batch_rows(plan.batch_size, {party.name: features}, active, owner, rows)
@@ -300,32 +312,50 @@ def _join(party: Party, clock: Clock, coordinator: str, plan: Plan, rows: int,
                             f"{counts[party.name]}", party=party.name, step="setup")
     check_same_plan(plan.text(), setup.plan, party=party.name, peer=coordinator)
     min_rows = maths.check_batch_rows(plan.batch_size, counts, active, owner, rows)
-    if plan.encryption == "none":
-        return ClearCipher(), min_rows
-    public_key = paillier.public_key_from_bytes(setup.n)
+    bounds = maths.value_bounds(plan.precision, plan.batch_size, len(counts) - 1)
+    if plan.he == "none":
+        return ClearCipher(), min_rows, bounds
+    where = f"party {party.name!r} (setup from {coordinator!r})"
+    if plan.he == "ou":
+        if setup.djn_base is not None:
+            raise ProtocolError(f"coordinator {coordinator!r} sent a DJN base with an OU key",
+                                party=party.name, step="setup")
+        try:
+            cipher = heu.OuCipher.from_public_bytes(setup.public_key, owner=where,
+                                                    min_bits=paillier.MIN_KEY_BITS)
+        except ValidationError as exc:
+            raise ProtocolError(str(exc), party=party.name, step="setup") from None
+        _check_room(cipher, bounds, where)
+        return cipher, min_rows, bounds
+    public_key = paillier.public_key_from_bytes(setup.public_key)
     djn_base = None
     if setup.djn_base is not None:
-        djn_base = int(paillier.check_djn_base(
-            public_key, setup.djn_base, f"party {party.name!r} (setup from {coordinator!r})"))
-    return VectorCipher(public_key, djn_base), min_rows
+        djn_base = int(paillier.check_djn_base(public_key, setup.djn_base, where))
+    return VectorCipher(public_key, djn_base), min_rows, bounds
 
 
-def _masks(cipher: Any, count: int) -> list[int]:
-    """One-time pads uniform modulo n, as signed representatives."""
-    return [secrets.randbelow(cipher.n) - cipher.half for _ in range(count)]
+def _check_room(cipher: heu.OuCipher, bounds: maths.ValueBounds, owner: str) -> None:
+    """Refuse a plan whose masked gradients or loss the OU plaintext space cannot hold."""
+    cipher.check_room(bounds.gradient_bits + heu.MASK_BITS + 1, "the masked gradients", owner)
+    cipher.check_room(bounds.loss_bits, "the loss", owner)
 
 
-def _unmask(cipher: Any, masked: Any, masks: list[int], party: Party,
-            frm: str) -> list[int]:
-    if (not isinstance(masked, list) or len(masked) != len(masks)
-            or not all(isinstance(v, int) and 0 <= v < cipher.n for v in masked)):
-        raise ProtocolError(f"coordinator {frm!r} sent malformed masked gradients",
-                            party=party.name, step="masked")
-    n, half = cipher.n, cipher.half
-    out = []
-    for v, r in zip(masked, masks, strict=True):
-        g = (v - r) % n
-        out.append(g - n if g > half else g)
+def _penalty(cipher: Any, value: int, bounds: maths.ValueBounds, owner: str) -> int:
+    """Return a party's loss penalty; under OU it must stay inside the loss's range."""
+    if isinstance(cipher, heu.OuCipher) and abs(value) >= 1 << bounds.penalty_bits:
+        raise ValidationError(f"{owner}: the L2 penalty λ‖θ‖² has grown beyond the loss's "
+                              "fixed-point range (training diverged); lower learning_rate or "
+                              "lam")
+    return value
+
+
+def _unmask(cipher: Any, masked: Any, masks: list[int], bounds: maths.ValueBounds,
+            party: Party, frm: str) -> list[int]:
+    try:
+        out: list[int] = cipher.unmask(masked, masks, bounds.gradient_bits)
+    except ValidationError as exc:
+        raise ProtocolError(f"coordinator {frm!r} sent malformed masked gradients ({exc})",
+                            party=party.name, step="masked") from None
     return out
 
 
@@ -377,7 +407,7 @@ def passive(party: Party, X: Any, *, coordinator: str = "C", active: str = "B",
     with clock.timing("compute"):
         x_enc, x_float = _encode_features(X, owner, precision, intercept=False)
     n, p = x_enc.shape
-    cipher, min_rows = _join(party, clock, coordinator, plan, n, p, active)
+    cipher, min_rows, bounds = _join(party, clock, coordinator, plan, n, p, active)
     theta = np.zeros(p)
     epochs_run = 0
     for epoch in range(plan.epochs):
@@ -392,8 +422,9 @@ def passive(party: Party, X: Any, *, coordinator: str = "C", active: str = "B",
             with clock.timing("he"):
                 e = cipher.from_bytes(residual, rows.size, "residual", owner)
                 sums = cipher.weighted(e, np.hstack([x_enc[rows], u[:, None]]))
-                masks = _masks(cipher, p)
-                penalty = maths.penalty_units(theta, plan.lam, rows.size, plan.loss, precision)
+                masks = cipher.masks(p, bounds.gradient_bits)
+                penalty = _penalty(cipher, maths.penalty_units(
+                    theta, plan.lam, rows.size, plan.loss, precision), bounds, owner)
                 extra = cipher.encrypt([*masks, penalty])
                 gradient = cipher.add(sums[:p], extra[:p])
                 share = cipher.add(sums[p:], extra[p:])
@@ -402,7 +433,7 @@ def passive(party: Party, X: Any, *, coordinator: str = "C", active: str = "B",
             _send(party, clock, active, "share", s_blob)
             masked = _recv(party, clock, coordinator, "masked")
             with clock.timing("compute"):
-                g_int = _unmask(cipher, masked, masks, party, coordinator)
+                g_int = _unmask(cipher, masked, masks, bounds, party, coordinator)
                 grad = maths.gradient_from_sum(g_int, theta, plan.lam, rows.size, plan.loss,
                                                precision)
                 theta = theta - plan.learning_rate * grad
@@ -447,8 +478,8 @@ def active(party: Party, X: Any, y: Any, *, coordinator: str = "C",
         if objective is maths.LOGISTIC and not np.all(np.abs(labels) == 1.0):
             raise ValidationError(f"{owner}: the logistic model needs labels in {{-1, +1}}")
     n, p = x_enc.shape
-    cipher, min_rows = _join(party, clock, coordinator, plan, n, p - 1, party.name,
-                             [*passive, party.name])
+    cipher, min_rows, bounds = _join(party, clock, coordinator, plan, n, p - 1, party.name,
+                                     [*passive, party.name])
     theta = np.zeros(p)
     epochs_run = 0
     for epoch in range(plan.epochs):
@@ -468,8 +499,9 @@ def active(party: Party, X: Any, y: Any, *, coordinator: str = "C",
                 _send(party, clock, a, "residual", e_blob)
             with clock.timing("he"):
                 sums = cipher.weighted(e, np.hstack([x_enc[rows], v[:, None]]))
-                masks = _masks(cipher, p)
-                penalty = maths.penalty_units(theta[:-1], plan.lam, b, objective, precision)
+                masks = cipher.masks(p, bounds.gradient_bits)
+                penalty = _penalty(cipher, maths.penalty_units(
+                    theta[:-1], plan.lam, b, objective, precision), bounds, owner)
                 extra = cipher.encrypt([*masks, penalty])
                 g_blob = cipher.to_bytes(cipher.add(sums[:p], extra[:p]))
             _send(party, clock, coordinator, "gradient", g_blob)
@@ -483,7 +515,7 @@ def active(party: Party, X: Any, y: Any, *, coordinator: str = "C",
             _send(party, clock, coordinator, "loss", loss_blob)
             masked = _recv(party, clock, coordinator, "masked")
             with clock.timing("compute"):
-                g_int = _unmask(cipher, masked, masks, party, coordinator)
+                g_int = _unmask(cipher, masked, masks, bounds, party, coordinator)
                 grad = maths.gradient_from_sum(g_int, theta, plan.lam, b, objective, precision,
                                                intercept=True)
                 theta = theta - plan.learning_rate * grad
@@ -495,7 +527,8 @@ def active(party: Party, X: Any, y: Any, *, coordinator: str = "C",
 
 def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A",),
                 plan: Plan, key_bits: int = paillier.DEFAULT_KEY_BITS,
-                djn: bool = True, keys: tuple[Any, Any, int | None] | None = None,
+                djn: bool = True,
+                keys: tuple[Any, Any, int | None] | heu.OuKeyOwner | None = None,
                 ) -> CoordinatorResult:
     """Play the coordinator C: make the key, decrypt masked gradients and the loss.
 
@@ -508,15 +541,17 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
     plan
         The shared :class:`Plan`.
     key_bits
-        Paillier modulus size (2048: about 112-bit security; 1024 for tests only).
+        Modulus size (2048: about 112-bit security; 1024 for tests only); under OU the
+        approximate bits of n = p²q.
     djn
-        Generate a DJN key (admissible modulus and public base h_s) so the parties can
-        encrypt with short fixed-base exponents (:mod:`islands.crypto.paillier`); False
-        keeps textbook randomness r^n.
+        Paillier: generate a DJN key (admissible modulus and public base h_s) so the
+        parties can encrypt with short fixed-base exponents
+        (:mod:`islands.crypto.paillier`); False keeps textbook randomness r^n.
     keys
-        ``(public_key, private_key, djn_base or None)`` to use instead of generating a
-        key pair (key generation at 2048 bits takes seconds; tests and audits also use
-        it to read what C decrypts).
+        Paillier: ``(public_key, private_key, djn_base or None)``; OU: an
+        :class:`~islands.crypto.heu.OuKeyOwner`; to use instead of generating a key
+        (key generation at 2048 bits takes seconds; tests and audits also use it to read
+        what C decrypts).
 
     Returns
     -------
@@ -524,7 +559,7 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
     """
     owner = f"coordinator {party.name!r}"
     plan = check_plan(plan, owner)
-    precision, objective, clock = plan.precision, plan.loss, Clock()
+    precision, clock = plan.precision, Clock()
     data_parties = _check_names(party, active, passive)
     hellos = {}
     for name in data_parties:
@@ -541,8 +576,14 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
     n = rows.pop()
     features = {name: hellos[name].features for name in data_parties}
     min_rows = maths.check_batch_rows(plan.batch_size, features, active, owner, n)
+    bounds = maths.value_bounds(precision, plan.batch_size, len(passive))
+    if plan.he == "ou":
+        return _ou_coordinator(party, clock, plan, hellos, features, data_parties, active,
+                               n, min_rows, bounds, key_bits, keys)
+    if isinstance(keys, heu.OuKeyOwner):
+        raise ValidationError(f"{owner}: keys is an OU key but the plan says he={plan.he!r}")
     with clock.timing("he"):
-        if plan.encryption == "none":
+        if plan.he == "none":
             public_key = private_key = djn_base = None
         elif keys is not None:
             public_key, private_key, djn_base = keys
@@ -564,17 +605,61 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
                       features)
         key_size = int(public_key.n).bit_length()
 
-    def decrypt(cts: list[Any]) -> list[int]:
+    def decrypt(cts: list[Any], sender: str) -> list[int]:
         if private_key is None:
             out: list[int] = cipher.decrypt(cts)
             return out
         return paillier.decrypt(private_key, cts)
 
-    def decrypt_one_signed(cts: list[Any]) -> int:
+    def decrypt_one_signed(cts: list[Any], sender: str) -> int:
         if private_key is None:
             return int(cipher.decrypt_signed(cts)[0])
         return decrypt_signed(private_key, cts)[0]
 
+    return _coordinate(party, clock, plan, setup, cipher, decrypt, decrypt_one_signed,
+                       hellos, data_parties, active, n, min_rows, key_size)
+
+
+def _ou_coordinator(party: Party, clock: Clock, plan: Plan, hellos: dict[str, Hello],
+                    features: dict[str, int], data_parties: list[str], active: str, n: int,
+                    min_rows: int, bounds: maths.ValueBounds, key_bits: int,
+                    keys: Any) -> CoordinatorResult:
+    """C under OU: make (or take) the key; decrypt only inside the plan's ranges."""
+    owner = f"coordinator {party.name!r}"
+    if keys is not None and not isinstance(keys, heu.OuKeyOwner):
+        raise ValidationError(f"{owner}: with he='ou', keys must be an "
+                              "islands.crypto.heu.OuKeyOwner")
+    with clock.timing("he"):
+        key = keys if keys is not None else heu.OuKeyOwner(key_bits)
+        cipher = key.cipher()
+    _check_room(cipher, bounds, owner)
+    masked_bits = bounds.gradient_bits + heu.MASK_BITS + 1
+
+    def decrypt(cts: Any, sender: str) -> list[int]:
+        return key.decrypt(cts, masked_bits, positive=True, what="masked gradients",
+                           sender=f"party {sender!r}", party=party.name, step="gradient")
+
+    def decrypt_loss(cts: Any, sender: str) -> int:
+        values = key.decrypt(cts, bounds.loss_bits, positive=False, what="a loss",
+                             sender=f"party {sender!r}", party=party.name, step="loss")
+        if values[0] < 0:
+            raise ProtocolError(f"party {sender!r} sent a negative loss", party=party.name,
+                                step="loss")
+        return values[0]
+
+    setup = Setup(key.public_bytes(), None, plan.text(), features)
+    return _coordinate(party, clock, plan, setup, cipher, decrypt, decrypt_loss, hellos,
+                       data_parties, active, n, min_rows, cipher.n_bits)
+
+
+def _coordinate(party: Party, clock: Clock, plan: Plan, setup: Setup, cipher: Any,
+                decrypt: Callable[[Any, str], list[int]],
+                decrypt_loss: Callable[[Any, str], int], hellos: dict[str, Hello],
+                data_parties: list[str], active: str, n: int, min_rows: int,
+                key_size: int) -> CoordinatorResult:
+    """C's rounds, whatever the scheme: send the setup, decrypt, report every epoch."""
+    owner = f"coordinator {party.name!r}"
+    precision, objective = plan.precision, plan.loss
     with clock.timing("messaging"):
         party.broadcast("setup", setup, to=data_parties)
     widths = {name: hellos[name].features + (1 if name == active else 0)
@@ -590,12 +675,12 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
                 with clock.timing("he"):
                     cts = cipher.from_bytes(blob, widths[name], "gradient",
                                             f"{owner} (from {name!r})")
-                    masked = decrypt(cts)
+                    masked = decrypt(cts, name)
                 _send(party, clock, name, "masked", masked)
             blob = _recv(party, clock, active, "loss")
             with clock.timing("he"):
-                value = decrypt_one_signed(cipher.from_bytes(
-                    blob, 1, "loss", f"{owner} (from {active!r})"))
+                value = decrypt_loss(cipher.from_bytes(
+                    blob, 1, "loss", f"{owner} (from {active!r})"), active)
             loss = maths.decode_loss(value, batch.size, objective, precision)
             batch_losses.append(loss)
             total += loss * batch.size

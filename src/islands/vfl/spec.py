@@ -37,7 +37,7 @@ from islands.protocols import (
 )
 from islands.validation import table_value
 from islands.vfl import maths
-from islands.vfl.config import VflConfig
+from islands.vfl.config import RENAMED, VflConfig
 from islands.vfl.federation import (
     ActiveResult,
     CoordinatorOutcome,
@@ -90,7 +90,7 @@ def _psi(options: Mapping[str, Any], config: VflConfig, where: str) -> PsiSettin
 def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> _Federated:
     check_section(options, where,
                   {*_PARTY_KEYS, *_ALIGNMENT_KEYS, "model", *VflConfig.model_fields}
-                  - {"objective"})
+                  - {"objective"}, renamed=RENAMED)
     c_name, b_name = (party_key(options, key, parties, where) for key in _PARTY_KEYS)
     if c_name == b_name:
         raise JobError(f"{where}: the coordinator and the active party must differ")
@@ -273,7 +273,8 @@ def _label(value: Any) -> str:
 
 SPEC = ProtocolSpec(
     name="vfl",
-    title="Vertical linear/logistic regression: PSI, Paillier training with a coordinator, "
+    title="Vertical linear/logistic regression: PSI, encrypted training (OU or Paillier) "
+          "with a coordinator, "
           "inference",
     settings=_settings,
     assign=lambda fed, parties: {p: ("coordinator" if p == fed.coordinator else
@@ -281,7 +282,7 @@ SPEC = ProtocolSpec(
                                  for p in parties},
     roles={
         "coordinator": RoleSpec("coordinator", _bind_coordinator,
-                                "Holds the Paillier key; no data file."),
+                                "Holds the private key; no data file."),
         "active": RoleSpec("active", _bind_active,
                            "Holds features and the labels (data, labels; ids and predict "
                            "with psi)."),
