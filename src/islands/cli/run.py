@@ -166,13 +166,16 @@ def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
         raise typer.Exit(2)
     with stop_on_error(2):
         job = load_vertical_job(job_file, overrides)
+        settings = job.config()
     out = output if output is not None else Path(job.output)
-    m = job.model
-    console.print(f"job [bold]{escape(job.name)}[/]: vertical {m['kind']} regression on "
-                  f"{job.data['name']}, {job.parties['passive']} passive part"
+    scheme = {"ou": f"{settings.key_bits}-bit Okamoto-Uchiyama (HEU)",
+              "paillier": f"{settings.key_bits}-bit Paillier{' (DJN)' if settings.djn else ''}",
+              "none": "no encryption (a baseline)"}[settings.he]
+    console.print(f"job [bold]{escape(job.name)}[/]: vertical {settings.objective} regression "
+                  f"on {job.data['name']}, {job.parties['passive']} passive part"
                   f"{'y' if job.parties['passive'] == 1 else 'ies'} + B + coordinator, "
-                  f"{m['key_bits']}-bit Paillier{' (DJN)' if m['djn'] else ''}, up to "
-                  f"{m['epochs']} epochs, output {escape(str(out))}" + _set_text(job.overrides))
+                  f"{scheme}, up to {settings.epochs} epochs, output {escape(str(out))}"
+                  + _set_text(job.overrides))
     with console.status("starting") as status, stop_on_error(1):
         result = run_vertical(job, progress=lambda msg: status.update(escape(msg)))
     written = write_vertical_outputs(result, out, json_path=json_path)
