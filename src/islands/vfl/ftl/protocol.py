@@ -80,7 +80,7 @@ import numpy as np
 from islands.arrays import Array, IntArray
 from islands.config import check_same_plan
 from islands.crypto import paillier
-from islands.crypto.paillier_ops import VectorCipher, decrypt_many
+from islands.crypto.paillier_ops import VectorCipher, decrypt_many, modular_unmask
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
 from islands.vfl import maths as vfl_maths
@@ -290,15 +290,6 @@ def _residues(value: Any, count: int, n: int, name: str, owner: str) -> list[int
     return value
 
 
-def _unpad(values: list[int], pads: list[int], n: int) -> list[int]:
-    half = n // 2
-    out = []
-    for v, r in zip(values, pads, strict=True):
-        m = (v - r) % n
-        out.append(m - n if m > half else m)
-    return out
-
-
 def _matrix_products(cipher: VectorCipher, cts: list[Any], rows: int, weights: IntArray,
                      ) -> list[Any]:
     """⟦C W⟧ for C (rows × k) given as row-major ciphertexts and W (k × m) ints: rows·m."""
@@ -466,8 +457,8 @@ def _target_encrypted(party: Party, peer: str, keys: _Keys, clock: Clock, u: Arr
     with clock.timing("messaging"):
         party.send(peer, "opened", opened)
         mine_opened = party.recv(peer, "opened")
-    values = _unpad(_residues(mine_opened, b * d, theirs.n, "opened", party.name), pads,
-                    theirs.n)
+    returned = _residues(mine_opened, b * d, theirs.n, "opened", party.name)
+    values = modular_unmask(theirs.n, returned, pads)
     return maths.decode(values, 2 * f, (b, d))
 
 
@@ -684,8 +675,8 @@ def _source_encrypted(party: Party, peer: str, keys: _Keys, clock: Clock, p_tild
         party.send(peer, "opened", opened)
         theirs_opened = party.recv(peer, "opened")
     # the constant travelled inside the last pad's encryption: remove the pads only
-    values = _unpad(_residues(theirs_opened, len(to_open), theirs.n, "opened", party.name),
-                    pads, theirs.n)
+    returned = _residues(theirs_opened, len(to_open), theirs.n, "opened", party.name)
+    values = modular_unmask(theirs.n, returned, pads)
     g = maths.decode(values[:k * d], 2 * f, (k, d))
     u_a = maths.decode(values[k * d:k * d + b * d], f, (b, d)) if symmetric else None
     fed = values[-1] / float(2 ** (2 * f)) / b
@@ -745,5 +736,5 @@ def infer_target(party: Party, net: Any, X: Any, *, peer: str = "B", plan: Plan)
     masked = theirs.add(scores, _encrypt_residues(theirs, pads))
     party.send(peer, "masked", theirs.to_bytes(masked))
     opened = _residues(party.recv(peer, "opened"), len(scores), theirs.n, "opened", party.name)
-    values = maths.decode(_unpad(opened, pads, theirs.n), 2 * f, (k, x.shape[0]))
+    values = maths.decode(modular_unmask(theirs.n, opened, pads), 2 * f, (k, x.shape[0]))
     return np.asarray(values.T)
