@@ -78,7 +78,8 @@ def breast_cancer(keys: dict[str, Any]) -> dict[str, Any]:
                           ("cleartext", "none", None),
                           ("paillier_textbook", "paillier", keys["plain"])):
         plan = VflConfig.build(None, objective="logistic", learning_rate=0.3, epochs=3,
-                               batch_size=256, tol=None, he=he).plan()
+                               batch_size=256, tol=None, he=he, key_bits=keys["bits"],
+                               djn=name != "paillier_textbook").plan()
         run, wall = train(blocks, labels, plan, key)
         per_epoch = epoch_seconds(run.transcript)
         theta_a, theta_b = run.results["A"].theta, run.results["B"].theta
@@ -103,7 +104,7 @@ def synthetic(rows: int, keys: dict[str, Any], he: str) -> dict[str, Any]:
     X = rng.normal(size=(rows, 40))
     y = np.where(X @ rng.normal(size=40) + 0.5 * rng.normal(size=rows) > 0, 1.0, -1.0)
     plan = VflConfig.build(None, objective="logistic", learning_rate=0.3, epochs=1,
-                           batch_size=1024, tol=None, he=he).plan()
+                           batch_size=1024, tol=None, he=he, key_bits=keys["bits"]).plan()
     run, wall = train([X[:, :20], X[:, 20:]], y, plan, keys["ou" if he == "ou" else "djn"])
     return {"he": he, "rows": rows, "features": [20, 20], "batch_size": 1024,
             "workers": usable_cores(), "epoch_s": epoch_seconds(run.transcript)[0],
@@ -132,7 +133,8 @@ def main() -> None:
     t0 = time.perf_counter()
     pk2, sk2 = paillier.generate_keypair(args.key_bits)
     keygen_plain = time.perf_counter() - t0
-    keys = {"djn": (pk, sk, hs), "plain": (pk2, sk2, None), "ou": ou_key}
+    keys = {"djn": (pk, sk, hs), "plain": (pk2, sk2, None), "ou": ou_key,
+            "bits": args.key_bits}
     print(f"{args.key_bits}-bit keys: OU {fmt_s(keygen_ou)}, DJN {fmt_s(keygen_djn)}, "
           f"textbook {fmt_s(keygen_plain)}")
     results: dict[str, Any] = {"key_bits": args.key_bits, "keygen_s": {

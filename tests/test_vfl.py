@@ -30,7 +30,8 @@ from islands.vfl.protocol import (
 
 def make_plan(objective: str, **settings: Any) -> Plan:
     """A resolved plan from VflConfig; protocol tests run every epoch (tol=None) unless told."""
-    return VflConfig.build(None, objective=objective, **{"tol": None, **settings}).plan()
+    settings = {"tol": None, "key_bits": 1024, **settings}
+    return VflConfig.build(None, objective=objective, **settings).plan()
 
 
 @cache

@@ -28,7 +28,8 @@ from islands.vfl.protocol import Hello, Plan, Setup, active, coordinator, passiv
 
 def make_plan(objective: str, **settings: Any) -> Plan:
     """A resolved plan from VflConfig; protocol tests run every epoch (tol=None) unless told."""
-    return VflConfig.build(None, objective=objective, **{"tol": None, **settings}).plan()
+    settings = {"tol": None, "key_bits": 1024, **settings}
+    return VflConfig.build(None, objective=objective, **settings).plan()
 
 
 @cache
@@ -288,7 +289,7 @@ def test_the_coordinator_refuses_a_malformed_alignment_count(aligned: Any) -> No
 
     plan = VflConfig.build(objective="linear", epochs=1, batch_size=4).plan()
     roles = {"C": partial(coordinator_party, active="B", passive=["A"], plan=plan,
-                          key_bits=1024, djn=False, psi=PsiSettings()),
+                          psi=PsiSettings()),
              "B": lambda party: party.send("C", "aligned", aligned),
              "A": lambda party: None}
     with pytest.raises(ProtocolError, match=r"party 'B' sent a malformed 'aligned' count"):

@@ -176,7 +176,7 @@ def test_the_federation_section_takes_every_setting_and_names_bad_keys() -> None
     assert (config.key_bits, config.djn, config.max_peer_size) == (3072, False, 500)
     assert config.plan() == VflConfig.build(
         None, objective="linear", learning_rate=0.1, lam=0.5, epochs=3, batch_size=64, seed=9,
-        tol=None, feature_bits=12, score_bits=30).plan()
+        tol=None, feature_bits=12, score_bits=30, key_bits=3072, djn=False).plan()
     with pytest.raises(JobError, match=r"\[vfl\]: unknown key\(s\) \['objective'\]; allowed: "
                                        r"\[.*'model'"):
         VflConfig.from_federation({"objective": "linear"}, FED)

@@ -37,7 +37,8 @@ def cipher() -> heu.OuCipher:
 
 
 def make_plan(objective: str, **settings: Any) -> Plan:
-    return VflConfig.build(None, objective=objective, **{"tol": None, **settings}).plan()
+    settings = {"tol": None, "key_bits": 1024, **settings}
+    return VflConfig.build(None, objective=objective, **settings).plan()
 
 
 def data(n: int, widths: tuple[int, ...], seed: int = 0) -> tuple[list[Any], Any]:

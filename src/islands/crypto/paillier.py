@@ -438,15 +438,20 @@ def public_key_to_bytes(public_key: paillier.PaillierPublicKey) -> bytes:
     return out
 
 
-def public_key_from_bytes(data: bytes) -> paillier.PaillierPublicKey:
+def public_key_from_bytes(data: bytes, *, min_bits: int = MIN_KEY_BITS,
+                          ) -> paillier.PaillierPublicKey:
     """Parse :func:`public_key_to_bytes` output.
+
+    ``min_bits`` is the receiving party's own ``key_bits``: a peer may send a larger key,
+    never a smaller one (at least 1024 bits in any case).
 
     Raises
     ------
     ValidationError
         If ``data`` is not bytes, has a leading zero byte (not canonical), or encodes an
-        even n or one shorter than 1024 bits.
+        even n or one shorter than ``min_bits``.
     """
+    min_bits = max(int(min_bits), MIN_KEY_BITS)
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise invalid_parameter("data", "public_key_from_bytes", "bytes", describe(data))
     raw = bytes(data)
@@ -455,10 +460,10 @@ def public_key_from_bytes(data: bytes) -> paillier.PaillierPublicKey:
             "public_key_from_bytes: data must be n in big-endian without leading zero bytes"
         )
     n = int.from_bytes(raw, "big")
-    if n.bit_length() < MIN_KEY_BITS or n % 2 == 0:
+    if n.bit_length() < min_bits or n % 2 == 0:
         parity = "even" if n % 2 == 0 else "odd"
         raise ValidationError(
-            f"public_key_from_bytes: n must be odd with at least {MIN_KEY_BITS} bits; got an "
+            f"public_key_from_bytes: n must be odd with at least {min_bits} bits; got an "
             f"{parity} n of {n.bit_length()} bits"
         )
     return paillier.PaillierPublicKey(n)

@@ -13,7 +13,8 @@
   (``model`` is the objective, ``seed`` is used as written).
 
 :meth:`VflConfig.plan` gives the resolved :class:`~islands.vfl.protocol.Plan` every
-party runs with; ``key_bits`` and ``djn`` are the coordinator's key settings.
+party runs with, ``key_bits`` and ``djn`` included: C sizes its key from them and every
+data party refuses a smaller key (or a DJN base when ``djn`` is False).
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ class VflConfig(ProtocolConfig):
                     lam=float(self.lam), epochs=self.epochs, batch_size=self.batch_size,
                     seed=self.seed, tol=None if self.tol is None else float(self.tol),
                     feature_bits=self.feature_bits, score_bits=self.score_bits,
-                    he=self.he)
+                    he=self.he, key_bits=self.key_bits, djn=self.djn)
 
     @classmethod
     def from_file(cls, table: Mapping[str, Any], where: str, *, objective_key: str,

@@ -236,8 +236,7 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
                               max_peer_ratio=config.max_peer_ratio,
                               timeout=run_settings.timeout, inference=False)
         roles: dict[str, Any] = {
-            "C": partial(coordinator_party, active="B", passive=names, plan=plan,
-                         key_bits=config.key_bits, djn=config.djn, psi=psi),
+            "C": partial(coordinator_party, active="B", passive=names, plan=plan, psi=psi),
             "B": partial(active_party, X=x_b, y=targets, ids=ids_b, coordinator="C",
                          passive=names, plan=plan, psi=psi),
         }

@@ -214,15 +214,14 @@ def active_party(party: Party, X: Any, y: Any, ids: Sequence[Any] | None, *,
 
 
 def coordinator_party(party: Party, *, active: str, passive: Sequence[str], plan: Plan,
-                      key_bits: int, djn: bool, psi: PsiSettings | None) -> CoordinatorOutcome:
+                      psi: PsiSettings | None) -> CoordinatorOutcome:
     """Play the coordinator C: wait for the alignment, run training, then the inference."""
     if psi is not None:
         aligned = party.recv(active, "aligned", timeout=psi.timeout * max(len(passive), 1))
         if not isinstance(aligned, int) or aligned < 1:
             raise ProtocolError(f"party {active!r} sent a malformed 'aligned' count",
                                 party=party.name, step="aligned")
-    training = coordinator(party, active=active, passive=passive, plan=plan,
-                           key_bits=key_bits, djn=djn)
+    training = coordinator(party, active=active, passive=passive, plan=plan)
     if psi is None or not psi.inference:
         return CoordinatorOutcome(training, 0)
     query = party.recv(active, "predict")

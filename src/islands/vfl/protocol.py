@@ -123,6 +123,12 @@ class Plan:
         ``"ou"`` (Okamoto–Uchiyama on HEU), ``"paillier"`` (islands' DJN Paillier);
         ``"none"`` runs the same messages in the clear (:mod:`islands.vfl.cleartext`),
         as a baseline for benchmarks only.
+    key_bits
+        The smallest modulus every data party accepts from C: the bits of the Paillier n,
+        or the approximate bits of the OU n = p²q (2048: about 112-bit security).
+    djn
+        Paillier: whether C may hand out a DJN base h_s for short-exponent encryption;
+        False makes the parties refuse a base and encrypt with textbook randomness r^n.
     """
 
     objective: str
@@ -135,6 +141,8 @@ class Plan:
     feature_bits: int
     score_bits: int
     he: str
+    key_bits: int
+    djn: bool
 
     @property
     def loss(self) -> Objective:
@@ -254,6 +262,12 @@ def check_plan(plan: Any, owner: str) -> Plan:
         raise ValidationError(f"{owner}: tol must be None or a float > 0; got {plan.tol!r}")
     if plan.he not in HE:
         raise ValidationError(f"{owner}: he must be one of {list(HE)}; got {plan.he!r}")
+    if (isinstance(plan.key_bits, bool) or not isinstance(plan.key_bits, int)
+            or not paillier.MIN_KEY_BITS <= plan.key_bits <= paillier.MAX_KEY_BITS):
+        raise ValidationError(f"{owner}: key_bits must be an int in [{paillier.MIN_KEY_BITS}, "
+                              f"{paillier.MAX_KEY_BITS}]; got {plan.key_bits!r}")
+    if not isinstance(plan.djn, bool):
+        raise ValidationError(f"{owner}: djn must be a bool; got {plan.djn!r}")
     plan.precision  # noqa: B018 - validates the bit counts
     return plan
 
@@ -322,14 +336,21 @@ def _join(party: Party, clock: Clock, coordinator: str, plan: Plan, rows: int,
                                 party=party.name, step="setup")
         try:
             cipher = heu.OuCipher.from_public_bytes(setup.public_key, owner=where,
-                                                    min_bits=paillier.MIN_KEY_BITS)
+                                                    min_bits=plan.key_bits)
         except ValidationError as exc:
             raise ProtocolError(str(exc), party=party.name, step="setup") from None
         _check_room(cipher, bounds, where)
         return cipher, min_rows, bounds
-    public_key = paillier.public_key_from_bytes(setup.public_key)
+    try:
+        public_key = paillier.public_key_from_bytes(setup.public_key, min_bits=plan.key_bits)
+    except ValidationError as exc:
+        raise ProtocolError(f"{where}: {exc}", party=party.name, step="setup") from None
     djn_base = None
     if setup.djn_base is not None:
+        if not plan.djn:
+            raise ProtocolError(f"coordinator {coordinator!r} sent a DJN base, but the plan "
+                                "says djn=False (textbook randomness)", party=party.name,
+                                step="setup")
         djn_base = int(paillier.check_djn_base(public_key, setup.djn_base, where))
     return VectorCipher(public_key, djn_base), min_rows, bounds
 
@@ -526,8 +547,7 @@ def active(party: Party, X: Any, y: Any, *, coordinator: str = "C",
 
 
 def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A",),
-                plan: Plan, key_bits: int = paillier.DEFAULT_KEY_BITS,
-                djn: bool = True,
+                plan: Plan,
                 keys: tuple[Any, Any, int | None] | heu.OuKeyOwner | None = None,
                 ) -> CoordinatorResult:
     """Play the coordinator C: make the key, decrypt masked gradients and the loss.
@@ -539,14 +559,11 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
     active, passive
         Names of B and of the passive parties.
     plan
-        The shared :class:`Plan`.
-    key_bits
-        Modulus size (2048: about 112-bit security; 1024 for tests only); under OU the
-        approximate bits of n = p²q.
-    djn
-        Paillier: generate a DJN key (admissible modulus and public base h_s) so the
-        parties can encrypt with short fixed-base exponents
-        (:mod:`islands.crypto.paillier`); False keeps textbook randomness r^n.
+        The shared :class:`Plan`; its ``key_bits`` sizes C's key (every data party refuses
+        a smaller one) and, under Paillier, ``djn`` makes C generate a DJN key
+        (admissible modulus and public base h_s) so the parties can encrypt with short
+        fixed-base exponents (:mod:`islands.crypto.paillier`); False keeps textbook
+        randomness r^n.
     keys
         Paillier: ``(public_key, private_key, djn_base or None)``; OU: an
         :class:`~islands.crypto.heu.OuKeyOwner`; to use instead of generating a key
@@ -579,7 +596,7 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
     bounds = maths.value_bounds(precision, plan.batch_size, len(passive))
     if plan.he == "ou":
         return _ou_coordinator(party, clock, plan, hellos, features, data_parties, active,
-                               n, min_rows, bounds, key_bits, keys)
+                               n, min_rows, bounds, plan.key_bits, keys)
     if isinstance(keys, heu.OuKeyOwner):
         raise ValidationError(f"{owner}: keys is an OU key but the plan says he={plan.he!r}")
     with clock.timing("he"):
@@ -589,10 +606,10 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
             public_key, private_key, djn_base = keys
             if djn_base is not None:
                 djn_base = int(paillier.check_djn_base(public_key, djn_base, owner))
-        elif djn:
-            public_key, private_key, djn_base = paillier.generate_djn_keypair(key_bits)
+        elif plan.djn:
+            public_key, private_key, djn_base = paillier.generate_djn_keypair(plan.key_bits)
         else:
-            public_key, private_key = paillier.generate_keypair(key_bits)
+            public_key, private_key = paillier.generate_keypair(plan.key_bits)
             djn_base = None
     cipher: Any
     if public_key is None:

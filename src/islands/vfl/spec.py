@@ -148,8 +148,7 @@ def _bind_coordinator(dep: Deployment, fed: _Federated) -> Prepared:
         return summary
 
     role = partial(coordinator_party, active=fed.active, passive=list(fed.passive),
-                   plan=fed.plan, key_bits=fed.config.key_bits, djn=fed.config.djn,
-                   psi=fed.psi)
+                   plan=fed.plan, psi=fed.psi)
     return Prepared(role=role, write=write,
                     description=f"vertical {fed.model} regression coordinator"
                                 f"{' (PSI, training, inference)' if fed.psi else ''}")

@@ -216,6 +216,7 @@ class _Keys:
 
     def __init__(self, plan: Plan, party: str) -> None:
         self.plain = plan.encryption == "none"
+        self.key_bits, self.djn = plan.key_bits, plan.djn
         self.mine: VectorCipher | None = None
         self.peer: VectorCipher | None = None
         self.private: Any = None
@@ -237,20 +238,31 @@ class _Keys:
                 raise ValidationError(f"party {me!r}: peer {peer!r} encrypts but this party "
                                       "runs in the clear")
             return
-        self.peer = _peer_cipher(hello, peer, me)
+        self.peer = _peer_cipher(hello, peer, me, self.key_bits, self.djn)
 
     def decrypt(self, cts: list[Any]) -> list[int]:
         """Residues modulo this party's n (masked values: no sign is read)."""
         return decrypt_many(self.private, cts)
 
 
-def _peer_cipher(hello: Hello, peer: str, me: str) -> VectorCipher:
-    """Return a cipher for the public key (and DJN base, checked) in the peer's hello."""
+def _peer_cipher(hello: Hello, peer: str, me: str, key_bits: int, djn: bool) -> VectorCipher:
+    """Return a cipher for the public key (and DJN base, checked) in the peer's hello.
+
+    The key must have at least this party's ``key_bits``; a DJN base is refused when this
+    party's plan says ``djn=False``.
+    """
     if not isinstance(hello.n, bytes):
         raise ValidationError(f"party {me!r}: peer {peer!r} sent no public key")
-    public = paillier.public_key_from_bytes(hello.n)
+    try:
+        public = paillier.public_key_from_bytes(hello.n, min_bits=key_bits)
+    except ValidationError as exc:
+        raise ProtocolError(f"party {me!r} (hello from {peer!r}): {exc}", party=me,
+                            step="hello") from None
     base = None
     if hello.djn_base is not None:
+        if not djn:
+            raise ProtocolError(f"party {me!r}: peer {peer!r} sent a DJN base, but the plan "
+                                "says djn=False (textbook randomness)", party=me, step="hello")
         base = int(paillier.check_djn_base(public, hello.djn_base,
                                            f"party {me!r} (hello from {peer!r})"))
     return VectorCipher(public, base)
@@ -727,7 +739,8 @@ def infer_target(party: Party, net: Any, X: Any, *, peer: str = "B", plan: Plan)
     if plan.encryption == "none":
         phi = _array(party.recv(peer, "phi"), (k, d), "phi", party.name)
         return np.asarray(u @ phi.T)
-    theirs = _peer_cipher(hello, peer, party.name)  # A needs no key of its own here
+    # A needs no key of its own here
+    theirs = _peer_cipher(hello, peer, party.name, plan.key_bits, plan.djn)
     phi_cts = _blob(theirs, party.recv(peer, "phi"), k * d, "phi", party.name)
     u_int = np.array(maths.encode(u, f, "A's representation", f"party {party.name!r}"),
                      dtype=np.int64).reshape(x.shape[0], d)
