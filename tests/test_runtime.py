@@ -390,6 +390,46 @@ def test_blas_threads_are_shared_out_while_roles_run() -> None:
         run_local({"a": pong}, blas_threads=0)
 
 
+def test_a_step_run_alone_gets_every_core_while_the_other_party_waits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_local('auto') lends the cores of a party waiting in recv to the one computing."""
+    from threadpoolctl import threadpool_info
+
+    import islands.runtime.runner as runner
+
+    def blas() -> set[int]:
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    if runner.usable_cores() < 2:
+        pytest.skip("needs 2 cores to lend one")
+    monkeypatch.setattr(runner, "usable_cores", lambda: 2)  # two parties share 2 cores
+
+    def worker(party: Party) -> tuple[set[int], bool, set[int], set[int]]:
+        shared = blas()
+        with party.alone() as lent:
+            inside = blas()
+        party.send("b", "done", 1)
+        return shared, lent, inside, blas()
+
+    def waiter(party: Party) -> int:
+        return int(party.recv("a", "done"))
+
+    run = run_local({"a": worker, "b": waiter}, timeout=30)
+    shared, lent, inside, after = run.results["a"]
+    assert (shared, lent, inside, after) == ({1}, True, {2}, {1})
+
+    def both_busy(party: Party) -> tuple[bool, set[int]]:
+        party.send(party.peers[0], "hi", 1)  # neither waits while the other is alone
+        with party.alone() as lent:
+            inside = blas()
+        party.recv(party.peers[0], "hi")
+        return lent, inside
+
+    busy = run_local({"a": both_busy, "b": both_busy}, timeout=30)
+    assert all(r == (False, {1}) for r in busy.results.values())
+    alone = run_local({"a": worker, "b": waiter}, timeout=30, blas_threads=None)
+    assert alone.results["a"][1] is False
+
 # ----------------------------------------------------------------- many parties
 
 

@@ -156,11 +156,12 @@ def _s1_body(
     r2 = party.recv(other, "R2")
     if not (isinstance(r2, np.ndarray) and r2.shape == (theirs.rank, delta.size)):
         raise ValidationError(f"peer {other!r} sent R2 of the wrong shape")
-    f = maths.s1_product(basis, delta, r2, overwrite=True)  # S1 owns the received buffer
-    del r2, basis  # n-sized arrays are not needed for the SVD
-    # singular values of F'' are the paper's Σ' = k1·k2·Σ (Theorem 3)
-    u, sigma_p, wf = maths.product_svd(f)
-    del f
+    with party.alone():  # S2 waits for ρ' and W_f
+        f = maths.s1_product(basis, delta, r2, overwrite=True)  # S1 owns the received buffer
+        del r2, basis  # n-sized arrays are not needed for the SVD
+        # singular values of F'' are the paper's Σ' = k1·k2·Σ (Theorem 3)
+        u, sigma_p, wf = maths.product_svd(f)
+        del f
     ratios = maths.ratios_of(sigma_p)
     d = maths.select_components(ratios, n_components, threshold)
     a = maths.canonical_from_svd(w.r, u[:, :d])
@@ -183,7 +184,8 @@ def _s2_body(
     delta = party.recv(other, "delta")
     if not (isinstance(delta, np.ndarray) and delta.shape == (w.n,) and np.all(delta >= 0)):
         raise ValidationError(f"peer {other!r} sent a malformed delta")
-    q_w, r2 = maths.s2_rotation(w.take_basis(), delta, overwrite=True)
+    with party.alone():  # S1 waits for R2
+        q_w, r2 = maths.s2_rotation(w.take_basis(), delta, overwrite=True)
     r2 *= k2
     party.send(other, "R2", r2)
     del r2

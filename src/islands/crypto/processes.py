@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import atexit
 import itertools
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -36,6 +35,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from islands.errors import ProtocolError, invalid_parameter
+from islands.runtime.cores import usable_cores
 from islands.validation import describe
 
 __all__ = [
@@ -63,13 +63,6 @@ _WORKER_ENV = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
 
 _POOLS: dict[int, Executor] = {}
 _POOL_LOCK = threading.Lock()
-
-
-def usable_cores() -> int:
-    """Return the CPU cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
 
 
 def process_pool(workers: int) -> Executor:

@@ -9,14 +9,16 @@ decoded afresh on receipt.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from islands.errors import ProtocolError, ValidationError, WireError
 from islands.runtime import wire
+from islands.runtime.cores import CoreShare
 from islands.runtime.identity import Identity
 from islands.runtime.transcript import Transcript
 from islands.runtime.transport import Transport
@@ -71,6 +73,9 @@ class Party:
     identity
         This party's signing key and its peers' public keys
         (:mod:`islands.runtime.identity`); the runners always give one.
+    cores
+        The cores this process shares among the parties it hosts (``run_local``);
+        None when the party has its process to itself.
     """
 
     def __init__(
@@ -82,6 +87,7 @@ class Party:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         identity: Identity | None = None,
+        cores: CoreShare | None = None,
     ) -> None:
         if name not in parties:
             raise ValidationError(f"party {name!r} is not in the federation {list(parties)}")
@@ -94,6 +100,7 @@ class Party:
         self._t0 = time.monotonic()
         self._step = "start"
         self._identity = identity
+        self._cores = cores
 
     @property
     def name(self) -> str:
@@ -201,7 +208,8 @@ class Party:
         tag = self._check_tag(tag)
         wait = self._timeout if timeout is None else _check_timeout(timeout)
         self._step = tag
-        data = self._transport.recv(self._name, frm, tag, wait)
+        with self._cores.waiting(self._name) if self._cores else contextlib.nullcontext():
+            data = self._transport.recv(self._name, frm, tag, wait)
         try:
             # a bytearray is this party's own copy: large arrays become views into it
             return wire.decode_buffer(data) if type(data) is bytearray else wire.decode(data)
@@ -210,6 +218,23 @@ class Party:
                 f"party {self._name!r} received a malformed {tag!r} message from {frm!r}: {exc}",
                 party=self._name, step=tag,
             ) from exc
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[bool]:
+        """Compute a step with every core while the other parties wait for this one.
+
+        A role wraps a step its protocol runs while every other party waits for its next
+        message, and sends that message after the block. Where ``run_local`` hosts
+        several parties in one process and shares the cores out (``blas_threads=
+        "auto"``), the block gets all of them once the others are inside :meth:`recv`
+        (:class:`islands.runtime.cores.CoreShare`); elsewhere it changes nothing. Yields
+        whether the cores were lent.
+        """
+        if self._cores is None:
+            yield False
+            return
+        with self._cores.alone(self._name) as lent:
+            yield lent
 
     def broadcast(self, tag: str, payload: Any, to: Iterable[str] | None = None) -> int:
         """Send the same payload to several peers (all by default); encodes it once.

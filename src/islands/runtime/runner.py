@@ -18,7 +18,6 @@ catch and carry on.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from islands.errors import PeerFailedError, ProtocolError, ValidationError
+from islands.runtime.cores import CoreShare, usable_cores
 from islands.runtime.identity import make_identities
 from islands.runtime.party import DEFAULT_TIMEOUT, Party, check_party_names
 from islands.runtime.transcript import Transcript
@@ -107,8 +107,9 @@ def run_local(
         through ``threadpoolctl``). ``"auto"`` shares the cores out: usable cores divided
         by the number of parties, at least 1, because roles that all call multi-threaded
         BLAS at once oversubscribe the cores (Swarm CCA at n = 60000 measured 7.4 s with
-        the library default against 4.0 s so limited, on 2 cores). ``None`` leaves the
-        libraries alone.
+        the library default against 4.0 s so limited, on 2 cores); a step a role runs
+        under :meth:`Party.alone <islands.runtime.Party.alone>` while the others wait gets
+        every core. ``None`` leaves the libraries alone.
     tolerate
         Names of parties whose failure does not stop the run, e.g. the clients of a
         federated-learning server that must survive one crashing. When such a party's
@@ -152,8 +153,11 @@ def run_local(
 
     transport = MemoryTransport(names)
     identities = make_identities(names)
+    limit = _blas_threads(blas_threads, len(names))
+    cores = (CoreShare(names, usable_cores(), limit)
+             if blas_threads == "auto" and limit is not None else None)
     contexts = {n: Party(n, names, transport, transcript, timeout=timeout,
-                         identity=identities[n]) for n in names}
+                         identity=identities[n], cores=cores) for n in names}
     results: dict[str, Any] = {}
     failures: list[tuple[str, BaseException]] = []
     tolerated_failures: dict[str, BaseException] = {}
@@ -194,7 +198,7 @@ def run_local(
         for name, role in pairs
     ]
     t0 = time.monotonic()
-    with _blas_limit(blas_threads, len(names)):
+    with _blas_limit(limit):
         for thread in threads:
             thread.start()
         try:
@@ -239,22 +243,23 @@ def _check_tolerate(tolerate: Iterable[str], names: tuple[str, ...]) -> frozense
     return frozenset(given)
 
 
-def _blas_limit(
-    setting: int | Literal["auto"] | None, n_parties: int
-) -> AbstractContextManager[Any]:
+def _blas_threads(setting: int | Literal["auto"] | None, n_parties: int) -> int | None:
+    """Return the BLAS threads each party may use, or None to leave the libraries alone."""
     if setting is None:
-        return contextlib.nullcontext()
+        return None
     if setting == "auto":
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-            os.cpu_count() or 1)
-        limit = max(1, cores // n_parties)
-    elif isinstance(setting, int) and not isinstance(setting, bool) and setting >= 1:
-        limit = setting
-    else:
-        raise ValidationError(
-            "The 'blas_threads' parameter of run_local must be 'auto', None or an int >= 1. "
-            f"Got {setting!r} instead."
-        )
+        return max(1, usable_cores() // n_parties)
+    if isinstance(setting, int) and not isinstance(setting, bool) and setting >= 1:
+        return setting
+    raise ValidationError(
+        "The 'blas_threads' parameter of run_local must be 'auto', None or an int >= 1. "
+        f"Got {setting!r} instead."
+    )
+
+
+def _blas_limit(limit: int | None) -> AbstractContextManager[Any]:
+    if limit is None:
+        return contextlib.nullcontext()
     from threadpoolctl import threadpool_limits
 
     limiter: AbstractContextManager[Any] = threadpool_limits(limits=limit)
