@@ -203,8 +203,9 @@ def test_estimator_parameters_are_the_config_and_the_runtime_settings() -> None:
 
 def test_get_set_params_repr_and_clone() -> None:
     cca = SwarmCCA(3, threshold=0.5)
-    assert cca.get_params() == {"n_components": 3, "perturb": True, "threshold": 0.5,
-                                "reg": 0.0, "rank_tol": None, "timeout": 600.0,
+    assert cca.get_params() == {"n_components": 3, "protocol": "paper", "perturb": None,
+                                "threshold": 0.5, "reg": 0.0, "rank_tol": None,
+                                "dealer": "dealer", "timeout": 600.0,
                                 "keep_payloads": False, "random_state": None}
     assert repr(cca) == "SwarmCCA(n_components=3, threshold=0.5)"
     assert repr(SwarmCCA()) == "SwarmCCA()"

@@ -71,6 +71,29 @@ def test_swarm_cca_across_processes_equals_in_process(tmp_path: Path) -> None:
         ref.canonical_correlations_.tolist(), abs=0)
 
 
+def test_secure_swarm_cca_across_processes_with_a_dealer(tmp_path: Path) -> None:
+    from islands.cca import SwarmCCA
+
+    X, Y = correlated(800, 6, 4)
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "y.npy", Y)
+    files = write_federation(tmp_path, "cca", {"x": {"data": "x.npy"}, "y": {"data": "y.npy"},
+                                               "dealer": {}},
+                             options={"protocol": "secure", "n_components": 3})
+    assert_ok(run(files))
+    ref = SwarmCCA(n_components=3, perturb=False).fit(X, Y)
+    x = json.loads((tmp_path / "out/x/party.json").read_text())["result"]
+    assert x["canonical_correlations"] == pytest.approx(
+        ref.canonical_correlations_.tolist(), abs=1e-6)
+    np.testing.assert_allclose(np.load(tmp_path / "out/x/weights.npy"), ref.x_weights_,
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.load(tmp_path / "out/y/weights.npy"), ref.y_weights_,
+                               rtol=1e-5, atol=1e-6)
+    dealt = json.loads((tmp_path / "out/dealer/party.json").read_text())["result"]
+    assert dealt == {"role": "dealer", "rows": 800, "s1": "x", "s2": "y", "s1_columns": 6,
+                     "s2_columns": 4}
+
+
 def test_federated_pca_across_processes_equals_in_process(tmp_path: Path) -> None:
     from islands.pca import FederatedPCA
 
@@ -277,9 +300,12 @@ def test_config_errors_are_clear_and_come_before_connecting(tmp_path: Path) -> N
                             r"\(federation files accepted values >= 1 before"),
         ({"reg": -1}, r"\[cca\]: 'reg' must be a float in \[0, inf\); got -1$"),
         ({"n_components": 1.0}, r"'n_components' must be an int in \[1, inf\); got 1.0$"),
-        ({"perturb": 1}, r"'perturb' must be a bool; got 1$"),
-        ({"timeout": 5}, r"\[cca\]: unknown key\(s\) \['timeout'\]; allowed: \['n_components', "
-                         r"'perturb', 'rank_tol', 'reg', 'threshold'\]"),
+        ({"perturb": 1}, r"'perturb' must be a bool or None; got 1$"),
+        ({"timeout": 5}, r"\[cca\]: unknown key\(s\) \['timeout'\]; allowed: \['dealer', "
+                         r"'n_components', 'perturb', 'protocol', 'rank_tol', 'reg', "
+                         r"'threshold'\]"),
+        ({"protocol": "secure"}, r"\[cca\]: secure Swarm CCA runs between two peers and a "
+                                 r"dealer: \[parties\] must name three, the dealer 'dealer'"),
     ],
 )
 def test_cca_section_has_the_estimators_constraints(tmp_path: Path, options: dict[str, Any],
@@ -373,8 +399,10 @@ def test_cca_section_builds_the_estimators_settings(tmp_path: Path) -> None:
                              options=options)
     role = prepare(load_party_config(files["x"]), resume=False).role
     settings = {k: v for k, v in role.keywords.items() if k != "Z"}  # type: ignore[attr-defined]
-    assert settings == dict(SccaConfig.build(threshold=1.0, rank_tol=0.5, n_components=2,
-                                             perturb=False))
+    config = SccaConfig.build(threshold=1.0, rank_tol=0.5, n_components=2, perturb=False)
+    assert settings == {"other": "y", "perturb": config.perturbs,
+                        **dict(config.model_dump(include={"n_components", "threshold", "reg",
+                                                          "rank_tol"}))}
     assert type(settings["threshold"]) is float
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
+
+from pydantic import model_validator
 
 from islands.config import ProtocolConfig, setting
+from islands.errors import ValidationError
 
 __all__ = ["SccaConfig"]
 
@@ -21,9 +24,15 @@ class SccaConfig(ProtocolConfig):
     n_components: int | None = setting(
         None, "an int in [1, inf)",
         "Number of canonical pairs to keep (the top ones); None keeps all min(p, q).", ge=1)
-    perturb: bool = setting(
-        True, "a bool",
-        "Apply the paper's multiplicative perturbation (it does not protect the data).")
+    protocol: Literal["paper", "secure"] = setting(
+        "paper", "'paper' or 'secure'",
+        "'paper': Li and Du's published protocol (a peer can rebuild the other's column "
+        "space); 'secure': the peers learn only their outputs, with a third party dealing "
+        "randomness (islands.cca.secure).")
+    perturb: bool | None = setting(
+        None, "a bool or None",
+        "protocol='paper': apply the paper's multiplicative perturbation (it does not "
+        "protect the data); None applies it. The secure protocol has none.")
     threshold: float | None = setting(
         None, "a float in (0, 1]",
         "Keep only the components whose correlation ratio is at least this.", gt=0, le=1,
@@ -36,3 +45,20 @@ class SccaConfig(ProtocolConfig):
         "Rank-revealing QR: drop columns whose pivot falls below this times the largest.",
         gt=0, lt=1,
         changed="federation files accepted values >= 1 before; they dropped every column")
+    dealer: str = setting(
+        "dealer", "a party name",
+        "protocol='secure': the party that deals the correlated randomness, a third "
+        "organisation that sees only the sizes (the estimator names it 'dealer').",
+        min_length=1)
+
+    @model_validator(mode="after")
+    def _perturb_is_the_papers(self) -> SccaConfig:
+        if self.protocol == "secure" and self.perturb:
+            raise ValidationError("perturb applies to protocol='paper' only: the secure "
+                                  "protocol sends no perturbed values; leave perturb as None")
+        return self
+
+    @property
+    def perturbs(self) -> bool:
+        """Whether the paper's perturbation is applied."""
+        return self.protocol == "paper" and self.perturb is not False

@@ -9,13 +9,15 @@ the estimator holds both because it simulates both.
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from islands.arrays import Array
 from islands.cca.config import SccaConfig
-from islands.cca.protocol import SccaResult, peer
+from islands.cca.protocol import SccaResult
+from islands.cca.secure import dealer, peer_role
 from islands.errors import ValidationError, invalid_parameter
 from islands.estimator import FederatedEstimator
 from islands.runtime import Transcript, run_local
@@ -36,11 +38,18 @@ class SwarmCCA(FederatedEstimator[SccaConfig]):
     ----------
     n_components : int or None, default=None
         Number of canonical pairs to keep (the top ones); None keeps all min(p, q).
-    perturb : bool, default=True
-        Apply the paper's multiplicative perturbation (secret k1, k2 > 0 from a CSPRNG).
-        The canonical vectors are unchanged; only the ratios ρ_i/ρ_1 remain known, so
-        ``canonical_correlations_`` is None. **It does not protect the data**: see
-        :mod:`islands.cca.audit`.
+    protocol : {"paper", "secure"}, default="paper"
+        ``"paper"``: Li and Du's published protocol, exact but not private (a peer rebuilds
+        the other's column space, :mod:`islands.cca.audit`). ``"secure"``: each peer
+        learns its canonical vectors and the correlations and nothing more, with a third
+        party (``dealer``) that deals randomness and sees only the sizes
+        (:mod:`islands.cca.secure`).
+    perturb : bool or None, default=None
+        ``protocol="paper"``: apply the paper's multiplicative perturbation (secret
+        k1, k2 > 0 from a CSPRNG; None applies it). The canonical vectors are unchanged;
+        only the ratios ρ_i/ρ_1 remain known, so ``canonical_correlations_`` is None.
+        **It does not protect the data**: see :mod:`islands.cca.audit`. The secure
+        protocol has no perturbation (leave it None).
     threshold : float in (0, 1] or None, default=None
         Keep only the components whose correlation ratio ρ_i/ρ_1 is at least this.
     reg : float, default=0.0
@@ -49,6 +58,8 @@ class SwarmCCA(FederatedEstimator[SccaConfig]):
         Rank-revealing QR: drop columns whose pivot falls below ``rank_tol`` times the
         largest (their weights are zero). With neither ``reg`` nor ``rank_tol``, a
         rank-deficient X or Y raises an error naming both options.
+    dealer : str, default="dealer"
+        ``protocol="secure"``: the name of the dealing party (this process runs it too).
     timeout : float, default=600.0
         Seconds a peer waits for one message.
     keep_payloads : bool, default=False
@@ -101,19 +112,23 @@ class SwarmCCA(FederatedEstimator[SccaConfig]):
         self,
         n_components: int | None = None,
         *,
-        perturb: bool = True,
+        protocol: str = "paper",
+        perturb: bool | None = None,
         threshold: float | None = None,
         reg: float = 0.0,
         rank_tol: float | None = None,
+        dealer: str = "dealer",
         timeout: float = 600.0,
         keep_payloads: bool = False,
         random_state: int | np.random.Generator | None = None,
     ) -> None:
         self.n_components = n_components
+        self.protocol = protocol
         self.perturb = perturb
         self.threshold = threshold
         self.reg = reg
         self.rank_tol = rank_tol
+        self.dealer = dealer
         self.timeout = timeout
         self.keep_payloads = keep_payloads
         self.random_state = random_state
@@ -149,11 +164,15 @@ class SwarmCCA(FederatedEstimator[SccaConfig]):
             raise invalid_parameter("n_components", "SwarmCCA",
                                     f"an int in [1, min(p, q)] = [1, {limit}]",
                                     self.n_components)
-        role = partial(peer, **dict(config))
-        run = run_local(
-            {"x": partial(role, Z=x), "y": partial(role, Z=y)},
-            timeout=run_settings.timeout, keep_payloads=run_settings.keep_payloads,
-        )
+        roles: dict[str, Any] = {"x": partial(peer_role(config, "y"), Z=x),
+                                 "y": partial(peer_role(config, "x"), Z=y)}
+        if config.protocol == "secure":
+            if config.dealer in roles:
+                raise invalid_parameter("dealer", "SwarmCCA", "a name other than 'x' and 'y' "
+                                        "(the peers)", self.dealer)
+            roles[config.dealer] = partial(dealer, peers=["x", "y"])
+        run = run_local(roles, timeout=run_settings.timeout,
+                        keep_payloads=run_settings.keep_payloads)
         rx: SccaResult = run.results["x"]
         ry: SccaResult = run.results["y"]
         self.x_weights_ = rx.weights

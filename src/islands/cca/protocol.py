@@ -5,7 +5,7 @@ Messages, in order (every one a real wire message, recorded in the transcript):
 =========  ==========  ==================================================================
 tag        direction   payload
 =========  ==========  ==================================================================
-``dims``   both ways   {"n": rows, "rank": columns used, "perturb": bool} (handshake)
+``dims``   both ways   {"n": rows, "rank": columns used, "perturb": bool, "protocol"}
 ``delta``  S1 → S2     k1·Δx, n values: the row norms of M_x (Algorithm 1, step 5)
 ``R2``     S2 → S1     k2·R2, q×n: the R factor of H2ᵀ = (Δx M_y)ᵀ (Algorithm 2, step 7)
 ``rho``    S1 → S2     ρ' = k1·k2·ρ, d values (Algorithm 1, step 12)
@@ -51,11 +51,15 @@ __all__ = ["SccaResult", "peer", "s1", "s2"]
 @wire.register(name="scca.Dims")
 @dataclass(frozen=True)
 class Dims:
-    """The handshake: rows, columns used after rank handling, whether k is applied."""
+    """The handshake: rows, columns used, whether k is applied, and the protocol.
+
+    ``protocol`` is ``"paper"`` or ``"secure"`` (:mod:`islands.cca.secure`).
+    """
 
     n: int = field(metadata={"ge": 1})
     rank: int = field(metadata={"ge": 0})
     perturb: bool
+    protocol: str
 
 
 @dataclass(frozen=True)
@@ -126,12 +130,17 @@ def _other(party: Party, other: str | None) -> str:
     return party.peers[0]
 
 
-def _handshake(party: Party, other: str, w: _Block, perturb: bool) -> Dims:
+def _handshake(party: Party, other: str, w: _Block, perturb: bool,
+               protocol: str = "paper") -> Dims:
     n = w.n
-    party.send(other, "dims", Dims(n=n, rank=w.rank, perturb=perturb))
+    party.send(other, "dims", Dims(n=n, rank=w.rank, perturb=perturb, protocol=protocol))
     theirs = party.recv(other, "dims")
     if not isinstance(theirs, Dims):
         raise ValidationError(f"peer {other!r} sent a malformed handshake")
+    if theirs.protocol != protocol:
+        raise ValidationError(f"party {party.name!r} runs protocol={protocol!r} but peer "
+                              f"{other!r} runs protocol={theirs.protocol!r}; both peers "
+                              "must run the same protocol")
     if theirs.n != n:
         raise ValidationError(
             f"rows differ: {party.name!r} has n={n}, {other!r} has n={theirs.n}; SCCA needs "

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from islands.cca.config import SccaConfig
-from islands.cca.protocol import SccaResult, peer
+from islands.cca.protocol import SccaResult
+from islands.cca.secure import DealerRecord, dealer, peer_role
 from islands.errors import JobError
 from islands.protocols import Deployment, Prepared, ProtocolSpec, RoleSpec, load_table, save_json
 
@@ -19,10 +20,24 @@ __all__ = ["SPEC"]
 
 def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> SccaConfig:
     settings = SccaConfig.from_table(options, where)
-    if len(parties) != 2:
+    if settings.protocol == "paper" and len(parties) != 2:
         raise JobError(f"{where}: Swarm CCA runs between exactly two parties; "
                        f"[parties] names {len(parties)}")
+    if settings.protocol == "secure" and (len(parties) != 3
+                                          or settings.dealer not in parties):
+        raise JobError(f"{where}: secure Swarm CCA runs between two peers and a dealer: "
+                       f"[parties] must name three, the dealer {settings.dealer!r} among "
+                       f"them; it names {list(parties)}")
     return settings
+
+
+def _assign(settings: SccaConfig, parties: tuple[str, ...]) -> dict[str, str]:
+    return {p: "dealer" if settings.protocol == "secure" and p == settings.dealer else "peer"
+            for p in parties}
+
+
+def _peers(dep: Deployment, settings: SccaConfig) -> list[str]:
+    return [p for p in dep.parties if settings.protocol == "paper" or p != settings.dealer]
 
 
 def _bind_peer(dep: Deployment, settings: SccaConfig) -> Prepared:
@@ -31,6 +46,7 @@ def _bind_peer(dep: Deployment, settings: SccaConfig) -> Prepared:
     if k is not None and k > Z.shape[1]:
         raise JobError(f"{dep.where}: n_components = {k} exceeds the {Z.shape[1]} "
                        f"columns of party {dep.party!r}'s data")
+    other = next(p for p in _peers(dep, settings) if p != dep.party)
 
     def write(result: SccaResult, out: Path) -> dict[str, Any]:
         np.save(out / "weights.npy", result.weights)
@@ -43,13 +59,28 @@ def _bind_peer(dep: Deployment, settings: SccaConfig) -> Prepared:
         save_json(out / "result.json", summary)
         return summary
 
-    return Prepared(role=partial(peer, Z=Z, **dict(settings)), write=write,
-                    description=f"Swarm CCA on {Z.shape[0]} rows × {Z.shape[1]} columns")
+    return Prepared(role=partial(peer_role(settings, other), Z=Z), write=write,
+                    description=f"Swarm CCA ({settings.protocol} protocol) on {Z.shape[0]} "
+                                f"rows × {Z.shape[1]} columns")
+
+
+def _bind_dealer(dep: Deployment, settings: SccaConfig) -> Prepared:
+    def write(result: DealerRecord, out: Path) -> dict[str, Any]:
+        summary = {"role": "dealer", "rows": result.n, "s1": result.s1, "s2": result.s2,
+                   "s1_columns": result.p, "s2_columns": result.q}
+        save_json(out / "result.json", summary)
+        return summary
+
+    return Prepared(role=partial(dealer, peers=_peers(dep, settings)), write=write,
+                    description="secure Swarm CCA dealer (randomness only; sees the sizes)")
 
 
 SPEC = ProtocolSpec(
     name="cca", title="Swarm CCA between two peers (no server)",
-    settings=_settings, assign=lambda settings, parties: {p: "peer" for p in parties},
+    settings=_settings, assign=_assign,
     roles={"peer": RoleSpec("peer", _bind_peer,
                             "Holds one block of columns (data: one row per sample, rows "
-                            "aligned with the other peer's).")})
+                            "aligned with the other peer's)."),
+           "dealer": RoleSpec("dealer", _bind_dealer,
+                              "protocol = 'secure' only: deals correlated randomness; no "
+                              "data, sees only the sizes.")})

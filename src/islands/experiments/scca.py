@@ -132,7 +132,8 @@ class _Settings:
             "n_repeats": self.n_repeats,
             "compare_sizes": {k: list(v) for k, v in self.compare_sizes.items()},
             "quantile": QUANTILE, "cca_fraction": CCA_FRACTION,
-            "pca_variance": PCA_VARIANCE, "rank_tol": RANK_TOL, "perturb": True,
+            "pca_variance": PCA_VARIANCE, "rank_tol": RANK_TOL, "protocol": "paper",
+            "perturb": True,
             "adaboost_estimators": self.adaboost_estimators,
             "svm_max_iter": self.svm_max_iter, "svm_c": SVM_C, "bell_margin": BELL_MARGIN,
             "n_threads": self.n_threads,
@@ -203,7 +204,7 @@ def _load_digits(s: _Settings) -> _TwoViews:
 # ----------------------------------------------------------------------------- helpers
 def _fit_scca(X: Array, Y: Array) -> tuple[SwarmCCA, float]:
     start = time.perf_counter()
-    model = SwarmCCA(perturb=True, rank_tol=RANK_TOL).fit(X, Y)
+    model = SwarmCCA(protocol="paper", perturb=True, rank_tol=RANK_TOL).fit(X, Y)
     return model, time.perf_counter() - start
 
 
@@ -637,7 +638,8 @@ def _report(results: dict[str, Any], files: dict[str, str]) -> str:
     for name, why in results["skipped"].items():
         lines.append(f"  - {name}: **skipped** ({why}).")
     lines += [
-        f"- SCCA: `SwarmCCA(perturb=True, rank_tol={s['rank_tol']:g})` (image halves have "
+        f"- SCCA: `SwarmCCA(protocol='paper', perturb=True, rank_tol={s['rank_tol']:g})` "
+        "(image halves have "
         "constant border pixels, so dependent columns are dropped by a rank-revealing QR). "
         "**With the paper's perturbation only the ratios ρ_i/ρ_1 are known, not ρ itself**, "
         "so every threshold below is on the ratio. The perturbation factors come from the "
