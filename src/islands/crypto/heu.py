@@ -349,6 +349,18 @@ class OuCipher:
         correction = pe.mul(total, -off)
         return [pe.add(a, correction) for a in acc]
 
+    def take(self, cts: Any, indices: Sequence[int]) -> Any:
+        """Return the ciphertexts at ``indices`` of a column, in that order (a gather)."""
+        return cts[[int(i) for i in indices]]
+
+    def concat(self, parts: Sequence[Any]) -> Any:
+        """Return one column of the ciphertexts of ``parts``, in order (local data, unchecked)."""
+        elems: list[Any] = []
+        for part in parts:
+            elems.extend(msgpack.unpackb(part.serialize(), raw=True)[3])
+        return hnp.CiphertextArray.load_from(msgpack.packb([len(elems), 1, 2, elems],
+                                                           use_bin_type=False))
+
     # ------------------------------------------------------------------ masks
     def masks(self, count: int, value_bits: int) -> list[int]:
         """Statistical masks R = 2^k + U, U uniform in [0, 2^(k+128)), k = ``value_bits``."""
