@@ -255,3 +255,37 @@ def test_out_of_range_returned_values_are_refused(opened: Any) -> None:
     """B refuses masked values A returns that no honest decryption gives (K·d + 1 = 5)."""
     with pytest.raises(ProtocolError, match=r"peer 'A' returned malformed opened"):
         play_source({"opened": opened})
+
+
+# ---------------------------------------------------------------- the matrix operations
+
+
+@pytest.mark.parametrize(("rows", "cols", "k", "bits"), [(1, 1, 1, 1), (3, 2, 5, 3),
+                                                         (12, 4, 7, 30), (40, 3, 2, 61)])
+def test_matrix_products_are_exact(rows: int, cols: int, k: int, bits: int) -> None:
+    """Wᵀ X under OU equals the integer product, signs, zeros and 61-bit weights included."""
+    c, rng = owner().cipher(), np.random.default_rng(bits)
+    x = rng.integers(-2**40, 2**40, size=(rows, cols))
+    w = rng.integers(-2**bits, 2**bits, size=(rows, k), dtype=np.int64)
+    w[0, 0] = 0
+    column = c.encrypt(x.ravel().tolist())
+    got = c.as_column(c.products(c.as_matrix(column, rows, cols), w))
+    expected = (w.T.astype(object) @ x.astype(object)).ravel().tolist()
+    assert owner().decrypt(got, 120, positive=False, what="t", sender="t") == expected
+    # gathers and concatenations keep the order
+    both = c.concat([column, c.take(column, [rows * cols - 1, 0])])
+    assert owner().decrypt(both, 64, positive=False, what="t", sender="t") == [
+        *x.ravel().tolist(), int(x.ravel()[-1]), int(x.ravel()[0])]
+
+
+def test_matrix_products_refuse_bad_weights() -> None:
+    c = owner().cipher()
+    m = c.as_matrix(c.encrypt([1, 2, 3, 4]), 2, 2)
+    with pytest.raises(ValidationError, match=r"shape \(2, k\)"):
+        c.products(m, np.ones((3, 1), dtype=np.int64))
+    with pytest.raises(ValidationError, match="int64"):
+        c.products(m, np.ones((2, 1)))  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="below 2\\^62"):
+        c.products(m, np.full((2, 1), 1 << 62, dtype=np.int64))
+    with pytest.raises(ValidationError, match=r"3 ciphertexts for a \(2, 2\) matrix"):
+        c.as_matrix(c.encrypt([1, 2, 3]), 2, 2)

@@ -1,12 +1,14 @@
 """The roles of federated transfer learning: source B (labels) and target A, two parties.
 
 The two-party flow of Liu et al. (2020), §4 [1]_: no coordinator; each party makes its
-own Paillier key pair, computes the other party's gradient terms under the *other*
-party's key from that party's encrypted components and its own plaintext, adds a
-one-time pad, and asks the key owner to decrypt. The maths is
+own key pair (``he="ou"``: Okamoto–Uchiyama on HEU, :mod:`islands.crypto.heu`;
+``"paillier"``: islands' DJN Paillier, :mod:`islands.crypto.paillier_ops`), computes
+the other party's gradient terms under the *other* party's key from that party's
+encrypted components and its own plaintext, adds a pad, and asks the key owner to
+decrypt. The maths is
 :mod:`islands.vfl.ftl.maths`; ⟦·⟧_A is encryption under A's key, ⟦·⟧_B under B's.
 
-Messages of one mini-batch I of b overlap rows (``encryption="paillier"``):
+Messages of one mini-batch I of b overlap rows (``he="ou"`` or ``"paillier"``):
 
 =========  ======  ===================================================================
 tag        from→to payload
@@ -15,18 +17,18 @@ terms      B → A   ⟦P̃⟧_B (b × d), P̃_i = α·Φᵀt_i − 2γ·u_i^B a
                    ⟦Q̃⟧_B (d × d), Q̃ = α·ΦᵀMΦ at scale 2^f
 reps       A → B   ⟦U⟧_A (b × d) and ⟦S⟧_A (d × d), S = UᵀU, at scale 2^f
 masked     A → B   ⟦P̃_i + Q̃u_i + r_i⟧_B for every row: Π_k ⟦Q̃_jk⟧^(u_ik)·⟦P̃_ij⟧ times
-                   a fresh encryption of the pad r (uniform modulo n_B)
+                   a fresh encryption of the pad r (see the pads below)
 masked     B → A   ⟦G + R⟧_A (K × d), G = Σ_i t_i u_iᵀ + MΦS; with symmetric alignment
                    also ⟦U + R'⟧_A; and ⟦b·L + ρ⟧_A, the batch loss (every pad fresh)
-opened     B → A   A's masked values, decrypted by B (residues modulo n_B)
-opened     A → B   B's masked values, decrypted by A (residues modulo n_A)
+opened     B → A   A's masked values, decrypted by B
+opened     A → B   B's masked values, decrypted by A
 status     B → A   after every epoch: its mean loss and whether training goes on
 =========  ======  ===================================================================
 
 Each party removes its pads and back-propagates its gradient through its own network:
 A's rows get (P̃_i + Q̃u_i + 2γu_i)/b, B's representations (α/b)·W·G (plus
 (2γ/b)(u_i^B − u_i^A) on the batch rows when the alignment is symmetric) and B adds
-its local source loss. With ``encryption="none"`` the same terms travel in the clear
+its local source loss. With ``he="none"`` the same terms travel in the clear
 (``terms`` and ``reps`` only): the unprotected baseline the benchmarks compare with.
 
 What each party learns (honest-but-curious, no collusion: the paper's model; each
@@ -52,9 +54,20 @@ own ciphertexts without pads, reads them in the clear; nothing here defends that
 - Inference (:func:`infer_source`, :func:`infer_target`): A learns Φu for its rows, so
   after d queries with independent representations A can solve for Φ; B learns nothing.
 - Each network starts from its owner's private seed (``init_seed``), not the plan's.
-- Pads are uniform modulo n from ``secrets``; every value sent for decryption carries a
-  fresh encryption, which hides how it was computed from the key owner perfectly with
-  textbook randomness and computationally with DJN's short exponents (``djn=True``).
+- Pads come from ``secrets``. Under Paillier they are uniform modulo n and the opened
+  values are residues modulo n. OU's plaintext modulus p is secret, so there the pads
+  are statistical: R = 2^k + U, U uniform below 2^(k+128), for values |V| < 2^k with k
+  from the plan alone (:func:`islands.vfl.ftl.maths.value_bits`); the key owner decrypts
+  only values in (0, 2^(k+129)) and refuses anything else naming the peer (a decryption
+  beyond p would reveal the key), the pad's owner refuses returned values outside that
+  range, and both refuse at ``hello`` a key whose plaintexts cannot hold k + 129 bits.
+  Every value sent for decryption carries a fresh encryption, which hides how it was
+  computed from the key owner (Paillier: perfectly with textbook randomness,
+  computationally with DJN's short exponents; OU: computationally, with 224-bit
+  randomness, :func:`islands.crypto.heu.lengthen`).
+- Each party checks the key in the other's hello (at least its own ``key_bits``; the
+  scheme's structure) and every ciphertext it receives (count, range, units) before
+  using it.
 
 The paper encrypts the gradient of every network *parameter* (Σ_i ∂u_i/∂θ ·
 ⟦∂L/∂u_i⟧, one ciphertext operation per parameter, row and dimension); for networks
@@ -383,11 +396,19 @@ def _residues(value: Any, count: int, n: int, name: str, owner: str) -> list[int
     return value
 
 
-def _matrix_products(cipher: Cipher, cts: Any, rows: int, weights: IntArray) -> Any:
-    """⟦C W⟧ for C (rows × k) given as row-major ciphertexts and W (k × m) ints: rows·m."""
-    k = weights.shape[0]
-    return _concat(cipher, [cipher.weighted(cts[r * k:(r + 1) * k], weights)
-                            for r in range(rows)])
+def _products(cipher: Cipher, cts: Any, rows: int, cols: int, weights: IntArray) -> Any:
+    """⟦Wᵀ X⟧ (k × cols, row-major) for X (rows × cols, row-major ciphertexts), W (rows × k).
+
+    OU: one bucket-method product of the whole matrix
+    (:meth:`islands.crypto.heu.OuCipher.products`); Paillier: one weighted sum per column
+    of X.
+    """
+    if isinstance(cipher, heu.OuCipher):
+        return cipher.as_column(cipher.products(cipher.as_matrix(cts, rows, cols), weights))
+    k = weights.shape[1]
+    out = [cipher.weighted([cts[r * cols + c] for r in range(rows)], weights)
+           for c in range(cols)]
+    return [out[c][f] for f in range(k) for c in range(cols)]
 
 
 def _check_hello(party: Party, peer: str, theirs: Any, plan: str) -> Hello:
@@ -532,9 +553,9 @@ def _target_encrypted(party: Party, peer: str, keys: _Keys, clock: Clock, u: Arr
         p_cts = _blob(theirs, terms.first, b * d, "terms", party.name)
         q_cts = _blob(theirs, terms.second, d * d, "terms", party.name)
         weights = np.array(u_int, dtype=np.int64).reshape(b, d).T  # d × b
-        # row j of Q̃ against every u_i: output (j, i) = Σ_k Q̃_jk u_ik
-        qu = _matrix_products(theirs, q_cts, d, weights)
-        qu_rows = _take(theirs, qu, [j * b + i for i in range(b) for j in range(d)])
+        # Q̃ᵀ against every u_i: output (i, j) = Σ_k u_ik Q̃_jk
+        q_t = _take(theirs, q_cts, [j * d + c for c in range(d) for j in range(d)])
+        qu_rows = _products(theirs, q_t, d, d, weights)
         pads = _masks(theirs, b * d, bits)
         masked = theirs.add(theirs.add(p_cts, qu_rows), _encrypt_masks(theirs, pads))
     with clock.timing("messaging"):
@@ -754,13 +775,8 @@ def _source_encrypted(party: Party, peer: str, keys: _Keys, clock: Clock, p_tild
             np.array(maths.encode(t, f, "targets", owner), dtype=np.int64).reshape(b, k),
             np.array(maths.encode((m @ phi).T, f, "MΦ", owner), dtype=np.int64).reshape(d, k),
         ])
-        both = _concat(theirs, [u_cts, s_cts])
-        g_cols = [theirs.weighted(_take(theirs, both, [i * d + j for i in range(b)]
-                                        + [b * d + r * d + j for r in range(d)]), weights)
-                  for j in range(d)]
-        # row-major K × d
-        g_cts = _take(theirs, _concat(theirs, g_cols), [j * k + c for c in range(k)
-                                                         for j in range(d)])
+        both = _concat(theirs, [u_cts, s_cts])  # [U; S], (b + d) × d
+        g_cts = _products(theirs, both, b + d, d, weights)  # row-major K × d
         # b·L = α·b·c0 + γΣ‖u^B‖² + Σ P̃_ij u_ij + Σ (Q̃/2 + γI)_jl S_jl
         loss_weights = np.array(
             maths.encode(p_tilde, f, "B's terms", owner)
@@ -853,10 +869,11 @@ def infer_target(party: Party, net: Any, X: Any, *, peer: str = "B", plan: Plan)
     phi_cts = _blob(theirs, party.recv(peer, "phi"), k * d, "phi", party.name)
     u_int = np.array(maths.encode(u, f, "A's representation", f"party {party.name!r}"),
                      dtype=np.int64).reshape(x.shape[0], d)
-    scores = _matrix_products(theirs, phi_cts, k, u_int.T)  # (c, i) row-major
+    phi_t = _take(theirs, phi_cts, [c * d + j for j in range(d) for c in range(k)])  # Φᵀ
+    scores = _products(theirs, phi_t, d, k, u_int.T)  # (i, c) row-major
     pads = _masks(theirs, k * x.shape[0], bits)
     masked = theirs.add(scores, _encrypt_masks(theirs, pads))
     party.send(peer, "masked", theirs.to_bytes(masked))
     values = _unmask(theirs, party.recv(peer, "opened"), pads, bits, "opened", party.name,
                      peer)
-    return np.asarray(maths.decode(values, 2 * f, (k, x.shape[0])).T)
+    return maths.decode(values, 2 * f, (x.shape[0], k))
