@@ -1,4 +1,4 @@
-"""Federated transfer learning benchmark: what Paillier costs per epoch (islands.vfl.ftl).
+"""Federated transfer learning benchmark: what OU and Paillier cost per epoch (islands.vfl.ftl).
 
 Data: Fashion-MNIST (train split) in two views, the left and right halves of each image
 (392 pixels each). B, the source, holds the right halves and the labels of ``--rows``
@@ -11,11 +11,14 @@ The two roles of :mod:`islands.vfl.ftl.protocol` run directly (``run_local``, th
 this process, no PSI: the overlap is given), with the library defaults otherwise
 (``dim=32``, ``hidden=(128,)``, the Taylor softmax loss, anchored alignment, source
 loss β = 1, batches of 64) and ``pretrain_epochs=0``, for 2 epochs. Every
-configuration runs twice in the same process, one after the other: encrypted (2048-bit
-Paillier key per party with DJN fixed-base randomness, the default; Paillier work on
-the shared pool of worker processes, one per usable core) and in the clear
-(``encryption="none"``: the same terms, unencrypted and unpadded). The ratio of the two
-is the figure to read; the absolute seconds move with the machine's load.
+configuration runs three times in the same process, one after the other: under
+Okamoto–Uchiyama on HEU (``he="ou"``, a 2048-bit key per party; HEU's own thread pool),
+under Paillier (``he="paillier"``, a 2048-bit key per party with DJN fixed-base
+randomness; Paillier work on the shared pool of worker processes, one per usable core)
+and in the clear (``he="none"``: the same terms, unencrypted and unpadded). The ratios
+of each encrypted run to the clear one are the figures to read; the absolute seconds
+move with the machine's load. ``--schemes ou`` leaves Paillier out (it takes most of the
+time); without ``sf-heu`` the OU run is left out and the output says so.
 
 Measured:
 
@@ -38,8 +41,8 @@ Measured:
    rows ⟦U⟧ back through B's pads, b·d more encryptions for B and decryptions for A.
    ``--skip-paper`` leaves it out.
 
-Key generation (one 2048-bit DJN key pair, the key each party makes before its first
-message) is timed apart and is in no epoch.
+Key generation (one 2048-bit DJN key pair and one OU key, the key each party makes
+before its first message) is timed apart and is in no epoch.
 
 The two parties share this machine's cores (and one worker pool) in a simulation; their
 homomorphic work overlaps in time, so the per-party seconds may add up to more than the
@@ -48,7 +51,8 @@ printed: figures are only trustworthy near 0%.
 
     python benchmarks/bench_ftl.py [--quick] [--rows 5000] [--overlaps 32,64,128,256]
                                    [--dims 8,16,32] [--dim-overlap 64] [--epochs 2]
-                                   [--key-bits 2048] [--skip-paper] [--json OUT]
+                                   [--key-bits 2048] [--schemes ou,paillier]
+                                   [--skip-paper] [--json OUT]
 """
 
 from __future__ import annotations
@@ -178,14 +182,14 @@ PAPER = {"loss": "logistic", "alignment": "symmetric", "source_weight": 0.0}
 
 
 def run_once(data: tuple[np.ndarray, np.ndarray, np.ndarray], overlap: int, dim: int,
-             encryption: str, args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+             he: str, args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
     """Train for ``args.epochs`` epochs; per-epoch seconds, bytes and clock splits."""
     from islands.runtime import run_local
     from islands.vfl.ftl.protocol import Plan, source, target
 
     x_a, x_b, y = data
     rows = np.arange(overlap)
-    plan = Plan(dim=dim, pretrain_epochs=0, epochs=args.epochs, encryption=encryption,
+    plan = Plan(dim=dim, pretrain_epochs=0, epochs=args.epochs, he=he,
                 key_bits=args.key_bits, seed=0, **extra)
     marks: list[float] = []  # perf_counter at the end of each of B's epochs
 
@@ -216,7 +220,7 @@ def run_once(data: tuple[np.ndarray, np.ndarray, np.ndarray], overlap: int, dim:
             assert isinstance(clock, RecordingClock)
             clocks[name] = {k: round(v, 4) for k, v in clock.between(marks[-2],
                                                                      marks[-1]).items()}
-    return {"overlap": overlap, "dim": dim, "encryption": encryption, "epoch_s": epoch_s,
+    return {"overlap": overlap, "dim": dim, "he": he, "epoch_s": epoch_s,
             "last_epoch_s": epoch_s[-1], "last_epoch_bytes": epoch_bytes[-1],
             "wall_s": wall, "keygen_and_hello_s": start, "losses":
             [round(v, 6) for v in run.results["B"].epoch_losses],
@@ -225,41 +229,50 @@ def run_once(data: tuple[np.ndarray, np.ndarray, np.ndarray], overlap: int, dim:
 
 def pair(data: tuple[np.ndarray, np.ndarray, np.ndarray], overlap: int, dim: int,
          args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
-    """The encrypted and the clear run of one configuration, and their ratio."""
-    enc = run_once(data, overlap, dim, "paillier", args, **extra)
-    plain = run_once(data, overlap, dim, "none", args, **extra)
-    return {"overlap": overlap, "dim": dim, "plan": extra, "paillier": enc, "none": plain,
-            "ratio": enc["last_epoch_s"] / plain["last_epoch_s"],
-            "paillier_s_per_row": enc["last_epoch_s"] / overlap}
+    """The encrypted runs and the clear run of one configuration, and their ratios."""
+    out: dict[str, Any] = {"overlap": overlap, "dim": dim, "plan": extra}
+    for he in args.schemes:
+        out[he] = run_once(data, overlap, dim, he, args, **extra)
+    plain = out["none"] = run_once(data, overlap, dim, "none", args, **extra)
+    for he in args.schemes:
+        out[f"{he}_ratio"] = out[he]["last_epoch_s"] / plain["last_epoch_s"]
+        out[f"{he}_s_per_row"] = out[he]["last_epoch_s"] / overlap
+    return out
 
 
 # ------------------------------------------------------------------ printing
-def print_overlaps(rows: list[dict[str, Any]], epoch: int) -> None:
+NAMES = {"ou": "OU", "paillier": "Paillier"}
+HEAD = (f"{'scheme':>9s} {'epoch':>9s} {'clear':>9s} {'ratio':>7s} {'s/row':>8s} {'bytes':>9s}"
+        "   A: he / compute / msg      B: he / compute / msg     others")
+
+
+def print_overlaps(rows: list[dict[str, Any]], epoch: int, schemes: tuple[str, ...]) -> None:
     print(f"1. seconds of epoch {epoch} by overlap size (d = 32, batches of 64)")
-    print(f"   {'overlap':>7s} {'Paillier':>10s} {'clear':>9s} {'ratio':>7s} {'s/row':>8s} "
-          f"{'bytes':>9s}   A: he / compute / msg      B: he / compute / msg     others")
+    print(f"   {'overlap':>7s} {HEAD}")
     for r in rows:
-        print("   " + line(r, r["overlap"]))
+        for he in schemes:
+            print("   " + line(r, r["overlap"], he))
 
 
-def line(r: dict[str, Any], key: int) -> str:
-    enc, plain = r["paillier"], r["none"]
+def line(r: dict[str, Any], key: int, he: str) -> str:
+    enc, plain = r[he], r["none"]
     split = "  ".join(
         "/".join(f"{enc['last_epoch_clock'].get(p, {}).get(k, float('nan')):.2f}"
                  for k in ("he", "compute", "messaging")).ljust(24)
         for p in ("A", "B"))
-    return (f"{key:7d} {fmt_s(enc['last_epoch_s']):>10s} {fmt_s(plain['last_epoch_s']):>9s} "
-            f"{r['ratio']:6.0f}× {r['paillier_s_per_row']:8.4f} "
-            f"{fmt_bytes(enc['last_epoch_bytes']):>9s}   {split}  "
+    return (f"{key:7d} {NAMES[he]:>9s} {fmt_s(enc['last_epoch_s']):>9s} "
+            f"{fmt_s(plain['last_epoch_s']):>9s} {r[f'{he}_ratio']:6.1f}× "
+            f"{r[f'{he}_s_per_row']:8.4f} {fmt_bytes(enc['last_epoch_bytes']):>9s}   {split}  "
             f"{enc['other_cpu_share']:.0%}")
 
 
-def print_dims(rows: list[dict[str, Any]], overlap: int, epoch: int) -> None:
+def print_dims(rows: list[dict[str, Any]], overlap: int, epoch: int,
+               schemes: tuple[str, ...]) -> None:
     print(f"2. seconds of epoch {epoch} by dimension d (overlap {overlap}, batches of 64)")
-    print(f"   {'d':>7s} {'Paillier':>10s} {'clear':>9s} {'ratio':>7s} {'s/row':>8s} "
-          f"{'bytes':>9s}   A: he / compute / msg      B: he / compute / msg     others")
+    print(f"   {'d':>7s} {HEAD}")
     for r in rows:
-        print("   " + line(r, r["dim"]))
+        for he in schemes:
+            print("   " + line(r, r["dim"], he))
 
 
 def parse_ints(text: str, name: str, parser: argparse.ArgumentParser) -> tuple[int, ...]:
@@ -285,6 +298,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2,
                         help="epochs per run; the last one is reported (2)")
     parser.add_argument("--key-bits", type=int, default=2048)
+    parser.add_argument("--schemes", default="ou,paillier",
+                        help="encrypted schemes to run beside the clear one (ou,paillier)")
     parser.add_argument("--skip-paper", action="store_true",
                         help="leave out section 3 (the paper's configuration)")
     args = parser.parse_args()
@@ -301,16 +316,31 @@ def main() -> None:
     if max((*overlaps, dim_overlap)) > rows:
         parser.error(f"overlaps must be at most --rows ({rows})")
 
-    from islands.crypto import paillier
+    from islands.crypto import heu, paillier
 
+    args.schemes = tuple(s.strip() for s in args.schemes.split(",") if s.strip())
+    if not args.schemes or set(args.schemes) - set(NAMES):
+        parser.error(f"--schemes: a comma-separated subset of {sorted(NAMES)}")
+    missing = ""
+    if "ou" in args.schemes and not heu.available():
+        args.schemes = tuple(s for s in args.schemes if s != "ou")
+        missing = "OU left out: sf-heu does not import here (pip install 'islands[heu]')"
+        if not args.schemes:
+            parser.error(missing)
     digests = {source_digest(PARTS)}
     started = time.perf_counter()
     t0 = time.perf_counter()
     paillier.generate_djn_keypair(args.key_bits)
     keygen = time.perf_counter() - t0
+    keygen_ou = None
+    if "ou" in args.schemes:
+        t0 = time.perf_counter()
+        heu.OuKeyOwner(args.key_bits)
+        keygen_ou = time.perf_counter() - t0
     x_a, x_b, y, data_source = load_views(rows)
     data = (x_a, x_b, y)
     results: dict[str, Any] = {"key_bits": args.key_bits, "keygen_djn_s": keygen,
+                               "keygen_ou_s": keygen_ou, "schemes": list(args.schemes),
                                "data": data_source, "rows_b": rows, "epochs": args.epochs,
                                "reported": f"epoch {args.epochs} (the last)"}
     overlap_rows = []
@@ -345,21 +375,28 @@ def main() -> None:
           f"numpy {env['numpy']}, torch {torch.__version__}, gmpy2 {gmpy2.version()}, "
           f"{env['cpus']} CPUs ({cores} usable), {results['total_s']:.0f} s in all")
     print(f"data: {data_source}; B holds {rows:,} labelled rows, A the overlap rows")
-    print(f"{args.key_bits}-bit DJN key generation: {fmt_s(keygen)} (each party makes one "
-          "per run, before training: in no epoch)")
-    print(f"Paillier: {args.key_bits}-bit DJN (default) vs clear: encryption=\"none\", same "
-          "run. s/row: Paillier seconds per overlap row. bytes: exchanged in that epoch "
-          "(Paillier). A/B: seconds of the Paillier epoch per party, homomorphic work / "
-          "plain compute / messaging. others: CPU share of other processes in that run.")
-    print_overlaps(overlap_rows, args.epochs)
-    print_dims(dim_rows, dim_overlap, args.epochs)
+    print(f"{args.key_bits}-bit DJN key generation: {fmt_s(keygen)}"
+          + ("" if keygen_ou is None else f", OU (HEU): {fmt_s(keygen_ou)}")
+          + " (each party makes one per run, before training: in no epoch)")
+    if missing:
+        print(missing)
+    print(f"OU: {args.key_bits}-bit Okamoto-Uchiyama on HEU (he=\"ou\"); Paillier: "
+          f"{args.key_bits}-bit DJN (he=\"paillier\"); clear: he=\"none\", same run. "
+          "ratio: the scheme's epoch / the clear epoch. s/row: the scheme's seconds per "
+          "overlap row. bytes: exchanged in that epoch. A/B: seconds of the scheme's epoch "
+          "per party, homomorphic work / plain compute / messaging. others: CPU share of "
+          "other processes in that run.")
+    print_overlaps(overlap_rows, args.epochs, args.schemes)
+    print_dims(dim_rows, dim_overlap, args.epochs, args.schemes)
     if "paper" in results:
         default = next(r for r in dim_rows if r["dim"] == 32) if 32 in dims else None
         print(f"3. the paper's configuration (logistic, symmetric, β = 0), overlap "
               f"{dim_overlap}, d = 32, epoch {args.epochs}"
-              + ("" if default is None else
-                 f" (defaults: {fmt_s(default['paillier']['last_epoch_s'])})"))
-        print("   " + line(results["paper"], 32))
+              + ("" if default is None else " (defaults: " + ", ".join(
+                  f"{NAMES[he]} {fmt_s(default[he]['last_epoch_s'])}"
+                  for he in args.schemes) + ")"))
+        for he in args.schemes:
+            print("   " + line(results["paper"], 32, he))
     write_json("ftl", args, digests, results, {})
 
 

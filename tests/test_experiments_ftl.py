@@ -59,7 +59,7 @@ def test_files_and_json(run: tuple[Path, dict[str, Any], list[str]]) -> None:
     assert {c["verdict"] for c in doc["agreement"]} <= {"agrees", "partly", "differs"}
     assert messages and messages[-1].startswith("done")
     report = (out / "report.md").read_text()
-    assert "Quick settings" in report and "encryption=\"none\"" in report
+    assert "Quick settings" in report and "he=\"none\"" in report
     assert "![accuracy against overlap](accuracy_vs_overlap.png)" in report
 
 

@@ -158,6 +158,7 @@ def _interrupted_job(job: Any, job_file: Path, output: Path | None, out: Path,
 def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
                   json_path: Path | None, overrides: list[str]) -> None:
     """Run a vertical job (kind = "vertical"): alignment, encrypted training, test metrics."""
+    from islands.vfl.config import describe_he
     from islands.vfl.job import load_vertical_job, run_vertical, write_vertical_outputs
 
     if resume:
@@ -168,9 +169,7 @@ def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
         job = load_vertical_job(job_file, overrides)
         settings = job.config()
     out = output if output is not None else Path(job.output)
-    scheme = {"ou": f"{settings.key_bits}-bit Okamoto-Uchiyama (HEU)",
-              "paillier": f"{settings.key_bits}-bit Paillier{' (DJN)' if settings.djn else ''}",
-              "none": "no encryption (a baseline)"}[settings.he]
+    scheme = describe_he(settings.he, settings.key_bits, settings.djn)
     console.print(f"job [bold]{escape(job.name)}[/]: vertical {settings.objective} regression "
                   f"on {job.data['name']}, {job.parties['passive']} passive part"
                   f"{'y' if job.parties['passive'] == 1 else 'ies'} + B + coordinator, "

@@ -349,6 +349,79 @@ class OuCipher:
         correction = pe.mul(total, -off)
         return [pe.add(a, correction) for a in acc]
 
+    def take(self, cts: Any, indices: Sequence[int]) -> Any:
+        """Return the ciphertexts at ``indices`` of a column, in that order (a gather)."""
+        return cts[[int(i) for i in indices]]
+
+    def concat(self, parts: Sequence[Any]) -> Any:
+        """Return one column of the ciphertexts of ``parts``, in order (local data, unchecked)."""
+        elems: list[Any] = []
+        for part in parts:
+            elems.extend(msgpack.unpackb(part.serialize(), raw=True)[3])
+        return hnp.CiphertextArray.load_from(msgpack.packb([len(elems), 1, 2, elems],
+                                                           use_bin_type=False))
+
+    def as_matrix(self, cts: Any, rows: int, cols: int) -> Any:
+        """Return a column of rows·cols ciphertexts (row-major) as a (rows, cols) array."""
+        if cts.rows != rows * cols or cts.cols != 1:
+            raise ValidationError(f"OuCipher.as_matrix: {cts.rows} ciphertexts for a "
+                                  f"({rows}, {cols}) matrix")
+        elems = msgpack.unpackb(cts.serialize(), raw=True)[3]
+        # HEU stores matrices column-major: the row-major values are the transpose's layout
+        return hnp.CiphertextArray.load_from(msgpack.packb(
+            [cols, rows, 2, elems], use_bin_type=False)).transpose()
+
+    def as_column(self, matrix: Any) -> Any:
+        """Return a (rows, cols) array's ciphertexts as one row-major column."""
+        elems = msgpack.unpackb(matrix.transpose().serialize(), raw=True)[3]
+        return hnp.CiphertextArray.load_from(msgpack.packb(
+            [len(elems), 1, 2, elems], use_bin_type=False))
+
+    def products(self, matrix: Any, weights: NDArray[np.int64]) -> Any:
+        """Return Enc(Wᵀ X), (k, cols), for X a (rows, cols) ciphertext array and W (rows, k).
+
+        The bucket method of :meth:`weighted` on a whole matrix: HEU's
+        ``feature_wise_bucket_sum`` adds rows of X (all their columns at once) into the
+        buckets of every output row, so a product of a plaintext and an encrypted matrix
+        costs one call per window of the offset weights (and 2^w gathers and additions of
+        k × cols arrays), not one per output entry.
+        """
+        w = np.asarray(weights)
+        rows, cols = matrix.rows, matrix.cols
+        if w.dtype != np.int64 or w.ndim != 2 or w.shape[0] != rows or w.shape[1] == 0:
+            raise ValidationError(f"OuCipher.products: weights must be an int64 array of "
+                                  f"shape ({rows}, k); got {w.dtype} {w.shape}")
+        if np.any(np.abs(w) >= 1 << 62):
+            raise ValidationError("OuCipher.products: weights must be below 2^62 in magnitude")
+        k = w.shape[1]
+        e = int(np.abs(w).max()).bit_length() + 1
+        window = _best_window(rows, e)
+        count = -(-e // window)
+        window = -(-e // count)
+        off = 1 << (e - 1)
+        u = w + np.int64(off)  # 0 <= u < 2^e <= 2^63
+        size = 1 << window
+        ones = np.ones((1, rows), dtype=np.int8)
+        ev = self._ev
+        acc: Any = None
+        for step in reversed(range(count)):
+            digits = (u >> np.int64(step * window)) & np.int64(size - 1)
+            order = np.ascontiguousarray((size - 1 - digits).astype(np.int8))
+            prefix = ev.feature_wise_bucket_sum(matrix, ones, order, size, True)
+            # reversed digits: Σ_{t < size-1} prefix_t = Σ_r digit_rf · X_r for output row f
+            win = prefix[[f * size for f in range(k)]]
+            for t in range(1, size - 1):
+                win = ev.add(win, prefix[[f * size + t for f in range(k)]])
+            if acc is not None:
+                for _ in range(window):  # acc·2^w by doublings: HEU's mul costs ~50 adds
+                    acc = ev.add(acc, acc)
+                win = ev.add(acc, win)
+            acc = win
+        total = ev.feature_wise_bucket_sum(matrix, ones, np.zeros((rows, 1), dtype=np.int8),
+                                           1, False)  # (1, cols): Σ_r X_r
+        correction = ev.mul(total, self._kit.array(np.full((1, cols), -off, dtype=object)))
+        return ev.add(acc, correction[[0] * k])
+
     # ------------------------------------------------------------------ masks
     def masks(self, count: int, value_bits: int) -> list[int]:
         """Statistical masks R = 2^k + U, U uniform in [0, 2^(k+128)), k = ``value_bits``."""

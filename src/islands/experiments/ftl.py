@@ -23,7 +23,7 @@ logistic loss, symmetric alignment, no source loss, no pre-training of B) runs n
 this package's defaults (softmax Taylor loss, anchored alignment, B's source loss and
 pre-training).
 
-Training runs with ``encryption="none"``: the same messages in the clear, which give the
+Training runs with ``he="none"``: the same messages in the clear, which give the
 same model as Paillier up to the fixed-point precision; one small encrypted run on the
 tabular data checks that here, and ``tests/test_ftl.py`` and ``benchmarks/bench_ftl.py``
 cover it in depth. The paper reports no Fashion-MNIST figures (its experiments use
@@ -336,7 +336,7 @@ def _fashion(s: _Settings, say: Progress) -> FashionResults:
         row: dict[str, Any] = {"overlap_fraction": fraction, "overlap_rows": n_ov,
                                "a_rows": int(a_rows.size), "b_rows": s.b_rows, "epochs": epochs,
                                "steps": steps}
-        base = {**FASHION_MODEL, "epochs": epochs, "encryption": "none",
+        base = {**FASHION_MODEL, "epochs": epochs, "he": "none",
                 "random_state": s.seed}
         say(f"{tag} FTL (defaults): PSI, then {epochs} epochs on {n_ov} overlap rows")
         model, seconds = _fit_ftl(x_a, x_b, y_b, ids_a, ids_b, base)
@@ -407,7 +407,7 @@ def _tabular(s: _Settings, say: Progress) -> TabularResults:
             x_a, x_test = _standardise(x[a_rows][:, :15], x[test][:, :15])
             ids_a = [int(i) for i in a_rows]
             is_shared = np.isin(a_rows, shared)
-            base = {**TABULAR_MODEL, "epochs": s.tab_epochs, "encryption": "none",
+            base = {**TABULAR_MODEL, "epochs": s.tab_epochs, "he": "none",
                     "random_state": s.seed + repeat}
             say(f"{tag} FTL")
             model, sec = _fit_ftl(x_a, x_b, y[b_rows], ids_a, ids_b, base)
@@ -466,7 +466,7 @@ def _encrypted_check(s: _Settings, say: Progress) -> dict[str, Any]:
     for mode in ("paillier", "none"):
         say(f"[encrypted check] {mode}: 2 epochs on {shared.size} overlap rows")
         model, sec = _fit_ftl(x_a, x_b, y[b_rows], [int(i) for i in a_rows],
-                              [int(i) for i in b_rows], {**params, "encryption": mode})
+                              [int(i) for i in b_rows], {**params, "he": mode})
         proba[mode] = model.predict_proba(x_test)
         out[f"{mode}_seconds"] = sec
         out[f"{mode}_loss"] = [float(v) for v in model.loss_history_]
@@ -724,7 +724,7 @@ def _report(out: Path, results: dict[str, Any]) -> None:
         "which also keeps A's overlap representations from B), B's local source loss "
         "and B's pre-training on its own labels. The paper's configuration is run "
         "as it stands, with the same epochs.",
-        "- Training ran with `encryption=\"none\"`: the same messages in the clear. "
+        "- Training ran with `he=\"none\"`: the same messages in the clear. "
         "Paillier gives the same model up to the fixed-point precision (2^-24): a "
         f"{check['epochs']}-epoch encrypted run on breast cancer ({check['overlap_rows']} "
         f"overlap rows, {check['key_bits']}-bit keys) differs from the clear one by "

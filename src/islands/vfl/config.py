@@ -29,12 +29,19 @@ from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.validation import check_random_state
 from islands.vfl.protocol import Plan
 
-__all__ = ["DEFAULT_LEARNING_RATE", "RENAMED", "VflConfig", "draw_seed"]
+__all__ = ["DEFAULT_LEARNING_RATE", "RENAMED", "VflConfig", "describe_he", "draw_seed"]
 
 RENAMED: Mapping[str, str] = {
     "encryption": "was renamed to 'he' ('ou', 'paillier' or 'none'; 'paillier' and 'none' "
                   "mean what 'encryption' meant)"}
 """Settings that were renamed, each with the message a file or estimator gets for it."""
+
+def describe_he(he: str, key_bits: int, djn: bool) -> str:
+    """Return the scheme in words, as command-line summaries print it."""
+    return {"ou": f"{key_bits}-bit Okamoto-Uchiyama (HEU)",
+            "paillier": f"{key_bits}-bit Paillier{' (DJN)' if djn else ''}",
+            "none": "no encryption (a baseline)"}[he]
+
 
 DEFAULT_LEARNING_RATE: Mapping[str, float] = {"linear": 0.05, "logistic": 0.3}
 """The step each objective gets when ``learning_rate`` is None.

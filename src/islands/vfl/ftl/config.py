@@ -1,7 +1,7 @@
 """Federated transfer learning's settings, declared once for the estimator and ``[ftl]``.
 
 - :class:`FtlConfig`: every protocol setting (the networks, the losses, training, the
-  encryption and the PSI limits). :class:`~islands.vfl.ftl.FederatedTransferLearner`
+  homomorphic scheme ``he`` and the PSI limits). :class:`~islands.vfl.ftl.FederatedTransferLearner`
   builds it from its parameters at ``fit``; ``islands party`` from the ``[ftl]`` section.
 - :class:`Plan`: what both parties must share to train, made by :meth:`FtlConfig.plan`
   with the public ``seed``; the parties compare its :meth:`Plan.text`.
@@ -18,9 +18,11 @@ from islands.config import ProtocolConfig, setting
 from islands.crypto import paillier
 from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.validation import check_random_state
+from islands.vfl.config import RENAMED
 from islands.vfl.ftl.maths import LOSSES
 
-__all__ = ["ALIGNMENTS", "FtlConfig", "FtlSettings", "Plan", "PlanSettings", "draw_seeds"]
+__all__ = ["ALIGNMENTS", "RENAMED", "FtlConfig", "FtlSettings", "Plan", "PlanSettings",
+           "draw_seeds"]
 
 ALIGNMENTS = ("anchored", "symmetric")
 _KEY_BITS = (f"an int in [{paillier.MIN_KEY_BITS}, {paillier.MAX_KEY_BITS}] and a multiple "
@@ -68,14 +70,18 @@ class _Training(ProtocolConfig):
     # weights are int64 in fixed point: |v|·2^f < 2^62
     frac_bits: int = setting(24, "an int in [8, 32]", "Fixed-point fraction bits f.",
                              ge=8, le=32)
-    encryption: Literal["paillier", "none"] = setting(
-        "paillier", "'paillier' or 'none'",
-        "Paillier, or the same terms in the clear (a baseline for measurements only).")
+    he: Literal["ou", "paillier", "none"] = setting(
+        "paillier", "'ou', 'paillier' or 'none'",
+        "Homomorphic encryption of each party's key: 'ou' (Okamoto-Uchiyama on HEU, needs "
+        "sf-heu), 'paillier' (islands' DJN Paillier); 'none' sends the same terms in the "
+        "clear: a baseline for measurements only, it protects nothing.")
     key_bits: int = setting(paillier.DEFAULT_KEY_BITS, _KEY_BITS,
-                            "Paillier modulus size of each party's key.",
+                            "Size of each party's modulus (under OU the approximate bits of "
+                            "n = p²q); each party refuses a shorter key from the other.",
                             ge=paillier.MIN_KEY_BITS, le=paillier.MAX_KEY_BITS,
                             multiple_of=256)
-    djn: bool = setting(True, "a bool", "DJN fixed-base encryption (faster).")
+    djn: bool = setting(True, "a bool", "With he='paillier': DJN fixed-base encryption "
+                        "(faster); False for textbook Paillier.")
 
     @field_validator("hidden", mode="before")
     @classmethod
@@ -159,7 +165,7 @@ class Plan:
     seed: int = 0
     tol: float | None = _default("tol")
     frac_bits: int = _default("frac_bits")
-    encryption: str = _default("encryption")
+    he: str = _default("he")
     key_bits: int = _default("key_bits")
     djn: bool = _default("djn")
 

@@ -78,6 +78,7 @@ __all__ = [
     "phi_gradient",
     "prototypes",
     "target_terms",
+    "value_bits",
 ]
 
 
@@ -216,6 +217,17 @@ def encode(values: ArrayLike, frac_bits: int, what: str, owner: str) -> list[int
     # floats, not int64: at scale 2^(2f) the numerators can pass 2^63, and each is exact
     scaled = round_scaled(arr, frac_bits, bound=MAX_ABS_VALUE, fail=diverged)
     return [int(v) for v in scaled]
+
+
+def value_bits(terms: int, frac_bits: int) -> int:
+    """Return k with |v| < 2^k for v a sum of ``terms`` products of encoded values, plus one.
+
+    The one is a value at scale 2^(2·frac_bits). Each encoded value is at most 2^(30+f)
+    in magnitude (:data:`MAX_ABS_VALUE`), a product at most 2^(60+2f), so
+    |v| < (terms + 1)·2^(60+2f) ≤ 2^k. This public bound sizes the statistical masks
+    under OU (:mod:`islands.vfl.ftl.protocol`).
+    """
+    return 60 + 2 * frac_bits + max(int(terms), 1).bit_length()
 
 
 def decode(values: list[int], frac_bits: int, shape: tuple[int, ...]) -> Array:

@@ -1,12 +1,14 @@
 """The roles of federated transfer learning: source B (labels) and target A, two parties.
 
 The two-party flow of Liu et al. (2020), §4 [1]_: no coordinator; each party makes its
-own Paillier key pair, computes the other party's gradient terms under the *other*
-party's key from that party's encrypted components and its own plaintext, adds a
-one-time pad, and asks the key owner to decrypt. The maths is
+own key pair (``he="ou"``: Okamoto–Uchiyama on HEU, :mod:`islands.crypto.heu`;
+``"paillier"``: islands' DJN Paillier, :mod:`islands.crypto.paillier_ops`), computes
+the other party's gradient terms under the *other* party's key from that party's
+encrypted components and its own plaintext, adds a pad, and asks the key owner to
+decrypt. The maths is
 :mod:`islands.vfl.ftl.maths`; ⟦·⟧_A is encryption under A's key, ⟦·⟧_B under B's.
 
-Messages of one mini-batch I of b overlap rows (``encryption="paillier"``):
+Messages of one mini-batch I of b overlap rows (``he="ou"`` or ``"paillier"``):
 
 =========  ======  ===================================================================
 tag        from→to payload
@@ -15,18 +17,18 @@ terms      B → A   ⟦P̃⟧_B (b × d), P̃_i = α·Φᵀt_i − 2γ·u_i^B a
                    ⟦Q̃⟧_B (d × d), Q̃ = α·ΦᵀMΦ at scale 2^f
 reps       A → B   ⟦U⟧_A (b × d) and ⟦S⟧_A (d × d), S = UᵀU, at scale 2^f
 masked     A → B   ⟦P̃_i + Q̃u_i + r_i⟧_B for every row: Π_k ⟦Q̃_jk⟧^(u_ik)·⟦P̃_ij⟧ times
-                   a fresh encryption of the pad r (uniform modulo n_B)
+                   a fresh encryption of the pad r (see the pads below)
 masked     B → A   ⟦G + R⟧_A (K × d), G = Σ_i t_i u_iᵀ + MΦS; with symmetric alignment
                    also ⟦U + R'⟧_A; and ⟦b·L + ρ⟧_A, the batch loss (every pad fresh)
-opened     B → A   A's masked values, decrypted by B (residues modulo n_B)
-opened     A → B   B's masked values, decrypted by A (residues modulo n_A)
+opened     B → A   A's masked values, decrypted by B
+opened     A → B   B's masked values, decrypted by A
 status     B → A   after every epoch: its mean loss and whether training goes on
 =========  ======  ===================================================================
 
 Each party removes its pads and back-propagates its gradient through its own network:
 A's rows get (P̃_i + Q̃u_i + 2γu_i)/b, B's representations (α/b)·W·G (plus
 (2γ/b)(u_i^B − u_i^A) on the batch rows when the alignment is symmetric) and B adds
-its local source loss. With ``encryption="none"`` the same terms travel in the clear
+its local source loss. With ``he="none"`` the same terms travel in the clear
 (``terms`` and ``reps`` only): the unprotected baseline the benchmarks compare with.
 
 What each party learns (honest-but-curious, no collusion: the paper's model; each
@@ -52,9 +54,20 @@ own ciphertexts without pads, reads them in the clear; nothing here defends that
 - Inference (:func:`infer_source`, :func:`infer_target`): A learns Φu for its rows, so
   after d queries with independent representations A can solve for Φ; B learns nothing.
 - Each network starts from its owner's private seed (``init_seed``), not the plan's.
-- Pads are uniform modulo n from ``secrets``; every value sent for decryption carries a
-  fresh encryption, which hides how it was computed from the key owner perfectly with
-  textbook randomness and computationally with DJN's short exponents (``djn=True``).
+- Pads come from ``secrets``. Under Paillier they are uniform modulo n and the opened
+  values are residues modulo n. OU's plaintext modulus p is secret, so there the pads
+  are statistical: R = 2^k + U, U uniform below 2^(k+128), for values |V| < 2^k with k
+  from the plan alone (:func:`islands.vfl.ftl.maths.value_bits`); the key owner decrypts
+  only values in (0, 2^(k+129)) and refuses anything else naming the peer (a decryption
+  beyond p would reveal the key), the pad's owner refuses returned values outside that
+  range, and both refuse at ``hello`` a key whose plaintexts cannot hold k + 129 bits.
+  Every value sent for decryption carries a fresh encryption, which hides how it was
+  computed from the key owner (Paillier: perfectly with textbook randomness,
+  computationally with DJN's short exponents; OU: computationally, with 224-bit
+  randomness, :func:`islands.crypto.heu.lengthen`).
+- Each party checks the key in the other's hello (at least its own ``key_bits``; the
+  scheme's structure) and every ciphertext it receives (count, range, units) before
+  using it.
 
 The paper encrypts the gradient of every network *parameter* (Σ_i ∂u_i/∂θ ·
 ⟦∂L/∂u_i⟧, one ciphertext operation per parameter, row and dimension); for networks
@@ -79,7 +92,7 @@ import numpy as np
 
 from islands.arrays import Array, IntArray
 from islands.config import check_same_plan
-from islands.crypto import paillier
+from islands.crypto import heu, paillier
 from islands.crypto.paillier_ops import VectorCipher, decrypt_many, modular_unmask
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
@@ -117,12 +130,16 @@ def check_plan(plan: Any, owner: str) -> Plan:
 @wire.register(name="ftl.Hello")
 @dataclass(frozen=True)
 class Hello:
-    """A party's overlap rows, feature count, plan text and public key (None: clear)."""
+    """A party's overlap rows, feature count, plan text and public key (None: clear).
+
+    ``public_key`` is the Paillier modulus n (``he="paillier"``, with ``djn_base``) or
+    the OU key's HEU serialisation (``he="ou"``).
+    """
 
     rows: int = field(metadata={"ge": 0})
     features: int = field(metadata={"ge": 0})
     plan: str
-    n: bytes | None
+    public_key: bytes | None
     djn_base: int | None
     scores: int = field(metadata={"ge": 0})
 
@@ -211,18 +228,32 @@ def _tensor(x: Array) -> Any:
 
 
 # ------------------------------------------------------------------ crypto plumbing
+# A cipher is islands' VectorCipher (he="paillier": ciphertexts are lists) or HEU's
+# OuCipher (he="ou": ciphertext columns); the helpers below are the few operations whose
+# form differs, so each step is written once for both schemes.
+Cipher = VectorCipher | heu.OuCipher
+
+
 class _Keys:
     """One party's key pair and ciphers for its own and its peer's public key."""
 
     def __init__(self, plan: Plan, party: str) -> None:
-        self.plain = plan.encryption == "none"
+        self.he = plan.he
+        self.plain = plan.he == "none"
         self.key_bits, self.djn = plan.key_bits, plan.djn
-        self.mine: VectorCipher | None = None
-        self.peer: VectorCipher | None = None
+        self.mine: Cipher | None = None
+        self.peer: Cipher | None = None
         self.private: Any = None
-        self.n_bytes: bytes | None = None
+        self.owner: heu.OuKeyOwner | None = None
+        self.public_key: bytes | None = None
         self.djn_base: int | None = None
         if self.plain:
+            return
+        if plan.he == "ou":
+            heu.require(f"party {party!r}")
+            self.owner = heu.OuKeyOwner(plan.key_bits)
+            self.mine = self.owner.cipher()
+            self.public_key = self.owner.public_bytes()
             return
         if plan.djn:
             public, self.private, base = paillier.generate_djn_keypair(plan.key_bits)
@@ -230,55 +261,118 @@ class _Keys:
         else:
             public, self.private = paillier.generate_keypair(plan.key_bits)
         self.mine = VectorCipher(public, self.djn_base)
-        self.n_bytes = paillier.public_key_to_bytes(public)
+        self.public_key = paillier.public_key_to_bytes(public)
 
-    def attach_peer(self, hello: Hello, peer: str, me: str) -> None:
+    def attach_peer(self, hello: Hello, peer: str, me: str, room: int) -> None:
+        """Check the peer's key (and, under OU, that both keys hold ``room`` bits)."""
         if self.plain:
-            if hello.n is not None:
+            if hello.public_key is not None:
                 raise ValidationError(f"party {me!r}: peer {peer!r} encrypts but this party "
                                       "runs in the clear")
             return
-        self.peer = _peer_cipher(hello, peer, me, self.key_bits, self.djn)
+        self.peer = _peer_cipher(hello, peer, me, self.he, self.key_bits, self.djn)
+        if isinstance(self.peer, heu.OuCipher):
+            assert isinstance(self.mine, heu.OuCipher)
+            where = f"party {me!r}"
+            self.mine.check_room(room, "the masked values it decrypts", where)
+            try:
+                self.peer.check_room(room, "the masked values it sends", where)
+            except ValidationError as exc:
+                raise ProtocolError(f"{exc} (hello from {peer!r})", party=me,
+                                    step="hello") from None
 
-    def decrypt(self, cts: list[Any]) -> list[int]:
-        """Residues modulo this party's n (masked values: no sign is read)."""
+    def decrypt(self, cts: Any, value_bits: int, what: str, sender: str, me: str,
+                step: str) -> list[int]:
+        """Decrypt masked values from ``sender``.
+
+        Paillier: residues modulo this party's n (uniform pads; no range is read). OU:
+        values in (0, 2^(value_bits + σ + 1)), anything else refused
+        (:meth:`islands.crypto.heu.OuKeyOwner.decrypt`).
+        """
+        if self.owner is not None:
+            return self.owner.decrypt(cts, value_bits + heu.MASK_BITS + 1, positive=True,
+                                      what=what, sender=f"peer {sender!r}", party=me,
+                                      step=step)
         return decrypt_many(self.private, cts)
 
 
-def _peer_cipher(hello: Hello, peer: str, me: str, key_bits: int, djn: bool) -> VectorCipher:
+def _peer_cipher(hello: Hello, peer: str, me: str, he: str, key_bits: int,
+                 djn: bool) -> Cipher:
     """Return a cipher for the public key (and DJN base, checked) in the peer's hello.
 
     The key must have at least this party's ``key_bits``; a DJN base is refused when this
-    party's plan says ``djn=False``.
+    party's plan says ``djn=False`` or ``he="ou"``.
     """
-    if not isinstance(hello.n, bytes):
+    where = f"party {me!r} (hello from {peer!r})"
+    if not isinstance(hello.public_key, bytes):
         raise ValidationError(f"party {me!r}: peer {peer!r} sent no public key")
+    if he == "ou":
+        if hello.djn_base is not None:
+            raise ProtocolError(f"party {me!r}: peer {peer!r} sent a DJN base with an OU key",
+                                party=me, step="hello")
+        try:
+            return heu.OuCipher.from_public_bytes(hello.public_key, owner=where,
+                                                  min_bits=key_bits)
+        except ValidationError as exc:
+            raise ProtocolError(str(exc), party=me, step="hello") from None
     try:
-        public = paillier.public_key_from_bytes(hello.n, min_bits=key_bits)
+        public = paillier.public_key_from_bytes(hello.public_key, min_bits=key_bits)
     except ValidationError as exc:
-        raise ProtocolError(f"party {me!r} (hello from {peer!r}): {exc}", party=me,
-                            step="hello") from None
+        raise ProtocolError(f"{where}: {exc}", party=me, step="hello") from None
     base = None
     if hello.djn_base is not None:
         if not djn:
             raise ProtocolError(f"party {me!r}: peer {peer!r} sent a DJN base, but the plan "
                                 "says djn=False (textbook randomness)", party=me, step="hello")
-        base = int(paillier.check_djn_base(public, hello.djn_base,
-                                           f"party {me!r} (hello from {peer!r})"))
+        base = int(paillier.check_djn_base(public, hello.djn_base, where))
     return VectorCipher(public, base)
 
 
-def _pads(cipher: VectorCipher, count: int) -> list[int]:
+def _masks(cipher: Cipher, count: int, value_bits: int) -> list[int]:
+    """Return pads for values below 2^value_bits: uniform mod n (Paillier), statistical (OU)."""
+    if isinstance(cipher, heu.OuCipher):
+        return cipher.masks(count, value_bits)
     return [secrets.randbelow(cipher.n) for _ in range(count)]
 
 
-def _encrypt_residues(cipher: VectorCipher, residues: list[int]) -> list[Any]:
-    """Fresh encryptions of residues modulo n (pads), through the signed interface."""
+def _encrypt_masks(cipher: Cipher, masks: list[int], shift: int = 0) -> Any:
+    """Fresh encryptions of the masks, ``shift`` added to the last (the loss's constant)."""
+    values = list(masks)
+    if shift:
+        values[-1] += shift
+    if isinstance(cipher, heu.OuCipher):
+        return cipher.encrypt(values)
     n, half = cipher.n, cipher.half
-    return cipher.encrypt([v - n if v > half else v for v in residues])
+    # residues modulo n through the signed interface
+    return cipher.encrypt([v - n if v > half else v for v in (w % n for w in values)])
 
 
-def _blob(cipher: VectorCipher, value: Any, count: int, name: str, owner: str) -> list[Any]:
+def _unmask(cipher: Cipher, opened: Any, masks: list[int], value_bits: int, name: str,
+            owner: str, peer: str) -> list[int]:
+    """Remove the pads from the values the peer decrypted, checking what it returned."""
+    if isinstance(cipher, heu.OuCipher):
+        try:
+            return cipher.unmask(opened, masks, value_bits)
+        except ValidationError as exc:
+            raise ProtocolError(f"peer {peer!r} returned malformed {name} ({exc})",
+                                party=owner, step=name) from None
+    returned = _residues(opened, len(masks), cipher.n, name, owner)
+    return modular_unmask(cipher.n, returned, masks)
+
+
+def _take(cipher: Cipher, cts: Any, indices: list[int]) -> Any:
+    if isinstance(cipher, heu.OuCipher):
+        return cipher.take(cts, indices)
+    return [cts[i] for i in indices]
+
+
+def _concat(cipher: Cipher, parts: list[Any]) -> Any:
+    if isinstance(cipher, heu.OuCipher):
+        return cipher.concat(parts)
+    return [c for part in parts for c in part]
+
+
+def _blob(cipher: Cipher, value: Any, count: int, name: str, owner: str) -> Any:
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise ProtocolError(f"{name} is not a ciphertext blob", party=owner, step=name)
     try:
@@ -302,14 +396,19 @@ def _residues(value: Any, count: int, n: int, name: str, owner: str) -> list[int
     return value
 
 
-def _matrix_products(cipher: VectorCipher, cts: list[Any], rows: int, weights: IntArray,
-                     ) -> list[Any]:
-    """⟦C W⟧ for C (rows × k) given as row-major ciphertexts and W (k × m) ints: rows·m."""
-    k = weights.shape[0]
-    out: list[Any] = []
-    for r in range(rows):
-        out.extend(cipher.weighted(cts[r * k:(r + 1) * k], weights))
-    return out
+def _products(cipher: Cipher, cts: Any, rows: int, cols: int, weights: IntArray) -> Any:
+    """⟦Wᵀ X⟧ (k × cols, row-major) for X (rows × cols, row-major ciphertexts), W (rows × k).
+
+    OU: one bucket-method product of the whole matrix
+    (:meth:`islands.crypto.heu.OuCipher.products`); Paillier: one weighted sum per column
+    of X.
+    """
+    if isinstance(cipher, heu.OuCipher):
+        return cipher.as_column(cipher.products(cipher.as_matrix(cts, rows, cols), weights))
+    k = weights.shape[1]
+    out = [cipher.weighted([cts[r * cols + c] for r in range(rows)], weights)
+           for c in range(cols)]
+    return [out[c][f] for f in range(k) for c in range(cols)]
 
 
 def _check_hello(party: Party, peer: str, theirs: Any, plan: str) -> Hello:
@@ -387,9 +486,9 @@ def target(party: Party, X: Any, *, peer: str = "B", plan: Plan,
         raise ValidationError(f"party {party.name!r}: X must be a finite 2-D array")
     clock = Clock()
     keys = _Keys(plan, party.name)
-    hello = _hello(party, peer, Hello(x.shape[0], x.shape[1], plan.text(), keys.n_bytes,
+    hello = _hello(party, peer, Hello(x.shape[0], x.shape[1], plan.text(), keys.public_key,
                                       keys.djn_base, 0), clock)
-    keys.attach_peer(hello, peer, party.name)
+    keys.attach_peer(hello, peer, party.name, _room(plan, x.shape[0], hello.scores))
     k = hello.scores
     if not isinstance(k, int) or not 1 <= k <= 65536:
         raise ProtocolError(f"peer {peer!r} announced {k!r} scores", party=party.name,
@@ -449,15 +548,16 @@ def _target_encrypted(party: Party, peer: str, keys: _Keys, clock: Clock, u: Arr
     if not isinstance(terms, Pair):
         raise ProtocolError(f"peer {peer!r} sent malformed terms", party=party.name,
                             step="terms")
+    bits = _target_bits(plan)
     with clock.timing("he"):
         p_cts = _blob(theirs, terms.first, b * d, "terms", party.name)
         q_cts = _blob(theirs, terms.second, d * d, "terms", party.name)
         weights = np.array(u_int, dtype=np.int64).reshape(b, d).T  # d × b
-        # row j of Q̃ against every u_i: output (j, i) = Σ_k Q̃_jk u_ik
-        qu = _matrix_products(theirs, q_cts, d, weights)
-        qu_rows = [qu[j * b + i] for i in range(b) for j in range(d)]
-        pads = _pads(theirs, b * d)
-        masked = theirs.add(theirs.add(p_cts, qu_rows), _encrypt_residues(theirs, pads))
+        # Q̃ᵀ against every u_i: output (i, j) = Σ_k u_ik Q̃_jk
+        q_t = _take(theirs, q_cts, [j * d + c for c in range(d) for j in range(d)])
+        qu_rows = _products(theirs, q_t, d, d, weights)
+        pads = _masks(theirs, b * d, bits)
+        masked = theirs.add(theirs.add(p_cts, qu_rows), _encrypt_masks(theirs, pads))
     with clock.timing("messaging"):
         party.send(peer, "masked", theirs.to_bytes(masked))
         incoming = party.recv(peer, "masked")
@@ -465,13 +565,29 @@ def _target_encrypted(party: Party, peer: str, keys: _Keys, clock: Clock, u: Arr
     count = k * d + (b * d if plan.alignment == "symmetric" else 0) + 1
     with clock.timing("he"):
         cts = _blob(mine, incoming, count, "masked", party.name)
-        opened = keys.decrypt(cts)
+        opened = keys.decrypt(cts, _source_bits(plan, b), "masked values", peer, party.name,
+                              "masked")
     with clock.timing("messaging"):
         party.send(peer, "opened", opened)
         mine_opened = party.recv(peer, "opened")
-    returned = _residues(mine_opened, b * d, theirs.n, "opened", party.name)
-    values = modular_unmask(theirs.n, returned, pads)
+    values = _unmask(theirs, mine_opened, pads, bits, "opened", party.name, peer)
     return maths.decode(values, 2 * f, (b, d))
+
+
+def _target_bits(plan: Plan) -> int:
+    """|P̃_ij + Σ_k Q̃_jk u_ik| and |Σ_j Φ_cj u_ij| (inference) are below 2^this."""
+    return maths.value_bits(plan.dim, plan.frac_bits)
+
+
+def _source_bits(plan: Plan, rows: int) -> int:
+    """B's values of a batch of ``rows`` (G, U, the loss: b·d + d² products) are below 2^this."""
+    return maths.value_bits(rows * plan.dim + plan.dim ** 2, plan.frac_bits)
+
+
+def _room(plan: Plan, rows: int, scores: int) -> int:
+    """Plaintext bits the masked values of the plan's largest batch need (OU's check)."""
+    largest = min(rows, plan.batch_size + scores)  # a last batch of <= K rows joins one
+    return max(_target_bits(plan), _source_bits(plan, largest)) + heu.MASK_BITS + 1
 
 
 def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
@@ -545,9 +661,9 @@ def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
 
     with clock.timing("compute"):
         _pretrain(net, opt, xt, y, loss, plan, init_seed)
-    hello = _hello(party, peer, Hello(rows_o.size, x.shape[1], plan.text(), keys.n_bytes,
+    hello = _hello(party, peer, Hello(rows_o.size, x.shape[1], plan.text(), keys.public_key,
                                       keys.djn_base, loss.scores), clock)
-    keys.attach_peer(hello, peer, party.name)
+    keys.attach_peer(hello, peer, party.name, _room(plan, rows_o.size, loss.scores))
     d, k = plan.dim, loss.scores
     epoch_losses: list[float] = []
     batch_losses: list[float] = []
@@ -659,36 +775,33 @@ def _source_encrypted(party: Party, peer: str, keys: _Keys, clock: Clock, p_tild
             np.array(maths.encode(t, f, "targets", owner), dtype=np.int64).reshape(b, k),
             np.array(maths.encode((m @ phi).T, f, "MΦ", owner), dtype=np.int64).reshape(d, k),
         ])
-        g_cols = []
-        for j in range(d):
-            column = [u_cts[i * d + j] for i in range(b)] + [s_cts[r * d + j] for r in range(d)]
-            g_cols.append(theirs.weighted(column, weights))
-        g_cts = [g_cols[j][c] for c in range(k) for j in range(d)]  # row-major K × d
+        both = _concat(theirs, [u_cts, s_cts])  # [U; S], (b + d) × d
+        g_cts = _products(theirs, both, b + d, d, weights)  # row-major K × d
         # b·L = α·b·c0 + γΣ‖u^B‖² + Σ P̃_ij u_ij + Σ (Q̃/2 + γI)_jl S_jl
         loss_weights = np.array(
             maths.encode(p_tilde, f, "B's terms", owner)
             + maths.encode(q_tilde / 2 + plan.gamma * np.eye(d), f, "B's terms", owner),
             dtype=np.int64)[:, None]
-        loss_ct = theirs.weighted(u_cts + s_cts, loss_weights)
+        loss_ct = theirs.weighted(both, loss_weights)
         constant = plan.alpha * b * c0 + plan.gamma * float(np.sum(u_b ** 2))
         (constant_int,) = maths.encode([constant], 2 * f, "the loss", owner)
-        to_open = g_cts + (u_cts if symmetric else []) + loss_ct
-        pads = _pads(theirs, len(to_open))
-        shifted = list(pads)
-        shifted[-1] = (pads[-1] + constant_int) % theirs.n
-        masked = theirs.add(to_open, _encrypt_residues(theirs, shifted))
+        to_open = _concat(theirs, [g_cts, *([u_cts] if symmetric else []), loss_ct])
+        count = k * d + (b * d if symmetric else 0) + 1
+        bits = _source_bits(plan, b)
+        pads = _masks(theirs, count, bits)
+        masked = theirs.add(to_open, _encrypt_masks(theirs, pads, constant_int))
     with clock.timing("messaging"):
         party.send(peer, "masked", theirs.to_bytes(masked))
         incoming = party.recv(peer, "masked")
     with clock.timing("he"):
         cts = _blob(mine, incoming, b * d, "masked", party.name)
-        opened = keys.decrypt(cts)
+        opened = keys.decrypt(cts, _target_bits(plan), "masked values", peer, party.name,
+                              "masked")
     with clock.timing("messaging"):
         party.send(peer, "opened", opened)
         theirs_opened = party.recv(peer, "opened")
     # the constant travelled inside the last pad's encryption: remove the pads only
-    returned = _residues(theirs_opened, len(to_open), theirs.n, "opened", party.name)
-    values = modular_unmask(theirs.n, returned, pads)
+    values = _unmask(theirs, theirs_opened, pads, bits, "opened", party.name, peer)
     g = maths.decode(values[:k * d], 2 * f, (k, d))
     u_a = maths.decode(values[k * d:k * d + b * d], f, (b, d)) if symmetric else None
     fed = values[-1] / float(2 ** (2 * f)) / b
@@ -706,7 +819,7 @@ def infer_source(party: Party, phi: Any, *, peer: str = "A", plan: Plan) -> int:
     phi_arr = np.asarray(phi, dtype=np.float64)
     k, d = phi_arr.shape
     keys = _Keys(plan, party.name)
-    with_key = Hello(0, d, plan.text(), keys.n_bytes, keys.djn_base, k)
+    with_key = Hello(0, d, plan.text(), keys.public_key, keys.djn_base, k)
     party.send(peer, "hello", with_key)
     hello = party.recv(peer, "hello")
     _check_hello(party, peer, hello, with_key.plan)
@@ -716,11 +829,15 @@ def infer_source(party: Party, phi: Any, *, peer: str = "A", plan: Plan) -> int:
         return int(rows)
     mine = keys.mine
     assert mine is not None
+    bits = _target_bits(plan)
+    if isinstance(mine, heu.OuCipher):
+        mine.check_room(bits + heu.MASK_BITS + 1, "the masked scores", f"party {party.name!r}")
     phi_int = maths.encode(phi_arr, plan.frac_bits, "Φ", f"party {party.name!r}")
     party.send(peer, "phi", mine.to_bytes(mine.encrypt(phi_int)))
     incoming = party.recv(peer, "masked")
     cts = _blob(mine, incoming, rows * k, "masked", party.name)
-    party.send(peer, "opened", keys.decrypt(cts))
+    party.send(peer, "opened", keys.decrypt(cts, bits, "masked scores", peer, party.name,
+                                            "masked"))
     return int(rows)
 
 
@@ -736,18 +853,27 @@ def infer_target(party: Party, net: Any, X: Any, *, peer: str = "B", plan: Plan)
     hello = party.recv(peer, "hello")
     _check_hello(party, peer, hello, plan.text())
     k, d, f = hello.scores, plan.dim, plan.frac_bits
-    if plan.encryption == "none":
+    if plan.he == "none":
         phi = _array(party.recv(peer, "phi"), (k, d), "phi", party.name)
         return np.asarray(u @ phi.T)
     # A needs no key of its own here
-    theirs = _peer_cipher(hello, peer, party.name, plan.key_bits, plan.djn)
+    theirs = _peer_cipher(hello, peer, party.name, plan.he, plan.key_bits, plan.djn)
+    bits = _target_bits(plan)
+    if isinstance(theirs, heu.OuCipher):
+        try:
+            theirs.check_room(bits + heu.MASK_BITS + 1, "the masked scores",
+                              f"party {party.name!r}")
+        except ValidationError as exc:
+            raise ProtocolError(f"{exc} (hello from {peer!r})", party=party.name,
+                                step="hello") from None
     phi_cts = _blob(theirs, party.recv(peer, "phi"), k * d, "phi", party.name)
     u_int = np.array(maths.encode(u, f, "A's representation", f"party {party.name!r}"),
                      dtype=np.int64).reshape(x.shape[0], d)
-    scores = _matrix_products(theirs, phi_cts, k, u_int.T)  # (c, i) row-major
-    pads = _pads(theirs, len(scores))
-    masked = theirs.add(scores, _encrypt_residues(theirs, pads))
+    phi_t = _take(theirs, phi_cts, [c * d + j for j in range(d) for c in range(k)])  # Φᵀ
+    scores = _products(theirs, phi_t, d, k, u_int.T)  # (i, c) row-major
+    pads = _masks(theirs, k * x.shape[0], bits)
+    masked = theirs.add(scores, _encrypt_masks(theirs, pads))
     party.send(peer, "masked", theirs.to_bytes(masked))
-    opened = _residues(party.recv(peer, "opened"), len(scores), theirs.n, "opened", party.name)
-    values = maths.decode(modular_unmask(theirs.n, opened, pads), 2 * f, (k, x.shape[0]))
-    return np.asarray(values.T)
+    values = _unmask(theirs, party.recv(peer, "opened"), pads, bits, "opened", party.name,
+                     peer)
+    return maths.decode(values, 2 * f, (x.shape[0], k))

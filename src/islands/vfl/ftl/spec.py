@@ -9,6 +9,7 @@ settings and ``seed`` (the public batch order, default 0)::
     dim = 16
     hidden = [32]
     epochs = 20
+    he = "paillier"    # or "ou" (Okamoto-Uchiyama on HEU), "none" (in the clear)
     key_bits = 2048
 
 Each party's file gives ``data`` (its features, standardised, one row per ID) and ``ids``
@@ -52,8 +53,9 @@ from islands.protocols import (
     save_json,
 )
 from islands.validation import check_array
+from islands.vfl.config import describe_he
 from islands.vfl.ftl import maths
-from islands.vfl.ftl.config import FtlSettings, Plan, draw_seeds
+from islands.vfl.ftl.config import RENAMED, FtlSettings, Plan, draw_seeds
 from islands.vfl.ftl.federation import SourceOutcome, TargetOutcome, source_party, target_party
 
 __all__ = ["SPEC"]
@@ -70,13 +72,19 @@ class _Federated:
     def plan(self) -> Plan:
         return self.config.plan(self.config.seed)
 
+    @property
+    def scheme(self) -> str:
+        """The homomorphic scheme in words (``he``, ``key_bits``, ``djn``)."""
+        return describe_he(self.config.he, self.config.key_bits, self.config.djn)
+
     def limits(self) -> dict[str, Any]:
         return {"max_peer_size": self.config.max_peer_size,
                 "max_peer_ratio": self.config.max_peer_ratio}
 
 
 def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> _Federated:
-    check_section(options, where, {"source", "random_state", *FtlSettings.model_fields})
+    check_section(options, where, {"source", "random_state", *FtlSettings.model_fields},
+                  renamed=RENAMED)
     if len(parties) != 2:
         raise JobError(f"{where}: federated transfer learning runs between exactly two "
                        f"parties; [parties] names {len(parties)}")
@@ -166,7 +174,7 @@ def _bind_target(dep: Deployment, fed: _Federated) -> Prepared:
     scored = X.shape[0] if rows is None else len(rows)
     return Prepared(role=role, write=write,
                     description=f"federated transfer learning, target, {X.shape[1]} columns, "
-                                f"{scored} rows to predict")
+                                f"{scored} rows to predict, {fed.scheme}")
 
 
 def _bind_source(dep: Deployment, fed: _Federated) -> Prepared:
@@ -188,12 +196,12 @@ def _bind_source(dep: Deployment, fed: _Federated) -> Prepared:
                    classes=classes, init_seed=fed.init_seeds[dep.party], **fed.limits())
     return Prepared(role=role, write=write,
                     description=f"federated transfer learning, source, {X.shape[1]} columns, "
-                                f"{classes.size} classes")
+                                f"{classes.size} classes, {fed.scheme}")
 
 
 SPEC = ProtocolSpec(
     name="ftl",
-    title="Federated transfer learning: PSI, Paillier training of two networks, inference",
+    title="Federated transfer learning: PSI, encrypted training of two networks, inference",
     settings=_settings, assign=_assign,
     roles={"source": RoleSpec("source", _bind_source,
                               "Holds labelled rows (data, ids; labels or the last column)."),
