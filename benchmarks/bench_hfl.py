@@ -76,6 +76,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from functools import partial
 from pathlib import Path
@@ -334,7 +335,7 @@ def child_scale(n_clients: int, concurrency: int) -> dict[str, Any]:
 
     from islands.hfl import FedAvg, client, server
     from islands.hfl.estimator import client_seed
-    from islands.hfl.torch.learner import TorchLearner
+    from islands.hfl.torch.learner import PooledLearner, TorchLearner
     from islands.hfl.torch.models import ModulePool, flat_parameters
     from islands.hfl.torch.training import train_centralised
     from islands.runtime import run_local
@@ -355,17 +356,22 @@ def child_scale(n_clients: int, concurrency: int) -> dict[str, Any]:
     was_reset = reset_peak()
 
     pool = ModulePool(spec)
+    # the torch work on a pool of 2 × active threads, as FederatedModel runs it
+    # (PooledLearner): a thread that has called torch keeps ~1 MB of per-thread state
+    executor = ThreadPoolExecutor(max_workers=2 * active, thread_name_prefix="train")
     names = [f"c{k}" for k in range(n_clients)]
     strategy = FedAvg(local_steps=1, batch_size=batch, lr=LR)
     roles: dict[str, Any] = {"server": partial(
         server, clients=names, strategy=strategy, initial=flat_parameters(spec.build(0)),
         epochs=1, concurrency=concurrency, send_final=False)}
     for k, (name, (Xk, yk)) in enumerate(zip(names, parts, strict=True)):
-        learner = TorchLearner(spec, Xk, yk, seed=client_seed(0, k), pool=pool)
+        learner = PooledLearner(TorchLearner(spec, Xk, yk, seed=client_seed(0, k), pool=pool),
+                                executor, timeout=CHILD_TIMEOUT)
         roles[name] = partial(client, server="server", learner=OneRound(learner, batch),
                               aggregator=strategy.aggregator)
     t0 = time.perf_counter()
-    run = run_local(roles, tolerate=names, timeout=CHILD_TIMEOUT, blas_threads=None)
+    with executor:
+        run = run_local(roles, tolerate=names, timeout=CHILD_TIMEOUT, blas_threads=None)
     wall = time.perf_counter() - t0
     rss_end = status_kb("VmRSS") * 1024
     peak = peak_bytes()
