@@ -19,7 +19,9 @@ Three benchmarks (horizontal FL issue), each baseline measured in the same run:
    rounds, seconds per round (mean ``RoundRecord.seconds``) against CL's per step.
 2. Scale. N in {10, 100, 1000} simulated clients (``--quick``: 10, 100), the MLP on the
    60000 rows split IID, one FedAvg round of τ = 1 with batch min(32, n_k), plain roles
-   through ``run_local`` with concurrency 8, and 32 too at the largest N. Each N runs in
+   through ``run_local`` with concurrency 8, and 32 too at the largest N; the clients'
+   torch work runs on a pool of 2 × min(N, concurrency) threads (``PooledLearner``), as
+   ``FederatedModel`` runs it (a thread that has called torch keeps ~1 MB). Each N runs in
    a fresh subprocess (this script, ``--child``): RSS right after the data is loaded
    and torch warmed up (baseline), the peak RSS of the federation (VmHWM at the end:
    ``ru_maxrss`` of the image, but a forked child's ``ru_maxrss`` starts at its parent's
