@@ -19,7 +19,9 @@ Three benchmarks (horizontal FL issue), each baseline measured in the same run:
    rounds, seconds per round (mean ``RoundRecord.seconds``) against CL's per step.
 2. Scale. N in {10, 100, 1000} simulated clients (``--quick``: 10, 100), the MLP on the
    60000 rows split IID, one FedAvg round of τ = 1 with batch min(32, n_k), plain roles
-   through ``run_local`` with concurrency 8, and 32 too at the largest N. Each N runs in
+   through ``run_local`` with concurrency 8, and 32 too at the largest N; the clients'
+   torch work runs on a pool of 2 × min(N, concurrency) threads (``PooledLearner``), as
+   ``FederatedModel`` runs it (a thread that has called torch keeps ~1 MB). Each N runs in
    a fresh subprocess (this script, ``--child``): RSS right after the data is loaded
    and torch warmed up (baseline), the peak RSS of the federation (VmHWM at the end:
    ``ru_maxrss`` of the image, but a forked child's ``ru_maxrss`` starts at its parent's
@@ -76,6 +78,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from functools import partial
 from pathlib import Path
@@ -334,7 +337,7 @@ def child_scale(n_clients: int, concurrency: int) -> dict[str, Any]:
 
     from islands.hfl import FedAvg, client, server
     from islands.hfl.estimator import client_seed
-    from islands.hfl.torch.learner import TorchLearner
+    from islands.hfl.torch.learner import PooledLearner, TorchLearner
     from islands.hfl.torch.models import ModulePool, flat_parameters
     from islands.hfl.torch.training import train_centralised
     from islands.runtime import run_local
@@ -355,17 +358,22 @@ def child_scale(n_clients: int, concurrency: int) -> dict[str, Any]:
     was_reset = reset_peak()
 
     pool = ModulePool(spec)
+    # the torch work on a pool of 2 × active threads, as FederatedModel runs it
+    # (PooledLearner): a thread that has called torch keeps ~1 MB of per-thread state
+    executor = ThreadPoolExecutor(max_workers=2 * active, thread_name_prefix="train")
     names = [f"c{k}" for k in range(n_clients)]
     strategy = FedAvg(local_steps=1, batch_size=batch, lr=LR)
     roles: dict[str, Any] = {"server": partial(
         server, clients=names, strategy=strategy, initial=flat_parameters(spec.build(0)),
         epochs=1, concurrency=concurrency, send_final=False)}
     for k, (name, (Xk, yk)) in enumerate(zip(names, parts, strict=True)):
-        learner = TorchLearner(spec, Xk, yk, seed=client_seed(0, k), pool=pool)
+        learner = PooledLearner(TorchLearner(spec, Xk, yk, seed=client_seed(0, k), pool=pool),
+                                executor, timeout=CHILD_TIMEOUT)
         roles[name] = partial(client, server="server", learner=OneRound(learner, batch),
                               aggregator=strategy.aggregator)
     t0 = time.perf_counter()
-    run = run_local(roles, tolerate=names, timeout=CHILD_TIMEOUT, blas_threads=None)
+    with executor:
+        run = run_local(roles, tolerate=names, timeout=CHILD_TIMEOUT, blas_threads=None)
     wall = time.perf_counter() - t0
     rss_end = status_kb("VmRSS") * 1024
     peak = peak_bytes()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import threading
 import time
+import weakref
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,8 +27,9 @@ from islands.hfl.maths import (
     weighted_accuracy,
     weighted_mean,
 )
-from islands.hfl.protocol import client, server
+from islands.hfl.protocol import LocalOutcome, client, server
 from islands.runtime import run_local
+from islands.runtime.threads import torch_threads
 
 # ----------------------------------------------------------------------------- maths
 
@@ -397,3 +400,60 @@ def test_a_straggler_on_the_training_pool_drops_out_alone() -> None:
         executor.shutdown(wait=True)
     dropped = {d.client for d in result.results["server"].dropouts}
     assert dropped == {"c0"}
+
+
+def test_fit_without_local_evaluation_trains_on_the_checked_rows_as_a_copy_would() -> None:
+    # eval_fraction=0: every client trains on its part itself, no private copy; the model
+    # is bit for bit the one of clients holding copies, and the caller's rows are unchanged
+    from islands.hfl.estimator import client_seed
+
+    parts = [_blobs(40, seed=s) for s in (1, 2, 3)]
+    before = [X.copy() for X, _ in parts]
+    strategy = FedAvg(local_steps=2, batch_size=8, lr=0.1, momentum=0.5)
+    fm = FederatedModel(SPEC, strategy, epochs=2, seed=3, eval_fraction=0.0,
+                        threads=1).fit(parts)
+    names = [f"client-{k + 1}" for k in range(3)]
+    roles: dict[str, Any] = {"server": partial(
+        server, clients=names, strategy=strategy, initial=flat_parameters(SPEC.build(3)),
+        epochs=2, send_final=False)}
+    for k, (name, (X, y)) in enumerate(zip(names, parts, strict=True)):
+        learner = TorchLearner(SPEC, X.copy(), y.copy(), task="classification",
+                               seed=client_seed(3, k))
+        roles[name] = partial(client, server="server", learner=learner,
+                              aggregator=strategy.aggregator)
+    with torch_threads(1):
+        run = run_local(roles, timeout=60, blas_threads=None)
+    np.testing.assert_array_equal(fm.params_, run.results["server"].params)
+    for (X, _), old in zip(parts, before, strict=True):
+        np.testing.assert_array_equal(X, old)
+
+
+def test_an_idle_client_holds_no_model_between_rounds() -> None:
+    # with 1000 clients and 8 training at once, every idle client that kept its last
+    # trained model held 0.64 MB (MLP) for nothing: the new model must be gone by the time
+    # the client trains again (a weak reference to it is dead)
+    seen: list[weakref.ref[Any]] = []
+    alive: list[bool] = []
+
+    class Recording:
+        n_train, n_eval = 10, 0
+
+        def train(self, params: Any, **_: Any) -> LocalOutcome:
+            gc.collect()
+            alive.extend(ref() is not None for ref in seen)
+            out = np.asarray(params, dtype=np.float32) + np.float32(0.5)
+            seen.append(weakref.ref(out))
+            return LocalOutcome(params=out, momentum=None, loss=0.0)
+
+        def evaluate(self, params: Any) -> float:
+            return float("nan")
+
+    strategy = FedAvg(local_steps=1, batch_size=None)  # a round an epoch
+    roles: dict[str, Any] = {
+        "server": partial(server, clients=["c0"], strategy=strategy,
+                          initial=np.zeros(1000, np.float32), epochs=3, send_final=False),
+        "c0": partial(client, server="server", learner=Recording(),
+                      aggregator=strategy.aggregator)}
+    run = run_local(roles, timeout=60, blas_threads=None)
+    np.testing.assert_array_equal(run.results["server"].params, np.full(1000, 1.5, np.float32))
+    assert len(seen) == 3 and alive == [False, False, False]

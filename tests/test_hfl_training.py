@@ -30,6 +30,7 @@ from islands.hfl.torch.training import (  # noqa: E402
     steps_per_epoch,
     train_centralised,
 )
+from islands.validation import MAX_ABS_FLOAT32  # noqa: E402
 
 SMALL_MLP = ModelSpec("mlp", (6,), 3, hidden=(8,))
 
@@ -520,3 +521,20 @@ def test_metrics_do_not_import_torch() -> None:
     code = "import sys, islands.hfl.metrics; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf, 2 * MAX_ABS_FLOAT32,
+                                   -2 * MAX_ABS_FLOAT32])
+def test_rows_beyond_the_float32_limit_are_refused_naming_the_cell(value: float) -> None:
+    # the scan of the rows is a max and a min (no temporary |X|): NaN, ±inf and ±(beyond
+    # the limit) must each still be refused, naming the row and column
+    X = np.ones((5, 6), np.float32)
+    X[3, 2] = value
+    with pytest.raises(ValidationError, match=r"'X'.*row 3, column 2"):
+        Trainer(SMALL_MLP, X, np.zeros(5, np.int64))
+
+
+def test_rows_at_the_float32_limit_are_accepted() -> None:
+    X = np.ones((5, 6), np.float32)
+    X[1, 1], X[4, 5] = MAX_ABS_FLOAT32, -MAX_ABS_FLOAT32
+    assert Trainer(SMALL_MLP, X, np.zeros(5, np.int64)).n == 5

@@ -417,7 +417,9 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         learners = []
         for k, (X, y) in enumerate(data):
             tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed, k))
-            learners.append(TorchLearner(self.model, X[tr], y[tr], X[ev], y[ev],
+            # every row trains (no local evaluation): the checked part itself, not a copy
+            X_tr, y_tr = (X, y) if len(ev) == 0 else (X[tr], y[tr])
+            learners.append(TorchLearner(self.model, X_tr, y_tr, X[ev], y[ev],
                                          task=self.task, seed=client_seed(self.seed, k),
                                          pool=pool, dp=self.sample_dp))
         # only the pool's threads call torch (each OS thread that does keeps ~0.6 MB)

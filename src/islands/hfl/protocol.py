@@ -954,9 +954,10 @@ def client(
         party.send(server, "update", Update(round=msg.round, payload=payload,
                                             steps=msg.steps, loss=outcome.loss,
                                             accuracy=accuracy))
-        # msg.params is a view of the received buffer: let go of it (and of the new
-        # model) before waiting, or every idle client holds two models
-        del msg, params, outcome, payload
+        # msg.params is a view of the received buffer: let go of it and of the new model
+        # (``new`` and ``payload`` may be that same array) before waiting, or every idle
+        # client holds a model or two
+        del msg, params, outcome, payload, new
 
 
 def _resume_state(name: str, resumed_from: int, stored: dict[str, Any] | None,

@@ -262,7 +262,9 @@ def _as_features(X: Any, spec: ModelSpec, name: str, owner: str) -> NDArray[np.f
         out = np.ascontiguousarray(arr, dtype=np.float32)
     if not out.flags.writeable:  # torch.from_numpy refuses to share read-only memory
         out = out.copy()
-    if out.size and not (np.isfinite(out).all() and np.abs(out).max() <= MAX_ABS_FLOAT32):
+    # max and min rather than isfinite and |x|: no temporary the size of the data, and a
+    # NaN makes both comparisons false, so the same arrays pass
+    if out.size and not (out.max() <= MAX_ABS_FLOAT32 and out.min() >= -MAX_ABS_FLOAT32):
         # names the first NaN/inf or too large value, as given (before float32 rounding)
         check_values(np.asarray(arr, dtype=np.float64).reshape(arr.shape[0], -1), name, owner,
                      max_abs=MAX_ABS_FLOAT32, why=FLOAT32_LIMIT_REASON)
