@@ -60,6 +60,7 @@ from islands.hfl.protocol import (
 from islands.hfl.ray_backend import RayWorkerPool, check_client_data, ray_session
 from islands.hfl.strategy import FedAvg, Strategy
 from islands.runtime import Role, Transcript, run_local
+from islands.runtime.cores import usable_cores
 from islands.runtime.threads import torch_threads
 from islands.validation import describe
 
@@ -147,12 +148,6 @@ def split_local_eval(n: int, fraction: float, seed: int) -> tuple[NDArray[np.int
         n_eval = n - 1
     order = np.random.default_rng([seed, n]).permutation(n)
     return np.sort(order[n_eval:]), np.sort(order[:n_eval])
-
-
-def _cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 class FederatedModel(FederatedEstimator[HflConfig]):
@@ -510,7 +505,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             roles[name] = partial(client, server="server", learner=learner,
                                   aggregator=aggregator, half=half,
                                   checkpoint=self.checkpoint, resume=resume)
-        threads = (max(1, _cores() // active) if self.threads == "auto"
+        threads = (max(1, usable_cores() // active) if self.threads == "auto"
                    else self.threads if isinstance(self.threads, int) else None)
         transcript = Transcript(keep_payloads=self.keep_payloads)
         with torch_threads(threads):

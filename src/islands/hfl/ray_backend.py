@@ -90,6 +90,7 @@ from islands.arrays import Vector
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl.protocol import LocalOutcome
 from islands.hfl.strategy import LocalConfig
+from islands.runtime.cores import usable_cores
 
 __all__ = [
     "HFLWorker",
@@ -136,13 +137,6 @@ def import_ray() -> Any:
             "backend='ray' needs Ray, which is not installed: pip install 'islands[ray]'"
         ) from exc
     return ray
-
-
-def usable_cores() -> int:
-    """Return the CPU cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 @contextlib.contextmanager
