@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 
+from islands.deploy.certs import make_certificates
 from islands.errors import PeerTimeoutError, ProtocolError, ValidationError
 from islands.psi import align, initiator, intersect, responder
 from islands.psi.spu_engine import (
@@ -31,6 +33,7 @@ from islands.psi.spu_engine import (
     spu_python,
 )
 from islands.runtime import run_local
+from islands.runtime.tls import TlsFiles
 from islands.runtime.transcript import Transcript
 
 
@@ -266,3 +269,50 @@ def test_the_request_is_json_and_the_ids_never_reach_the_command_line(
     req = json.loads((tmp_path / "request.json").read_text())
     assert req["protocol"] == "PROTOCOL_RR22" and req["tls"] is None
     assert "secret-id" not in (tmp_path / "argv.txt").read_text()
+
+
+def _run_pair(tls_a: TlsFiles | None, tls_b: TlsFiles | None,
+              timeout: float) -> list[NDArray[np.int64]]:
+    ids_a = [b"s" + f"u{i}".encode() for i in range(200)]
+    ids_b = [b"s" + f"u{i}".encode() for i in range(150, 400)]
+    hosts = free_loopback_hosts(2)
+    link = new_link_id()
+    parties = [SpuParty("a", "b", ids_a, SpuLink(link, (hosts[0], hosts[1]), 0, tls_a),
+                        timeout=timeout),
+               SpuParty("b", "a", ids_b, SpuLink(link, (hosts[0], hosts[1]), 1, tls_b),
+                        timeout=timeout)]
+    try:
+        for p in parties:
+            p.start(barrier=True)
+        for p in parties:
+            p.wait_ready()
+        for p in parties:
+            p.go()
+        return [p.finish() for p in parties]
+    finally:
+        for p in parties:
+            p.close()
+
+
+def _tls(root: Path, name: str) -> TlsFiles:
+    return TlsFiles(root / "ca.pem", root / f"{name}.pem", root / f"{name}.key")
+
+
+@needs_spu
+def test_spu_link_runs_over_the_federations_mutual_tls(tmp_path: Path) -> None:
+    make_certificates(["a", "b"], tmp_path / "fed")
+    rows_a, rows_b = _run_pair(_tls(tmp_path / "fed", "a"), _tls(tmp_path / "fed", "b"),
+                               timeout=120)
+    assert sorted(rows_a.tolist()) == list(range(150, 200))
+    assert sorted(rows_b.tolist()) == list(range(50))
+
+
+@needs_spu
+@pytest.mark.parametrize("intruder", ["other CA", "no TLS"])
+def test_a_peer_without_the_federations_certificate_gets_nothing(tmp_path: Path,
+                                                                 intruder: str) -> None:
+    make_certificates(["a", "b"], tmp_path / "fed")
+    make_certificates(["b"], tmp_path / "other")
+    tls_b = _tls(tmp_path / "other", "b") if intruder == "other CA" else None
+    with pytest.raises(PeerTimeoutError, match="did not finish within timeout"):
+        _run_pair(_tls(tmp_path / "fed", "a"), tls_b, timeout=6)

@@ -222,7 +222,9 @@ class SpuParty:
                 self._kill()
                 raise PeerTimeoutError(
                     f"PSI party {self.name!r}: SPU's PSI with party {self.peer!r} did not "
-                    f"finish within timeout = {self.timeout:g} s; its process was stopped",
+                    f"finish within timeout = {self.timeout:g} s; its process was stopped "
+                    "(a peer that never connects, or refuses this party's certificate, "
+                    f"looks like this). The end of its log:\n{self._log_tail()}",
                     party=self.name, peer=self.peer, tag="spu", timeout=self.timeout
                     ) from None
             if rc != 0:
