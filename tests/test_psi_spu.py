@@ -112,6 +112,10 @@ def test_a_missing_environment_names_how_to_build_it(monkeypatch: pytest.MonkeyP
         intersect(["a", "b"], ["b"], engine="spu")
 
 
+def _no_submit(*args: Any, **kw: Any) -> None:
+    raise AssertionError("SPU got the IDs")
+
+
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"engine": "rr22"}, r"The 'engine' parameter of intersect must be 'dh' or 'spu'"),
     ({"ids_a": []}, "is empty"),
@@ -119,25 +123,22 @@ def test_a_missing_environment_names_how_to_build_it(monkeypatch: pytest.MonkeyP
     ({"ids_b": [1, 2]}, "ids_a holds str IDs but ids_b holds int IDs"),
     ({"timeout": 0}, "'timeout' parameter of intersect"),
 ])
-def test_bad_input_is_refused_before_spu_starts(monkeypatch: pytest.MonkeyPatch,
-                                                kwargs: dict[str, Any], match: str) -> None:
-    def no_start(*args: Any, **kw: Any) -> None:
-        raise AssertionError("SPU started")
-
-    monkeypatch.setattr(SpuParty, "start", no_start)
+def test_bad_input_is_refused_before_spu_gets_an_id(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path, kwargs: dict[str, Any],
+                                                    match: str) -> None:
+    # SPU's workers start early (importing SPU), but get no ID before every check passed
+    monkeypatch.setenv(SPU_PYTHON_ENV, str(_fake_engine(tmp_path, "sys.exit(9)")))
+    monkeypatch.setattr(SpuParty, "submit", _no_submit)
     args: dict[str, Any] = {"ids_a": ["a", "b"], "ids_b": ["b", "c"], "engine": "spu"}
     args.update(kwargs)
     with pytest.raises(ValidationError, match=match):
         intersect(args.pop("ids_a"), args.pop("ids_b"), **args)
 
 
-def test_a_peer_above_the_limit_is_refused_before_spu_starts(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_start(*args: Any, **kw: Any) -> None:
-        raise AssertionError("SPU started")
-
-    monkeypatch.setattr(SpuParty, "start", no_start)
-    monkeypatch.setenv(SPU_PYTHON_ENV, sys.executable)
+def test_a_peer_above_the_limit_is_refused_before_spu_gets_an_id(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(SPU_PYTHON_ENV, str(_fake_engine(tmp_path, "sys.exit(9)")))
+    monkeypatch.setattr(SpuParty, "submit", _no_submit)
     with pytest.raises(ProtocolError, match="party 'b' refuses party 'a': it announced 30 IDs"):
         align([f"x{i}" for i in range(30)], ["x1", "x2"], engine="spu")
 
@@ -156,12 +157,12 @@ def _fake_engine(tmp_path: Path, body: str) -> Path:
     fake = tmp_path / "fake-python"
     fake.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""
         import json, os, sys, time
-        req = json.load(open(sys.argv[-2]))
-        report = sys.argv[-1]
-        if req.get("ready"):
-            open(req["ready"], "w").close()
-            while not os.path.exists(req["go"]):
-                time.sleep(0.01)
+        workdir = sys.argv[-2]
+        open(os.path.join(workdir, "ready"), "w").close()
+        while not os.path.exists(os.path.join(workdir, "go")):
+            time.sleep(0.01)
+        req = json.load(open(os.path.join(workdir, "request.json")))
+        report = req["report"]
     """) + textwrap.dedent(body))
     fake.chmod(0o755)
     return fake
@@ -236,9 +237,8 @@ def test_an_engine_that_hangs_is_stopped_at_the_timeout(monkeypatch: pytest.Monk
 def test_a_peer_that_never_comes_times_out() -> None:
     # one real SPU party whose peer address has nobody behind it
     hosts = free_loopback_hosts(2)
-    party = SpuParty("a", "b", [b"sx", b"sy"], SpuLink(new_link_id(), (hosts[0], hosts[1]), 0),
-                     timeout=5)
-    party.start()
+    party = SpuParty("a", "b", SpuLink(new_link_id(), (hosts[0], hosts[1]), 0), timeout=5)
+    party.start([b"sx", b"sy"])
     with pytest.raises(PeerTimeoutError, match="party 'a': SPU's PSI with party 'b' did not"):
         party.finish()
 
@@ -260,7 +260,7 @@ def test_the_request_is_json_and_the_ids_never_reach_the_command_line(
     # what the worker gets: argv holds paths only; the request is plain JSON
     monkeypatch.setenv(SPU_PYTHON_ENV, str(_fake_engine(tmp_path, f"""
         import shutil
-        shutil.copy(sys.argv[-2], {str(tmp_path / 'request.json')!r})
+        shutil.copy(os.path.join(workdir, "request.json"), {str(tmp_path / 'request.json')!r})
         open({str(tmp_path / 'argv.txt')!r}, "w").write(" ".join(sys.argv))
         sys.exit(2)
     """)))
@@ -277,13 +277,14 @@ def _run_pair(tls_a: TlsFiles | None, tls_b: TlsFiles | None,
     ids_b = [b"s" + f"u{i}".encode() for i in range(150, 400)]
     hosts = free_loopback_hosts(2)
     link = new_link_id()
-    parties = [SpuParty("a", "b", ids_a, SpuLink(link, (hosts[0], hosts[1]), 0, tls_a),
+    parties = [SpuParty("a", "b", SpuLink(link, (hosts[0], hosts[1]), 0, tls_a),
                         timeout=timeout),
-               SpuParty("b", "a", ids_b, SpuLink(link, (hosts[0], hosts[1]), 1, tls_b),
+               SpuParty("b", "a", SpuLink(link, (hosts[0], hosts[1]), 1, tls_b),
                         timeout=timeout)]
     try:
-        for p in parties:
-            p.start(barrier=True)
+        for p, ids in zip(parties, (ids_a, ids_b), strict=True):
+            p.launch()
+            p.submit(ids)
         for p in parties:
             p.wait_ready()
         for p in parties:

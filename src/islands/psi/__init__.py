@@ -121,15 +121,10 @@ def _align(ids_a: Any, ids_b: Any, *, workers: int | None, timeout: float,
     check_workers(workers, owner)
     config = PsiConfig.build(owner, normalize=normalize, max_peer_size=max_peer_size,
                              max_peer_ratio=max_peer_ratio, timeout=timeout, engine=engine)
-    enc_a, kind_a = encode_ids(ids_a, labels[0], owner, normalize=config.normalize)
-    enc_b, kind_b = encode_ids(ids_b, labels[1], owner, normalize=config.normalize)
-    if kind_a != kind_b:
-        raise ValidationError(f"{owner}: {labels[0]} holds {kind_a} IDs but {labels[1]} "
-                              f"holds {kind_b} IDs; use one kind (1 and '1' never match)")
-    a, b = names
     if config.engine == "spu":
-        return _align_spu((_values(ids_a), _values(ids_b)), (enc_a, enc_b), kind_a, config,
-                          names)
+        return _align_spu(ids_a, ids_b, config, names, labels, owner)
+    _check_ids(ids_a, ids_b, config, labels, owner)
+    a, b = names
     settings = config.model_dump(exclude={"timeout", "engine"})
     run = runtime.run_local({a: partial(initiator, peer=b, ids=ids_a, workers=workers,
                                         **settings),
@@ -139,29 +134,44 @@ def _align(ids_a: Any, ids_b: Any, *, workers: int | None, timeout: float,
     return run.results[a], run.results[b]
 
 
+def _check_ids(ids_a: Any, ids_b: Any, config: PsiConfig, labels: tuple[str, str],
+               owner: str) -> tuple[list[bytes], list[bytes], str]:
+    """Encode both parties' IDs (every error before a run); return them and their kind."""
+    enc_a, kind_a = encode_ids(ids_a, labels[0], owner, normalize=config.normalize)
+    enc_b, kind_b = encode_ids(ids_b, labels[1], owner, normalize=config.normalize)
+    if kind_a != kind_b:
+        raise ValidationError(f"{owner}: {labels[0]} holds {kind_a} IDs but {labels[1]} "
+                              f"holds {kind_b} IDs; use one kind (1 and '1' never match)")
+    return enc_a, enc_b, kind_a
+
+
 def _values(ids: Any) -> list[Any]:
     return ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
 
 
-def _align_spu(values: tuple[list[Any], list[Any]], encoded: tuple[list[bytes], list[bytes]],
-               kind: str, config: PsiConfig, names: tuple[str, str]
-               ) -> tuple[Alignment, Alignment]:
-    """Run SPU's PSI between two local SPU processes; return both parties' alignments."""
+def _align_spu(ids_a: Any, ids_b: Any, config: PsiConfig, names: tuple[str, str],
+               labels: tuple[str, str], owner: str) -> tuple[Alignment, Alignment]:
+    """Run SPU's PSI between two local SPU processes; return both parties' alignments.
+
+    The two workers start first (importing SPU takes about a second) and wait while the
+    IDs are checked; they get the IDs, and open their link, only when every check passed.
+    """
     a, b = names
-    sizes = (len(encoded[0]), len(encoded[1]))
-    # each party's limit on the other's set, as the roles apply it, before SPU starts
-    for me, peer, own, seen in ((a, b, sizes[0], sizes[1]), (b, a, sizes[1], sizes[0])):
-        _Limit.of(own, config.max_peer_size, config.max_peer_ratio).check(
-            me, peer, seen, "announced {n} IDs", "hello")
     hosts = free_loopback_hosts(2)
     link = new_link_id()
-    parties = [SpuParty(a, b, encoded[0], SpuLink(link, (hosts[0], hosts[1]), 0),
-                        timeout=config.timeout),
-               SpuParty(b, a, encoded[1], SpuLink(link, (hosts[0], hosts[1]), 1),
-                        timeout=config.timeout)]
+    parties = [SpuParty(a, b, SpuLink(link, (hosts[0], hosts[1]), 0), timeout=config.timeout),
+               SpuParty(b, a, SpuLink(link, (hosts[0], hosts[1]), 1), timeout=config.timeout)]
     try:
         for p in parties:
-            p.start(barrier=True)
+            p.launch()
+        enc_a, enc_b, kind = _check_ids(ids_a, ids_b, config, labels, owner)
+        sizes = (len(enc_a), len(enc_b))
+        # each party's limit on the other's set, as the roles apply it, before SPU runs
+        for me, peer, own, seen in ((a, b, sizes[0], sizes[1]), (b, a, sizes[1], sizes[0])):
+            _Limit.of(own, config.max_peer_size, config.max_peer_ratio).check(
+                me, peer, seen, "announced {n} IDs", "hello")
+        parties[0].submit(enc_a)
+        parties[1].submit(enc_b)
         for p in parties:
             p.wait_ready()
         for p in parties:
@@ -172,12 +182,12 @@ def _align_spu(values: tuple[list[Any], list[Any]], encoded: tuple[list[bytes], 
             p.close()
     if rows[0].size == 0 and rows[1].size == 0:
         raise _empty(a, b)
-    out = [_aligned(r, v, e, kind) for r, v, e in zip(rows, values, encoded, strict=True)]
-    if [encoded[0][i] for i in out[0][1]] != [encoded[1][i] for i in out[1][1]]:
+    (ids_ra, rows_a), (ids_rb, rows_b) = (_aligned(rows[0], _values(ids_a), enc_a, kind),
+                                          _aligned(rows[1], _values(ids_b), enc_b, kind))
+    if [enc_a[i] for i in rows_a] != [enc_b[i] for i in rows_b]:
         raise ProtocolError(f"PSI parties {a!r} and {b!r}: SPU gave the two parties "
                             "different intersections", party=a, step="spu")
-    return (Alignment(out[0][0], out[0][1], sizes[1]),
-            Alignment(out[1][0], out[1][1], sizes[0]))
+    return Alignment(ids_ra, rows_a, sizes[1]), Alignment(ids_rb, rows_b, sizes[0])
 
 
 def intersect(ids_a: Any, ids_b: Any, *, workers: int | None = None,

@@ -2,19 +2,19 @@
 
 islands cannot import ``spu`` (0.9.5 needs numpy < 2 and Python < 3.12), so
 :mod:`islands.psi.spu_engine` runs this file with that environment's Python. It imports only
-the standard library and ``spu``; it reads one JSON request (a file path in ``argv[1]``),
-runs ``spu.psi.psi_execute`` for this party over SPU's own link (brpc, optionally with
-mutual TLS) and writes a JSON report to ``argv[2]``. Nothing else passes between the two
+the standard library and ``spu``. Given the run's private directory (``argv[1]``) and a
+timeout in milliseconds (``argv[2]``), it imports SPU, creates ``ready`` there, waits for
+``go`` (both parties then open the link together: a party that finds its peer not yet
+listening waits seconds in brpc's reconnection back-off), reads ``request.json``, runs
+``spu.psi.psi_execute`` for this party over SPU's own link (brpc, optionally with mutual
+TLS) and writes a JSON report where the request says. Nothing else passes between the two
 environments: the IDs go through a CSV file in the caller's private directory, the
 intersection comes back the same way.
 
 Request keys: ``protocol`` (``"PROTOCOL_RR22"``), ``rank`` (0 receives first, both learn
 the result), ``link_id``, ``hosts`` (``host:port`` of rank 0 and rank 1), ``input`` and
-``output`` (CSV paths, one key column ``id``), ``timeout_ms``, ``tls`` (None or
-``{"ca", "cert", "key"}`` PEM paths), and ``ready``/``go`` (None, or two paths: the
-worker creates ``ready`` once SPU is imported and waits for ``go`` to appear before it
-opens the link; two local parties start the link together, since a party that finds its
-peer not yet listening waits seconds in brpc's reconnection back-off).
+``output`` (CSV paths, one key column ``id``), ``report`` (a path), ``timeout_ms`` (what
+is left of the run's time), ``tls`` (None or ``{"ca", "cert", "key"}`` PEM paths).
 
 References
 ----------
@@ -30,27 +30,26 @@ import sys
 import time
 
 
-def main(request_path: str, report_path: str) -> int:
-    """Run one PSI party as the request says; write the report; return the exit status."""
+def main(workdir: str, timeout_ms: int) -> int:
+    """Run one PSI party as the request in ``workdir`` says; exit with its status."""
     # this file's directory holds islands modules, which must not shadow SPU's imports
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    with open(request_path, encoding="utf-8") as f:
-        req = json.load(f)
+    deadline = time.monotonic() + timeout_ms / 1000
     t_start = time.perf_counter()
     import spu.libspu.link as link  # type: ignore[import-not-found]
     import spu.psi as psi  # type: ignore[import-not-found]
-    t_import = time.perf_counter()
-    timeout_ms = int(req["timeout_ms"])
-    if req.get("ready"):
-        open(req["ready"], "w").close()
-        deadline = time.monotonic() + timeout_ms / 1000
-        while not os.path.exists(req["go"]):
-            if time.monotonic() > deadline:
-                return 3
-            time.sleep(0.002)
-    t_ready = time.perf_counter()
 
+    t_import = time.perf_counter()
+    open(os.path.join(workdir, "ready"), "w").close()
+    while not os.path.exists(os.path.join(workdir, "go")):
+        if time.monotonic() > deadline:
+            return 3
+        time.sleep(0.002)
+    t_ready = time.perf_counter()
+    with open(os.path.join(workdir, "request.json"), encoding="utf-8") as f:
+        req = json.load(f)
+    timeout_ms = int(req["timeout_ms"])
     desc = link.Desc()
     desc.id = req["link_id"]
     for i, host in enumerate(req["hosts"]):
@@ -80,15 +79,19 @@ def main(request_path: str, report_path: str) -> int:
         output_params=psi.OutputParams(type=psi.SourceType.SOURCE_TYPE_FILE_CSV,
                                        path=req["output"], disable_alignment=False))
     report = psi.psi_execute(config, ctx)
-    ctx.stop_link()
-    with open(report_path, "w", encoding="utf-8") as f:
+    with open(req["report"], "w", encoding="utf-8") as f:
         json.dump({"original_count": report.original_count,
                    "intersection_count": report.intersection_count,
                    "import_s": t_import - t_start, "wait_s": t_ready - t_import,
                    "link_s": t_link - t_ready,
                    "psi_s": time.perf_counter() - t_link}, f)
-    return 0
+    # The result is written and psi_execute has sent all it sends. No stop_link: with TLS,
+    # brpc aborts the process now and then (a failed check in controller.cpp) when the
+    # peer has already gone, which would turn a finished run into a failure.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(sys.argv[1], int(sys.argv[2])))

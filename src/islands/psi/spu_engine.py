@@ -114,7 +114,14 @@ class SpuLink:
 
 
 class SpuParty:
-    """One party's run of SPU PSI: :meth:`start` the worker, then :meth:`finish` it.
+    """One party's run of SPU PSI.
+
+    :meth:`launch` starts SPU's worker (it imports SPU, then waits), :meth:`submit` hands
+    it this party's IDs, :meth:`wait_ready` and :meth:`go` let it open the link, and
+    :meth:`finish` waits for the result; :meth:`start` does the four in a row. The worker
+    starts before the IDs are ready so that importing SPU (about a second) overlaps
+    islands' own checks, and two local parties open their links together (a party that
+    finds its peer not yet listening waits seconds in brpc's reconnection back-off).
 
     Parameters
     ----------
@@ -122,83 +129,106 @@ class SpuParty:
         This party's name (errors name it).
     peer
         The other party's name.
-    encoded
-        This party's canonical, unique ID encodings (:func:`islands.crypto.psi.encode_ids`).
     link
         How to reach the peer.
     timeout
         Seconds the whole run may take, > 0.
     protocol
         SPU's protocol name (``"PROTOCOL_RR22"``).
+
+    Raises
+    ------
+    ValidationError
+        When SPU's environment is missing (:func:`spu_python`).
     """
 
-    def __init__(self, name: str, peer: str, encoded: Sequence[bytes], link: SpuLink, *,
-                 timeout: float, protocol: str = "PROTOCOL_RR22") -> None:
+    def __init__(self, name: str, peer: str, link: SpuLink, *, timeout: float,
+                 protocol: str = "PROTOCOL_RR22") -> None:
         self.name = name
         self.peer = peer
         self.link = link
         self.timeout = timeout
         self._python = spu_python(f"PSI party {name!r}")
-        self._keys = [e.hex() for e in encoded]
         self._protocol = protocol
+        self._keys: NDArray[np.bytes_] | None = None
+        self._sorted: tuple[NDArray[np.bytes_], NDArray[np.intp]] | None = None
         self._dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: Path | None = None
         self._deadline = 0.0
         self.report: dict[str, float] = {}
-        """SPU's counts and seconds (import, link, PSI), once :meth:`finish` returned."""
+        """SPU's counts and seconds (import, wait, link, PSI), once :meth:`finish` returned."""
 
-    def start(self, *, barrier: bool = False) -> None:
-        """Write the IDs to a private directory and start SPU's worker for this party.
+    def start(self, encoded: Sequence[bytes]) -> None:
+        """Launch the worker, hand it ``encoded`` and let it connect at once."""
+        self.launch()
+        self.submit(encoded)
+        self.wait_ready()
+        self.go()
 
-        With ``barrier``, the worker waits for :meth:`go` (after :meth:`wait_ready`)
-        before it opens SPU's link, so that two local parties connect at once.
-        """
+    def launch(self) -> None:
+        """Start SPU's worker in a new private directory; it imports SPU and waits."""
         self._dir = Path(tempfile.mkdtemp(prefix="islands-spu-"))  # mode 0700
-        inp, out = self._dir / "ids.csv", self._dir / "common.csv"
-        with open(inp, "w", encoding="ascii") as f:
-            f.write("id\n")
-            f.write("\n".join(self._keys))
-            f.write("\n")
-        tls = self.link.tls
-        request = {"protocol": self._protocol, "rank": self.link.rank,
-                   "link_id": self.link.link_id, "hosts": list(self.link.hosts),
-                   "input": str(inp), "output": str(out),
-                   "timeout_ms": max(1, int(self.timeout * 1000)),
-                   "tls": None if tls is None else {"ca": str(tls.ca), "cert": str(tls.cert),
-                                                    "key": str(tls.key)},
-                   "ready": str(self._dir / "ready") if barrier else None,
-                   "go": str(self._dir / "go") if barrier else None}
-        (self._dir / "request.json").write_text(json.dumps(request), encoding="utf-8")
         self._log = self._dir / "spu.log"
         # SPU keeps its scratch files under TMPDIR: inside the private directory
         env = {**os.environ, "TMPDIR": str(self._dir)}
         self._deadline = time.monotonic() + self.timeout
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(
-                [str(self._python), "-I", str(_WORKER), str(self._dir / "request.json"),
-                 str(self._dir / "report.json")],
+                [str(self._python), "-I", str(_WORKER), str(self._dir),
+                 str(max(1, int(self.timeout * 1000)))],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True)
 
+    def submit(self, encoded: Sequence[bytes]) -> None:
+        """Write this party's IDs (canonical, unique encodings) and the run's request.
+
+        Each ID is the hex of its encoding (:func:`islands.crypto.psi.encode_ids`), so
+        any int, string or bytes ID is one CSV-safe key.
+        """
+        assert self._dir is not None, "launch() first"
+        keys = [e.hex() for e in encoded]
+        inp = self._dir / "ids.csv"
+        with open(inp, "w", encoding="ascii") as f:
+            f.write("id\n")
+            f.write("\n".join(keys))
+            f.write("\n")
+        self._keys = np.array(keys, dtype="S")
+        tls = self.link.tls
+        request = {"protocol": self._protocol, "rank": self.link.rank,
+                   "link_id": self.link.link_id, "hosts": list(self.link.hosts),
+                   "input": str(inp), "output": str(self._dir / "common.csv"),
+                   "report": str(self._dir / "report.json"),
+                   "timeout_ms": max(1, int((self._deadline - time.monotonic()) * 1000)),
+                   "tls": None if tls is None else {"ca": str(tls.ca), "cert": str(tls.cert),
+                                                    "key": str(tls.key)}}
+        part = self._dir / "request.part"
+        part.write_text(json.dumps(request), encoding="utf-8")
+        part.rename(self._dir / "request.json")
+
     def wait_ready(self) -> None:
-        """Wait until the worker has imported SPU (started with ``barrier``).
+        """Wait until the worker has imported SPU.
 
         Raises
         ------
         PeerTimeoutError, ProtocolError
             As :meth:`finish`, when the worker stops or the timeout passes first.
         """
-        assert self._proc is not None and self._dir is not None
+        assert self._proc is not None and self._dir is not None, "launch() first"
         while not (self._dir / "ready").exists():
             if self._proc.poll() is not None or time.monotonic() > self._deadline:
                 self.finish()  # raises: the worker failed or ran out of time
             time.sleep(0.005)
 
     def go(self) -> None:
-        """Let a worker that :meth:`wait_ready` found ready open SPU's link."""
-        assert self._dir is not None
+        """Let the worker open SPU's link and run (after :meth:`submit`).
+
+        While SPU runs, this party sorts its keys for reading the result back.
+        """
+        assert self._dir is not None and self._keys is not None, "submit() first"
         (self._dir / "go").touch()
+        order = np.argsort(self._keys, kind="stable")
+        self._sorted = (self._keys[order], order)
 
     def finish(self) -> NDArray[np.int64]:
         """Wait for the worker (within the timeout); return the rows of the common IDs.
@@ -270,14 +300,13 @@ class SpuParty:
         except (OSError, UnicodeDecodeError) as exc:
             raise ProtocolError(bad + f"cannot be read: {exc}", party=self.name,
                                 step="spu") from None
-        if header != "id" or report.get("original_count") != len(self._keys):
+        assert self._keys is not None and self._sorted is not None
+        if header != "id" or report.get("original_count") != self._keys.size:
             raise ProtocolError(bad + f"is malformed (header {header!r}, report {report})",
                                 party=self.name, step="spu")
         # SPU writes the keys as they came in (hex: no quoting); look them up in this
         # party's sorted keys
-        mine = np.array(self._keys, dtype="S")
-        order = np.argsort(mine, kind="stable")
-        mine = mine[order]
+        mine, order = self._sorted
         got = np.array(keys, dtype="S")
         pos = np.searchsorted(mine, got)
         if got.size and (pos.max() >= mine.size or not np.array_equal(mine[pos], got)):
