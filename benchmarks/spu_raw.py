@@ -3,8 +3,9 @@
 Two processes (ranks 0 and 1) on loopback, each running ``spu.psi.psi_execute`` on its
 CSV file (one column ``id``) and writing the intersection to a CSV file, as SPU's own
 tests do. Timed: from starting the two processes to both having written their output
-(Python start, import of spu, link set-up, the PSI, CSV out); the CSV files are written
-before the clock starts. Prints one JSON line.
+(Python start, import of spu, link set-up, the PSI, CSV out; the CSV files are written
+before the clock starts), and, inside, ``psi_execute`` alone (the slower party). Prints
+one JSON line.
 
     .venv-spu/bin/python benchmarks/spu_raw.py N OVERLAP [PROTOCOL_RR22]
 """
@@ -17,9 +18,11 @@ import socket
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 
-def _party(rank: int, hosts: list[str], path_in: str, path_out: str, protocol: str) -> None:
+def _party(rank: int, hosts: list[str], path_in: str, path_out: str, protocol: str,
+           path_time: str) -> None:
     import spu.libspu.link as link
     import spu.psi as psi
 
@@ -38,7 +41,10 @@ def _party(rank: int, hosts: list[str], path_in: str, path_out: str, protocol: s
                                      selected_keys=["id"], keys_unique=True),
         output_params=psi.OutputParams(type=psi.SourceType.SOURCE_TYPE_FILE_CSV,
                                        path=path_out, disable_alignment=False))
+    t0 = time.perf_counter()
     psi.psi_execute(config, ctx)
+    with open(path_time, "w") as f:
+        f.write(str(time.perf_counter() - t0))
     ctx.stop_link()
 
 
@@ -59,7 +65,8 @@ def main() -> None:
         ctx = mp.get_context("spawn")
         t0 = time.perf_counter()
         procs = [ctx.Process(target=_party, args=(r, hosts, f"{d}/{'ab'[r]}.csv",
-                                                  f"{d}/out{r}.csv", protocol))
+                                                  f"{d}/out{r}.csv", protocol,
+                                                  f"{d}/time{r}"))
                  for r in range(2)]
         for p in procs:
             p.start()
@@ -68,8 +75,10 @@ def main() -> None:
         seconds = time.perf_counter() - t0
         with open(f"{d}/out0.csv") as f:
             found = sum(1 for _ in f) - 1
+        execute = [float(Path(f"{d}/time{r}").read_text()) for r in range(2)]
     ok = all(p.exitcode == 0 for p in procs) and found == common
-    print(json.dumps({"seconds": seconds, "common": found, "ok": ok}))
+    print(json.dumps({"seconds": seconds, "psi_execute_s": max(execute), "common": found,
+                      "ok": ok}))
 
 
 if __name__ == "__main__":
