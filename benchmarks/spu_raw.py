@@ -23,8 +23,8 @@ from pathlib import Path
 
 def _party(rank: int, hosts: list[str], path_in: str, path_out: str, protocol: str,
            path_time: str) -> None:
-    import spu.libspu.link as link
-    import spu.psi as psi
+    import spu.libspu.link as link  # type: ignore[import-not-found]
+    import spu.psi as psi  # type: ignore[import-not-found]
 
     desc = link.Desc()
     desc.id = "bench-raw"
