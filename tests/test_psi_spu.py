@@ -73,12 +73,15 @@ def test_spu_equals_the_plain_intersection_and_dh() -> None:
 def test_spu_takes_any_string_or_bytes_id() -> None:
     # commas, quotes, newlines and a composed/decomposed é: IDs no CSV file could hold as
     # they are (islands hands SPU their canonical encoding in hex)
+    traces = set(Path("/tmp").glob("psi_*.trace"))
     a = ["ann", 'x,"y"', "line\nbreak", "caf\u00e9", "bob"]
     b = ["cafe\u0301", "line\nbreak", 'x,"y"', "zoe"]
     assert intersect(a, b, engine="spu", timeout=120) == intersect(a, b)
     assert intersect(a, b, engine="spu", timeout=120) == ["caf\u00e9", "line\nbreak", 'x,"y"']
     raw_a, raw_b = [b"\x00,\n", b"\xff", b"k"], [b"k", b"\x00,\n"]
     assert intersect(raw_a, raw_b, engine="spu", timeout=120) == [b"\x00,\n", b"k"]
+    # SPU's timing traces outside the private directory are gone too
+    assert set(Path("/tmp").glob("psi_*.trace")) <= traces
 
 
 @needs_spu

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -53,6 +54,7 @@ SPU_PYTHON_ENV = "ISLANDS_SPU_PYTHON"
 _WORKER = Path(__file__).with_name("_spu_worker.py")
 _PROJECT = Path(__file__).resolve().parents[3]
 _LOG_TAIL = 2000
+_TRACE = re.compile(r"Trace has been written to (/tmp/psi_[A-Za-z0-9_-]+\.trace)")
 
 
 def spu_python(owner: str = "PSI engine 'spu'") -> Path:
@@ -267,10 +269,17 @@ class SpuParty:
             self.close()
 
     def close(self) -> None:
-        """Stop the worker if it still runs and delete the private directory."""
+        """Stop the worker if it still runs and delete the private directory.
+
+        Also deletes the timing trace SPU writes outside it (``/tmp/psi_*.trace``, named
+        in its log).
+        """
         if self._proc is not None and self._proc.poll() is None:
             self._kill()
         if self._dir is not None:
+            for match in _TRACE.finditer(self._log_tail(limit=None)):
+                with contextlib.suppress(OSError):
+                    Path(match.group(1)).unlink()
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
@@ -280,13 +289,14 @@ class SpuParty:
             os.killpg(self._proc.pid, signal.SIGKILL)
         self._proc.wait(timeout=10)
 
-    def _log_tail(self) -> str:
-        assert self._log is not None
+    def _log_tail(self, limit: int | None = _LOG_TAIL) -> str:
+        if self._log is None:
+            return "(no log)"
         try:
             text = self._log.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return "(no log)"
-        return text[-_LOG_TAIL:]
+        return text if limit is None else text[-limit:]
 
     def _read(self) -> NDArray[np.int64]:
         assert self._dir is not None
