@@ -7,8 +7,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.islands-installed
 PYTEST_ARGS ?=
+# SecretFlow SPU (PSI's engine='spu') in its own environment: it needs Python 3.10 or 3.11
+SPU_VENV ?= .venv-spu
+SPU_STAMP := $(SPU_VENV)/.spu-installed
+SPU_PYTHONS ?= $(PYTHON) python3.11 python3.10
 
-.PHONY: install data demo test test-all lint bench clean
+.PHONY: install spu data demo test test-all lint bench clean
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,7 +20,25 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 		-c requirements/constraints.txt -e '.[all,dev]'
 	@touch $@
 
-install: $(STAMP)
+install: $(STAMP) spu
+
+# SPU 0.9.5 pins numpy < 2 and Python < 3.12, so it lives in .venv-spu, which islands runs
+# as a subprocess (islands/psi/spu_engine.py). Without Python 3.10/3.11 this says so and
+# make goes on (engine='spu' then names how to get it; engine='dh' needs nothing).
+$(SPU_STAMP): requirements/spu.txt
+	@py=""; for p in $(SPU_PYTHONS); do \
+		if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 11))'; then \
+			py=$$p; break; fi; done; \
+	if [ -z "$$py" ]; then \
+		echo "make: PSI's engine='spu' (SecretFlow SPU) needs Python 3.10 or 3.11; none found" \
+		     "among $(SPU_PYTHONS), so $(SPU_VENV) is not built (engine='dh' still works)." >&2; \
+	else \
+		{ test -x $(SPU_VENV)/bin/python || $$py -m venv $(SPU_VENV); } && \
+		$(SPU_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+			-r requirements/spu.txt && touch $@; \
+	fi
+
+spu: $(SPU_STAMP)
 
 # Fashion-MNIST (the demo, the examples and 19 tests use it) comes from Debian's
 # dataset-fashion-mnist. Installed here when this user may (root, or sudo without a
@@ -63,4 +85,4 @@ bench: install
 	$(BIN)/python benchmarks/bench_runtime.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info
+	rm -rf $(VENV) $(SPU_VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

@@ -59,8 +59,10 @@ from islands.crypto.processes import check_workers
 from islands.crypto.psi import Normalization
 from islands.errors import ProtocolError, ValidationError
 from islands.psi.config import (
+    DEFAULT_ENGINE,
     DEFAULT_MAX_PEER_RATIO,
     DEFAULT_NORMALIZE,
+    Engine,
     PsiConfig,
 )
 from islands.runtime import Party, wire
@@ -145,7 +147,7 @@ class _Limit:
         value = max(1, math.floor(Decimal(repr(max_peer_ratio)) * n))
         return cls(value, f" (max_peer_ratio {max_peer_ratio!r} × this party's {n} IDs)")
 
-    def check(self, party: Party, peer: str, seen: int, how: str, step: str) -> None:
+    def check(self, name: str, peer: str, seen: int, how: str, step: str) -> None:
         """Refuse a peer whose set (announced or actually sent) is above the limit.
 
         ``how`` says what the peer did, with ``{n}`` for the size seen.
@@ -153,12 +155,12 @@ class _Limit:
         if self.value is None or seen <= self.value:
             return
         raise ProtocolError(
-            f"PSI party {party.name!r} refuses party {peer!r}: it {how.format(n=seen)}, more "
+            f"PSI party {name!r} refuses party {peer!r}: it {how.format(n=seen)}, more "
             f"than this party's limit max_peer_size = {self.value}{self.source}. PSI "
             f"cannot tell a guessed ID from a real one, so {peer!r} would learn which of "
             f"its {seen} entries this party holds; nothing that tests an ID against this "
             "party's set was sent. Raise max_peer_size or max_peer_ratio only for a peer "
-            "you trust with that many guesses.", party=party.name, step=step)
+            "you trust with that many guesses.", party=name, step=step)
 
 
 def _hello(party: Party, peer: str, mine: Hello, first: bool, limit: _Limit) -> Hello:
@@ -168,7 +170,7 @@ def _hello(party: Party, peer: str, mine: Hello, first: bool, limit: _Limit) -> 
     if not isinstance(theirs, Hello) or not isinstance(theirs.n, int) or theirs.n < 1:
         raise ProtocolError(f"party {peer!r} sent a malformed hello", party=party.name,
                             step="hello")
-    limit.check(party, peer, theirs.n, "announced {n} IDs", "hello")  # before B's hello leaves
+    limit.check(party.name, peer, theirs.n, "announced {n} IDs", "hello")  # before B's hello leaves
     if not first:
         party.send(peer, "hello", mine)
     if theirs.kind != mine.kind:
@@ -189,13 +191,18 @@ def _shown(normalize: object) -> str:
 
 
 def _prepare(party: Party, ids: Any, normalize: Normalization, workers: int | None,
-             max_peer_size: Any, max_peer_ratio: Any
+             max_peer_size: Any, max_peer_ratio: Any, engine: Any
              ) -> tuple[list[Any], list[bytes], str, str, _Limit]:
     """Validate and encode this party's IDs (and check its settings) before anything is sent."""
     owner = f"PSI party {party.name!r}"
     check_workers(workers, owner)
     config = PsiConfig.build(owner, normalize=normalize, max_peer_size=max_peer_size,
-                             max_peer_ratio=max_peer_ratio)
+                             max_peer_ratio=max_peer_ratio, engine=engine)
+    if config.engine != "dh":
+        raise ValidationError(
+            f"{owner}: engine={config.engine!r} does not run between organisations yet (its "
+            "link is not wired into the federation); these roles run engine='dh'. Use "
+            "islands.psi.align(..., engine='spu') to run SPU's PSI within one machine.")
     form = "none" if config.normalize is None else config.normalize
     values = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
     encoded, kind = psi.encode_ids(values, "ids", owner, normalize=config.normalize)
@@ -207,7 +214,7 @@ def _points(value: Any, n: int, peer: str, tag: str, party: Party,
             limit: _Limit | None = None) -> NDArray[np.uint8]:
     arr = np.asarray(value)
     if limit is not None and arr.ndim >= 1:  # what arrived, whatever the hello said
-        limit.check(party, peer, int(arr.shape[0]), "sent {n} blinded IDs", tag)
+        limit.check(party.name, peer, int(arr.shape[0]), "sent {n} blinded IDs", tag)
     if arr.dtype != np.uint8 or arr.shape != (n, psi.POINT_BYTES):
         raise ProtocolError(f"party {peer!r} sent {tag!r} of shape {arr.shape} {arr.dtype}, "
                             f"expected ({n}, 32) uint8", party=party.name, step=tag)
@@ -224,15 +231,16 @@ def _aligned(rows: NDArray[np.int64], ids: list[Any], encoded: list[bytes],
     return [ids[int(r)] for r in out_rows], out_rows.astype(np.int64)
 
 
-def _empty(party: Party, peer: str) -> ValidationError:
+def _empty(name: str, peer: str) -> ValidationError:
     return ValidationError(
-        f"PSI: parties {party.name!r} and {peer!r} share no IDs; there is nothing to align "
+        f"PSI: parties {name!r} and {peer!r} share no IDs; there is nothing to align "
         "(check that both use the same ID column and format)")
 
 
 def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
               normalize: Normalization = DEFAULT_NORMALIZE, max_peer_size: int | None = None,
-              max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO) -> Alignment:
+              max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
+              engine: Engine = DEFAULT_ENGINE) -> Alignment:
     """Play A: start the run, match, and tell B which of its IDs are common.
 
     Parameters
@@ -258,6 +266,9 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
         of IDs (at least 1): a finite number > 0, default
         :data:`DEFAULT_MAX_PEER_RATIO` (10, see there why); None with no
         ``max_peer_size`` accepts any size.
+    engine
+        ``"dh"``, the only engine these roles run (``"spu"`` is refused before anything
+        is sent; :func:`islands.psi.align` runs it within one machine).
 
     Returns
     -------
@@ -274,7 +285,7 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
         leave.
     """
     values, encoded, kind, form, limit = _prepare(party, ids, normalize, workers,
-                                                  max_peer_size, max_peer_ratio)
+                                                  max_peer_size, max_peer_ratio, engine)
     salt = secrets.token_bytes(_SALT_BYTES)
     theirs = _hello(party, peer, Hello(kind, len(encoded), form, salt), first=True,
                     limit=limit)
@@ -294,7 +305,7 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
     positions = np.asarray(sorted(j for j, _ in hits), dtype=np.int64)
     party.send(peer, "matches", positions)
     if not hits:
-        raise _empty(party, peer)
+        raise _empty(party.name, peer)
     rows = np.asarray([r for _, r in hits], dtype=np.int64)
     common, rows = _aligned(rows, values, encoded, kind)
     return Alignment(common, rows, theirs.n)
@@ -302,7 +313,8 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
 
 def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None,
               normalize: Normalization = DEFAULT_NORMALIZE, max_peer_size: int | None = None,
-              max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO) -> Alignment:
+              max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
+              engine: Engine = DEFAULT_ENGINE) -> Alignment:
     """Play B: blind A's values and its own, and learn the common IDs from A.
 
     Parameters and errors as :func:`initiator`, with the roles swapped: B refuses an A
@@ -311,7 +323,7 @@ def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None,
     they let A test nothing without ``double``).
     """
     values, encoded, kind, form, limit = _prepare(party, ids, normalize, workers,
-                                                  max_peer_size, max_peer_ratio)
+                                                  max_peer_size, max_peer_ratio, engine)
     theirs = _hello(party, peer, Hello(kind, len(encoded), form), first=False, limit=limit)
     if not isinstance(theirs.salt, bytes) or len(theirs.salt) != _SALT_BYTES:
         raise ProtocolError(f"party {peer!r} sent no valid salt", party=party.name,
@@ -332,7 +344,7 @@ def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None,
         raise ProtocolError(f"party {peer!r} sent malformed matches", party=party.name,
                             step="matches")
     if positions.size == 0:
-        raise _empty(party, peer)
+        raise _empty(party.name, peer)
     rows = perm[positions.astype(np.int64)]
     common, rows = _aligned(rows, values, encoded, kind)
     return Alignment(common, rows, theirs.n)

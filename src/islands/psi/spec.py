@@ -48,6 +48,11 @@ def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) 
     if table.get("normalize") == "none":  # TOML has no None
         table["normalize"] = None
     config = PsiConfig.from_table(table, where)
+    if config.engine != "dh":
+        raise JobError(f"{where}: engine = {config.engine!r} is not yet available to "
+                       "`islands party` (SPU's link between two hosts is not wired into the "
+                       "federation); use engine = 'dh' here, or islands.psi.align(..., "
+                       "engine='spu') within one machine")
     return _Federated(first, config)
 
 
@@ -67,7 +72,7 @@ def _bind(role: str, dep: Deployment, fed: _Federated) -> Prepared:
     ids, rows = _read(dep, fed)
     peer = next(p for p in dep.parties if p != dep.party)
     run = initiator if role == "initiator" else responder
-    settings = fed.config.model_dump(exclude={"timeout"})
+    settings = fed.config.model_dump(exclude={"timeout", "engine"})
 
     def write(result: Alignment, out: Path) -> dict[str, Any]:
         (out / "common.txt").write_text("".join(f"{i}\n" for i in result.ids),

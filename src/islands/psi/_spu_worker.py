@@ -1,0 +1,97 @@
+"""One party of SecretFlow SPU's PSI, run inside SPU's own environment (``.venv-spu``).
+
+islands cannot import ``spu`` (0.9.5 needs numpy < 2 and Python < 3.12), so
+:mod:`islands.psi.spu_engine` runs this file with that environment's Python. It imports only
+the standard library and ``spu``. Given the run's private directory (``argv[1]``) and a
+timeout in milliseconds (``argv[2]``), it imports SPU, creates ``ready`` there, waits for
+``go`` (both parties then open the link together: a party that finds its peer not yet
+listening waits seconds in brpc's reconnection back-off), reads ``request.json``, runs
+``spu.psi.psi_execute`` for this party over SPU's own link (brpc, optionally with mutual
+TLS) and writes a JSON report where the request says. Nothing else passes between the two
+environments: the IDs go through a CSV file in the caller's private directory, the
+intersection comes back the same way.
+
+Request keys: ``protocol`` (``"PROTOCOL_RR22"``), ``rank`` (0 receives first, both learn
+the result), ``link_id``, ``hosts`` (``host:port`` of rank 0 and rank 1), ``input`` and
+``output`` (CSV paths, one key column ``id``), ``report`` (a path), ``timeout_ms`` (what
+is left of the run's time), ``tls`` (None or ``{"ca", "cert", "key"}`` PEM paths).
+
+References
+----------
+SecretFlow SPU 0.9.5, ``spu/psi.py`` and ``spu/libpsi.pyi`` (``psi_execute``,
+``PsiExecuteConfig``) and ``spu/libspu.pyi`` (``link.Desc``, ``SSLOptions``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def main(workdir: str, timeout_ms: int) -> int:
+    """Run one PSI party as the request in ``workdir`` says; exit with its status."""
+    # this file's directory holds islands modules, which must not shadow SPU's imports
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    deadline = time.monotonic() + timeout_ms / 1000
+    t_start = time.perf_counter()
+    import spu.libspu.link as link  # type: ignore[import-not-found]
+    import spu.psi as psi  # type: ignore[import-not-found]
+
+    t_import = time.perf_counter()
+    open(os.path.join(workdir, "ready"), "w").close()
+    while not os.path.exists(os.path.join(workdir, "go")):
+        if time.monotonic() > deadline:
+            return 3
+        time.sleep(0.002)
+    t_ready = time.perf_counter()
+    with open(os.path.join(workdir, "request.json"), encoding="utf-8") as f:
+        req = json.load(f)
+    timeout_ms = int(req["timeout_ms"])
+    desc = link.Desc()
+    desc.id = req["link_id"]
+    for i, host in enumerate(req["hosts"]):
+        desc.add_party(f"rank{i}", host)
+    desc.recv_timeout_ms = timeout_ms
+    desc.http_timeout_ms = timeout_ms
+    # keep trying to reach the peer for the whole timeout (it may start later)
+    desc.connect_retry_interval_ms = 50
+    desc.connect_retry_times = max(1, timeout_ms // 50)
+    tls = req.get("tls")
+    if tls:
+        desc.enable_ssl = True
+        for opts in (desc.client_ssl_opts, desc.server_ssl_opts):
+            opts.cert.certificate_path = tls["cert"]
+            opts.cert.private_key_path = tls["key"]
+            opts.verify.ca_file_path = tls["ca"]
+            opts.verify.verify_depth = 1
+    ctx = link.create_brpc(desc, int(req["rank"]))
+    t_link = time.perf_counter()
+    config = psi.PsiExecuteConfig(
+        protocol_conf=psi.PsiProtocolConfig(
+            protocol=psi.parse_protocol(req["protocol"]), receiver_rank=0,
+            broadcast_result=True),
+        input_params=psi.InputParams(type=psi.SourceType.SOURCE_TYPE_FILE_CSV,
+                                     path=req["input"], selected_keys=["id"],
+                                     keys_unique=True),
+        output_params=psi.OutputParams(type=psi.SourceType.SOURCE_TYPE_FILE_CSV,
+                                       path=req["output"], disable_alignment=False))
+    report = psi.psi_execute(config, ctx)
+    with open(req["report"], "w", encoding="utf-8") as f:
+        json.dump({"original_count": report.original_count,
+                   "intersection_count": report.intersection_count,
+                   "import_s": t_import - t_start, "wait_s": t_ready - t_import,
+                   "link_s": t_link - t_ready,
+                   "psi_s": time.perf_counter() - t_link}, f)
+    # The result is written and psi_execute has sent all it sends. No stop_link: with TLS,
+    # brpc aborts the process now and then (a failed check in controller.cpp) when the
+    # peer has already gone, which would turn a finished run into a failure.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], int(sys.argv[2])))

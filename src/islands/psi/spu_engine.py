@@ -1,0 +1,335 @@
+"""PSI on SecretFlow SPU's RR22 engine, driven from islands through files and a subprocess.
+
+RR22 (Raghuraman and Rindal, 2022) is OT-extension (VOLE) PSI, about twenty times faster
+than islands' Diffie–Hellman PSI at a million IDs. It is SPU's maintained C++ engine, not
+written here. SPU 0.9.5 pins numpy < 2 and Python < 3.12, which islands' core does not,
+so SPU lives in its own environment (``make spu`` builds ``.venv-spu``) and each party
+runs :mod:`islands.psi._spu_worker` with that environment's Python. What this module
+writes by hand is only the bridge: the IDs go to a CSV file in a private temporary
+directory (one hex-encoded canonical ID per line, so any int, string or bytes ID is one
+CSV-safe key), the worker runs with a timeout, and the intersection it writes is read
+back and checked (every key one of this party's, none twice, as many as SPU reports).
+No pickle crosses: a JSON request, a JSON report and two CSV files.
+
+Both parties learn the intersection (SPU's ``broadcast_result``); the two SPU processes
+talk over SPU's own link (brpc), with mutual TLS when the federation's certificate files
+are given (:class:`islands.runtime.tls.TlsFiles`).
+
+References
+----------
+.. [1] S. Raghuraman, P. Rindal, "Blazing Fast PSI from Improved OKVS and Subfield VOLE",
+   ACM CCS 2022.
+.. [2] SecretFlow SPU 0.9.5, ``spu.psi.psi_execute``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from islands.errors import PeerTimeoutError, ProtocolError, ValidationError
+from islands.runtime.tls import TlsFiles
+
+__all__ = ["SPU_PYTHON_ENV", "SpuLink", "SpuParty", "free_loopback_hosts", "new_link_id",
+           "spu_python"]
+
+SPU_PYTHON_ENV = "ISLANDS_SPU_PYTHON"
+"""Environment variable naming the Python of an environment that has ``spu`` 0.9.5."""
+
+_WORKER = Path(__file__).with_name("_spu_worker.py")
+_PROJECT = Path(__file__).resolve().parents[3]
+_LOG_TAIL = 2000
+_TRACE = re.compile(r"Trace has been written to (/tmp/psi_[A-Za-z0-9_-]+\.trace)")
+
+
+def spu_python(owner: str = "PSI engine 'spu'") -> Path:
+    """Return the Python of SPU's environment, or raise saying how to build it.
+
+    ``$ISLANDS_SPU_PYTHON`` when set, else ``.venv-spu/bin/python`` in the islands
+    checkout (what ``make spu`` builds).
+
+    Raises
+    ------
+    ValidationError
+        When that Python does not exist.
+    """
+    configured = os.environ.get(SPU_PYTHON_ENV)
+    path = Path(configured) if configured else _PROJECT / ".venv-spu" / "bin" / "python"
+    if not path.is_file():
+        where = f"${SPU_PYTHON_ENV} = {configured!r}" if configured else str(path)
+        raise ValidationError(
+            f"{owner}: SecretFlow SPU's environment is missing ({where} does not exist). "
+            "Build it with `make spu` in the islands checkout (a separate .venv-spu with "
+            f"spu==0.9.5, which needs Python 3.10 or 3.11), or set {SPU_PYTHON_ENV} to the "
+            "Python of an environment that has spu==0.9.5; or choose engine='dh'.")
+    return path
+
+
+def free_loopback_hosts(n: int = 2) -> tuple[str, ...]:
+    """Return ``n`` ``127.0.0.1:port`` addresses whose ports were free a moment ago."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return tuple(f"127.0.0.1:{s.getsockname()[1]}" for s in socks)
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass(frozen=True)
+class SpuLink:
+    """How one party reaches the other over SPU's link.
+
+    Attributes
+    ----------
+    link_id
+        The run's name; both parties use the same.
+    hosts
+        ``host:port`` of rank 0 (the initiator) and rank 1; each party listens on its own.
+    rank
+        This party's rank, 0 or 1.
+    tls
+        The federation's CA, this party's certificate and key for mutual TLS, or None
+        (loopback only).
+    """
+
+    link_id: str
+    hosts: tuple[str, str]
+    rank: int
+    tls: TlsFiles | None = None
+
+
+class SpuParty:
+    """One party's run of SPU PSI.
+
+    :meth:`launch` starts SPU's worker (it imports SPU, then waits), :meth:`submit` hands
+    it this party's IDs, :meth:`wait_ready` and :meth:`go` let it open the link, and
+    :meth:`finish` waits for the result; :meth:`start` does the four in a row. The worker
+    starts before the IDs are ready so that importing SPU (about a second) overlaps
+    islands' own checks, and two local parties open their links together (a party that
+    finds its peer not yet listening waits seconds in brpc's reconnection back-off).
+
+    Parameters
+    ----------
+    name
+        This party's name (errors name it).
+    peer
+        The other party's name.
+    link
+        How to reach the peer.
+    timeout
+        Seconds the whole run may take, > 0.
+    protocol
+        SPU's protocol name (``"PROTOCOL_RR22"``).
+
+    Raises
+    ------
+    ValidationError
+        When SPU's environment is missing (:func:`spu_python`).
+    """
+
+    def __init__(self, name: str, peer: str, link: SpuLink, *, timeout: float,
+                 protocol: str = "PROTOCOL_RR22") -> None:
+        self.name = name
+        self.peer = peer
+        self.link = link
+        self.timeout = timeout
+        self._python = spu_python(f"PSI party {name!r}")
+        self._protocol = protocol
+        self._keys: NDArray[np.bytes_] | None = None
+        self._sorted: tuple[NDArray[np.bytes_], NDArray[np.intp]] | None = None
+        self._dir: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: Path | None = None
+        self._deadline = 0.0
+        self.report: dict[str, float] = {}
+        """SPU's counts and seconds (import, wait, link, PSI), once :meth:`finish` returned."""
+
+    def start(self, encoded: Sequence[bytes]) -> None:
+        """Launch the worker, hand it ``encoded`` and let it connect at once."""
+        self.launch()
+        self.submit(encoded)
+        self.wait_ready()
+        self.go()
+
+    def launch(self) -> None:
+        """Start SPU's worker in a new private directory; it imports SPU and waits."""
+        self._dir = Path(tempfile.mkdtemp(prefix="islands-spu-"))  # mode 0700
+        self._log = self._dir / "spu.log"
+        # SPU keeps its scratch files under TMPDIR: inside the private directory
+        env = {**os.environ, "TMPDIR": str(self._dir)}
+        self._deadline = time.monotonic() + self.timeout
+        with open(self._log, "wb") as log:
+            self._proc = subprocess.Popen(
+                [str(self._python), "-I", str(_WORKER), str(self._dir),
+                 str(max(1, int(self.timeout * 1000)))],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True)
+
+    def submit(self, encoded: Sequence[bytes]) -> None:
+        """Write this party's IDs (canonical, unique encodings) and the run's request.
+
+        Each ID is the hex of its encoding (:func:`islands.crypto.psi.encode_ids`), so
+        any int, string or bytes ID is one CSV-safe key.
+        """
+        assert self._dir is not None, "launch() first"
+        keys = [e.hex() for e in encoded]
+        inp = self._dir / "ids.csv"
+        with open(inp, "w", encoding="ascii") as f:
+            f.write("id\n")
+            f.write("\n".join(keys))
+            f.write("\n")
+        self._keys = np.array(keys, dtype="S")
+        tls = self.link.tls
+        request = {"protocol": self._protocol, "rank": self.link.rank,
+                   "link_id": self.link.link_id, "hosts": list(self.link.hosts),
+                   "input": str(inp), "output": str(self._dir / "common.csv"),
+                   "report": str(self._dir / "report.json"),
+                   "timeout_ms": max(1, int((self._deadline - time.monotonic()) * 1000)),
+                   "tls": None if tls is None else {"ca": str(tls.ca), "cert": str(tls.cert),
+                                                    "key": str(tls.key)}}
+        part = self._dir / "request.part"
+        part.write_text(json.dumps(request), encoding="utf-8")
+        part.rename(self._dir / "request.json")
+
+    def wait_ready(self) -> None:
+        """Wait until the worker has imported SPU.
+
+        Raises
+        ------
+        PeerTimeoutError, ProtocolError
+            As :meth:`finish`, when the worker stops or the timeout passes first.
+        """
+        assert self._proc is not None and self._dir is not None, "launch() first"
+        while not (self._dir / "ready").exists():
+            if self._proc.poll() is not None or time.monotonic() > self._deadline:
+                self.finish()  # raises: the worker failed or ran out of time
+            time.sleep(0.005)
+
+    def go(self) -> None:
+        """Let the worker open SPU's link and run (after :meth:`submit`).
+
+        While SPU runs, this party sorts its keys for reading the result back.
+        """
+        assert self._dir is not None and self._keys is not None, "submit() first"
+        (self._dir / "go").touch()
+        order = np.argsort(self._keys, kind="stable")
+        self._sorted = (self._keys[order], order)
+
+    def finish(self) -> NDArray[np.int64]:
+        """Wait for the worker (within the timeout); return the rows of the common IDs.
+
+        The rows are positions in this party's ``encoded``, in SPU's order (sorted by
+        key, the same on both sides).
+
+        Raises
+        ------
+        PeerTimeoutError
+            When the run takes longer than ``timeout`` (the worker is killed).
+        ProtocolError
+            When SPU fails (with the end of its log) or its output does not check out.
+        """
+        if self._proc is None or self._dir is None:
+            raise RuntimeError("SpuParty.finish() before start()")
+        try:
+            try:
+                rc = self._proc.wait(timeout=max(0.0, self._deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._kill()
+                raise PeerTimeoutError(
+                    f"PSI party {self.name!r}: SPU's PSI with party {self.peer!r} did not "
+                    f"finish within timeout = {self.timeout:g} s; its process was stopped "
+                    "(a peer that never connects, or refuses this party's certificate, "
+                    f"looks like this). The end of its log:\n{self._log_tail()}",
+                    party=self.name, peer=self.peer, tag="spu", timeout=self.timeout
+                    ) from None
+            if rc != 0:
+                raise ProtocolError(
+                    f"PSI party {self.name!r}: SPU's PSI with party {self.peer!r} failed "
+                    f"(exit status {rc}); the end of its log:\n{self._log_tail()}",
+                    party=self.name, step="spu")
+            return self._read()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the worker if it still runs and delete the private directory.
+
+        Also deletes the timing trace SPU writes outside it (``/tmp/psi_*.trace``, named
+        in its log).
+        """
+        if self._proc is not None and self._proc.poll() is None:
+            self._kill()
+        if self._dir is not None:
+            for match in _TRACE.finditer(self._log_tail(limit=None)):
+                with contextlib.suppress(OSError):
+                    Path(match.group(1)).unlink()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def _kill(self) -> None:
+        assert self._proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        self._proc.wait(timeout=10)
+
+    def _log_tail(self, limit: int | None = _LOG_TAIL) -> str:
+        if self._log is None:
+            return "(no log)"
+        try:
+            text = self._log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return "(no log)"
+        return text if limit is None else text[-limit:]
+
+    def _read(self) -> NDArray[np.int64]:
+        assert self._dir is not None
+        report = json.loads((self._dir / "report.json").read_text(encoding="utf-8"))
+        self.report = report
+        bad = f"PSI party {self.name!r}: SPU's result with party {self.peer!r} "
+        try:
+            with open(self._dir / "common.csv", encoding="ascii") as f:
+                header = f.readline().strip().strip('"')
+                keys = f.read().split()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ProtocolError(bad + f"cannot be read: {exc}", party=self.name,
+                                step="spu") from None
+        assert self._keys is not None and self._sorted is not None
+        if header != "id" or report.get("original_count") != self._keys.size:
+            raise ProtocolError(bad + f"is malformed (header {header!r}, report {report})",
+                                party=self.name, step="spu")
+        # SPU writes the keys as they came in (hex: no quoting); look them up in this
+        # party's sorted keys
+        mine, order = self._sorted
+        got = np.array(keys, dtype="S")
+        pos = np.searchsorted(mine, got)
+        if got.size and (pos.max() >= mine.size or not np.array_equal(mine[pos], got)):
+            raise ProtocolError(bad + "holds an ID this party does not hold",
+                                party=self.name, step="spu")
+        rows: NDArray[np.int64] = order[pos].astype(np.int64)
+        if rows.size != report.get("intersection_count") or np.unique(rows).size != rows.size:
+            raise ProtocolError(bad + f"holds {rows.size} IDs, SPU reports "
+                                f"{report.get('intersection_count')} (or repeats one)",
+                                party=self.name, step="spu")
+        return rows
+
+
+def new_link_id() -> str:
+    """Return a fresh, unguessable name for one run's link."""
+    return "islands-psi-" + secrets.token_hex(8)

@@ -1,0 +1,322 @@
+"""PSI with engine='spu': SecretFlow SPU's RR22 in its own environment, driven by islands.
+
+The runs through the real engine need SPU's environment (``make spu`` builds .venv-spu);
+they are skipped, saying so, where it is missing. The errors (a missing environment, bad
+input, a refused peer, an engine that fails, lies or hangs) are tested without it, with
+stand-in workers where the engine's behaviour is the point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from islands.deploy.certs import make_certificates
+from islands.errors import PeerTimeoutError, ProtocolError, ValidationError
+from islands.psi import align, initiator, intersect, responder
+from islands.psi.spu_engine import (
+    SPU_PYTHON_ENV,
+    SpuLink,
+    SpuParty,
+    free_loopback_hosts,
+    new_link_id,
+    spu_python,
+)
+from islands.runtime import run_local
+from islands.runtime.tls import TlsFiles
+from islands.runtime.transcript import Transcript
+
+
+def _spu_available() -> bool:
+    try:
+        spu_python()
+    except ValidationError:
+        return False
+    return True
+
+
+needs_spu = pytest.mark.skipif(
+    not _spu_available(),
+    reason="SecretFlow SPU's environment is missing: `make spu` builds .venv-spu (Python "
+           f"3.10/3.11), or set {SPU_PYTHON_ENV}")
+
+
+@needs_spu
+def test_spu_equals_the_plain_intersection_and_dh() -> None:
+    rng = np.random.default_rng(7)
+    universe = rng.choice(10**9, size=3000, replace=False)
+    a = universe[:1000]
+    b = np.concatenate([a[:300], universe[1000:2400]])
+    rng.shuffle(b)
+    got_a, got_b = align(a.tolist(), b.tolist(), engine="spu", timeout=120)
+    want = set(a.tolist()) & set(b.tolist())
+    assert set(got_a.ids) == want and len(got_a.ids) == len(want)
+    assert got_a.ids == got_b.ids == sorted(want)  # ints in order of value, as with dh
+    assert [a[r] for r in got_a.rows] == got_a.ids and [b[r] for r in got_b.rows] == got_b.ids
+    assert got_a.peer_size == 1700 and got_b.peer_size == 1000
+    dh_a, dh_b = align(a.tolist(), b.tolist(), workers=1)
+    assert dh_a.ids == got_a.ids and np.array_equal(dh_a.rows, got_a.rows)
+    assert np.array_equal(dh_b.rows, got_b.rows)
+
+
+@needs_spu
+def test_spu_takes_any_string_or_bytes_id() -> None:
+    # commas, quotes, newlines and a composed/decomposed é: IDs no CSV file could hold as
+    # they are (islands hands SPU their canonical encoding in hex)
+    traces = set(Path("/tmp").glob("psi_*.trace"))
+    a = ["ann", 'x,"y"', "line\nbreak", "caf\u00e9", "bob"]
+    b = ["cafe\u0301", "line\nbreak", 'x,"y"', "zoe"]
+    assert intersect(a, b, engine="spu", timeout=120) == intersect(a, b)
+    assert intersect(a, b, engine="spu", timeout=120) == ["caf\u00e9", "line\nbreak", 'x,"y"']
+    raw_a, raw_b = [b"\x00,\n", b"\xff", b"k"], [b"k", b"\x00,\n"]
+    assert intersect(raw_a, raw_b, engine="spu", timeout=120) == [b"\x00,\n", b"k"]
+    # SPU's timing traces outside the private directory are gone too
+    assert set(Path("/tmp").glob("psi_*.trace")) <= traces
+
+
+@needs_spu
+def test_no_common_id_is_the_same_clear_error_as_dh() -> None:
+    with pytest.raises(ValidationError, match="share no IDs"):
+        intersect(["a", "b"], ["c", "d"], engine="spu", timeout=120)
+
+
+@needs_spu
+def test_a_users_script_runs_spu_psi(tmp_path: Path) -> None:
+    script = tmp_path / "align.py"
+    script.write_text(textwrap.dedent("""
+        from islands.psi import intersect
+        a = [f"user-{i}" for i in range(2000)]
+        b = [f"user-{i}" for i in range(1500, 4000)]
+        common = intersect(a, b, engine="spu", timeout=120)
+        print(len(common), common[0], common[-1])
+    """))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["500", "user-1500", "user-1999"]
+    assert not list(tmp_path.glob("*.csv"))
+
+
+def test_a_missing_environment_names_how_to_build_it(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    monkeypatch.setenv(SPU_PYTHON_ENV, str(tmp_path / "nowhere" / "python"))
+    with pytest.raises(ValidationError, match=r"make spu.*engine='dh'"):
+        intersect(["a", "b"], ["b"], engine="spu")
+
+
+def _no_submit(*args: Any, **kw: Any) -> None:
+    raise AssertionError("SPU got the IDs")
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"engine": "rr22"}, r"The 'engine' parameter of intersect must be 'dh' or 'spu'"),
+    ({"ids_a": []}, "is empty"),
+    ({"ids_a": ["a", "a"]}, "repeats the ID 'a'"),
+    ({"ids_b": [1, 2]}, "ids_a holds str IDs but ids_b holds int IDs"),
+    ({"timeout": 0}, "'timeout' parameter of intersect"),
+])
+def test_bad_input_is_refused_before_spu_gets_an_id(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path, kwargs: dict[str, Any],
+                                                    match: str) -> None:
+    # SPU's workers start early (importing SPU), but get no ID before every check passed
+    monkeypatch.setenv(SPU_PYTHON_ENV, str(_fake_engine(tmp_path, "sys.exit(9)")))
+    monkeypatch.setattr(SpuParty, "submit", _no_submit)
+    args: dict[str, Any] = {"ids_a": ["a", "b"], "ids_b": ["b", "c"], "engine": "spu"}
+    args.update(kwargs)
+    with pytest.raises(ValidationError, match=match):
+        intersect(args.pop("ids_a"), args.pop("ids_b"), **args)
+
+
+def test_a_peer_above_the_limit_is_refused_before_spu_gets_an_id(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(SPU_PYTHON_ENV, str(_fake_engine(tmp_path, "sys.exit(9)")))
+    monkeypatch.setattr(SpuParty, "submit", _no_submit)
+    with pytest.raises(ProtocolError, match="party 'b' refuses party 'a': it announced 30 IDs"):
+        align([f"x{i}" for i in range(30)], ["x1", "x2"], engine="spu")
+
+
+def test_the_roles_refuse_spu_before_anything_is_sent() -> None:
+    log = Transcript()
+    with pytest.raises(ValidationError, match="engine='spu' does not run between"):
+        run_local({"a": lambda p: initiator(p, peer="b", ids=["x"], engine="spu"),
+                   "b": lambda p: responder(p, peer="a", ids=["x"])}, timeout=10,
+                  transcript=log)
+    assert [m.tag for m in log.records if m.sender == "a"] == []
+
+
+def _fake_engine(tmp_path: Path, body: str) -> Path:
+    """Write a stand-in for SPU's Python: it reads the worker's request and does ``body``."""
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!{sys.executable}\n" + textwrap.dedent("""
+        import json, os, sys, time
+        workdir = sys.argv[-2]
+        open(os.path.join(workdir, "ready"), "w").close()
+        while not os.path.exists(os.path.join(workdir, "go")):
+            time.sleep(0.01)
+        req = json.load(open(os.path.join(workdir, "request.json")))
+        report = req["report"]
+    """) + textwrap.dedent(body))
+    fake.chmod(0o755)
+    return fake
+
+
+def test_an_engine_that_fails_is_named_with_its_log(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    monkeypatch.setenv(SPU_PYTHON_ENV, str(_fake_engine(tmp_path, """
+        print("link error: peer closed the connection", flush=True)
+        sys.exit(1)
+    """)))
+    with pytest.raises(ProtocolError, match=r"(?s)SPU's PSI with party '.' failed \(exit "
+                       r"status 1\).*peer closed the connection"):
+        intersect(["a", "b"], ["b"], engine="spu", timeout=60)
+
+
+def test_an_engine_result_that_does_not_check_out_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    # the engine reports an ID this party never entered ("zz" in hex)
+    monkeypatch.setenv(SPU_PYTHON_ENV, str(_fake_engine(tmp_path, """
+        n = sum(1 for _ in open(req["input"])) - 1
+        with open(req["output"], "w") as f:
+            f.write('"id"\\n' + "zz".encode().hex() + "\\n")
+        json.dump({"original_count": n, "intersection_count": 1}, open(report, "w"))
+    """)))
+    with pytest.raises(ProtocolError, match="holds an ID this party does not hold"):
+        intersect(["a", "b"], ["b"], engine="spu", timeout=60)
+
+
+def test_a_count_that_disagrees_with_the_engine_report_is_refused(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(SPU_PYTHON_ENV, str(_fake_engine(tmp_path, """
+        lines = open(req["input"]).read().split()
+        with open(req["output"], "w") as f:
+            f.write('"id"\\n' + lines[1] + "\\n")
+        json.dump({"original_count": len(lines) - 1, "intersection_count": 2},
+                  open(report, "w"))
+    """)))
+    with pytest.raises(ProtocolError, match="holds 1 IDs, SPU reports 2"):
+        intersect(["a", "b"], ["a", "b"], engine="spu", timeout=60)
+
+
+def test_an_engine_that_hangs_is_stopped_at_the_timeout(monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
+    fake = _fake_engine(tmp_path, f"""
+        open({str(tmp_path)!r} + "/pid-" + str(os.getpid()), "w").close()
+        time.sleep(600)
+    """)
+    monkeypatch.setenv(SPU_PYTHON_ENV, str(fake))
+    seen: list[Path] = []
+    original = SpuParty.finish
+
+    def finish(self: SpuParty) -> Any:
+        assert self._dir is not None
+        seen.append(self._dir)
+        return original(self)
+
+    monkeypatch.setattr(SpuParty, "finish", finish)
+    t0 = time.monotonic()
+    with pytest.raises(PeerTimeoutError, match="did not finish within timeout = 2 s"):
+        intersect(["a", "b"], ["b"], engine="spu", timeout=2)
+    assert time.monotonic() - t0 < 60  # the call returned, it did not wait for the sleep
+    assert seen and not any(d.exists() for d in seen)  # the private files are gone
+    pids = [int(p.name[4:]) for p in tmp_path.glob("pid-*")]
+    assert len(pids) == 2
+    for pid in pids:  # both engine processes were stopped
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@needs_spu
+def test_a_peer_that_never_comes_times_out() -> None:
+    # one real SPU party whose peer address has nobody behind it
+    hosts = free_loopback_hosts(2)
+    party = SpuParty("a", "b", SpuLink(new_link_id(), (hosts[0], hosts[1]), 0), timeout=5)
+    party.start([b"sx", b"sy"])
+    with pytest.raises(PeerTimeoutError, match="party 'a': SPU's PSI with party 'b' did not"):
+        party.finish()
+
+
+def test_spu_python_prefers_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SPU_PYTHON_ENV, sys.executable)
+    assert spu_python() == Path(sys.executable)
+    monkeypatch.delenv(SPU_PYTHON_ENV)
+    try:
+        got = spu_python()
+    except ValidationError as exc:
+        assert ".venv-spu" in str(exc)
+    else:
+        assert got.parts[-3:] == (".venv-spu", "bin", "python")
+
+
+def test_the_request_is_json_and_the_ids_never_reach_the_command_line(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # what the worker gets: argv holds paths only; the request is plain JSON
+    monkeypatch.setenv(SPU_PYTHON_ENV, str(_fake_engine(tmp_path, f"""
+        import shutil
+        shutil.copy(os.path.join(workdir, "request.json"), {str(tmp_path / 'request.json')!r})
+        open({str(tmp_path / 'argv.txt')!r}, "w").write(" ".join(sys.argv))
+        sys.exit(2)
+    """)))
+    with pytest.raises(ProtocolError):
+        intersect(["secret-id"], ["secret-id"], engine="spu", timeout=60)
+    req = json.loads((tmp_path / "request.json").read_text())
+    assert req["protocol"] == "PROTOCOL_RR22" and req["tls"] is None
+    assert "secret-id" not in (tmp_path / "argv.txt").read_text()
+
+
+def _run_pair(tls_a: TlsFiles | None, tls_b: TlsFiles | None,
+              timeout: float) -> list[NDArray[np.int64]]:
+    ids_a = [b"s" + f"u{i}".encode() for i in range(200)]
+    ids_b = [b"s" + f"u{i}".encode() for i in range(150, 400)]
+    hosts = free_loopback_hosts(2)
+    link = new_link_id()
+    parties = [SpuParty("a", "b", SpuLink(link, (hosts[0], hosts[1]), 0, tls_a),
+                        timeout=timeout),
+               SpuParty("b", "a", SpuLink(link, (hosts[0], hosts[1]), 1, tls_b),
+                        timeout=timeout)]
+    try:
+        for p, ids in zip(parties, (ids_a, ids_b), strict=True):
+            p.launch()
+            p.submit(ids)
+        for p in parties:
+            p.wait_ready()
+        for p in parties:
+            p.go()
+        return [p.finish() for p in parties]
+    finally:
+        for p in parties:
+            p.close()
+
+
+def _tls(root: Path, name: str) -> TlsFiles:
+    return TlsFiles(root / "ca.pem", root / f"{name}.pem", root / f"{name}.key")
+
+
+@needs_spu
+def test_spu_link_runs_over_the_federations_mutual_tls(tmp_path: Path) -> None:
+    make_certificates(["a", "b"], tmp_path / "fed")
+    rows_a, rows_b = _run_pair(_tls(tmp_path / "fed", "a"), _tls(tmp_path / "fed", "b"),
+                               timeout=120)
+    assert sorted(rows_a.tolist()) == list(range(150, 200))
+    assert sorted(rows_b.tolist()) == list(range(50))
+
+
+@needs_spu
+@pytest.mark.parametrize("intruder", ["other CA", "no TLS"])
+def test_a_peer_without_the_federations_certificate_gets_nothing(tmp_path: Path,
+                                                                 intruder: str) -> None:
+    make_certificates(["a", "b"], tmp_path / "fed")
+    make_certificates(["b"], tmp_path / "other")
+    tls_b = _tls(tmp_path / "other", "b") if intruder == "other CA" else None
+    with pytest.raises(PeerTimeoutError, match="did not finish within timeout"):
+        _run_pair(_tls(tmp_path / "fed", "a"), tls_b, timeout=6)
