@@ -11,7 +11,14 @@ import pytest
 
 from islands.cca import SwarmCCA
 from islands.cca.maths import pooled_cca
-from islands.cca.secure import DealerRecord, DealS1, dealer, haar_orthogonal, secure_peer
+from islands.cca.secure import (
+    DealerRecord,
+    DealS1,
+    DealS2,
+    dealer,
+    haar_orthogonal,
+    secure_peer,
+)
 from islands.crypto import rns
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import run_local
@@ -182,17 +189,31 @@ def test_the_audit_cli_shows_the_attacks_failing_on_the_secure_protocol(tmp_path
     assert "cannot be told apart" in " ".join(result.output.split())
 
 
-def test_the_equivalent_view_has_the_same_outputs_and_another_column_space() -> None:
+@pytest.mark.parametrize("extra", [{}, {"reg": 5.0}, {"rank_tol": 1e-8}])
+def test_the_equivalent_view_has_the_same_outputs_and_another_column_space(
+        extra: dict[str, Any]) -> None:
     from islands.cca.audit import equivalent_view
 
-    X, Y = views(300, 8, 5)
+    X, Y = views(300, 8, 6)
+    Y[:, 5] = Y[:, 0] - Y[:, 1]  # a dependent column, dropped by rank_tol
+    if "rank_tol" not in extra:
+        Y[:, 5] += np.random.default_rng(2).normal(size=300)
     other = equivalent_view(X, Y, 1)
-    rho, _, b = pooled_cca(X, Y)
-    rho2, _, b2 = pooled_cca(X, other)
+    rho, a, b = pooled_cca(X, Y, **extra)
+    rho2, a2, b2 = pooled_cca(X, other, **extra)
     np.testing.assert_allclose(rho2, rho, atol=1e-10)
+    np.testing.assert_allclose(a2, a, atol=1e-8)
     np.testing.assert_allclose(b2, b, atol=1e-8)
     qy, qo = np.linalg.qr(Y - Y.mean(0))[0], np.linalg.qr(other - other.mean(0))[0]
     assert np.linalg.norm(qo - qy @ (qy.T @ qo)) > 0.5  # a different span(Y)
+
+
+def test_the_equivalent_view_refuses_when_there_is_no_room() -> None:
+    from islands.cca.audit import equivalent_view
+
+    X, Y = views(30, 20, 6)
+    with pytest.raises(ValidationError, match="no room"):
+        equivalent_view(X, Y)
 
 
 def test_the_simulation_check_tells_unmasked_messages_apart(
@@ -209,3 +230,73 @@ def test_the_simulation_check_tells_unmasked_messages_apart(
     leaky = simulation_check(X, Y, rank_tol=1e-10)
     assert not leaky.indistinguishable
     assert leaky.same_outputs < 1e-6  # still correct: the masks cancel either way
+
+
+# ------------------------------------------------------------------ the review's findings
+@pytest.mark.parametrize("extra", [{"rank_tol": 1e-10}, {"reg": 0.5}])
+def test_a_block_that_spans_the_centred_space_is_refused(extra: dict[str, Any]) -> None:
+    """With rank X_c = n − 1, S1 would read P_Y from M·Mᵀ (and CCA is degenerate)."""
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(50, 60)), rng.normal(size=(50, 5))
+    with pytest.raises(ValidationError, match=r"spans all n - 1 = 49 centred dimensions"):
+        SwarmCCA(1, protocol="secure", **extra).fit(X, Y)
+
+
+def test_a_dealer_or_peer_whose_product_is_not_of_orthonormal_bases_is_named() -> None:
+    X, Y = views(200, 6, 4)
+
+    def random_dealer(party: Any) -> None:
+        party.recv("x", "deal")
+        party.recv("y", "deal")
+        party.send("x", "randomness", DealS1(secrets.token_bytes(32), rns.pack(
+            rns.uniform(secrets.token_bytes(32), (6, 4), label=b"junk"))))
+        party.send("y", "randomness", DealS2(secrets.token_bytes(32)))
+
+    roles = {"x": partial(secure_peer, Z=X, other="y", dealer="d"),
+             "y": partial(secure_peer, Z=Y, other="x", dealer="d"), "d": random_dealer}
+    with pytest.raises(ProtocolError, match=r"product of 'y' and dealer 'd' is not a product "
+                                            r"of two orthonormal bases"):
+        run_local(roles, timeout=30)
+
+
+@pytest.mark.parametrize("tamper", ["complex", "beyond one", "increasing", "not orthonormal",
+                                    "int64"])
+def test_s2_refuses_a_malformed_rho_or_w(tamper: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import islands.cca.secure as secure
+
+    X, Y = views(200, 6, 4)
+    real = secure._s1
+
+    def deviating_s1(party: Any, other: str, *args: Any, **kwargs: Any) -> Any:
+        sent = party.send
+
+        def send(to: str, tag: str, payload: Any) -> int:
+            if tag == "rho":
+                payload = {"beyond one": payload * 7, "increasing": payload[::-1],
+                           "int64": np.ones(payload.size, dtype=np.int64)}.get(tamper, payload)
+            if tag == "Wf":
+                payload = {"complex": payload.astype(complex),
+                           "not orthonormal": payload * 1e6}.get(tamper, payload)
+            return sent(to, tag, payload)
+
+        party.send = send
+        return real(party, other, *args, **kwargs)
+
+    monkeypatch.setattr(secure, "_s1", deviating_s1)
+    with pytest.raises(ProtocolError, match=r"peer 'x' sent malformed rho/Wf"):
+        SwarmCCA(3, protocol="secure").fit(X, Y)
+
+
+def test_a_peer_announcing_no_columns_is_named() -> None:
+    from islands.cca.protocol import Dims
+
+    X, _ = views(100, 5, 4)
+
+    def liar(party: Any) -> None:
+        party.recv("x", "dims")
+        party.send("x", "dims", Dims(n=100, rank=0, perturb=False, protocol="secure"))
+
+    roles = {"x": partial(secure_peer, Z=X, other="y", dealer="d"), "y": liar,
+             "d": lambda party: None}
+    with pytest.raises(ProtocolError, match=r"peer 'y' announced 0 columns for 100 rows"):
+        run_local(roles, timeout=30)

@@ -153,6 +153,10 @@ class SccaAuditReport:
         ``"paper"`` or ``"secure"``.
     simulation
         The secure protocol's :func:`simulation_check` (None for the paper's).
+    projector_error_from_product
+        Secure protocol: S1's best use of what it decodes, M·O = Q_xᵀQ_y·O: the span of
+        Q_x·M·O (the projection of span(Y) onto span(X)) taken for span(Y). It is 0 only
+        when span(Y_c) lies in span(X_c), where CCA's own output reveals it too.
     """
 
     k1_rel_error: float | None
@@ -168,6 +172,7 @@ class SccaAuditReport:
     extra_rows: int
     protocol: str = "paper"
     simulation: SimulationCheck | None = None
+    projector_error_from_product: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the report as JSON-ready values."""
@@ -178,90 +183,163 @@ class SccaAuditReport:
 class SimulationCheck:
     """S1's view of a run on Y against a run on Y′ with the same outputs (secure protocol).
 
-    For each ring message S1 receives (``zhat``, ``T`` and the dealer's ``r_a``), its
-    residues are scaled to [0, 1) by their prime and compared between the two runs with a
-    two-sample Kolmogorov–Smirnov test, and each against the uniform distribution; a
-    p-value below ``alpha`` (Bonferroni-corrected over the tests) would tell the runs, or
-    the message and uniform noise, apart.
+    S1's view is the dealer's seed and r_a, Ẑ, T, and what it decodes from them, M·O.
+    The simulation argument (:mod:`islands.cca.secure`) says the ring messages are uniform
+    whatever the data, and M·O is U·Σ·Wᵀ with W a Haar-random frame: a function of
+    M·Mᵀ (the same for Y and Y′) and of fresh randomness. The check tests these
+    consequences, not the argument itself:
+
+    * every ring message's residues, scaled to [0, 1) by their prime, against the other
+      run's (two-sample Kolmogorov–Smirnov) and against the uniform distribution;
+    * the entries of the right factor W of the decoded M·O against the other run's (both
+      Haar frames);
+    * the decoded Gram matrix (M·O)(M·O)ᵀ, and both peers' outputs, between the runs.
+
+    A p-value below ``alpha`` / (number of tests) (Bonferroni) would tell the runs, or a
+    message and uniform noise, apart. A leak that keeps every marginal uniform (say, a
+    dealer that gives S1 the seed of R_b too) is not caught by such tests: they are
+    necessary conditions, checked on the real messages; the argument is the proof.
 
     Attributes
     ----------
     pvalues
-        ``{"zhat/two-sample": p, "zhat/uniform": p, ...}``.
+        ``{"zhat/two-sample": p, "zhat/uniform": p, ..., "W/two-sample": p}``.
     alpha
         The family-wise level.
     indistinguishable
-        Every p-value is at least alpha / (number of tests).
+        Every p-value is at least alpha / (number of tests), ``same_outputs`` is below
+        1e-5 and ``gram_difference`` below 1e-6.
     same_outputs
-        Largest difference of the canonical correlations between the two runs.
+        Largest difference between the runs of ρ and of the top ten pairs of canonical
+        vectors (relative to their largest entry); below 1e-5 for "the same outputs".
+    gram_difference
+        Largest difference of the decoded (M·O)(M·O)ᵀ between the runs.
     """
 
     pvalues: dict[str, float]
     alpha: float
     indistinguishable: bool
     same_outputs: float
+    gram_difference: float
+
+
+_COMPARED = 10
+
+
+def _centred_span(Z: Array, tol: float = 1e-10) -> Array:
+    """Return an orthonormal basis of the centred Z's column span (singular values > tol)."""
+    u, s, _ = np.linalg.svd(Z - Z.mean(axis=0), full_matrices=False)
+    basis: Array = u[:, s > tol * (s[0] if s.size else 0.0)]
+    return basis
 
 
 def equivalent_view(X: Array, Y: Array, random_state: int | np.random.Generator | None = 0,
-                    *, reg: float = 0.0, rank_tol: float | None = None) -> Array:
-    """Return a Y′ ≠ Y that gives both peers the same outputs as Y.
+                    ) -> Array:
+    """Return a Y′ with another column space that gives both peers the same outputs as Y.
 
-    With Q_y = Q_x·M + E (E orthogonal to span(X)), Y′ = (Q_x·M + W·(EᵀE)^(1/2))·R_y + ȳ
-    for a random orthonormal W in the complement of span(X) ∪ span(Y): the same
-    M = Q_xᵀQ_y′ and the same R_y, hence the same ρ, A and B, but a different column
-    space. Columns dropped by ``rank_tol`` (constant ones, say) are kept as they are.
+    With P_X the projector onto span(X_c) and G = Y_cᵀ(I − P_X)Y_c:
+    Y′ = P_X·Y_c + W·G^(1/2) + ȳ, for W a random orthonormal n×q frame orthogonal to
+    span(X_c), to span(Y_c) and to the constant vector. Then X_cᵀY′_c = X_cᵀY_c and
+    Y′_cᵀY′_c = Y_cᵀY_c: every second moment CCA uses (ridge included) is Y's, the null
+    space of G^(1/2) is G's (columns dropped by ``rank_tol`` stay dependent), and the part
+    of Y outside span(X) is replaced.
+
+    Raises
+    ------
+    ValidationError
+        If the centred space has no room for W (n − 1 − rank X_c − rank Y_c < q).
     """
+    X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
-    wx = maths.whiten(np.asarray(X, dtype=np.float64), reg=reg, rank_tol=rank_tol)
-    wy = maths.whiten(Y, reg=reg, rank_tol=rank_tol)
-    m = wx.basis.T @ wy.basis
-    e = wy.basis - wx.basis @ m
+    n, q = Y.shape
+    px, py = _centred_span(X), _centred_span(Y)
+    if n - 1 - px.shape[1] - py.shape[1] < q:
+        raise ValidationError(f"equivalent_view: the centred space (n - 1 = {n - 1}) leaves "
+                              f"no room beside span(X) ({px.shape[1]}) and span(Y) "
+                              f"({py.shape[1]}) for another {q} dimensions")
+    yc = Y - Y.mean(axis=0)
+    inside = px @ (px.T @ yc)
+    outside = yc - inside
+    evals, evecs = np.linalg.eigh(outside.T @ outside)
+    # a rounding-level eigenvalue would become √ε-sized: keep G's null space exact
+    evals[evals <= 1e-12 * max(float(evals.max()), 0.0)] = 0.0
+    root = (evecs * np.sqrt(evals)) @ evecs.T
     rng = np.random.default_rng(random_state)
-    g = rng.normal(size=(wy.basis.shape[0], wy.basis.shape[1]))
-    both = np.hstack([wx.basis, np.linalg.qr(e)[0], np.ones((g.shape[0], 1))
-                      / np.sqrt(g.shape[0])])
+    g = rng.normal(size=(n, q))
+    taken = np.linalg.qr(np.hstack([px, py, np.full((n, 1), 1.0 / np.sqrt(n))]))[0]
     for _ in range(2):  # project out twice: orthogonal to working precision
-        g -= both @ np.linalg.lstsq(both, g, rcond=None)[0]
+        g -= taken @ (taken.T @ g)
     w = np.linalg.qr(g)[0]
-    evals, evecs = np.linalg.eigh(e.T @ e)
-    root = (evecs * np.sqrt(np.clip(evals, 0.0, None))) @ evecs.T
-    out: Array = Y.copy()
-    out[:, wy.kept] = (wx.basis @ m + w @ root) @ wy.r + wy.mean[wy.kept]
+    out: Array = inside + w @ root + Y.mean(axis=0)
     return out
+
+
+def _decoded_product(run: SwarmCCA, s1: str, n: int, p: int, q: int) -> Array:
+    """Return what S1 decodes from its messages: M·O (secure protocol)."""
+    got = run.transcript_.received_by(s1)
+    deal = _payload(got, "randomness")
+    mask = rns.uniform(deal.seed, (n, p), label=b"scca secure Ra")
+    z_hat = rns.unpack(_payload(got, "zhat"), (n, q), "zhat", "S1")
+    t = rns.unpack(_payload(got, "T"), (p, q), "T", "S1")
+    ra = rns.unpack(deal.ra, (p, q), "r_a", "S1")
+    return rns.decode(rns.add(rns.sub(t, rns.product(mask, z_hat)), ra), 2 * FRAC_BITS)
 
 
 def simulation_check(X: Array, Y: Array, *, alpha: float = 0.01, reg: float = 0.0,
                      rank_tol: float | None = None,
                      random_state: int | np.random.Generator | None = 0) -> SimulationCheck:
-    """Run the secure protocol on Y and on :func:`equivalent_view`'s Y′; compare S1's views."""
+    """Run the secure protocol twice, S2's block replaced by :func:`equivalent_view`'s.
+
+    Whichever of X and Y plays S2 (the swap rule) is the one replaced; S1's views of the
+    two runs are compared.
+    """
     from scipy import stats
 
-    y_other = equivalent_view(X, Y, random_state, reg=reg, rank_tol=rank_tol)
-    runs = [SwarmCCA(protocol="secure", keep_payloads=True, reg=reg, rank_tol=rank_tol)
-            .fit(X, v) for v in (Y, y_other)]
-    s1 = "x" if runs[0].roles_["x"] == "s1" else "y"
-    seen = []
+    def fit(x: Array, y: Array) -> SwarmCCA:
+        return SwarmCCA(protocol="secure", keep_payloads=True, reg=reg,
+                        rank_tol=rank_tol).fit(x, y)
+
+    first = fit(X, Y)
+    s1 = "x" if first.roles_["x"] == "s1" else "y"
+    second = (fit(X, equivalent_view(X, Y, random_state)) if s1 == "x"
+              else fit(equivalent_view(Y, X, random_state), Y))
+    runs = [first, second]
+    n, p, q = X.shape[0], first.x_rank_, first.y_rank_
+    if s1 == "y":
+        p, q = q, p
+    seen, grams, frames = [], [], []
     for run in runs:
         got = run.transcript_.received_by(s1)
-        n, p, q = X.shape[0], runs[0].x_rank_, runs[0].y_rank_
-        if s1 == "y":
-            p, q = q, p
         messages = {"zhat": rns.unpack(_payload(got, "zhat"), (n, q), "zhat", "S1"),
                     "T": rns.unpack(_payload(got, "T"), (p, q), "T", "S1"),
                     "r_a": rns.unpack(_payload(got, "randomness").ra, (p, q), "r_a", "S1")}
-        scaled = {k: np.concatenate([v[i].ravel() / prime
-                                     for i, prime in enumerate(rns.PRIMES)])
-                  for k, v in messages.items()}
-        seen.append(scaled)
+        seen.append({k: np.concatenate([v[i].ravel() / prime
+                                        for i, prime in enumerate(rns.PRIMES)])
+                     for k, v in messages.items()})
+        product = _decoded_product(run, s1, n, p, q)
+        grams.append(product @ product.T)
+        _, sigma, wt = np.linalg.svd(product, full_matrices=False)
+        frames.append(wt[sigma > 1e-6 * sigma[0]].ravel())
     pvalues: dict[str, float] = {}
     for key in seen[0]:
         pvalues[f"{key}/two-sample"] = float(stats.ks_2samp(seen[0][key], seen[1][key]).pvalue)
         pvalues[f"{key}/uniform"] = float(stats.kstest(seen[1][key], "uniform").pvalue)
-    same = float(np.abs(np.asarray(runs[0].canonical_correlations_)
-                        - np.asarray(runs[1].canonical_correlations_)).max())
-    return SimulationCheck(pvalues=pvalues, alpha=alpha,
-                           indistinguishable=min(pvalues.values()) >= alpha / len(pvalues),
-                           same_outputs=same)
+    pvalues["W/two-sample"] = float(stats.ks_2samp(frames[0], frames[1]).pvalue)
+
+    def gap(a: Any, b: Any) -> float:
+        a, b = np.asarray(a), np.asarray(b)
+        return float(np.abs(a - b).max() / max(float(np.abs(a).max()), 1e-300))
+
+    top = slice(0, _COMPARED)  # trailing components are near-degenerate: ill-conditioned
+    same = max(gap(first.canonical_correlations_, second.canonical_correlations_),
+               gap(first.x_weights_[:, top], second.x_weights_[:, top]),
+               gap(first.y_weights_[:, top], second.y_weights_[:, top]))
+    gram = float(np.abs(grams[0] - grams[1]).max())
+    return SimulationCheck(
+        pvalues=pvalues, alpha=alpha,
+        indistinguishable=(min(pvalues.values()) >= alpha / len(pvalues) and same < 1e-5
+                           and gram < 1e-6),
+        same_outputs=same, gram_difference=gram)
 
 
 def audit_scca(
@@ -306,8 +384,14 @@ def audit_scca(
     q = w2.rank
     k1_error: float | None = None
     k2_error: float | None = None
+    product_attack: float | None = None
     if secure:
         basis = span_from_ring_message(t.received_by(s1_name), s1_data.shape[0], q)
+        w1 = maths.whiten(s1_data, reg=reg, rank_tol=rank_tol)
+        product = _decoded_product(cca, s1_name, s1_data.shape[0], w1.rank, q)
+        guess = np.linalg.qr(w1.basis @ product)[0]
+        off = guess - w2.basis @ (w2.basis.T @ guess)
+        product_attack = float(np.sqrt(2.0) * np.linalg.norm(off) / np.sqrt(q))
     else:
         k1_hat = recover_k1(t.received_by(s2_name))
         # S1 recomputes its own Δx from its own data with its own settings
@@ -343,4 +427,5 @@ def audit_scca(
         extra_rows=extra_rows, protocol=protocol,
         simulation=simulation_check(s1_data, s2_data, reg=reg, rank_tol=rank_tol,
                                     random_state=random_state) if secure else None,
+        projector_error_from_product=product_attack,
     )

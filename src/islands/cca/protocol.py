@@ -40,7 +40,7 @@ import numpy as np
 
 from islands.arrays import Array
 from islands.cca import maths
-from islands.errors import ValidationError
+from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
 from islands.validation import check_array
 
@@ -136,7 +136,8 @@ def _handshake(party: Party, other: str, w: _Block, perturb: bool,
     party.send(other, "dims", Dims(n=n, rank=w.rank, perturb=perturb, protocol=protocol))
     theirs = party.recv(other, "dims")
     if not isinstance(theirs, Dims):
-        raise ValidationError(f"peer {other!r} sent a malformed handshake")
+        raise ProtocolError(f"peer {other!r} sent a malformed handshake", party=party.name,
+                            step="dims")
     if theirs.protocol != protocol:
         raise ValidationError(f"party {party.name!r} runs protocol={protocol!r} but peer "
                               f"{other!r} runs protocol={theirs.protocol!r}; both peers "

@@ -20,13 +20,21 @@ but the two peers meet only in a secret-shared product:
 
 What each party learns (honest-but-curious, the dealer colluding with neither peer):
 
-* S1 sees X̂'s partner Ẑ and the masks' seed: uniform ring elements. T and r_a give it
-  exactly M·O. Given M, M·O is uniform over {M·O : O orthogonal}, a set determined by
-  M·Mᵀ = U·Σ²·Uᵀ: S1 learns M·Mᵀ and nothing else. When d = min(p, q) components are
-  asked for, its output (A, ρ) implies M·Mᵀ; when d < min(p, q), S1 also learns the
-  other min(p, q) − d correlations and its own remaining canonical directions (all of
-  U and Σ), and nothing about Y beyond them.
+* S1 sees the seed of R_a, r_a and Ẑ: uniform ring elements. With T they give it
+  M·O, up to the fixed point's rounding (about 2^-30 per entry). Given M, M·O is
+  uniform over {M·O : O orthogonal}, a set determined by M·Mᵀ = Q_xᵀ·P_Y·Q_x
+  (P_Y the orthogonal projector onto span(Y_c)): S1 learns M·Mᵀ = U·Σ²·Uᵀ and nothing
+  else, **whatever d is**. When d = min(p, q) its output (A, ρ) implies M·Mᵀ. When
+  d < min(p, q), S1 also learns the other min(p, q) − d correlations and its own
+  remaining canonical directions: all of U and Σ.
+* M·Mᵀ = Q_xᵀ·P_Y·Q_x gives S1 the projection of span(Y) onto span(X). If X spans the
+  whole centred space (rank X_c = n − 1, e.g. p ≥ n − 1 with ``rank_tol`` or ``reg``),
+  that is P_Y itself, and with it Y from q + 1 known rows, as in the paper's protocol; CCA
+  is degenerate there anyway (every correlation is 1, and the full output reveals the
+  same). Both peers therefore refuse a run in which either block spans n − 1 dimensions.
 * S2 sees X̂, uniform, and then Σ_d and W_d = OᵀV_d, which its output implies.
+* Against a malicious S1 (outside this model) that pads its block with random columns
+  up to n − 2, M·Mᵀ approaches P_Y; S2 sees only the column count.
 * The dealer sees the sizes n, p, q and which peer plays S1, and sends only randomness
   (:func:`dealer` returns what it saw: the sizes).
 * The masks hide perfectly (uniform modulo P), not statistically. If the dealer colludes
@@ -60,7 +68,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -78,9 +86,11 @@ __all__ = ["FRAC_BITS", "DealRequest", "DealS1", "DealS2", "DealerRecord", "deal
            "haar_orthogonal", "peer_role", "secure_peer"]
 
 FRAC_BITS = 29
-"""Fixed-point bits of Q̃_x and Z̃: |Q̃_xᵀZ̃| ≤ 2^58 < P/2, rounding error about 2^-30."""
+"""Fixed-point bits of Q̃_x and Z̃: |Q̃_xᵀZ̃| ≤ (2^29 + √n/2)² < P/2 for n < 2^35, rounding
+error about 2^-30."""
 
 _BOUND = 1.0 + 1e-9  # entries of a matrix with orthonormal columns (ridge: norm ≤ 1)
+_TOL = 1e-6  # an honest σ_1 ≤ 1 + √q·2^-29; W's columns orthonormal to rounding
 _LABELS = {"Ra": b"scca secure Ra", "Rb": b"scca secure Rb", "rb": b"scca secure rb"}
 
 
@@ -112,6 +122,9 @@ class DealS2:
     seed: bytes
 
 
+_D = TypeVar("_D", DealS1, DealS2)
+
+
 @dataclass(frozen=True)
 class DealerRecord:
     """What the dealer saw: the sizes, and which peer played S1."""
@@ -134,11 +147,15 @@ def haar_orthogonal(size: int) -> Array:
     return out
 
 
-def _seed(value: Any, sender: str, owner: str) -> bytes:
-    if not isinstance(value, bytes) or len(value) != SEED_BYTES:
-        raise ProtocolError(f"dealer {sender!r} sent a malformed seed", party=owner,
+def _ask_dealer(party: Party, dealer_name: str, request: DealRequest, kind: type[_D]) -> _D:
+    """Send the sizes to the dealer; return its deal, checked to be ``kind`` with a seed."""
+    party.send(dealer_name, "deal", request)
+    deal = party.recv(dealer_name, "randomness")
+    if not isinstance(deal, kind) or not isinstance(deal.seed, bytes) or len(
+            deal.seed) != SEED_BYTES:
+        raise ProtocolError(f"dealer {dealer_name!r} sent a malformed deal", party=party.name,
                             step="randomness")
-    return value
+    return deal
 
 
 def _received(party: Party, frm: str, tag: str, shape: tuple[int, ...]) -> rns.Residues:
@@ -149,6 +166,22 @@ def _received(party: Party, frm: str, tag: str, shape: tuple[int, ...]) -> rns.R
                             step=tag) from None
 
 
+def _check_output(rho: Any, wf: Any, q: int, most: int, sender: str, owner: str) -> None:
+    """S2's check of ρ and W: float64, 0 ≤ ρ ≤ 1 non-increasing, W's columns orthonormal."""
+    ok = (isinstance(rho, np.ndarray) and isinstance(wf, np.ndarray)
+          and rho.dtype == np.float64 and wf.dtype == np.float64 and wf.ndim == 2
+          and wf.shape[0] == q and rho.shape == (wf.shape[1],) and 1 <= rho.size <= most
+          and bool(np.all(np.isfinite(rho))) and bool(np.all(np.isfinite(wf))))
+    if ok:
+        ok = (bool(np.all(rho >= 0)) and bool(rho[0] <= 1.0 + _TOL)
+              and bool(np.all(np.diff(rho) <= _TOL))
+              and float(np.abs(wf.T @ wf - np.eye(wf.shape[1])).max()) <= _TOL)
+    if not ok:
+        raise ProtocolError(f"peer {sender!r} sent malformed rho/Wf (they must be float64, "
+                            f"0 <= rho <= 1 non-increasing, Wf {q}×d with orthonormal "
+                            "columns)", party=owner, step="Wf")
+
+
 def _s1(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims, *,
         n_components: int | None, threshold: float | None) -> SccaResult:
     n, p, q = w.n, w.rank, theirs.rank
@@ -156,12 +189,8 @@ def _s1(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims, *,
         raise ValidationError(
             f"n_components={n_components} exceeds min(p, q) = {min(p, q)} "
             f"(columns used: {party.name!r} {p}, {other!r} {q})")
-    party.send(dealer_name, "deal", DealRequest("s1", n, p, q))
-    deal = party.recv(dealer_name, "randomness")
-    if not isinstance(deal, DealS1):
-        raise ProtocolError(f"dealer {dealer_name!r} sent a malformed deal", party=party.name,
-                            step="randomness")
-    seed = _seed(deal.seed, dealer_name, party.name)
+    deal = _ask_dealer(party, dealer_name, DealRequest("s1", n, p, q), DealS1)
+    seed = deal.seed
     try:
         ra = rns.unpack(deal.ra, (p, q), "r_a", f"party {party.name!r}")
     except ValidationError as exc:
@@ -177,6 +206,11 @@ def _s1(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims, *,
     m_rotated = rns.decode(rns.add(rns.sub(t, mine), ra), 2 * FRAC_BITS)
     with party.alone():  # S2 waits for ρ and W
         u, sigma, wf = maths.product_svd(np.asfortranarray(m_rotated))
+    if not sigma.size or not sigma[0] <= 1.0 + _TOL:
+        raise ProtocolError(f"the product of {other!r} and dealer {dealer_name!r} is not a "
+                            f"product of two orthonormal bases (largest singular value "
+                            f"{sigma[0] if sigma.size else None!r} > 1): one of them deviated",
+                            party=party.name, step="T")
     ratios = maths.ratios_of(sigma)
     d = maths.select_components(ratios, n_components, threshold)
     a = maths.canonical_from_svd(w.r, u[:, :d])
@@ -190,12 +224,7 @@ def _s1(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims, *,
 
 def _s2(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims) -> SccaResult:
     n, p, q = w.n, theirs.rank, w.rank
-    party.send(dealer_name, "deal", DealRequest("s2", n, p, q))
-    deal = party.recv(dealer_name, "randomness")
-    if not isinstance(deal, DealS2):
-        raise ProtocolError(f"dealer {dealer_name!r} sent a malformed deal", party=party.name,
-                            step="randomness")
-    seed = _seed(deal.seed, dealer_name, party.name)
+    seed = _ask_dealer(party, dealer_name, DealRequest("s2", n, p, q), DealS2).seed
     rotation = haar_orthogonal(q)
     z = rns.encode(w.take_basis() @ rotation, FRAC_BITS, bound=_BOUND, what="Q_y·O")
     party.send(other, "zhat", rns.pack(rns.add(z, rns.uniform(seed, (n, q),
@@ -206,12 +235,7 @@ def _s2(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims) -> 
     party.send(other, "T", rns.pack(t))
     rho = party.recv(other, "rho")
     wf = party.recv(other, "Wf")
-    if not (isinstance(wf, np.ndarray) and wf.ndim == 2 and wf.shape[0] == q
-            and isinstance(rho, np.ndarray) and rho.shape == (wf.shape[1],)
-            and 1 <= rho.size <= min(p, q) and np.all(np.isfinite(rho))
-            and np.all(np.isfinite(wf))):
-        raise ProtocolError(f"peer {other!r} sent malformed rho/Wf", party=party.name,
-                            step="Wf")
+    _check_output(rho, wf, q, min(p, q), other, party.name)
     b = maths.canonical_from_svd(w.r, rotation @ wf)
     return SccaResult(role="s2", weights=maths.embed(b, w.kept, w.n_features), mean=w.mean,
                       correlations=np.clip(rho, 0.0, 1.0), ratios=maths.ratios_of(rho),
@@ -240,6 +264,16 @@ def secure_peer(party: Party, Z: Any, *, other: str, dealer: str,
     w = _Block(maths.whiten(_check_block(Z, "data"), reg=reg, rank_tol=rank_tol,
                             name=f"the data of {party.name!r}"))
     theirs = _handshake(party, other, w, False, "secure")
+    if theirs.rank < 1:  # an honest peer's whitening refuses a block with no column left
+        raise ProtocolError(f"peer {other!r} announced {theirs.rank} columns for {w.n} rows",
+                            party=party.name, step="dims")
+    for name, rank in ((party.name, w.rank), (other, theirs.rank)):
+        if rank >= w.n - 1:
+            raise ValidationError(
+                f"party {party.name!r}: {name!r}'s block spans all n - 1 = {w.n - 1} centred "
+                f"dimensions ({rank} columns used): CCA is degenerate there (every correlation "
+                "is 1) and its output would reveal the other block's column space; use fewer "
+                "columns (rank_tol, or a feature selection) or more rows")
     plays_s1 = w.rank > theirs.rank or (w.rank == theirs.rank and party.name < other)
     if plays_s1:
         return _s1(party, other, dealer, w, theirs, n_components=n_components,

@@ -84,6 +84,9 @@ def audit_scca_command(
                              ("S1", "S2's secret factor k2", report.k2_rel_error)):
         table.add_row(who, what, "none to recover" if error is None else f"{error:.2e}")
     table.add_row("S1", "projector onto span(Y)", f"{report.projector_error:.2e}")
+    if report.projector_error_from_product is not None:
+        table.add_row("S1", "projector onto span(Y), from the M·O it decodes",
+                      f"{report.projector_error_from_product:.2e}")
     table.add_row("S1", f"all of Y (centred) from q={report.known_rows} known rows",
                   f"{report.y_reconstruction_rel_error:.2e}")
     table.add_row("S1", f"all of Y (centred) from q+{report.extra_rows} known rows",
@@ -102,11 +105,13 @@ def audit_scca_command(
         worst = min(sim.pvalues, key=lambda k: sim.pvalues[k])
         console.print(f"S1 reads the ring elements in R2's place as a basis of span(Y): a "
                       f"random subspace, so rebuilding Y is no better than guessing (error "
-                      f"1 = predicting the column means). Simulation check: S1's messages "
-                      f"from Y and from a different Y' with the same outputs "
+                      f"1 = predicting the column means). What S1 decodes, M·O, gives it only "
+                      f"the projection of span(Y) onto span(X). Simulation check: S1's "
+                      f"messages from Y and from a different Y' with the same outputs "
                       f"{'cannot' if sim.indistinguishable else 'CAN'} be told apart "
                       f"(Kolmogorov-Smirnov, smallest p = {sim.pvalues[worst]:.2f} for "
-                      f"{worst}; outputs equal within {sim.same_outputs:.1e}).")
+                      f"{worst}; outputs equal within {sim.same_outputs:.1e}, decoded Gram "
+                      f"matrices within {sim.gram_difference:.1e}).")
     _save_report(json_path, dataset, report.to_dict())
 
 

@@ -4,10 +4,11 @@ Secret-shared linear algebra needs exact arithmetic in a finite ring: masks that
 matrix must be uniform, and products of masked matrices must cancel exactly. A product
 of two n×p and n×q ring matrices, done with integer loops, is hundreds of times slower
 than a float product. This module keeps the ring Z_P with P = P1·P2·P3, three primes just
-below 2^21 (the residue number system), and computes each residue's product with float64
-BLAS, exactly: residues are below 2^21, so every product is below 2^42 and a sum of 2^11
-of them below 2^53, the float64 integer range; the rows are summed in blocks of 2^11 and
-reduced modulo the prime between blocks. A product costs three float products.
+below 2^21 (the residue number system, residues stored as float32), and computes each
+residue's product with float64 BLAS, exactly: residues are below 2^21, so every product
+is below 2^42 and a sum of 2^11 of them below 2^53, the float64 integer range; the rows
+are summed in blocks of 2^11 and reduced modulo the prime between blocks. A product costs
+three float products.
 
 * Fixed point: a real x is round(x·2^f) (:func:`islands.crypto.fixedpoint.quantize`), its
   residues taken modulo each prime; :func:`decode` undoes it by Garner's mixed-radix
@@ -54,10 +55,13 @@ BLOCK_ROWS = 1 << 11
 
 _BITS = 21
 _FIELD = (1 << _BITS) - 1
-_PRIME_COLUMN = np.array(PRIMES, dtype=np.float64).reshape(3, 1, 1)
+_PRIME_COLUMN = np.array(PRIMES, dtype=np.float32).reshape(3, 1, 1)
 
-Residues = NDArray[np.float64]
-"""A ring matrix as its residues: shape (3, rows, cols), residue k in [0, PRIMES[k])."""
+Residues = NDArray[np.float32]
+"""A ring matrix as its residues: shape (3, rows, cols), residue k in [0, PRIMES[k]).
+
+Stored as float32 (exact below 2^24: sums and differences of two residues stay below
+2^22) to halve the memory; :func:`product` widens each block of rows to float64."""
 
 
 def max_frac_bits(terms_bound: float) -> int:
@@ -70,11 +74,11 @@ def max_frac_bits(terms_bound: float) -> int:
 
 def encode(x: NDArray[np.float64], frac_bits: int, *, bound: float, what: str) -> Residues:
     """Return the residues of round(x·2^f), |x| ≤ ``bound`` (else an error naming ``what``)."""
-    def fail(index: int, value: float) -> ValidationError:
-        return ValidationError(f"{what}: entry {index} is {value!r}, beyond ±{bound}")
+    def fail(index: int, value: float) -> ValidationError:  # the value may be secret
+        return ValidationError(f"{what}: entry {index} is beyond ±{bound}")
 
     q = quantize(np.asarray(x, dtype=np.float64), frac_bits, bound=bound, fail=fail)
-    out = np.empty((3, *q.shape), dtype=np.float64)
+    out = np.empty((3, *q.shape), dtype=np.float32)
     for k, p in enumerate(PRIMES):
         out[k] = np.mod(q, p)
     return out
@@ -97,12 +101,16 @@ def product(a: Residues, b: Residues) -> Residues:
     if a.shape[0] != 3 or b.shape[0] != 3 or a.shape[1] != b.shape[1]:
         raise ValidationError(f"rns.product: shapes {a.shape} and {b.shape} do not match")
     n = a.shape[1]
-    out = np.zeros((3, a.shape[2], b.shape[2]))
+    acc = np.zeros((a.shape[2], b.shape[2]))
+    out = np.empty((3, a.shape[2], b.shape[2]), dtype=np.float32)
     for k, p in enumerate(PRIMES):
-        acc = out[k]
+        acc[:] = 0.0
         for start in range(0, n, BLOCK_ROWS):
-            acc += a[k, start:start + BLOCK_ROWS].T @ b[k, start:start + BLOCK_ROWS]
+            block_a = a[k, start:start + BLOCK_ROWS].astype(np.float64)
+            block_b = b[k, start:start + BLOCK_ROWS].astype(np.float64)
+            acc += block_a.T @ block_b
             np.fmod(acc, p, out=acc)
+        out[k] = acc
     return out
 
 
@@ -114,7 +122,7 @@ def uniform(seed: bytes, shape: tuple[int, ...], *, label: bytes) -> Residues:
     keeps those below its prime: exactly uniform, rejecting about 6e-6 of the fields.
     """
     count = int(np.prod(shape))
-    out = np.empty((3, count), dtype=np.float64)
+    out = np.empty((3, count), dtype=np.float32)
     for k, p in enumerate(PRIMES):
         want = count + count // 4096 + 64
         while True:
@@ -161,7 +169,7 @@ def unpack(packed: Any, shape: tuple[int, ...], name: str, owner: str) -> Residu
                               f"got {got}")
     if np.any(packed >> np.uint64(3 * _BITS)):
         raise ValidationError(f"{owner}: {name} has bits above the three residues")
-    out = np.empty((3, *shape), dtype=np.float64)
+    out = np.empty((3, *shape), dtype=np.float32)
     for k, p in enumerate(PRIMES):
         field = (packed >> np.uint64(_BITS * k)) & np.uint64(_FIELD)
         if np.any(field >= p):
