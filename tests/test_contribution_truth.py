@@ -122,3 +122,19 @@ def test_per_round_shapley_on_the_loss_does_not_pay_the_shuffled_client(
     assert rep.shares[SHUFFLED] == 0.0 and phi[SHUFFLED] < 0
     assert phi[TWIN_A] == pytest.approx(phi[TWIN_B], abs=1e-6) and phi[TWIN_A] > 0
     assert scipy_stats.kendalltau(phi, federation["truth"]).statistic >= 0.8
+
+
+def test_free_rider_with_noise_uploads_the_global_model_plus_that_noise() -> None:
+    from islands.errors import ValidationError
+    from islands.hfl.strategy import LocalConfig
+
+    with pytest.raises(ValidationError, match="noise"):
+        FreeRider(object(), noise=-1.0)
+    params = np.linspace(-1, 1, 20_000, dtype=np.float32)
+    kw: dict[str, Any] = {"epoch": 0, "step": 0, "steps": 1, "batch_size": 1,
+                          "config": LocalConfig(lr=0.1), "momentum": None}
+    assert np.array_equal(FreeRider(object()).train(params, **kw).params, params)
+    out = FreeRider(object(), noise=1e-3, seed=3).train(params, **kw).params
+    # 20,000 draws: the sample std is within 2% of σ with overwhelming probability
+    assert np.std(out - params) == pytest.approx(1e-3, rel=0.02)
+    assert np.array_equal(out, FreeRider(object(), noise=1e-3, seed=3).train(params, **kw).params)
