@@ -30,6 +30,7 @@ from numpy.typing import NDArray
 
 from islands.aggregation.protect import SampleAccount, SampleDP
 from islands.arrays import Vector
+from islands.errors import invalid_parameter
 from islands.hfl.protocol import LocalOutcome
 from islands.hfl.strategy import LocalConfig
 from islands.hfl.torch.dpsgd import PrivateTrainer
@@ -215,26 +216,39 @@ class PooledLearner(_Wrapping):
 
 
 class FreeRider(_Wrapping):
-    """A client that trains nothing: it uploads the global model it was sent, unchanged.
+    """A client that trains nothing: it uploads the global model it was sent.
 
     For simulations of contribution measurement (:mod:`islands.hfl.contribution`): it
     joins with ``inner``'s sample counts (so it claims its aggregation weight) and
-    evaluates honestly, but its update w − w_global is zero.
+    evaluates honestly, but its update w − w_global is zero, or, with ``noise`` > 0,
+    Gaussian noise of that standard deviation per parameter (a free-rider disguising
+    itself; Lin et al. 2019, "Free-riders in Federated Learning").
 
     Parameters
     ----------
     inner
         The learner whose counts and evaluation it reports.
+    noise
+        Standard deviation of the noise added to every parameter (0: the global model
+        unchanged).
+    seed
+        Seeds the noise (a simulated behaviour, not a protection: numpy's generator).
     """
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, noise: float = 0.0, seed: int = 0) -> None:
+        if not (np.isfinite(noise) and noise >= 0):
+            raise invalid_parameter("noise", "FreeRider", "a float in [0, inf)", noise)
         self.inner = inner
+        self.noise = float(noise)
+        self._rng = np.random.default_rng(seed)
 
     def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
               config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
-        """Return ``params`` unchanged (loss reported as NaN: nothing was trained)."""
-        return LocalOutcome(params=np.array(params, dtype=np.float32), momentum=momentum,
-                            loss=float("nan"))
+        """Return ``params`` (plus the noise; loss reported as NaN: nothing was trained)."""
+        out = np.array(params, dtype=np.float32)
+        if self.noise > 0:
+            out += self._rng.normal(0.0, self.noise, out.shape).astype(np.float32)
+        return LocalOutcome(params=out, momentum=momentum, loss=float("nan"))
 
     def evaluate(self, params: Vector) -> float:
         """Return the inner learner's evaluation."""
