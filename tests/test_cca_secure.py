@@ -226,7 +226,7 @@ def test_the_simulation_check_tells_unmasked_messages_apart(
     honest = simulation_check(X, Y, rank_tol=1e-10)
     assert honest.indistinguishable
     monkeypatch.setattr(secure.rns, "uniform",
-                        lambda seed, shape, *, label: np.zeros((3, *shape)))
+                        lambda seed, shape, *, label: np.zeros((3, *shape), np.uint32))
     leaky = simulation_check(X, Y, rank_tol=1e-10)
     assert not leaky.indistinguishable
     assert leaky.same_outputs < 1e-6  # still correct: the masks cancel either way

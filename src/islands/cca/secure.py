@@ -90,6 +90,7 @@ FRAC_BITS = 29
 error about 2^-30."""
 
 _BOUND = 1.0 + 1e-9  # entries of a matrix with orthonormal columns (ridge: norm ≤ 1)
+_DEALER_SETTLE = 10.0
 _TOL = 1e-6  # an honest σ_1 ≤ 1 + √q·2^-29; W's columns orthonormal to rounding
 _LABELS = {"Ra": b"scca secure Ra", "Rb": b"scca secure Rb", "rb": b"scca secure rb"}
 
@@ -147,9 +148,8 @@ def haar_orthogonal(size: int) -> Array:
     return out
 
 
-def _ask_dealer(party: Party, dealer_name: str, request: DealRequest, kind: type[_D]) -> _D:
-    """Send the sizes to the dealer; return its deal, checked to be ``kind`` with a seed."""
-    party.send(dealer_name, "deal", request)
+def _take_deal(party: Party, dealer_name: str, kind: type[_D]) -> _D:
+    """Return the dealer's deal, checked to be ``kind`` with a seed."""
     deal = party.recv(dealer_name, "randomness")
     if not isinstance(deal, kind) or not isinstance(deal.seed, bytes) or len(
             deal.seed) != SEED_BYTES:
@@ -189,14 +189,17 @@ def _s1(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims, *,
         raise ValidationError(
             f"n_components={n_components} exceeds min(p, q) = {min(p, q)} "
             f"(columns used: {party.name!r} {p}, {other!r} {q})")
-    deal = _ask_dealer(party, dealer_name, DealRequest("s1", n, p, q), DealS1)
+    party.send(dealer_name, "deal", DealRequest("s1", n, p, q))
+    own = rns.encode(w.take_basis(), FRAC_BITS, bound=_BOUND, what="Q_x")  # while it deals
+    deal = _take_deal(party, dealer_name, DealS1)
     seed = deal.seed
     try:
         ra = rns.unpack(deal.ra, (p, q), "r_a", f"party {party.name!r}")
     except ValidationError as exc:
         raise ProtocolError(str(exc), party=party.name, step="randomness") from None
     mask = rns.uniform(seed, (n, p), label=_LABELS["Ra"])
-    shown = rns.add(rns.encode(w.take_basis(), FRAC_BITS, bound=_BOUND, what="Q_x"), mask)
+    shown = rns.add(own, mask)
+    del own
     party.send(other, "xhat", rns.pack(shown))
     del shown
     z_hat = _received(party, other, "zhat", (n, q))
@@ -224,9 +227,10 @@ def _s1(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims, *,
 
 def _s2(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims) -> SccaResult:
     n, p, q = w.n, theirs.rank, w.rank
-    seed = _ask_dealer(party, dealer_name, DealRequest("s2", n, p, q), DealS2).seed
-    rotation = haar_orthogonal(q)
+    party.send(dealer_name, "deal", DealRequest("s2", n, p, q))
+    rotation = haar_orthogonal(q)  # while the dealer deals
     z = rns.encode(w.take_basis() @ rotation, FRAC_BITS, bound=_BOUND, what="Q_y·O")
+    seed = _take_deal(party, dealer_name, DealS2).seed
     party.send(other, "zhat", rns.pack(rns.add(z, rns.uniform(seed, (n, q),
                                                                label=_LABELS["Rb"]))))
     x_hat = _received(party, other, "xhat", (n, p))
@@ -305,8 +309,12 @@ def dealer(party: Party, *, peers: Sequence[str]) -> DealerRecord:
     s2_name = next(name for name in peers if asks[name].role == "s2")
     n, p, q = first.n, first.p, first.q
     seed_a, seed_b = secrets.token_bytes(SEED_BYTES), secrets.token_bytes(SEED_BYTES)
-    joint = rns.product(rns.uniform(seed_a, (n, p), label=_LABELS["Ra"]),
-                        rns.uniform(seed_b, (n, q), label=_LABELS["Rb"]))
+    left = rns.uniform(seed_a, (n, p), label=_LABELS["Ra"])
+    right = rns.uniform(seed_b, (n, q), label=_LABELS["Rb"])
+    # the peers encode their blocks, then wait for their deals: give them a few seconds
+    with party.alone(settle=_DEALER_SETTLE):
+        joint = rns.product(left, right)
+    del left, right
     ra = rns.sub(joint, rns.uniform(seed_b, (p, q), label=_LABELS["rb"]))
     party.send(s1_name, "randomness", DealS1(seed_a, rns.pack(ra)))
     party.send(s2_name, "randomness", DealS2(seed_b))

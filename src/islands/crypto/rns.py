@@ -4,11 +4,11 @@ Secret-shared linear algebra needs exact arithmetic in a finite ring: masks that
 matrix must be uniform, and products of masked matrices must cancel exactly. A product
 of two n×p and n×q ring matrices, done with integer loops, is hundreds of times slower
 than a float product. This module keeps the ring Z_P with P = P1·P2·P3, three primes just
-below 2^21 (the residue number system, residues stored as float32), and computes each
+below 2^21 (the residue number system, residues stored as uint32), and computes each
 residue's product with float64 BLAS, exactly: residues are below 2^21, so every product
-is below 2^42 and a sum of 2^11 of them below 2^53, the float64 integer range; the rows
-are summed in blocks of 2^11 and reduced modulo the prime between blocks. A product costs
-three float products.
+is below 2^42 and a sum of 2^11 − 1 of them below 2^53, the float64 integer range; the
+rows are summed in such blocks and reduced modulo the prime between blocks. A product
+costs three float products.
 
 * Fixed point: a real x is round(x·2^f) (:func:`islands.crypto.fixedpoint.quantize`), its
   residues taken modulo each prime; :func:`decode` undoes it by Garner's mixed-radix
@@ -50,18 +50,25 @@ PRIMES = (2097143, 2097133, 2097131)
 MODULUS = PRIMES[0] * PRIMES[1] * PRIMES[2]
 """P = P1·P2·P3, about 2^63 − 2^46."""
 
-BLOCK_ROWS = 1 << 11
-"""Rows summed in float64 before a reduction: 2^11 products below 2^42 stay below 2^53."""
+BLOCK_ROWS = (1 << 11) - 1
+"""Rows summed in float64 before a reduction: 2^11 − 1 products below 2^42, plus the
+reduced sum so far (below 2^21), stay below 2^53."""
 
 _BITS = 21
 _FIELD = (1 << _BITS) - 1
-_PRIME_COLUMN = np.array(PRIMES, dtype=np.float32).reshape(3, 1, 1)
+_PRIME_COLUMN = np.array(PRIMES, dtype=np.uint32).reshape(3, 1, 1)
 
-Residues = NDArray[np.float32]
+Residues = NDArray[np.uint32]
 """A ring matrix as its residues: shape (3, rows, cols), residue k in [0, PRIMES[k]).
 
-Stored as float32 (exact below 2^24: sums and differences of two residues stay below
-2^22) to halve the memory; :func:`product` widens each block of rows to float64."""
+Residues are uint32: sums stay below 2^22, and a reduction is one subtraction and a
+minimum (x − P wraps around when x < P); :func:`product` widens blocks to float64."""
+
+
+def _reduce(x: NDArray[np.uint32]) -> NDArray[np.uint32]:
+    """Bring x in [0, 2P_k) to [0, P_k), in place, prime by prime along axis 0."""
+    np.minimum(x, x - _PRIME_COLUMN.reshape((3,) + (1,) * (x.ndim - 1)), out=x)
+    return x
 
 
 def max_frac_bits(terms_bound: float) -> int:
@@ -78,22 +85,20 @@ def encode(x: NDArray[np.float64], frac_bits: int, *, bound: float, what: str) -
         return ValidationError(f"{what}: entry {index} is beyond ±{bound}")
 
     q = quantize(np.asarray(x, dtype=np.float64), frac_bits, bound=bound, fail=fail)
-    out = np.empty((3, *q.shape), dtype=np.float32)
+    out = np.empty((3, *q.shape), dtype=np.uint32)
     for k, p in enumerate(PRIMES):
-        out[k] = np.mod(q, p)
+        out[k] = np.remainder(q, p)
     return out
 
 
 def add(a: Residues, b: Residues) -> Residues:
     """Return a + b in the ring."""
-    out: Residues = np.fmod(a + b, _PRIME_COLUMN)
-    return out
+    return _reduce(a + b)
 
 
 def sub(a: Residues, b: Residues) -> Residues:
     """Return a − b in the ring."""
-    out: Residues = np.fmod(a - b + _PRIME_COLUMN, _PRIME_COLUMN)
-    return out
+    return _reduce(a + (_PRIME_COLUMN.reshape((3,) + (1,) * (b.ndim - 1)) - b))
 
 
 def product(a: Residues, b: Residues) -> Residues:
@@ -102,38 +107,50 @@ def product(a: Residues, b: Residues) -> Residues:
         raise ValidationError(f"rns.product: shapes {a.shape} and {b.shape} do not match")
     n = a.shape[1]
     acc = np.zeros((a.shape[2], b.shape[2]))
-    out = np.empty((3, a.shape[2], b.shape[2]), dtype=np.float32)
+    out = np.empty((3, a.shape[2], b.shape[2]), dtype=np.uint32)
     for k, p in enumerate(PRIMES):
         acc[:] = 0.0
         for start in range(0, n, BLOCK_ROWS):
             block_a = a[k, start:start + BLOCK_ROWS].astype(np.float64)
             block_b = b[k, start:start + BLOCK_ROWS].astype(np.float64)
             acc += block_a.T @ block_b
-            np.fmod(acc, p, out=acc)
+            _reduce_float(acc, p)
         out[k] = acc
     return out
+
+
+def _reduce_float(acc: NDArray[np.float64], p: int) -> None:
+    """Reduce acc mod p in place, for integers 0 ≤ acc < 2^53 (``np.fmod`` is slow there).
+
+    ⌊acc/p⌋ may be off by one after rounding; every product and difference is an exact
+    integer below 2^53, and the two corrections bring the result into [0, p).
+    """
+    acc -= np.floor(acc / p) * p
+    acc[acc < 0] += p
+    acc[acc >= p] -= p
 
 
 def uniform(seed: bytes, shape: tuple[int, ...], *, label: bytes) -> Residues:
     """Draw ring elements uniform modulo P from a 32-byte seed, the same wherever it is expanded.
 
-    Each residue takes 21-bit fields of the ChaCha20 stream of
-    :func:`~islands.crypto.prg.expand` (three per 64-bit word, label ``label + k``) and
-    keeps those below its prime: exactly uniform, rejecting about 6e-6 of the fields.
+    Residue k reads the ChaCha20 stream of :func:`~islands.crypto.prg.expand` (label
+    ``label + k``) as 32-bit words, keeps their low 21 bits and drops the values not below
+    its prime: exactly uniform, rejecting about 6e-6 of them.
     """
     count = int(np.prod(shape))
-    out = np.empty((3, count), dtype=np.float32)
+    out = np.empty((3, count), dtype=np.uint32)
     for k, p in enumerate(PRIMES):
         want = count + count // 4096 + 64
         while True:
-            words = expand(seed, -(-want // 3), label=label + bytes([k]))
-            fields = np.stack([(words >> np.uint64(_BITS * j)) & np.uint64(_FIELD)
-                               for j in range(3)], axis=1).reshape(-1)
-            kept = fields[fields < p]
-            if kept.size >= count:
+            words = expand(seed, -(-want // 2), label=label + bytes([k])).view(np.uint32)
+            fields = words & np.uint32(_FIELD)
+            bad = np.flatnonzero(fields >= p)
+            if bad.size:
+                fields = np.delete(fields, bad)
+            if fields.size >= count:
                 break
             want *= 2  # a prefix of the same stream: both holders draw the same values
-        out[k] = kept[:count]
+        out[k] = fields[:count]
     return out.reshape(3, *shape)
 
 
@@ -153,10 +170,11 @@ def decode(r: Residues, frac_bits: int) -> NDArray[np.float64]:
 
 def pack(r: Residues) -> NDArray[np.uint64]:
     """Pack one uint64 per element: residue k in bits 21k to 21k + 20."""
-    out = np.zeros(r.shape[1:], dtype=np.uint64)
-    for k in range(3):
-        out |= r[k].astype(np.uint64) << np.uint64(_BITS * k)
-    return out
+    halves = np.empty((*r.shape[1:], 2), dtype=np.uint32)  # little-endian: (low, high)
+    np.bitwise_or(r[0], r[1] << np.uint32(_BITS), out=halves[..., 0])
+    np.bitwise_or(r[1] >> np.uint32(32 - _BITS), r[2] << np.uint32(2 * _BITS - 32),
+                  out=halves[..., 1])
+    return halves.view("<u8").reshape(r.shape[1:]).astype(np.uint64, copy=False)
 
 
 def unpack(packed: Any, shape: tuple[int, ...], name: str, owner: str) -> Residues:
@@ -167,12 +185,17 @@ def unpack(packed: Any, shape: tuple[int, ...], name: str, owner: str) -> Residu
                else type(packed).__name__)
         raise ValidationError(f"{owner}: {name} must be a uint64 array of shape {shape}; "
                               f"got {got}")
-    if np.any(packed >> np.uint64(3 * _BITS)):
-        raise ValidationError(f"{owner}: {name} has bits above the three residues")
-    out = np.empty((3, *shape), dtype=np.float32)
+    halves = np.ascontiguousarray(packed, dtype="<u8").view(np.uint32).reshape(*shape, 2)
+    low, high = halves[..., 0], halves[..., 1]
+    out = np.empty((3, *shape), dtype=np.uint32)
+    field = np.uint32(_FIELD)
+    np.bitwise_and(low, field, out=out[0])
+    np.bitwise_or(low >> np.uint32(_BITS),
+                  (high & np.uint32((1 << (2 * _BITS - 32)) - 1)) << np.uint32(32 - _BITS),
+                  out=out[1])
+    np.right_shift(high, np.uint32(2 * _BITS - 32), out=out[2])  # 22 bits: bit 63 included
     for k, p in enumerate(PRIMES):
-        field = (packed >> np.uint64(_BITS * k)) & np.uint64(_FIELD)
-        if np.any(field >= p):
-            raise ValidationError(f"{owner}: {name} has a residue not below {p}")
-        out[k] = field
+        if np.any(out[k] >= p):
+            raise ValidationError(f"{owner}: {name} has a residue not below {p} (or bits "
+                                  "above the three residues)")
     return out

@@ -70,10 +70,10 @@ class CoreShare:
         return self._waiting >= self._names - {name}
 
     @contextmanager
-    def alone(self, name: str) -> Iterator[bool]:
+    def alone(self, name: str, settle: float = SETTLE) -> Iterator[bool]:
         """Give ``name`` every core for the block if the other parties all wait.
 
-        Yields whether it did. The others are given :data:`SETTLE` seconds to reach their
+        Yields whether it did. The others are given ``settle`` seconds to reach their
         ``recv`` (a peer that has just sent this party its message is on its way there);
         otherwise the block runs with the shared limit.
         """
@@ -81,7 +81,7 @@ class CoreShare:
             yield False
             return
         with self._cond:
-            idle = self._cond.wait_for(lambda: self._others_wait(name), timeout=SETTLE)
+            idle = self._cond.wait_for(lambda: self._others_wait(name), timeout=settle)
         setters = _local_setters() if idle else []
         if not setters:
             yield False

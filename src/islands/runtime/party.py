@@ -18,7 +18,7 @@ from typing import Any
 
 from islands.errors import ProtocolError, ValidationError, WireError
 from islands.runtime import wire
-from islands.runtime.cores import CoreShare
+from islands.runtime.cores import SETTLE, CoreShare
 from islands.runtime.identity import Identity
 from islands.runtime.transcript import Transcript
 from islands.runtime.transport import Transport
@@ -220,20 +220,21 @@ class Party:
             ) from exc
 
     @contextlib.contextmanager
-    def alone(self) -> Iterator[bool]:
+    def alone(self, settle: float = SETTLE) -> Iterator[bool]:
         """Compute a step with every core while the other parties wait for this one.
 
         A role wraps a step its protocol runs while every other party waits for its next
         message, and sends that message after the block. Where ``run_local`` hosts
         several parties in one process and shares the cores out (``blas_threads=
-        "auto"``), the block gets all of them once the others are inside :meth:`recv`
+        "auto"``), the block gets all of them once the others are inside :meth:`recv`,
+        waiting up to ``settle`` seconds for them to get there
         (:class:`islands.runtime.cores.CoreShare`); elsewhere it changes nothing. Yields
         whether the cores were lent.
         """
         if self._cores is None:
             yield False
             return
-        with self._cores.alone(self._name) as lent:
+        with self._cores.alone(self._name, settle) as lent:
             yield lent
 
     def broadcast(self, tag: str, payload: Any, to: Iterable[str] | None = None) -> int:
