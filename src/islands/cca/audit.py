@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 from islands.arrays import Array
 from islands.cca import maths
 from islands.cca.estimator import SwarmCCA
-from islands.cca.secure import FRAC_BITS
+from islands.cca.secure import FRAC_BITS, MASK_LABELS
 from islands.crypto import rns
 from islands.errors import ValidationError
 from islands.runtime import Record, Transcript
@@ -278,7 +278,7 @@ def _decoded_product(run: SwarmCCA, s1: str, n: int, p: int, q: int) -> Array:
     """Return what S1 decodes from its messages: M·O (secure protocol)."""
     got = run.transcript_.received_by(s1)
     deal = _payload(got, "randomness")
-    mask = rns.uniform(deal.seed, (n, p), label=b"scca secure Ra")
+    mask = rns.uniform(deal.seed, (n, p), label=MASK_LABELS["Ra"])
     z_hat = rns.unpack(_payload(got, "zhat"), (n, q), "zhat", "S1")
     t = rns.unpack(_payload(got, "T"), (p, q), "T", "S1")
     ra = rns.unpack(deal.ra, (p, q), "r_a", "S1")

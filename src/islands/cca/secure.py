@@ -82,8 +82,8 @@ from islands.crypto.prg import SEED_BYTES, csprng_normal
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
 
-__all__ = ["FRAC_BITS", "DealRequest", "DealS1", "DealS2", "DealerRecord", "dealer",
-           "haar_orthogonal", "peer_role", "secure_peer"]
+__all__ = ["FRAC_BITS", "MASK_LABELS", "DealRequest", "DealS1", "DealS2", "DealerRecord",
+           "dealer", "haar_orthogonal", "peer_role", "secure_peer"]
 
 FRAC_BITS = 29
 """Fixed-point bits of Q̃_x and Z̃: |Q̃_xᵀZ̃| ≤ (2^29 + √n/2)² < P/2 for n < 2^35, rounding
@@ -92,7 +92,8 @@ error about 2^-30."""
 _BOUND = 1.0 + 1e-9  # entries of a matrix with orthonormal columns (ridge: norm ≤ 1)
 _DEALER_SETTLE = 10.0
 _TOL = 1e-6  # an honest σ_1 ≤ 1 + √q·2^-29; W's columns orthonormal to rounding
-_LABELS = {"Ra": b"scca secure Ra", "Rb": b"scca secure Rb", "rb": b"scca secure rb"}
+MASK_LABELS = {"Ra": b"scca secure Ra", "Rb": b"scca secure Rb", "rb": b"scca secure rb"}
+"""The PRG labels of the masks R_a, R_b and r_b (:func:`islands.crypto.rns.uniform`)."""
 
 
 @wire.register(name="scca.DealRequest")
@@ -197,7 +198,7 @@ def _s1(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims, *,
         ra = rns.unpack(deal.ra, (p, q), "r_a", f"party {party.name!r}")
     except ValidationError as exc:
         raise ProtocolError(str(exc), party=party.name, step="randomness") from None
-    mask = rns.uniform(seed, (n, p), label=_LABELS["Ra"])
+    mask = rns.uniform(seed, (n, p), label=MASK_LABELS["Ra"])
     shown = rns.add(own, mask)
     del own
     party.send(other, "xhat", rns.pack(shown))
@@ -232,9 +233,9 @@ def _s2(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims) -> 
     z = rns.encode(w.take_basis() @ rotation, FRAC_BITS, bound=_BOUND, what="Q_y·O")
     seed = _take_deal(party, dealer_name, DealS2).seed
     party.send(other, "zhat", rns.pack(rns.add(z, rns.uniform(seed, (n, q),
-                                                               label=_LABELS["Rb"]))))
+                                                               label=MASK_LABELS["Rb"]))))
     x_hat = _received(party, other, "xhat", (n, p))
-    t = rns.add(rns.product(x_hat, z), rns.uniform(seed, (p, q), label=_LABELS["rb"]))
+    t = rns.add(rns.product(x_hat, z), rns.uniform(seed, (p, q), label=MASK_LABELS["rb"]))
     del x_hat, z
     party.send(other, "T", rns.pack(t))
     rho = party.recv(other, "rho")
@@ -309,13 +310,13 @@ def dealer(party: Party, *, peers: Sequence[str]) -> DealerRecord:
     s2_name = next(name for name in peers if asks[name].role == "s2")
     n, p, q = first.n, first.p, first.q
     seed_a, seed_b = secrets.token_bytes(SEED_BYTES), secrets.token_bytes(SEED_BYTES)
-    left = rns.uniform(seed_a, (n, p), label=_LABELS["Ra"])
-    right = rns.uniform(seed_b, (n, q), label=_LABELS["Rb"])
+    left = rns.uniform(seed_a, (n, p), label=MASK_LABELS["Ra"])
+    right = rns.uniform(seed_b, (n, q), label=MASK_LABELS["Rb"])
     # the peers encode their blocks, then wait for their deals: give them a few seconds
     with party.alone(settle=_DEALER_SETTLE):
         joint = rns.product(left, right)
     del left, right
-    ra = rns.sub(joint, rns.uniform(seed_b, (p, q), label=_LABELS["rb"]))
+    ra = rns.sub(joint, rns.uniform(seed_b, (p, q), label=MASK_LABELS["rb"]))
     party.send(s1_name, "randomness", DealS1(seed_a, rns.pack(ra)))
     party.send(s2_name, "randomness", DealS2(seed_b))
     return DealerRecord(n, p, q, s1_name, s2_name)
