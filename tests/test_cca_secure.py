@@ -14,7 +14,6 @@ from islands.cca.maths import pooled_cca
 from islands.cca.secure import (
     DealerRecord,
     DealS1,
-    DealS2,
     dealer,
     haar_orthogonal,
     secure_peer,
@@ -61,6 +60,31 @@ def test_masks_are_uniform_deterministic_and_below_each_prime() -> None:
         counts = np.bincount((a[k].ravel() * 10 // prime).astype(int), minlength=10)
         chi2 = float(((counts - 1000.0) ** 2 / 1000.0).sum())
         assert chi2 < 40, chi2
+
+
+def test_encode_in_chunks_equals_the_integer_reference_and_names_the_global_entry() -> None:
+    from islands.crypto.fixedpoint import quantize
+
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1.0, 1.0, size=(700, 150))  # 105,000 entries: several chunks
+    x[0, :4] = [1.0, -1.0, 0.5 / 2**29, -1.5 / 2**29]  # the bound, and ties to even
+    got = rns.encode(x, 29, bound=1.0, what="x")
+    ints = quantize(x, 29, bound=1.0, fail=lambda i, v: ValueError(i))
+    for k, prime in enumerate(rns.PRIMES):
+        assert np.array_equal(got[k].astype(np.int64), np.remainder(ints, prime))
+    for bad, match in ((np.nan, "entry 100005 is beyond"), (1.5, "entry 100005 is beyond")):
+        y = x.copy()
+        y.flat[100005] = bad
+        with pytest.raises(ValidationError, match=match):
+            rns.encode(y, 29, bound=1.0, what="x")
+
+
+def test_a_longer_mask_from_one_seed_extends_the_shorter() -> None:
+    """Rejected words are skipped in stream order: both holders of a seed agree."""
+    seed = secrets.token_bytes(32)
+    short = rns.uniform(seed, (400_000,), label=b"x")
+    longer = rns.uniform(seed, (1_000_000,), label=b"x")
+    assert np.array_equal(longer[:, :400_000], short)
 
 
 def test_unpack_refuses_a_residue_not_below_its_prime_and_wrong_shapes() -> None:
@@ -112,7 +136,8 @@ def test_the_dealer_sees_only_the_sizes() -> None:
     model = SwarmCCA(protocol="secure", keep_payloads=True).fit(X, Y)
     to_dealer = [r for r in model.transcript_ if r.receiver == "dealer"]
     assert sorted(r.tag for r in to_dealer) == ["deal", "deal"]
-    assert all(r.nbytes < 100 for r in to_dealer)  # a role and three sizes
+    assert all(r.nbytes < 120 for r in to_dealer)  # a role, three sizes and a seed
+    assert not any(r.sender == "dealer" and r.receiver == "y" for r in model.transcript_)
     run = run_local({"x": partial(secure_peer, Z=X, other="y", dealer="d"),
                      "y": partial(secure_peer, Z=Y, other="x", dealer="d"),
                      "d": partial(dealer, peers=["x", "y"])}, timeout=60)
@@ -142,8 +167,8 @@ def test_peers_running_different_protocols_are_told_so() -> None:
         run_local(roles, timeout=30)
 
 
-@pytest.mark.parametrize("deal", ["not a deal", DealS1(b"short", np.zeros((5, 4), np.uint64)),
-                                  DealS1(bytes(32), np.zeros((4, 4), np.uint64))])
+@pytest.mark.parametrize("deal", ["not a deal", DealS1(np.zeros((4, 4), np.uint64)),
+                                  DealS1(np.full((5, 4), 2**63, np.uint64))])
 def test_a_deviating_dealer_is_named(deal: Any) -> None:
     X, Y = views(100, 5, 4)
 
@@ -248,9 +273,8 @@ def test_a_dealer_or_peer_whose_product_is_not_of_orthonormal_bases_is_named() -
     def random_dealer(party: Any) -> None:
         party.recv("x", "deal")
         party.recv("y", "deal")
-        party.send("x", "randomness", DealS1(secrets.token_bytes(32), rns.pack(
+        party.send("x", "randomness", DealS1(rns.pack(
             rns.uniform(secrets.token_bytes(32), (6, 4), label=b"junk"))))
-        party.send("y", "randomness", DealS2(secrets.token_bytes(32)))
 
     roles = {"x": partial(secure_peer, Z=X, other="y", dealer="d"),
              "y": partial(secure_peer, Z=Y, other="x", dealer="d"), "d": random_dealer}

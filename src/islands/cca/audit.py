@@ -183,7 +183,7 @@ class SccaAuditReport:
 class SimulationCheck:
     """S1's view of a run on Y against a run on Y′ with the same outputs (secure protocol).
 
-    S1's view is the dealer's seed and r_a, Ẑ, T, and what it decodes from them, M·O.
+    S1's view is its own seed, the dealer's r_a, Ẑ, T, and what it decodes from them, M·O.
     The simulation argument (:mod:`islands.cca.secure`) says the ring messages are uniform
     whatever the data, and M·O is U·Σ·Wᵀ with W a Haar-random frame: a function of
     M·Mᵀ (the same for Y and Y′) and of fresh randomness. The check tests these
@@ -197,7 +197,7 @@ class SimulationCheck:
 
     A p-value below ``alpha`` / (number of tests) (Bonferroni) would tell the runs, or a
     message and uniform noise, apart. A leak that keeps every marginal uniform (say, a
-    dealer that gives S1 the seed of R_b too) is not caught by such tests: they are
+    dealer that tells S1 the seed of R_b) is not caught by such tests: they are
     necessary conditions, checked on the real messages; the argument is the proof.
 
     Attributes
@@ -277,11 +277,11 @@ def equivalent_view(X: Array, Y: Array, random_state: int | np.random.Generator 
 def _decoded_product(run: SwarmCCA, s1: str, n: int, p: int, q: int) -> Array:
     """Return what S1 decodes from its messages: M·O (secure protocol)."""
     got = run.transcript_.received_by(s1)
-    deal = _payload(got, "randomness")
-    mask = rns.uniform(deal.seed, (n, p), label=MASK_LABELS["Ra"])
+    own_seed = _payload(run.transcript_.sent_by(s1), "deal").seed
+    mask = rns.uniform(own_seed, (n, p), label=MASK_LABELS["Ra"])
     z_hat = rns.unpack(_payload(got, "zhat"), (n, q), "zhat", "S1")
     t = rns.unpack(_payload(got, "T"), (p, q), "T", "S1")
-    ra = rns.unpack(deal.ra, (p, q), "r_a", "S1")
+    ra = rns.unpack(_payload(got, "randomness").ra, (p, q), "r_a", "S1")
     return rns.decode(rns.add(rns.sub(t, rns.product(mask, z_hat)), ra), 2 * FRAC_BITS)
 
 

@@ -9,18 +9,20 @@ but the two peers meet only in a secret-shared product:
    orthonormal basis of span(Y) that S1 cannot relate to Q_y.
 2. S1 learns M' = Q_xᵀZ = M·O (M = Q_xᵀQ_y) from a two-party product over the ring
    Z_P of :mod:`islands.crypto.rns` (P ≈ 2^63, fixed point with 2^29), with
-   correlated randomness from a dealer (Du and Atallah's commodity model [2]_): the dealer
-   expands seeds into uniform masks R_a (n×p, for S1) and R_b (n×q) and r_b (p×q, for
-   S2), and gives S1 the seed of R_a and r_a = R_aᵀR_b − r_b. S1 sends X̂ = Q̃_x + R_a,
-   S2 sends Ẑ = Z̃ + R_b and T = X̂ᵀZ̃ + r_b, and S1 computes
-   T − R_aᵀẐ + r_a = Q̃_xᵀZ̃ exactly.
+   correlated randomness from a dealer (Du and Atallah's commodity model [2]_): each peer
+   draws a seed from the OS CSPRNG and tells it to the dealer only; the seeds expand into
+   uniform masks R_a (n×p, S1's) and R_b (n×q) and r_b (p×q, S2's), and the dealer gives
+   S1 r_a = R_aᵀR_b − r_b. S1 sends X̂ = Q̃_x + R_a, S2 sends Ẑ = Z̃ + R_b and
+   T = X̂ᵀZ̃ + r_b, and S1 computes T − R_aᵀẐ + r_a = Q̃_xᵀZ̃ exactly. The peers mask and
+   multiply without waiting for the dealer, whose product runs beside theirs; only S1's
+   last step needs r_a.
 3. S1 takes the SVD M' = U·Σ·Wᵀ: its canonical vectors are A = R_x⁻¹U, the canonical
    correlations Σ. It sends Σ and W (top d columns) to S2, whose vectors are
    B = R_y⁻¹·O·W.
 
 What each party learns (honest-but-curious, the dealer colluding with neither peer):
 
-* S1 sees the seed of R_a, r_a and Ẑ: uniform ring elements. With T they give it
+* S1 sees its own seed, r_a and Ẑ: uniform ring elements. With T they give it
   M·O, up to the fixed point's rounding (about 2^-30 per entry). Given M, M·O is
   uniform over {M·O : O orthogonal}, a set determined by M·Mᵀ = Q_xᵀ·P_Y·Q_x
   (P_Y the orthogonal projector onto span(Y_c)): S1 learns M·Mᵀ = U·Σ²·Uᵀ and nothing
@@ -35,8 +37,10 @@ What each party learns (honest-but-curious, the dealer colluding with neither pe
 * S2 sees X̂, uniform, and then Σ_d and W_d = OᵀV_d, which its output implies.
 * Against a malicious S1 (outside this model) that pads its block with random columns
   up to n − 2, M·Mᵀ approaches P_Y; S2 sees only the column count.
-* The dealer sees the sizes n, p, q and which peer plays S1, and sends only randomness
-  (:func:`dealer` returns what it saw: the sizes).
+* The dealer sees the sizes n, p, q, which peer plays S1, and the peers' seeds, which are
+  fresh randomness; it sends only r_a (:func:`dealer` returns what it saw: the sizes).
+  The same holds when the dealer draws the seeds itself, as in Du and Atallah's
+  description; letting each peer draw its own lets the peers start at once.
 * The masks hide perfectly (uniform modulo P), not statistically. If the dealer colludes
   with S1, S1 removes R_b and reads Z, hence the projector onto span(Y); with S2, S2 reads
   Q_x. A run with no third organisation cannot use this protocol.
@@ -46,12 +50,12 @@ product has n·p·q terms (n = 60,000 and p = q = 392 for the Fashion-MNIST halv
 and every known two-party way to make its correlated randomness without a third party
 costs public-key or OT work per term or per row (HEU's OU at about 20 µs per encryption
 would take 20 minutes to encrypt one n×p matrix; SPU's OT-based triples need numpy < 2 and
-its own runtime). The dealer's work is one ring product like the peers', and it can run
-while they whiten their blocks.
+its own runtime). The dealer's work is one ring product like the peers', and it runs
+while they mask and multiply theirs.
 
 Cost: three ring products of n×p by n×q (each three float64 products of :mod:`rns`: the
-dealer's R_aᵀR_b, S1's R_aᵀẐ and S2's X̂ᵀZ̃, the last two at the same time); on the wire
-n·p + n·q + 2·p·q words of 8 bytes and d·(q + 1) floats.
+dealer's R_aᵀR_b, S1's R_aᵀẐ and S2's X̂ᵀZ̃, all three at the same time); on the wire
+n·p + n·q + 2·p·q words of 8 bytes, two seeds and d·(q + 1) floats.
 
 References
 ----------
@@ -68,7 +72,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -82,7 +86,7 @@ from islands.crypto.prg import SEED_BYTES, csprng_normal
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
 
-__all__ = ["FRAC_BITS", "MASK_LABELS", "DealRequest", "DealS1", "DealS2", "DealerRecord",
+__all__ = ["FRAC_BITS", "MASK_LABELS", "DealRequest", "DealS1", "DealerRecord",
            "dealer", "haar_orthogonal", "peer_role", "secure_peer"]
 
 FRAC_BITS = 29
@@ -90,7 +94,6 @@ FRAC_BITS = 29
 error about 2^-30."""
 
 _BOUND = 1.0 + 1e-9  # entries of a matrix with orthonormal columns (ridge: norm ≤ 1)
-_DEALER_SETTLE = 10.0
 _TOL = 1e-6  # an honest σ_1 ≤ 1 + √q·2^-29; W's columns orthonormal to rounding
 MASK_LABELS = {"Ra": b"scca secure Ra", "Rb": b"scca secure Rb", "rb": b"scca secure rb"}
 """The PRG labels of the masks R_a, R_b and r_b (:func:`islands.crypto.rns.uniform`)."""
@@ -99,32 +102,21 @@ MASK_LABELS = {"Ra": b"scca secure Ra", "Rb": b"scca secure Rb", "rb": b"scca se
 @wire.register(name="scca.DealRequest")
 @dataclass(frozen=True)
 class DealRequest:
-    """A peer tells the dealer its part and the sizes: n rows, S1's p and S2's q columns."""
+    """A peer tells the dealer its part, the sizes (n, S1's p, S2's q) and its masks' seed."""
 
     role: str
     n: int = field(metadata={"ge": 2})
     p: int = field(metadata={"ge": 1})
     q: int = field(metadata={"ge": 1})
+    seed: bytes
 
 
 @wire.register(name="scca.DealS1")
 @dataclass(frozen=True)
 class DealS1:
-    """S1's correlated randomness: the seed of R_a and r_a = R_aᵀR_b − r_b (packed)."""
+    """S1's correlated randomness: r_a = R_aᵀR_b − r_b (packed)."""
 
-    seed: bytes
     ra: NDArray[np.uint64] = field(metadata={"ndim": 2})
-
-
-@wire.register(name="scca.DealS2")
-@dataclass(frozen=True)
-class DealS2:
-    """S2's correlated randomness: the seed of R_b and r_b."""
-
-    seed: bytes
-
-
-_D = TypeVar("_D", DealS1, DealS2)
 
 
 @dataclass(frozen=True)
@@ -149,14 +141,17 @@ def haar_orthogonal(size: int) -> Array:
     return out
 
 
-def _take_deal(party: Party, dealer_name: str, kind: type[_D]) -> _D:
-    """Return the dealer's deal, checked to be ``kind`` with a seed."""
+def _take_deal(party: Party, dealer_name: str, p: int, q: int) -> rns.Residues:
+    """Return r_a from the dealer's deal, checked."""
     deal = party.recv(dealer_name, "randomness")
-    if not isinstance(deal, kind) or not isinstance(deal.seed, bytes) or len(
-            deal.seed) != SEED_BYTES:
+    if not isinstance(deal, DealS1):
         raise ProtocolError(f"dealer {dealer_name!r} sent a malformed deal", party=party.name,
                             step="randomness")
-    return deal
+    try:
+        return rns.unpack(deal.ra, (p, q), "r_a", f"party {party.name!r}")
+    except ValidationError as exc:
+        raise ProtocolError(f"dealer {dealer_name!r} sent a malformed deal: {exc}",
+                            party=party.name, step="randomness") from None
 
 
 def _received(party: Party, frm: str, tag: str, shape: tuple[int, ...]) -> rns.Residues:
@@ -190,23 +185,18 @@ def _s1(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims, *,
         raise ValidationError(
             f"n_components={n_components} exceeds min(p, q) = {min(p, q)} "
             f"(columns used: {party.name!r} {p}, {other!r} {q})")
-    party.send(dealer_name, "deal", DealRequest("s1", n, p, q))
-    own = rns.encode(w.take_basis(), FRAC_BITS, bound=_BOUND, what="Q_x")  # while it deals
-    deal = _take_deal(party, dealer_name, DealS1)
-    seed = deal.seed
-    try:
-        ra = rns.unpack(deal.ra, (p, q), "r_a", f"party {party.name!r}")
-    except ValidationError as exc:
-        raise ProtocolError(str(exc), party=party.name, step="randomness") from None
+    seed = secrets.token_bytes(SEED_BYTES)
+    party.send(dealer_name, "deal", DealRequest("s1", n, p, q, seed))
     mask = rns.uniform(seed, (n, p), label=MASK_LABELS["Ra"])
-    shown = rns.add(own, mask)
-    del own
+    own = rns.encode(w.take_basis(), FRAC_BITS, bound=_BOUND, what="Q_x")
+    shown = rns.add(own, mask, out=own)
     party.send(other, "xhat", rns.pack(shown))
-    del shown
+    del own, shown
     z_hat = _received(party, other, "zhat", (n, q))
-    mine = rns.product(mask, z_hat)  # while S2 computes X̂ᵀZ̃
+    mine = rns.product(mask, z_hat)  # while S2 computes X̂ᵀZ̃ and the dealer R_aᵀR_b
     del mask, z_hat
     t = _received(party, other, "T", (p, q))
+    ra = _take_deal(party, dealer_name, p, q)
     m_rotated = rns.decode(rns.add(rns.sub(t, mine), ra), 2 * FRAC_BITS)
     with party.alone():  # S2 waits for ρ and W
         u, sigma, wf = maths.product_svd(np.asfortranarray(m_rotated))
@@ -228,12 +218,13 @@ def _s1(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims, *,
 
 def _s2(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims) -> SccaResult:
     n, p, q = w.n, theirs.rank, w.rank
-    party.send(dealer_name, "deal", DealRequest("s2", n, p, q))
-    rotation = haar_orthogonal(q)  # while the dealer deals
+    seed = secrets.token_bytes(SEED_BYTES)
+    party.send(dealer_name, "deal", DealRequest("s2", n, p, q, seed))
+    rotation = haar_orthogonal(q)
     z = rns.encode(w.take_basis() @ rotation, FRAC_BITS, bound=_BOUND, what="Q_y·O")
-    seed = _take_deal(party, dealer_name, DealS2).seed
-    party.send(other, "zhat", rns.pack(rns.add(z, rns.uniform(seed, (n, q),
-                                                               label=MASK_LABELS["Rb"]))))
+    mask = rns.uniform(seed, (n, q), label=MASK_LABELS["Rb"])
+    party.send(other, "zhat", rns.pack(rns.add(z, mask, out=mask)))
+    del mask
     x_hat = _received(party, other, "xhat", (n, p))
     t = rns.add(rns.product(x_hat, z), rns.uniform(seed, (p, q), label=MASK_LABELS["rb"]))
     del x_hat, z
@@ -287,9 +278,10 @@ def secure_peer(party: Party, Z: Any, *, other: str, dealer: str,
 
 
 def dealer(party: Party, *, peers: Sequence[str]) -> DealerRecord:
-    """Play the dealer: correlated randomness for the two peers, from the OS CSPRNG.
+    """Play the dealer: r_a = R_aᵀR_b − r_b for S1, from the seeds the peers drew.
 
-    It never sees data: only the sizes each peer announces, which must agree.
+    It never sees data: only the sizes each peer announces, which must agree, and the
+    peers' seeds.
     """
     if len(peers) != 2 or party.name in peers or peers[0] == peers[1]:
         raise ValidationError(f"dealer {party.name!r}: peers must be two other parties; "
@@ -297,7 +289,8 @@ def dealer(party: Party, *, peers: Sequence[str]) -> DealerRecord:
     asks = {}
     for name in peers:
         ask = party.recv(name, "deal")
-        if not isinstance(ask, DealRequest) or ask.role not in ("s1", "s2"):
+        if not isinstance(ask, DealRequest) or ask.role not in ("s1", "s2") or not (
+                isinstance(ask.seed, bytes) and len(ask.seed) == SEED_BYTES):
             raise ProtocolError(f"peer {name!r} sent a malformed deal request",
                                 party=party.name, step="deal")
         asks[name] = ask
@@ -309,16 +302,11 @@ def dealer(party: Party, *, peers: Sequence[str]) -> DealerRecord:
     s1_name = next(name for name in peers if asks[name].role == "s1")
     s2_name = next(name for name in peers if asks[name].role == "s2")
     n, p, q = first.n, first.p, first.q
-    seed_a, seed_b = secrets.token_bytes(SEED_BYTES), secrets.token_bytes(SEED_BYTES)
-    left = rns.uniform(seed_a, (n, p), label=MASK_LABELS["Ra"])
-    right = rns.uniform(seed_b, (n, q), label=MASK_LABELS["Rb"])
-    # the peers encode their blocks, then wait for their deals: give them a few seconds
-    with party.alone(settle=_DEALER_SETTLE):
-        joint = rns.product(left, right)
-    del left, right
+    seed_a, seed_b = asks[s1_name].seed, asks[s2_name].seed
+    joint = rns.product(rns.uniform(seed_a, (n, p), label=MASK_LABELS["Ra"]),
+                        rns.uniform(seed_b, (n, q), label=MASK_LABELS["Rb"]))
     ra = rns.sub(joint, rns.uniform(seed_b, (p, q), label=MASK_LABELS["rb"]))
-    party.send(s1_name, "randomness", DealS1(seed_a, rns.pack(ra)))
-    party.send(s2_name, "randomness", DealS2(seed_b))
+    party.send(s1_name, "randomness", DealS1(rns.pack(ra)))
     return DealerRecord(n, p, q, s1_name, s2_name)
 
 

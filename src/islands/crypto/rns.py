@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.crypto.fixedpoint import quantize
+from islands.crypto.fixedpoint import round_scaled
 from islands.crypto.prg import expand
 from islands.errors import ValidationError
 
@@ -57,6 +57,7 @@ reduced sum so far (below 2^21), stay below 2^53."""
 _BITS = 21
 _FIELD = (1 << _BITS) - 1
 _PRIME_COLUMN = np.array(PRIMES, dtype=np.uint32).reshape(3, 1, 1)
+_CHUNK = 1 << 15  # elements per pass of an element-wise loop: its temporaries stay in cache
 
 Residues = NDArray[np.uint32]
 """A ring matrix as its residues: shape (3, rows, cols), residue k in [0, PRIMES[k]).
@@ -84,16 +85,42 @@ def encode(x: NDArray[np.float64], frac_bits: int, *, bound: float, what: str) -
     def fail(index: int, value: float) -> ValidationError:  # the value may be secret
         return ValidationError(f"{what}: entry {index} is beyond ±{bound}")
 
-    q = quantize(np.asarray(x, dtype=np.float64), frac_bits, bound=bound, fail=fail)
-    out = np.empty((3, *q.shape), dtype=np.uint32)
-    for k, p in enumerate(PRIMES):
-        out[k] = np.remainder(q, p)
-    return out
+    arr = np.ascontiguousarray(x, dtype=np.float64)
+    flat = arr.reshape(-1)
+    limit = 1 << 52  # numerators below 2^52 are exact floats, reduced without int64
+    if flat.size:
+        top, low = flat.max(), flat.min()  # NaN propagates; a bad entry takes the slow path
+        if not (np.isfinite(top) and np.isfinite(low) and max(top, -low) <= bound):
+            round_scaled(flat, frac_bits, bound=bound, limit=limit, fail=fail)  # raises
+    out = np.empty((3, flat.size), dtype=np.uint32)
+    tmp = np.empty(min(_CHUNK, flat.size))
+    for start in range(0, flat.size, _CHUNK):
+        q = round_scaled(flat[start:start + _CHUNK], frac_bits, bound=bound, limit=limit,
+                         fail=lambda i, v, at=start: fail(at + i, v))
+        for k, p in enumerate(PRIMES):
+            _residues(q, p, tmp[:q.size], out[k, start:start + q.size])
+    return out.reshape(3, *arr.shape)
 
 
-def add(a: Residues, b: Residues) -> Residues:
-    """Return a + b in the ring."""
-    return _reduce(a + b)
+def _residues(q: NDArray[np.float64], p: int, t: NDArray[np.float64],
+              out: NDArray[np.uint32]) -> None:
+    """Write q mod p into ``out`` (``t`` a scratch buffer), for integral floats |q| < 2^52.
+
+    The quotient ⌊q/p⌋ computed in float64 may be one off; q − ⌊q/p⌋·p is then exact and in
+    [−p, 2p), and one correction each way brings it into [0, p).
+    """
+    np.multiply(q, 1.0 / p, out=t)
+    np.floor(t, out=t)
+    t *= p
+    np.subtract(q, t, out=t)
+    np.add(t, p, out=t, where=t < 0)
+    np.subtract(t, p, out=t, where=t >= p)
+    out[:] = t
+
+
+def add(a: Residues, b: Residues, *, out: Residues | None = None) -> Residues:
+    """Return a + b in the ring (into ``out``, which may be ``a`` or ``b``, if given)."""
+    return _reduce(np.add(a, b, out=out))
 
 
 def sub(a: Residues, b: Residues) -> Residues:
@@ -106,14 +133,21 @@ def product(a: Residues, b: Residues) -> Residues:
     if a.shape[0] != 3 or b.shape[0] != 3 or a.shape[1] != b.shape[1]:
         raise ValidationError(f"rns.product: shapes {a.shape} and {b.shape} do not match")
     n = a.shape[1]
-    acc = np.zeros((a.shape[2], b.shape[2]))
+    acc = np.empty((a.shape[2], b.shape[2]))
+    step = np.empty_like(acc)
+    # one float64 buffer per operand, reused block after block (fresh ones cost page faults)
+    block_a = np.empty((min(n, BLOCK_ROWS), a.shape[2]))
+    block_b = np.empty((min(n, BLOCK_ROWS), b.shape[2]))
     out = np.empty((3, a.shape[2], b.shape[2]), dtype=np.uint32)
     for k, p in enumerate(PRIMES):
         acc[:] = 0.0
         for start in range(0, n, BLOCK_ROWS):
-            block_a = a[k, start:start + BLOCK_ROWS].astype(np.float64)
-            block_b = b[k, start:start + BLOCK_ROWS].astype(np.float64)
-            acc += block_a.T @ block_b
+            rows = min(BLOCK_ROWS, n - start)
+            left, right = block_a[:rows], block_b[:rows]
+            np.copyto(left, a[k, start:start + rows])
+            np.copyto(right, b[k, start:start + rows])
+            np.matmul(left.T, right, out=step)
+            acc += step
             _reduce_float(acc, p)
         out[k] = acc
     return out
@@ -135,7 +169,7 @@ def uniform(seed: bytes, shape: tuple[int, ...], *, label: bytes) -> Residues:
 
     Residue k reads the ChaCha20 stream of :func:`~islands.crypto.prg.expand` (label
     ``label + k``) as 32-bit words, keeps their low 21 bits and drops the values not below
-    its prime: exactly uniform, rejecting about 6e-6 of them.
+    its prime: exactly uniform, rejecting about 1e-5 of them.
     """
     count = int(np.prod(shape))
     out = np.empty((3, count), dtype=np.uint32)
@@ -143,15 +177,26 @@ def uniform(seed: bytes, shape: tuple[int, ...], *, label: bytes) -> Residues:
         want = count + count // 4096 + 64
         while True:
             words = expand(seed, -(-want // 2), label=label + bytes([k])).view(np.uint32)
-            fields = words & np.uint32(_FIELD)
-            bad = np.flatnonzero(fields >= p)
-            if bad.size:
-                fields = np.delete(fields, bad)
-            if fields.size >= count:
+            np.bitwise_and(words, np.uint32(_FIELD), out=words)
+            bad = np.flatnonzero(words >= p)
+            if words.size - bad.size >= count:
                 break
             want *= 2  # a prefix of the same stream: both holders draw the same values
-        out[k] = fields[:count]
+        _kept_prefix(words, bad, out[k])
     return out.reshape(3, *shape)
+
+
+def _kept_prefix(words: NDArray[np.uint32], bad: NDArray[np.intp],
+                 out: NDArray[np.uint32]) -> None:
+    """Fill ``out`` with the first values of ``words`` whose index is not in ``bad`` (sorted)."""
+    filled, start = 0, 0
+    for stop in (*bad.tolist(), words.size):
+        take = min(stop - start, out.size - filled)
+        out[filled:filled + take] = words[start:start + take]
+        filled += take
+        if filled == out.size:
+            return
+        start = stop + 1
 
 
 def decode(r: Residues, frac_bits: int) -> NDArray[np.float64]:
