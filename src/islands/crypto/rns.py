@@ -32,6 +32,8 @@ References
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -96,10 +98,15 @@ def encode(x: NDArray[np.float64], frac_bits: int, *, bound: float, what: str) -
     tmp = np.empty(min(_CHUNK, flat.size))
     for start in range(0, flat.size, _CHUNK):
         q = round_scaled(flat[start:start + _CHUNK], frac_bits, bound=bound, limit=limit,
-                         fail=lambda i, v, at=start: fail(at + i, v))
+                         fail=partial(_shifted, fail, start))
         for k, p in enumerate(PRIMES):
             _residues(q, p, tmp[:q.size], out[k, start:start + q.size])
     return out.reshape(3, *arr.shape)
+
+
+def _shifted(fail: Callable[[int, float], ValidationError], offset: int, index: int,
+             value: float) -> ValidationError:
+    return fail(offset + index, value)
 
 
 def _residues(q: NDArray[np.float64], p: int, t: NDArray[np.float64],
