@@ -8,7 +8,8 @@ each protocol's parties recover from each other), ``islands reproduce
 scca|pca|vfl|ftl|apfl|contribution`` (a paper's experiments as a report), ``islands certs``
 (a federation's CA and party certificates), ``islands party --config FILE`` (one
 organisation's party of a deployed federation, over gRPC with mutual TLS) and ``islands
-protocols`` (the protocols a federation can run, from :mod:`islands.protocols`).
+protocols`` (the protocols a federation can run, from :mod:`islands.protocols`) and
+``islands report RUN_DIR`` (a run folder as one self-contained HTML page).
 
 Each command group is one module of this package; importing them registers their commands
 on :data:`app`, in the order ``islands --help`` lists them. The cli is the top layer and
@@ -25,6 +26,7 @@ from islands.cli.common import app
 # isort: off
 # importing a module registers its commands: this order is `islands --help`'s order
 from islands.cli import info, run, deploy, audit, reproduce  # noqa: F401
+from islands.cli import report  # noqa: F401
 # isort: on
 
 __all__ = ["app", "main"]
