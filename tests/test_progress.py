@@ -92,6 +92,6 @@ def test_bars_draw_in_a_terminal_without_a_callback() -> None:
 
 
 def test_task_rejects_an_unknown_progress_value() -> None:
-    with pytest.raises(ValidationError, match="'progress' parameter of f must be True"):
-        with task(3, "x", owner="f"):
-            pass
+    with (pytest.raises(ValidationError, match="'progress' parameter of f must be True"),
+          task(3, "x", owner="f")):
+        pass

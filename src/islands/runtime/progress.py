@@ -16,6 +16,7 @@ What is written here is the small dispatch between these three; drawing is rich'
 
 from __future__ import annotations
 
+import io
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -170,7 +171,8 @@ class _Bars:
         if jupyter:
             from IPython.display import display
 
-            self._handle = display(_Rendered(self._progress), display_id=True)
+            self._handle = display(_Rendered(self._progress),  # type: ignore[no-untyped-call]
+                                   display_id=True)
         else:
             self._progress.start()
 
@@ -187,7 +189,7 @@ class _Rendered:
     def __init__(self, progress: Any) -> None:
         from rich.console import Console
 
-        console = Console(record=True, width=100, force_jupyter=False, file=_Discard())
+        console = Console(record=True, width=100, force_jupyter=False, file=io.StringIO())
         console.print(progress.make_tasks_table(progress.tasks))
         self._text = console.export_text(clear=False)
         self._html = console.export_html(inline_styles=True, code_format="{code}")
@@ -197,14 +199,6 @@ class _Rendered:
 
     def _repr_html_(self) -> str:
         return f'<pre style="line-height:1.2">{self._html}</pre>'
-
-
-class _Discard:
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        pass
 
 
 _SHARED: _Bars | None = None
