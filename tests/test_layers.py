@@ -21,7 +21,7 @@ LAYERS = {
     "crypto": 1, "privacy": 1, "data": 1, "runtime": 1,
     "aggregation": 1.5,  # aggregators and protections: any protocol may use them
     "securesum": 2, "cca": 2, "pca": 2, "psi": 2, "hfl": 2, "vfl": 2, "protocols": 2,
-    "deploy": 3, "experiments": 3,
+    "deploy": 3, "experiments": 3, "runs": 3,
     "cli": 4, "__init__": 4, "__main__": 4,
 }
 APART = {frozenset({"deploy", "experiments"})}

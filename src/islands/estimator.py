@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from islands.config import ProtocolConfig, RunSettings
 from islands.errors import ValidationError
+from islands.reporting import html_table
 
 __all__ = ["FederatedEstimator"]
 
@@ -63,6 +64,18 @@ class FederatedEstimator(Generic[_Cfg]):
         changed = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()
                             if v is not defaults[k] and _differs(v, defaults[k]))
         return f"{type(self).__name__}({changed})"
+
+    def _repr_html_(self) -> str:
+        """Show the estimator in Jupyter: fitted or not, its fitted results, its settings."""
+        fitted = {k: v for k, v in vars(self).items()
+                  if k.endswith("_") and not k.startswith("_") and v is not None}
+        rows: list[tuple[str, Any]] = [("fitted", "yes" if fitted else "no")]
+        for name, value in fitted.items():
+            if name == "transcript_" and hasattr(value, "__len__"):
+                value = f"{len(value)} messages"
+            rows.append((name, value))
+        return html_table(type(self).__name__, rows, settings=self.get_params(),
+                          open_settings=True)
 
     def _config(self) -> _Cfg:
         """Return the protocol settings, checked (the message names this estimator)."""

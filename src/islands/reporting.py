@@ -8,9 +8,10 @@ loads only NumPy; matplotlib is imported by :func:`new_figure`.
 
 from __future__ import annotations
 
+import html
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -20,8 +21,8 @@ import numpy as np
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["JsonResult", "JsonRow", "markdown_table", "new_figure", "save_figure", "to_jsonable",
-           "write_json", "write_results"]
+__all__ = ["JsonResult", "JsonRow", "html_table", "markdown_table", "new_figure", "save_figure",
+           "short_text", "to_jsonable", "write_json", "write_results"]
 
 
 @runtime_checkable
@@ -216,3 +217,44 @@ def save_figure(fig: Figure, path: str | Path, *, dpi: int = 110) -> Path:
     out = Path(path)
     fig.savefig(out, format="png", dpi=dpi)
     return out
+
+
+def short_text(value: Any) -> str:
+    """Return ``value`` as a short table cell (floats to 4 digits, arrays by shape)."""
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.4g}"
+    if isinstance(value, np.ndarray):
+        return f"array {'×'.join(map(str, value.shape))} {value.dtype}"
+    if isinstance(value, Mapping):
+        return short_text(f"{len(value)} entries: {', '.join(map(str, value))}")
+    if isinstance(value, (list, tuple)) and len(value) > 8:
+        return f"{len(value)} values, last {short_text(value[-1])}"
+    text = str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def html_table(title: str, rows: Iterable[tuple[str, Any]], *,
+               settings: Mapping[str, Any] | None = None, open_settings: bool = False) -> str:
+    """Return a small HTML table (every cell escaped, no script) with optional settings.
+
+    Parameters
+    ----------
+    title
+        The caption.
+    rows
+        ``(name, value)`` pairs shown first.
+    settings
+        Shown below them in a ``<details>`` block, collapsed unless ``open_settings``.
+    """
+    def body(pairs: Iterable[tuple[str, Any]]) -> str:
+        return "".join(f"<tr><th style=\"text-align:left\">{html.escape(str(k))}</th>"
+                       f"<td style=\"text-align:left\">{html.escape(short_text(v))}</td></tr>"
+                       for k, v in pairs)
+
+    out = (f"<table><caption style=\"text-align:left\"><b>{html.escape(title)}</b></caption>"
+           f"{body(rows)}</table>")
+    if settings:
+        out += (f"<details{' open' if open_settings else ''}><summary>settings "
+                f"({len(settings)})</summary>"
+                f"<table>{body(settings.items())}</table></details>")
+    return f"<div class=\"islands\">{out}</div>"

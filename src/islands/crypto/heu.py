@@ -72,6 +72,7 @@ from numpy.typing import NDArray
 
 from islands.crypto.processes import check_workers
 from islands.errors import ProtocolError, ValidationError, invalid_parameter
+from islands.runtime.progress import ProgressOption, task
 from islands.validation import describe
 
 try:
@@ -544,9 +545,13 @@ class OuKeyOwner:
         HEU's key size, the approximate bits of n = p²q (2048: about 112-bit security).
     workers
         HEU threads when this is the process's first HEU object (None: the usable cores).
+    progress
+        Key generation's progress: False/None (default), True for a bar, or a callable
+        receiving each :class:`~islands.runtime.progress.ProgressUpdate`.
     """
 
-    def __init__(self, key_bits: int, *, workers: int | None = None) -> None:
+    def __init__(self, key_bits: int, *, workers: int | None = None,
+                 progress: ProgressOption = None) -> None:
         require("OuKeyOwner")
         self.workers = _threads(workers, "OuKeyOwner")
         if (isinstance(key_bits, bool) or not isinstance(key_bits, int)
@@ -555,7 +560,8 @@ class OuKeyOwner:
                                     f"an int in [{MIN_KEY_BITS}, {MAX_KEY_BITS}]",
                                     describe(key_bits))
         self.key_bits = key_bits
-        self._kit = hnp.setup(phe.SchemaType.OU, key_bits)
+        with task(progress, f"OU keys ({key_bits} bits)", 1, owner="OuKeyOwner"):
+            self._kit = hnp.setup(phe.SchemaType.OU, key_bits)
         self._decryptor = self._kit.decryptor()
         self._public = bytes(self._kit.public_key().serialize())
 

@@ -187,6 +187,7 @@ from phe import paillier
 
 from islands.crypto.fixedpoint import dequantize, quantize
 from islands.errors import ValidationError, invalid_parameter
+from islands.runtime.progress import ProgressOption, task
 from islands.validation import check_int, describe, is_int
 
 __all__ = [
@@ -242,7 +243,7 @@ _CHUNK_VALUES = 1 << 18  # pack/unpack this many slots at a time (64 bytes of bi
 
 
 def generate_keypair(
-    bits: int = DEFAULT_KEY_BITS,
+    bits: int = DEFAULT_KEY_BITS, *, progress: ProgressOption = None,
 ) -> tuple[paillier.PaillierPublicKey, paillier.PaillierPrivateKey]:
     """Generate a Paillier key pair with an n of exactly ``bits`` bits.
 
@@ -255,6 +256,9 @@ def generate_keypair(
     bits
         Size of n: an int in [1024, 16384] and a multiple of 256. 2048 (about 112-bit
         security, [4]_) is the default and the recommended minimum; 1024 is for tests.
+    progress
+        False/None (default), True for a progress bar, or a callable receiving each
+        :class:`~islands.runtime.progress.ProgressUpdate` (it sees the key size only).
 
     Returns
     -------
@@ -262,7 +266,8 @@ def generate_keypair(
         ``(public_key, private_key)``.
     """
     bits = _check_key_bits(bits, "generate_keypair")
-    public_key, private_key = paillier.generate_paillier_keypair(n_length=bits)
+    with task(progress, f"Paillier keys ({bits} bits)", 1, owner="generate_keypair"):
+        public_key, private_key = paillier.generate_paillier_keypair(n_length=bits)
     return public_key, private_key
 
 
@@ -287,7 +292,7 @@ def _djn_prime(bits: int) -> Any:
 
 
 def generate_djn_keypair(
-    bits: int = DEFAULT_KEY_BITS,
+    bits: int = DEFAULT_KEY_BITS, *, progress: ProgressOption = None,
 ) -> tuple[paillier.PaillierPublicKey, paillier.PaillierPrivateKey, int]:
     """Generate a Paillier key pair on an admissible modulus, and its DJN base h_s.
 
@@ -305,6 +310,8 @@ def generate_djn_keypair(
     bits
         Size of n, as for :func:`generate_keypair`: an int in [1024, 16384] and a
         multiple of 256.
+    progress
+        As for :func:`generate_keypair`: one step per prime pair drawn, then h_s.
 
     Returns
     -------
@@ -323,16 +330,20 @@ def generate_djn_keypair(
     """
     bits = _check_key_bits(bits, "generate_djn_keypair")
     half = bits // 2
-    while True:
-        p, q = _djn_prime(half), _djn_prime(half)
-        if p != q and gmpy2.gcd(p - 1, q - 1) == 2 and (p * q).bit_length() == bits:
-            break
-    n = p * q
-    public_key = paillier.PaillierPublicKey(int(n))
-    private_key = paillier.PaillierPrivateKey(public_key, int(p), int(q))
-    x = _random_units(n, 1)[0]
-    h = (-x * x) % n
-    hs = _RnEngine(n, private_key).powers([h])[0]  # h^n mod n², by CRT
+    with task(progress, f"Paillier DJN keys ({bits} bits)", None,
+              owner="generate_djn_keypair") as running:
+        while True:
+            p, q = _djn_prime(half), _djn_prime(half)
+            running.advance(info="prime pair drawn")
+            if p != q and gmpy2.gcd(p - 1, q - 1) == 2 and (p * q).bit_length() == bits:
+                break
+        n = p * q
+        public_key = paillier.PaillierPublicKey(int(n))
+        private_key = paillier.PaillierPrivateKey(public_key, int(p), int(q))
+        x = _random_units(n, 1)[0]
+        h = (-x * x) % n
+        hs = _RnEngine(n, private_key).powers([h])[0]  # h^n mod n², by CRT
+        running.advance(info="DJN base h_s")
     return public_key, private_key, int(hs)
 
 

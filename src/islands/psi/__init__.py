@@ -43,6 +43,7 @@ from islands.psi.protocol import (
     responder,
 )
 from islands.psi.spu_engine import SpuLink, SpuParty, free_loopback_hosts, new_link_id
+from islands.runtime.progress import ProgressOption, check_progress, task
 
 __all__ = ["DEFAULT_MAX_PEER_RATIO", "Alignment", "Engine", "PsiConfig", "align",
            "check_peer_limit", "initiator", "intersect", "responder"]
@@ -53,8 +54,8 @@ def align(ids_a: Any, ids_b: Any, *, workers: int | None = None,
           max_peer_size: int | None = None,
           max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
           names: tuple[str, str] = ("a", "b"), labels: tuple[str, str] = ("ids_a", "ids_b"),
-          owner: str = "align", engine: Engine = DEFAULT_ENGINE
-          ) -> tuple[Alignment, Alignment]:
+          owner: str = "align", engine: Engine = DEFAULT_ENGINE,
+          progress: ProgressOption = None) -> tuple[Alignment, Alignment]:
     """Run PSI between two simulated parties (A initiates, B responds); return both sides.
 
     Parameters
@@ -84,6 +85,9 @@ def align(ids_a: Any, ids_b: Any, *, workers: int | None = None,
         party. ``"spu"``: SecretFlow SPU's RR22, one SPU process per party over loopback
         in the environment ``make spu`` builds (``workers`` is not used); ``timeout`` then
         bounds the whole run.
+    progress
+        False/None (default), True for one bar per party, or a callable receiving each
+        :class:`~islands.runtime.progress.ProgressUpdate` (step names and counts only).
 
     Returns
     -------
@@ -109,27 +113,29 @@ def align(ids_a: Any, ids_b: Any, *, workers: int | None = None,
     """
     return _align(ids_a, ids_b, workers=workers, timeout=timeout, normalize=normalize,
                   max_peer_size=max_peer_size, max_peer_ratio=max_peer_ratio, owner=owner,
-                  names=names, labels=labels, engine=engine)
+                  names=names, labels=labels, engine=engine, progress=progress)
 
 
 def _align(ids_a: Any, ids_b: Any, *, workers: int | None, timeout: float,
            normalize: Normalization, max_peer_size: int | None,
            max_peer_ratio: float | None, owner: str, names: tuple[str, str] = ("a", "b"),
-           labels: tuple[str, str] = ("ids_a", "ids_b"), engine: Engine = DEFAULT_ENGINE
-           ) -> tuple[Alignment, Alignment]:
+           labels: tuple[str, str] = ("ids_a", "ids_b"), engine: Engine = DEFAULT_ENGINE,
+           progress: ProgressOption = None) -> tuple[Alignment, Alignment]:
     # clear errors before any run
     check_workers(workers, owner)
+    report = check_progress(progress, owner)
     config = PsiConfig.build(owner, normalize=normalize, max_peer_size=max_peer_size,
                              max_peer_ratio=max_peer_ratio, timeout=timeout, engine=engine)
     if config.engine == "spu":
-        return _align_spu(ids_a, ids_b, config, names, labels, owner)
+        with task(report, "PSI (SPU)", 1, owner=owner):
+            return _align_spu(ids_a, ids_b, config, names, labels, owner)
     _check_ids(ids_a, ids_b, config, labels, owner)
     a, b = names
     settings = config.model_dump(exclude={"timeout", "engine"})
     run = runtime.run_local({a: partial(initiator, peer=b, ids=ids_a, workers=workers,
-                                        **settings),
+                                        progress=report, **settings),
                              b: partial(responder, peer=a, ids=ids_b, workers=workers,
-                                        **settings)},
+                                        progress=report, **settings)},
                             timeout=config.timeout, blas_threads=None)
     return run.results[a], run.results[b]
 
@@ -194,7 +200,7 @@ def intersect(ids_a: Any, ids_b: Any, *, workers: int | None = None,
               timeout: float = DEFAULT_TIMEOUT, normalize: Normalization = DEFAULT_NORMALIZE,
               max_peer_size: int | None = None,
               max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
-              engine: Engine = DEFAULT_ENGINE) -> list[Any]:
+              engine: Engine = DEFAULT_ENGINE, progress: ProgressOption = None) -> list[Any]:
     """Return the IDs ``ids_a`` and ``ids_b`` share, found by a two-party PSI protocol.
 
     The IDs are ``ids_a``'s own values. The order is the aligned order both parties agree
@@ -210,5 +216,5 @@ def intersect(ids_a: Any, ids_b: Any, *, workers: int | None = None,
     """
     a, _ = _align(ids_a, ids_b, workers=workers, timeout=timeout, normalize=normalize,
                   max_peer_size=max_peer_size, max_peer_ratio=max_peer_ratio,
-                  owner="intersect", engine=engine)
+                  owner="intersect", engine=engine, progress=progress)
     return a.ids

@@ -66,6 +66,7 @@ from islands.psi.config import (
     PsiConfig,
 )
 from islands.runtime import Party, wire
+from islands.runtime.progress import ProgressOption, task
 
 __all__ = ["DEFAULT_MAX_PEER_RATIO", "Alignment", "Hello", "check_peer_limit", "initiator",
            "responder"]
@@ -240,7 +241,7 @@ def _empty(name: str, peer: str) -> ValidationError:
 def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
               normalize: Normalization = DEFAULT_NORMALIZE, max_peer_size: int | None = None,
               max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
-              engine: Engine = DEFAULT_ENGINE) -> Alignment:
+              engine: Engine = DEFAULT_ENGINE, progress: ProgressOption = None) -> Alignment:
     """Play A: start the run, match, and tell B which of its IDs are common.
 
     Parameters
@@ -269,6 +270,10 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
     engine
         ``"dh"``, the only engine these roles run (``"spu"`` is refused before anything
         is sent; :func:`islands.psi.align` runs it within one machine).
+    progress
+        False/None (default), True for a bar, or a callable receiving each
+        :class:`~islands.runtime.progress.ProgressUpdate`: four steps (hello, own IDs
+        blinded, the peer's IDs blinded, matched), with counts only.
 
     Returns
     -------
@@ -286,24 +291,31 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
     """
     values, encoded, kind, form, limit = _prepare(party, ids, normalize, workers,
                                                   max_peer_size, max_peer_ratio, engine)
-    salt = secrets.token_bytes(_SALT_BYTES)
-    theirs = _hello(party, peer, Hello(kind, len(encoded), form, salt), first=True,
-                    limit=limit)
-    key = psi.new_key()
-    perm = _shuffle(len(encoded))
-    mine = psi.blind(key, psi.hash_to_curve(encoded, salt, workers=workers), workers=workers)
-    # B's blinded IDs are counted before A's leave; the two parties still blind at once
-    theirs_b = _points(party.recv(peer, "blinded"), theirs.n, peer, "blinded", party, limit)
-    party.send(peer, "blinded", mine[perm])
-    del mine
-    theirs_ab = psi.blind(key, theirs_b, workers=workers, name="blinded IDs",
-                          owner=f"PSI party {party.name!r} (from {peer!r})")
-    double = _points(party.recv(peer, "double"), len(encoded), peer, "double", party)
-    index = {row.tobytes(): int(perm[i]) for i, row in enumerate(double)}
-    hits = [(j, index[row.tobytes()]) for j, row in enumerate(theirs_ab)
-            if row.tobytes() in index]
-    positions = np.asarray(sorted(j for j, _ in hits), dtype=np.int64)
-    party.send(peer, "matches", positions)
+    with task(progress, f"PSI {party.name}", 4, owner=f"PSI party {party.name!r}") as running:
+        salt = secrets.token_bytes(_SALT_BYTES)
+        theirs = _hello(party, peer, Hello(kind, len(encoded), form, salt), first=True,
+                        limit=limit)
+        running.advance(info=f"{len(encoded)} IDs here, {theirs.n} at {peer}")
+        key = psi.new_key()
+        perm = _shuffle(len(encoded))
+        mine = psi.blind(key, psi.hash_to_curve(encoded, salt, workers=workers),
+                         workers=workers)
+        running.advance(info=f"{len(encoded)} own IDs blinded")
+        # B's blinded IDs are counted before A's leave; the two parties still blind at once
+        theirs_b = _points(party.recv(peer, "blinded"), theirs.n, peer, "blinded", party,
+                           limit)
+        party.send(peer, "blinded", mine[perm])
+        del mine
+        theirs_ab = psi.blind(key, theirs_b, workers=workers, name="blinded IDs",
+                              owner=f"PSI party {party.name!r} (from {peer!r})")
+        running.advance(info=f"{theirs.n} IDs of {peer} blinded")
+        double = _points(party.recv(peer, "double"), len(encoded), peer, "double", party)
+        index = {row.tobytes(): int(perm[i]) for i, row in enumerate(double)}
+        hits = [(j, index[row.tobytes()]) for j, row in enumerate(theirs_ab)
+                if row.tobytes() in index]
+        positions = np.asarray(sorted(j for j, _ in hits), dtype=np.int64)
+        party.send(peer, "matches", positions)
+        running.advance(info=f"{len(hits)} common IDs")
     if not hits:
         raise _empty(party.name, peer)
     rows = np.asarray([r for _, r in hits], dtype=np.int64)
@@ -314,7 +326,7 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
 def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None,
               normalize: Normalization = DEFAULT_NORMALIZE, max_peer_size: int | None = None,
               max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
-              engine: Engine = DEFAULT_ENGINE) -> Alignment:
+              engine: Engine = DEFAULT_ENGINE, progress: ProgressOption = None) -> Alignment:
     """Play B: blind A's values and its own, and learn the common IDs from A.
 
     Parameters and errors as :func:`initiator`, with the roles swapped: B refuses an A
@@ -324,20 +336,28 @@ def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None,
     """
     values, encoded, kind, form, limit = _prepare(party, ids, normalize, workers,
                                                   max_peer_size, max_peer_ratio, engine)
-    theirs = _hello(party, peer, Hello(kind, len(encoded), form), first=False, limit=limit)
-    if not isinstance(theirs.salt, bytes) or len(theirs.salt) != _SALT_BYTES:
-        raise ProtocolError(f"party {peer!r} sent no valid salt", party=party.name,
-                            step="hello")
-    key = psi.new_key()
-    perm = _shuffle(len(encoded))
-    mine = psi.blind(key, psi.hash_to_curve(encoded, theirs.salt, workers=workers),
-                     workers=workers)
-    party.send(peer, "blinded", mine[perm])
-    del mine
-    theirs_a = _points(party.recv(peer, "blinded"), theirs.n, peer, "blinded", party, limit)
-    party.send(peer, "double", psi.blind(key, theirs_a, workers=workers, name="blinded IDs",
-                                         owner=f"PSI party {party.name!r} (from {peer!r})"))
-    positions = np.asarray(party.recv(peer, "matches"))
+    with task(progress, f"PSI {party.name}", 4, owner=f"PSI party {party.name!r}") as running:
+        theirs = _hello(party, peer, Hello(kind, len(encoded), form), first=False,
+                        limit=limit)
+        if not isinstance(theirs.salt, bytes) or len(theirs.salt) != _SALT_BYTES:
+            raise ProtocolError(f"party {peer!r} sent no valid salt", party=party.name,
+                                step="hello")
+        running.advance(info=f"{len(encoded)} IDs here, {theirs.n} at {peer}")
+        key = psi.new_key()
+        perm = _shuffle(len(encoded))
+        mine = psi.blind(key, psi.hash_to_curve(encoded, theirs.salt, workers=workers),
+                         workers=workers)
+        party.send(peer, "blinded", mine[perm])
+        del mine
+        running.advance(info=f"{len(encoded)} own IDs blinded")
+        theirs_a = _points(party.recv(peer, "blinded"), theirs.n, peer, "blinded", party,
+                           limit)
+        party.send(peer, "double", psi.blind(key, theirs_a, workers=workers,
+                                             name="blinded IDs",
+                                             owner=f"PSI party {party.name!r} (from {peer!r})"))
+        running.advance(info=f"{theirs.n} IDs of {peer} blinded")
+        positions = np.asarray(party.recv(peer, "matches"))
+        running.advance(info=f"{positions.size} common IDs")
     if (positions.dtype.kind not in "iu" or positions.ndim != 1
             or (positions.size and (positions.min() < 0 or positions.max() >= len(encoded)))
             or np.unique(positions).size != positions.size):
