@@ -18,7 +18,6 @@ from rich.table import Table
 
 from islands.cli.common import app, console, print_error, stop_on_error
 from islands.errors import IslandsError
-from islands.tracking import TrackingConfig
 from islands.validation import read_toml
 
 if TYPE_CHECKING:
@@ -65,12 +64,11 @@ def _job_kind(job_file: Path) -> str:
 def _run_horizontal(job_file: Path, *, resume: bool, output: Path | None,
                     json_path: Path | None, overrides: list[str]) -> None:
     """Run a horizontal job: rounds with a progress bar, the centralised baseline, Ctrl-C."""
-    from islands.hfl.job import load_job, run_job, write_outputs
+    from islands.hfl.job import check_trackers, load_job, run_job, write_outputs
 
     with stop_on_error(2, also=(ImportError,)):
         job = load_job(job_file, overrides)
-        if job.tracking is not None:  # a missing extra is said before anything runs
-            TrackingConfig.model_validate(job.tracking).check_installed()
+        check_trackers(job)  # a missing extra is said before anything runs
     out = output if output is not None else Path(job.output)
     protect = f" protected by {' + '.join(job.protect)}" if job.protect else ""
     on_ray = ""

@@ -135,8 +135,8 @@ from islands.tracking import Tracker, TrackingConfig, run_label
 from islands.validation import file_section, read_job, table_value
 
 __all__ = ["BaselineResult", "HflJobResult", "Job", "PrivacySpent", "RidgeComparison",
-           "RoundSeconds", "Traffic", "can_resume", "load_job", "parse_job", "run_job",
-           "write_outputs"]
+           "RoundSeconds", "Traffic", "can_resume", "check_trackers", "load_job", "parse_job",
+           "run_job", "write_outputs"]
 
 log = logging.getLogger(__name__)
 HISTORY_FILE = "history.ckpt"
@@ -758,6 +758,12 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
         federated_seconds=fl.wall_time_,
         contribution=fl.contribution_,
         baseline=baseline, dev_avg=gap, wall_time_s=time.perf_counter() - t0)
+
+
+def check_trackers(job: Job) -> None:
+    """Raise ImportError naming the extra when ``[tracking]`` asks for a missing tracker."""
+    if job.tracking is not None:
+        TrackingConfig.model_validate(job.tracking).check_installed()
 
 
 def can_resume(job: Job) -> bool:
