@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -210,15 +211,16 @@ def test_islands_run_with_set_tracking_writes_event_files(tmp_path: Path) -> Non
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.run(
         [sys.executable, "-m", "islands.cli", "run", str(_job(tmp_path)),
-         "--set", "tracking.tensorboard=true"],
+         "--set", "tracking.tensorboard=true", "--set", "strategy.tau=3"],
         env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert out["job"]["overrides"] == {"tracking.tensorboard": True}
+    assert out["job"]["overrides"] == {"tracking.tensorboard": True, "strategy.tau": 3}
     assert out["job"]["tracking"]["tensorboard"] is True
     run_dir = Path(out["tracking"]["tensorboard"])
     assert run_dir.parent == tmp_path / "out" / "tensorboard"
-    assert run_dir.name.startswith("tiny_tracking.tensorboard=True_")
+    assert re.fullmatch(r"tiny_strategy.tau=3_\d{8}-\d{6}", run_dir.name), run_dir.name
+    assert out["tau"][0] == 3
     acc = _scalars(run_dir, "test/accuracy")
     np.testing.assert_allclose([acc[h["epoch"]] for h in out["history"]],
                                [h["test"]["accuracy"] for h in out["history"]], rtol=1e-6)

@@ -195,8 +195,9 @@ def _say_tracking(info: dict[str, Any] | None) -> None:
                       soft_wrap=True)
     if info["mlflow"] is not None:
         uri = info["mlflow"]["uri"]
+        env = "MLFLOW_ALLOW_FILE_STORE=true " if uri.startswith("file:") else ""
         console.print(f"MLflow: run {info['mlflow']['run_id']} in experiment "
-                      f"{escape(info['mlflow']['experiment'])}; open with [bold]mlflow ui "
+                      f"{escape(info['mlflow']['experiment'])}; open with [bold]{env}mlflow ui "
                       f"--backend-store-uri {escape(shlex.quote(uri))}[/] (needs the full "
                       "mlflow package)", soft_wrap=True)
     for error in info["errors"]:

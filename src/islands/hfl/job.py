@@ -637,8 +637,10 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
     out = Path(output if output is not None else job.output)
     tracker = None
     if job.tracking is not None and TrackingConfig.model_validate(job.tracking).enabled:
+        # the run's name says the settings it was run with, not where it is logged
+        shown = {k: v for k, v in job.overrides.items() if not k.startswith("tracking.")}
         tracker = Tracker(TrackingConfig.model_validate(job.tracking), out,
-                          run_label(job.name, job.overrides), params=job.to_dict())
+                          run_label(job.name, shown), params=job.to_dict())
     try:
         result = _run_job(job, out, resume, callback, baseline_callback, tracker, t0)
     except BaseException:
