@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "islands"
 
 LAYERS = {
     "errors": 0, "validation": 0, "reporting": 0, "config": 0, "estimator": 0, "arrays": 0,
-    "run_report": 0,
+    "run_report": 0, "tracking": 0,
     "crypto": 1, "privacy": 1, "data": 1, "runtime": 1,
     "aggregation": 1.5,  # aggregators and protections: any protocol may use them
     "securesum": 2, "cca": 2, "pca": 2, "psi": 2, "hfl": 2, "vfl": 2, "protocols": 2,

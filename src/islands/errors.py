@@ -18,6 +18,7 @@ __all__ = [
     "PeerFailedError",
     "PeerTimeoutError",
     "ProtocolError",
+    "TrackingError",
     "ValidationError",
     "WireError",
     "invalid_parameter",
@@ -85,6 +86,10 @@ class DeadlockError(ProtocolError):
 
 class JobError(ValidationError):
     """A job file that cannot run: names the file, section and key."""
+
+
+class TrackingError(IslandsError, RuntimeError):
+    """An experiment tracker (TensorBoard, MLflow) that cannot start: names it and where."""
 
 
 def invalid_parameter(name: str, owner: str, expected: str, got: Any) -> ValidationError:

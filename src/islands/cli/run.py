@@ -64,10 +64,11 @@ def _job_kind(job_file: Path) -> str:
 def _run_horizontal(job_file: Path, *, resume: bool, output: Path | None,
                     json_path: Path | None, overrides: list[str]) -> None:
     """Run a horizontal job: rounds with a progress bar, the centralised baseline, Ctrl-C."""
-    from islands.hfl.job import load_job, run_job, write_outputs
+    from islands.hfl.job import check_trackers, load_job, run_job, write_outputs
 
-    with stop_on_error(2):
+    with stop_on_error(2, also=(ImportError,)):
         job = load_job(job_file, overrides)
+        check_trackers(job)  # a missing extra is said before anything runs
     out = output if output is not None else Path(job.output)
     protect = f" protected by {' + '.join(job.protect)}" if job.protect else ""
     on_ray = ""
@@ -131,6 +132,7 @@ def _run_horizontal(job_file: Path, *, resume: bool, output: Path | None,
     written = write_outputs(result, out, json_path=json_path)
     _summarise_job(result)
     console.print("wrote " + ", ".join(escape(str(p)) for p in written))
+    _say_tracking(result.tracking)
 
 
 def _interrupted_job(job: Any, job_file: Path, output: Path | None, out: Path,
@@ -180,6 +182,26 @@ def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
     written = write_vertical_outputs(result, out, json_path=json_path)
     _summarise_vertical(result)
     console.print("wrote " + ", ".join(escape(str(p)) for p in written))
+
+
+def _say_tracking(info: dict[str, Any] | None) -> None:
+    """Say where the trackers logged the run, how to open them, and any failure."""
+    if info is None:
+        return
+    if info["tensorboard"] is not None:
+        folder = Path(info["tensorboard"]).parent
+        console.print(f"TensorBoard: run {escape(info['run_name'])}; open with "
+                      f"[bold]tensorboard --logdir {escape(shlex.quote(str(folder)))}[/]",
+                      soft_wrap=True)
+    if info["mlflow"] is not None:
+        uri = info["mlflow"]["uri"]
+        env = "MLFLOW_ALLOW_FILE_STORE=true " if uri.startswith("file:") else ""
+        console.print(f"MLflow: run {info['mlflow']['run_id']} in experiment "
+                      f"{escape(info['mlflow']['experiment'])}; open with [bold]{env}mlflow ui "
+                      f"--backend-store-uri {escape(shlex.quote(uri))}[/] (needs the full "
+                      "mlflow package)", soft_wrap=True)
+    for error in info["errors"]:
+        console.print(f"[yellow]tracking: {escape(error)}[/]", soft_wrap=True)
 
 
 def _set_text(applied: dict[str, Any]) -> str:

@@ -62,9 +62,11 @@ from islands.hfl.strategy import FedAvg, Strategy
 from islands.runtime import Role, Transcript, run_local
 from islands.runtime.cores import usable_cores
 from islands.runtime.threads import torch_threads
+from islands.tracking import Tracker, TrackingConfig, run_label
 from islands.validation import describe
 
-__all__ = ["BACKENDS", "EpochRecord", "FederatedModel", "client_seed", "split_local_eval"]
+__all__ = ["BACKENDS", "EpochRecord", "FederatedModel", "client_seed", "round_metrics",
+           "split_local_eval"]
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +137,18 @@ def _without_traceback(exc: BaseException) -> BaseException:
     return exc
 
 
+def round_metrics(record: RoundRecord, total_bytes: int) -> dict[str, Any]:
+    """Return one round's values for the trackers, as ``round/<name>`` (None: left out).
+
+    ``bytes`` counts every message of the run so far, as the transcript has it.
+    """
+    return {"round/tau": record.tau, "round/steps": record.steps,
+            "round/loss": record.loss, "round/local_accuracy": record.accuracy,
+            "round/survivors": record.survivors, "round/seconds": record.seconds,
+            "round/epsilon": record.epsilon, "round/sample_epsilon": record.sample_epsilon,
+            "round/bytes": total_bytes}
+
+
 def client_seed(seed: int, index: int) -> int:
     """Return the mini-batch seed of client ``index`` in a federation seeded ``seed``."""
     return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
@@ -203,6 +217,13 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         of each round (:mod:`islands.hfl.contribution`: GTG-Shapley, exact per-round
         Shapley, one-round reconstruction, leave-one-out); the result is
         ``contribution_``. Refused with an aggregator that hides single updates.
+    tracking : TrackingConfig, dict, Tracker or None
+        Log every round (τ, loss, local accuracy, ε spent, bytes), each epoch's test
+        metrics and the final model's summary to TensorBoard and/or MLflow
+        (:mod:`islands.tracking`, ``pip install 'islands[tracking]'``), e.g.
+        ``{"tensorboard": True}``: event files under ``runs/<run name>``, an MLflow
+        store in ``./mlruns``. An open :class:`~islands.tracking.Tracker` is logged to
+        and left open for its owner. ``tracking_`` says where the run went.
 
     Every parameter is stored as given and checked at ``fit``; ``get_params`` and
     ``set_params`` follow scikit-learn's conventions
@@ -233,6 +254,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         Threads (``"local"``) or Ray workers (``"ray"``) that ran the local training.
     contribution_ : ContributionReport or None
         Each client's scores and reward share (with ``contribution``), else None.
+    tracking_ : dict or None
+        Where the run was logged and any tracker failure (with ``tracking``), else None.
     """
 
     Config = HflConfig
@@ -246,6 +269,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                  callback: Callable[[RoundRecord, EpochRecord | None], None] | None = None,
                  sample_dp: SampleDP | None = None, backend: Backend = "local",
                  ray_address: str | None = None, contribution: Any = None,
+                 tracking: TrackingConfig | Mapping[str, Any] | Tracker | None = None,
                  ) -> None:
         self.model = model
         self.strategy = strategy
@@ -264,6 +288,17 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         self.backend = backend
         self.ray_address = ray_address
         self.contribution = contribution
+        self.tracking = tracking
+
+    def _tracking_config(self) -> TrackingConfig | None:
+        """Return ``tracking`` as a checked :class:`TrackingConfig` (None: no tracker)."""
+        if self.tracking is None or isinstance(self.tracking, Tracker | TrackingConfig):
+            return self.tracking.config if isinstance(self.tracking, Tracker) else self.tracking
+        if isinstance(self.tracking, Mapping):
+            return TrackingConfig.build("FederatedModel's 'tracking'", **self.tracking)
+        raise invalid_parameter("tracking", "FederatedModel",
+                                "None, a TrackingConfig, a dict of its settings or a Tracker",
+                                describe(self.tracking))
 
     def _validate(self) -> None:
         owner = "FederatedModel"
@@ -295,6 +330,9 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                 raise invalid_parameter("contribution", owner, "metric 'loss' (or None) for "
                                         "a regression", "metric='accuracy'")
             check_compatible(getattr(self.strategy, "aggregator", MeanAggregator()))
+        tracking = self._tracking_config()
+        if tracking is not None:
+            tracking.check_installed()
         if self.backend == "ray" and importlib.util.find_spec("ray") is None:
             raise ImportError("The 'backend' parameter of FederatedModel is 'ray', but Ray "
                               "is not installed: pip install 'islands[ray]'")
@@ -474,6 +512,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
 
         aggregator = getattr(strategy, "aggregator", MeanAggregator())
         halves = [aggregator.client_half() for _ in names]
+        transcript = Transcript(keep_payloads=self.keep_payloads)
+        logger, own_logger = self._open_tracker(strategy, names)
 
         def on_round(record: RoundRecord, payload: Any) -> None:
             epoch_rec = None
@@ -491,6 +531,12 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                     local_accuracy=record.accuracy, test=metrics,
                     seconds=time.perf_counter() - t0)
                 history.append(epoch_rec)
+            if logger is not None:
+                logger.log_metrics(round_metrics(record, transcript.total_bytes),
+                                   record.round)
+                if epoch_rec is not None:
+                    logger.log_metrics({f"test/{k}": v for k, v in epoch_rec.test.items()},
+                                       epoch_rec.epoch)
             if self.callback is not None:
                 self.callback(record, epoch_rec)
 
@@ -507,10 +553,14 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                                   checkpoint=self.checkpoint, resume=resume)
         threads = (max(1, usable_cores() // active) if self.threads == "auto"
                    else self.threads if isinstance(self.threads, int) else None)
-        transcript = Transcript(keep_payloads=self.keep_payloads)
-        with torch_threads(threads):
-            run = run_local(roles, timeout=self.timeout, transcript=transcript,
-                            tolerate=names, blas_threads=None)
+        try:
+            with torch_threads(threads):
+                run = run_local(roles, timeout=self.timeout, transcript=transcript,
+                                tolerate=names, blas_threads=None)
+        except BaseException:
+            if own_logger and logger is not None:
+                logger.close(failed=True)
+            raise
         result: ServerResult = run.results["server"]
         self.params_: Vector = (result.params if result.params is not None
                         else halves[0].open(result.payload))
@@ -535,6 +585,40 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         self.client_names_ = names
         self._scorer_pool = pool
         self.contribution_ = None if tracker is None else tracker.report()
+        self.tracking_ = None
+        if logger is not None:
+            if own_logger:
+                logger.log_summary(self._summary(history))
+                logger.close()
+            self.tracking_ = logger.info()
+
+    def _open_tracker(self, strategy: Strategy, names: list[str]) -> tuple[Tracker | None, bool]:
+        """Return the run's tracker (opened here unless given open) and whether fit owns it."""
+        if isinstance(self.tracking, Tracker):
+            return self.tracking, False
+        config = self._tracking_config()
+        if config is None or not config.enabled:
+            return None, False
+        params = {"epochs": self.epochs, "task": self.task, "seed": self.seed,
+                  "eval_fraction": self.eval_fraction, "concurrency": self.concurrency,
+                  "backend": self.backend, "clients": len(names), "strategy": repr(strategy),
+                  "model": self.model.describe(), "parameters": self.model.n_params()}
+        return Tracker(config, "runs", run_label("FederatedModel"), params), True
+
+    def _summary(self, history: list[EpochRecord]) -> dict[str, Any]:
+        """Return the final model as the results show it (no weights): metrics, size, cost."""
+        out: dict[str, Any] = {"model": self.model.describe(),
+                               "parameters": self.model.n_params(),
+                               "rounds": len(self.rounds_), "aggregations": self.aggregations_,
+                               "bytes": self.transcript_.total_bytes,
+                               "seconds": self.wall_time_}
+        if history:
+            out.update({k: v for k, v in history[-1].test.items()})
+        if self.privacy_ is not None:
+            out["epsilon"], out["delta"] = self.privacy_
+        if self.sample_privacy_ is not None:
+            out["sample_epsilon"], out["sample_delta"] = self.sample_privacy_
+        return out
 
     def _tracker(self, learners: list[Any], names: list[str], pool: Any,
                  initial: Vector) -> Any:

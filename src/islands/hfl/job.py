@@ -131,11 +131,12 @@ from islands.hfl.metrics import classification_report, dev_avg, regression_repor
 from islands.hfl.protocol import SERVER_FILE, RoundRecord
 from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
 from islands.reporting import new_figure, save_figure, write_results
+from islands.tracking import Tracker, TrackingConfig, run_label
 from islands.validation import file_section, read_job, table_value
 
 __all__ = ["BaselineResult", "HflJobResult", "Job", "PrivacySpent", "RidgeComparison",
-           "RoundSeconds", "Traffic", "can_resume", "load_job", "parse_job", "run_job",
-           "write_outputs"]
+           "RoundSeconds", "Traffic", "can_resume", "check_trackers", "load_job", "parse_job",
+           "run_job", "write_outputs"]
 
 log = logging.getLogger(__name__)
 HISTORY_FILE = "history.ckpt"
@@ -146,7 +147,7 @@ Callback = Callable[[RoundRecord, EpochRecord | None], None]
 
 _TOP = {"name", "seed", "epochs", "output", "baseline", "task", "concurrency", "timeout",
         "eval_fraction", "data", "partition", "model", "strategy", "protect", "backend",
-        "ray_address", "contribution", *SECTIONS}
+        "ray_address", "contribution", "tracking", *SECTIONS}
 # the top-level keys that are HflConfig's; each section is its own configuration
 _SETTINGS = ("epochs", "seed", "task", "eval_fraction", "concurrency", "timeout", "backend",
              "ray_address")
@@ -155,6 +156,7 @@ _DATA = set(DataConfig.model_fields)
 _PARTITION = set(PartitionConfig.model_fields)
 _MODEL = set(ModelConfig.model_fields)
 _STRATEGY = set(STRATEGY_KEYS)
+_TRACKING = set(TrackingConfig.model_fields)
 
 
 
@@ -181,6 +183,7 @@ class Job:
     ray_address: str | None = None
     contribution: dict[str, Any] | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
+    tracking: dict[str, Any] | None = None
 
     @property
     def protect(self) -> list[str]:
@@ -193,7 +196,7 @@ class Job:
         for f in fields(self):
             if f.name == "protection":
                 out["protect"] = self.protect
-            elif ((f.name != "contribution" or self.contribution is not None)
+            elif ((f.name not in ("contribution", "tracking") or getattr(self, f.name) is not None)
                   and (f.name != "overrides" or self.overrides)):
                 out[f.name] = copy.deepcopy(getattr(self, f.name))
         out.update(self.protection.options())
@@ -239,6 +242,10 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     contribution = None
     if "contribution" in raw:
         contribution = _contribution_section(raw, where, protection, task)
+    tracking = None
+    if "tracking" in raw:
+        tracking = dict(TrackingConfig.from_table(
+            file_section(raw, "tracking", _TRACKING, where), f"{where} [tracking]"))
     job = Job(
         name=table_value(raw, "name", (str,), where, Path(source).stem),
         seed=settings.seed, epochs=settings.epochs,
@@ -249,7 +256,7 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
         data=dict(raw["data"]), partition=dict(raw["partition"]), model=dict(raw["model"]),
         strategy=dict(raw["strategy"]), source=source, protection=protection,
         backend=settings.backend, ray_address=settings.ray_address,
-        contribution=contribution,
+        contribution=contribution, tracking=tracking,
     )
     try:  # a dry run: the strategy's own checks, before anything runs
         _make_strategy(job, None)
@@ -558,6 +565,7 @@ class HflJobResult:
     contribution: ContributionReport | None = None
     baseline: BaselineResult | None = None
     dev_avg: float | None = None
+    tracking: dict[str, Any] | None = None
 
     @property
     def task(self) -> str:
@@ -587,6 +595,8 @@ class HflJobResult:
             out["baseline"] = self.baseline.to_json()
         if self.dev_avg is not None:
             out["dev_avg"] = self.dev_avg
+        if self.tracking is not None:
+            out["tracking"] = self.tracking
         out["wall_time_s"] = self.wall_time_s
         return out
 
@@ -615,9 +625,60 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
     -------
     HflJobResult
         Its :meth:`~HflJobResult.to_json` is ``results.json``.
+
+    Raises
+    ------
+    ImportError
+        When ``[tracking]`` asks for a tracker that is not installed (before anything runs).
+    TrackingError
+        When a tracker cannot start (before anything runs).
     """
     t0 = time.perf_counter()
     out = Path(output if output is not None else job.output)
+    tracker = None
+    if job.tracking is not None and TrackingConfig.model_validate(job.tracking).enabled:
+        # the run's name says the settings it was run with, not where it is logged
+        shown = {k: v for k, v in job.overrides.items() if not k.startswith("tracking.")}
+        tracker = Tracker(TrackingConfig.model_validate(job.tracking), out,
+                          run_label(job.name, shown), params=job.to_dict())
+    try:
+        result = _run_job(job, out, resume, callback, baseline_callback, tracker, t0)
+    except BaseException:
+        if tracker is not None:
+            tracker.close(failed=True)
+        raise
+    if tracker is not None:
+        tracker.log_summary(_summary(result))
+        tracker.close()
+        result = replace(result, tracking=tracker.info())
+    return result
+
+
+def _summary(result: HflJobResult) -> dict[str, Any]:
+    """Return the final model's summary for the trackers: what results.json shows, no weights."""
+    out: dict[str, Any] = {k: v for k, v in result.metrics.items()
+                           if not isinstance(v, list | dict)}
+    out.update({"model": result.data["model"], "parameters": result.data["parameters"],
+                "rounds": result.rounds, "aggregations": result.aggregations,
+                "bytes": result.bytes.total, "federated_seconds": result.federated_seconds})
+    if result.privacy is not None:
+        out["epsilon"], out["delta"] = result.privacy.epsilon, result.privacy.delta
+    if result.sample_privacy is not None:
+        out["sample_epsilon"] = result.sample_privacy.epsilon
+    if result.baseline is not None:
+        out.update({f"baseline_{k}": v for k, v in result.baseline.metrics.items()
+                    if not isinstance(v, list | dict)})
+    if result.dev_avg is not None:
+        out["dev_avg"] = result.dev_avg
+    if result.stopped is not None:
+        out["stopped"] = result.stopped
+    return out
+
+
+def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
+             baseline_callback: Callable[[int, int], None] | None, tracker: Tracker | None,
+             t0: float) -> HflJobResult:
+    """Run the job (:func:`run_job`), logging each round to ``tracker``."""
     prep = prepare(job)
     checkpoints = out / "checkpoints"
     earlier, resumed_from = _earlier_history(checkpoints, resume)
@@ -657,7 +718,8 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
                         checkpoint=checkpoints, resume=resume, callback=on_round,
                         sample_dp=job.protection.sample_dp(),
                         backend=job.backend,  # type: ignore[arg-type]
-                        ray_address=job.ray_address, contribution=contribution)
+                        ray_address=job.ray_address, contribution=contribution,
+                        tracking=tracker)
     fl.fit(prep.parts, test=prep.test)
     X_test, y_test = prep.test
     final = fl.score(X_test, y_test)
@@ -698,6 +760,12 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
         federated_seconds=fl.wall_time_,
         contribution=fl.contribution_,
         baseline=baseline, dev_avg=gap, wall_time_s=time.perf_counter() - t0)
+
+
+def check_trackers(job: Job) -> None:
+    """Raise ImportError naming the extra when ``[tracking]`` asks for a missing tracker."""
+    if job.tracking is not None:
+        TrackingConfig.model_validate(job.tracking).check_installed()
 
 
 def can_resume(job: Job) -> bool:
