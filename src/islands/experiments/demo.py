@@ -46,6 +46,10 @@ from typing import Any
 
 import numpy as np
 
+from islands.aggregation.protect import build_aggregator
+from islands.cca import SwarmCCA
+from islands.cca.audit import audit_scca
+from islands.cca.maths import pooled_cca
 from islands.data import (
     find_fashion_mnist,
     load_fashion_mnist,
@@ -56,6 +60,11 @@ from islands.data import (
 )
 from islands.errors import ValidationError
 from islands.experiments.report import Progress, markdown_table, new_figure, save_figure
+from islands.hfl import APFL, FedAvg, FederatedModel
+from islands.hfl.contribution import Contribution
+from islands.pca import FederatedPCA
+from islands.pca.audit import audit_pca
+from islands.psi import intersect
 from islands.reporting import write_json
 
 __all__ = [
@@ -165,9 +174,6 @@ def _fashion(n_train: int, n_test: int = 0) -> tuple[Any, Any]:
 def scca_part(s: Settings) -> PartResult:
     """Swarm CCA on Fashion-MNIST halves, then the audit of the paper's and the secure protocol."""
     _need("scipy")
-    from islands.cca import SwarmCCA
-    from islands.cca.audit import audit_scca
-    from islands.cca.maths import pooled_cca
 
     start = time.perf_counter()
     if s.quick:  # Fashion-MNIST halves need more rows than pixels: digits' 8×8 images
@@ -245,8 +251,6 @@ def pca_part(s: Settings) -> PartResult:
     _need("sklearn")
     import warnings
 
-    from islands.pca import FederatedPCA
-    from islands.pca.audit import audit_pca
 
     start = time.perf_counter()
     ds = load_sklearn("digits")
@@ -309,11 +313,15 @@ def pca_part(s: Settings) -> PartResult:
 # ---------------------------------------------------------------- hfl
 
 
+def _model_spec() -> Any:
+    from islands.hfl.torch.models import ModelSpec  # loads torch
+
+    return ModelSpec
+
+
 def hfl_part(s: Settings) -> PartResult:
     """APFL under CKKS + chaos against FedAvg on the non-IID split, and the gradient audit."""
     _need("torch", "tenseal")
-    from islands.aggregation.protect import build_aggregator
-    from islands.hfl import APFL, FedAvg, FederatedModel, ModelSpec
     from islands.hfl.audit import audit_gradients
 
     start = time.perf_counter()
@@ -323,7 +331,7 @@ def hfl_part(s: Settings) -> PartResult:
     assert test is not None
     parts = [(train.X[i], train.y[i])
              for i in partition_by_class(train.y, "0-3,4-6,7-9", random_state=s.seed)]
-    spec = ModelSpec(kind="mlp", input_shape=(784,), n_outputs=10, hidden=(32,))
+    spec = _model_spec()(kind="mlp", input_shape=(784,), n_outputs=10, hidden=(32,))
     runs: dict[str, Any] = {
         "APFL + CKKS + chaos": APFL(tau=15, phi=5, batch_size=64, lr=0.1, momentum=0.5,
                                     aggregator=build_aggregator(["ckks", "chaos"])),
@@ -384,7 +392,6 @@ def vfl_part(s: Settings) -> PartResult:
     _need("phe", "sklearn")
     from sklearn.metrics import roc_auc_score
 
-    from islands.psi import intersect
     from islands.vfl import VerticalLogisticRegression
 
     start = time.perf_counter()
@@ -447,8 +454,6 @@ def vfl_part(s: Settings) -> PartResult:
 def ftl_part(s: Settings) -> PartResult:
     """Federated transfer learning, then each client's contribution and reward share."""
     _need("phe", "torch", "sklearn")
-    from islands.hfl import FedAvg, FederatedModel, ModelSpec
-    from islands.hfl.contribution import Contribution
     from islands.vfl import FederatedTransferLearner
 
     start = time.perf_counter()
@@ -478,7 +483,7 @@ def ftl_part(s: Settings) -> PartResult:
     labels = digits.y.copy()
     labels[chunks[3]] = np.random.default_rng(s.seed + 1).permutation(labels[chunks[3]])
     parts = [(Xd[c], labels[c]) for c in chunks]
-    spec = ModelSpec("mlp", (64,), 10, hidden=(32,))
+    spec = _model_spec()("mlp", (64,), 10, hidden=(32,))
     fm = FederatedModel(spec, FedAvg(local_steps=5, batch_size=32), epochs=2 if s.quick else 4,
                         seed=s.seed, eval_fraction=0.0,
                         contribution=Contribution((Xd[val], digits.y[val]),
