@@ -65,6 +65,7 @@ data:
 		echo "      Install it with: $(FMNIST_HINT)" >&2; \
 	fi
 
+# `islands demo`: every protocol family on real data in ~3 minutes, written to runs/demo/
 demo: install data
 	$(BIN)/islands demo
 

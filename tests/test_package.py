@@ -47,7 +47,7 @@ def test_cli_info_reports_components(tmp_path: Path) -> None:
 
 def test_cli_demo_runs_the_secure_sum(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
-    result = CliRunner().invoke(app, ["demo", "--seed", "3", "--json", str(out)])
+    result = CliRunner().invoke(app, ["demo", "securesum", "--seed", "3", "--json", str(out)])
     assert result.exit_code == 0, result.output
     assert "Transcript: 18 messages" in result.output
     doc = json.loads(out.read_text())

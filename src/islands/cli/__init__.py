@@ -1,7 +1,8 @@
 """The ``islands`` command line.
 
 Commands: ``islands --version``, ``islands info`` (which optional parts and data sets are
-installed), ``islands demo`` (a three-party secure sum through the runtime, with its
+installed), ``islands demo`` (every protocol family on real data, with its audits, written
+to ``runs/demo/``; ``islands demo securesum``: a three-party secure sum with its
 transcript), ``islands run JOB.toml`` (a federated training job), ``islands contribution``
 (each client's share of a finished run), ``islands audit scca|server|pca|gradients`` (what
 each protocol's parties recover from each other), ``islands reproduce

@@ -1,4 +1,9 @@
-"""``islands info`` (what this installation can use) and ``islands demo`` (a secure sum)."""
+"""``islands info`` (what this installation can use) and ``islands demo``.
+
+``islands demo`` runs :mod:`islands.experiments.demo`'s parts (Swarm CCA, DP-PCA,
+horizontal FL, vertical FL, transfer learning and contribution) and writes their report;
+``islands demo securesum`` is the three-party secure sum it showed before.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import importlib.util
 import json
 import platform
 import secrets
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,8 +22,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from islands import __version__
-from islands.cli.common import app, console
+from islands.cli.common import app, console, stop_on_error
 from islands.data import find_fashion_mnist
+from islands.errors import ValidationError
+from islands.reporting import write_json
 
 __all__ = ["OPTIONAL_PARTS", "demo", "info"]
 
@@ -84,15 +92,82 @@ def info(
         json_path.write_text(json.dumps(report, indent=2))
 
 
+DEMO_WHAT = ("all", "securesum")
+
+
 @app.command()
 def demo(
-    parties: Annotated[int, typer.Option(min=2, max=26, help="Number of parties.")] = 3,
-    size: Annotated[int, typer.Option(min=1, max=10_000_000, help="Vector length.")] = 4,
-    seed: Annotated[int | None, typer.Option(help="Seed for the demo's private values.")] = None,
+    what: Annotated[str, typer.Argument(
+        help="'all' (default): the whole system, part by part; 'securesum': the "
+             "three-party secure sum.")] = "all",
+    part: Annotated[list[str] | None, typer.Option(
+        "--part", help="Run only this part (repeatable, or a comma list): scca, pca, hfl, "
+                       "vfl, ftl.")] = None,
+    out: Annotated[Path, typer.Option(
+        help="Folder for results.json, report.md and the figures.")] = Path("runs/demo"),
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="Tiny sizes (seconds a part; for tests, the figures mean little).")]
+    = False,
+    parties: Annotated[int, typer.Option(
+        min=2, max=26, help="securesum: number of parties.")] = 3,
+    size: Annotated[int, typer.Option(
+        min=1, max=10_000_000, help="securesum: vector length.")] = 4,
+    seed: Annotated[int | None, typer.Option(
+        help="Seed of the data splits (securesum: of the private values).")] = None,
     json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write the result and transcript as JSON.")
+        Path | None, typer.Option("--json", help="Also write the results as JSON here.")
     ] = None,
 ) -> None:
+    """Show the whole system on real data in a few minutes (or ``securesum``)."""
+    if what == "securesum":
+        if part:
+            raise typer.BadParameter("--part is for the whole demo, not securesum",
+                                     param_hint="--part")
+        _securesum(parties, size, seed, json_path)
+        return
+    if what != "all":
+        raise typer.BadParameter(f"{what!r}: use 'all' (default) or 'securesum'",
+                                 param_hint="WHAT")
+    _demo_parts(part, out, quick, 0 if seed is None else seed, json_path)
+
+
+def _demo_parts(part: list[str] | None, out: Path, quick: bool, seed: int,
+                json_path: Path | None) -> None:
+    from islands.experiments.demo import check_parts, run_demo
+
+    try:
+        names = check_parts(part)
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--part") from None
+    console.print(f"[bold]islands demo[/]: {', '.join(names)}"
+                  f"{' (quick sizes)' if quick else ''}; writing {escape(str(out))}/")
+    start = time.perf_counter()
+
+    def say(msg: str) -> None:
+        console.print(f"[dim]{time.perf_counter() - start:6.1f}s[/] {escape(msg)}",
+                      highlight=False)
+
+    with stop_on_error(1):
+        result = run_demo(out, parts=names, quick=quick, seed=seed, progress=say)
+    table = Table(title=f"islands demo: {len(result.parts)} parts in "
+                        f"{result.wall_time_s:.0f} s")
+    for col in ("part", "what ran", "key figure", "seconds", "bytes exchanged"):
+        table.add_column(col, justify="right" if col in ("seconds", "bytes exchanged")
+                         else "left")
+    for p in result.parts:
+        key = f"[yellow]{escape(p.key_figure)}[/]" if p.skipped else escape(p.key_figure)
+        table.add_row(p.name, escape(p.ran), key, f"{p.seconds:.1f}",
+                      f"{p.bytes_exchanged:,}")
+    console.print(table)
+    console.print(f"wrote {escape(str(out / 'results.json'))}, "
+                  f"{escape(str(out / 'report.md'))} and "
+                  f"{sum(len(p.figures) for p in result.parts)} figures")
+    if json_path is not None:
+        write_json(json_path, result.to_json())
+        console.print(f"wrote {escape(str(json_path))}")
+
+
+def _securesum(parties: int, size: int, seed: int | None, json_path: Path | None) -> None:
     """Run a secure sum among parties that never reveal their own vectors."""
     from islands.securesum import secure_sum
 

@@ -6,6 +6,9 @@
 :mod:`islands.experiments.pca`
     :func:`~islands.experiments.pca.reproduce_pca`: federated DP-PCA (ELFedPCA notes):
     captured variance and SVM accuracy against ε, k and sites, all five modes.
+:mod:`islands.experiments.demo`
+    :func:`~islands.experiments.demo.run_demo`: ``islands demo``, every protocol family on
+    real data in a few minutes (:data:`~islands.experiments.demo.PARTS`).
 :mod:`islands.experiments.report`
     Small helpers shared by the reproductions: ``results.json`` writing, Markdown
     tables and PNG figures.
@@ -17,4 +20,4 @@ inside the functions that need them. Import the submodules explicitly, e.g.
 
 from __future__ import annotations
 
-__all__ = ["pca", "report", "scca"]
+__all__ = ["demo", "pca", "report", "scca"]
