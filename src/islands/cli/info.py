@@ -160,8 +160,9 @@ def _demo_parts(part: list[str] | None, out: Path, quick: bool, seed: int,
                       f"{p.bytes_exchanged:,}")
     console.print(table)
     console.print(f"wrote {escape(str(out / 'results.json'))}, "
-                  f"{escape(str(out / 'report.md'))} and "
-                  f"{sum(len(p.figures) for p in result.parts)} figures")
+                  f"{escape(str(out / 'report.md'))}, "
+                  f"{sum(len(p.figures) for p in result.parts)} figures and "
+                  f"[bold]{escape(str(out / 'report.html'))}[/] (open it in a browser)")
     if json_path is not None:
         write_json(json_path, result.to_json())
         console.print(f"wrote {escape(str(json_path))}")

@@ -66,6 +66,7 @@ from islands.pca import FederatedPCA
 from islands.pca.audit import audit_pca
 from islands.psi import intersect
 from islands.reporting import write_json
+from islands.run_report import write_html
 
 __all__ = [
     "PARTS",
@@ -600,7 +601,7 @@ def _bytes(n: int) -> str:
 def run_demo(out: str | Path = "runs/demo", *, parts: Sequence[str] | None = None,
              quick: bool = False, seed: int = 0, progress: Progress | None = None,
              on_part: Callable[[PartResult], None] | None = None) -> DemoResult:
-    """Run the demo's parts and write ``results.json``, ``report.md`` and the figures.
+    """Run the demo's parts; write results.json, report.md, the figures and report.html.
 
     Parameters
     ----------
@@ -649,4 +650,6 @@ def run_demo(out: str | Path = "runs/demo", *, parts: Sequence[str] | None = Non
                       wall_time_s=time.perf_counter() - start)
     write_json(folder / "results.json", demo.to_json())
     (folder / "report.md").write_text(_report(demo) + "\n", encoding="utf-8")
+    say("writing report.html")
+    write_html(folder)
     return demo
