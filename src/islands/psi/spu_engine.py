@@ -6,10 +6,12 @@ written here. SPU 0.9.5 pins numpy < 2 and Python < 3.12, which islands' core do
 so SPU lives in its own environment (``make spu`` builds ``.venv-spu``) and each party
 runs :mod:`islands.psi._spu_worker` with that environment's Python. What this module
 writes by hand is only the bridge: the IDs go to a CSV file in a private temporary
-directory (one hex-encoded canonical ID per line, so any int, string or bytes ID is one
-CSV-safe key), the worker runs with a timeout, and the intersection it writes is read
-back and checked (every key one of this party's, none twice, as many as SPU reports).
-No pickle crosses: a JSON request, a JSON report and two CSV files.
+directory (one CSV-safe key per ID, :func:`spu_keys`, and the ID's row), the worker runs
+with a timeout, and the intersection it writes is read back and checked (every row one
+of this party's and holding its key, none twice, as many as SPU reports). The files are
+written and read as whole buffers, not line by line: at a million IDs islands' share of
+the run is then small beside SPU's own. No pickle crosses: a JSON request, a JSON report
+and two CSV files.
 
 Both parties learn the intersection (SPU's ``broadcast_result``); the two SPU processes
 talk over SPU's own link (brpc), with mutual TLS when the federation's certificate files
