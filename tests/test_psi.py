@@ -16,7 +16,7 @@ pytest.importorskip("cryptography")
 from islands.crypto import psi
 from islands.errors import ProtocolError, ValidationError
 from islands.psi import PsiConfig, align, initiator, intersect, responder
-from islands.psi.protocol import Hello
+from islands.psi.protocol import Hello, _order
 from islands.runtime import Party, run_local
 from islands.runtime.transcript import Transcript
 
@@ -398,3 +398,35 @@ def test_align_intersect_and_the_roles_share_psi_configs_defaults() -> None:
                      "b": partial(responder, peer="a", ids=["1", "y"],
                                   **config.model_dump(exclude={"timeout"}))}, timeout=30)
     assert got.results["a"].ids == ["\u2460"] and got.results["b"].ids == ["1"]
+
+
+@pytest.mark.parametrize("normalize", ["NFC", "NFKC", "NFD", "NFKD", None])
+def test_the_bulk_encoding_is_the_id_by_id_encoding(normalize: psi.Normalization) -> None:
+    # composing, decomposing and compatibility characters, combining marks first in an ID,
+    # Hangul jamo, NUL, CR and the separators the bulk path splits on must not move
+    rng = np.random.default_rng(3)
+    alphabet = [chr(c) for c in (*range(32, 127), 0x0, 0xD, 0x85, 0x2028, 0x301, 0x308,
+                                 0x327, 0xE9, 0x1E9B, 0xFB01, 0x2126, 0x212B, 0x1100,
+                                 0x1161, 0x11A8, 0xAC00, 0x344, 0xF73, 0x2460, 0x3000,
+                                 0xFF21, 0x1D400)]
+    for _ in range(100):
+        ids = list({"".join(rng.choice(alphabet, size=rng.integers(0, 7)))
+                    for _ in range(40)})
+        slow = [psi._encode_one(v, "str", normalize, "ids", "t", i) for i, v in enumerate(ids)]
+        assert psi._encode_bulk(ids, "str", normalize) == slow
+    ints = [int(x) for x in rng.integers(-2**62, 2**62, size=500)] + [10**40, -10**40, 0]
+    assert psi._encode_bulk(ints, "int", None) == [b"i%d" % v for v in ints]
+    # what the bulk path leaves to the ID-by-ID one (and its errors)
+    assert psi._encode_bulk(["a\nb", "c"], "str", normalize) is None
+    assert psi._encode_bulk(["a", "\ud800"], "str", normalize) is None
+    assert psi._encode_bulk(["a", np.str_("b")], "str", normalize) is None
+    assert psi.encode_ids(["a\nb", "c"], "ids", "t") == ([b"sa\nb", b"sc"], "str")
+
+
+def test_the_aligned_order_is_the_same_in_numpy_and_python() -> None:
+    rng = np.random.default_rng(5)
+    for keys, kind in (([int(x) for x in rng.permutation(1000) - 500], "int"),
+                       ([10**30, -1, 5], "int"),
+                       ([b"sb", b"sa", b"sab", b"s"], "str"),
+                       ([b"ba\x00", b"ba", b"b\x00", b"b"], "bytes")):
+        assert [keys[i] for i in _order(keys, kind)] == sorted(keys)

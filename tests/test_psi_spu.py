@@ -30,6 +30,7 @@ from islands.psi.spu_engine import (
     SpuParty,
     free_loopback_hosts,
     new_link_id,
+    spu_keys,
     spu_python,
 )
 from islands.runtime import run_local
@@ -72,12 +73,15 @@ def test_spu_equals_the_plain_intersection_and_dh() -> None:
 @needs_spu
 def test_spu_takes_any_string_or_bytes_id() -> None:
     # commas, quotes, newlines and a composed/decomposed é: IDs no CSV file could hold as
-    # they are (islands hands SPU their canonical encoding in hex)
+    # they are (islands hands SPU their canonical encoding in hex, the others as they are)
     traces = set(Path("/tmp").glob("psi_*.trace"))
     a = ["ann", 'x,"y"', "line\nbreak", "caf\u00e9", "bob"]
     b = ["cafe\u0301", "line\nbreak", 'x,"y"', "zoe"]
     assert intersect(a, b, engine="spu", timeout=120) == intersect(a, b)
     assert intersect(a, b, engine="spu", timeout=120) == ["caf\u00e9", "line\nbreak", 'x,"y"']
+    # one party's IDs all plain (keys written in one pass), the other's mixed: "ann" has
+    # one key on both sides
+    assert intersect(["ann", "bob"], ["a,b", "ann"], engine="spu", timeout=120) == ["ann"]
     raw_a, raw_b = [b"\x00,\n", b"\xff", b"k"], [b"k", b"\x00,\n"]
     assert intersect(raw_a, raw_b, engine="spu", timeout=120) == [b"\x00,\n", b"k"]
     # SPU's timing traces outside the private directory are gone too
@@ -184,15 +188,18 @@ def test_an_engine_that_fails_is_named_with_its_log(monkeypatch: pytest.MonkeyPa
 
 def test_an_engine_result_that_does_not_check_out_is_refused(monkeypatch: pytest.MonkeyPatch,
                                                              tmp_path: Path) -> None:
-    # the engine reports an ID this party never entered ("zz" in hex)
-    monkeypatch.setenv(SPU_PYTHON_ENV, str(_fake_engine(tmp_path, """
-        n = sum(1 for _ in open(req["input"])) - 1
-        with open(req["output"], "w") as f:
-            f.write('"id"\\n' + "zz".encode().hex() + "\\n")
-        json.dump({"original_count": n, "intersection_count": 1}, open(report, "w"))
-    """)))
-    with pytest.raises(ProtocolError, match="holds an ID this party does not hold"):
-        intersect(["a", "b"], ["b"], engine="spu", timeout=60)
+    # the engine reports an ID this party never entered ("zz"), or a row it does not hold
+    for line, error in (("szz,0", "holds an ID this party does not hold at that row"),
+                        ("sa,7", "holds a row this party does not hold"),
+                        ("sa", "is malformed")):
+        monkeypatch.setenv(SPU_PYTHON_ENV, str(_fake_engine(tmp_path, f"""
+            n = sum(1 for _ in open(req["input"])) - 1
+            with open(req["output"], "w") as f:
+                f.write('"id","row"\\n{line}\\n')
+            json.dump({{"original_count": n, "intersection_count": 1}}, open(report, "w"))
+        """)))
+        with pytest.raises(ProtocolError, match=error):
+            intersect(["a", "b"], ["b"], engine="spu", timeout=60)
 
 
 def test_a_count_that_disagrees_with_the_engine_report_is_refused(
@@ -200,7 +207,7 @@ def test_a_count_that_disagrees_with_the_engine_report_is_refused(
     monkeypatch.setenv(SPU_PYTHON_ENV, str(_fake_engine(tmp_path, """
         lines = open(req["input"]).read().split()
         with open(req["output"], "w") as f:
-            f.write('"id"\\n' + lines[1] + "\\n")
+            f.write('"id","row"\\n' + lines[1] + "\\n")
         json.dump({"original_count": len(lines) - 1, "intersection_count": 2},
                   open(report, "w"))
     """)))
@@ -320,3 +327,14 @@ def test_a_peer_without_the_federations_certificate_gets_nothing(tmp_path: Path,
     tls_b = _tls(tmp_path / "other", "b") if intruder == "other CA" else None
     with pytest.raises(PeerTimeoutError, match="did not finish within timeout"):
         _run_pair(_tls(tmp_path / "fed", "a"), tls_b, timeout=6)
+
+
+def test_each_id_gets_one_csv_key_whatever_else_the_party_holds() -> None:
+    plain = [b"sann", b"i-12", b"bk"]
+    odd = [b"sa,b", b'sx"y', b"s a", b"sline\nbreak", b"b\x00\xff", "scaf\u00e9".encode()]
+    keys = spu_keys(plain + odd)
+    assert keys[:3] == plain  # plain encodings are their own key, also beside odd ones
+    assert spu_keys(plain) == plain  # (the one-pass path)
+    assert keys[3:] == [b"x" + e.hex().encode() for e in odd]
+    assert len(set(keys)) == len(keys)
+    assert not any(c in k for k in keys for c in (b",", b'"', b" ", b"\n", b"\r"))

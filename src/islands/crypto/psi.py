@@ -153,13 +153,16 @@ def encode_ids(ids: Any, name: str, owner: str, *,
         raise ValidationError(
             f"The {name!r} parameter of {owner} must hold IDs that are ints, strings or "
             f"bytes. Got a {type(values[0]).__name__} at position 0 instead.")
-    encoded = []
-    for i, v in enumerate(values):
-        if _kind_of(v) != kind:
-            raise ValidationError(
-                f"The {name!r} parameter of {owner} must hold IDs all of one kind ({kind}, "
-                f"from position 0). Got a {type(v).__name__} at position {i} instead.")
-        encoded.append(_encode_one(v, kind, normalize, name, owner, i))
+    encoded = _encode_bulk(values, kind, normalize)
+    if encoded is None:  # ID by ID, naming the first that does not pass
+        encoded = []
+        for i, v in enumerate(values):
+            if _kind_of(v) != kind:
+                raise ValidationError(
+                    f"The {name!r} parameter of {owner} must hold IDs all of one kind "
+                    f"({kind}, from position 0). Got a {type(v).__name__} at position {i} "
+                    "instead.")
+            encoded.append(_encode_one(v, kind, normalize, name, owner, i))
     if len(set(encoded)) != len(encoded):
         seen: dict[bytes, Any] = {}
         for v, e in zip(values, encoded, strict=True):
@@ -176,6 +179,35 @@ def encode_ids(ids: Any, name: str, owner: str, *,
                     "'normalize' (None compares the code points as given)")
             seen[e] = v
     return encoded, kind
+
+
+def _encode_bulk(values: list[Any], kind: str, normalize: Normalization) -> list[bytes] | None:
+    """Return the encodings of ``values`` made in a few passes over one joined string.
+
+    Taken when every ID is exactly an ``int``, ``str`` or ``bytes`` (the usual list or
+    array); the result is what :func:`_encode_one` gives ID by ID, about ten times
+    faster at a million IDs. Returns None, for the ID-by-ID path and its errors, when the
+    types differ, a string holds a newline (the separator) or a lone surrogate, or an
+    int is too long to print.
+    """
+    types = set(map(type, values))
+    if len(types) != 1 or _KINDS.get(types.pop()) != kind:
+        return None
+    if kind == "bytes":
+        return [b"b" + v for v in values]
+    try:
+        text = "\n".join(map(str, values) if kind == "int" else values)
+        if kind == "str" and normalize is not None and not text.isascii():
+            # "\n" is a starter that composes with nothing: normalising the joined text
+            # normalises each ID (ASCII is unchanged by every form)
+            text = unicodedata.normalize(normalize, text)
+        if text.count("\n") != len(values) - 1:
+            return None
+        data = text.encode("utf-8")
+    except (UnicodeEncodeError, ValueError):  # a lone surrogate; an int of > 4300 digits
+        return None
+    prefix = b"i" if kind == "int" else b"s"
+    return (prefix + data.replace(b"\n", b"\n" + prefix)).split(b"\n")
 
 
 def _kind_of(value: Any) -> str | None:

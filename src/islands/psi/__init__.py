@@ -190,7 +190,7 @@ def _align_spu(ids_a: Any, ids_b: Any, config: PsiConfig, names: tuple[str, str]
         raise _empty(a, b)
     (ids_ra, rows_a), (ids_rb, rows_b) = (_aligned(rows[0], _values(ids_a), enc_a, kind),
                                           _aligned(rows[1], _values(ids_b), enc_b, kind))
-    if [enc_a[i] for i in rows_a] != [enc_b[i] for i in rows_b]:
+    if [enc_a[i] for i in rows_a.tolist()] != [enc_b[i] for i in rows_b.tolist()]:
         raise ProtocolError(f"PSI parties {a!r} and {b!r}: SPU gave the two parties "
                             "different intersections", party=a, step="spu")
     return Alignment(ids_ra, rows_a, sizes[1]), Alignment(ids_rb, rows_b, sizes[0])

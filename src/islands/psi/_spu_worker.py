@@ -13,7 +13,8 @@ intersection comes back the same way.
 
 Request keys: ``protocol`` (``"PROTOCOL_RR22"``), ``rank`` (0 receives first, both learn
 the result), ``link_id``, ``hosts`` (``host:port`` of rank 0 and rank 1), ``input`` and
-``output`` (CSV paths, one key column ``id``), ``report`` (a path), ``timeout_ms`` (what
+``output`` (CSV paths: the key column ``id`` and the column ``row``, which SPU copies
+to the output), ``report`` (a path), ``timeout_ms`` (what
 is left of the run's time), ``tls`` (None or ``{"ca", "cert", "key"}`` PEM paths).
 
 References
@@ -69,6 +70,8 @@ def main(workdir: str, timeout_ms: int) -> int:
             opts.verify.verify_depth = 1
     ctx = link.create_brpc(desc, int(req["rank"]))
     t_link = time.perf_counter()
+    # disable_alignment: islands puts the result in its aligned order itself, so SPU's
+    # sort of the output by key would be work done twice
     config = psi.PsiExecuteConfig(
         protocol_conf=psi.PsiProtocolConfig(
             protocol=psi.parse_protocol(req["protocol"]), receiver_rank=0,
@@ -77,7 +80,7 @@ def main(workdir: str, timeout_ms: int) -> int:
                                      path=req["input"], selected_keys=["id"],
                                      keys_unique=True),
         output_params=psi.OutputParams(type=psi.SourceType.SOURCE_TYPE_FILE_CSV,
-                                       path=req["output"], disable_alignment=False))
+                                       path=req["output"], disable_alignment=True))
     report = psi.psi_execute(config, ctx)
     with open(req["report"], "w", encoding="utf-8") as f:
         json.dump({"original_count": report.original_count,

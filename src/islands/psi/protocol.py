@@ -227,9 +227,29 @@ def _aligned(rows: NDArray[np.int64], ids: list[Any], encoded: list[bytes],
     # strings sort by their normalised UTF-8 (the same order as their code points), so
     # two parties that spell an ID differently still agree on the order
     keys: list[Any] = ids if kind == "int" else encoded
-    order = sorted(range(rows.size), key=lambda i: keys[int(rows[i])])
-    out_rows = rows[np.asarray(order, dtype=np.int64)] if order else rows
-    return [ids[int(r)] for r in out_rows], out_rows.astype(np.int64)
+    picked = [keys[r] for r in rows.tolist()]
+    order = _order(picked, kind)
+    out_rows = rows[order] if order.size else rows
+    return [ids[r] for r in out_rows.tolist()], out_rows.astype(np.int64)
+
+
+def _order(keys: list[Any], kind: str) -> NDArray[np.intp]:
+    """Return the positions of ``keys`` (distinct ints, or distinct bytes) in sorted order.
+
+    NumPy sorts int64 values, and bytes without a NUL byte (a fixed-width bytes array
+    pads with NULs, so a key ending in NUL would tie with the key without it); anything else
+    sorts in Python.
+    """
+    if kind == "int":
+        try:
+            values = np.array(keys, dtype=np.int64)
+        except (OverflowError, TypeError, ValueError):
+            values = None
+        if values is not None and values.tolist() == keys:
+            return np.argsort(values, kind="stable")
+    elif b"\0" not in b"".join(keys):
+        return np.argsort(np.array(keys, dtype="S"), kind="stable")
+    return np.asarray(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.intp)
 
 
 def _empty(name: str, peer: str) -> ValidationError:
