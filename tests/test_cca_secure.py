@@ -87,6 +87,14 @@ def test_a_longer_mask_from_one_seed_extends_the_shorter() -> None:
     assert np.array_equal(longer[:, :400_000], short)
 
 
+def test_pack_with_plus_packs_the_ring_sum() -> None:
+    a = rns.uniform(secrets.token_bytes(32), (300, 170), label=b"a")  # several chunks
+    b = rns.uniform(secrets.token_bytes(32), (300, 170), label=b"b")
+    packed = rns.pack(a, plus=b)
+    assert np.array_equal(packed, rns.pack(rns.add(a, b)))
+    assert np.array_equal(rns.unpack(packed, (300, 170), "m", "t"), rns.add(a, b))
+
+
 def test_unpack_refuses_a_residue_not_below_its_prime_and_wrong_shapes() -> None:
     r = rns.uniform(secrets.token_bytes(32), (3, 2), label=b"x")
     packed = rns.pack(r)

@@ -188,10 +188,8 @@ def _s1(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims, *,
     seed = secrets.token_bytes(SEED_BYTES)
     party.send(dealer_name, "deal", DealRequest("s1", n, p, q, seed))
     mask = rns.uniform(seed, (n, p), label=MASK_LABELS["Ra"])
-    own = rns.encode(w.take_basis(), FRAC_BITS, bound=_BOUND, what="Q_x")
-    shown = rns.add(own, mask, out=own)
-    party.send(other, "xhat", rns.pack(shown))
-    del own, shown
+    party.send(other, "xhat", rns.pack(rns.encode(w.take_basis(), FRAC_BITS, bound=_BOUND,
+                                                  what="Q_x"), plus=mask))
     z_hat = _received(party, other, "zhat", (n, q))
     mine = rns.product(mask, z_hat)  # while S2 computes X̂ᵀZ̃ and the dealer R_aᵀR_b
     del mask, z_hat
@@ -223,7 +221,7 @@ def _s2(party: Party, other: str, dealer_name: str, w: _Block, theirs: Dims) -> 
     rotation = haar_orthogonal(q)
     z = rns.encode(w.take_basis() @ rotation, FRAC_BITS, bound=_BOUND, what="Q_y·O")
     mask = rns.uniform(seed, (n, q), label=MASK_LABELS["Rb"])
-    party.send(other, "zhat", rns.pack(rns.add(z, mask, out=mask)))
+    party.send(other, "zhat", rns.pack(z, plus=mask))
     del mask
     x_hat = _received(party, other, "xhat", (n, p))
     t = rns.add(rns.product(x_hat, z), rns.uniform(seed, (p, q), label=MASK_LABELS["rb"]))

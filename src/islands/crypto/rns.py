@@ -220,13 +220,29 @@ def decode(r: Residues, frac_bits: int) -> NDArray[np.float64]:
     return out
 
 
-def pack(r: Residues) -> NDArray[np.uint64]:
-    """Pack one uint64 per element: residue k in bits 21k to 21k + 20."""
-    halves = np.empty((*r.shape[1:], 2), dtype=np.uint32)  # little-endian: (low, high)
-    np.bitwise_or(r[0], r[1] << np.uint32(_BITS), out=halves[..., 0])
-    np.bitwise_or(r[1] >> np.uint32(32 - _BITS), r[2] << np.uint32(2 * _BITS - 32),
-                  out=halves[..., 1])
-    return halves.view("<u8").reshape(r.shape[1:]).astype(np.uint64, copy=False)
+def pack(r: Residues, *, plus: Residues | None = None) -> NDArray[np.uint64]:
+    """Pack one uint64 per element: residue k in bits 21k to 21k + 20.
+
+    With ``plus``, pack r + plus (in the ring) without materialising the sum.
+    """
+    shape = r.shape[1:]
+    flat = r.reshape(3, -1)
+    other = None if plus is None else plus.reshape(3, -1)
+    size = flat.shape[1]
+    halves = np.empty((size, 2), dtype=np.uint32)  # little-endian: (low, high)
+    total = np.empty((3, min(_CHUNK, size)), dtype=np.uint32)
+    shifted = np.empty(min(_CHUNK, size), dtype=np.uint32)
+    for start in range(0, size, _CHUNK):
+        stop = min(start + _CHUNK, size)
+        part = flat[:, start:stop]
+        if other is not None:
+            part = add(part, other[:, start:stop], out=total[:, :stop - start])
+        high = shifted[:stop - start]
+        np.left_shift(part[1], np.uint32(_BITS), out=high)
+        np.bitwise_or(part[0], high, out=halves[start:stop, 0])
+        np.right_shift(part[1], np.uint32(32 - _BITS), out=high)
+        np.bitwise_or(high, part[2] << np.uint32(2 * _BITS - 32), out=halves[start:stop, 1])
+    return halves.view("<u8").reshape(shape).astype(np.uint64, copy=False)
 
 
 def unpack(packed: Any, shape: tuple[int, ...], name: str, owner: str) -> Residues:
