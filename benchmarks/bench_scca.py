@@ -147,7 +147,7 @@ def bench_fmnist(n: int, repeats: int, forced: dict[str, Any]) -> dict[str, Any]
     X, Y = load_halves(n)
     opts, rank_note, _ = rank_options(X, Y, forced)
     # warm-up of SCCA at full size too (first touch, thread start-up, lazy imports)
-    SwarmCCA(N_TOP, **opts).fit(X, Y)
+    SwarmCCA(N_TOP, protocol="paper", **opts).fit(X, Y)
     SwarmCCA(N_TOP, protocol="secure", **opts).fit(X, Y)
     t_pool, t_pert, t_exact, t_secure = [], [], [], []
     rho = a = None
@@ -157,9 +157,9 @@ def bench_fmnist(n: int, repeats: int, forced: dict[str, Any]) -> dict[str, Any]
     for _ in range(repeats):
         t, (rho, a, _b) = once(lambda: pooled_cca(X, Y, N_TOP, **opts))
         t_pool.append(t)
-        t, pert = once(lambda: SwarmCCA(N_TOP, **opts).fit(X, Y))
+        t, pert = once(lambda: SwarmCCA(N_TOP, protocol="paper", **opts).fit(X, Y))
         t_pert.append(t)
-        t, exact = once(lambda: SwarmCCA(N_TOP, perturb=False, **opts).fit(X, Y))
+        t, exact = once(lambda: SwarmCCA(N_TOP, protocol="paper", perturb=False, **opts).fit(X, Y))
         t_exact.append(t)
         t, secure = once(lambda: SwarmCCA(N_TOP, protocol="secure", **opts).fit(X, Y))
         t_secure.append(t)
@@ -204,12 +204,12 @@ def bench_sklearn(n: int, repeats: int, sk_repeats: int,
     limit_threads(BLAS_THREADS[0])  # again: sklearn may have loaded an OpenMP runtime
     X, Y = load_halves(n)
     opts, rank_note, _ = rank_options(X, Y, forced)
-    SwarmCCA(N_TOP, **opts).fit(X, Y)  # warm-up
+    SwarmCCA(N_TOP, protocol="paper", **opts).fit(X, Y)  # warm-up
     t_pert, t_exact, t_pool = [], [], []
     exact: SwarmCCA | None = None
     for _ in range(repeats):
-        t_pert.append(once(lambda: SwarmCCA(N_TOP, **opts).fit(X, Y))[0])
-        t, exact = once(lambda: SwarmCCA(N_TOP, perturb=False, **opts).fit(X, Y))
+        t_pert.append(once(lambda: SwarmCCA(N_TOP, protocol="paper", **opts).fit(X, Y))[0])
+        t, exact = once(lambda: SwarmCCA(N_TOP, protocol="paper", perturb=False, **opts).fit(X, Y))
         t_exact.append(t)
         t_pool.append(once(lambda: pooled_cca(X, Y, N_TOP, **opts))[0])
     assert exact is not None and exact.canonical_correlations_ is not None
@@ -290,7 +290,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         if spec["method"] == "secure":
             model = SwarmCCA(N_TOP, protocol="secure", **opts).fit(x, y)
         else:
-            model = SwarmCCA(N_TOP, perturb=spec["perturb"], **opts).fit(x, y)
+            model = SwarmCCA(N_TOP, protocol="paper", perturb=spec["perturb"], **opts).fit(x, y)
         return np.asarray(model.correlation_ratios_)
 
     small = synthetic(64, 16, 16, seed=1)

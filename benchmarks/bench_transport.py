@@ -151,7 +151,7 @@ def bench_cca(quick: bool, repeats: int) -> dict[str, Any]:
         np.save(root / "y.npy", Y)
         for _ in range(repeats):
             t0 = time.perf_counter()
-            SwarmCCA(n_components=10, rank_tol=1e-8).fit(X, Y)
+            SwarmCCA(n_components=10, protocol="paper", rank_tol=1e-8).fit(X, Y)
             local.append(time.perf_counter() - t0)
             files = write_federation(
                 root, "cca", {"x": {"data": "x.npy", "threads": 1},

@@ -50,7 +50,7 @@ def data() -> tuple[np.ndarray, ...]:
 def test_unperturbed_fit_is_exact_centralised_cca(data: tuple[np.ndarray, ...]) -> None:
     X, Y = data
     rho, A, B = independent_cca(X, Y)
-    cca = SwarmCCA(perturb=False).fit(X, Y)
+    cca = SwarmCCA(protocol="paper", perturb=False).fit(X, Y)
     # both sides are backward-stable QR/SVD of the same pooled quantities: agreement is
     # limited by the conditioning of R_x (here ~1e2), far inside 1e-8
     np.testing.assert_allclose(cca.canonical_correlations_, rho, rtol=1e-8)
@@ -69,7 +69,7 @@ def test_unperturbed_fit_is_exact_centralised_cca(data: tuple[np.ndarray, ...]) 
 
 def test_planted_correlations_are_found(data: tuple[np.ndarray, ...]) -> None:
     X, Y = data
-    cca = SwarmCCA(perturb=False, n_components=3).fit(X, Y)
+    cca = SwarmCCA(protocol="paper", perturb=False, n_components=3).fit(X, Y)
     # 400 samples: sample correlations sit within a few 1/sqrt(n) = 0.05 of the planted ones
     np.testing.assert_allclose(cca.canonical_correlations_, [0.95, 0.8, 0.5], atol=0.1)
 
@@ -78,8 +78,8 @@ def test_perturbation_keeps_weights_and_ratios_hides_correlations(
     data: tuple[np.ndarray, ...],
 ) -> None:
     X, Y = data
-    plain = SwarmCCA(perturb=False).fit(X, Y)
-    noisy = SwarmCCA(perturb=True).fit(X, Y)
+    plain = SwarmCCA(protocol="paper", perturb=False).fit(X, Y)
+    noisy = SwarmCCA(protocol="paper", perturb=True).fit(X, Y)
     assert noisy.canonical_correlations_ is None
     np.testing.assert_allclose(noisy.x_weights_, plain.x_weights_, rtol=1e-7, atol=1e-12)
     np.testing.assert_allclose(noisy.y_weights_, plain.y_weights_, rtol=1e-7, atol=1e-12)
@@ -94,7 +94,7 @@ def test_perturbation_keeps_weights_and_ratios_hides_correlations(
 def test_messages_are_the_papers(data: tuple[np.ndarray, ...]) -> None:
     X, Y = data
     n, p, q = X.shape[0], X.shape[1], Y.shape[1]
-    cca = SwarmCCA(n_components=3, keep_payloads=True).fit(X, Y)
+    cca = SwarmCCA(protocol="paper", n_components=3, keep_payloads=True).fit(X, Y)
     t = cca.transcript_
     assert cca.roles_ == {"x": "s1", "y": "s2"}
     assert [r.tag for r in t.received_by("y")] == ["dims", "delta", "rho", "Wf"]
@@ -112,9 +112,9 @@ def test_messages_are_the_papers(data: tuple[np.ndarray, ...]) -> None:
 
 def test_role_swap_when_x_is_the_smaller_view(data: tuple[np.ndarray, ...]) -> None:
     X, Y = data
-    swapped = SwarmCCA(perturb=False).fit(Y, X)
+    swapped = SwarmCCA(protocol="paper", perturb=False).fit(Y, X)
     assert swapped.roles_ == {"x": "s2", "y": "s1"}
-    normal = SwarmCCA(perturb=False).fit(X, Y)
+    normal = SwarmCCA(protocol="paper", perturb=False).fit(X, Y)
     np.testing.assert_allclose(swapped.canonical_correlations_, normal.canonical_correlations_,
                                rtol=1e-10)
     assert same_up_to_sign(swapped.x_weights_, normal.y_weights_, rtol=1e-8)
@@ -123,8 +123,8 @@ def test_role_swap_when_x_is_the_smaller_view(data: tuple[np.ndarray, ...]) -> N
 
 def test_threshold_and_n_components_select_the_top_pairs(data: tuple[np.ndarray, ...]) -> None:
     X, Y = data
-    full = SwarmCCA(perturb=False).fit(X, Y)
-    cut = SwarmCCA(threshold=0.6).fit(X, Y)
+    full = SwarmCCA(protocol="paper", perturb=False).fit(X, Y)
+    cut = SwarmCCA(protocol="paper", threshold=0.6).fit(X, Y)
     expected = int(np.sum(full.correlation_ratios_ >= 0.6))
     assert cut.n_components_ == expected and cut.x_weights_.shape == (12, expected)
     assert SwarmCCA(n_components=2).fit(X, Y).y_weights_.shape == (7, 2)
@@ -147,10 +147,10 @@ def test_constant_column_needs_an_explicit_fix(data: tuple[np.ndarray, ...]) -> 
     Xc[:, 3] = 7.0
     with pytest.raises(ValidationError, match=r"rank deficient.*reg > 0.*rank_tol"):
         SwarmCCA().fit(Xc, Y)
-    dropped = SwarmCCA(perturb=False, rank_tol=1e-10).fit(Xc, Y)
+    dropped = SwarmCCA(protocol="paper", perturb=False, rank_tol=1e-10).fit(Xc, Y)
     assert dropped.x_rank_ == 11 and np.all(dropped.x_weights_[3] == 0)
     assert np.all(np.isfinite(dropped.x_weights_))
-    ridge = SwarmCCA(perturb=False, reg=1e-3).fit(Xc, Y)
+    ridge = SwarmCCA(protocol="paper", perturb=False, reg=1e-3).fit(Xc, Y)
     assert np.all(np.isfinite(ridge.x_weights_)) and np.all(ridge.canonical_correlations_ <= 1)
 
 
@@ -159,11 +159,11 @@ def test_more_features_than_samples() -> None:
     X, Y = rng.standard_normal((30, 50)), rng.standard_normal((30, 8))
     with pytest.raises(ValidationError, match="rank deficient"):
         SwarmCCA().fit(X, Y)
-    cca = SwarmCCA(perturb=False, rank_tol=1e-10).fit(X, Y)
+    cca = SwarmCCA(protocol="paper", perturb=False, rank_tol=1e-10).fit(X, Y)
     assert cca.x_rank_ == 29
     # X spans every centred direction: Y's columns are in span(X), so all correlations are 1
     np.testing.assert_allclose(cca.canonical_correlations_, 1.0, atol=1e-8)
-    ridge = SwarmCCA(perturb=False, reg=1.0).fit(X, Y)
+    ridge = SwarmCCA(protocol="paper", perturb=False, reg=1.0).fit(X, Y)
     assert np.all(np.isfinite(ridge.x_weights_)) and ridge.canonical_correlations_.max() < 1
 
 
@@ -203,7 +203,7 @@ def test_estimator_parameters_are_the_config_and_the_runtime_settings() -> None:
 
 def test_get_set_params_repr_and_clone() -> None:
     cca = SwarmCCA(3, threshold=0.5)
-    assert cca.get_params() == {"n_components": 3, "protocol": "paper", "perturb": None,
+    assert cca.get_params() == {"n_components": 3, "protocol": "secure", "perturb": None,
                                 "threshold": 0.5, "reg": 0.0, "rank_tol": None,
                                 "dealer": "dealer", "timeout": 600.0,
                                 "keep_payloads": False, "random_state": None}
@@ -249,9 +249,10 @@ def test_parameter_messages_are_the_standard_ones(kwargs: dict[str, object],
 
 def test_numpy_scalar_parameters_are_accepted(data: tuple[np.ndarray, ...]) -> None:
     X, Y = data
-    ref = SwarmCCA(n_components=2, perturb=False, threshold=0.5).fit(X, Y)
-    cca = SwarmCCA(n_components=np.int64(2), perturb=np.False_, threshold=np.float32(0.5),
-                   reg=np.float64(0.0), timeout=np.int32(60)).fit(X, Y)  # type: ignore[arg-type]
+    ref = SwarmCCA(protocol="paper", n_components=2, perturb=False, threshold=0.5).fit(X, Y)
+    cca = SwarmCCA(protocol="paper", n_components=np.int64(2), perturb=np.False_,
+                   threshold=np.float32(0.5), reg=np.float64(0.0),
+                   timeout=np.int32(60)).fit(X, Y)  # type: ignore[arg-type]
     np.testing.assert_array_equal(cca.x_weights_, ref.x_weights_)
     assert cca.canonical_correlations_ is not None
 

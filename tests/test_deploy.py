@@ -59,9 +59,9 @@ def test_swarm_cca_across_processes_equals_in_process(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", X)
     np.savetxt(tmp_path / "y.csv", Y, delimiter=",")
     files = write_federation(tmp_path, "cca", {"x": {"data": "x.npy"}, "y": {"data": "y.csv"}},
-                             options={"perturb": False, "n_components": 3})
+                             options={"protocol": "paper", "perturb": False, "n_components": 3})
     assert_ok(run(files))
-    ref = SwarmCCA(n_components=3, perturb=False).fit(X, Y)
+    ref = SwarmCCA(protocol="paper", n_components=3, perturb=False).fit(X, Y)
     np.testing.assert_array_equal(np.load(tmp_path / "out/x/weights.npy"), ref.x_weights_)
     np.testing.assert_array_equal(np.load(tmp_path / "out/y/weights.npy"), ref.y_weights_)
     record = json.loads((tmp_path / "out/x/party.json").read_text())
@@ -274,7 +274,7 @@ def test_config_errors_are_clear_and_come_before_connecting(tmp_path: Path) -> N
     np.save(tmp_path / "x.npy", X)
     np.save(tmp_path / "y.npy", Y)
     files = write_federation(tmp_path, "cca", {"x": {"data": "x.npy"}, "y": {"data": "y.npy"}},
-                             options={"n_components": 3})
+                             options={"protocol": "paper", "n_components": 3})
     # y holds 2 columns, fewer than n_components: refused before any connection
     with pytest.raises(JobError, match="n_components = 3 exceeds the 2 columns of party 'y'"):
         run_configured(load_party_config(files["y"]))
@@ -304,8 +304,11 @@ def test_config_errors_are_clear_and_come_before_connecting(tmp_path: Path) -> N
         ({"timeout": 5}, r"\[cca\]: unknown key\(s\) \['timeout'\]; allowed: \['dealer', "
                          r"'n_components', 'perturb', 'protocol', 'rank_tol', 'reg', "
                          r"'threshold'\]"),
-        ({"protocol": "secure"}, r"\[cca\]: secure Swarm CCA runs between two peers and a "
-                                 r"dealer: \[parties\] must name three, the dealer 'dealer'"),
+        ({"protocol": "secure"}, r"\[cca\]: secure Swarm CCA \(protocol = 'secure', the "
+                                 r"default\) runs between two peers and a dealer: \[parties\] "
+                                 r"must name three, the dealer 'dealer'"),
+        ({}, r"Two peers alone can run Li and Du's published protocol, which lets each "
+             r"rebuild the other's column space: set protocol = 'paper' in \[cca\]$"),
     ],
 )
 def test_cca_section_has_the_estimators_constraints(tmp_path: Path, options: dict[str, Any],
@@ -394,12 +397,14 @@ def test_cca_section_builds_the_estimators_settings(tmp_path: Path) -> None:
     X, Y = correlated(40, 3, 2)
     np.save(tmp_path / "x.npy", X)
     np.save(tmp_path / "y.npy", Y)
-    options = {"threshold": 1, "rank_tol": 0.5, "n_components": 2, "perturb": False}
+    options = {"protocol": "paper", "threshold": 1, "rank_tol": 0.5, "n_components": 2,
+               "perturb": False}
     files = write_federation(tmp_path, "cca", {"x": {"data": "x.npy"}, "y": {"data": "y.npy"}},
                              options=options)
     role = prepare(load_party_config(files["x"]), resume=False).role
     settings = {k: v for k, v in role.keywords.items() if k != "Z"}  # type: ignore[attr-defined]
-    config = SccaConfig.build(threshold=1.0, rank_tol=0.5, n_components=2, perturb=False)
+    config = SccaConfig.build(protocol="paper", threshold=1.0, rank_tol=0.5, n_components=2,
+                              perturb=False)
     assert settings == {"other": "y", "perturb": config.perturbs,
                         **dict(config.model_dump(include={"n_components", "threshold", "reg",
                                                           "rank_tol"}))}
@@ -560,11 +565,11 @@ def test_parties_in_separate_network_namespaces(tmp_path: Path) -> None:
         np.save(tmp_path / "y.npy", Y)
         files = write_federation(tmp_path, "cca", {"x": {"data": "x.npy"},
                                                    "y": {"data": "y.npy"}},
-                                 options={"perturb": False})
+                                 options={"protocol": "paper", "perturb": False})
         fed = tmp_path / "federation.toml"
         fed.write_text(_toml({"name": "netns", "protocol": "cca",
                               "parties": {n: f"{ip[n]}:50051" for n in ("x", "y")},
-                              "cca": {"perturb": False}}))
+                              "cca": {"protocol": "paper", "perturb": False}}))
         procs = {}
         for name in ("x", "y"):
             log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115
@@ -576,7 +581,7 @@ def test_parties_in_separate_network_namespaces(tmp_path: Path) -> None:
             log.close()
         done = wait_parties(procs, files, 120)
         assert_ok(done)
-        ref = SwarmCCA(perturb=False).fit(X, Y)
+        ref = SwarmCCA(protocol="paper", perturb=False).fit(X, Y)
         np.testing.assert_array_equal(np.load(tmp_path / "out/x/weights.npy"), ref.x_weights_)
     finally:
         for name in ("x", "y"):

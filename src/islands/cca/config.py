@@ -25,10 +25,10 @@ class SccaConfig(ProtocolConfig):
         None, "an int in [1, inf)",
         "Number of canonical pairs to keep (the top ones); None keeps all min(p, q).", ge=1)
     protocol: Literal["paper", "secure"] = setting(
-        "paper", "'paper' or 'secure'",
-        "'paper': Li and Du's published protocol (a peer can rebuild the other's column "
-        "space); 'secure': the peers learn only their outputs, with a third party dealing "
-        "randomness (islands.cca.secure).")
+        "secure", "'paper' or 'secure'",
+        "'secure' (the default): the peers learn only their outputs, with a third party "
+        "dealing randomness (islands.cca.secure); 'paper': Li and Du's published protocol "
+        "between the two peers alone (a peer can rebuild the other's column space).")
     perturb: bool | None = setting(
         None, "a bool or None",
         "protocol='paper': apply the paper's multiplicative perturbation (it does not "
@@ -55,7 +55,9 @@ class SccaConfig(ProtocolConfig):
     def _perturb_is_the_papers(self) -> SccaConfig:
         if self.protocol == "secure" and self.perturb:
             raise ValidationError("perturb applies to protocol='paper' only: the secure "
-                                  "protocol sends no perturbed values; leave perturb as None")
+                                  "protocol (the default) sends no perturbed values; leave "
+                                  "perturb as None, or set protocol='paper' for the paper's "
+                                  "perturbation")
         return self
 
     @property

@@ -25,9 +25,12 @@ def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) 
                        f"[parties] names {len(parties)}")
     if settings.protocol == "secure" and (len(parties) != 3
                                           or settings.dealer not in parties):
-        raise JobError(f"{where}: secure Swarm CCA runs between two peers and a dealer: "
-                       f"[parties] must name three, the dealer {settings.dealer!r} among "
-                       f"them; it names {list(parties)}")
+        raise JobError(f"{where}: secure Swarm CCA (protocol = 'secure', the default) runs "
+                       f"between two peers and a dealer: [parties] must name three, the "
+                       f"dealer {settings.dealer!r} among them; it names {list(parties)}. "
+                       "Two peers alone can run Li and Du's published protocol, which lets "
+                       "each rebuild the other's column space: set protocol = 'paper' in "
+                       "[cca]")
     return settings
 
 
