@@ -89,6 +89,10 @@ class VerticalRun(Run):
 class Reproduction(Run):
     """A reproduction (``islands reproduce NAME``); :attr:`history` is its first table.
 
+    That is the first list of records in ``results.json`` at any depth (apfl's ``rows``,
+    ftl's ``fashion_mnist.rows``), else the first mapping of named records, one row per
+    name (vfl's ``runs``, scca's and pca's ``datasets``, their list values left out).
+
     Attributes
     ----------
     agreement
@@ -188,13 +192,55 @@ def _reproduction(path: Path, doc: dict[str, Any]) -> Reproduction:
     if "wall_time_s" in doc:
         metrics["wall_time_s"] = doc["wall_time_s"]
     envelope = {"settings", "agreement", "skipped", "figures", "wall_time_s"}
-    history = next(([_flat(r) for r in value] for key, value in doc.items()
-                    if key not in envelope and isinstance(value, list) and value
-                    and all(isinstance(r, dict) for r in value)), [])
+    sections = {k: v for k, v in doc.items() if k not in envelope}
+    history = _first_rows(sections) or next(
+        (rows for value in sections.values() if (rows := _first_named_rows(value))), [])
     report = path / "report.md"
     return Reproduction(path=path, name=path.name, settings=doc["settings"], metrics=metrics,
                         history=history, results=doc, agreement=agreement,
                         report=report.read_text(encoding="utf-8") if report.is_file() else "")
+
+
+def _is_rows(value: Any) -> bool:
+    return (isinstance(value, list) and bool(value)
+            and all(isinstance(r, Mapping) for r in value))
+
+
+def _first_rows(value: Any) -> list[dict[str, Any]]:
+    """The first list of mappings in the document's order, at any depth (``[]``: none).
+
+    A reproduction nests its tables under a data set or a section (ftl's
+    ``fashion_mnist.rows``, apfl's ``rows``): the first one found is its main table.
+    """
+    if _is_rows(value):
+        return [_flat(r) for r in value]
+    if isinstance(value, Mapping):
+        for item in value.values():
+            found = _first_rows(item)
+            if found:
+                return found
+    return []
+
+
+def _first_named_rows(value: Any, name: str = "name") -> list[dict[str, Any]]:
+    """The first mapping of mappings (vfl's ``runs``, scca's and pca's ``datasets``) as rows.
+
+    One row per key, ``name`` first, then the scalars of its value flattened (lists,
+    such as a loss history or 390 correlation ratios, are left in ``results``).
+    """
+    if not isinstance(value, Mapping):
+        return []
+    if value and all(isinstance(v, Mapping) for v in value.values()) and len(value) > 1:
+        rows = [{name: str(k), **{c: v for c, v in _flat(row).items()
+                                  if not isinstance(v, list)}}
+                for k, row in value.items()]
+        if all(len(r) > 1 for r in rows):
+            return rows
+    for item in value.values():
+        found = _first_named_rows(item, name)
+        if found:
+            return found
+    return []
 
 
 def _flat(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
