@@ -89,9 +89,9 @@ class VerticalRun(Run):
 class Reproduction(Run):
     """A reproduction (``islands reproduce NAME``); :attr:`history` is its first table.
 
-    That is the first list of records in ``results.json`` at any depth (apfl's ``rows``,
-    ftl's ``fashion_mnist.rows``), else the first mapping of named records, one row per
-    name (vfl's ``runs``, scca's and pca's ``datasets``, their list values left out).
+    That is the shallowest list of records, or mapping of named records (one row per
+    name), in ``results.json``: contribution's ``clients``, apfl's ``rows``, vfl's
+    ``runs``, ftl's ``fashion_mnist.rows``, scca's and pca's ``datasets``.
 
     Attributes
     ----------
@@ -193,53 +193,46 @@ def _reproduction(path: Path, doc: dict[str, Any]) -> Reproduction:
         metrics["wall_time_s"] = doc["wall_time_s"]
     envelope = {"settings", "agreement", "skipped", "figures", "wall_time_s"}
     sections = {k: v for k, v in doc.items() if k not in envelope}
-    history = _first_rows(sections) or next(
-        (rows for value in sections.values() if (rows := _first_named_rows(value))), [])
+    history = _first_table(sections)
     report = path / "report.md"
     return Reproduction(path=path, name=path.name, settings=doc["settings"], metrics=metrics,
                         history=history, results=doc, agreement=agreement,
                         report=report.read_text(encoding="utf-8") if report.is_file() else "")
 
 
-def _is_rows(value: Any) -> bool:
-    return (isinstance(value, list) and bool(value)
-            and all(isinstance(r, Mapping) for r in value))
+def _table(value: Any) -> list[dict[str, Any]]:
+    """``value`` as a table: a list of records, or a mapping of two or more named records.
 
-
-def _first_rows(value: Any) -> list[dict[str, Any]]:
-    """The first list of mappings in the document's order, at any depth (``[]``: none).
-
-    A reproduction nests its tables under a data set or a section (ftl's
-    ``fashion_mnist.rows``, apfl's ``rows``): the first one found is its main table.
+    Named records become one row each, ``name`` first, then their scalars flattened (their
+    lists, such as a loss history or 390 correlation ratios, stay in ``results``). ``[]``
+    when ``value`` is neither.
     """
-    if _is_rows(value):
+    if isinstance(value, list) and value and all(isinstance(r, Mapping) for r in value):
         return [_flat(r) for r in value]
-    if isinstance(value, Mapping):
-        for item in value.values():
-            found = _first_rows(item)
-            if found:
-                return found
-    return []
-
-
-def _first_named_rows(value: Any, name: str = "name") -> list[dict[str, Any]]:
-    """The first mapping of mappings (vfl's ``runs``, scca's and pca's ``datasets``) as rows.
-
-    One row per key, ``name`` first, then the scalars of its value flattened (lists,
-    such as a loss history or 390 correlation ratios, are left in ``results``).
-    """
-    if not isinstance(value, Mapping):
-        return []
-    if value and all(isinstance(v, Mapping) for v in value.values()) and len(value) > 1:
-        rows = [{name: str(k), **{c: v for c, v in _flat(row).items()
-                                  if not isinstance(v, list)}}
+    if (isinstance(value, Mapping) and len(value) > 1
+            and all(isinstance(v, Mapping) for v in value.values())):
+        rows = [{"name": str(k), **{c: v for c, v in _flat(row).items()
+                                    if not isinstance(v, list)}}
                 for k, row in value.items()]
         if all(len(r) > 1 for r in rows):
             return rows
-    for item in value.values():
-        found = _first_named_rows(item, name)
-        if found:
-            return found
+    return []
+
+
+def _first_table(sections: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Return the shallowest table of ``results.json``'s sections (the first at its depth).
+
+    Reproductions nest their main table differently: contribution's ``clients`` is a
+    list, apfl's ``rows`` and vfl's ``runs`` map names to records, ftl's is one level
+    down (``fashion_mnist.rows``), scca's and pca's are per data set (``datasets``).
+    """
+    level: list[Any] = list(sections.values())
+    while level:
+        for value in level:
+            found = _table(value)
+            if found:
+                return found
+        level = [v for value in level if isinstance(value, Mapping) for v in value.values()]
     return []
 
 
