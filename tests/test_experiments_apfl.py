@@ -21,6 +21,7 @@ from islands.experiments.apfl import (
 )
 from islands.experiments.report import ReproductionResult, to_jsonable
 from islands.hfl.maths import TauState, update_tau
+from progress_steps import collect_steps
 
 needs_data = pytest.mark.skipif(find_fashion_mnist() is None,
                                 reason="Fashion-MNIST files not found")
@@ -80,7 +81,7 @@ def run_result(tmp_path_factory: pytest.TempPathFactory
         pytest.skip("Fashion-MNIST files not found")
     out = tmp_path_factory.mktemp("apfl_quick")
     messages: list[str] = []
-    result = reproduce_apfl(out, quick=True, progress=messages.append)
+    result = reproduce_apfl(out, quick=True, progress=collect_steps(messages))
     return out, result, messages
 
 

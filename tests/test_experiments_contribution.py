@@ -12,6 +12,7 @@ import pytest
 from islands.data import find_fashion_mnist
 from islands.errors import ValidationError
 from islands.experiments.report import to_jsonable
+from progress_steps import collect_steps
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(find_fashion_mnist() is None,
@@ -40,7 +41,7 @@ def run_result(tmp_path_factory: pytest.TempPathFactory
     out = tmp_path_factory.mktemp("contribution_quick")
     messages: list[str] = []
     result = reproduce_contribution(out, quick=True, random_state=0,
-                                    progress=messages.append)
+                                    progress=collect_steps(messages))
     return out, result, messages
 
 

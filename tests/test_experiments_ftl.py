@@ -13,6 +13,7 @@ import pytest
 
 from islands.data import find_fashion_mnist
 from islands.experiments.report import ReproductionResult, to_jsonable
+from progress_steps import collect_steps
 
 pytest.importorskip("torch")
 
@@ -30,7 +31,7 @@ def run_result(tmp_path_factory: pytest.TempPathFactory
                ) -> tuple[Path, ReproductionResult, list[str]]:
     out = tmp_path_factory.mktemp("ftl_quick")
     messages: list[str] = []
-    result = reproduce_ftl(out, quick=True, random_state=0, progress=messages.append)
+    result = reproduce_ftl(out, quick=True, random_state=0, progress=collect_steps(messages))
     return out, result, messages
 
 

@@ -15,6 +15,7 @@ import pytest
 from islands.data import find_fashion_mnist
 from islands.experiments.pca import BALANCES, DELTA, DP_MODES, MODES, reproduce_pca
 from islands.experiments.report import to_jsonable
+from progress_steps import collect_steps
 
 HAVE_FASHION = find_fashion_mnist() is not None
 DATASETS = ["digits", pytest.param("fashion_mnist", marks=pytest.mark.skipif(
@@ -32,7 +33,7 @@ def _figures(names: list[str]) -> set[str]:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     out = tmp_path_factory.mktemp("pca_quick")
     messages: list[str] = []
-    result = reproduce_pca(out, quick=True, random_state=0, progress=messages.append)
+    result = reproduce_pca(out, quick=True, random_state=0, progress=collect_steps(messages))
     return out, result.to_json(), messages
 
 

@@ -21,6 +21,7 @@ from islands.experiments.scca import (
     THRESHOLDS,
     reproduce_scca,
 )
+from progress_steps import collect_steps
 
 FIGURES = ("fig3_relative_accuracy.png", "fig4_data_size.png",
            "fig5_classifier_accuracy.png", "fig6_training_time.png", "fig7_methods.png")
@@ -33,7 +34,7 @@ DATASETS = ["digits", pytest.param("fashion_mnist", marks=pytest.mark.skipif(
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], list[str]]:
     out = tmp_path_factory.mktemp("scca_quick")
     messages: list[str] = []
-    result = reproduce_scca(out, quick=True, random_state=0, progress=messages.append)
+    result = reproduce_scca(out, quick=True, random_state=0, progress=collect_steps(messages))
     return out, result.to_json(), messages
 
 

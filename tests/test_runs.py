@@ -147,3 +147,48 @@ def test_a_jupyter_kernel_loads_a_run_and_displays_an_estimator(tiny_run: Path) 
     # the progress bar is one display, updated in place, ending at 2/2
     assert len(shown) >= 3 and "2/2" in shown[-1]["text/plain"]
     assert "keys" in shown[-1]["text/html"]
+
+
+# The main tables of the reproductions' results.json, trimmed from real quick runs
+# (islands reproduce NAME --quick): each nests its table differently.
+_APFL = {"settings": {"quick": True}, "schedule": {"cl_steps": 42, "mbs_batches": [26, 19]},
+         "rows": {"CL": {"accuracy": 0.763, "per_class_accuracy": [0.9, 0.94], "bytes": 0},
+                  "APFL": {"accuracy": 0.666, "per_class_accuracy": [0.8, 0.7],
+                           "bytes": 5120}},
+         "sensitivity": {"tau": {"4": {"accuracy": 0.7}}}, "agreement": [], "figures": [],
+         "wall_time_s": 44.6}
+_FTL = {"settings": {}, "fashion_mnist": {
+            "rows": [{"overlap_fraction": 0.02, "ftl": {"accuracy": 0.61, "loss_history": [1.0]}},
+                     {"overlap_fraction": 0.1, "ftl": {"accuracy": 0.7, "loss_history": [0.9]}}],
+            "b_rows": 6000, "model": {"dim": 32}},
+        "breast_cancer": {"runs": {"10%": [{"repeat": 0}], "30%": [{"repeat": 0}]},
+                          "summary": {"10%": {"ftl_auc": 0.9}, "30%": {"ftl_auc": 0.95}}},
+        "agreement": [], "figures": [], "wall_time_s": 519.0}
+_SCCA = {"settings": {}, "datasets": {
+             "fashion_mnist": {"title": "Fashion-MNIST", "p": 392,
+                               "threshold": {"ratios": [1.0, 0.9], "n_pairs": 390}},
+             "digits": {"title": "digits", "p": 32,
+                        "threshold": {"ratios": [1.0, 0.5], "n_pairs": 30}}},
+         "agreement": [], "skipped": {}, "figures": [], "wall_time_s": 121.0}
+_CONTRIBUTION = {"settings": {}, "clients": [{"name": "c1", "rows": 100},
+                                             {"name": "c2", "rows": 50}],
+                 "federation": {"rounds": 3}, "comparison": [{"method": "gtg"}],
+                 "agreement": [], "figures": [], "wall_time_s": 63.7}
+
+
+@pytest.mark.parametrize(("doc", "history"), [
+    (_APFL, [{"name": "CL", "accuracy": 0.763, "bytes": 0},
+             {"name": "APFL", "accuracy": 0.666, "bytes": 5120}]),
+    (_FTL, [{"overlap_fraction": 0.02, "ftl_accuracy": 0.61, "ftl_loss_history": [1.0]},
+            {"overlap_fraction": 0.1, "ftl_accuracy": 0.7, "ftl_loss_history": [0.9]}]),
+    (_SCCA, [{"name": "fashion_mnist", "title": "Fashion-MNIST", "p": 392,
+              "threshold_n_pairs": 390},
+             {"name": "digits", "title": "digits", "p": 32, "threshold_n_pairs": 30}]),
+    (_CONTRIBUTION, [{"name": "c1", "rows": 100}, {"name": "c2", "rows": 50}]),
+], ids=["apfl", "ftl", "scca", "contribution"])
+def test_a_reproductions_history_is_its_main_table(tmp_path: Path, doc: dict[str, object],
+                                                   history: list[dict[str, object]]) -> None:
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    run = load_run(tmp_path)
+    assert isinstance(run, Reproduction)
+    assert run.history == history

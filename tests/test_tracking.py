@@ -227,3 +227,63 @@ def test_islands_run_with_set_tracking_writes_event_files(tmp_path: Path) -> Non
     assert f"tensorboard --logdir {tmp_path / 'out' / 'tensorboard'}" in " ".join(
         proc.stdout.split())
     assert out["tracking"]["errors"] == []
+
+
+# ------------------------------------------------------------------ the vertical job
+VERTICAL_JOB = """
+name = "bc"
+kind = "vertical"
+output = "{output}"
+[data]
+name = "breast_cancer"
+[parties]
+b_features = 10
+[model]
+kind = "logistic"
+key_bits = 1024
+epochs = 3
+tol = "none"
+"""
+
+
+def test_islands_run_of_a_vertical_job_logs_its_losses_to_tensorboard(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    job = tmp_path / "vertical.toml"
+    job.write_text(VERTICAL_JOB.format(output=tmp_path / "out"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "islands.cli", "run", str(job),
+         "--set", "tracking.tensorboard=true", "--set", "model.learning_rate=0.2"],
+        env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert out["job"]["tracking"]["tensorboard"] is True
+    run_dir = Path(out["tracking"]["tensorboard"])
+    assert run_dir.parent == tmp_path / "out" / "tensorboard"
+    assert re.fullmatch(r"bc_model.learning_rate=0.2_\d{8}-\d{6}", run_dir.name), run_dir.name
+    assert len(out["loss_history"]) == 3
+    loss = _scalars(run_dir, "train/loss")
+    assert sorted(loss) == [1, 2, 3]
+    np.testing.assert_allclose([loss[e] for e in (1, 2, 3)], out["loss_history"], rtol=1e-6)
+    for key in ("accuracy", "auc", "sklearn_auc"):
+        final = _scalars(run_dir, f"final/{key}")
+        np.testing.assert_allclose(final[0], out["metrics"][key], rtol=1e-6)
+    assert _scalars(run_dir, "final/bytes")[0] == pytest.approx(out["bytes"], rel=1e-6)
+    assert f"tensorboard --logdir {tmp_path / 'out' / 'tensorboard'}" in " ".join(
+        proc.stdout.split())
+    assert out["tracking"]["errors"] == []
+    assert list(out)[-2:] == ["tracking", "wall_time_s"]
+
+
+def test_a_vertical_job_without_tracking_writes_the_same_keys(tmp_path: Path) -> None:
+    from islands.validation import read_toml
+    from islands.vfl.job import parse_vertical_job
+
+    job = tmp_path / "vertical.toml"
+    job.write_text(VERTICAL_JOB.format(output=tmp_path / "out"))
+    parsed = parse_vertical_job(read_toml(job))
+    assert parsed.tracking is None and "tracking" not in parsed.to_dict()
+    with_tracking = parse_vertical_job({**read_toml(job), "tracking": {"tensorboard": True}})
+    assert with_tracking.to_dict()["tracking"]["tensorboard"] is True
+    with pytest.raises(JobError, match=r"\[tracking\]: unknown key\(s\) \['tensorbord'\]"):
+        parse_vertical_job({**read_toml(job), "tracking": {"tensorbord": True}})

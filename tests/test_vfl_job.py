@@ -14,6 +14,8 @@ import pytest
 pytest.importorskip("sklearn")
 pytest.importorskip("phe")
 
+from islands.runs import Reproduction, load_run
+from islands.runtime.progress import ProgressUpdate
 from islands.vfl.job import (
     JobError,
     VerticalJobResult,
@@ -116,8 +118,15 @@ def test_cli_refuses_resume_for_a_vertical_job(tmp_path: Path) -> None:
 def test_quick_reproduction(tmp_path: Path) -> None:
     from islands.experiments.vfl import reproduce_vfl
 
-    messages: list[str] = []
-    results = reproduce_vfl(tmp_path, quick=True, progress=messages.append)
+    updates: list[ProgressUpdate] = []
+    results = reproduce_vfl(tmp_path, quick=True, progress=updates.append)
+    # one task, announced at 0, one unit per step message, finished once at the end
+    assert {u.task for u in updates} == {"reproduce vfl"}
+    assert (updates[0].done, updates[0].info, updates[0].finished) == (0, "starting", False)
+    assert [u.done for u in updates[1:-1]] == list(range(1, len(updates) - 1))
+    assert (updates[-1].finished, updates[-1].info) == (True, "done")
+    assert [u.finished for u in updates].count(True) == 1
+    messages = [u.info for u in updates[1:-1]]
     assert set(results.sections["runs"]) == {"diabetes", "breast_cancer", "synthetic"}
     assert all(isinstance(r, VerticalJobResult) for r in results.sections["runs"].values())
     assert all(c["verdict"] != "differs" for c in results.agreement)
@@ -129,6 +138,14 @@ def test_quick_reproduction(tmp_path: Path) -> None:
     report = (tmp_path / "report.md").read_text()
     assert "Cost per epoch" in report and (tmp_path / "loss_curves.png").exists()
     assert any("[breast_cancer]" in m for m in messages)
+    # load_run reads it back: one history row per vertical job, with its test metrics
+    run = load_run(tmp_path)
+    assert isinstance(run, Reproduction) and run.name == tmp_path.name
+    assert [h["name"] for h in run.history] == ["diabetes", "breast_cancer", "synthetic"]
+    for row in run.history:
+        assert row["metrics_" + ("r2" if row["name"] == "diabetes" else "auc")] == doc[
+            "runs"][row["name"]]["metrics"]["r2" if row["name"] == "diabetes" else "auc"]
+        assert row["bytes"] == doc["runs"][row["name"]]["bytes"]
     # the CLI's table reads the typed runs
     from islands.cli.common import console
     from islands.cli.reproduce import REPRODUCTIONS
@@ -172,3 +189,27 @@ def test_a_job_files_psi_limit_reaches_the_parties(tmp_path: Path) -> None:
     assert "PSI party 'B' refuses party 'A': it announced 433 IDs" in said, said
     assert "max_peer_size = 216 (max_peer_ratio 0.5" in said, said
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_a_bad_progress_value_is_named_before_anything_runs(tmp_path: Path) -> None:
+    from islands.errors import ValidationError
+    from islands.experiments.vfl import reproduce_vfl
+
+    with pytest.raises(ValidationError, match="'progress' parameter of reproduce_vfl"):
+        reproduce_vfl(tmp_path / "out", quick=True, progress="yes")
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_reproduce_shows_each_step(tmp_path: Path) -> None:
+    """Off a terminal (a pipe, a CI log) ``islands reproduce`` prints one line per step."""
+    env = {**os.environ, "PYTHONPATH": str(EXAMPLES.parent / "src"), "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-m", "islands.cli", "reproduce", "vfl", "--quick",
+                           "--out", str(tmp_path / "out")],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    steps = [line for line in proc.stdout.splitlines() if line.startswith("reproduce vfl: ")]
+    assert any("[breast_cancer]" in line and "private set intersection" in line
+               for line in steps), proc.stdout
+    assert steps[-1] == "reproduce vfl: done"
+    assert "Agreement with the paper" in proc.stdout
+    assert len(load_run(tmp_path / "out").history) == 3

@@ -89,6 +89,10 @@ class VerticalRun(Run):
 class Reproduction(Run):
     """A reproduction (``islands reproduce NAME``); :attr:`history` is its first table.
 
+    That is the shallowest list of records, or mapping of named records (one row per
+    name), in ``results.json``: contribution's ``clients``, apfl's ``rows``, vfl's
+    ``runs``, ftl's ``fashion_mnist.rows``, scca's and pca's ``datasets``.
+
     Attributes
     ----------
     agreement
@@ -188,13 +192,48 @@ def _reproduction(path: Path, doc: dict[str, Any]) -> Reproduction:
     if "wall_time_s" in doc:
         metrics["wall_time_s"] = doc["wall_time_s"]
     envelope = {"settings", "agreement", "skipped", "figures", "wall_time_s"}
-    history = next(([_flat(r) for r in value] for key, value in doc.items()
-                    if key not in envelope and isinstance(value, list) and value
-                    and all(isinstance(r, dict) for r in value)), [])
+    sections = {k: v for k, v in doc.items() if k not in envelope}
+    history = _first_table(sections)
     report = path / "report.md"
     return Reproduction(path=path, name=path.name, settings=doc["settings"], metrics=metrics,
                         history=history, results=doc, agreement=agreement,
                         report=report.read_text(encoding="utf-8") if report.is_file() else "")
+
+
+def _table(value: Any) -> list[dict[str, Any]]:
+    """``value`` as a table: a list of records, or a mapping of two or more named records.
+
+    Named records become one row each, ``name`` first, then their scalars flattened (their
+    lists, such as a loss history or 390 correlation ratios, stay in ``results``). ``[]``
+    when ``value`` is neither.
+    """
+    if isinstance(value, list) and value and all(isinstance(r, Mapping) for r in value):
+        return [_flat(r) for r in value]
+    if (isinstance(value, Mapping) and len(value) > 1
+            and all(isinstance(v, Mapping) for v in value.values())):
+        rows = [{"name": str(k), **{c: v for c, v in _flat(row).items()
+                                    if not isinstance(v, list)}}
+                for k, row in value.items()]
+        if all(len(r) > 1 for r in rows):
+            return rows
+    return []
+
+
+def _first_table(sections: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Return the shallowest table of ``results.json``'s sections (the first at its depth).
+
+    Reproductions nest their main table differently: contribution's ``clients`` is a
+    list, apfl's ``rows`` and vfl's ``runs`` map names to records, ftl's is one level
+    down (``fashion_mnist.rows``), scca's and pca's are per data set (``datasets``).
+    """
+    level: list[Any] = list(sections.values())
+    while level:
+        for value in level:
+            found = _table(value)
+            if found:
+                return found
+        level = [v for value in level if isinstance(value, Mapping) for v in value.values()]
+    return []
 
 
 def _flat(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -12,8 +12,9 @@ from rich.markup import escape
 
 from islands import __version__
 from islands.errors import IslandsError
+from islands.runtime.progress import ProgressOption, ProgressUpdate
 
-__all__ = ["app", "console", "stop_on_error"]
+__all__ = ["app", "console", "progress_option", "stop_on_error"]
 
 app = typer.Typer(
     name="islands",
@@ -60,3 +61,22 @@ def stop_on_error(code: int = 2, also: tuple[type[Exception], ...] = ()) -> Iter
     except caught as exc:
         print_error(exc)
         raise typer.Exit(code) from exc
+
+
+def progress_option() -> ProgressOption:
+    """Return how a command shows a long operation's progress.
+
+    On a terminal, the bars of :mod:`islands.runtime.progress` (``True``); elsewhere (a
+    pipe, a CI log) a bar drawn once at the end says little, so each step's message is
+    printed as one line instead.
+    """
+    if console.is_terminal:
+        return True
+
+    def line(update: ProgressUpdate) -> None:
+        if update.info and update.info != "starting":
+            done = f" [{update.done}/{update.total}]" if update.total is not None else ""
+            console.print(f"{escape(update.task)}{done}: {escape(update.info)}",
+                          highlight=False, soft_wrap=True)
+
+    return line

@@ -1,7 +1,7 @@
 """``islands reproduce NAME``: a paper's experiments as a report, one command per table row.
 
 Every reproduction takes ``--out``, ``--quick``, ``--seed`` and ``--json``, runs its
-``reproduce_<name>(out, quick=, random_state=, progress=, **extra)`` with a status line,
+``reproduce_<name>(out, quick=, random_state=, progress=, **extra)`` with progress bars,
 prints its own tables and then the claims checked against the paper. :data:`REPRODUCTIONS`
 holds what differs between them; the commands are built from it.
 """
@@ -19,7 +19,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from islands.cli.common import app, console, stop_on_error
+from islands.cli.common import app, console, progress_option, stop_on_error
 
 if TYPE_CHECKING:  # islands.cli imports no experiments until a command runs
     from islands.experiments.apfl import ApflRow
@@ -188,15 +188,15 @@ REPRODUCTIONS: tuple[Reproduction, ...] = (
 
 def reproduce(entry: Reproduction, out: Path, quick: bool, seed: int, json_path: Path | None,
               **extra: Any) -> Results:
-    """Run one reproduction with a status line and print its summary.
+    """Run one reproduction with progress bars (lines off a terminal); print its summary.
 
     An islands error (bad settings, missing data) is one line and exit 2.
     """
     module, _, function = entry.run.partition(":")
-    with stop_on_error(2), console.status("starting") as status:
+    with stop_on_error(2):
         run = getattr(importlib.import_module(module), function)
         results: Results = run(out, quick=quick, random_state=seed,
-                               progress=lambda msg: status.update(escape(msg)), **extra)
+                               progress=progress_option(), **extra)
     if entry.tables is not None:
         entry.tables(results)
     _summarise_reproduction(results, out, json_path)

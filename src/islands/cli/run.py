@@ -167,9 +167,10 @@ def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
         print_error(f"--resume continues a horizontal job from its checkpoints; the vertical "
                     f"job {job_file} keeps none: run it without --resume")
         raise typer.Exit(2)
-    with stop_on_error(2):
+    with stop_on_error(2, also=(ImportError,)):
         job = load_vertical_job(job_file, overrides)
         settings = job.config()
+        job.check_trackers()  # a missing extra is said before anything runs
     out = output if output is not None else Path(job.output)
     scheme = describe_he(settings.he, settings.key_bits, settings.djn)
     console.print(f"job [bold]{escape(job.name)}[/]: vertical {settings.objective} regression "
@@ -178,9 +179,11 @@ def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
                   f"{scheme}, up to {settings.epochs} epochs, output {escape(str(out))}"
                   + _set_text(job.overrides))
     with console.status("starting") as status, stop_on_error(1):
-        result = run_vertical(job, progress=lambda msg: status.update(escape(msg)))
+        result = run_vertical(job, progress=lambda msg: status.update(escape(msg)),
+                              output=out)
     written = write_vertical_outputs(result, out, json_path=json_path)
     _summarise_vertical(result)
+    _say_tracking(result.tracking)
     console.print("wrote " + ", ".join(escape(str(p)) for p in written))
 
 

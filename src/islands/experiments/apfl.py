@@ -46,6 +46,7 @@ from islands.experiments.report import (
     claim,
     markdown_table,
     new_figure,
+    reports_progress,
     save_figure,
     setup_run,
     write_json,
@@ -54,6 +55,7 @@ from islands.hfl import APFL, FedAvg, FederatedModel
 from islands.hfl.estimator import client_seed, split_local_eval
 from islands.hfl.maths import apfl_batch_sizes
 from islands.hfl.metrics import classification_report, dev_avg
+from islands.runtime.progress import ProgressOption
 from islands.validation import check_int
 
 __all__ = ["PAPER", "SENSITIVITY_LRS", "ApflRow", "Schedule", "reproduce_apfl", "schedule",
@@ -247,6 +249,7 @@ def _load(s: _Settings) -> tuple[str, Any, Any, Any, Any, Any]:
             test.X[te].astype(np.float32), test.y[te])
 
 
+@reports_progress("apfl")
 def reproduce_apfl(
     out_dir: Path | str,
     *,
@@ -254,7 +257,7 @@ def reproduce_apfl(
     model: str = "mlp",
     quick: bool = False,
     random_state: int = 0,
-    progress: Progress | None = None,
+    progress: ProgressOption = None,
 ) -> ReproductionResult:
     """Run the seven rows of the APFL paper's Fashion-MNIST tables and write a report.
 
@@ -276,7 +279,9 @@ def reproduce_apfl(
     random_state
         Seed of the subsets, the initial model and every batch order.
     progress
-        Called with a short message at each step.
+        False or None (silent), True (bars in a terminal or a notebook) or a callable
+        receiving each :class:`~islands.runtime.progress.ProgressUpdate` (its ``info``
+        is the step's message).
 
     Returns
     -------

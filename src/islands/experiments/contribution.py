@@ -61,6 +61,7 @@ from islands.experiments.report import (
     claim,
     markdown_table,
     new_figure,
+    reports_progress,
     save_figure,
     setup_run,
     write_json,
@@ -70,6 +71,7 @@ from islands.hfl.contribution import Contribution, ContributionReport, ServerVal
 from islands.hfl.contribution.report import LABELS, plot_contribution
 from islands.hfl.contribution.retrain import coalition_trainer, retrain_contributions
 from islands.reporting import JsonRow
+from islands.runtime.progress import ProgressOption
 from islands.runtime.threads import torch_threads
 
 __all__ = ["ROLES", "ContributionClient", "RetrainScores", "reproduce_contribution"]
@@ -298,10 +300,11 @@ def _cumulative(report: ContributionReport, method: str, n: int) -> Floats:
 
 
 # ------------------------------------------------------------------ entry point
+@reports_progress("contribution")
 def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
                            quick: bool = False, random_state: int = 0,
                            n_threads: int | None = None,
-                           progress: Progress | None = None) -> ReproductionResult:
+                           progress: ProgressOption = None) -> ReproductionResult:
     """Value five unequal Fashion-MNIST clients and compare with Shapley by retraining.
 
     Parameters
@@ -321,7 +324,9 @@ def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
     n_threads
         torch threads (None: the federation's ``"auto"``).
     progress
-        Called with a short message at each step.
+        False or None (silent), True (bars in a terminal or a notebook) or a callable
+        receiving each :class:`~islands.runtime.progress.ProgressUpdate` (its ``info``
+        is the step's message).
 
     Returns
     -------

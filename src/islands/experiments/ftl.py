@@ -58,11 +58,13 @@ from islands.experiments.report import (
     claim,
     markdown_table,
     new_figure,
+    reports_progress,
     save_figure,
     setup_run,
     write_json,
 )
 from islands.reporting import JsonRow
+from islands.runtime.progress import ProgressOption
 from islands.vfl import FederatedTransferLearner
 from islands.vfl.ftl.config import FtlConfig, Plan
 from islands.vfl.ftl.protocol import make_net
@@ -475,8 +477,9 @@ def _encrypted_check(s: _Settings, say: Progress) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ entry point
+@reports_progress("ftl")
 def reproduce_ftl(out_dir: Path | str, *, quick: bool = False, random_state: int = 0,
-                  progress: Progress | None = None) -> ReproductionResult:
+                  progress: ProgressOption = None) -> ReproductionResult:
     """Run the FTL experiments and write the report.
 
     Parameters
@@ -492,7 +495,9 @@ def reproduce_ftl(out_dir: Path | str, *, quick: bool = False, random_state: int
     random_state
         Seed of the splits, the networks' initial weights and the batch order.
     progress
-        Called with a short message at each step.
+        False or None (silent), True (bars in a terminal or a notebook) or a callable
+        receiving each :class:`~islands.runtime.progress.ProgressUpdate` (its ``info``
+        is the step's message).
 
     Returns
     -------

@@ -73,6 +73,7 @@ from islands.experiments.report import (
     claim,
     markdown_table,
     new_figure,
+    reports_progress,
     save_figure,
     setup_run,
     thread_limit,
@@ -82,6 +83,7 @@ from islands.experiments.report import (
 from islands.pca import maths
 from islands.pca.estimator import FederatedPCA
 from islands.pca.protocol import centring_of
+from islands.runtime.progress import ProgressOption
 
 __all__ = [
     "BALANCES",
@@ -860,12 +862,13 @@ def _report(results: dict[str, Any], files: dict[str, str], st: _Settings) -> st
 
 
 # ---------------------------------------------------------------------------- main
+@reports_progress("pca")
 def reproduce_pca(
     out_dir: Path | str,
     *,
     quick: bool = False,
     random_state: int = 0,
-    progress: Progress | None = None,
+    progress: ProgressOption = None,
     n_threads: int | None = 1,
 ) -> ReproductionResult:
     """Run the federated DP-PCA experiments (q and SVM accuracy vs ε, k, s) and report.
@@ -885,7 +888,9 @@ def reproduce_pca(
         Seed of the digits split, the partitions, the SVMs and the ``noise_seed`` of
         every DP fit (which voids those fits' DP guarantee; the report says so).
     progress
-        Called with a short message at each step.
+        False or None (silent), True (bars in a terminal or a notebook) or a callable
+        receiving each :class:`~islands.runtime.progress.ProgressUpdate` (its ``info``
+        is the step's message).
     n_threads
         Threads the BLAS and OpenMP libraries may use (through ``threadpoolctl``);
         ``None`` leaves them alone. The sites of each fit already run in threads of

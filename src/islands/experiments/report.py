@@ -2,20 +2,28 @@
 
 JSON, Markdown and PNG writing live in :mod:`islands.reporting` (re-exported here).
 Importing this module loads only NumPy; matplotlib is imported by :func:`new_figure`.
+
+Every ``reproduce_<name>`` function is wrapped by :func:`reports_progress`: its
+``progress`` argument is a :data:`~islands.runtime.progress.ProgressOption` (False/None
+silent, True bars in a terminal or a notebook, a callable receiving each
+:class:`~islands.runtime.progress.ProgressUpdate`, whose ``info`` is the step's message),
+while the body keeps saying its steps as short strings (:attr:`RunSetup.say`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from islands.data import find_fashion_mnist
 from islands.reporting import markdown_table, new_figure, save_figure, to_jsonable, write_json
+from islands.runtime.progress import ProgressOption, Task, check_progress, task
 from islands.validation import check_int
 
 if TYPE_CHECKING:
@@ -30,6 +38,7 @@ __all__ = [
     "markdown_table",
     "new_figure",
     "plain",
+    "reports_progress",
     "save_figure",
     "setup_run",
     "thread_limit",
@@ -39,7 +48,42 @@ __all__ = [
 ]
 
 Progress = Callable[[str], None]
-"""Called with a short message at each step of a reproduction."""
+"""Called with a short message at each step of a reproduction (:attr:`RunSetup.say`)."""
+
+
+class Steps:
+    """A reproduction's step messages, each one unit of its progress task."""
+
+    def __init__(self, running: Task) -> None:
+        self._task = running
+
+    def __call__(self, message: str) -> None:
+        self._task.advance(info=message)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def reports_progress(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Make a ``reproduce_<name>`` function report its steps as the task ``reproduce NAME``.
+
+    The wrapped function's ``progress`` keyword is checked first (a bad value raises
+    :class:`~islands.errors.ValidationError` naming it, before anything runs); the body
+    gets a :class:`Steps` that advances the task by one at each message, and the task
+    finishes (``done``, or ``failed`` with the exception going on) when it returns.
+    """
+    def wrap(function: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(function)
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            sink = check_progress(kwargs.get("progress"), function.__name__)
+            if sink is None:
+                return function(*args, **{**kwargs, "progress": None})  # type: ignore[arg-type]
+            with task(sink, f"reproduce {name}") as running:
+                return function(*args, **{**kwargs,  # type: ignore[arg-type]
+                                          "progress": Steps(running)})
+        return run
+    return wrap
 
 
 @dataclass(frozen=True)
@@ -54,14 +98,21 @@ class RunSetup:
 
 def setup_run(
     owner: str, out_dir: str | Path, random_state: Any, n_threads: Any,
-    progress: Progress | None,
+    progress: ProgressOption | Steps,
 ) -> RunSetup:
-    """Check a reproduction's common arguments and create its output folder."""
+    """Check a reproduction's common arguments and create its output folder.
+
+    ``progress`` is what :func:`reports_progress` hands the body: its :class:`Steps`, or
+    None (silent).
+    """
     seed = check_int(random_state, "random_state", owner, low=0)
     threads = None if n_threads is None else check_int(n_threads, "n_threads", owner, low=1)
+    if progress is not None and progress is not False and not isinstance(progress, Steps):
+        raise TypeError(f"{owner}: setup_run takes the Steps of @reports_progress, got "
+                        f"{type(progress).__name__}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    say: Progress = progress if progress is not None else (lambda _msg: None)
+    say: Progress = progress if isinstance(progress, Steps) else (lambda _msg: None)
     return RunSetup(out=out, random_state=seed, n_threads=threads, say=say)
 
 

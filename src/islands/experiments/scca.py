@@ -52,12 +52,14 @@ from islands.experiments.report import (
     agreement_table,
     markdown_table,
     new_figure,
+    reports_progress,
     save_figure,
     setup_run,
     thread_limit,
     two_datasets,
     write_json,
 )
+from islands.runtime.progress import ProgressOption
 
 __all__ = [
     "CCA_FRACTION",
@@ -717,12 +719,13 @@ def _report(results: dict[str, Any], files: dict[str, str]) -> str:
 
 
 # ---------------------------------------------------------------------------- main
+@reports_progress("scca")
 def reproduce_scca(
     out_dir: Path | str,
     *,
     quick: bool = False,
     random_state: int = 0,
-    progress: Progress | None = None,
+    progress: ProgressOption = None,
     n_threads: int | None = 1,
 ) -> ReproductionResult:
     """Run the Swarm CCA paper's experiments (Figs 3-7) and write a report.
@@ -741,7 +744,9 @@ def reproduce_scca(
     random_state
         Seed of the digits split, the classifiers and the draws of (c).
     progress
-        Called with a short message at each step.
+        False or None (silent), True (bars in a terminal or a notebook) or a callable
+        receiving each :class:`~islands.runtime.progress.ProgressUpdate` (its ``info``
+        is the step's message).
     n_threads
         Threads the BLAS and OpenMP libraries may use during the run (through
         ``threadpoolctl``); ``None`` leaves them alone. The default, 1, makes the

@@ -31,10 +31,12 @@ from islands.experiments.report import (
     claim,
     markdown_table,
     new_figure,
+    reports_progress,
     save_figure,
     setup_run,
     write_json,
 )
+from islands.runtime.progress import ProgressOption
 from islands.vfl.job import VerticalJob, VerticalJobResult, run_vertical
 
 __all__ = ["reproduce_vfl"]
@@ -68,8 +70,9 @@ def _jobs(quick: bool, seed: int) -> list[VerticalJob]:
     ]
 
 
+@reports_progress("vfl")
 def reproduce_vfl(out_dir: Path | str, *, quick: bool = False, random_state: int = 0,
-                  progress: Progress | None = None) -> ReproductionResult:
+                  progress: ProgressOption = None) -> ReproductionResult:
     """Run the three vertical jobs and write the report.
 
     Parameters
@@ -82,7 +85,9 @@ def reproduce_vfl(out_dir: Path | str, *, quick: bool = False, random_state: int
     random_state
         Seed of the splits, the synthetic data and the batch order.
     progress
-        Called with a short message at each step.
+        False or None (silent), True (bars in a terminal or a notebook) or a callable
+        receiving each :class:`~islands.runtime.progress.ProgressUpdate` (its ``info``
+        is the step's message).
 
     Returns
     -------

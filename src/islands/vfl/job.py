@@ -34,6 +34,9 @@ A vertical job is a TOML file with ``kind = "vertical"``::
     # feature_bits = 16, score_bits = 32, he = "paillier" ("ou": HEU's Okamoto-Uchiyama;
     # "none": benchmarks only)
 
+    [tracking]                   # optional, as a horizontal job's (islands.tracking)
+    tensorboard = true           # event files in <output>/tensorboard/<run name>
+
 The ``[model]`` keys and the ``[parties]`` PSI limits are the settings of
 :class:`~islands.vfl.config.VflConfig` (``kind`` is its ``objective``), with its
 defaults and limits; the job's ``seed`` seeds the splits and is the estimator's
@@ -46,6 +49,10 @@ predictions are mapped back. The test rows are scored by the inference protocol
 (Table 2). The result holds the loss of every epoch, test metrics (R² and MSE, or
 accuracy and ROC AUC) next to scikit-learn trained on the joined data, seconds per
 epoch and each party's split between homomorphic work, plain compute and messaging.
+With ``[tracking]`` (:class:`~islands.tracking.TrackingConfig`, the ``tracking`` extra)
+the settings, the loss and seconds of every epoch (``train/loss``, ``train/seconds``,
+step = epoch) and the final summary (test metrics, rows, bytes) go to TensorBoard and/or
+MLflow once training ends: what ``results.json`` shows, never rows, weights or keys.
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ from numpy.typing import NDArray
 from islands.data import load_sklearn
 from islands.errors import JobError
 from islands.reporting import new_figure, save_figure, write_results
+from islands.tracking import Tracker, TrackingConfig, run_label
 from islands.validation import file_section, read_job, read_toml, table_value
 from islands.vfl import maths
 from islands.vfl.config import RENAMED, VflConfig, draw_seed
@@ -71,11 +79,12 @@ from islands.vfl.protocol import Clock
 __all__ = ["JobError", "VerticalJob", "VerticalJobResult", "is_vertical", "load_vertical_job",
            "parse_vertical_job", "run_vertical", "write_vertical_outputs"]
 
-_TOP = {"name", "kind", "seed", "output", "data", "parties", "model"}
+_TOP = {"name", "kind", "seed", "output", "data", "parties", "model", "tracking"}
 _DATA = {"name", "test_fraction", "rows"}
 _PARTIES = {"b_features", "a_features", "passive", "psi", "max_peer_size", "max_peer_ratio"}
 _LIMITS = ("max_peer_size", "max_peer_ratio")
 _MODEL = {"kind", *(set(VflConfig.model_fields) - {"objective", "seed", *_LIMITS})}
+_TRACKING = set(TrackingConfig.model_fields)
 DATASETS = ("breast_cancer", "diabetes", "synthetic")
 
 
@@ -92,13 +101,21 @@ class VerticalJob:
     model: dict[str, Any] = field(default_factory=dict)
     source: str = "<job>"
     overrides: dict[str, Any] = field(default_factory=dict)
+    tracking: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the job as plain values (``overrides`` only when some were given)."""
+        """Return the job as plain values (``overrides``, ``tracking`` only when given)."""
         out = asdict(self)
         if not self.overrides:
             del out["overrides"]
+        if self.tracking is None:
+            del out["tracking"]
         return out
+
+    def check_trackers(self) -> None:
+        """Raise ImportError naming the extra when ``[tracking]`` asks for a missing tracker."""
+        if self.tracking is not None:
+            TrackingConfig.model_validate(self.tracking).check_installed()
 
     def config(self) -> VflConfig:
         """Return the model's settings, as the estimator builds them.
@@ -173,7 +190,11 @@ def parse_vertical_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Vert
                                  extra={k: parties[k] for k in _LIMITS})
     model = {"kind": config.objective,
              **{k: getattr(config, k) for k in sorted(_MODEL - {"kind"})}}
-    return VerticalJob(name, seed, output, data, parties, model, source)
+    tracking = None
+    if "tracking" in raw:
+        tracking = dict(TrackingConfig.from_table(
+            file_section(raw, "tracking", _TRACKING, where), f"{where} [tracking]"))
+    return VerticalJob(name, seed, output, data, parties, model, source, tracking=tracking)
 
 
 # ----------------------------------------------------------------------------- data
@@ -261,10 +282,11 @@ class VerticalJobResult:
     aligned_ids: int | None
     max_abs_diff_to_centralised_gd: float | None
     wall_time_s: float
+    tracking: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return ``results.json``: the keys and order it has always had."""
-        return {
+        out = {
             "job": self.job.to_dict(),
             "settings": self.settings.model_dump(),
             "rows": {"train_aligned": self.train_rows, "test": self.test_rows},
@@ -280,13 +302,65 @@ class VerticalJobResult:
             "bytes_by_tag": self.bytes_by_tag,
             "aligned_ids": self.aligned_ids,
             "max_abs_diff_to_centralised_gd": self.max_abs_diff_to_centralised_gd,
-            "wall_time_s": self.wall_time_s,
         }
+        if self.tracking is not None:
+            out["tracking"] = self.tracking
+        out["wall_time_s"] = self.wall_time_s
+        return out
 
 
-def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = None
-                 ) -> VerticalJobResult:
-    """Train one vertical job and return its results."""
+def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = None,
+                 output: str | Path | None = None) -> VerticalJobResult:
+    """Train one vertical job and return its results, logged to its trackers.
+
+    Parameters
+    ----------
+    job
+        From :func:`load_vertical_job`.
+    progress
+        Called with a short message at each step.
+    output
+        The run's folder (default: the job's ``output``): ``tracking.tensorboard = true``
+        writes under ``<output>/tensorboard``, the default MLflow store is
+        ``<output>/mlruns``.
+
+    Raises
+    ------
+    ImportError
+        When ``[tracking]`` asks for a tracker that is not installed (before anything runs).
+    TrackingError
+        When a tracker cannot start (before anything runs).
+    """
+    tracker = None
+    if job.tracking is not None and TrackingConfig.model_validate(job.tracking).enabled:
+        # the run's name says the settings it was run with, not where it is logged
+        shown = {k: v for k, v in job.overrides.items() if not k.startswith("tracking.")}
+        tracker = Tracker(TrackingConfig.model_validate(job.tracking),
+                          output if output is not None else job.output,
+                          run_label(job.name, shown), params=job.to_dict())
+    try:
+        result = _run_vertical(job, progress)
+    except BaseException:
+        if tracker is not None:
+            tracker.close(failed=True)
+        raise
+    if tracker is None:
+        return result
+    for epoch, (loss, seconds) in enumerate(
+            zip(result.loss_history, result.epoch_seconds, strict=False), 1):
+        tracker.log_metrics({"train/loss": loss, "train/seconds": seconds}, epoch)
+    tracker.log_summary({**result.metrics, "epochs_run": result.epochs_run,
+                         "converged": result.converged, "train_rows": result.train_rows,
+                         "test_rows": result.test_rows, "aligned_ids": result.aligned_ids,
+                         "bytes": result.bytes, "objective": result.settings.objective,
+                         "he": result.settings.he, "key_bits": result.settings.key_bits})
+    tracker.close()
+    return replace(result, tracking=tracker.info())
+
+
+def _run_vertical(job: VerticalJob, progress: Callable[[str], None] | None
+                  ) -> VerticalJobResult:
+    """Train one vertical job (:func:`run_vertical`, without the trackers)."""
     from sklearn.linear_model import LinearRegression, LogisticRegression
     from sklearn.metrics import accuracy_score, mean_squared_error, r2_score, roc_auc_score
     from sklearn.model_selection import train_test_split
