@@ -72,7 +72,9 @@ def test_cli_info_and_reproductions_say_when_fashion_mnist_is_missing(
                                           str(tmp_path / name)])
         assert result.exit_code == 2, result.output
         flat = " ".join(result.output.split())
-        assert flat.startswith("error: Fashion-MNIST files not found"), flat
+        # progress lines come first (off a terminal); the error is the last thing said
+        assert "error:" in flat and flat[flat.index("error:"):].startswith(
+            "error: Fashion-MNIST files not found"), flat
         assert "dataset-fashion-mnist" in flat and "Traceback" not in flat
 
 
