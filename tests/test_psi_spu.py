@@ -150,9 +150,9 @@ def test_a_peer_above_the_limit_is_refused_before_spu_gets_an_id(
         align([f"x{i}" for i in range(30)], ["x1", "x2"], engine="spu")
 
 
-def test_the_roles_refuse_spu_before_anything_is_sent() -> None:
+def test_the_roles_refuse_spu_without_its_addresses_before_anything_is_sent() -> None:
     log = Transcript()
-    with pytest.raises(ValidationError, match="engine='spu' does not run between"):
+    with pytest.raises(ValidationError, match=r"engine='spu' needs spu = \(initiator's"):
         run_local({"a": lambda p: initiator(p, peer="b", ids=["x"], engine="spu"),
                    "b": lambda p: responder(p, peer="a", ids=["x"])}, timeout=10,
                   transcript=log)
