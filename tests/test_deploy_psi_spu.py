@@ -16,6 +16,7 @@ import pytest
 from cryptography import x509
 
 import islands.psi.protocol as psi_protocol
+import islands.psi.spu_engine as spu_engine
 from islands.deploy.certs import make_certificates
 from islands.deploy.config import load_party_config
 from islands.deploy.launch import run_configured
@@ -106,7 +107,7 @@ def test_a_party_whose_spu_presents_another_certificate_is_refused(
     # certificate: one the federation's CA issued (to "c"), which a link trusting the
     # federation's CA would accept
     fed = make_certificates(["c"], tmp_path / "fed")
-    honest = psi_protocol.pinned_tls
+    honest = spu_engine.pinned_tls
 
     def deviating(folder: Path, own: RunCertificate, peer_cert: bytes) -> TlsFiles:
         files = honest(folder, own, peer_cert)
@@ -115,8 +116,8 @@ def test_a_party_whose_spu_presents_another_certificate_is_refused(
         return files
 
     monkeypatch.setattr(psi_protocol, "pinned_tls", deviating)
-    hosts = free_loopback_hosts(2)
-    results = _run_pair(hosts, hosts, timeout=12)
+    a, b = free_loopback_hosts(2)
+    results = _run_pair((a, b), (a, b), timeout=12)
     refused = results["a"]
     assert isinstance(refused, ProtocolError) and refused.step == "spu-tls"
     assert "the SPU of party 'b' presented a certificate this party's SPU does not accept" \
@@ -141,9 +142,9 @@ def test_a_mismatched_spu_setting_is_refused_naming_it_before_spu_starts(
 def test_a_peer_above_the_limit_is_refused_before_any_spu_runs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ISLANDS_SPU_PYTHON", "/nonexistent/python")
-    hosts = free_loopback_hosts(2)
+    a, b = free_loopback_hosts(2)
     log = Transcript()
-    results = _run_pair(hosts, hosts, timeout=5, log=log, max_peer_size=100)
+    results = _run_pair((a, b), (a, b), timeout=5, log=log, max_peer_size=100)
     err = results["a"]
     assert isinstance(err, ProtocolError) and "PSI party 'a' refuses party 'b'" in str(err)
     assert "announced 250 IDs" in str(err)

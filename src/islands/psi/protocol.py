@@ -1,4 +1,8 @@
-"""The two roles of Diffie–Hellman PSI: the initiator (A) and the responder (B).
+"""The two roles of PSI: the initiator (A) and the responder (B).
+
+With ``engine="spu"`` the roles exchange :class:`SpuHello` and run SecretFlow SPU's RR22
+between the two parties' SPU processes (:func:`_spu`); what follows is the default,
+Diffie–Hellman PSI.
 
 Messages, in order (every one a real wire message, recorded in the transcript):
 
