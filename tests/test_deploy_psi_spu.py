@@ -21,6 +21,7 @@ from islands.deploy.certs import make_certificates
 from islands.deploy.config import load_party_config
 from islands.deploy.launch import run_configured
 from islands.deploy.local import start_parties, wait_parties, write_federation
+from islands.deploy.protocols import prepare
 from islands.errors import JobError, ProtocolError, ValidationError
 from islands.psi import align, initiator, responder
 from islands.psi.spu_engine import RunCertificate, free_loopback_hosts, spu_python
@@ -170,3 +171,64 @@ def test_the_spu_section_is_checked_before_connecting(tmp_path: Path, change: di
                              options={"initiator": "hospital", **change})
     with pytest.raises(JobError, match=message):
         run_configured(load_party_config(files["hospital"]))
+
+
+def _vfl_federation(folder: Path, engine: str) -> dict[str, Path]:
+    """A vertical federation (coordinator c, active b, passives a1 and a2) aligning by PSI."""
+    rng = np.random.default_rng(3)
+    folder.mkdir()
+    keys: dict[str, dict[str, str]] = {"c": {}}
+    for name, rows in (("b", range(0, 60)), ("a1", range(10, 80)), ("a2", range(5, 55))):
+        order = rng.permutation(list(rows))
+        np.savetxt(folder / f"{name}.csv", rng.normal(size=(order.size, 2)), delimiter=",")
+        (folder / f"{name}-ids.txt").write_text("".join(f"id{i}\n" for i in order))
+        keys[name] = {"data": f"{name}.csv", "ids": f"{name}-ids.txt"}
+    (folder / "labels.txt").write_text("".join(f"{i % 2}\n" for i in range(60)))
+    keys["b"]["labels"] = "labels.txt"
+    options: dict[str, Any] = {"coordinator": "c", "active": "b", "psi": True,
+                               "model": "logistic", "epochs": 2, "key_bits": 1024}
+    if engine == "spu":
+        options.update(psi_engine="spu", spu=dict(zip(("b", "a1", "a2"),
+                                                      free_loopback_hosts(3), strict=True)))
+    return write_federation(folder, "vfl", keys, options=options, settings={"timeout": 120})
+
+
+@needs_spu
+def test_vertical_federation_aligns_with_spu_as_with_dh(tmp_path: Path) -> None:
+    outs = {}
+    for engine in ("dh", "spu"):
+        files = _vfl_federation(tmp_path / engine, engine)
+        done = wait_parties(start_parties(files), files, 240)
+        assert all(f.returncode == 0 for f in done.values()), {n: f.log[-2000:]
+                                                               for n, f in done.items()}
+        outs[engine] = tmp_path / engine / "out"
+    for party in ("b", "a1"):
+        assert "PSI on SPU RR22" in (outs["spu"] / party / "party.json").read_text()
+        assert "PSI on SPU RR22" not in (outs["dh"] / party / "party.json").read_text()
+    for party in ("b", "a1", "a2"):
+        ids = {e: (outs[e] / party / "aligned-ids.txt").read_text().splitlines()
+               for e in outs}
+        assert ids["spu"] == ids["dh"]
+        assert sorted(ids["dh"]) == sorted(f"id{i}" for i in range(10, 55))
+        np.testing.assert_array_equal(np.load(outs["spu"] / party / "theta.npy"),
+                                      np.load(outs["dh"] / party / "theta.npy"))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"psi_engine": "spu"}, r"psi_engine = 'spu' needs a \[vfl.spu\] table"),
+    ({"psi_engine": "ecdh"}, r"'psi_engine' must be 'dh' or 'spu'"),
+    ({"spu": {"b": "127.0.0.1:1", "a1": "127.0.0.1:2", "a2": "127.0.0.1:3"}},
+     r"\[vfl.spu\] applies only with psi_engine = 'spu'"),
+])
+def test_the_vertical_spu_settings_are_checked_before_connecting(
+        tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    files = _vfl_federation(tmp_path / "f", "dh")
+    text = (tmp_path / "f" / "federation.toml").read_text()
+    extra = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in change.items()
+                    if not isinstance(v, dict))
+    tables = "".join(f"\n[vfl.{k}]\n" + "".join(f'{n} = "{a}"\n' for n, a in v.items())
+                     for k, v in change.items() if isinstance(v, dict))
+    (tmp_path / "f" / "federation.toml").write_text(
+        text.replace("[vfl]\n", "[vfl]\n" + extra) + tables)
+    with pytest.raises(JobError, match=message):
+        prepare(load_party_config(files["b"]))
