@@ -169,7 +169,7 @@ def test_psi_refuses_data_that_does_not_match_its_ids_before_connecting(
     ({"normalize": "nfc"}, r"'normalize' must be one of 'NFC'"),
     ({"workers": 2}, r"unknown key\(s\) \['workers'\]"),
     ({"timeout": 5.0}, r"'timeout' is the federation file's top-level setting"),
-    ({"engine": "spu"}, r"engine = 'spu' is not yet available to `islands party`"),
+    ({"engine": "spu"}, r"engine = 'spu' needs a \[psi.spu\] table"),
     ({"engine": "ecdh"}, r"'engine' must be 'dh' or 'spu'"),
 ])
 def test_psi_section_is_checked_before_connecting(tmp_path: Path, change: dict[str, Any],

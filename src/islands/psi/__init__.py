@@ -7,7 +7,9 @@ organisations. Vertical learning uses it to align rows before training.
 
 ``engine="spu"`` runs SecretFlow SPU's RR22 PSI instead (:mod:`islands.psi.spu_engine`): two
 SPU processes, one per party, in the separate environment ``make spu`` builds, talking
-over loopback; same result, same checks, about twenty times faster at a million IDs.
+over loopback; same result, same checks, about twenty times faster at a million IDs. The
+roles run it between organisations too (``engine="spu"`` with ``spu``, the two SPU
+addresses), after a hello over islands' channel that also pins each SPU's certificate.
 
 Each party learns the intersection and the other's set size. PSI cannot tell a guessed
 ID from a real one, so each party bounds the set it accepts from the other

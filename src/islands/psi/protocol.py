@@ -1,4 +1,8 @@
-"""The two roles of Diffie–Hellman PSI: the initiator (A) and the responder (B).
+"""The two roles of PSI: the initiator (A) and the responder (B).
+
+With ``engine="spu"`` the roles exchange :class:`SpuHello` and run SecretFlow SPU's RR22
+between the two parties' SPU processes (:func:`_spu`); what follows is the default,
+Diffie–Hellman PSI.
 
 Messages, in order (every one a real wire message, recorded in the transcript):
 
@@ -46,8 +50,10 @@ from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass, field
+import tempfile
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,11 +71,21 @@ from islands.psi.config import (
     Engine,
     PsiConfig,
 )
+from islands.psi.spu_engine import (
+    SPU_PROTOCOL,
+    SpuLink,
+    SpuParty,
+    check_run_certificate,
+    new_link_id,
+    pinned_tls,
+    run_certificate,
+)
 from islands.runtime import Party, wire
+from islands.runtime.grpc_transport import check_address
 from islands.runtime.progress import ProgressOption, task
 
-__all__ = ["DEFAULT_MAX_PEER_RATIO", "Alignment", "Hello", "check_peer_limit", "initiator",
-           "responder"]
+__all__ = ["DEFAULT_MAX_PEER_RATIO", "Alignment", "Hello", "SpuHello", "check_peer_limit",
+           "initiator", "responder"]
 
 _SALT_BYTES = 32
 
@@ -85,6 +101,29 @@ class Hello:
     n: int = field(metadata={"ge": 1})
     normalize: str = "NFC"
     salt: bytes = b""
+
+
+_LINK_ID = 12 + 16  # "islands-psi-" and 16 hex digits (spu_engine.new_link_id)
+
+
+@wire.register(name="psi.SpuHello")
+@dataclass(frozen=True)
+class SpuHello:
+    """engine='spu': a party's ID kind, normalisation and set size, and its SPU settings.
+
+    ``link_id`` is the initiator's fresh name for the run (the responder repeats it),
+    ``hosts`` the two SPU addresses (initiator's, responder's) as this party's
+    configuration has them, ``cert`` the self-signed certificate its SPU will present
+    for this run only (:func:`islands.psi.spu_engine.run_certificate`).
+    """
+
+    kind: str
+    n: int = field(metadata={"ge": 1})
+    normalize: str = "NFC"
+    protocol: str = SPU_PROTOCOL
+    link_id: str = field(default="", metadata={"max_len": _LINK_ID})
+    hosts: tuple[str, str] = ("", "")
+    cert: bytes = field(default=b"", metadata={"max_len": 4096})
 
 
 @dataclass(frozen=True)
@@ -192,18 +231,23 @@ def _shown(normalize: object) -> str:
 
 
 def _prepare(party: Party, ids: Any, normalize: Normalization, workers: int | None,
-             max_peer_size: Any, max_peer_ratio: Any, engine: Any
+             max_peer_size: Any, max_peer_ratio: Any, engine: Any, spu: Any
              ) -> tuple[list[Any], list[bytes], str, str, _Limit]:
     """Validate and encode this party's IDs (and check its settings) before anything is sent."""
     owner = f"PSI party {party.name!r}"
     check_workers(workers, owner)
     config = PsiConfig.build(owner, normalize=normalize, max_peer_size=max_peer_size,
                              max_peer_ratio=max_peer_ratio, engine=engine)
-    if config.engine != "dh":
-        raise ValidationError(
-            f"{owner}: engine={config.engine!r} does not run between organisations yet (its "
-            "link is not wired into the federation); these roles run engine='dh'. Use "
-            "islands.psi.align(..., engine='spu') to run SPU's PSI within one machine.")
+    if config.engine == "spu":
+        if not isinstance(spu, tuple) or len(spu) != 2:
+            raise ValidationError(
+                f"{owner}: engine='spu' needs spu = (initiator's SPU 'host:port', "
+                f"responder's SPU 'host:port'); got {spu!r}")
+        for who, address in zip(("initiator", "responder"), spu, strict=True):
+            check_address(address, f"{owner}: the {who}'s SPU address (spu)")
+    elif spu is not None:
+        raise ValidationError(f"{owner}: spu (SPU's addresses) applies only with "
+                              f"engine='spu'; got engine={config.engine!r}")
     form = "none" if config.normalize is None else config.normalize
     values = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
     encoded, kind = psi.encode_ids(values, "ids", owner, normalize=config.normalize)
@@ -258,10 +302,96 @@ def _empty(name: str, peer: str) -> ValidationError:
         "(check that both use the same ID column and format)")
 
 
+def _spu(party: Party, peer: str, values: list[Any], encoded: list[bytes], kind: str,
+         form: str, limit: _Limit, hosts: tuple[str, str], first: bool,
+         progress: ProgressOption) -> Alignment:
+    """Run SPU's RR22 with ``peer`` after agreeing on its settings over ``party``'s channel.
+
+    Messages over islands' channel: ``hello`` both ways (:class:`SpuHello`: A's first,
+    B's after B has checked A's announced size against its limit), then ``done``, the
+    number of common IDs each SPU found, both ways. Before this party's SPU gets an ID,
+    it checks the peer's hello: the set size against its limit, the ID kind, the
+    normalisation, SPU's protocol, both SPU addresses and the run's link ID must be its
+    own, and the peer's run certificate must be a valid self-signed P-256 certificate.
+    Its SPU then presents its own run certificate and accepts only the peer's
+    (:func:`islands.psi.spu_engine.pinned_tls`), so SPU's link reaches the party that
+    islands' mutually authenticated channel named, not any holder of a federation
+    certificate. The whole SPU run is bounded by the party's timeout.
+
+    What each learns is what SPU's RR22 (semi-honest) reveals with ``broadcast_result``:
+    the intersection and the peer's set size. The size limit is checked on the size the
+    peer announces; SPU 0.9.5 reports no count of what the peer actually entered.
+    """
+    name = party.name
+    owner = f"PSI party {name!r}"
+    with task(progress, f"PSI {name}", 3, owner=owner) as running:
+        own_cert = run_certificate(name)
+        mine = SpuHello(kind, len(encoded), form, SPU_PROTOCOL,
+                        new_link_id() if first else "", hosts, own_cert.cert)
+        if first:
+            party.send(peer, "hello", mine)
+        theirs = party.recv(peer, "hello")
+        if isinstance(theirs, Hello):
+            raise ValidationError(
+                f"PSI: party {name!r} runs engine='spu' but party {peer!r} runs "
+                "engine='dh'; both must use the same 'engine'")
+        if not isinstance(theirs, SpuHello):
+            raise ProtocolError(f"party {peer!r} sent a malformed hello", party=name,
+                                step="hello")
+        limit.check(name, peer, theirs.n, "announced {n} IDs", "hello")
+        if not first:
+            mine = replace(mine, link_id=theirs.link_id)
+            party.send(peer, "hello", mine)
+        _check_spu_hello(name, peer, mine, theirs)
+        check_run_certificate(theirs.cert, peer, name)
+        running.advance(info=f"{len(encoded)} IDs here, {theirs.n} at {peer}")
+        with tempfile.TemporaryDirectory(prefix="islands-spu-tls-") as folder:
+            tls = pinned_tls(Path(folder), own_cert, theirs.cert)
+            engine = SpuParty(name, peer, SpuLink(mine.link_id, hosts, 0 if first else 1, tls),
+                              timeout=party.timeout)
+            engine.start(encoded)
+            rows = engine.finish()
+        running.advance(info=f"{rows.size} common IDs")
+        party.send(peer, "done", int(rows.size))
+        count = party.recv(peer, "done")
+        running.advance()
+    if type(count) is not int or count != rows.size:
+        raise ProtocolError(f"PSI party {name!r}: SPU found {rows.size} common IDs here but "
+                            f"party {peer!r} reports {count!r}", party=name, step="done")
+    if rows.size == 0:
+        raise _empty(name, peer)
+    common, rows = _aligned(rows, values, encoded, kind)
+    return Alignment(common, rows, theirs.n)
+
+
+def _check_spu_hello(name: str, peer: str, mine: SpuHello, theirs: SpuHello) -> None:
+    """Refuse a peer whose hello differs from this party's, naming the setting."""
+    if theirs.kind != mine.kind:
+        raise ValidationError(
+            f"PSI: party {name!r} holds {mine.kind} IDs but party {peer!r} holds "
+            f"{theirs.kind} IDs; both must use the same kind (1 and '1' never match)")
+    if mine.kind == "str" and theirs.normalize != mine.normalize:
+        raise ValidationError(
+            f"PSI: party {name!r} normalises string IDs with normalize="
+            f"{_shown(mine.normalize)} but party {peer!r} with normalize="
+            f"{_shown(theirs.normalize)}; both must use the same 'normalize'")
+    for setting, here, there in (("SPU protocol", mine.protocol, theirs.protocol),
+                                 ("spu (SPU addresses)", mine.hosts, theirs.hosts),
+                                 ("SPU link ID", mine.link_id, theirs.link_id)):
+        if here != there:
+            raise ValidationError(
+                f"PSI: party {name!r} runs engine='spu' with {setting} {here!r} but party "
+                f"{peer!r} with {there!r}; both must use the same, so neither SPU starts")
+    if not (len(mine.link_id) == _LINK_ID and mine.link_id.startswith("islands-psi-")):
+        raise ProtocolError(f"party {peer!r} sent a malformed SPU link ID", party=name,
+                            step="hello")
+
+
 def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
               normalize: Normalization = DEFAULT_NORMALIZE, max_peer_size: int | None = None,
               max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
-              engine: Engine = DEFAULT_ENGINE, progress: ProgressOption = None) -> Alignment:
+              engine: Engine = DEFAULT_ENGINE, spu: tuple[str, str] | None = None,
+              progress: ProgressOption = None) -> Alignment:
     """Play A: start the run, match, and tell B which of its IDs are common.
 
     Parameters
@@ -288,8 +418,11 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
         :data:`DEFAULT_MAX_PEER_RATIO` (10, see there why); None with no
         ``max_peer_size`` accepts any size.
     engine
-        ``"dh"``, the only engine these roles run (``"spu"`` is refused before anything
-        is sent; :func:`islands.psi.align` runs it within one machine).
+        ``"dh"`` (default) or ``"spu"``: SecretFlow SPU's RR22 between this party's SPU
+        and the peer's, over SPU's own link (see :func:`_spu`); needs ``spu``.
+    spu
+        With ``engine="spu"``: the ``host:port`` of the initiator's SPU and of the
+        responder's (each listens on its own); both parties must give the same.
     progress
         False/None (default), True for a bar, or a callable receiving each
         :class:`~islands.runtime.progress.ProgressUpdate`: four steps (hello, own IDs
@@ -310,7 +443,9 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
         leave.
     """
     values, encoded, kind, form, limit = _prepare(party, ids, normalize, workers,
-                                                  max_peer_size, max_peer_ratio, engine)
+                                                  max_peer_size, max_peer_ratio, engine, spu)
+    if spu is not None:
+        return _spu(party, peer, values, encoded, kind, form, limit, spu, True, progress)
     with task(progress, f"PSI {party.name}", 4, owner=f"PSI party {party.name!r}") as running:
         salt = secrets.token_bytes(_SALT_BYTES)
         theirs = _hello(party, peer, Hello(kind, len(encoded), form, salt), first=True,
@@ -346,7 +481,8 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
 def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None,
               normalize: Normalization = DEFAULT_NORMALIZE, max_peer_size: int | None = None,
               max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
-              engine: Engine = DEFAULT_ENGINE, progress: ProgressOption = None) -> Alignment:
+              engine: Engine = DEFAULT_ENGINE, spu: tuple[str, str] | None = None,
+              progress: ProgressOption = None) -> Alignment:
     """Play B: blind A's values and its own, and learn the common IDs from A.
 
     Parameters and errors as :func:`initiator`, with the roles swapped: B refuses an A
@@ -355,7 +491,9 @@ def responder(party: Party, *, peer: str, ids: Any, workers: int | None = None,
     they let A test nothing without ``double``).
     """
     values, encoded, kind, form, limit = _prepare(party, ids, normalize, workers,
-                                                  max_peer_size, max_peer_ratio, engine)
+                                                  max_peer_size, max_peer_ratio, engine, spu)
+    if spu is not None:
+        return _spu(party, peer, values, encoded, kind, form, limit, spu, False, progress)
     with task(progress, f"PSI {party.name}", 4, owner=f"PSI party {party.name!r}") as running:
         theirs = _hello(party, peer, Hello(kind, len(encoded), form), first=False,
                         limit=limit)

@@ -1,6 +1,11 @@
 """PSI as ``islands party`` runs it: two parties, each with its ID file, learn the common IDs.
 
 A party that also brings data (one row per ID) gets its rows in the aligned order.
+
+The ``[psi]`` section holds :class:`~islands.psi.config.PsiConfig`'s keys (but
+``timeout``, the file's own), ``initiator`` and, with ``engine = "spu"``, the table
+``[psi.spu]``: each party's SPU address, ``name = "host:port"``, where its SPU listens and
+the other's SPU connects (a port of its own, not the party's islands port).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.errors import JobError
+from islands.errors import JobError, ValidationError
 from islands.protocols import (
     Deployment,
     Prepared,
@@ -28,6 +33,7 @@ from islands.protocols import (
 )
 from islands.psi.config import PsiConfig
 from islands.psi.protocol import Alignment, initiator, responder
+from islands.runtime.grpc_transport import check_address
 
 __all__ = ["SPEC"]
 
@@ -36,24 +42,38 @@ __all__ = ["SPEC"]
 class _Federated:
     initiator: str
     config: PsiConfig
+    spu: tuple[str, str] | None = None
+    """The initiator's and the responder's SPU addresses (engine = "spu")."""
 
 
 def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> _Federated:
-    check_section(options, where, {"initiator", *PsiConfig.model_fields} - {"timeout"})
+    check_section(options, where, {"initiator", "spu", *PsiConfig.model_fields} - {"timeout"})
     if len(parties) != 2:
         raise JobError(f"{where}: PSI runs between exactly two parties; [parties] names "
                        f"{len(parties)}")
     first = party_key(options, "initiator", parties, where)
-    table = {k: v for k, v in options.items() if k != "initiator"}
+    table = {k: v for k, v in options.items() if k not in ("initiator", "spu")}
     if table.get("normalize") == "none":  # TOML has no None
         table["normalize"] = None
     config = PsiConfig.from_table(table, where)
-    if config.engine != "dh":
-        raise JobError(f"{where}: engine = {config.engine!r} is not yet available to "
-                       "`islands party` (SPU's link between two hosts is not wired into the "
-                       "federation); use engine = 'dh' here, or islands.psi.align(..., "
-                       "engine='spu') within one machine")
-    return _Federated(first, config)
+    if config.engine != "spu":
+        if "spu" in options:
+            raise JobError(f"{where}: [psi.spu] applies only with engine = 'spu'")
+        return _Federated(first, config)
+    hosts = options.get("spu")
+    if not isinstance(hosts, Mapping) or set(hosts) != set(parties):
+        raise JobError(f"{where}: engine = 'spu' needs a [psi.spu] table giving each party's "
+                       f"SPU address, name = \"host:port\", for exactly {list(parties)}; "
+                       f"got {dict(hosts) if isinstance(hosts, Mapping) else hosts!r}")
+    try:
+        for name, address in hosts.items():
+            check_address(address, f"{where} [psi.spu] {name}")
+    except ValidationError as exc:
+        raise JobError(str(exc)) from None
+    if len(set(hosts.values())) != 2:
+        raise JobError(f"{where} [psi.spu]: the two parties' SPU addresses must differ")
+    second = next(p for p in parties if p != first)
+    return _Federated(first, config, (hosts[first], hosts[second]))
 
 
 def _assign(fed: _Federated, parties: tuple[str, ...]) -> dict[str, str]:
@@ -72,7 +92,7 @@ def _bind(role: str, dep: Deployment, fed: _Federated) -> Prepared:
     ids, rows = _read(dep, fed)
     peer = next(p for p in dep.parties if p != dep.party)
     run = initiator if role == "initiator" else responder
-    settings = fed.config.model_dump(exclude={"timeout", "engine"})
+    settings = fed.config.model_dump(exclude={"timeout"})
 
     def write(result: Alignment, out: Path) -> dict[str, Any]:
         (out / "common.txt").write_text("".join(f"{i}\n" for i in result.ids),
@@ -85,8 +105,9 @@ def _bind(role: str, dep: Deployment, fed: _Federated) -> Prepared:
         save_json(out / "result.json", summary)
         return summary
 
-    return Prepared(role=partial(run, peer=peer, ids=ids, **settings), write=write,
+    return Prepared(role=partial(run, peer=peer, ids=ids, spu=fed.spu, **settings), write=write,
                     description=f"PSI {role} with {len(ids)} IDs"
+                    + ("" if fed.spu is None else " (SPU RR22)")
                     + ("" if rows is None else f" and {rows.shape[1]} data columns"))
 
 

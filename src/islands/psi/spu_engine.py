@@ -14,8 +14,20 @@ the run is then small beside SPU's own. No pickle crosses: a JSON request, a JSO
 and two CSV files.
 
 Both parties learn the intersection (SPU's ``broadcast_result``); the two SPU processes
-talk over SPU's own link (brpc), with mutual TLS when the federation's certificate files
-are given (:class:`islands.runtime.tls.TlsFiles`).
+talk over SPU's own link (brpc), with mutual TLS when certificate files are given
+(:class:`islands.runtime.tls.TlsFiles`).
+
+**Whose SPU is on the other end.** brpc checks only that the peer's certificate chains to
+the CA file it is given (SPU 0.9.5's ``link.SSLOptions`` hold a certificate, a key, a CA
+file and a depth, nothing that names the peer). With the federation's CA there, any
+member of the federation could stand in for another's SPU. Between organisations each
+party therefore makes a certificate for the one run (:func:`run_certificate`, a fresh
+P-256 key from OpenSSL's CSPRNG, self-signed), sends it over islands' own channel, which
+has authenticated the peer by its federation certificate, and gives its SPU the peer's
+run certificate as the only CA (:func:`pinned_tls`): brpc then accepts exactly the
+holder of that key, the party islands' channel named. The federation's own party
+certificates cannot be pinned that way: they are not self-signed, and brpc does not let
+OpenSSL end a chain below a self-signed root, so pinning one fails every handshake.
 
 References
 ----------
@@ -27,6 +39,7 @@ References
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import re
@@ -38,7 +51,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -47,8 +60,12 @@ from numpy.typing import NDArray
 from islands.errors import PeerTimeoutError, ProtocolError, ValidationError
 from islands.runtime.tls import TlsFiles
 
-__all__ = ["SPU_PYTHON_ENV", "SpuLink", "SpuParty", "free_loopback_hosts", "new_link_id",
-           "spu_keys", "spu_python"]
+__all__ = ["SPU_PROTOCOL", "SPU_PYTHON_ENV", "RunCertificate", "SpuLink", "SpuParty",
+           "check_run_certificate", "free_loopback_hosts", "new_link_id", "pinned_tls",
+           "run_certificate", "spu_keys", "spu_python"]
+
+SPU_PROTOCOL = "PROTOCOL_RR22"
+"""The SPU PSI protocol islands runs."""
 
 SPU_PYTHON_ENV = "ISLANDS_SPU_PYTHON"
 """Environment variable naming the Python of an environment that has ``spu`` 0.9.5."""
@@ -147,7 +164,7 @@ class SpuParty:
     """
 
     def __init__(self, name: str, peer: str, link: SpuLink, *, timeout: float,
-                 protocol: str = "PROTOCOL_RR22") -> None:
+                 protocol: str = SPU_PROTOCOL) -> None:
         self.name = name
         self.peer = peer
         self.link = link
@@ -250,6 +267,7 @@ class SpuParty:
                 rc = self._proc.wait(timeout=max(0.0, self._deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self._kill()
+                self._refused_tls()
                 raise PeerTimeoutError(
                     f"PSI party {self.name!r}: SPU's PSI with party {self.peer!r} did not "
                     f"finish within timeout = {self.timeout:g} s; its process was stopped "
@@ -280,6 +298,27 @@ class SpuParty:
                     Path(match.group(1)).unlink()
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+    def _refused_tls(self) -> None:
+        """Raise when the log shows a TLS handshake that failed over a certificate.
+
+        OpenSSL's reasons, as brpc logs them: this party's SPU did not accept the peer's
+        certificate (``certificate verify failed``), or the peer's SPU did not accept
+        this party's (``alert unknown ca``, ``alert bad certificate``).
+        """
+        log = self._log_tail(limit=None)
+        if "certificate verify failed" in log:
+            raise ProtocolError(
+                f"PSI party {self.name!r}: the SPU of party {self.peer!r} presented a "
+                "certificate this party's SPU does not accept (not the certificate "
+                f"{self.peer!r} announced over islands' channel, or not from the CA given), "
+                "so SPU's link was refused before any ID crossed it. The end of its log:\n"
+                f"{self._log_tail()}", party=self.name, step="spu-tls")
+        if "alert unknown ca" in log or "alert bad certificate" in log:
+            raise ProtocolError(
+                f"PSI party {self.name!r}: the SPU of party {self.peer!r} refused this "
+                "party's certificate, so SPU's link was refused before any ID crossed it. "
+                f"The end of its log:\n{self._log_tail()}", party=self.name, step="spu-tls")
 
     def _kill(self) -> None:
         assert self._proc is not None
@@ -354,6 +393,97 @@ def spu_keys(encoded: Sequence[bytes]) -> list[bytes]:
         return list(encoded)  # all plain: one pass over the bytes
     return [e if e and not e.translate(None, _PLAIN) else b"x" + e.hex().encode("ascii")
             for e in encoded]
+
+
+@dataclass(frozen=True)
+class RunCertificate:
+    """A certificate made for one run of SPU's link, and its private key (PEM bytes)."""
+
+    cert: bytes
+    key: bytes = field(repr=False)
+
+
+_RUN_CERT_MAX = 4096
+_RUN_CERT_DAYS = 2
+
+
+def run_certificate(name: str) -> RunCertificate:
+    """Return a fresh self-signed certificate for party ``name``'s SPU, for one run.
+
+    The key is ECDSA on P-256 from :mod:`cryptography` (OpenSSL's CSPRNG); the
+    certificate names the party (common name) and is valid from five minutes ago for
+    two days, enough for any run's timeout.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
+    cert = (x509.CertificateBuilder()
+            .subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=_RUN_CERT_DAYS))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                critical=False)
+            .sign(key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    return RunCertificate(cert.public_bytes(pem), key.private_bytes(
+        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+
+
+def check_run_certificate(pem: bytes, peer: str, name: str) -> str:
+    """Check a peer's run certificate; return its SHA-256 fingerprint (hex).
+
+    It must be one PEM certificate of at most 4096 bytes, self-signed with a P-256 key,
+    and valid now.
+
+    Raises
+    ------
+    ProtocolError
+        Naming this party (``name``), ``peer`` and what is wrong.
+    """
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    bad = f"PSI party {name!r}: party {peer!r} sent a run certificate for SPU's link that "
+    if not isinstance(pem, bytes) or not 0 < len(pem) <= _RUN_CERT_MAX \
+            or pem.count(b"-----BEGIN") != 1:
+        raise ProtocolError(bad + "is not one PEM certificate", party=name, step="hello")
+    try:
+        cert = x509.load_pem_x509_certificate(pem)
+        cert.verify_directly_issued_by(cert)
+    except (ValueError, TypeError, InvalidSignature):
+        raise ProtocolError(bad + "is not a valid self-signed certificate", party=name,
+                            step="hello") from None
+    public = cert.public_key()
+    if not isinstance(public, ec.EllipticCurvePublicKey) or public.curve.name != "secp256r1":
+        raise ProtocolError(bad + "has no P-256 key", party=name, step="hello")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+        raise ProtocolError(bad + "is not valid now", party=name, step="hello")
+    return cert.fingerprint(hashes.SHA256()).hex()
+
+
+def pinned_tls(folder: Path, own: RunCertificate, peer_cert: bytes) -> TlsFiles:
+    """Write this party's run certificate and key and the peer's; return SPU's TLS files.
+
+    The peer's run certificate is the only CA: SPU accepts no other peer. ``folder``
+    must be private (``tempfile.mkdtemp``); the key file is created with mode 0600.
+    """
+    files = TlsFiles(ca=folder / "peer.pem", cert=folder / "own.pem", key=folder / "own.key")
+    fd = os.open(files.key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(own.key)
+    files.cert.write_bytes(own.cert)
+    files.ca.write_bytes(peer_cert)
+    return files
 
 
 def new_link_id() -> str:

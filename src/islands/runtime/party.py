@@ -118,6 +118,11 @@ class Party:
         return self._parties
 
     @property
+    def timeout(self) -> float:
+        """Default seconds :meth:`recv` waits for a message (the run's timeout)."""
+        return self._timeout
+
+    @property
     def identity(self) -> Identity:
         """The signing identity: sign, and verify what a peer signed."""
         if self._identity is None:

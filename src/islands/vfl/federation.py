@@ -32,7 +32,7 @@ the estimator give the same model on the same data and plan.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,11 +70,23 @@ class PsiSettings:
     """Seconds a party waits while the others align (PSI takes minutes at 10^6 IDs)."""
     inference: bool = True
     """Run the inference stage after training (the estimators' ``fit`` runs none)."""
+    engine: str = "dh"
+    """PSI's engine, ``"dh"`` or ``"spu"`` (:mod:`islands.psi.spu_engine`)."""
+    spu: Mapping[str, str] | None = None
+    """With ``engine="spu"``: each data party's SPU address, ``"host:port"``."""
 
-    def roles(self) -> dict[str, Any]:
-        """Return the keyword arguments of the PSI roles."""
-        return {"normalize": self.normalize, "max_peer_size": self.max_peer_size,
-                "max_peer_ratio": self.max_peer_ratio}
+    def roles(self, passive: str, active: str) -> dict[str, Any]:
+        """Return the keyword arguments of the PSI roles between ``passive`` and ``active``.
+
+        The passive party initiates, the active party responds.
+        """
+        out: dict[str, Any] = {"normalize": self.normalize,
+                               "max_peer_size": self.max_peer_size,
+                               "max_peer_ratio": self.max_peer_ratio}
+        if self.engine != "dh":
+            hosts = self.spu or {}
+            out.update(engine=self.engine, spu=(hosts.get(passive), hosts.get(active)))
+        return out
 
     def lookup(self, ids: Sequence[Any]) -> list[Any]:
         """Return IDs as inference looks them up (strings in PSI's normalisation)."""
@@ -142,7 +154,8 @@ def passive_party(party: Party, X: Any, ids: Sequence[Any] | None, *, coordinato
                                      plan=plan), None)
     own = _id_list(ids)
     party.recv(active, "turn", timeout=psi.timeout)
-    pair: Alignment = initiator(party, peer=active, ids=own, workers=workers, **psi.roles())
+    pair: Alignment = initiator(party, peer=active, ids=own, workers=workers,
+                                **psi.roles(party.name, active))
     keep = _keep(party, active, len(pair.ids), psi.timeout)
     model = passive(party, x[pair.rows[keep]], coordinator=coordinator, active=active,
                     plan=plan)
@@ -184,7 +197,7 @@ def active_party(party: Party, X: Any, y: Any, ids: Sequence[Any] | None, *,
     for turn, name in enumerate(passive):
         party.send(name, "turn", turn)
         pairs.append(responder(party, peer=name, ids=entered, workers=workers,
-                               **psi.roles()))
+                               **psi.roles(name, party.name)))
     common = set(pairs[0].ids)
     for pair in pairs[1:]:
         common &= set(pair.ids)

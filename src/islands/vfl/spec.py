@@ -35,6 +35,7 @@ from islands.protocols import (
     read_labels,
     save_json,
 )
+from islands.runtime.grpc_transport import check_address
 from islands.validation import table_value
 from islands.vfl import maths
 from islands.vfl.config import RENAMED, VflConfig
@@ -52,7 +53,7 @@ from islands.vfl.protocol import Plan
 __all__ = ["SPEC"]
 
 _PARTY_KEYS = ("coordinator", "active")
-_ALIGNMENT_KEYS = ("psi", "normalize")
+_ALIGNMENT_KEYS = ("psi", "normalize", "psi_engine", "spu")
 _FORMS = ("NFC", "NFKC", "NFD", "NFKD", "none")
 
 
@@ -73,18 +74,44 @@ class _Federated:
         return self.config.plan()
 
 
-def _psi(options: Mapping[str, Any], config: VflConfig, where: str) -> PsiSettings | None:
+def _psi(options: Mapping[str, Any], config: VflConfig, where: str,
+         data_parties: tuple[str, ...]) -> PsiSettings | None:
     if not table_value(options, "psi", (bool,), where, False):
-        for key in ("normalize", "max_peer_size", "max_peer_ratio"):
+        for key in ("normalize", "max_peer_size", "max_peer_ratio", "psi_engine", "spu"):
             if key in options:
                 raise JobError(f"{where}: {key!r} applies only with psi = true")
         return None
     form = options.get("normalize", "NFC")
     if form not in _FORMS:
         raise JobError(f"{where}: 'normalize' must be one of {list(_FORMS)}; got {form!r}")
+    engine = options.get("psi_engine", "dh")
+    if engine not in ("dh", "spu"):
+        raise JobError(f"{where}: 'psi_engine' must be 'dh' or 'spu'; got {engine!r}")
+    hosts = options.get("spu")
+    if engine == "dh" and hosts is not None:
+        raise JobError(f"{where}: [vfl.spu] applies only with psi_engine = 'spu'")
+    if engine == "spu":
+        if not isinstance(hosts, Mapping) or set(hosts) != set(data_parties):
+            raise JobError(
+                f"{where}: psi_engine = 'spu' needs a [vfl.spu] table giving each data "
+                f"party's SPU address, name = \"host:port\", for exactly "
+                f"{sorted(data_parties)}; got "
+                f"{dict(hosts) if isinstance(hosts, Mapping) else hosts!r}")
+        try:
+            for name, address in hosts.items():
+                check_address(address, f"{where} [vfl.spu] {name}")
+        except ValidationError as exc:
+            raise JobError(str(exc)) from None
+        if len(set(hosts.values())) != len(hosts):
+            raise JobError(f"{where} [vfl.spu]: the parties' SPU addresses must differ")
     return PsiSettings(normalize=None if form == "none" else form,
                        max_peer_size=config.max_peer_size,
-                       max_peer_ratio=config.max_peer_ratio)
+                       max_peer_ratio=config.max_peer_ratio, engine=engine,
+                       spu=None if hosts is None else dict(hosts))
+
+
+def _engine(fed: _Federated) -> str:
+    return ", PSI on SPU RR22" if fed.psi is not None and fed.psi.engine == "spu" else ""
 
 
 def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> _Federated:
@@ -101,7 +128,8 @@ def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) 
     config = VflConfig.from_federation(
         {k: v for k, v in options.items() if k not in (*_PARTY_KEYS, *_ALIGNMENT_KEYS)},
         where)
-    return _Federated(c_name, b_name, passives, config, _psi(options, config, where))
+    return _Federated(c_name, b_name, passives, config,
+                      _psi(options, config, where, (b_name, *passives)))
 
 
 def _features(dep: Deployment, fed: _Federated) -> tuple[np.ndarray, list[str] | None]:
@@ -166,7 +194,7 @@ def _bind_passive(dep: Deployment, fed: _Federated) -> Prepared:
                    active=fed.active, plan=fed.plan, psi=fed.psi)
     return Prepared(role=role, write=write,
                     description=f"vertical {fed.model} regression, passive, {X.shape[1]} "
-                                "columns")
+                                f"columns{_engine(fed)}")
 
 
 def _targets(dep: Deployment, X: np.ndarray, fed: _Federated
@@ -246,7 +274,8 @@ def _bind_active(dep: Deployment, fed: _Federated) -> Prepared:
                    passive=list(fed.passive), plan=fed.plan, psi=fed.psi, query=query)
     return Prepared(role=role, write=write,
                     description=f"vertical {fed.model} regression, active, {X.shape[1]} "
-                                f"columns{f', {len(query)} IDs to predict' if query else ''}")
+                                f"columns{f', {len(query)} IDs to predict' if query else ''}"
+                                f"{_engine(fed)}")
 
 
 def _write_predictions(path: Path, result: ActiveResult, model: str,
