@@ -146,6 +146,32 @@ def test_reproduction_page_inlines_the_reports_figures(tmp_path: Path) -> None:
     _assert_loads_in_chromium(page_path, 2)
 
 
+def test_a_figure_in_a_subfolder_is_inlined_one_outside_the_folder_is_not(
+        tmp_path: Path) -> None:
+    # islands demo writes its gradient audit's figure to hfl_audit/ and names it in report.md
+    run = tmp_path / "demo"
+    (run / "hfl_audit").mkdir(parents=True)
+    _png(run / "hfl_audit" / "gradient_leakage.png")
+    _png(run / "gradient_leakage.png")  # same name at the top: a different figure
+    _png(tmp_path / "outside.png")
+    (run / "report.md").write_text(
+        "# demo\n\n![audit](hfl_audit/gradient_leakage.png)\n\n![out](../outside.png)\n",
+        encoding="utf-8")
+    (run / "results.json").write_text(json.dumps({
+        "settings": {"quick": True, "seed": 0, "parts": ["hfl"]},
+        "parts": {"hfl": {"figures": ["hfl_audit/gradient_leakage.png"]}}}))
+    page_path = write_html(run)
+    page = page_path.read_text(encoding="utf-8")
+    _assert_self_contained(page)
+    assert "demo (islands demo)" in page
+    assert "[figure missing: hfl_audit/gradient_leakage.png]" not in page
+    assert "[figure missing: ../outside.png]" in page
+    # the top-level figure of the same name is still shown, among the folder's figures
+    assert "<figcaption>gradient_leakage.png</figcaption>" in page
+    assert len(_images(page)) == 2
+    _assert_loads_in_chromium(page_path, 2)
+
+
 def test_unknown_kind_with_strings_nan_and_markup(tmp_path: Path) -> None:
     run = tmp_path / "odd"
     run.mkdir()
