@@ -73,6 +73,7 @@ dt{font:13px ui-monospace,monospace;color:#5a6475;flex:0 0 45%;overflow-wrap:any
 dd{margin:0;overflow-wrap:anywhere}
 figure{display:inline-block;width:calc(50% - 16px);margin:8px 12px 8px 0;vertical-align:top}
 figure img{width:100%;height:auto;border:1px solid #eef1f5}
+section img{max-width:100%;height:auto}
 figcaption{font-size:13px;color:#5a6475}
 .missing{color:#a4262c}.note{color:#5a6475;font-size:13px}
 details summary{cursor:pointer;font-weight:600}
