@@ -55,6 +55,7 @@ def _assert_loads_in_chromium(page: Path, images: int) -> None:
     assert check.errors == []
     assert len(check.images) == images
     assert check.broken_images == []
+    assert check.overflowing_images == []
 
 
 def _png(path: Path) -> Path:
@@ -151,7 +152,9 @@ def test_a_figure_in_a_subfolder_is_inlined_one_outside_the_folder_is_not(
     # islands demo writes its gradient audit's figure to hfl_audit/ and names it in report.md
     run = tmp_path / "demo"
     (run / "hfl_audit").mkdir(parents=True)
-    _png(run / "hfl_audit" / "gradient_leakage.png")
+    wide = new_figure(30, 3)  # 1500 px at 50 dpi: wider than the page's 1100 px
+    wide.subplots().plot([0, 1], [1, 0])
+    save_figure(wide, run / "hfl_audit" / "gradient_leakage.png", dpi=50)
     _png(run / "gradient_leakage.png")  # same name at the top: a different figure
     _png(tmp_path / "outside.png")
     (run / "report.md").write_text(
