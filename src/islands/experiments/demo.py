@@ -313,7 +313,8 @@ def pca_part(s: Settings) -> PartResult:
                  "share of the best possible variance the private components capture, "
                  f"against ε ({at_half:.0%} at ε = 0.5, "
                  f"{captured['central'][epsilons.index(0.5)]:.0%} if one trusted curator "
-                 "added the noise). Cost: the secure runs exchanged "
+                 "added the noise; the noise is drawn afresh from the OS each run, so these "
+                 "shares vary from run to run). Cost: the secure runs exchanged "
                  f"{_bytes(nbytes)} in all ({len(epsilons)} values of ε)."),
         details={"epsilons": epsilons, "captured_variance": captured,
                  "audit": audit.to_dict()})
