@@ -31,8 +31,11 @@ from typing import Any
 
 __all__ = ["PageCheck", "check_page", "find_chromium", "screenshot"]
 
+# "inside": the image's right edge is within its <section> (or the page's body)
 _IMAGES = ("JSON.stringify(Array.from(document.images).map(i => ({src: i.src.slice(0, 60), "
-           "complete: i.complete, width: i.naturalWidth})))")
+           "complete: i.complete, width: i.naturalWidth, inside: "
+           "i.getBoundingClientRect().right <= (i.closest('section') || document.body)"
+           ".getBoundingClientRect().right + 0.5})))")
 
 
 def find_chromium() -> str | None:
@@ -58,7 +61,8 @@ class PageCheck:
     Attributes
     ----------
     images
-        One ``{"src", "complete", "width"}`` per ``<img>`` (``src`` cut to 60 characters).
+        One ``{"src", "complete", "width", "inside"}`` per ``<img>`` (``src`` cut to 60
+        characters; ``inside``: drawn within its ``<section>``, not spilling out of it).
     errors
         Console errors, uncaught exceptions and error log entries (failed loads), as text.
     """
@@ -70,6 +74,11 @@ class PageCheck:
     def broken_images(self) -> list[dict[str, Any]]:
         """The images that did not load (not complete, or no natural width)."""
         return [i for i in self.images if not i["complete"] or i["width"] <= 0]
+
+    @property
+    def overflowing_images(self) -> list[dict[str, Any]]:
+        """The images drawn wider than their section (they spill out of it)."""
+        return [i for i in self.images if not i["inside"]]
 
 
 class _Pipe:

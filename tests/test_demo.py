@@ -45,6 +45,10 @@ def test_demo_command_runs_parts_and_writes_the_folder(tmp_path: Path) -> None:
     pca = doc["parts"]["pca"]["figures_of_merit"]
     assert pca["elfedpca_recovery_rel_error"] < 1e-6 < 1.0 < pca["secure_recovery_rel_error"]
     assert doc["parts"]["vfl"]["figures_of_merit"]["auc_new_ids"] > 0.9
+    # a masked reading's relative error (~1e12) is said in words, not printed as a number
+    assert "over 1000× (secure)" in doc["parts"]["pca"]["key_figure"]
+    assert "e+" not in doc["parts"]["pca"]["key_figure"]
+    assert "What leaks" in doc["parts"]["vfl"]["summary"]
     report = (out / "report.md").read_text()
     assert "| part |" in report and "## pca" in report and "![pca](pca.png)" in report
 
@@ -94,6 +98,11 @@ def test_hfl_part_quick(tmp_path: Path) -> None:
     r = demo.hfl_part(Settings(out=tmp_path, quick=True))
     f = r.figures_of_merit
     assert f["leak_error_plain"] < 1e-3 and f["leak_error_ckks"] > 0.5
+    # each run's bytes, so the page can say what encryption costs; and CKKS's shared key
+    by_run = r.details["bytes_by_run"]
+    assert by_run["APFL + CKKS + chaos"] > by_run["FedAvg (plain)"] > 0
+    assert sum(by_run.values()) == r.bytes_exchanged
+    assert "same CKKS secret key" in r.summary
     assert 0.0 < f["accuracy_apfl_ckks_chaos"] <= 1.0
     assert all((tmp_path / name).exists() for name in r.figures)
 

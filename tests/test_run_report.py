@@ -55,6 +55,7 @@ def _assert_loads_in_chromium(page: Path, images: int) -> None:
     assert check.errors == []
     assert len(check.images) == images
     assert check.broken_images == []
+    assert check.overflowing_images == []
 
 
 def _png(path: Path) -> Path:
@@ -142,6 +143,34 @@ def test_reproduction_page_inlines_the_reports_figures(tmp_path: Path) -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # raw HTML is shown, not run
     # q_vs_epsilon.png once (in the report), extra.png in the folder's figures
     assert page.count("<figcaption>q_vs_epsilon.png") == 0
+    assert len(_images(page)) == 2
+    _assert_loads_in_chromium(page_path, 2)
+
+
+def test_a_figure_in_a_subfolder_is_inlined_one_outside_the_folder_is_not(
+        tmp_path: Path) -> None:
+    # islands demo writes its gradient audit's figure to hfl_audit/ and names it in report.md
+    run = tmp_path / "demo"
+    (run / "hfl_audit").mkdir(parents=True)
+    wide = new_figure(30, 3)  # 1500 px at 50 dpi: wider than the page's 1100 px
+    wide.subplots().plot([0, 1], [1, 0])
+    save_figure(wide, run / "hfl_audit" / "gradient_leakage.png", dpi=50)
+    _png(run / "gradient_leakage.png")  # same name at the top: a different figure
+    _png(tmp_path / "outside.png")
+    (run / "report.md").write_text(
+        "# demo\n\n![audit](hfl_audit/gradient_leakage.png)\n\n![out](../outside.png)\n",
+        encoding="utf-8")
+    (run / "results.json").write_text(json.dumps({
+        "settings": {"quick": True, "seed": 0, "parts": ["hfl"]},
+        "parts": {"hfl": {"figures": ["hfl_audit/gradient_leakage.png"]}}}))
+    page_path = write_html(run)
+    page = page_path.read_text(encoding="utf-8")
+    _assert_self_contained(page)
+    assert "demo (islands demo)" in page
+    assert "[figure missing: hfl_audit/gradient_leakage.png]" not in page
+    assert "[figure missing: ../outside.png]" in page
+    # the top-level figure of the same name is still shown, among the folder's figures
+    assert "<figcaption>gradient_leakage.png</figcaption>" in page
     assert len(_images(page)) == 2
     _assert_loads_in_chromium(page_path, 2)
 

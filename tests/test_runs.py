@@ -46,6 +46,10 @@ def test_load_run_reads_a_horizontal_job(tiny_run: Path) -> None:
     assert run.metrics["r2"] == doc["r2"] and run.contribution is None
     html = run._repr_html_()
     assert "HorizontalRun linear-regression" in html and "<script" not in html
+    # print(run) is one short line, not every epoch's figures and every setting
+    text = repr(run)
+    assert text.startswith("HorizontalRun(name='linear-regression', path=")
+    assert "history=<3 rows>" in text and "'r2'" in text and "overrides" not in text
 
 
 def test_history_frame_needs_pandas_or_says_so(tiny_run: Path) -> None:

@@ -73,6 +73,7 @@ dt{font:13px ui-monospace,monospace;color:#5a6475;flex:0 0 45%;overflow-wrap:any
 dd{margin:0;overflow-wrap:anywhere}
 figure{display:inline-block;width:calc(50% - 16px);margin:8px 12px 8px 0;vertical-align:top}
 figure img{width:100%;height:auto;border:1px solid #eef1f5}
+section img{max-width:100%;height:auto}
 figcaption{font-size:13px;color:#5a6475}
 .missing{color:#a4262c}.note{color:#5a6475;font-size:13px}
 details summary{cursor:pointer;font-weight:600}
@@ -123,7 +124,7 @@ def render_html(run_dir: str | os.PathLike[str]) -> str:
     shown: set[str] = set()
     if report_md is not None:
         parts.append(_section("Report", _markdown(report_md, folder, shown)))
-    rest = [p for p in pngs if p.name not in shown]
+    rest = [p for p in pngs if str(p.resolve()) not in shown]
     if rest:
         parts.append(_section("Figures of the run", "".join(_png_figure(p) for p in rest)))
     parts.append(_config_section(results))
@@ -176,6 +177,8 @@ def _describe(results: Any, folder: Path) -> tuple[str, str]:
         return ("job (islands run)", title)
     if "settings" in results and "agreement" in results:
         return ("paper reproduction (islands reproduce)", name)
+    if isinstance(results.get("parts"), Mapping) and "settings" in results:
+        return ("demo (islands demo)", name)
     if "shares" in results and "clients" in results:
         return ("contribution report (islands contribution)", name)
     return ("run", name)
@@ -260,7 +263,7 @@ def _markdown(text: str, folder: Path, shown: set[str]) -> str:
                 child.content = f"[figure missing: {src}]"
                 child.children = None
                 continue
-            shown.add(Path(src).name)
+            shown.add(str((folder / src).resolve()))
             child.attrSet("src", _data_uri(data))
     return str(md.renderer.render(tokens, md.options, {}))
 
@@ -269,7 +272,8 @@ def _local_png(folder: Path, src: str) -> bytes | None:
     if not src or "://" in src or src.startswith(("/", "data:")):
         return None
     path = (folder / src).resolve()
-    if path.parent != folder.resolve() or not path.is_file():
+    # a figure in a subfolder (the demo's hfl_audit/) is the run's; one outside it is not
+    if not path.is_relative_to(folder.resolve()) or not path.is_file():
         return None
     data = path.read_bytes()
     return data if data.startswith(_PNG_MAGIC) else None

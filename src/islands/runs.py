@@ -61,6 +61,11 @@ class Run:
                               "(or pip install pandas)") from exc
         return pandas.DataFrame(self.history)
 
+    def __repr__(self) -> str:
+        # short, for print(run): the settings and every epoch's figures are attributes
+        return (f"{type(self).__name__}(name={self.name!r}, path={str(self.path)!r}, "
+                f"metrics={self.metrics!r}, history=<{len(self.history)} rows>)")
+
     def _repr_html_(self) -> str:
         rows = [("kind", self.kind), ("folder", str(self.path)),
                 *((k, short_text(v)) for k, v in self.metrics.items()),
@@ -69,7 +74,7 @@ class Run:
                           settings=_flat(self.settings))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # Run's short __repr__
 class HorizontalRun(Run):
     """A horizontal job (``islands run``); :attr:`contribution` when it measured one."""
 
@@ -78,14 +83,14 @@ class HorizontalRun(Run):
     kind = "horizontal"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # Run's short __repr__
 class VerticalRun(Run):
     """A vertical job (``kind = "vertical"``); :attr:`history` holds the loss per epoch."""
 
     kind = "vertical"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # Run's short __repr__
 class Reproduction(Run):
     """A reproduction (``islands reproduce NAME``); :attr:`history` is its first table.
 

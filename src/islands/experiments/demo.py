@@ -233,7 +233,8 @@ def scca_part(s: Settings) -> PartResult:
                  "pooled data. The audit attacks the messages S1 received: under the "
                  "paper's protocol S1 rebuilds all of S2's data from a few rows it knows "
                  "(error near 0); under the secure protocol the same attack does no better "
-                 "than guessing (error 1 or more)."),
+                 "than guessing (error 1 or more). Cost: the secure run exchanged "
+                 f"{_bytes(nbytes)} between the peers and the dealer."),
         details={"data": source, "rows": n, "n_components": k, "rho": rho.tolist(),
                  "rho_pooled": pooled[:rho.size].tolist(),
                  "y_reconstruction_rel_error": errors})
@@ -290,10 +291,10 @@ def pca_part(s: Settings) -> PartResult:
     at_half = captured["secure"][epsilons.index(0.5)]
     return PartResult(
         name="pca", ran=f"federated DP-PCA, 3 sites, digits {X.shape[0]}×{X.shape[1]}, k={k}",
-        key_figure=(f"site 1 reads others' matrices, relative error "
-                    f"{audit.elfedpca_recovery_rel_error:.1e}"
-                    f" (ELFedPCA) vs {audit.secure_recovery_rel_error_data:.1e} (secure); "
-                    f"{at_half:.0%} variance at ε=0.5"),
+        key_figure=(f"site 1 rebuilds the other sites' matrices with relative error "
+                    f"{audit.elfedpca_recovery_rel_error:.1e} (ELFedPCA) vs "
+                    f"{_error_text(audit.secure_recovery_rel_error_data)} (secure); "
+                    f"{at_half:.0%} of the best variance at ε=0.5"),
         figures_of_merit={"elfedpca_recovery_rel_error": audit.elfedpca_recovery_rel_error,
                           "secure_recovery_rel_error": audit.secure_recovery_rel_error,
                           "secure_recovery_rel_error_data":
@@ -304,9 +305,17 @@ def pca_part(s: Settings) -> PartResult:
                  "differential privacy. In the published ELFedPCA scheme every site knows "
                  "the noise, so site 1 subtracts it and reads each other site's second-moment "
                  "matrix exactly. In the secure mode the sites' matrices are masked and each "
-                 "adds its own share of the noise, so the same reading is off by far more "
-                 "than the noise. The figure shows the price of privacy: the share of the "
-                 "best possible variance the private components capture, against ε."),
+                 "adds its own share of the noise, so the same reading is masked garbage: "
+                 "its error is "
+                 f"{_error_text(audit.secure_recovery_rel_error_data)} the size of "
+                 "the matrix it tries to read (1× is as bad as guessing zero); site 1 "
+                 "learns only the noisy sum. The figure shows the price of privacy: the "
+                 "share of the best possible variance the private components capture, "
+                 f"against ε ({at_half:.0%} at ε = 0.5, "
+                 f"{captured['central'][epsilons.index(0.5)]:.0%} if one trusted curator "
+                 "added the noise; the noise is drawn afresh from the OS each run, so these "
+                 "shares vary from run to run). Cost: the secure runs exchanged "
+                 f"{_bytes(nbytes)} in all ({len(epsilons)} values of ε)."),
         details={"epsilons": epsilons, "captured_variance": captured,
                  "audit": audit.to_dict()})
 
@@ -339,13 +348,14 @@ def hfl_part(s: Settings) -> PartResult:
         "FedAvg (plain)": FedAvg(local_steps=15, batch_size=21, lr=0.1, momentum=0.5),
     }
     curves: dict[str, list[float]] = {}
-    nbytes = 0
+    bytes_by_run: dict[str, int] = {}
     for label, strategy in runs.items():
         s.say(f"{label}: 3 clients (classes 0-3, 4-6, 7-9), {epochs} epochs")
         fm = FederatedModel(spec, strategy, epochs=epochs, seed=s.seed).fit(
             parts, test=(test.X, test.y))
         curves[label] = [float(e.test.get("accuracy", float("nan"))) for e in fm.history_]
-        nbytes += int(fm.transcript_.total_bytes)
+        bytes_by_run[label] = int(fm.transcript_.total_bytes)
+    nbytes = sum(bytes_by_run.values())
     s.say("gradient-leakage audit: what the server rebuilds of one client's image")
     audit = audit_gradients(s.out / "hfl_audit", protections=("plain", "ckks"), seed=s.seed,
                             other_rows=8 if s.quick else 32)
@@ -362,6 +372,12 @@ def hfl_part(s: Settings) -> PartResult:
     apfl, fedavg = (curves[k][-1] for k in runs)
     leak_plain = float(audit.errors.get("plain", float("nan")))
     leak_ckks = float(audit.errors.get("ckks", float("nan")))
+    leak_collusion = audit.errors.get("ckks+collusion")
+    collusion = ("" if leak_collusion is None else
+                 " But every client holds the same CKKS secret key: one client that hands "
+                 "it to the server lets it rebuild the image again (error "
+                 f"{float(leak_collusion):.1e}).")
+    encrypted, plain = (bytes_by_run[k] for k in runs)
     return PartResult(
         name="hfl", ran=f"APFL under CKKS+chaos vs FedAvg, 3 non-IID clients, {epochs} epochs",
         key_figure=(f"accuracy {apfl:.3f} (APFL, encrypted) vs {fedavg:.3f} (FedAvg); server "
@@ -373,10 +389,15 @@ def hfl_part(s: Settings) -> PartResult:
         summary=("Three clients, each holding only some classes of Fashion-MNIST, train one "
                  "model. APFL adapts how often they synchronise and, here, uploads its models "
                  "encrypted under CKKS over a secret permutation, so the server only adds "
-                 "ciphertexts; plain FedAvg is the reference. The audit shows why it "
-                 "matters: from one plain update the server rebuilds a client's image almost "
-                 "exactly, while under CKKS it gets nothing better than noise."),
+                 "ciphertexts; plain FedAvg is the reference (the two accuracies compare "
+                 "two algorithms: encryption itself changes the average only by CKKS's "
+                 "rounding). The audit shows why it matters: from one plain update the "
+                 "server rebuilds a client's image almost exactly (error near 0), while "
+                 f"under CKKS it gets nothing better than noise (error 1).{collusion} "
+                 f"Cost: {_bytes(encrypted)} exchanged encrypted against {_bytes(plain)} "
+                 "in the clear."),
         details={"train_rows": n_train, "test_rows": n_test, "epochs": epochs,
+                 "bytes_by_run": bytes_by_run,
                  "accuracy_by_epoch": curves, "audit_errors": audit.errors,
                  "audit_skipped": audit.skipped})
 
@@ -386,6 +407,15 @@ def hfl_part(s: Settings) -> PartResult:
 
 def _he() -> str:
     return "ou" if importlib.util.find_spec("heu") is not None else "paillier"
+
+
+def _he_name(he: str) -> str:
+    return {"ou": "Okamoto-Uchiyama", "paillier": "Paillier", "none": "no encryption"}[he]
+
+
+def _error_text(rel_error: float) -> str:
+    """Return a relative error for people: a masked reading's 2.0e+12 is 'over 1000×'."""
+    return f"{rel_error:.2g}×" if rel_error < 1000 else "over 1000×"
 
 
 def vfl_part(s: Settings) -> PartResult:
@@ -432,7 +462,7 @@ def vfl_part(s: Settings) -> PartResult:
            title="Vertical logistic regression, breast cancer, encrypted")
     figure = save_figure(fig, s.out / "vfl.png").name
     return PartResult(
-        name="vfl", ran=(f"PSI + vertical logistic regression ({he}), breast cancer, "
+        name="vfl", ran=(f"PSI + vertical logistic regression ({_he_name(he)}), breast cancer, "
                          f"A 20 / B 10 features"),
         key_figure=f"{aligned} rows aligned privately; AUC {auc:.3f} on {rows.size} new IDs",
         figures_of_merit={"aligned_rows": float(aligned), "auc_new_ids": auc},
@@ -441,9 +471,13 @@ def vfl_part(s: Settings) -> PartResult:
                  "listed in different orders. Private set intersection finds the people both "
                  "hold without revealing the others; then a logistic regression trains "
                  "across the columns with every exchanged gradient encrypted, and a "
-                 "coordinator only decrypts the loss. New people are scored the same way: "
-                 "aligned by PSI, each party computes its partial score, and the "
-                 "coordinator adds them."),
+                 "coordinator decrypts only masked gradients and the loss. New people are "
+                 "scored the same way: aligned by PSI, each party computes its partial "
+                 "score, and the coordinator adds them. What leaks: each party learns "
+                 "which of its IDs the other holds and the other's set size; the "
+                 "coordinator sees every batch's loss and, at inference, the partial "
+                 "scores in the clear, as in the paper (docs/vfl.md lists it all). Cost: "
+                 f"{_bytes(nbytes)} exchanged under {_he_name(he)} encryption."),
         details={"he": he, "train_ids_a": int(rows_a.size), "train_ids_b": int(rows_b.size),
                  "loss_history": [float(v) for v in model.loss_history_],
                  "new_ids": int(rows.size)})
@@ -502,7 +536,8 @@ def ftl_part(s: Settings) -> PartResult:
     figure = save_figure(fig, s.out / "contribution.png").name
     noisy = rep.clients[3]
     return PartResult(
-        name="ftl", ran=f"FTL ({he}), breast cancer; contribution of 4 FedAvg clients",
+        name="ftl", ran=(f"FTL ({_he_name(he)}), breast cancer; contribution of 4 FedAvg "
+                         "clients"),
         key_figure=(f"FTL accuracy {accuracy:.3f} on A's new rows ({ftl.n_overlap_} shared); "
                     f"noisy client's share {shares[noisy]:.2f}"),
         figures_of_merit={"ftl_accuracy": accuracy, "overlap": float(ftl.n_overlap_),
@@ -511,9 +546,12 @@ def ftl_part(s: Settings) -> PartResult:
         summary=("Transfer learning: B has labels, A has other features of mostly other "
                  "people and no labels; through the few people both hold, A learns a "
                  "classifier for its own rows from B's labels, with the exchanged terms "
-                 "encrypted. Contribution: the server values every client of a federation "
+                 "encrypted; but the gradients A decrypts leak B's labels of the shared "
+                 "rows, a leak not defended (docs/ftl.md). Contribution: the server values "
+                 "every client of a federation "
                  "from the updates it aggregates (Shapley values, no retraining); the client "
-                 "whose labels are shuffled gets the smallest reward share."),
+                 "whose labels are shuffled gets the smallest reward share. Cost: "
+                 f"{_bytes(nbytes)} exchanged in all."),
         details={"he": he, "ftl_epochs": 2 if s.quick else 12, "shares": shares,
                  "scores": {m: list(v) for m, v in rep.scores.items()}})
 
