@@ -779,7 +779,8 @@ def _report(out: Path, results: dict[str, Any]) -> None:
               f"{100 * rep['shares'][k]:.1f}%"] for k, name in enumerate(names)],
             align="l" + "r" * (len(scores) + 1)), "",
         "Σ φ: " + ", ".join(f"{SHORT[m]} {sum(v):+.4f}" for m, v in scores.items())
-        + ". GTG's ± is the 95% CLT half-width (per-round half-widths in quadrature).", "",
+        + ". GTG's ± is the 95% half-width (the rounds' variances added, Student t "
+        "with Welch–Satterthwaite's degrees of freedom).", "",
         "Renormalised weighting (the papers' choice: FedAvg over S alone, "
         "w_S = Σ_{k∈S} p_k·w_k / Σ_{k∈S} p_k), valued on the same training"
         + (" (identical final model)" if fed["same_model_both_runs"] else
@@ -828,7 +829,7 @@ def _report(out: Path, results: dict[str, Any]) -> None:
         f"{rep['settings']['max_permutations']} before every half-width fell to "
         f"{rep['settings']['tolerance']:g}). Hoeffding's distribution-free bound for all "
         f"clients at once, summed over the rounds: {gtg['hoeffding']:.3f}, far looser "
-        "than the CLT half-widths.", "",
+        "than the t half-widths.", "",
         "## Cost", "",
         markdown_table(
             ["work", "seconds", "models"],

@@ -232,8 +232,9 @@ class ContributionReport:
     scores
         ``{method: [φ_k]}``: each client's contribution, in utility units.
     halfwidth
-        ``{"gtg": [h_k]}``: the CLT confidence half-width of each ``gtg`` score (per
-        round half-widths combined in quadrature).
+        ``{"gtg": [h_k]}``: the confidence half-width of each ``gtg`` score (the
+        rounds' variances added, a Student-t quantile with Welch–Satterthwaite's
+        degrees of freedom: :func:`~.maths.combined_halfwidth`).
     hoeffding
         ``gtg``'s distribution-free half-width for all clients at once (per round
         Hoeffding bounds at confidence split over the rounds, summed), or None.
