@@ -304,6 +304,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global LR
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", type=Path)
@@ -312,7 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default="issue,noise50,noniid")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--rider-noise", type=float, default=1e-3)
+    ap.add_argument("--lr", type=float, default=LR, help="FedAvg's learning rate")
+    ap.add_argument("--retrain-only", action="store_true",
+                    help="only retraining Shapley and the shares it pays no-information "
+                         "clients (no valuation)")
     args = ap.parse_args(argv)
+    LR = args.lr
     logging.getLogger("islands").setLevel(logging.ERROR)  # the free-riders' NaN losses
     if args.quick:
         args.datasets, args.seeds, args.cases, args.rounds = "digits", "0", "issue", 10
@@ -324,6 +330,15 @@ def main(argv: list[str] | None = None) -> int:
                 fed = build(dataset, case, seed, args.rider_noise)
                 t1 = time.perf_counter()
                 truth = retrain(fed, args.rounds)
+                if args.retrain_only:
+                    for key in ("shapley", "shapley_loss"):
+                        shares = reward_shares(truth[key])
+                        paid = {f"client-{k + 1} ({r})": round(float(shares[k]), 3)
+                                for k, r in enumerate(fed.roles) if r in NO_INFO}
+                        print(f"{dataset:<8} {case:<8} seed {seed} lr {LR:g} {key}: φ "
+                              f"{np.round(truth[key], 3).tolist()}  no-info shares {paid}",
+                              flush=True)
+                    continue
                 methods = value(fed, args.rounds, truth)
                 d = methods["/".join(DEFAULT)]
                 print(f"{dataset:<8} {case:<8} seed {seed}: retrain φ "
@@ -332,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"({time.perf_counter() - t1:.0f} s)", flush=True)
                 results.append({"dataset": dataset, "case": case, "seed": seed,
                                 "roles": fed.roles, "truth": truth, "methods": methods})
+    if args.retrain_only:
+        return 0
     rows = summarise(results)
     print()
     print(table(rows))

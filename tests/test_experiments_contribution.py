@@ -12,9 +12,11 @@ import pytest
 from islands.data import find_fashion_mnist
 from islands.errors import ValidationError
 from islands.experiments.report import to_jsonable
+from islands.hfl.contribution import reward_shares
 from progress_steps import collect_steps
 
 pytest.importorskip("torch")
+scipy_stats = pytest.importorskip("scipy.stats")
 pytestmark = pytest.mark.skipif(find_fashion_mnist() is None,
                                 reason="Fashion-MNIST files not found")
 
@@ -29,8 +31,9 @@ from islands.experiments.report import ReproductionResult  # noqa: E402
 from islands.hfl.contribution import ContributionReport  # noqa: E402
 
 KEYS = {"settings", "clients", "federation", "contribution", "renormalised", "retrain",
-        "comparison", "gtg_check", "costs", "agreement", "figures", "wall_time_s"}
-FIGURES = ("contribution.png", "rounds.png", "agreement.png")
+        "comparison", "ranking", "gtg_check", "costs", "agreement", "figures",
+        "wall_time_s"}
+FIGURES = ("contribution.png", "rounds.png", "agreement.png", "ranking.png")
 
 Run = tuple[Path, dict[str, Any], list[str]]
 
@@ -67,7 +70,8 @@ def test_sections_are_typed_and_the_cli_table_reads_them(
     doc = json.loads((out / "results.json").read_text())
     assert doc == to_jsonable(result.to_json())
     assert list(doc["clients"][0]) == ["name", "role", "rows", "aggregation_weight",
-                                       "batch_size", "noise", "wrong_labels", "free_rider"]
+                                       "batch_size", "noise", "wrong_labels", "free_rider",
+                                       "twin_of", "shuffled"]
     assert list(doc["retrain"]) == ["scores", "loo", "values", "trainings", "seconds",
                                     "coalition_seconds", "alone", "without", "full", "empty"]
     assert doc["contribution"] == to_jsonable(report.to_dict())
@@ -97,10 +101,11 @@ def test_files_and_json(run: Run) -> None:
     assert doc["settings"]["contribution"]["weighting"] == "fixed"
     assert doc["settings"]["contribution"]["methods"] == list(METHODS)
     assert messages[0] == "loading Fashion-MNIST" and messages[-1].startswith("done")
-    assert any(m.startswith("retraining coalitions: 32/32") for m in messages)
+    assert any(m.startswith("retraining coalitions: 128/128") for m in messages)
     report = (out / "report.md").read_text()
     assert "Quick settings" in report
-    assert "| client-5 | medium, free-rider |" in report
+    assert "| client-7 | medium, free-rider |" in report
+    assert "## Each method's ranking against retraining (issue 27)" in report
     for name in FIGURES:
         assert f"]({name})" in report, name
     verdicts = [c["verdict"] for c in results["agreement"]]
@@ -117,7 +122,13 @@ def test_clients_are_what_the_roles_say(run: Run) -> None:
     noisy = clients[s["noisy"]]
     # 70% replaced, a tenth of those by the true label again: about 63% wrong
     assert 0.5 < noisy["wrong_labels"] / noisy["rows"] < 0.75
-    assert all(c["wrong_labels"] == 0 for k, c in enumerate(clients) if k != s["noisy"])
+    # shuffled: a permutation of ten roughly balanced classes leaves about 90% wrong
+    assert 0.8 < clients[s["shuffled"]]["wrong_labels"] / clients[s["shuffled"]]["rows"] < 1
+    assert all(c["wrong_labels"] == 0 for k, c in enumerate(clients)
+               if k not in (s["noisy"], s["shuffled"]))
+    assert [c["shuffled"] for c in clients] == [k == s["shuffled"] for k in range(len(clients))]
+    assert [c["twin_of"] for c in clients] == [
+        f"client-{k}" if k == s["twin"] else None for k in range(len(clients))]
     assert [c["free_rider"] for c in clients] == [k == s["free_rider"]
                                                   for k in range(len(clients))]
     fed = results["federation"]
@@ -158,8 +169,8 @@ def test_efficiency_and_shares(run: Run) -> None:
         assert sorted(entry["clients"]) == list(range(n))
         assert sum(entry["exact"]) == pytest.approx(entry["gain"], abs=1e-9)
     assert report["gain"] == pytest.approx(sum(e["gain"] for e in report["rounds"]))
-    # a round of 5 clients has 32 coalitions; OR scores 32 models more at the end
-    assert report["evaluations"] <= 32 * len(report["rounds"]) + 32
+    # a round of n clients has 2^n coalitions; OR scores 2^n models more at the end
+    assert report["evaluations"] <= 2**n * len(report["rounds"]) + 2**n
     check = results["gtg_check"]
     diff = np.abs(np.subtract(report["scores"]["gtg"], report["scores"]["exact"]))
     np.testing.assert_allclose(check["abs_diff"], diff)
@@ -195,6 +206,30 @@ def test_retraining_ground_truth(run: Run) -> None:
     for c in results["comparison"]:
         rho = c["spearman"]
         assert np.isnan(rho) or -1 <= rho <= 1
+
+
+def test_ranking_against_retraining(run: Run) -> None:
+    # issue 27: each method and weighting judged against retraining Shapley
+    _, results, _ = run
+    s, report, renorm, retrain = (results[k] for k in ("settings", "contribution",
+                                                       "renormalised", "retrain"))
+    rows = {(r["method"], r["weighting"]): r for r in results["ranking"]}
+    assert set(rows) == {*((m, w) for m in METHODS for w in ("fixed", "renormalised")),
+                         ("retrain", None), ("retrain_loo", None)}
+    twin, shuffled, fr = s["twin"], s["shuffled"], s["free_rider"]
+    for (method, weighting), r in rows.items():
+        phi = (retrain["scores"] if method == "retrain" else retrain["loo"]
+               if method == "retrain_loo" else
+               (report if weighting == "fixed" else renorm)["scores"][method])
+        np.testing.assert_allclose(r["shares"], reward_shares(phi))
+        tau = scipy_stats.kendalltau(phi, retrain["scores"]).statistic
+        assert r["tau"] == pytest.approx(tau, nan_ok=True)
+        assert r["no_info_share"] == pytest.approx(r["shares"][shuffled] + r["shares"][fr])
+        assert r["twin_shares"] == [r["shares"][twin - 1], r["shares"][twin]]
+    assert rows[("retrain", None)]["tau"] == pytest.approx(1.0)
+    assert rows[("gtg", "fixed")]["shares"] == pytest.approx(report["shares"])
+    # the free-rider is a null player of the fixed-weighting game: never paid there
+    assert all(rows[(m, "fixed")]["free_rider_share"] == 0.0 for m in METHODS)
 
 
 def test_bad_arguments() -> None:

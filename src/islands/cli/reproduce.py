@@ -180,7 +180,8 @@ REPRODUCTIONS: tuple[Reproduction, ...] = (
                           _option("model", str, "mlp", "'mlp' (784-200-10) or 'cnn'.")),
                  tables=_apfl_tables),
     Reproduction("contribution", "islands.experiments.contribution:reproduce_contribution",
-                 "Five unequal Fashion-MNIST clients valued by every method and by retraining.",
+                 "Seven unequal Fashion-MNIST clients (twins, shuffled labels, a free-rider) "
+                 "valued by every method and by retraining.",
                  "Seed of splits, noise, batches and orders.", tables=_contribution_tables),
 )
 """Every ``islands reproduce`` command, in the order ``--help`` lists them."""

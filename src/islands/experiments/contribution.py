@@ -1,19 +1,27 @@
 """Contribution measurement in horizontal FL against exact Shapley by retraining (§2.4.4).
 
-:func:`reproduce_contribution` trains one FedAvg federation on Fashion-MNIST whose five
+:func:`reproduce_contribution` trains one FedAvg federation on Fashion-MNIST whose seven
 clients differ in what they bring, values them as it trains
 (:class:`~islands.hfl.contribution.Contribution`: GTG-Shapley, exact per-round Shapley,
 one-round reconstruction, leave-one-out), then retrains the federation on every one of
-its 2⁵ − 1 coalitions to get the exact Shapley values and leave-one-out by retraining,
-the ground truth, and writes ``report.md``, ``results.json`` and three PNGs:
+its 2⁷ − 1 coalitions to get the exact Shapley values and leave-one-out by retraining,
+the ground truth, and writes ``report.md``, ``results.json`` and four PNGs:
 
 - ``client-1``: large, clean (3,000 rows);
 - ``client-2``: medium, clean (1,500);
-- ``client-3``: small, clean (400);
-- ``client-4``: medium (1,500) with 70% of its labels replaced by uniform random labels;
-- ``client-5``: a free-rider holding 1,500 rows, so that it claims their aggregation
+- ``client-3``: client-2's twin, holding the same 1,500 rows and labels;
+- ``client-4``: small, clean (400);
+- ``client-5``: medium (1,500) with 70% of its labels replaced by uniform random labels;
+- ``client-6``: medium (1,500) whose labels are shuffled among its rows (the same label
+  counts, no information about which row is what);
+- ``client-7``: a free-rider holding 1,500 rows, so that it claims their aggregation
   weight, which uploads the global model it receives unchanged
   (:class:`~islands.hfl.torch.learner.FreeRider`).
+
+Issue 27's cases are the twins and the two clients whose uploads carry no label
+information (shuffled labels, free-rider): the report shows each method's and
+weighting's Kendall τ against retraining Shapley, the share it pays those two clients and
+the twins' shares (``ranking`` in ``results.json``, ``ranking.png``).
 
 The rows are disjoint random (IID) draws from the Fashion-MNIST training split; the
 server's validation rows (2,000, never trained on) come from the same split and give
@@ -76,9 +84,15 @@ from islands.runtime.threads import torch_threads
 
 __all__ = ["ROLES", "ContributionClient", "RetrainScores", "reproduce_contribution"]
 
-ROLES: tuple[str, ...] = ("large, clean", "medium, clean", "small, clean",
-                          "medium, noisy labels", "medium, free-rider")
-"""What each client is, in order (client-1 ... client-5)."""
+ROLES: tuple[str, ...] = ("large, clean", "medium, clean", "twin of client-2",
+                          "small, clean", "medium, noisy labels", "medium, shuffled labels",
+                          "medium, free-rider")
+"""What each client is, in order (client-1 ... client-7)."""
+
+NO_INFO_LIMIT = 0.05
+"""The share a client whose upload carries no label information may get (issue 27)."""
+TWIN_TOLERANCE = 0.02
+"""How far apart identical clients' shares may be (issue 27)."""
 
 METHODS: tuple[str, ...] = ("gtg", "exact", "or", "loo")
 PER_ROUND: tuple[str, ...] = ("gtg", "exact", "loo")
@@ -99,6 +113,8 @@ class _Settings:
     noisy: int  # index of the noisy client
     noise: float  # share of its labels replaced by uniform random labels
     free_rider: int  # index of the free-rider
+    twin: int  # index of the client holding the same rows as client ``twin - 1``
+    shuffled: int  # index of the client whose labels are a permutation of its rows' labels
     validation_rows: int
     test_rows: int | None  # None: the whole test split
     hidden: tuple[int, ...]
@@ -122,6 +138,8 @@ class ContributionClient(JsonRow):
     noise: float
     wrong_labels: int
     free_rider: bool
+    twin_of: str | None
+    shuffled: bool
 
 
 
@@ -158,12 +176,14 @@ class RetrainScores(JsonRow):
 
 def _settings(quick: bool, seed: int, n_threads: int | None) -> _Settings:
     if quick:
-        return _Settings(seed=seed, quick=True, sizes=(600, 300, 100, 300, 300), noisy=3,
-                         noise=0.7, free_rider=4, validation_rows=400, test_rows=1000,
+        return _Settings(seed=seed, quick=True, sizes=(600, 300, 300, 100, 300, 300, 300),
+                         noisy=4, noise=0.7, free_rider=6, twin=2, shuffled=5,
+                         validation_rows=400, test_rows=1000,
                          hidden=(32,), epochs=1, tau=10, batch=32, lr=0.1, momentum=0.5,
                          n_threads=n_threads)
-    return _Settings(seed=seed, quick=False, sizes=(3000, 1500, 400, 1500, 1500), noisy=3,
-                     noise=0.7, free_rider=4, validation_rows=2000, test_rows=None,
+    return _Settings(seed=seed, quick=False, sizes=(3000, 1500, 1500, 400, 1500, 1500, 1500),
+                     noisy=4, noise=0.7, free_rider=6, twin=2, shuffled=5,
+                     validation_rows=2000, test_rows=None,
                      hidden=(64,), epochs=5, tau=5, batch=128, lr=0.1, momentum=0.5,
                      n_threads=n_threads)
 
@@ -182,15 +202,20 @@ def _data(s: _Settings) -> dict[str, Any]:
     val = perm[:s.validation_rows]
     parts: list[tuple[NDArray[np.float32], NDArray[np.int64]]] = []
     start = s.validation_rows
-    wrong = 0
+    wrong: dict[int, int] = {}
     for k, n in enumerate(s.sizes):
+        if k == s.twin:  # the same rows and labels as the client before it
+            parts.append(parts[k - 1])
+            continue
         rows = perm[start:start + n]
         start += n
         labels = y[rows].copy()
         if k == s.noisy:
             replaced = rng.random(n) < s.noise
             labels[replaced] = rng.integers(0, 10, int(replaced.sum()))
-            wrong = int(np.sum(labels != y[rows]))
+        elif k == s.shuffled:  # the same label counts, no information about the rows
+            labels = rng.permutation(labels)
+        wrong[k] = int(np.sum(labels != y[rows]))
         parts.append((X[rows], labels))
     te = (np.arange(test.n_samples) if s.test_rows is None
           else np.sort(rng.choice(test.n_samples, s.test_rows, replace=False)))
@@ -279,6 +304,46 @@ def _compare(scores: dict[str, list[float]], retrain: RetrainScores) -> list[dic
     return out
 
 
+def _kendall(a: list[float], b: list[float]) -> float:
+    from scipy.stats import kendalltau
+
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    return float(kendalltau(a, b).statistic)  # τ-b: ties (twins, null players) allowed
+
+
+def _ranking(s: _Settings, report: ContributionReport, renorm: ContributionReport,
+             retrain: RetrainScores) -> list[dict[str, Any]]:
+    """Each method and weighting against retraining Shapley, as issue 27 judges them.
+
+    Kendall τ-b of the scores against retraining Shapley; the reward shares
+    (:func:`~islands.hfl.contribution.reward_shares` of the scores) paid to the two
+    clients whose uploads carry no label information (shuffled labels, free-rider); and
+    the twins' shares.
+    """
+    from islands.hfl.contribution import reward_shares
+
+    rows: list[tuple[str, str | None, list[float]]] = [
+        *((m, "fixed", report.scores[m]) for m in METHODS),
+        *((m, "renormalised", renorm.scores[m]) for m in METHODS),
+        ("retrain", None, retrain.scores), ("retrain_loo", None, retrain.loo)]
+    twins = (s.twin - 1, s.twin)
+    helps = retrain.scores[twins[0]] > 0 and retrain.scores[twins[1]] > 0
+    out = []
+    for method, weighting, phi in rows:
+        shares = [float(v) for v in reward_shares(phi)]
+        no_info = shares[s.shuffled] + shares[s.free_rider]
+        gap = abs(shares[twins[0]] - shares[twins[1]])
+        out.append({
+            "method": method, "weighting": weighting, "tau": _kendall(phi, retrain.scores),
+            "shares": shares, "no_info_share": no_info,
+            "shuffled_share": shares[s.shuffled], "free_rider_share": shares[s.free_rider],
+            "twin_shares": [shares[k] for k in twins], "twin_gap": gap,
+            "twins_ok": bool(gap <= TWIN_TOLERANCE
+                             and (not helps or min(shares[k] for k in twins) > 0))})
+    return out
+
+
 def _gtg_check(report: ContributionReport) -> dict[str, Any]:
     gtg = np.asarray(report.scores["gtg"])
     exact = np.asarray(report.scores["exact"])
@@ -305,7 +370,7 @@ def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
                            quick: bool = False, random_state: int = 0,
                            n_threads: int | None = None,
                            progress: ProgressOption = None) -> ReproductionResult:
-    """Value five unequal Fashion-MNIST clients and compare with Shapley by retraining.
+    """Value seven unequal Fashion-MNIST clients and compare with Shapley by retraining.
 
     Parameters
     ----------
@@ -313,10 +378,10 @@ def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
         Folder for ``report.md``, ``results.json``, ``contribution.png``,
         ``rounds.png`` and ``agreement.png``; created if missing.
     quick
-        A smoke-test profile (a few seconds): 1,600 training rows over the same five
-        roles, 400 validation rows, a 784-32-10 MLP, one epoch. Full: 7,900 training
-        rows, 2,000 validation rows, a 784-64-10 MLP, five epochs at τ = 5 (65 rounds):
-        under a minute on two cores, nearly all of it the two valuations and the 31
+        A smoke-test profile (under a minute): 2,200 training rows over the same seven
+        roles, 400 validation rows, a 784-32-10 MLP, one epoch. Full: 10,900 training
+        rows, 2,000 validation rows, a 784-64-10 MLP, five epochs at τ = 5: a few
+        minutes on two cores, nearly all of it the two valuations and the 127
         retrainings.
     random_state
         Seed of the split, the label noise, the initial model, the batch orders and
@@ -336,9 +401,11 @@ def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
         (accuracy, rounds, wall time), ``contribution`` and ``renormalised`` (the two
         :class:`~islands.hfl.contribution.ContributionReport` as dicts), ``retrain``
         (coalition values, Shapley and leave-one-out scores, times), ``comparison``,
-        ``gtg_check``, ``costs``, ``agreement`` (the claims), ``figures`` and
-        ``wall_time_s``. Its ``sections`` hold ``clients`` as :class:`ContributionClient`,
-        the two reports as ``ContributionReport`` and ``retrain`` as :class:`RetrainScores`.
+        ``ranking`` (per method and weighting: Kendall τ against retraining Shapley, the
+        reward shares, the no-information clients' and the twins'), ``gtg_check``,
+        ``costs``, ``agreement`` (the claims), ``figures`` and ``wall_time_s``. Its
+        ``sections`` hold ``clients`` as :class:`ContributionClient`, the two reports
+        as ``ContributionReport`` and ``retrain`` as :class:`RetrainScores`.
     """
     from islands.hfl.torch.learner import FreeRider
     from islands.hfl.torch.models import ModelSpec
@@ -371,8 +438,10 @@ def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
     clients = [ContributionClient(
         name=c, role=ROLES[k], rows=counts[k], aggregation_weight=counts[k] / sum(counts),
         batch_size=int(fm.batch_sizes_[c]), noise=s.noise if k == s.noisy else 0.0,
-        wrong_labels=data["wrong_labels"] if k == s.noisy else 0,
-        free_rider=k == s.free_rider) for k, c in enumerate(names)]
+        wrong_labels=data["wrong_labels"].get(k, 0),
+        free_rider=k == s.free_rider,
+        twin_of=names[s.twin - 1] if k == s.twin else None,
+        shuffled=k == s.shuffled) for k, c in enumerate(names)]
     training_s = retrain.coalition_seconds[",".join(str(k) for k in range(n))]
     costs = {"valued_run_wall_s": fm.wall_time_, "valuation_s": report.seconds,
              "evaluations": report.evaluations,
@@ -391,16 +460,17 @@ def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
         "validation_final": report.utility_final,
         "parameters": spec.n_params(), "model_description": spec.describe()}
     comparison = _compare(report.scores, retrain)
+    ranking = _ranking(s, report, renorm, retrain)
     gtg = _gtg_check(report)
-    claims = _claims(s, report, renorm, retrain, comparison, gtg, costs)
-    figures = _figures(run.out, names, report, renorm, retrain)
+    claims = _claims(s, report, renorm, retrain, comparison, ranking, gtg, costs)
+    figures = _figures(run.out, names, report, renorm, retrain, ranking, s)
     result = ReproductionResult(
         settings=asdict(s) | {"dataset": "fashion_mnist", "methods": list(METHODS),
                               "strategy": "FedAvg, batches ∝ rows (APFL eq. 26, fixed τ)",
                               "contribution": report.settings},
         sections={"clients": clients, "federation": federation, "contribution": report,
                   "renormalised": renorm, "retrain": retrain, "comparison": comparison,
-                  "gtg_check": gtg, "costs": costs},
+                  "ranking": ranking, "gtg_check": gtg, "costs": costs},
         agreement=claims, figures=figures, wall_time_s=time.perf_counter() - start)
     results = result.to_json()
     write_json(run.out / "results.json", results)
@@ -420,7 +490,8 @@ def _all_scores(scores: dict[str, list[float]], retrain: list[float],
 
 
 def _claims(s: _Settings, report: ContributionReport, renorm: ContributionReport,
-            retrain: RetrainScores, comparison: list[dict[str, Any]], gtg: dict[str, Any],
+            retrain: RetrainScores, comparison: list[dict[str, Any]],
+            ranking: list[dict[str, Any]], gtg: dict[str, Any],
             costs: dict[str, Any]) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     fr, noisy = s.free_rider, s.noisy
@@ -465,8 +536,41 @@ def _claims(s: _Settings, report: ContributionReport, renorm: ContributionReport
                   for m, phi in scores.items()),
         _verdict(len(below), len(scores))))
 
+    # issue 27: no-information clients and twins, by the default and by retraining
+    rows = {(r["method"], r["weighting"]): r for r in ranking}
+    for key, who in ((("gtg", "fixed"), "The default (GTG, fixed weighting)"),
+                     (("retrain", None), "Retraining Shapley")):
+        r = rows[key]
+        out.append(claim(
+            f"{who} pays the clients whose uploads carry no label information (shuffled "
+            f"labels, free-rider) at most {100 * NO_INFO_LIMIT:.0f}% together",
+            f"shuffled {100 * r['shuffled_share']:.1f}%, free-rider "
+            f"{100 * r['free_rider_share']:.1f}%",
+            "agrees" if r["no_info_share"] <= NO_INFO_LIMIT else
+            "partly" if r["no_info_share"] <= 2 * NO_INFO_LIMIT else "differs"))
+        a, b = r["twin_shares"]
+        out.append(claim(
+            f"{who} pays the twins (client-{s.twin}, client-{s.twin + 1}: the same rows) "
+            f"equal shares (within {TWIN_TOLERANCE:g}), positive where retraining says they "
+            "help",
+            f"{100 * a:.1f}% and {100 * b:.1f}% (retraining Shapley "
+            f"{retrain.scores[s.twin - 1]:+.4f} / {retrain.scores[s.twin]:+.4f})",
+            "agrees" if r["twins_ok"] else
+            "partly" if r["twin_gap"] <= TWIN_TOLERANCE else "differs"))
+    best = max((r for r in ranking if r["weighting"] is not None and np.isfinite(r["tau"])),
+               key=lambda r: r["tau"], default=None)
+    default_tau = rows[("gtg", "fixed")]["tau"]
+    out.append(claim(
+        "The default (GTG, fixed weighting) ranks the clients as retraining Shapley does "
+        "(Kendall τ ≥ 0.8, issue 27's target)",
+        f"τ = {default_tau:.2f}" + (f"; the best reconstruction: {SHORT[best['method']]}, "
+                                    f"{best['weighting']}, τ = {best['tau']:.2f}"
+                                    if best else ""),
+        "agrees" if default_tau >= 0.8 else "partly" if default_tau >= 0.5 else "differs"))
+
     # larger clean clients score higher
-    clean = sorted((k for k in range(len(s.sizes)) if k not in (noisy, fr)),
+    clean = sorted((k for k in range(len(s.sizes))
+                    if k not in (noisy, fr, s.shuffled, s.twin)),
                    key=lambda k: -s.sizes[k])
     ordered = [m for m, phi in scores.items()
                if all(phi[a] > phi[b] for a, b in itertools.pairwise(clean))]
@@ -534,8 +638,45 @@ def _claims(s: _Settings, report: ContributionReport, renorm: ContributionReport
 
 
 # ------------------------------------------------------------------ figures
+def _ranking_figure(path: Path, ranking: list[dict[str, Any]], names: list[str],
+                    s: _Settings) -> str:
+    """Kendall τ, the no-information clients' share and the twins' shares, per method."""
+    fig = new_figure(13, 4.2)
+    axes = fig.subplots(1, 3)
+    labels = [SHORT[r["method"]] + ("" if r["weighting"] is None else
+                                    f"\n{r['weighting'][:5]}.") for r in ranking]
+    x = np.arange(len(ranking))
+    colours = ["C0" if r["weighting"] == "fixed" else "C1" if r["weighting"] else "C2"
+               for r in ranking]
+    axes[0].bar(x, [0.0 if not np.isfinite(r["tau"]) else r["tau"] for r in ranking],
+                color=colours)
+    axes[0].axhline(0.8, color="black", linestyle="--", linewidth=0.8, label="target 0.8")
+    axes[0].set_ylim(-1, 1)
+    axes[0].set_title("Kendall τ against retraining Shapley", fontsize=10)
+    axes[1].bar(x, [100 * r["shuffled_share"] for r in ranking], color=colours,
+                label=f"{names[s.shuffled]} (shuffled)")
+    axes[1].bar(x, [100 * r["free_rider_share"] for r in ranking],
+                bottom=[100 * r["shuffled_share"] for r in ranking], color="grey",
+                label=f"{names[s.free_rider]} (free-rider)")
+    axes[1].axhline(100 * NO_INFO_LIMIT, color="black", linestyle="--", linewidth=0.8,
+                    label=f"target {100 * NO_INFO_LIMIT:.0f}%")
+    axes[1].set_title("share paid to no-information clients (%)", fontsize=10)
+    width = 0.4
+    a = [100 * r["twin_shares"][0] for r in ranking]
+    b = [100 * r["twin_shares"][1] for r in ranking]
+    axes[2].bar(x - width / 2, a, width, label=names[s.twin - 1])
+    axes[2].bar(x + width / 2, b, width, label=f"{names[s.twin]} (its twin)")
+    axes[2].set_title("the twins' shares (%)", fontsize=10)
+    for ax in axes:
+        ax.set_xticks(x, labels, fontsize=6, rotation=90)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=7)
+    return save_figure(fig, path).name
+
+
 def _figures(out: Path, names: list[str], report: ContributionReport,
-             renorm: ContributionReport, retrain: RetrainScores) -> list[str]:
+             renorm: ContributionReport, retrain: RetrainScores,
+             ranking: list[dict[str, Any]], s: _Settings) -> list[str]:
     from matplotlib.ticker import MaxNLocator
 
     bars = replace(report, scores=_all_scores(report.scores, retrain.scores, retrain.loo))
@@ -584,6 +725,7 @@ def _figures(out: Path, names: list[str], report: ContributionReport,
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     files.append(save_figure(fig, out / "agreement.png").name)
+    files.append(_ranking_figure(out / "ranking.png", ranking, names, s))
     return files
 
 
@@ -600,7 +742,7 @@ def _report(out: Path, results: dict[str, Any]) -> None:
         lines += ["**Quick settings** (smoke test): fewer rows, a smaller model and one "
                   "epoch; the full run is `islands reproduce contribution`.", ""]
     lines += [
-        f"Five clients train one model with FedAvg; the server values each client's "
+        f"{n} clients train one model with FedAvg; the server values each client's "
         f"contribution from the uploads of every round, on {s['validation_rows']:,} "
         "validation rows it holds (Fashion-MNIST training rows no client holds; utility: "
         "accuracy), then the federation is retrained on every one of its "
@@ -611,15 +753,18 @@ def _report(out: Path, results: dict[str, Any]) -> None:
              "alone (retrained)", "without it (retrained)"],
             [[c["name"], c["role"], c["rows"],
               f"{c['wrong_labels']} ({100 * c['wrong_labels'] / c['rows']:.0f}%)"
-              if c["noise"] else "0",
+              if c["wrong_labels"] else "0",
               f"{c['aggregation_weight']:.3f}", c["batch_size"], ret["alone"][k],
               ret["without"][k]] for k, c in enumerate(clients)],
             floatfmt=".4f", align="llrrrrrr"), "",
         f"The noisy client's labels: {100 * s['noise']:.0f}% replaced by uniform random "
-        "labels (a tenth of those land on the true label again). The free-rider joins "
+        "labels (a tenth of those land on the true label again). The shuffled client's "
+        "labels are a random permutation of its rows' labels (the same counts, no "
+        f"information about the rows). {names[s['twin']]} holds exactly "
+        f"{names[s['twin'] - 1]}'s rows and labels. The free-rider joins "
         "with its row count, so it takes its aggregation weight, and uploads the global "
         "model it receives unchanged. \"Alone\" and \"without it\" are the validation "
-        "accuracies of the models that client alone, and the other four, train.", "",
+        f"accuracies of the models that client alone, and the other {n - 1}, train.", "",
         f"Model: {fed['model_description']}. FedAvg, "
         f"τ = {s['tau']} local steps, mini-batches proportional to the rows (they add up "
         f"to {s['batch']}: APFL's eq. 26 with the interval fixed), SGD lr {s['lr']:g}, "
@@ -639,7 +784,8 @@ def _report(out: Path, results: dict[str, Any]) -> None:
               f"{100 * rep['shares'][k]:.1f}%"] for k, name in enumerate(names)],
             align="l" + "r" * (len(scores) + 1)), "",
         "Σ φ: " + ", ".join(f"{SHORT[m]} {sum(v):+.4f}" for m, v in scores.items())
-        + ". GTG's ± is the 95% CLT half-width (per-round half-widths in quadrature).", "",
+        + ". GTG's ± is the 95% half-width (the rounds' variances added, Student t "
+        "with Welch–Satterthwaite's degrees of freedom).", "",
         "Renormalised weighting (the papers' choice: FedAvg over S alone, "
         "w_S = Σ_{k∈S} p_k·w_k / Σ_{k∈S} p_k), valued on the same training"
         + (" (identical final model)" if fed["same_model_both_runs"] else
@@ -661,6 +807,22 @@ def _report(out: Path, results: dict[str, Any]) -> None:
             [[LABELS_LONG[c["method"]], LABELS_LONG[c["reference"]], c["spearman"],
               c["max_abs_diff"], c["sum"], c["reference_sum"]]
              for c in results["comparison"]], floatfmt=".4f", align="llrrrr"), "",
+        "## Each method's ranking against retraining (issue 27)", "",
+        "Kendall τ-b of each method's scores against retraining Shapley (1: the same "
+        "order); the reward shares paid to the clients whose uploads carry no label "
+        f"information ({names[s['shuffled']]}, shuffled labels; {names[s['free_rider']]}, "
+        f"the free-rider; target ≤ {100 * NO_INFO_LIMIT:.0f}% together); and the twins' "
+        f"shares ({names[s['twin'] - 1]} and {names[s['twin']]} hold the same rows: "
+        f"equal within {TWIN_TOLERANCE:g}, positive where retraining says they help).", "",
+        markdown_table(
+            ["method", "weighting", "Kendall τ", "shuffled", "free-rider",
+             "twins", "twins ok"],
+            [[LABELS_LONG[r["method"]], r["weighting"] or "–",
+              "–" if r["tau"] is None or not np.isfinite(r["tau"]) else f"{r['tau']:+.2f}",
+              f"{100 * r['shuffled_share']:.1f}%", f"{100 * r['free_rider_share']:.1f}%",
+              " / ".join(f"{100 * v:.1f}%" for v in r["twin_shares"]),
+              "yes" if r["twins_ok"] else "no"] for r in results["ranking"]],
+            align="llrrrrl"), "",
         "## GTG-Shapley against exact per-round Shapley", "",
         markdown_table(
             ["client", "GTG", "exact/round", "|Δ|", "95% half-width", "within"],
@@ -672,7 +834,7 @@ def _report(out: Path, results: dict[str, Any]) -> None:
         f"{rep['settings']['max_permutations']} before every half-width fell to "
         f"{rep['settings']['tolerance']:g}). Hoeffding's distribution-free bound for all "
         f"clients at once, summed over the rounds: {gtg['hoeffding']:.3f}, far looser "
-        "than the CLT half-widths.", "",
+        "than the t half-widths.", "",
         "## Cost", "",
         markdown_table(
             ["work", "seconds", "models"],
@@ -700,6 +862,8 @@ def _report(out: Path, results: dict[str, Any]) -> None:
         "![scores by method, with the reward shares](contribution.png)", "",
         "![cumulative per-round contributions](rounds.png)", "",
         "![reconstruction against retraining](agreement.png)", "",
+        "![each method's ranking, no-information shares and twins' shares](ranking.png)",
+        "",
         "## Notes", "",
         "- Per-round methods (GTG, exact/round, LOO/round) add up every round's "
         "marginals. After the first rounds the gain per round is small and the marginals "

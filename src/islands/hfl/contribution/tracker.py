@@ -51,7 +51,6 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -67,6 +66,7 @@ from islands.hfl.contribution.game import (
     member_coefficients,
 )
 from islands.hfl.contribution.maths import (
+    combined_halfwidth,
     exact_shapley,
     hoeffding_halfwidth,
     leave_one_out,
@@ -232,8 +232,9 @@ class ContributionReport:
     scores
         ``{method: [φ_k]}``: each client's contribution, in utility units.
     halfwidth
-        ``{"gtg": [h_k]}``: the CLT confidence half-width of each ``gtg`` score (per
-        round half-widths combined in quadrature).
+        ``{"gtg": [h_k]}``: the confidence half-width of each ``gtg`` score (the
+        rounds' variances added, a Student-t quantile with Welch–Satterthwaite's
+        degrees of freedom: :func:`~.maths.combined_halfwidth`).
     hoeffding
         ``gtg``'s distribution-free half-width for all clients at once (per round
         Hoeffding bounds at confidence split over the rounds, summed), or None.
@@ -361,6 +362,7 @@ class ContributionTracker:
         self._index = {c: k for k, c in enumerate(self.clients)}
         self._totals = {m: np.zeros(n) for m in config.methods if m != "or"}
         self._var = np.zeros(n)  # Σ_r stderr² of gtg
+        self._var_df = np.zeros(n)  # Σ_r stderr⁴/(T_r − 1): Welch–Satterthwaite's ν
         self._hoeffding: list[tuple[float, int, int]] = []
         self._rounds: list[dict[str, Any]] = []
         self._or: NDArray[np.float32] | None = None
@@ -416,6 +418,7 @@ class ContributionTracker:
                         max_permutations=cfg.max_permutations, truncation=cfg.truncation)
                     values = est.values
                     self._var[idx] += est.stderr**2
+                    self._var_df[idx] += est.stderr**4 / (est.permutations - 1)
                     self.permutations += est.permutations
                     self.unconverged += int(not est.converged)
                     self._hoeffding.append((est.value_range, est.permutations, m))
@@ -457,9 +460,8 @@ class ContributionTracker:
             scores["or"] = [float(v) for v in exact_shapley(lambda s: values[s], n)]
             u0 = values[0]
         scores = {m: scores[m] for m in cfg.methods}
-        z = NormalDist().inv_cdf(0.5 + cfg.confidence / 2)
-        halfwidth = ({"gtg": [float(z * math.sqrt(v)) for v in self._var]}
-                     if "gtg" in cfg.methods else {})
+        halfwidth = ({"gtg": [float(h) for h in combined_halfwidth(
+            self._var, self._var_df, cfg.confidence)]} if "gtg" in cfg.methods else {})
         hoeffding = None
         if self._hoeffding:
             per = (1 - cfg.confidence) / len(self._hoeffding)
@@ -481,7 +483,7 @@ class ContributionTracker:
         """Return what a server checkpoint keeps to resume the valuation."""
         return {"config": self._identity(),
                 "totals": {m: t.copy() for m, t in self._totals.items()},
-                "var": self._var.copy(),
+                "var": self._var.copy(), "var_df": self._var_df.copy(),
                 "hoeffding": [list(h) for h in self._hoeffding],
                 "rounds": self._rounds, "or": self._or,
                 "counters": [self.evaluations, self.permutations, self.unconverged,
@@ -519,6 +521,9 @@ class ContributionTracker:
         for m in self._totals:
             self._totals[m] = np.array(state["totals"][m], dtype=np.float64)
         self._var = np.array(state["var"], dtype=np.float64)
+        # a checkpoint from before ν was kept: 0, the normal quantile it was written with
+        self._var_df = np.array(state.get("var_df", np.zeros_like(self._var)),
+                                dtype=np.float64)
         self._hoeffding = [(float(r), int(t), int(k)) for r, t, k in state["hoeffding"]]
         self._rounds = [dict(e) for e in state["rounds"]]
         if self._or is not None and state.get("or") is not None:
