@@ -51,6 +51,9 @@ def test_demo_command_runs_parts_and_writes_the_folder(tmp_path: Path) -> None:
     assert "What leaks" in doc["parts"]["vfl"]["summary"]
     report = (out / "report.md").read_text()
     assert "| part |" in report and "## pca" in report and "![pca](pca.png)" in report
+    page = (out / "report.html").read_text()  # islands.run_report, written by the demo
+    assert "demo (islands demo)" in page and page.count("<img") >= 2
+    assert "Figures drawn from results.json" not in page  # the parts draw their own
 
 
 def test_demo_command_names_the_parts_for_an_unknown_one(tmp_path: Path) -> None:

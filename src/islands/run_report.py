@@ -120,7 +120,8 @@ def render_html(run_dir: str | os.PathLike[str]) -> str:
     kind, title = _describe(results, folder)
     parts = [_header(title, kind, folder, results)]
     parts.append(_summary_section(results))
-    parts.append(_figures_section(results))
+    if kind != _DEMO:  # every demo part draws its own figures, shown with its report.md
+        parts.append(_figures_section(results))
     shown: set[str] = set()
     if report_md is not None:
         parts.append(_section("Report", _markdown(report_md, folder, shown)))
@@ -162,6 +163,9 @@ def _read_folder(folder: Path) -> tuple[Any, str | None, list[Path]]:
     return results, report_md, pngs
 
 
+_DEMO = "demo (islands demo)"
+
+
 def _describe(results: Any, folder: Path) -> tuple[str, str]:
     """Return the kind of run and the page's title."""
     name = folder.resolve().name
@@ -178,7 +182,7 @@ def _describe(results: Any, folder: Path) -> tuple[str, str]:
     if "settings" in results and "agreement" in results:
         return ("paper reproduction (islands reproduce)", name)
     if isinstance(results.get("parts"), Mapping) and "settings" in results:
-        return ("demo (islands demo)", name)
+        return (_DEMO, name)
     if "shares" in results and "clients" in results:
         return ("contribution report (islands contribution)", name)
     return ("run", name)
