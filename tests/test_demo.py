@@ -116,4 +116,4 @@ def test_ftl_part_quick(tmp_path: Path) -> None:
     shares = r.details["shares"]
     assert sum(shares.values()) == pytest.approx(1.0)
     assert r.figures_of_merit["overlap"] == 60
-    assert r.bytes_exchanged > 0 and (tmp_path / "contribution.png").exists()
+    assert r.bytes_exchanged > 0 and (tmp_path / "ftl.png").exists()

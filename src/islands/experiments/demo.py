@@ -528,12 +528,15 @@ def ftl_part(s: Settings) -> PartResult:
     assert rep is not None
     nbytes += int(fm.transcript_.total_bytes)
     shares = {c: float(v) for c, v in zip(rep.clients, rep.shares, strict=True)}
-    fig = new_figure(6.4, 3.6)
-    ax = fig.subplots()
+    fig = new_figure(11.0, 3.6)
+    curve, bars = fig.subplots(1, 2, width_ratios=[1, 1.4])
+    curve.plot(range(1, len(ftl.loss_history_) + 1), ftl.loss_history_, marker="o")
+    curve.set(xlabel="epoch", ylabel="B's training loss",
+              title=f"Transfer learning ({_he_name(he)})")
     names = [f"{c}{' (noisy labels)' if i == 3 else ''}" for i, c in enumerate(rep.clients)]
-    ax.bar(names, list(shares.values()), color=["tab:blue"] * 3 + ["tab:red"])
-    ax.set(ylabel="reward share (GTG-Shapley)", title="Who contributed what (FedAvg, digits)")
-    figure = save_figure(fig, s.out / "contribution.png").name
+    bars.bar(names, list(shares.values()), color=["tab:blue"] * 3 + ["tab:red"])
+    bars.set(ylabel="reward share (GTG-Shapley)", title="Who contributed what (FedAvg, digits)")
+    figure = save_figure(fig, s.out / "ftl.png").name
     noisy = rep.clients[3]
     return PartResult(
         name="ftl", ran=(f"FTL ({_he_name(he)}), breast cancer; contribution of 4 FedAvg "
