@@ -95,3 +95,29 @@ def test_task_rejects_an_unknown_progress_value() -> None:
     with (pytest.raises(ValidationError, match="'progress' parameter of f must be True"),
           task(3, "x", owner="f")):
         pass
+
+
+def test_the_audits_report_their_steps_and_refuse_a_bad_progress() -> None:
+    import numpy as np
+
+    from islands.cca.audit import audit_scca
+    from islands.data import load_sklearn, split_image_views
+    from islands.pca.audit import audit_pca
+
+    ds = load_sklearn("digits")
+    assert ds.image_shape is not None
+    left, right = split_image_views(ds.X, ds.image_shape)
+    seen = Recorder()
+    audit_scca(left, right, protocol="secure", progress=seen)
+    steps = seen.of("audit scca")
+    assert [u.done for u in steps] == [0, 0, 1, 2, 3] and steps[-1].finished
+    assert steps[-1].info == "done" and "simulation check" in steps[-2].info
+    parts = np.array_split(np.random.default_rng(0).normal(size=(300, 8)), 3)
+    audit_pca(parts, n_components=2, progress=seen)
+    assert [u.done for u in seen.of("audit pca")] == [0, 0, 1, 2]
+    with pytest.raises(ValidationError, match="'progress'"):
+        audit_pca(parts, n_components=2, progress="yes")
+    failing = Recorder()
+    with pytest.raises(ValidationError):
+        audit_scca(left, right[:10], progress=failing)
+    assert failing.updates[-1].info == "failed"

@@ -40,6 +40,7 @@ from islands.cca.secure import FRAC_BITS, MASK_LABELS
 from islands.crypto import rns
 from islands.errors import ValidationError
 from islands.runtime import Record, Transcript
+from islands.runtime.progress import ProgressOption, check_progress, task
 
 __all__ = [
     "SccaAuditReport",
@@ -345,7 +346,7 @@ def simulation_check(X: Array, Y: Array, *, alpha: float = 0.01, reg: float = 0.
 def audit_scca(
     X: Array, Y: Array, *, rank_tol: float | None = 1e-10, reg: float = 0.0,
     random_state: int | np.random.Generator | None = 0, extra_rows: int = 10,
-    protocol: str = "paper",
+    protocol: str = "paper", progress: ProgressOption = None,
 ) -> SccaAuditReport:
     """Fit SCCA (perturbed, as the paper recommends) and run every attack on it.
 
@@ -365,67 +366,77 @@ def audit_scca(
     protocol
         ``"paper"`` (perturbed) or ``"secure"``: the same attacks on the messages in the
         same places, and :func:`simulation_check`.
+    progress
+        One step per stage (``True``: a bar; a callable gets each
+        :class:`~islands.runtime.progress.ProgressUpdate`).
     """
+    sink = check_progress(progress, "audit_scca")
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
     if protocol not in ("paper", "secure"):
         raise ValidationError(f"audit_scca: protocol must be 'paper' or 'secure'; got "
                               f"{protocol!r}")
     secure = protocol == "secure"
-    cca = SwarmCCA(protocol=protocol, perturb=None if secure else True, rank_tol=rank_tol,
-                   reg=reg, keep_payloads=True).fit(X, Y)
-    s1_name = "x" if cca.roles_["x"] == "s1" else "y"
-    s2_name = "y" if s1_name == "x" else "x"
-    s1_data, s2_data = (X, Y) if s1_name == "x" else (Y, X)
-    truth_s1, truth_s2 = cca.results_[s1_name], cca.results_[s2_name]
-    t: Transcript = cca.transcript_
+    with task(sink, "audit scca", 3 if secure else 2, owner="audit_scca") as running:
+        running.update(0, f"fitting SCCA (protocol={protocol!r})")
+        cca = SwarmCCA(protocol=protocol, perturb=None if secure else True, rank_tol=rank_tol,
+                       reg=reg, keep_payloads=True).fit(X, Y)
+        s1_name = "x" if cca.roles_["x"] == "s1" else "y"
+        s2_name = "y" if s1_name == "x" else "x"
+        s1_data, s2_data = (X, Y) if s1_name == "x" else (Y, X)
+        truth_s1, truth_s2 = cca.results_[s1_name], cca.results_[s2_name]
+        t: Transcript = cca.transcript_
 
-    w2 = maths.whiten(s2_data, reg=reg, rank_tol=rank_tol)  # ground truth only
-    q = w2.rank
-    k1_error: float | None = None
-    k2_error: float | None = None
-    product_attack: float | None = None
-    if secure:
-        basis = span_from_ring_message(t.received_by(s1_name), s1_data.shape[0], q)
-        w1 = maths.whiten(s1_data, reg=reg, rank_tol=rank_tol)
-        product = _decoded_product(cca, s1_name, s1_data.shape[0], w1.rank, q)
-        guess = np.linalg.qr(w1.basis @ product)[0]
-        off = guess - w2.basis @ (w2.basis.T @ guess)
-        product_attack = float(np.sqrt(2.0) * np.linalg.norm(off) / np.sqrt(q))
-    else:
-        k1_hat = recover_k1(t.received_by(s2_name))
-        # S1 recomputes its own Δx from its own data with its own settings
-        w1 = maths.whiten(s1_data, reg=reg, rank_tol=rank_tol)
-        k2_hat, basis = recover_k2_and_span(t.received_by(s1_name), t.sent_by(s1_name),
-                                            maths.leverage_norms(w1.basis))
-        k1_error = abs(k1_hat - truth_s1.scale) / truth_s1.scale
-        k2_error = abs(k2_hat - truth_s2.scale) / truth_s2.scale
-    # ‖EEᵀ − QQᵀ‖_F = √2·‖(I − QQᵀ)E‖_F for orthonormal n×q bases: no cancellation
-    residual = basis - w2.basis @ (w2.basis.T @ basis)
-    projector_error = float(np.sqrt(2.0) * np.linalg.norm(residual) / np.sqrt(q))
+        running.update(1, "the attacks on the transcript")
+        w2 = maths.whiten(s2_data, reg=reg, rank_tol=rank_tol)  # ground truth only
+        q = w2.rank
+        k1_error: float | None = None
+        k2_error: float | None = None
+        product_attack: float | None = None
+        if secure:
+            basis = span_from_ring_message(t.received_by(s1_name), s1_data.shape[0], q)
+            w1 = maths.whiten(s1_data, reg=reg, rank_tol=rank_tol)
+            product = _decoded_product(cca, s1_name, s1_data.shape[0], w1.rank, q)
+            guess = np.linalg.qr(w1.basis @ product)[0]
+            off = guess - w2.basis @ (w2.basis.T @ guess)
+            product_attack = float(np.sqrt(2.0) * np.linalg.norm(off) / np.sqrt(q))
+        else:
+            k1_hat = recover_k1(t.received_by(s2_name))
+            # S1 recomputes its own Δx from its own data with its own settings
+            w1 = maths.whiten(s1_data, reg=reg, rank_tol=rank_tol)
+            k2_hat, basis = recover_k2_and_span(t.received_by(s1_name), t.sent_by(s1_name),
+                                                maths.leverage_norms(w1.basis))
+            k1_error = abs(k1_hat - truth_s1.scale) / truth_s1.scale
+            k2_error = abs(k2_hat - truth_s2.scale) / truth_s2.scale
+        # ‖EEᵀ − QQᵀ‖_F = √2·‖(I − QQᵀ)E‖_F for orthonormal n×q bases: no cancellation
+        residual = basis - w2.basis @ (w2.basis.T @ basis)
+        projector_error = float(np.sqrt(2.0) * np.linalg.norm(residual) / np.sqrt(q))
 
-    rng = np.random.default_rng(random_state)
-    n = s2_data.shape[0]
-    order = rng.permutation(n).astype(np.intp)
-    known = np.sort(order[:q])
-    known_raw = np.sort(order[:q + 1])
-    known_more = np.sort(order[:min(q + extra_rows, n)])
-    centred = s2_data - s2_data.mean(axis=0)
-    y_hat = reconstruct_rows(basis, known, centred[known])
-    y_raw = reconstruct_rows(basis, known_raw, s2_data[known_raw], with_mean=True)
-    y_more = reconstruct_rows(basis, known_more, centred[known_more])
-    return SccaAuditReport(
-        k1_rel_error=k1_error, k2_rel_error=k2_error,
-        projector_error=projector_error,
-        y_reconstruction_rel_error=float(np.linalg.norm(y_hat - centred)
-                                         / np.linalg.norm(centred)),
-        y_raw_reconstruction_rel_error=float(np.linalg.norm(y_raw - s2_data)
-                                             / np.linalg.norm(s2_data)),
-        y_reconstruction_rel_error_extra_rows=float(np.linalg.norm(y_more - centred)
-                                                    / np.linalg.norm(centred)),
-        n=n, p=truth_s1.weights.shape[0], q=s2_data.shape[1], known_rows=q,
-        extra_rows=extra_rows, protocol=protocol,
-        simulation=simulation_check(s1_data, s2_data, reg=reg, rank_tol=rank_tol,
-                                    random_state=random_state) if secure else None,
-        projector_error_from_product=product_attack,
-    )
+        simulation = None
+        if secure:
+            running.update(2, "the simulation check: the protocol twice more, on Y and on a Y′")
+            simulation = simulation_check(s1_data, s2_data, reg=reg, rank_tol=rank_tol,
+                                          random_state=random_state)
+        rng = np.random.default_rng(random_state)
+        n = s2_data.shape[0]
+        order = rng.permutation(n).astype(np.intp)
+        known = np.sort(order[:q])
+        known_raw = np.sort(order[:q + 1])
+        known_more = np.sort(order[:min(q + extra_rows, n)])
+        centred = s2_data - s2_data.mean(axis=0)
+        y_hat = reconstruct_rows(basis, known, centred[known])
+        y_raw = reconstruct_rows(basis, known_raw, s2_data[known_raw], with_mean=True)
+        y_more = reconstruct_rows(basis, known_more, centred[known_more])
+        return SccaAuditReport(
+            k1_rel_error=k1_error, k2_rel_error=k2_error,
+            projector_error=projector_error,
+            y_reconstruction_rel_error=float(np.linalg.norm(y_hat - centred)
+                                             / np.linalg.norm(centred)),
+            y_raw_reconstruction_rel_error=float(np.linalg.norm(y_raw - s2_data)
+                                                 / np.linalg.norm(s2_data)),
+            y_reconstruction_rel_error_extra_rows=float(np.linalg.norm(y_more - centred)
+                                                        / np.linalg.norm(centred)),
+            n=n, p=truth_s1.weights.shape[0], q=s2_data.shape[1], known_rows=q,
+            extra_rows=extra_rows, protocol=protocol, simulation=simulation,
+            projector_error_from_product=product_attack,
+        )

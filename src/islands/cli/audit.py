@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from islands.cli.common import app, console, stop_on_error
+from islands.cli.common import app, console, progress_option, stop_on_error
 from islands.data import Dataset, load_fashion_mnist, load_sklearn, partition_iid, split_image_views
 from islands.reporting import write_json
 
@@ -74,9 +74,9 @@ def audit_scca_command(
     console.print(f"SCCA between the left and right halves of {dataset} "
                   f"({left.shape[0]} samples, {left.shape[1]}+{right.shape[1]} features), "
                   f"{how}; attacks use only received messages.")
-    with stop_on_error(1), console.status("fitting SCCA and running the attacks"):
+    with stop_on_error(1):
         report = audit_scca(left, right, random_state=seed, extra_rows=extra_rows,
-                            protocol=protocol)
+                            protocol=protocol, progress=progress_option())
     table = Table(title="What each peer recovers (relative errors; 0 = exact)")
     for col in ("attacker", "recovers", "error"):
         table.add_column(col)
@@ -128,8 +128,8 @@ def audit_server_command(
 
     console.print("A server that sends other numbers than the protocol says, against honest "
                   "clients holding their own configuration and identity (exact messages).")
-    with stop_on_error(1), console.status("playing the attacks"):
-        results = audit_server()
+    with stop_on_error(1):
+        results = audit_server(progress=progress_option())
     table = Table(title="What stops a deviating server")
     for col in ("protection", "the server tries to", "stopped by", "outcome"):
         table.add_column(col, overflow="fold")
@@ -171,8 +171,9 @@ def audit_pca_command(
     parts = [ds.X[idx] for idx in partition_iid(ds.n_samples, sites, random_state=seed)]
     console.print(f"{dataset}: {ds.n_samples} rows × {ds.n_features} features over {sites} "
                   f"sites; ε = {epsilon}, δ = {delta}. Site 1 attacks with what it received.")
-    with stop_on_error(1), console.status("fitting elfedpca and secure, running the attack"):
-        report = audit_pca(parts, epsilon=epsilon, delta=delta, random_state=seed)
+    with stop_on_error(1):
+        report = audit_pca(parts, epsilon=epsilon, delta=delta, random_state=seed,
+                           progress=progress_option())
     table = Table(title="Site 1 recovering the other sites' local matrices A_i")
     for col in ("mode", "error", "measured against"):
         table.add_column(col)
@@ -218,10 +219,10 @@ def audit_gradients_command(
     console.print("Three clients, one FedAvg round of one full-batch SGD step each; client 1 "
                   "holds one image. The server attacks what it received: "
                   "x_i = ΔW\\[j,i]/Δb\\[j] on the first layer.")
-    with (stop_on_error(1),
-          console.status("running one federation per protection and the attacks")):
+    with stop_on_error(1):
         result = audit_gradients(out, protections=names, seed=seed, sample=sample,
-                                 dp_clip=dp_clip, dp_noise=dp_noise, dataset=dataset)
+                                 dp_clip=dp_clip, dp_noise=dp_noise, dataset=dataset,
+                                 progress=progress_option())
     if "dataset" in result.notes:
         console.print(f"[yellow]{escape(result.notes['dataset'])}[/]")
     table = Table(title=f"Server's recovery of client 1's image ({result.dataset} "

@@ -69,6 +69,7 @@ from islands.hfl.torch.learner import TorchLearner
 from islands.hfl.torch.models import ModelSpec, ModulePool
 from islands.reporting import new_figure, save_figure, write_json
 from islands.runtime import Record, Transcript, run_local
+from islands.runtime.progress import ProgressOption, check_progress, task
 from islands.runtime.threads import torch_threads
 from islands.validation import check_float, check_int, describe
 
@@ -403,6 +404,7 @@ def audit_gradients(
     dataset: str | None = None,
     other_rows: int = 32,
     lr: float = 0.1,
+    progress: ProgressOption = None,
 ) -> GradientAudit:
     """Run APFL §2.1's attack on a real federation, once per protection, from the server.
 
@@ -437,6 +439,10 @@ def audit_gradients(
     lr : float, default=0.1
         The local learning rate.
 
+    progress : bool or callable, optional
+        One step per protection (``True``: a bar; a callable gets each
+        :class:`~islands.runtime.progress.ProgressUpdate`).
+
     Returns
     -------
     GradientAudit
@@ -453,6 +459,7 @@ def audit_gradients(
         If a party of a federation failed.
     """
     owner = "audit_gradients"
+    progress = check_progress(progress, owner)
     names_wanted = _check_protections(protections)
     clients = check_int(clients, "clients", owner, low=3)
     seed = check_int(seed, "seed", owner, low=0)
@@ -498,76 +505,78 @@ def audit_gradients(
         guess = recover_input(w1, b1)
         return guess, relative_error(guess, x)
 
-    for name in names_wanted:
-        if name == "ckks" and importlib.util.find_spec("tenseal") is None:
-            skipped.append("ckks")
-            notes["ckks"] = "skipped: TenSEAL is not installed"
-            continue
-        if name == "plain":
-            agg = build_aggregator([])
-        elif name == "dp":
-            agg = build_aggregator(["dp"], {"dp": {"clip": dp_clip,
-                                                   "noise_multiplier": dp_noise}})
-        else:
-            agg = build_aggregator([name])
-        transcript, halves, result = _federate(spec, parts, names, agg, seed=seed, lr=lr)
-        view = _server_view(transcript, victim)
-        before, upload = view["initial"], view["upload"]
+    with task(progress, "audit gradients", len(names_wanted), owner=owner) as running:
+        for done, name in enumerate(names_wanted):
+            running.update(done, f"{name}: a federation, then the server's attack")
+            if name == "ckks" and importlib.util.find_spec("tenseal") is None:
+                skipped.append("ckks")
+                notes["ckks"] = "skipped: TenSEAL is not installed"
+                continue
+            if name == "plain":
+                agg = build_aggregator([])
+            elif name == "dp":
+                agg = build_aggregator(["dp"], {"dp": {"clip": dp_clip,
+                                                       "noise_multiplier": dp_noise}})
+            else:
+                agg = build_aggregator([name])
+            transcript, halves, result = _federate(spec, parts, names, agg, seed=seed, lr=lr)
+            view = _server_view(transcript, victim)
+            before, upload = view["initial"], view["upload"]
 
-        if name in ("plain", "dp"):
-            guess, err = attack(before, np.asarray(upload, dtype=np.float64))
-            errors[name], images[name] = err, guess
-            views[name] = {"upload": err}
-            notes[name] = (
-                "client 1's model in the clear minus the initial model: one sample's "
-                "gradient, read exactly by eq. 9" if name == "plain" else
-                f"the clipped (S = {dp_clip:g}) and noised (σ = {dp_noise:g}: N(0, "
-                f"{(dp_noise * dp_clip) ** 2:g}) per coordinate) update, attacked as it came")
-        elif name == "secagg":
-            assert isinstance(agg, SecureAggregation)
-            frac_bits = agg.frac_bits
+            if name in ("plain", "dp"):
+                guess, err = attack(before, np.asarray(upload, dtype=np.float64))
+                errors[name], images[name] = err, guess
+                views[name] = {"upload": err}
+                notes[name] = (
+                    "client 1's model in the clear minus the initial model: one sample's "
+                    "gradient, read exactly by eq. 9" if name == "plain" else
+                    f"the clipped (S = {dp_clip:g}) and noised (σ = {dp_noise:g}: N(0, "
+                    f"{(dp_noise * dp_clip) ** 2:g}) per coordinate) update, attacked as it came")
+            elif name == "secagg":
+                assert isinstance(agg, SecureAggregation)
+                frac_bits = agg.frac_bits
 
-            masked = np.asarray(upload)
-            if masked.dtype != np.uint64:
-                raise ProtocolError("the secure-aggregation upload is not a ring vector",
-                                    party=_SERVER, step="update")
-            read = decode_fixed(masked, frac_bits=frac_bits) / view["weight"]
-            single, e_single = attack(before, read)
-            if result.params is None:  # pragma: no cover - secagg always reveals the mean
-                raise ProtocolError("secure aggregation revealed no mean", party=_SERVER)
-            mixed, e_mixed = attack(before, np.asarray(result.params, dtype=np.float64))
-            views[name] = {"single_upload": e_single, "aggregate": e_mixed}
-            errors[name] = min(e_single, e_mixed)
-            images[name] = single if e_single <= e_mixed else mixed
-            shown_view[name] = "its upload" if e_single <= e_mixed else "the mean"
-            notes[name] = (
-                f"client 1's upload is masked: read as fixed point (f = {frac_bits}) and "
-                f"divided by its weight p = {view['weight']:.3g} it is uniform garbage "
-                f"(error {e_single:.3g}); the mean the server learns mixes all "
-                f"{1 + others_total} samples of the round (error {e_mixed:.3g})")
-        else:  # ckks
-            public = ckks.load_context(_ckks_public_context(transcript, victim), secret=False)
-            try:
-                ckks.decrypt_vector(public, list(upload), dim)
-            except ValidationError as exc:
-                refused = str(exc)
-            else:  # pragma: no cover - would be a broken CKKS layer
-                raise ProtocolError("the server's public CKKS context decrypted an upload",
-                                    party=_SERVER)
-            errors["ckks"], images["ckks"] = 1.0, np.zeros_like(x)
-            views["ckks"] = {"ciphertexts": 1.0}
-            notes["ckks"] = (
-                f"the server holds {len(upload)} ciphertexts and the public context only; "
-                f"decrypting is refused ({refused}); its best guess is x̂ = 0 (error 1)")
-            # an upload ends with the client's aggregate tags (homomorphic.TAG_SLOTS)
-            after = shared_key_attack(halves[colluder].context, upload,
-                                      dim + TAG_SLOTS)[:dim]
-            guess, err = attack(before, after)
-            errors["ckks+collusion"], images["ckks+collusion"] = err, guess
-            views["ckks+collusion"] = {"decrypted_upload": err}
-            notes["ckks+collusion"] = (
-                f"{colluder} hands the server its copy of the shared CKKS secret key; the "
-                "server decrypts client 1's upload as it received it and reads the image")
+                masked = np.asarray(upload)
+                if masked.dtype != np.uint64:
+                    raise ProtocolError("the secure-aggregation upload is not a ring vector",
+                                        party=_SERVER, step="update")
+                read = decode_fixed(masked, frac_bits=frac_bits) / view["weight"]
+                single, e_single = attack(before, read)
+                if result.params is None:  # pragma: no cover - secagg always reveals the mean
+                    raise ProtocolError("secure aggregation revealed no mean", party=_SERVER)
+                mixed, e_mixed = attack(before, np.asarray(result.params, dtype=np.float64))
+                views[name] = {"single_upload": e_single, "aggregate": e_mixed}
+                errors[name] = min(e_single, e_mixed)
+                images[name] = single if e_single <= e_mixed else mixed
+                shown_view[name] = "its upload" if e_single <= e_mixed else "the mean"
+                notes[name] = (
+                    f"client 1's upload is masked: read as fixed point (f = {frac_bits}) and "
+                    f"divided by its weight p = {view['weight']:.3g} it is uniform garbage "
+                    f"(error {e_single:.3g}); the mean the server learns mixes all "
+                    f"{1 + others_total} samples of the round (error {e_mixed:.3g})")
+            else:  # ckks
+                public = ckks.load_context(_ckks_public_context(transcript, victim), secret=False)
+                try:
+                    ckks.decrypt_vector(public, list(upload), dim)
+                except ValidationError as exc:
+                    refused = str(exc)
+                else:  # pragma: no cover - would be a broken CKKS layer
+                    raise ProtocolError("the server's public CKKS context decrypted an upload",
+                                        party=_SERVER)
+                errors["ckks"], images["ckks"] = 1.0, np.zeros_like(x)
+                views["ckks"] = {"ciphertexts": 1.0}
+                notes["ckks"] = (
+                    f"the server holds {len(upload)} ciphertexts and the public context only; "
+                    f"decrypting is refused ({refused}); its best guess is x̂ = 0 (error 1)")
+                # an upload ends with the client's aggregate tags (homomorphic.TAG_SLOTS)
+                after = shared_key_attack(halves[colluder].context, upload,
+                                          dim + TAG_SLOTS)[:dim]
+                guess, err = attack(before, after)
+                errors["ckks+collusion"], images["ckks+collusion"] = err, guess
+                views["ckks+collusion"] = {"decrypted_upload": err}
+                notes["ckks+collusion"] = (
+                    f"{colluder} hands the server its copy of the shared CKKS secret key; the "
+                    "server decrypts client 1's upload as it received it and reads the image")
 
     report = GradientAudit(
         errors=errors, views=views, notes=notes, dataset=ds_name, sample_index=index,

@@ -69,6 +69,7 @@ from islands.hfl.protocol import LocalOutcome, client, server
 from islands.hfl.strategy import FedAvg
 from islands.runtime import Transcript, run_local
 from islands.runtime.identity import Identity, make_identities
+from islands.runtime.progress import ProgressOption, check_progress, task
 
 __all__ = [
     "AttackResult",
@@ -652,24 +653,30 @@ ATTACKS: list[tuple[str, str, str, str, Callable[[], Any]]] = [
 ]
 
 
-def audit_server() -> list[AttackResult]:
+def audit_server(progress: ProgressOption = None) -> list[AttackResult]:
     """Play every attack of :data:`ATTACKS`; return what came of each.
 
     An attack whose own machinery fails (not a refusal by the protection) is reported as
     a leak with the error, so a broken audit never reads as a protection holding.
+    ``progress`` reports one step per attack (``True``: a bar; a callable gets each
+    :class:`~islands.runtime.progress.ProgressUpdate`).
     """
+    sink = check_progress(progress, "audit_server")
     out = []
     quiet = logging.getLogger("islands")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # the honest parties' dropout warnings are expected here
     try:
-        for protection, attack, adversary, check, run in ATTACKS:
-            try:
-                outcome, detail = run()
-            except (IslandsError, RuntimeError, KeyError, TypeError, ValueError) as exc:
-                outcome = "LEAKS"
-                detail = f"the audit itself failed: {type(exc).__name__}: {exc}"
-            out.append(AttackResult(protection, attack, adversary, check, outcome, detail))
+        with task(sink, "audit server", len(ATTACKS), owner="audit_server") as running:
+            for done, (protection, attack, adversary, check, run) in enumerate(ATTACKS):
+                running.update(done, f"{protection}: {attack}")
+                try:
+                    outcome, detail = run()
+                except (IslandsError, RuntimeError, KeyError, TypeError, ValueError) as exc:
+                    outcome = "LEAKS"
+                    detail = f"the audit itself failed: {type(exc).__name__}: {exc}"
+                out.append(AttackResult(protection, attack, adversary, check, outcome,
+                                        detail))
     finally:
         quiet.setLevel(level)
     return out

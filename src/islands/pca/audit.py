@@ -36,6 +36,7 @@ from islands.pca.protocol import (
     elfedpca_noise,
 )
 from islands.runtime import Record
+from islands.runtime.progress import ProgressOption, check_progress, task
 
 __all__ = ["PcaAuditReport", "audit_pca", "recover_elfedpca_moments"]
 
@@ -112,36 +113,44 @@ class PcaAuditReport:
 
 def audit_pca(
     parts: Sequence[Array], *, n_components: int = 5, epsilon: float = 0.5,
-    delta: float = 1e-5, random_state: int = 0,
+    delta: float = 1e-5, random_state: int = 0, progress: ProgressOption = None,
 ) -> PcaAuditReport:
-    """Fit ``elfedpca`` and ``secure`` on the same sites and run site 1's attack on both."""
+    """Fit ``elfedpca`` and ``secure`` on the same sites and run site 1's attack on both.
+
+    ``progress`` reports one step per mode (``True``: a bar; a callable gets each
+    :class:`~islands.runtime.progress.ProgressUpdate`).
+    """
+    progress = check_progress(progress, "audit_pca")
     arrays = [np.asarray(p, dtype=np.float64) for p in parts]
     n, d = np.vstack(arrays).shape
 
     errors: dict[str, list[float]] = {}
     tau = 0.0
-    for mode in ("elfedpca", "secure"):
-        with warnings.catch_warnings():  # elfedpca's void guarantee is what is audited
-            warnings.simplefilter("ignore", UserWarning)
-            model = FederatedPCA(n_components, epsilon=epsilon, delta=delta, mode=mode,
-                                 random_state=random_state, keep_payloads=True).fit(arrays)
-        t = model.transcript_
-        # each site's true matrix, centred as this mode centres, on the mean it released
-        truth = {f"site{i + 1}": maths.moment([a], model.mean_,
-                                              centring=centring_of(mode))[0] / n
-                 for i, a in enumerate(arrays)}
-        assert isinstance(model.tau_, float)
-        tau = model.tau_
-        if mode == "elfedpca":
-            guess = recover_elfedpca_moments(t.received_by("site1"), t.sent_by("site1"),
-                                             len(arrays))
-            errors[mode] = [float(np.linalg.norm(guess[s] - truth[s]) / np.linalg.norm(truth[s]))
-                            for s in guess]
-        else:
-            guess = _naive_secure_reading(t.received_by("site1"), d, n)
-            diffs = {s: float(np.linalg.norm(guess[s] - truth[s])) for s in guess}
-            errors[mode] = [diffs[s] / (tau * d) for s in guess]
-            errors["secure_data"] = [diffs[s] / float(np.linalg.norm(truth[s])) for s in guess]
+    with task(progress, "audit pca", 2, owner="audit_pca") as running:
+        for done, mode in enumerate(("elfedpca", "secure")):
+            running.update(done, f"fitting {mode} and running site 1's attack")
+            with warnings.catch_warnings():  # elfedpca's void guarantee is what is audited
+                warnings.simplefilter("ignore", UserWarning)
+                model = FederatedPCA(n_components, epsilon=epsilon, delta=delta, mode=mode,
+                                     random_state=random_state, keep_payloads=True).fit(arrays)
+            t = model.transcript_
+            # each site's true matrix, centred as this mode centres, on the mean it released
+            truth = {f"site{i + 1}": maths.moment([a], model.mean_,
+                                                  centring=centring_of(mode))[0] / n
+                     for i, a in enumerate(arrays)}
+            assert isinstance(model.tau_, float)
+            tau = model.tau_
+            if mode == "elfedpca":
+                guess = recover_elfedpca_moments(t.received_by("site1"), t.sent_by("site1"),
+                                                 len(arrays))
+                errors[mode] = [float(np.linalg.norm(guess[s] - truth[s])
+                                      / np.linalg.norm(truth[s])) for s in guess]
+            else:
+                guess = _naive_secure_reading(t.received_by("site1"), d, n)
+                diffs = {s: float(np.linalg.norm(guess[s] - truth[s])) for s in guess}
+                errors[mode] = [diffs[s] / (tau * d) for s in guess]
+                errors["secure_data"] = [diffs[s] / float(np.linalg.norm(truth[s]))
+                                         for s in guess]
     return PcaAuditReport(
         elfedpca_recovery_rel_error=max(errors["elfedpca"]),
         secure_recovery_rel_error=min(errors["secure"]),
