@@ -24,26 +24,13 @@ from islands.deploy.local import start_parties, wait_parties, write_federation
 from islands.deploy.protocols import prepare
 from islands.errors import JobError, ProtocolError, ValidationError
 from islands.psi import align, initiator, responder
-from islands.psi.spu_engine import RunCertificate, free_loopback_hosts, spu_python
+from islands.psi.spu_engine import RunCertificate, free_loopback_hosts
 from islands.runtime import run_local
 from islands.runtime.tls import TlsFiles
 from islands.runtime.transcript import Transcript
+from spu_env import needs_spu
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def _spu_available() -> bool:
-    try:
-        spu_python()
-    except ValidationError:
-        return False
-    return True
-
-
-needs_spu = pytest.mark.skipif(
-    not _spu_available(),
-    reason="SecretFlow SPU's environment is missing: `make spu` builds .venv-spu (Python "
-           "3.10/3.11), or set ISLANDS_SPU_PYTHON")
 
 
 def _write_ids(path: Path, ids: list[str]) -> None:
@@ -159,7 +146,7 @@ def test_a_peer_above_the_limit_is_refused_before_any_spu_runs(
     ({"engine": "spu", "spu": {"hospital": "127.0.0.1:1", "bank": "nowhere"}},
      r"\[psi.spu\] bank must be 'host:port'"),
     ({"engine": "spu", "spu": {"hospital": "127.0.0.1:1", "bank": "127.0.0.1:1"}},
-     r"the two parties' SPU addresses must differ"),
+     r"the parties' SPU addresses must differ"),
     ({"engine": "dh", "spu": {"hospital": "127.0.0.1:1", "bank": "127.0.0.1:2"}},
      r"\[psi.spu\] applies only with engine = 'spu'"),
 ])

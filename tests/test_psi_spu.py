@@ -36,20 +36,7 @@ from islands.psi.spu_engine import (
 from islands.runtime import run_local
 from islands.runtime.tls import TlsFiles
 from islands.runtime.transcript import Transcript
-
-
-def _spu_available() -> bool:
-    try:
-        spu_python()
-    except ValidationError:
-        return False
-    return True
-
-
-needs_spu = pytest.mark.skipif(
-    not _spu_available(),
-    reason="SecretFlow SPU's environment is missing: `make spu` builds .venv-spu (Python "
-           f"3.10/3.11), or set {SPU_PYTHON_ENV}")
+from spu_env import needs_spu
 
 
 @needs_spu

@@ -46,6 +46,23 @@ class _Federated:
     """The initiator's and the responder's SPU addresses (engine = "spu")."""
 
 
+def spu_addresses(hosts: Any, parties: list[str], where: str, section: str,
+                  setting: str) -> dict[str, str]:
+    """Return a federation file's SPU addresses, checked: one per party, distinct host:port."""
+    if not isinstance(hosts, Mapping) or set(hosts) != set(parties):
+        raise JobError(f"{where}: {setting} needs a [{section}] table giving each party's "
+                       f"SPU address, name = \"host:port\", for exactly {parties}; "
+                       f"got {dict(hosts) if isinstance(hosts, Mapping) else hosts!r}")
+    try:
+        for name, address in hosts.items():
+            check_address(address, f"{where} [{section}] {name}")
+    except ValidationError as exc:
+        raise JobError(str(exc)) from None
+    if len(set(hosts.values())) != len(hosts):
+        raise JobError(f"{where} [{section}]: the parties' SPU addresses must differ")
+    return dict(hosts)
+
+
 def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> _Federated:
     check_section(options, where, {"initiator", "spu", *PsiConfig.model_fields} - {"timeout"})
     if len(parties) != 2:
@@ -60,18 +77,8 @@ def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) 
         if "spu" in options:
             raise JobError(f"{where}: [psi.spu] applies only with engine = 'spu'")
         return _Federated(first, config)
-    hosts = options.get("spu")
-    if not isinstance(hosts, Mapping) or set(hosts) != set(parties):
-        raise JobError(f"{where}: engine = 'spu' needs a [psi.spu] table giving each party's "
-                       f"SPU address, name = \"host:port\", for exactly {list(parties)}; "
-                       f"got {dict(hosts) if isinstance(hosts, Mapping) else hosts!r}")
-    try:
-        for name, address in hosts.items():
-            check_address(address, f"{where} [psi.spu] {name}")
-    except ValidationError as exc:
-        raise JobError(str(exc)) from None
-    if len(set(hosts.values())) != 2:
-        raise JobError(f"{where} [psi.spu]: the two parties' SPU addresses must differ")
+    hosts = spu_addresses(options.get("spu"), list(parties), where, "psi.spu",
+                          "engine = 'spu'")
     second = next(p for p in parties if p != first)
     return _Federated(first, config, (hosts[first], hosts[second]))
 

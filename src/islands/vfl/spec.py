@@ -35,7 +35,7 @@ from islands.protocols import (
     read_labels,
     save_json,
 )
-from islands.runtime.grpc_transport import check_address
+from islands.psi.spec import spu_addresses
 from islands.validation import table_value
 from islands.vfl import maths
 from islands.vfl.config import RENAMED, VflConfig
@@ -91,19 +91,8 @@ def _psi(options: Mapping[str, Any], config: VflConfig, where: str,
     if engine == "dh" and hosts is not None:
         raise JobError(f"{where}: [vfl.spu] applies only with psi_engine = 'spu'")
     if engine == "spu":
-        if not isinstance(hosts, Mapping) or set(hosts) != set(data_parties):
-            raise JobError(
-                f"{where}: psi_engine = 'spu' needs a [vfl.spu] table giving each data "
-                f"party's SPU address, name = \"host:port\", for exactly "
-                f"{sorted(data_parties)}; got "
-                f"{dict(hosts) if isinstance(hosts, Mapping) else hosts!r}")
-        try:
-            for name, address in hosts.items():
-                check_address(address, f"{where} [vfl.spu] {name}")
-        except ValidationError as exc:
-            raise JobError(str(exc)) from None
-        if len(set(hosts.values())) != len(hosts):
-            raise JobError(f"{where} [vfl.spu]: the parties' SPU addresses must differ")
+        hosts = spu_addresses(hosts, sorted(data_parties), where, "vfl.spu",
+                              "psi_engine = 'spu'")
     return PsiSettings(normalize=None if form == "none" else form,
                        max_peer_size=config.max_peer_size,
                        max_peer_ratio=config.max_peer_ratio, engine=engine,
