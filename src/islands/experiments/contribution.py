@@ -75,7 +75,12 @@ from islands.experiments.report import (
     write_json,
 )
 from islands.hfl import APFL, FederatedModel
-from islands.hfl.contribution import Contribution, ContributionReport, ServerValidation
+from islands.hfl.contribution import (
+    Contribution,
+    ContributionReport,
+    ServerValidation,
+    reward_shares,
+)
 from islands.hfl.contribution.report import LABELS, plot_contribution
 from islands.hfl.contribution.retrain import coalition_trainer, retrain_contributions
 from islands.reporting import JsonRow
@@ -321,8 +326,6 @@ def _ranking(s: _Settings, report: ContributionReport, renorm: ContributionRepor
     clients whose uploads carry no label information (shuffled labels, free-rider); and
     the twins' shares.
     """
-    from islands.hfl.contribution import reward_shares
-
     rows: list[tuple[str, str | None, list[float]]] = [
         *((m, "fixed", report.scores[m]) for m in METHODS),
         *((m, "renormalised", renorm.scores[m]) for m in METHODS),
