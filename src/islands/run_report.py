@@ -384,17 +384,23 @@ def _curves(node: Mapping[str, Any]) -> tuple[str, Figure] | None:
     return None
 
 
+def _series_figure(values: Any, xlabel: str, ylabel: str) -> Figure:
+    """One value per round or epoch, numbered from 1."""
+    fig = new_figure(6.0, 3.6)
+    ax = fig.subplots()
+    ax.plot(np.arange(1, len(values) + 1), values, marker=".")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    return fig
+
+
 def _local_accuracy(node: Mapping[str, Any]) -> tuple[str, Figure] | None:
     values = _numbers(node.get("local_accuracy"))
     if values is None:
         return None
-    fig = new_figure(6.0, 3.6)
-    ax = fig.subplots()
-    ax.plot(np.arange(1, len(values) + 1), values, marker=".")
-    ax.set_xlabel("round")
-    ax.set_ylabel("mean local accuracy")
-    ax.grid(alpha=0.3)
-    return "the clients' local models' accuracy per round", fig
+    return ("the clients' local models' accuracy per round",
+            _series_figure(values, "round", "mean local accuracy"))
 
 
 def _loss(node: Mapping[str, Any]) -> tuple[str, Figure] | None:
@@ -402,13 +408,7 @@ def _loss(node: Mapping[str, Any]) -> tuple[str, Figure] | None:
         values = _numbers(node.get(key))
         if values is None:
             continue
-        fig = new_figure(6.0, 3.6)
-        ax = fig.subplots()
-        ax.plot(np.arange(1, len(values) + 1), values, marker=".")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("training loss")
-        ax.grid(alpha=0.3)
-        return f"training loss per {xlabel}", fig
+        return f"training loss per {xlabel}", _series_figure(values, xlabel, "training loss")
     return None
 
 
