@@ -40,7 +40,7 @@ from pydantic import model_validator
 from islands.config import ProtocolConfig, setting
 from islands.errors import TrackingError, ValidationError
 
-__all__ = ["EXTRA_HINT", "Tracker", "TrackingConfig", "run_label"]
+__all__ = ["EXTRA_HINT", "Tracker", "TrackingConfig", "job_tracker", "run_label"]
 
 EXTRA_HINT = "pip install 'islands[tracking]'"
 """What to install for the trackers."""
@@ -287,3 +287,20 @@ class Tracker:
                     "uri": self.mlflow_uri, "experiment": self.config.experiment,
                     "run_id": self.mlflow_run_id},
                 "errors": list(self.errors)}
+
+
+def job_tracker(tracking: Mapping[str, Any] | None, folder: str | os.PathLike[str], name: str,
+                overrides: Mapping[str, Any], params: Mapping[str, Any]) -> Tracker | None:
+    """Open the tracker a job file's ``[tracking]`` asks for (None when it asks for none).
+
+    The run's name says the settings the job ran with (its ``--set`` overrides), not where
+    it is logged (``tracking.*`` overrides are left out).
+    """
+    if tracking is None:
+        return None
+    config = TrackingConfig.model_validate(tracking)
+    if not config.enabled:
+        return None
+    shown = {k: v for k, v in overrides.items() if not k.startswith("tracking.")}
+    return Tracker(config, folder, run_label(name, shown), params=params)
+

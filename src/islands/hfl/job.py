@@ -131,7 +131,7 @@ from islands.hfl.metrics import classification_report, dev_avg, regression_repor
 from islands.hfl.protocol import SERVER_FILE, RoundRecord
 from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
 from islands.reporting import new_figure, save_figure, write_results
-from islands.tracking import Tracker, TrackingConfig, run_label
+from islands.tracking import Tracker, TrackingConfig, job_tracker
 from islands.validation import file_section, read_job, table_value
 
 __all__ = ["BaselineResult", "HflJobResult", "Job", "PrivacySpent", "RidgeComparison",
@@ -635,12 +635,8 @@ def run_job(job: Job, *, resume: bool = False, output: str | Path | None = None,
     """
     t0 = time.perf_counter()
     out = Path(output if output is not None else job.output)
-    tracker = None
-    if job.tracking is not None and TrackingConfig.model_validate(job.tracking).enabled:
-        # the run's name says the settings it was run with, not where it is logged
-        shown = {k: v for k, v in job.overrides.items() if not k.startswith("tracking.")}
-        tracker = Tracker(TrackingConfig.model_validate(job.tracking), out,
-                          run_label(job.name, shown), params=job.to_dict())
+    tracker = job_tracker(job.tracking, out, job.name, job.overrides,
+                          job.to_dict())
     try:
         result = _run_job(job, out, resume, callback, baseline_callback, tracker, t0)
     except BaseException:

@@ -69,7 +69,7 @@ from numpy.typing import NDArray
 from islands.data import load_sklearn
 from islands.errors import JobError
 from islands.reporting import new_figure, save_figure, write_results
-from islands.tracking import Tracker, TrackingConfig, run_label
+from islands.tracking import TrackingConfig, job_tracker
 from islands.validation import file_section, read_job, read_toml, table_value
 from islands.vfl import maths
 from islands.vfl.config import RENAMED, VflConfig, draw_seed
@@ -331,13 +331,8 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
     TrackingError
         When a tracker cannot start (before anything runs).
     """
-    tracker = None
-    if job.tracking is not None and TrackingConfig.model_validate(job.tracking).enabled:
-        # the run's name says the settings it was run with, not where it is logged
-        shown = {k: v for k, v in job.overrides.items() if not k.startswith("tracking.")}
-        tracker = Tracker(TrackingConfig.model_validate(job.tracking),
-                          output if output is not None else job.output,
-                          run_label(job.name, shown), params=job.to_dict())
+    tracker = job_tracker(job.tracking, output if output is not None else job.output,
+                          job.name, job.overrides, job.to_dict())
     try:
         result = _run_vertical(job, progress)
     except BaseException:
