@@ -578,6 +578,7 @@ class OuKeyOwner:
             self._kit = hnp.setup(phe.SchemaType.OU, key_bits)
         self._decryptor = self._kit.decryptor()
         self._public = bytes(self._kit.public_key().serialize())
+        self._cipher: OuCipher | None = None
 
     def public_bytes(self) -> bytes:
         """Return the public key as :meth:`OuCipher.from_public_bytes` reads it."""
@@ -660,10 +661,13 @@ class OuKeyOwner:
             raise ValidationError(f"{owner}: HEU refused the OU key pair: {exc}") from None
         self._decryptor = self._kit.decryptor()
         self._public = cipher.public_key
+        self._cipher = cipher
         return self
 
     def cipher(self) -> OuCipher:
         """Return the public operations under this key (checked like any received key)."""
+        if self._cipher is not None:  # the one a received key pair was checked with
+            return self._cipher
         return OuCipher.from_public_bytes(self._public, owner="OuKeyOwner",
                                           min_bits=MIN_KEY_BITS, workers=self.workers)
 
