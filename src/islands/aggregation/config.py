@@ -105,10 +105,11 @@ class CkksConfig(ProtocolConfig):
 
 
 class PaillierAggConfig(ProtocolConfig):
-    """Packed Paillier aggregation: ``["paillier"]``, ``[paillier]``.
+    """Packed additively homomorphic aggregation: ``["paillier"]``, ``[paillier]``.
 
-    The packing (slot width from ``frac_bits``, ``int_bits`` and ``max_clients``) is
-    checked by :func:`~islands.crypto.paillier.packing_spec` when the aggregator is built.
+    ``he`` picks the engine (Paillier, or HEU's Okamoto-Uchiyama). The packing (slot
+    width from ``frac_bits``, ``int_bits`` and ``max_clients``) is checked by
+    :func:`~islands.crypto.paillier.packing_spec` when the aggregator is built.
     """
 
     OWNER = "PaillierAggregator"
@@ -123,6 +124,11 @@ class PaillierAggConfig(ProtocolConfig):
                                "Headroom of each slot for the sum over the clients.", ge=1)
     packed: bool = setting(True, "a bool", "Many values per plaintext; false is the "
                            "paper's one value per ciphertext (comparisons only).")
+    he: Literal["paillier", "ou"] = setting(
+        "paillier", "'paillier' or 'ou'",
+        "Homomorphic engine: 'paillier' (islands' packed Paillier) or 'ou' "
+        "(Okamoto-Uchiyama on HEU, needs sf-heu: pip install 'islands[heu]'; key_bits is "
+        "then the approximate size of n = p²q).")
 
 
 class ChaosConfig(ProtocolConfig):

@@ -13,7 +13,11 @@ uploads on ciphertexts; the clients decrypt the result they receive in the next 
   (:mod:`islands.crypto.paillier`); the server multiplies the ciphertexts (adding the
   plaintexts); clients decrypt with CRT and unpack knowing how many terms were summed.
   The r^n factors are precomputed by each client in a background thread while it
-  trains (never reused).
+  trains (never reused). With ``he="ou"`` the engine is HEU's Okamoto–Uchiyama
+  (:mod:`islands.crypto.heu`): the same packed slots, fewer per ciphertext (OU's
+  plaintexts are integers modulo its secret prime p, about key_bits/3 bits), every
+  received key and ciphertext parsed by that module's checked parsers, and decryption
+  only within the packing's range (OU's plaintext-overflow attack).
 
 Neither can recover a round's aggregate without the secret key, so the server never
 holds the plain model (:meth:`reveal` is None), and the run cannot resume from a server
@@ -27,10 +31,12 @@ Against a deviating dealer or server (issue 22):
   configuration, or a server relaying for a dealer, cannot lower it): a CKKS context
   needs at least the client's ring dimension N and scale, a data modulus that holds
   sums as large, and no more modulus bits per ring dimension (the ratio the lattice
-  security estimate falls with); a Paillier modulus at least the client's ``key_bits``.
-  More protection or precision is accepted. A mismatch is a ProtocolError naming the
-  dealer, the parameter, the value expected and the value received, raised when the
-  key arrives, before anything is encrypted or sent.
+  security estimate falls with); a Paillier modulus at least the client's ``key_bits``;
+  under ``he="ou"`` a key of that scheme (a dealt key of the other scheme is refused,
+  both ways), n of at least ``key_bits`` bits, plaintexts that hold the packing, and a
+  secret key that fits the public one. More protection or precision is accepted. A
+  mismatch is a ProtocolError naming the dealer, the parameter, the value expected and
+  the value received, raised when the key arrives, before anything is encrypted or sent.
 * **An aggregate is bound to its round and its contributors.** Every upload carries
   :data:`TAG_SLOTS` extra values τ_{k,r} ∈ [-1, 1), a pseudo-random function of the
   dealt secret, the round r and the client's name, which only the key holders can
@@ -99,12 +105,19 @@ def _paillier() -> ModuleType:
     return paillier
 
 
+def _heu() -> ModuleType:
+    """Return :mod:`islands.crypto.heu`, importing gmpy2 and sf-heu on first use only."""
+    from islands.crypto import heu
+
+    return heu
+
+
 def _refuse_key(scheme: str, me: str, dealer: str, name: str, want: str,
-                got: Any) -> ProtocolError:
+                got: Any, step: str | None = None) -> ProtocolError:
     return ProtocolError(
         f"client {me!r} refuses the {scheme} key of dealer {dealer!r}: parameter {name!r} "
         f"must be {want} (this client's own configuration), got {got}",
-        party=me, step=f"{scheme}-deliver")
+        party=me, step=step or f"{scheme}-deliver")
 
 
 class _Binding:
@@ -234,13 +247,40 @@ def _int_bytes(v: int) -> bytes:
     return len(raw).to_bytes(4, "big") + raw
 
 
+_OU_KEY = b"islands ou key\x00"
+"""Prefix of a dealt OU key: then len(public) (4 bytes, big-endian), public, secret."""
+
+
+def _dealt_scheme(secret: bytes) -> str:
+    """Name the scheme of a dealt key: 'ou', 'paillier' (len·p, len·q) or 'unknown'."""
+    if secret.startswith(_OU_KEY):
+        return "ou"
+    k = int.from_bytes(secret[:4], "big")
+    if len(secret) > 8 + k and int.from_bytes(secret[4 + k:8 + k], "big") == len(secret) - 8 - k:
+        return "paillier"
+    return "unknown"
+
+
 class PaillierAggregator:
-    """Packed Paillier aggregation under a key shared by the clients.
+    """Packed additively homomorphic aggregation under a key shared by the clients.
+
+    The engine is islands' Paillier (``he="paillier"``) or the Okamoto–Uchiyama scheme
+    of SecretFlow's HEU (``he="ou"``, :mod:`islands.crypto.heu`: encryption and
+    decryption in C++, every received key and ciphertext parsed by its checked parsers,
+    224-bit encryption randomness). Both pack the same fixed-point slots
+    (:func:`~islands.crypto.paillier.pack`) of value_bits + ⌈log2 max_clients⌉ bits.
+    Paillier's plaintexts are integers modulo n, so ⌊(key_bits − 1)/slot_bits⌋ slots
+    fit (40 at the defaults). OU's are integers modulo its secret prime p, and HEU
+    decrypts |m| < 2^k with k ≥ ⌈key_bits/3⌉ − 1 for every key it generates
+    (:func:`~islands.crypto.heu.min_plaintext_bits`), so ⌊k/slot_bits⌋ slots fit (13 at
+    2048 bits: k = 682, slot_bits = 51); a client decrypts an aggregate only in
+    (0, 2^(slots·slot_bits)) (HEU's ``decrypt_in_range``, against OU's plaintext-overflow
+    attack) and refuses a dealt key whose plaintexts hold fewer bits.
 
     Parameters
     ----------
     key_bits : int, default=2048
-        Size of n.
+        Size of n (under OU, the approximate size of n = p²q).
     frac_bits, int_bits : int, default=32, 8
         Fixed point: resolution 2^-frac_bits, |p·w| < 2^int_bits.
     max_clients : int, default=1024
@@ -248,31 +288,41 @@ class PaillierAggregator:
     packed : bool, default=True
         Many values per plaintext; False puts one per ciphertext (the paper's baseline,
         for comparisons only: 40× more ciphertexts at 2048 bits).
+    he : {"paillier", "ou"}, default="paillier"
+        The engine; "ou" needs sf-heu (``pip install 'islands[heu]'``).
     """
 
     name = "paillier"
 
     def __init__(self, key_bits: int = 2048, frac_bits: int = 32, int_bits: int = 8,
-                 max_clients: int = 1024, packed: bool = True) -> None:
+                 max_clients: int = 1024, packed: bool = True, he: str = "paillier") -> None:
         config = PaillierAggConfig.build(None, key_bits=key_bits, frac_bits=frac_bits,
                                          int_bits=int_bits, max_clients=max_clients,
-                                         packed=packed)
-        self.key_bits, self.packed = config.key_bits, config.packed
-        # the packing's own rules, checked now, before any message leaves a party
+                                         packed=packed, he=he)
+        self.key_bits, self.packed, self.he = config.key_bits, config.packed, config.he
+        if self.he == "ou":
+            _heu().require("PaillierAggregator")
+            plain_bits = _heu().min_plaintext_bits(self.key_bits)
+        else:
+            plain_bits = self.key_bits - 1
+        # the packing's own rules, checked now, before any message leaves a party; its
+        # plaintexts (and their sums) stay below 2^plain_bits
         self.spec = _paillier().packing_spec(
-            self.key_bits, frac_bits=config.frac_bits, int_bits=config.int_bits,
+            plain_bits + 1, frac_bits=config.frac_bits, int_bits=config.int_bits,
             max_terms=config.max_clients, slots=None if config.packed else 1)
+        self.range_bits = self.spec.slots * self.spec.slot_bits
 
-    def client_half(self) -> _PaillierClient:
+    def client_half(self) -> _PaillierClient | _OuClient:
         """Make a client half (holds the shared private key once dealt)."""
-        return _PaillierClient(self)
+        return _OuClient(self) if self.he == "ou" else _PaillierClient(self)
 
     def server_half(self) -> _PaillierServer:
         """Make the server half (public key only)."""
         return _PaillierServer(self)
 
     def __repr__(self) -> str:
-        return f"PaillierAggregator(key_bits={self.key_bits}, packed={self.packed})"
+        engine = ", he='ou'" if self.he == "ou" else ""
+        return f"PaillierAggregator(key_bits={self.key_bits}, packed={self.packed}{engine})"
 
 
 def _paillier_fingerprint(public: bytes) -> bytes:
@@ -300,6 +350,8 @@ class _PaillierClient:
 
         paillier = _paillier()
         b = self.binding
+        if _dealt_scheme(secret) == "ou":
+            raise _refuse_key("paillier", b.me, b.dealer, "he", "'paillier'", "'ou'")
         k = int.from_bytes(secret[:4], "big")
         p = int.from_bytes(secret[4:4 + k], "big")
         q = int.from_bytes(secret[8 + k:], "big")
@@ -362,15 +414,29 @@ class _PaillierServer(PlainServerHalf):
     def __init__(self, config: PaillierAggregator) -> None:
         self.config = config
         self.public_key: Any = None
+        self.cipher: Any = None  # under OU: heu.OuCipher
+
+    def load_public(self, public: bytes, owner: str = "server") -> bytes:
+        """Parse the dealt public key (checked); return the fingerprint clients report."""
+        if self.config.he == "ou":
+            heu = _heu()
+            self.cipher = heu.OuCipher.from_public_bytes(public, owner=owner,
+                                                         min_bits=heu.MIN_KEY_BITS)
+            fingerprint: bytes = self.cipher.fingerprint
+            return fingerprint
+        self.public_key = _paillier().public_key_from_bytes(public)
+        return _paillier_fingerprint(public)
 
     def setup(self, link: ServerLink, clients: Sequence[str]) -> list[str]:
-        paillier = _paillier()
-        public, dealt = deal_key(link, clients, "paillier", _paillier_fingerprint)
-        self.public_key = paillier.public_key_from_bytes(public)
+        _, dealt = deal_key(link, clients, "paillier",
+                            lambda public: self.load_public(public, f"server {link.name!r}"))
         return dealt
 
     def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
-              weights: Mapping[str, float], dim: int) -> _PaillierRound:
+              weights: Mapping[str, float], dim: int) -> _PaillierRound | _OuRound:
+        if self.config.he == "ou":
+            return _OuRound(link.name, round, clients, weights, dim, self.cipher,
+                            self.config.spec.ciphertexts_for(dim + TAG_SLOTS))
         paillier = _paillier()
         # encrypt_vector's layout: the key's fingerprint, then ciphertexts of
         # 2·ceil(bits(n)/8) bytes, as many as the packing takes for dim values
@@ -412,6 +478,126 @@ class _PaillierRound(StreamingRound):
     def finish(self, survivors: Sequence[str]) -> dict[str, Any]:
         self.check_survivors(survivors)
         return {"blob": self.total, "round": self.round, "contributors": list(self.added),
+                "weights": [self.weights[c] for c in self.added], "length": self.dim}
+
+
+# --------------------------------------------------------------------------- OU (HEU)
+class _OuClient:
+    """A client under ``he="ou"``: the dealt HEU key pair, packed slots as Paillier's."""
+
+    def __init__(self, config: PaillierAggregator) -> None:
+        self.config = config
+        self.owner: Any = None  # heu.OuKeyOwner once dealt
+        self.cipher: Any = None  # heu.OuCipher
+        self.binding = _Binding("ou")
+        self.keys = KeyReceiver("paillier", self._generate, self._install)
+
+    def _generate(self) -> tuple[bytes, bytes]:
+        owner = _heu().OuKeyOwner(self.config.key_bits)
+        public = owner.public_bytes()
+        return (_OU_KEY + len(public).to_bytes(4, "big") + public + owner.secret_bytes(),
+                public)
+
+    def _refuse(self, name: str, want: str, got: Any) -> ProtocolError:
+        b = self.binding
+        return _refuse_key("ou", b.me, b.dealer, name, want, got, step="paillier-deliver")
+
+    def _install(self, secret: bytes) -> bytes:
+        heu = _heu()
+        b = self.binding
+        scheme = _dealt_scheme(secret)
+        if scheme != "ou":
+            raise self._refuse("he", "'ou'", f"{scheme!r}")
+        start = len(_OU_KEY) + 4
+        k = int.from_bytes(secret[len(_OU_KEY):start], "big")
+        try:
+            owner = heu.OuKeyOwner.from_key_bytes(
+                secret[start:start + k], secret[start + k:], owner=f"client {b.me!r}",
+                min_bits=heu.MIN_KEY_BITS)
+        except ValidationError as exc:
+            raise ProtocolError(f"client {b.me!r} got a malformed ou key from dealer "
+                                f"{b.dealer!r}: {exc}", party=b.me,
+                                step="paillier-deliver") from exc
+        cipher = owner.cipher()
+        if cipher.n_bits < self.config.key_bits:
+            raise self._refuse("key_bits", f"at least {self.config.key_bits}", cipher.n_bits)
+        if cipher.plaintext_bits < self.config.range_bits:
+            raise self._refuse("key_bits", f"a key whose plaintexts hold the packing's "
+                               f"{self.config.range_bits} bits",
+                               f"plaintexts of {cipher.plaintext_bits} bits")
+        self.owner, self.cipher = owner, cipher
+        b.install(secret)
+        fingerprint: bytes = cipher.fingerprint
+        return fingerprint
+
+    def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
+        self.binding.seen(party, server, step)
+        if self.keys.handles(step):
+            return self.keys.on_step(party, step, server=server)
+        raise unexpected_step(party, step, "Paillier (OU)")
+
+    def open(self, payload: Any) -> Vector:
+        b = self.binding
+        rnd, names, w, n = b.claims(payload, "blob")
+        spec = self.config.spec
+        if self.cipher is None:
+            raise ProtocolError(f"client {b.me!r} has no ou key", party=b.me, step="task")
+        try:
+            cts = self.cipher.from_bytes(payload["blob"], spec.ciphertexts_for(n + TAG_SLOTS),
+                                         "the aggregate", f"client {b.me!r}")
+            plain = self.owner.decrypt(cts, self.config.range_bits, positive=True,
+                                       what="an aggregate", sender=f"server {b.server!r}",
+                                       party=b.me, step="task")
+            values: NDArray[np.float64] = _paillier().unpack(plain, n + TAG_SLOTS, spec,
+                                                             terms=len(names))
+        except (ValidationError, ProtocolError) as exc:
+            raise b.refuse(rnd, f"it does not decrypt ({exc})") from exc
+        tol = (len(names) + 1) * 2.0 ** -spec.frac_bits
+        scale = b.check(rnd, names, w, values[n:], tol)
+        return (values[:n] * scale).astype(np.float32)
+
+    def payload(self, party: Party, *, server: str, round: int, params: Vector,
+                base: Vector, weight: float) -> bytes:
+        if self.cipher is None:
+            raise ProtocolError(f"client {party.name!r} has no OU key", party=party.name,
+                                step="update")
+        self.binding.seen(party, server)
+        tag = self.binding.upload(round, weight)
+        scaled = float(weight) * np.concatenate([np.asarray(params, dtype=np.float64), tag])
+        try:
+            plain = _paillier().pack(scaled, self.config.spec)
+            blob: bytes = self.cipher.to_bytes(self.cipher.encrypt(plain))
+            return blob
+        except ValidationError as exc:
+            raise ValidationError(f"Paillier (OU): client {party.name!r}'s update: "
+                                  f"{exc}") from exc
+
+
+class _OuRound(StreamingRound):
+    def __init__(self, server: str, round: int, clients: Sequence[str],
+                 weights: Mapping[str, float], dim: int, cipher: Any, count: int) -> None:
+        super().__init__(server, clients, weights)
+        self.round, self.dim, self.cipher, self.count = round, dim, cipher, count
+        self.total: Any = None
+
+    def add(self, client: str, payload: Any) -> None:
+        self.expect(client)
+        try:  # the sum is left untouched by a rejected upload
+            cts = self.cipher.from_bytes(payload, self.count, "its update",
+                                         f"server {self.server!r}")
+            total = cts if self.total is None else self.cipher.add(self.total, cts)
+        except ValidationError as exc:
+            raise MalformedUpdateError(
+                f"client {client!r} sent a malformed OU update ({self.dim} values and their "
+                f"tags take {self.count} ciphertexts): {exc}", party=self.server,
+                client=client) from exc
+        self.admit(client)
+        self.total = total
+
+    def finish(self, survivors: Sequence[str]) -> dict[str, Any]:
+        self.check_survivors(survivors)
+        return {"blob": self.cipher.to_bytes(self.total), "round": self.round,
+                "contributors": list(self.added),
                 "weights": [self.weights[c] for c in self.added], "length": self.dim}
 
 

@@ -21,7 +21,9 @@ checked against Python integers on ``sf-heu`` 0.5.2b0; sources cited from
   0 < c < n test; malformed bytes raise deep in C++). Every byte string from another
   party is parsed here first with ``msgpack`` under size limits and checked: the public
   key's schema id, n odd and long enough, G and H units in (1, n); a ciphertext array's
-  shape, count, schema ids and 0 < c < n with gcd(c, n) = 1.
+  shape, count, schema ids and 0 < c < n with gcd(c, n) = 1. A key pair dealt to
+  several parties (horizontal FL's clients) is checked whole, the secret key against the
+  public one and OU's relations (:meth:`OuKeyOwner.from_key_bytes`).
 - **Randomness.** HEU's OU encrypts c = G^m·H^r mod n with r of only 110 bits at 2048
   bits (``ou/public_key.h`` lines 28–32, ``ou/encryptor.cc`` line 47). Every fresh
   ciphertext is multiplied here by H^r' with r' of 224 bits from :mod:`secrets`
@@ -85,7 +87,7 @@ else:
     _MISSING = None
 
 __all__ = ["LONG_RANDOM_BITS", "MASK_BITS", "MAX_KEY_BITS", "MIN_KEY_BITS", "OuCipher",
-           "OuKeyOwner", "available", "lengthen", "require"]
+           "OuKeyOwner", "available", "lengthen", "min_plaintext_bits", "require"]
 
 MIN_KEY_BITS = 1024
 """Smallest key size (bits of n) accepted; 1024 is for tests, use 2048 or more."""
@@ -104,6 +106,18 @@ _TRAILER = _OU_SCHEMA.to_bytes(8, "little")
 _FINGERPRINT = 32
 _WINDOW = 8  # fixed-base table window for H^r'
 _MAX_KEY_BYTES = 3 * (MAX_KEY_BITS // 8 + 16) + 64  # n, G, H of a 16384-bit key and headers
+_MAX_SECRET_BYTES = 7 * (MAX_KEY_BITS // 8 + 16) + 64  # p, q, t, gp_inv, p², p/2, n and headers
+
+
+def min_plaintext_bits(key_bits: int) -> int:
+    """Return the fewest plaintext bits k (|m| < 2^k) HEU's OU gives a key of ``key_bits``.
+
+    HEU draws p = t·u + 1 with t a prime of at least 160 bits and u of exactly
+    s − bits(t) + 2 bits, s = ⌈key_bits/3⌉ (``ou/key_generator.cc``), so p > 2^s, and
+    sets the plaintext bound to 2^(bits(p/2) − 1) ≥ 2^(s − 1). Every key HEU makes at
+    ``key_bits`` holds plaintexts of k = ⌈key_bits/3⌉ − 1 bits (682 at 2048).
+    """
+    return (key_bits + 2) // 3 - 1
 
 
 def available() -> bool:
@@ -564,13 +578,96 @@ class OuKeyOwner:
             self._kit = hnp.setup(phe.SchemaType.OU, key_bits)
         self._decryptor = self._kit.decryptor()
         self._public = bytes(self._kit.public_key().serialize())
+        self._cipher: OuCipher | None = None
 
     def public_bytes(self) -> bytes:
         """Return the public key as :meth:`OuCipher.from_public_bytes` reads it."""
         return self._public
 
+    def secret_bytes(self) -> bytes:
+        """Return the secret key as :meth:`from_key_bytes` reads it (never log or store it)."""
+        return bytes(self._kit.secret_key().serialize())
+
+    @classmethod
+    def from_key_bytes(cls, public_key: Any, secret_key: Any, *, owner: str, min_bits: int,
+                       workers: int | None = None) -> OuKeyOwner:
+        """Check a key pair received from another party and return its key owner.
+
+        For keys shared by several parties (horizontal FL's clients): the public key is
+        checked by :meth:`OuCipher.from_public_bytes`, then the secret key, before HEU
+        parses it, against it and against OU's relations (``ou/secret_key.h``,
+        ``ou/key_generator.cc``): msgpack [p, q, t, gp_inv, p², p/2, n] and the OU
+        schema id; p ≠ q probable primes, n = p²·q equal to the public n, t a probable
+        prime dividing p − 1, H^t ≡ 1 and gp_inv·L(G^t mod p²) ≡ 1 mod p (so every
+        ciphertext decrypts), and a plaintext bound below p/2.
+
+        Raises
+        ------
+        ValidationError
+            If sf-heu is missing, or either key fails a check (the message names
+            ``owner`` and the check).
+        """
+        cipher = OuCipher.from_public_bytes(public_key, owner=owner, min_bits=min_bits,
+                                            workers=workers)
+        if not isinstance(secret_key, (bytes, bytearray, memoryview)):
+            raise invalid_parameter("secret_key", owner, "bytes", describe(secret_key))
+        raw = bytes(secret_key)
+        if not 8 < len(raw) <= _MAX_SECRET_BYTES:
+            raise ValidationError(f"{owner}: the OU secret key holds {len(raw)} bytes; "
+                                  f"expected 9 to {_MAX_SECRET_BYTES}")
+        if raw[-8:] != _TRAILER:
+            raise ValidationError(f"{owner}: the secret key is not an OU key (schema id "
+                                  f"{int.from_bytes(raw[-8:], 'little')}; expected "
+                                  f"{_OU_SCHEMA})")
+        try:
+            fields = msgpack.unpackb(raw[:-8], raw=True, max_array_len=7,
+                                     max_str_len=len(raw), max_bin_len=len(raw),
+                                     max_map_len=0, max_ext_len=0)
+            if not isinstance(fields, list) or len(fields) != 7:
+                raise ValueError("not [p, q, t, gp_inv, p², p/2, n]")
+            p, q, t, gp_inv, p2, p_half, n = (gmpy2.mpz(_mpint(f)) for f in fields)
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError,
+                msgpack.StackError) as exc:
+            raise ValidationError(f"{owner}: malformed OU secret key ({exc})") from None
+        G, H = gmpy2.mpz(cipher.G), gmpy2.mpz(cipher.H)
+
+        def fails() -> str | None:
+            if n != cipher.n or p2 != p * p or n != p2 * q or p_half != p // 2:
+                return "its p, q, p², p/2 and n do not match the public key"
+            if p == q or not gmpy2.is_prime(p, 40) or not gmpy2.is_prime(q, 40):
+                return "p and q are not distinct primes"
+            if t < 2 or (p - 1) % t or not gmpy2.is_prime(t, 40):
+                return "t is not a prime factor of p - 1"
+            if gmpy2.powmod(H, t, p2) != 1:
+                return "H^t is not 1 modulo p²"
+            gt = gmpy2.powmod(G, t, p2)
+            if (gt - 1) % p or not 0 < gp_inv < p or gp_inv * ((gt - 1) // p) % p != 1:
+                return "gp_inv is not the inverse of L(G^t mod p²) modulo p"
+            if cipher.plaintext_bits > p_half.bit_length() - 1:
+                return "its plaintext bound is not below p/2"
+            return None
+
+        why = fails()
+        if why is not None:
+            raise ValidationError(f"{owner}: the OU secret key does not fit its public key: "
+                                  f"{why}")
+        self = cls.__new__(cls)
+        self.workers = _threads(workers, owner)
+        self.key_bits = cipher.n_bits
+        try:
+            self._kit = hnp.HeKit(phe.setup(phe.PublicKey.load_from(cipher.public_key),
+                                            phe.SecretKey.load_from(raw)))
+        except Exception as exc:  # HEU's own parser refused what islands' checks passed
+            raise ValidationError(f"{owner}: HEU refused the OU key pair: {exc}") from None
+        self._decryptor = self._kit.decryptor()
+        self._public = cipher.public_key
+        self._cipher = cipher
+        return self
+
     def cipher(self) -> OuCipher:
         """Return the public operations under this key (checked like any received key)."""
+        if self._cipher is not None:  # the one a received key pair was checked with
+            return self._cipher
         return OuCipher.from_public_bytes(self._public, owner="OuKeyOwner",
                                           min_bits=MIN_KEY_BITS, workers=self.workers)
 

@@ -293,13 +293,14 @@ class HEFederation:
     clients = ("c0", "c1", "c2", "c3")
     n_train: ClassVar[dict[str, int]] = {"c0": 10, "c1": 30, "c2": 20, "c3": 40}
 
-    def __init__(self, scheme: str, dealer: Any = None, *, dim: int = 7) -> None:
+    def __init__(self, scheme: str, dealer: Any = None, *, dim: int = 7,
+                 options: dict[str, Any] | None = None) -> None:
         parties = ["server", *self.clients]
         self.scheme, self.dim = scheme, dim
         self.ids = make_identities(parties)
         self.views: dict[str, Any] = {c: ClientView(c, parties, self.ids[c])
                                       for c in self.clients}
-        self.agg = he_aggregator(scheme)
+        self.agg = he_aggregator(scheme, **(options or {}))  # e.g. {"he": "ou"}
         self.halves = {c: self.agg.client_half() for c in self.clients}
         if dealer is not None:
             self.halves["c0"] = dealer.client_half()
@@ -336,9 +337,7 @@ class HEFederation:
         if self.scheme == "ckks":
             half.context = ckks.load_context(self.public, secret=False)
         else:
-            from islands.crypto import paillier
-
-            half.public_key = paillier.public_key_from_bytes(self.public)
+            half.load_public(self.public)
         return half
 
     def uploads(self, rnd: int, clients: Sequence[str] | None = None
