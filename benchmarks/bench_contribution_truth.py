@@ -85,7 +85,11 @@ METHODS = ("gtg", "exact", "or", "loo")
 PER_ROUND = ("gtg", "exact", "loo")
 WEIGHTINGS = ("fixed", "renormalised")
 METRICS = ("accuracy", "loss")
-DEFAULT = ("gtg", "fixed", "accuracy")
+DEFAULTS = {"retrain-shapley": "default (<= 8 clients, no DP)",
+            "gtg/fixed/loss": "default where retraining cannot run"}
+"""Contribution(methods=None) resolves to these (Contribution.resolve): the estimator
+retrains a federation this small; per-round GTG on the loss otherwise. Until issue 27 the
+default was gtg/fixed/accuracy for every federation."""
 NO_INFO = ("shuffled", "free-rider", "noisy-free-rider")
 TWIN_TOLERANCE = 0.02
 HIDDEN = 32
@@ -294,7 +298,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{'τ(loss)':>7} {'no-info':>8} {'twins':>6} {'gap':>6}  targets")
     lines = [head, "-" * len(head)]
     for r in rows:
-        mark = "  <- default" if r["method"] == "/".join(DEFAULT) else ""
+        mark = f"  <- {DEFAULTS[r['method']]}" if r["method"] in DEFAULTS else ""
         lines.append(
             f"{r['method']:<34} {r['mean_tau']:>7.2f} {r['min_tau']:>7.2f} "
             f"{r['mean_tau_loss_truth']:>7.2f} {100 * (r['max_no_info_share'] or 0):>7.1f}% "
@@ -340,9 +344,9 @@ def main(argv: list[str] | None = None) -> int:
                               flush=True)
                     continue
                 methods = value(fed, args.rounds, truth)
-                d = methods["/".join(DEFAULT)]
+                d = methods["gtg/fixed/loss"]
                 print(f"{dataset:<8} {case:<8} seed {seed}: retrain φ "
-                      f"{np.round(truth['shapley'], 3).tolist()}  default φ "
+                      f"{np.round(truth['shapley'], 3).tolist()}  gtg/fixed/loss φ "
                       f"{np.round(d['scores'], 3).tolist()}  τ {d['tau']:+.2f} "
                       f"({time.perf_counter() - t1:.0f} s)", flush=True)
                 results.append({"dataset": dataset, "case": case, "seed": seed,

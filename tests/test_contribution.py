@@ -235,10 +235,40 @@ def test_permutation_shapley_is_exact_and_stops_early_on_an_additive_game() -> N
     # constant marginals: zero variance, so it stops at min_permutations, converged
     assert est.converged and est.permutations == 7
     np.testing.assert_allclose(est.values, a, atol=1e-12)
-    # the marginals differ only in the last bits (float sums): a one-pass variance
-    # E[x²] − E[x]² leaves ~1e-9 of cancellation noise, nothing more
-    np.testing.assert_allclose(est.stderr, 0.0, atol=1e-7)
     assert est.value_range == pytest.approx(0.8)
+    # every player's seven marginals are equal (up to float sums' last bits): no spread
+    # seen, so each half-width is the floor for the orders not drawn, (1 − 0.05^(1/7))·0.8
+    floor = (1 - 0.05 ** (1 / 7)) * 0.8
+    np.testing.assert_allclose(est.halfwidth, floor, rtol=1e-6)
+    np.testing.assert_allclose(est.stderr, floor / student_quantile(0.95, 6), rtol=1e-6)
+    known = permutation_shapley(value, 4, rng=np.random.default_rng(1), min_permutations=7,
+                                null=np.array([True, False, False, False]))
+    assert known.halfwidth[0] < 1e-7  # a player known to be null needs no floor
+    with pytest.raises(ValidationError, match="'null'"):
+        permutation_shapley(value, 4, rng=np.random.default_rng(1), null=np.ones(3, bool))
+
+
+def test_a_player_whose_sampled_marginals_never_vary_keeps_a_nonzero_halfwidth() -> None:
+    # issue 27: on accuracy a noisy free-rider's ten sampled marginals were often all 0
+    # while its exact per-round value was not, and its interval had zero width. Here
+    # player 0 adds 0.02 only when it joins {1, 2} (1 order in 12) and nothing otherwise;
+    # in 10 orders it often never shows that, and the floor still covers its value
+    n, bonus = 4, 0b0111
+
+    def value(mask: int) -> float:
+        return 0.02 * bin(mask & 0b1110).count("1") + (0.02 if mask == bonus else 0.0)
+
+    exact = exact_shapley(value, n)
+    assert exact[0] == pytest.approx(0.02 / 12)
+    covered = np.zeros(n)
+    unseen = 0
+    for rep in range(400):
+        est = permutation_shapley(value, n, rng=np.random.default_rng(rep),
+                                  min_permutations=10, max_permutations=10)
+        covered += np.abs(est.values - exact) <= est.halfwidth + 1e-15
+        unseen += int(est.values[0] == 0.0)
+    assert unseen > 100  # the case the floor is for happened often
+    assert np.all(covered / 400 >= 0.95)
 
 
 def test_permutation_shapley_guides_the_first_position_and_counts_evaluations() -> None:
@@ -658,7 +688,7 @@ def test_contribution_settings_normalise_methods_and_describe_themselves() -> No
                              "truncation", "round_truncation", "seed"}
     json.dumps(settings)  # the rows themselves are left out
     assert Contribution("clients").settings()["validation"] == "clients"
-    assert set(METHODS) == set(ALL)
+    assert set(METHODS) == {*ALL, "retrain"}  # retrain: the estimator, after the run
 
 
 def test_tracker_refuses_federations_too_large_for_exact_or_or() -> None:
@@ -730,8 +760,12 @@ def test_tracker_values_an_additive_run_exactly_with_every_method() -> None:
     assert rep.clients == ["c0", "c1", "c2", "c3"] and list(rep.scores) == list(ALL)
     for m in ALL:
         np.testing.assert_allclose(rep.scores[m], expected, atol=1e-5, err_msg=m)
-    # constant marginals: GTG's halfwidths vanish and every round converges at once
-    np.testing.assert_allclose(rep.halfwidth["gtg"], 0.0, atol=1e-6)
+    # constant marginals: every round converges at once, and no spread seen is not no
+    # spread, so each half-width is the rounds' floors for unseen orders combined
+    # ((1 − 0.05^(1/10))·R_r each, R_r the round's largest marginal), not 0
+    floors = [(1 - 0.05 ** 0.1) * max(abs(v) for v in e["exact"]) for e in rep.rounds]
+    assert max(rep.halfwidth["gtg"]) <= 2.0 * math.sqrt(sum(f * f for f in floors))
+    assert min(rep.halfwidth["gtg"]) >= math.sqrt(sum(f * f for f in floors[:1]))
     assert rep.unconverged == 0 and rep.permutations == 4 * 10 and rep.skipped == 0
     assert [e["round"] for e in rep.rounds] == [1, 2, 3, 4]
     assert rep.rounds[1]["clients"] == [0, 1, 3]  # c2 missed round 2
@@ -835,7 +869,7 @@ def loss_run(digits: dict[str, Any]) -> FederatedModel:
 @pytest.fixture(scope="module")
 def rider_run(digits: dict[str, Any]) -> FederatedModel:
     """Four clients, client-3 a free-rider, validation accuracy, fixed weighting."""
-    return _fit(digits, Contribution(digits["val"], methods=ALL),
+    return _fit(digits, Contribution(digits["val"], methods=ALL, metric="accuracy"),
                 behaviour={"client-3": FreeRider})
 
 

@@ -6,9 +6,12 @@ rows, a small clean one, one whose labels are shuffled, a free-rider that upload
 global model), FedAvg full batch without
 momentum for 30 rounds, so training is deterministic and the twins' retraining values
 are equal. Retraining Shapley (every coalition trained from the same initial model with
-the same schedule) is the ground truth; the assertions are what it says. Those the
-current default (``gtg``, fixed weighting, accuracy) fails are strict xfails naming the
-failure, so they flip when the default is fixed.
+the same schedule) is the ground truth; the assertions are what it says. The default
+before issue 27 (``gtg``, fixed weighting, accuracy) failed three of them: it paid the
+shuffled client, ranked the twins below it and gave them nothing. The default now values a
+federation this small by retraining inside the estimator (``methods=None`` resolves to
+``("retrain",)``, on accuracy), checked here against the independent computation; per-round
+valuation, the default where retraining cannot run, is on minus the loss.
 """
 
 from __future__ import annotations
@@ -79,28 +82,41 @@ def test_retraining_says_the_twins_help_equally_and_the_shuffled_client_does_not
 
 def test_default_is_the_documented_one(federation: dict[str, Any]) -> None:
     rep = federation["report"]
-    assert (rep.primary, rep.settings["weighting"], rep.settings["metric"]) == (
-        "gtg", "fixed", None)  # None: accuracy for a classification
+    assert (rep.primary, rep.settings["methods"], rep.settings["metric"]) == (
+        "retrain", ["retrain"], "accuracy")
+    assert rep.trainings == 2**6 - 2  # every coalition but ∅ (scored) and N (the run)
+    assert rep.rounds == [] and rep.gain == pytest.approx(
+        rep.utility_final - rep.utility_initial, abs=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 27: per-round accuracy Shapley credits "
-                   "the shuffled-label client in the late rounds (rounds 6-30: +0.27), "
-                   "where accuracy moves in steps; minus the loss does not")
+def test_where_retraining_cannot_run_the_default_is_per_round_on_the_loss(
+        federation: dict[str, Any]) -> None:
+    cfg = Contribution((np.zeros((1, 64)), np.zeros(1)))
+    for kw in ({"n": 9}, {"n": 6, "retrainable": False}):
+        made = cfg.resolve(**kw)  # type: ignore[arg-type]
+        assert (made.methods, made.metric) == (("gtg", "loo"), "loss")
+    assert cfg.resolve(6, task="regression").metric == "loss"
+    assert Contribution("clients").resolve(3).methods == ("gtg", "loo")
+
+
+def test_the_estimators_retraining_is_the_ground_truth(federation: dict[str, Any]) -> None:
+    # the estimator retrains with its own settings: the same game as the independent run
+    np.testing.assert_allclose(federation["report"].scores["retrain"], federation["truth"],
+                               atol=1e-12)
+
+
 def test_default_pays_the_shuffled_client_at_most_5_percent(
         federation: dict[str, Any]) -> None:
     assert federation["report"].shares[SHUFFLED] <= 0.05
+    assert federation["report"].shares[RIDER] <= 0.05
 
 
-@pytest.mark.xfail(strict=True, reason="issue 27: the default ranks the twins below the "
-                   "shuffled-label client; retraining ranks them second")
 def test_default_ranks_as_retraining_does(federation: dict[str, Any]) -> None:
-    tau = scipy_stats.kendalltau(federation["report"].scores["gtg"],
+    tau = scipy_stats.kendalltau(federation["report"].scores["retrain"],
                                  federation["truth"]).statistic
     assert tau >= 0.8
 
 
-@pytest.mark.xfail(strict=True, reason="issue 27: the default gives the twins, whom "
-                   "retraining says help, no share")
 def test_default_pays_the_twins_equal_positive_shares(federation: dict[str, Any]) -> None:
     shares = federation["report"].shares
     assert abs(shares[TWIN_A] - shares[TWIN_B]) <= 0.02
@@ -109,7 +125,7 @@ def test_default_pays_the_twins_equal_positive_shares(federation: dict[str, Any]
 
 def test_shares_are_shares(federation: dict[str, Any]) -> None:
     rep = federation["report"]
-    np.testing.assert_allclose(rep.shares, reward_shares(rep.scores["gtg"]))
+    np.testing.assert_allclose(rep.shares, reward_shares(rep.scores["retrain"]))
     assert sum(rep.shares) == pytest.approx(1.0)
 
 

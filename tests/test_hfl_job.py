@@ -310,6 +310,7 @@ def test_protection_options_are_checked(tmp_path: Path) -> None:
 CONTRIBUTION = """
 [contribution]
 methods = ["gtg", "exact", "loo"]
+metric = "accuracy"
 validation_samples = 150
 tolerance = 0.01
 """
@@ -336,9 +337,13 @@ def test_contribution_is_refused_under_protections_that_hide_updates() -> None:
     raw: dict[str, object] = {
         "data": {"name": "digits"}, "partition": {"kind": "iid", "clients": 3},
         "model": {"kind": "mlp"}, "strategy": {"name": "fedavg"}, "protect": ["secagg"],
-        "contribution": {}}
+        "contribution": {"methods": ["gtg", "loo"]}}
     with pytest.raises(JobError, match="secure aggregation shows the server only the sum"):
         parse_job(raw)
+    # the default is decided for the run: retraining, which needs only final models
+    raw["contribution"] = {}
+    assert parse_job(raw).contribution["methods"] is None
+    raw["contribution"] = {"methods": ["gtg", "loo"]}
     raw["protect"] = ["dp"]  # client-level DP over the plain mean: updates are visible
     assert parse_job(raw).contribution == {"methods": ["gtg", "loo"], "validation": "server",
                                            "validation_samples": 1000, "weighting": "fixed"}
@@ -457,7 +462,7 @@ def test_resuming_with_other_contribution_settings_is_refused(tmp_path: Path) ->
     val = (X[1500:], d.y[1500:])
     model(1, False, None).fit(parts)
     with pytest.raises(ValidationError, match="holds no contribution valuation"):
-        model(2, True, Contribution(val)).fit(parts)
+        model(2, True, Contribution(val, methods=("gtg", "loo"))).fit(parts)
     model(1, False, Contribution(val, methods=("gtg",))).fit(parts)
     with pytest.raises(ValidationError, match="other contribution settings"):
         model(2, True, Contribution(val, methods=("gtg", "loo"))).fit(parts)

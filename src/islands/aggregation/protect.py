@@ -105,6 +105,7 @@ from islands.validation import is_int
 
 __all__ = [
     "BASES",
+    "PAIRWISE_BASES",
     "SAMPLE_LEVEL",
     "ChaosPermutation",
     "ClientDP",
@@ -115,6 +116,7 @@ __all__ = [
     "SampleDP",
     "build_aggregator",
     "build_sample_dp",
+    "can_retrain",
 ]
 
 Vector = NDArray[np.float32]
@@ -151,6 +153,21 @@ def _base_name(agg: Aggregator | None) -> str:
     if agg is None:
         return "mean"
     return str(getattr(_layers(agg)[-1], "name", type(agg).__name__))
+
+
+PAIRWISE_BASES = ("secagg", "additive")
+"""Bases whose rounds need at least two clients (masks or shares between them)."""
+
+
+def can_retrain(agg: Aggregator | None) -> bool:
+    """Whether every coalition of clients can be trained again under ``agg`` alone.
+
+    Not under client-level DP (each retrained model would be a release the run's ε does
+    not count) nor over a base whose round needs two clients (a coalition of one).
+    """
+    layers = _layers(agg)
+    return (not any(isinstance(layer, ClientDP) for layer in layers)
+            and _base_name(agg) not in PAIRWISE_BASES)
 
 
 def _secagg_threshold(agg: Aggregator) -> float | int | None:

@@ -51,8 +51,11 @@ __all__ = [
 
 DATASETS: tuple[str, ...] = ("fashion_mnist", "digits", "breast_cancer", "wine", "diabetes")
 """The data sets a job file can name."""
-METHODS: tuple[str, ...] = ("gtg", "exact", "or", "loo")
+METHODS: tuple[str, ...] = ("retrain", "gtg", "exact", "or", "loo")
 """Contribution methods (:mod:`islands.hfl.contribution.tracker`)."""
+DEFAULT_RETRAIN_CLIENTS = 8
+"""Contribution's default methods: ``("retrain",)`` up to this many clients (2^n − 1 more
+trainings), the per-round ``("gtg", "loo")`` above it or where retraining cannot run."""
 _WEIGHTINGS = ("fixed", "renormalised")  # islands.hfl.contribution.game.WEIGHTINGS (a test)
 _REGRESSION_DATASETS = ("diabetes",)
 
@@ -74,6 +77,10 @@ def _distinct(value: tuple[str, ...]) -> tuple[str, ...]:
     if len(set(value)) != len(value):
         raise ValueError("names repeat")
     return value
+
+
+def _distinct_or_none(value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    return None if value is None else _distinct(value)
 
 
 def infer_task(task: str | None, dataset: str | None = None) -> Task:
@@ -264,12 +271,14 @@ class ContributionSettings(ProtocolConfig):
 
     OWNER: ClassVar[str] = "Contribution"
 
-    methods: Annotated[tuple[Literal[METHODS], ...],  # type: ignore[valid-type]
-                       BeforeValidator(_as_tuple), AfterValidator(_distinct)] = setting(
-        ("gtg", "loo"), f"a list of distinct names among {list(METHODS)}",
-        "Methods to compute; the first gives the reward shares.", min_length=1)
+    methods: Annotated[tuple[Literal[METHODS], ...] | None,  # type: ignore[valid-type]
+                       BeforeValidator(_as_tuple), AfterValidator(_distinct_or_none)] = setting(
+        None, f"a list of distinct names among {list(METHODS)}",
+        "Methods to compute; the first gives the reward shares (None: 'retrain' up to "
+        f"{DEFAULT_RETRAIN_CLIENTS} clients without DP, else 'gtg', 'loo').", min_length=1)
     metric: Literal["accuracy", "loss"] | None = setting(
-        None, "'accuracy' or 'loss'", "The utility (None: accuracy, loss for a regression).")
+        None, "'accuracy' or 'loss'", "The utility (None: accuracy for 'retrain', minus the "
+        "loss for the per-round methods and for a regression).")
     weighting: Literal[_WEIGHTINGS] = setting(  # type: ignore[valid-type]
         "fixed", "'fixed' or 'renormalised'", "How a coalition's model is rebuilt.")
     tolerance: float = setting(0.005, "a float in (0, inf)",

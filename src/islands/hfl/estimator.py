@@ -18,6 +18,7 @@ and float sums may then round differently).
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.util
 import logging
 import math
@@ -27,7 +28,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -36,17 +37,23 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from islands.aggregation.base import MeanAggregator
-from islands.aggregation.protect import SampleDP
+from islands.aggregation.protect import SampleDP, can_retrain
 from islands.arrays import Vector
-from islands.errors import ValidationError, invalid_parameter
+from islands.errors import IslandsError, ValidationError, invalid_parameter
 from islands.estimator import FederatedEstimator
 from islands.hfl.config import HflConfig
 from islands.hfl.contribution import (
     ClientValidation,
     Contribution,
+    ContributionReport,
     ContributionTracker,
     ServerValidation,
     check_compatible,
+)
+from islands.hfl.contribution.retrain import (
+    RetrainResult,
+    coalition_trainer,
+    retrain_contributions,
 )
 from islands.hfl.metrics import classification_report, regression_report
 from islands.hfl.protocol import (
@@ -69,6 +76,7 @@ __all__ = ["BACKENDS", "EpochRecord", "FederatedModel", "client_seed", "round_me
            "split_local_eval"]
 
 log = logging.getLogger(__name__)
+
 
 Task = Literal["classification", "regression"]
 Backend = Literal["local", "ray"]
@@ -213,10 +221,13 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         islands must be installed. If Ray is already initialised in this process, that
         instance is used.
     contribution : Contribution or None
-        Value every client's contribution as the run trains, from the plain uploads
-        of each round (:mod:`islands.hfl.contribution`: GTG-Shapley, exact per-round
-        Shapley, one-round reconstruction, leave-one-out); the result is
-        ``contribution_``. Refused with an aggregator that hides single updates.
+        Value every client's contribution (:mod:`islands.hfl.contribution`); the
+        result is ``contribution_``. ``"retrain"`` (the default up to 8 clients:
+        :meth:`~islands.hfl.contribution.Contribution.resolve`) trains the federation
+        again on every coalition after the run; the per-round methods (GTG-Shapley,
+        exact per-round Shapley, one-round reconstruction, leave-one-out) value each
+        round from its plain uploads and are refused with an aggregator that hides
+        single updates.
     tracking : TrackingConfig, dict, Tracker or None
         Log every round (τ, loss, local accuracy, ε spent, bytes), each epoch's test
         metrics and the final model's summary to TensorBoard and/or MLflow
@@ -329,7 +340,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             if self.contribution.metric == "accuracy" and self.task != "classification":
                 raise invalid_parameter("contribution", owner, "metric 'loss' (or None) for "
                                         "a regression", "metric='accuracy'")
-            check_compatible(getattr(self.strategy, "aggregator", MeanAggregator()))
+            if self.contribution.methods is not None and self.contribution.per_round:
+                check_compatible(getattr(self.strategy, "aggregator", MeanAggregator()))
         tracking = self._tracking_config()
         if tracking is not None:
             tracking.check_installed()
@@ -420,15 +432,24 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             names)
         if len(names) != len(data):
             raise ValidationError(f"{len(names)} names for {len(data)} parts")
+        strategy = FedAvg() if self.strategy is None else self.strategy
+        contribution = None
         if self.contribution is not None:
-            self.contribution.check_clients(len(names))
+            contribution = self.contribution.resolve(
+                len(names), task=self.task,
+                retrainable=self.sample_dp is None and can_retrain(strategy.aggregator))
+            contribution.check_clients(len(names))
+            if contribution.per_round:  # the default decided now: refused before any message
+                check_compatible(strategy.aggregator)
         behaviour = dict(behaviour or {})
         stray = sorted(set(behaviour) - set(names))
         if stray or not all(callable(f) for f in behaviour.values()):
             raise invalid_parameter("behaviour", "FederatedModel.fit",
                                     "a mapping of client names to callables",
                                     stray or describe(behaviour))
-        strategy = FedAvg() if self.strategy is None else self.strategy
+        # the settings each retrained coalition starts from (a run may change its strategy)
+        template = (copy.deepcopy(strategy) if contribution is not None
+                    and "retrain" in (contribution.methods or ()) else None)
         pool = ModulePool(self.model)
         active = len(names) if self.concurrency is None else min(len(names), self.concurrency)
         with contextlib.ExitStack() as stack:
@@ -438,9 +459,50 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                 learners, workers = self._local_learners(stack, data, pool, active)
             learners = [behaviour[name](learner) if name in behaviour else learner
                         for name, learner in zip(names, learners, strict=True)]
-            self._run(learners, names, strategy, pool, active, test)
+            tracker = self._run(learners, names, strategy, pool, active, test, contribution)
         self.workers_ = workers
+        if tracker is not None and template is not None:
+            retrained = self._retrain(tracker, template, data, names, behaviour)
+            report: ContributionReport | None = tracker.report(retrained, final=self.params_)
+            self.contribution_ = report
         return self
+
+    def _retrain(self, tracker: ContributionTracker, template: Strategy,
+                 data: list[tuple[NDArray[Any], NDArray[Any]]], names: list[str],
+                 behaviour: Mapping[str, Callable[[Any], Any]]) -> RetrainResult:
+        """Train the federation again on every other coalition (``methods`` 'retrain')."""
+        n = len(names)
+        final = float(tracker.utility(self.params_))
+        log.info("contribution: retraining the federation on its %d other coalitions of %d "
+                 "clients (exact Shapley values; about %d times this run's training)",
+                 (1 << n) - 2, n, (1 << n) - 2)
+
+        def make() -> FederatedModel:
+            return FederatedModel(
+                self.model, copy.deepcopy(template), epochs=self.epochs, task=self.task,
+                eval_fraction=self.eval_fraction, seed=self.seed,
+                concurrency=self.concurrency, timeout=self.timeout, threads=self.threads,
+                backend=self.backend, ray_address=self.ray_address)
+
+        coalition = coalition_trainer(make, data, tracker.utility, names=names,
+                                      behaviour=behaviour)
+
+        def train(members: tuple[int, ...]) -> float:
+            if len(members) == n:  # the grand coalition is the run itself
+                return final
+            try:
+                return coalition(members)
+            except IslandsError as exc:
+                raise ValidationError(
+                    f"contribution by retraining: the coalition "
+                    f"{[names[k] for k in members]} could not be trained ({exc}); value "
+                    f"the clients with methods=('gtg', 'loo') instead") from exc
+
+        def progress(done: int, total: int) -> None:
+            log.info("contribution: coalition %d of %d retrained", done, total)
+
+        result = retrain_contributions(train, n, method="exact", progress=progress)
+        return replace(result, trainings=result.trainings - 1)  # N is the run itself
 
     def _local_learners(self, stack: contextlib.ExitStack, data: list[tuple[NDArray[Any],
                         NDArray[Any]]], pool: Any, active: int) -> tuple[list[Any], int]:
@@ -488,9 +550,13 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         return learners, workers.size
 
     def _run(self, learners: list[Any], names: list[str], strategy: Strategy, pool: Any,
-             active: int,
-             test: tuple[ArrayLike, ArrayLike] | None) -> None:
-        """Run the server and client roles over ``learners``; set the fitted attributes."""
+             active: int, test: tuple[ArrayLike, ArrayLike] | None,
+             contribution: Contribution | None) -> ContributionTracker | None:
+        """Run the server and client roles over ``learners``; set the fitted attributes.
+
+        Returns the contribution tracker (None without ``contribution``): with
+        ``retrain`` among its methods, :meth:`fit` completes its report.
+        """
         from islands.hfl.torch.models import flat_parameters
         from islands.hfl.torch.training import Trainer
 
@@ -501,8 +567,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             scorer = Trainer(self.model, X_test, y_test, task=self.task, pool=pool)
 
         tracker = None
-        if self.contribution is not None:
-            tracker = self._tracker(learners, names, pool, initial)
+        if contribution is not None:
+            tracker = self._tracker(contribution, learners, names, pool, initial)
         resume = bool(self.resume)
         if resume and not (Path(self.checkpoint) / SERVER_FILE).is_file():  # type: ignore[arg-type]
             log.warning("no checkpoint in %s: starting afresh", self.checkpoint)
@@ -545,7 +611,9 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                               epochs=self.epochs, concurrency=self.concurrency,
                               client_timeout=self.timeout, checkpoint=self.checkpoint,
                               resume=resume, on_round=on_round, send_final=False,
-                              sample_dp=self.sample_dp, contribution=tracker),
+                              sample_dp=self.sample_dp,
+                              contribution=tracker if contribution is not None
+                              and contribution.per_round else None),
         }
         for name, learner, half in zip(names, learners, halves, strict=True):
             roles[name] = partial(client, server="server", learner=learner,
@@ -584,13 +652,16 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         self.wall_time_ = run.wall_time
         self.client_names_ = names
         self._scorer_pool = pool
-        self.contribution_ = None if tracker is None else tracker.report()
+        self.contribution_ = None  # with 'retrain': fit completes the report
+        if tracker is not None and "retrain" not in tracker.methods:
+            self.contribution_ = tracker.report()
         self.tracking_ = None
         if logger is not None:
             if own_logger:
                 logger.log_summary(self._summary(history))
                 logger.close()
             self.tracking_ = logger.info()
+        return tracker
 
     def _open_tracker(self, strategy: Strategy, names: list[str]) -> tuple[Tracker | None, bool]:
         """Return the run's tracker (opened here unless given open) and whether fit owns it."""
@@ -620,19 +691,18 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             out["sample_epsilon"], out["sample_delta"] = self.sample_privacy_
         return out
 
-    def _tracker(self, learners: list[Any], names: list[str], pool: Any,
-                 initial: Vector) -> Any:
+    def _tracker(self, cfg: Contribution, learners: list[Any], names: list[str], pool: Any,
+                 initial: Vector) -> ContributionTracker:
         """Build the contribution tracker: the server's validation rows or the clients'."""
-        cfg = self.contribution
         utility: Any
         if cfg.validation == "clients":
             utility = ClientValidation([(learner.evaluate, learner.n_eval)
                                         for learner in learners])
         else:
-            metric = cfg.metric or ("accuracy" if self.task == "classification" else "loss")
             X_val, y_val = cfg.validation
+            assert cfg.metric is not None  # resolved by fit
             utility = ServerValidation(self.model, X_val, y_val, task=self.task,
-                                       metric=metric, pool=pool)
+                                       metric=cfg.metric, pool=pool)
         return ContributionTracker(cfg, names, utility, initial, seed=self.seed)
 
     def _report(self, y: NDArray[Any], pred: NDArray[Any]) -> dict[str, Any]:

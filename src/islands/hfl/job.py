@@ -273,8 +273,10 @@ def _contribution_section(raw: Mapping[str, Any], where: str, protection: Protec
     sec = f"{where} [contribution]"
     config = ContributionConfig.from_table(file_section(raw, "contribution", _CONTRIBUTION, where),
                                            sec)
-    # the file's keys, with the defaults results.json has always shown
-    table = {**raw["contribution"], "methods": list(config.methods),
+    # the file's keys, with the defaults results.json has always shown (methods None:
+    # decided for the run, FederatedModel's Contribution.resolve)
+    methods = None if config.methods is None else list(config.methods)
+    table = {**raw["contribution"], "methods": methods,
              "validation": config.validation, "validation_samples": config.validation_samples,
              "weighting": config.weighting}
     if table.get("metric") == "accuracy" and task != "classification":
@@ -284,7 +286,8 @@ def _contribution_section(raw: Mapping[str, Any], where: str, protection: Protec
                        "clients' own evaluation rows)")
     try:
         _contribution_config(table, (np.zeros((1, 1)), np.zeros(1)))
-        check_compatible(protection.aggregator())
+        if methods is not None and any(m != "retrain" for m in methods):
+            check_compatible(protection.aggregator())
     except ValidationError as exc:
         raise JobError(f"{sec}: {exc}") from exc
     return table

@@ -211,6 +211,16 @@ class RoundGame:
             self.evaluations += 1
         return self._cache[mask]
 
+    def null_players(self) -> NDArray[np.bool_]:
+        """Players known to add nothing to any coalition: a zero update, fixed weighting.
+
+        Under ``"fixed"`` weighting a zero update leaves every coalition's model bit for
+        bit unchanged; under ``"renormalised"`` it still takes weight from the others.
+        """
+        if self.weighting != "fixed":
+            return np.zeros(self.players, dtype=bool)
+        return np.asarray(~np.any(self.deltas, axis=1))
+
     def known(self) -> Mapping[int, float]:
         """Return the coalitions valued so far."""
         return dict(self._cache)

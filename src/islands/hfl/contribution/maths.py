@@ -141,11 +141,16 @@ class PermutationEstimate:
     values
         φ̂_k, the mean marginal contribution of each player over the sampled orders.
     stderr
-        The standard error of each φ̂_k (sample standard deviation / √T); 0 for a
-        player whose marginals never varied.
+        The standard error of each φ̂_k (sample standard deviation / √T). For a player
+        whose T marginals were all equal it is floor/q instead (below), 0 when no
+        marginal of the round was non-zero.
     halfwidth
         q·stderr, q the Student-t quantile at ``confidence`` with T − 1 degrees of
-        freedom: the half-width of the confidence interval the stopping rule uses.
+        freedom. Where a player's marginals never varied the sample says nothing of
+        the orders not drawn, and the half-width is at least the floor
+        (1 − (1 − confidence)^(1/T))·R: with that confidence, at most that fraction of
+        all orders give the player another marginal (the "rule of three" bound on an
+        unseen event), each at most R away, R the largest |marginal| seen in the round.
     permutations
         T, orders sampled.
     evaluations
@@ -183,6 +188,7 @@ def permutation_shapley(
     min_permutations: int = 10,
     max_permutations: int = 500,
     truncation: float = 0.0,
+    null: NDArray[np.bool_] | None = None,
 ) -> PermutationEstimate:
     """Estimate Shapley values by sampling orders of the players.
 
@@ -224,6 +230,10 @@ def permutation_shapley(
         Bounds on the orders sampled (min ≥ 2 so that a variance exists).
     truncation
         Within-order truncation threshold (0: off).
+    null
+        Players known to be null (every marginal 0, e.g. a zero update under fixed
+        weighting: :meth:`~islands.hfl.contribution.game.RoundGame.null_players`):
+        their half-width stays 0, without the floor for unseen orders.
 
     Returns
     -------
@@ -240,6 +250,8 @@ def permutation_shapley(
     truncation = check_float(truncation, "truncation", owner, low=0.0)
     if not isinstance(rng, np.random.Generator):
         raise invalid_parameter("rng", owner, "a numpy Generator", type(rng).__name__)
+    if null is not None and np.shape(null) != (n,):
+        raise invalid_parameter("null", owner, f"{n} booleans", f"shape {np.shape(null)}")
     empty = _value(value, 0)
     full = _value(value, (1 << n) - 1)
     evaluations = 2
@@ -282,8 +294,16 @@ def permutation_shapley(
                 break
     mean = total / t
     var = np.maximum(total_sq / t - mean**2, 0.0) * t / (t - 1)
-    stderr = np.sqrt(var / t)
     q = student_quantile(confidence, t - 1)
+    # no spread seen is not no spread (issue 27: on accuracy a noisy free-rider's ten
+    # sampled marginals were often all 0 while its exact value was not); the stopping
+    # rule above does not use this floor, so it costs no evaluation
+    floor = (1 - (1 - confidence) ** (1 / t)) * largest
+    known = np.zeros(n, dtype=bool) if null is None else np.asarray(null, dtype=bool)
+    stderr = np.sqrt(var / t)
+    # equal marginals summed in floats leave ~1e-9 of cancellation noise, not spread
+    flat = (stderr <= 1e-7 * largest) & ~known
+    stderr = np.where(flat, np.maximum(stderr, floor / q), stderr)
     return PermutationEstimate(values=mean, stderr=stderr, halfwidth=q * stderr,
                                permutations=t, evaluations=evaluations, converged=converged,
                                truncated=truncated, confidence=confidence, value_range=largest)
