@@ -22,9 +22,10 @@ from islands.aggregation.protect import build_aggregator
 from islands.crypto import heu
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl import FedAvg
-from islands.hfl.protocol import LocalOutcome, client, server
+from islands.hfl.protocol import client, server
 from islands.hfl.server_audit import HEFederation, forwarded
 from islands.runtime import run_local
+from scripted import ScriptedLearner
 
 pytest.importorskip("phe")
 if not heu.available():
@@ -35,28 +36,6 @@ DIM = 101
 OU = {"he": "ou"}
 # 3 clients, 2 rounds: each term is rounded to 2^-32 once; the float32 output adds ~6e-8
 TOL = 1e-6
-
-
-class ScriptedLearner:
-    """Local training replaced by a known map: w ↦ 0.5·w + v_k (no torch needed)."""
-
-    def __init__(self, n: int, v: np.ndarray) -> None:
-        self.n, self.v = n, v
-
-    @property
-    def n_train(self) -> int:
-        return self.n
-
-    @property
-    def n_eval(self) -> int:
-        return 0
-
-    def train(self, params: Any, **kw: Any) -> LocalOutcome:
-        return LocalOutcome(params=(0.5 * params + self.v).astype(np.float32), momentum=None,
-                            loss=0.0)
-
-    def evaluate(self, params: Any) -> float:  # pragma: no cover - n_eval = 0
-        return 0.0
 
 
 def _fedavg(aggregator: Any, epochs: int = 2) -> tuple[np.ndarray, bool]:

@@ -21,32 +21,11 @@ from islands.aggregation.secagg import (
 )
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl import FedAvg
-from islands.hfl.protocol import LocalOutcome, client, server
+from islands.hfl.protocol import client, server
 from islands.runtime import Transcript, run_local
+from scripted import ScriptedLearner
 
 DIM = 257
-
-
-class ScriptedLearner:
-    """Local training replaced by a known map: w ↦ 0.5·w + v_k (no torch needed)."""
-
-    def __init__(self, n: int, v: np.ndarray) -> None:
-        self.n, self.v = n, v
-
-    @property
-    def n_train(self) -> int:
-        return self.n
-
-    @property
-    def n_eval(self) -> int:
-        return 0
-
-    def train(self, params: Any, **kw: Any) -> LocalOutcome:
-        return LocalOutcome(params=(0.5 * params + self.v).astype(np.float32), momentum=None,
-                            loss=0.0)
-
-    def evaluate(self, params: Any) -> float:  # pragma: no cover - n_eval = 0
-        return 0.0
 
 
 def federation(k: int, seed: int = 0) -> tuple[list[int], list[np.ndarray], np.ndarray]:
