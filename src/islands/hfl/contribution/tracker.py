@@ -37,7 +37,7 @@ per-round accuracy paid clients whose labels carry no information up to 84% of t
 reward. So ``methods=None`` resolves to ``("retrain",)`` where the estimator can retrain
 (at most ``DEFAULT_RETRAIN_CLIENTS`` clients, no DP: every retrained model would be a
 release the run's ε does not count), and to ``("gtg", "loo")`` on minus the validation
-loss otherwise (per-round loss paid such clients at most 4.8%).
+loss otherwise (per-round loss paid such clients at most 3.3–6.4%, by step size).
 
 Every per-round method satisfies efficiency in sum: Σ_k φ_k = Σ_r (v_r(N) − v_r(∅)) =
 utility(final) − utility(initial) (``gtg`` within its truncations, ``loo`` not at all:
