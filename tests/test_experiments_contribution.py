@@ -239,16 +239,30 @@ def test_bad_arguments() -> None:
         reproduce_contribution("unused", quick=True, n_threads=0)
 
 
-def test_the_command_prints_the_scores_and_the_claims(tmp_path: Path) -> None:
+def test_the_command_prints_the_scores_and_the_claims(
+        run_result: tuple[Path, ReproductionResult, list[str]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
     from islands.cli import app
+    from islands.experiments import contribution
 
+    # the command around the module's quick run (the same call, already made once)
+    out, result, _ = run_result
+    calls: list[dict[str, Any]] = []
+
+    def fake(out_dir: Path, **kwargs: Any) -> ReproductionResult:
+        calls.append({"out": out_dir, **{k: v for k, v in kwargs.items() if k != "progress"}})
+        return result
+
+    monkeypatch.setattr(contribution, "reproduce_contribution", fake)
     res = CliRunner().invoke(app, ["reproduce", "contribution", "--quick", "--out",
-                                   str(tmp_path / "r"), "--json", str(tmp_path / "r.json")])
+                                   str(out), "--json", str(tmp_path / "r.json")])
     assert res.exit_code == 0, res.output
+    assert calls == [{"out": out, "quick": True, "random_state": 0}]
     results = json.loads((tmp_path / "r.json").read_text())
+    assert results == json.loads((out / "results.json").read_text())
     assert "retrained Shapley" in res.output and "free-rider" in res.output
     share = results["contribution"]["shares"][0]
     assert f"{100 * share:.1f}%" in res.output
-    assert "report:" in res.output and (tmp_path / "r" / "report.md").is_file()
+    assert "report:" in res.output and (out / "report.md").is_file()
