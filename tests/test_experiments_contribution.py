@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ scipy_stats = pytest.importorskip("scipy.stats")
 pytestmark = pytest.mark.skipif(find_fashion_mnist() is None,
                                 reason="Fashion-MNIST files not found")
 
+from islands.experiments import contribution  # noqa: E402
 from islands.experiments.contribution import (  # noqa: E402
     METHODS,
     ROLES,
@@ -38,13 +40,24 @@ FIGURES = ("contribution.png", "rounds.png", "agreement.png", "ranking.png")
 Run = tuple[Path, dict[str, Any], list[str]]
 
 
+# the quick settings with half the rows (each client's, validation and test): the same
+# seven roles, rounds of ten steps and 127 retrained coalitions, in about half the time
+_QUICK = contribution._settings(True, 0, None)
+SMALL = dataclasses.replace(_QUICK, sizes=tuple(n // 2 for n in _QUICK.sizes),
+                            validation_rows=_QUICK.validation_rows // 2,
+                            test_rows=(_QUICK.test_rows or 0) // 2)
+
+
 @pytest.fixture(scope="module")
 def run_result(tmp_path_factory: pytest.TempPathFactory
                ) -> tuple[Path, ReproductionResult, list[str]]:
     out = tmp_path_factory.mktemp("contribution_quick")
     messages: list[str] = []
-    result = reproduce_contribution(out, quick=True, random_state=0,
-                                    progress=collect_steps(messages))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(contribution, "_settings", lambda quick, seed, n_threads: dataclasses.replace(
+            SMALL, seed=seed, n_threads=n_threads))
+        result = reproduce_contribution(out, quick=True, random_state=0,
+                                        progress=collect_steps(messages))
     return out, result, messages
 
 
@@ -245,7 +258,6 @@ def test_the_command_prints_the_scores_and_the_claims(
     from typer.testing import CliRunner
 
     from islands.cli import app
-    from islands.experiments import contribution
 
     # the command around the module's quick run (the same call, already made once)
     out, result, _ = run_result
