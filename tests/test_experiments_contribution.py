@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ scipy_stats = pytest.importorskip("scipy.stats")
 pytestmark = pytest.mark.skipif(find_fashion_mnist() is None,
                                 reason="Fashion-MNIST files not found")
 
+from islands.experiments import contribution  # noqa: E402
 from islands.experiments.contribution import (  # noqa: E402
     METHODS,
     ROLES,
@@ -38,13 +40,24 @@ FIGURES = ("contribution.png", "rounds.png", "agreement.png", "ranking.png")
 Run = tuple[Path, dict[str, Any], list[str]]
 
 
+# the quick settings with half the rows (each client's, validation and test): the same
+# seven roles, rounds of ten steps and 127 retrained coalitions, in about half the time
+_QUICK = contribution._settings(True, 0, None)
+SMALL = dataclasses.replace(_QUICK, sizes=tuple(n // 2 for n in _QUICK.sizes),
+                            validation_rows=_QUICK.validation_rows // 2,
+                            test_rows=(_QUICK.test_rows or 0) // 2)
+
+
 @pytest.fixture(scope="module")
 def run_result(tmp_path_factory: pytest.TempPathFactory
                ) -> tuple[Path, ReproductionResult, list[str]]:
     out = tmp_path_factory.mktemp("contribution_quick")
     messages: list[str] = []
-    result = reproduce_contribution(out, quick=True, random_state=0,
-                                    progress=collect_steps(messages))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(contribution, "_settings", lambda quick, seed, n_threads: dataclasses.replace(
+            SMALL, seed=seed, n_threads=n_threads))
+        result = reproduce_contribution(out, quick=True, random_state=0,
+                                        progress=collect_steps(messages))
     return out, result, messages
 
 
@@ -239,16 +252,29 @@ def test_bad_arguments() -> None:
         reproduce_contribution("unused", quick=True, n_threads=0)
 
 
-def test_the_command_prints_the_scores_and_the_claims(tmp_path: Path) -> None:
+def test_the_command_prints_the_scores_and_the_claims(
+        run_result: tuple[Path, ReproductionResult, list[str]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
     from islands.cli import app
 
+    # the command around the module's quick run (the same call, already made once)
+    out, result, _ = run_result
+    calls: list[dict[str, Any]] = []
+
+    def fake(out_dir: Path, **kwargs: Any) -> ReproductionResult:
+        calls.append({"out": out_dir, **{k: v for k, v in kwargs.items() if k != "progress"}})
+        return result
+
+    monkeypatch.setattr(contribution, "reproduce_contribution", fake)
     res = CliRunner().invoke(app, ["reproduce", "contribution", "--quick", "--out",
-                                   str(tmp_path / "r"), "--json", str(tmp_path / "r.json")])
+                                   str(out), "--json", str(tmp_path / "r.json")])
     assert res.exit_code == 0, res.output
+    assert calls == [{"out": out, "quick": True, "random_state": 0}]
     results = json.loads((tmp_path / "r.json").read_text())
+    assert results == json.loads((out / "results.json").read_text())
     assert "retrained Shapley" in res.output and "free-rider" in res.output
     share = results["contribution"]["shares"][0]
     assert f"{100 * share:.1f}%" in res.output
-    assert "report:" in res.output and (tmp_path / "r" / "report.md").is_file()
+    assert "report:" in res.output and (out / "report.md").is_file()

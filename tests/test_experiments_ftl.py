@@ -26,12 +26,20 @@ KEYS = {"settings", "fashion_mnist", "breast_cancer", "encrypted_check", "agreem
 MODELS = ("ftl", "ftl_paper", "lower_bound", "upper_bound")
 
 
+# the quick settings with half of B's Fashion-MNIST rows and test images: the same
+# overlaps, epochs and breast-cancer runs, in half the time of FTL's full passes over B
+SMALL = dataclasses.replace(ftl._settings(True, 0), b_rows=3_000, test_rows=1_000)
+
+
 @pytest.fixture(scope="module")
 def run_result(tmp_path_factory: pytest.TempPathFactory
                ) -> tuple[Path, ReproductionResult, list[str]]:
     out = tmp_path_factory.mktemp("ftl_quick")
     messages: list[str] = []
-    result = reproduce_ftl(out, quick=True, random_state=0, progress=collect_steps(messages))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ftl, "_settings", lambda quick, seed: dataclasses.replace(SMALL, seed=seed))
+        result = reproduce_ftl(out, quick=True, random_state=0,
+                               progress=collect_steps(messages))
     return out, result, messages
 
 
@@ -71,8 +79,9 @@ def test_fashion_ftl_beats_the_lower_bound(run: tuple[Path, dict[str, Any], list
     rows = fashion["rows"]
     assert [r["overlap_fraction"] for r in rows] == [0.02, 0.10]
     for r in rows:
-        assert r["ftl"]["n_overlap"] == r["overlap_rows"] == round(r["overlap_fraction"] * 6000)
-        assert r["a_rows"] == 6000 + r["overlap_rows"]
+        assert r["ftl"]["n_overlap"] == r["overlap_rows"] == round(
+            r["overlap_fraction"] * SMALL.b_rows)
+        assert r["a_rows"] == SMALL.b_rows + r["overlap_rows"]
         assert r["ftl"]["epochs_run"] == r["epochs"] and r["steps"] > 0
         ftl_acc, lower, upper = (r[k]["accuracy"] for k in ("ftl", "lower_bound", "upper_bound"))
         assert lower < ftl_acc < upper, r["overlap_fraction"]
@@ -81,7 +90,11 @@ def test_fashion_ftl_beats_the_lower_bound(run: tuple[Path, dict[str, Any], list
     assert rows[0]["ftl"]["accuracy"] < rows[1]["ftl"]["accuracy"]
     first = results["agreement"][0]
     assert first["dataset"] == "fashion_mnist" and first["verdict"] == "agrees"
-    assert "| 2% | 120 | 40 | 80 |" in (out / "report.md").read_text()
+    # 2% of B's rows, 40 epochs of one step per 64 overlap rows (quick: 120 rows, 80 steps)
+    n_ov = round(0.02 * SMALL.b_rows)
+    assert rows[0]["epochs"] == SMALL.epochs[0] == 40
+    steps = 40 * -(-n_ov // ftl.FASHION_MODEL["batch_size"])
+    assert f"| 2% | {n_ov} | 40 | {steps} |" in (out / "report.md").read_text()
 
 
 def test_breast_cancer_rows(run: tuple[Path, dict[str, Any], list[str]]) -> None:

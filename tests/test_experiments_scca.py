@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from islands.data import find_fashion_mnist
+from islands.experiments import scca
 from islands.experiments.report import markdown_table, to_jsonable, write_json
 from islands.experiments.scca import (
     CLASSIFIERS,
@@ -30,11 +32,24 @@ DATASETS = ["digits", pytest.param("fashion_mnist", marks=pytest.mark.skipif(
     not HAVE_FASHION, reason="Fashion-MNIST files not found"))]
 
 
+# the quick settings with half the Fashion-MNIST rows (fit, test and comparison): the
+# same thresholds, classifiers and five repetitions on both data sets
+_QUICK = scca._settings(True, 0, None)
+SMALL = dataclasses.replace(_QUICK, fashion_train=_QUICK.fashion_train // 2,
+                            fashion_test=_QUICK.fashion_test // 2,
+                            compare_sizes={**_QUICK.compare_sizes, "fashion_mnist": tuple(
+                                n // 2 for n in _QUICK.compare_sizes["fashion_mnist"])})
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], list[str]]:
     out = tmp_path_factory.mktemp("scca_quick")
     messages: list[str] = []
-    result = reproduce_scca(out, quick=True, random_state=0, progress=collect_steps(messages))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(scca, "_settings", lambda quick, random_state, n_threads: dataclasses.replace(
+            SMALL, random_state=random_state, n_threads=n_threads))
+        result = reproduce_scca(out, quick=True, random_state=0,
+                                progress=collect_steps(messages))
     return out, result.to_json(), messages
 
 

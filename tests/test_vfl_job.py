@@ -203,7 +203,18 @@ def test_a_bad_progress_value_is_named_before_anything_runs(tmp_path: Path) -> N
 def test_cli_reproduce_shows_each_step(tmp_path: Path) -> None:
     """Off a terminal (a pipe, a CI log) ``islands reproduce`` prints one line per step."""
     env = {**os.environ, "PYTHONPATH": str(EXAMPLES.parent / "src"), "COLUMNS": "200"}
-    proc = subprocess.run([sys.executable, "-m", "islands.cli", "reproduce", "vfl", "--quick",
+    # the command in a process of its own, its quick jobs cut to 2 epochs and 1,500
+    # synthetic rows (test_quick_reproduction runs them whole)
+    smaller = ("import dataclasses\n"
+               "from islands.experiments import vfl\n"
+               "quick_jobs = vfl._jobs\n"
+               "vfl._jobs = lambda quick, seed: [dataclasses.replace(\n"
+               "    j, model={**j.model, 'epochs': 2},\n"
+               "    data={**j.data, 'rows': min(j.data['rows'], 1500) if j.data['rows'] else 0})\n"
+               "    for j in quick_jobs(quick, seed)]\n"
+               "from islands.cli import main\n"
+               "main()\n")
+    proc = subprocess.run([sys.executable, "-c", smaller, "reproduce", "vfl", "--quick",
                            "--out", str(tmp_path / "out")],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
