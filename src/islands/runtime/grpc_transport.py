@@ -947,14 +947,31 @@ class GrpcTransport:
             t.join(within + 5)
 
     def linger(self, timeout: float) -> None:
-        """Keep serving until every peer has stopped, or ``timeout`` seconds pass."""
+        """Keep serving until every peer has stopped, or ``timeout`` seconds pass.
+
+        A peer still marked running whose address refuses a ping (UNAVAILABLE: a killed
+        process no longer listens) is not waited for: lingering serves peers that may
+        still ask how the run ended, and that one cannot. Its state is left as it is.
+        """
+        grpc = _grpc()
         deadline = time.monotonic() + timeout
-        with self._cond:
-            while any(i.state == "running" for i in self._peers.values()):
+        gone: set[str] = set()
+        ping = _pack({"run": self._run_id or "", "sender": self.name})
+        while True:
+            with self._cond:
+                waiting = [p for p, i in self._peers.items()
+                           if i.state == "running" and p not in gone]
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if not waiting or left <= 0:
                     return
                 self._cond.wait(min(left, 0.5))
+                waiting = [p for p in waiting if self._peers[p].state == "running"]
+            for peer in waiting:
+                try:
+                    self._call(peer, "Ping")(ping, timeout=min(1.0, self.probe_interval))
+                except grpc.RpcError as exc:
+                    if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                        gone.add(peer)
 
     def cancel(self, reason: str) -> None:
         """Make every pending and future send/receive of this party raise RunCancelled."""
