@@ -135,3 +135,36 @@ def test_ftl_section_and_files_are_checked_before_connecting(tmp_path: Path) -> 
                delimiter=",")
     with pytest.raises(JobError, match="at least 2 classes"):
         _prepare(tmp_path, "bank", good, data="one.csv", ids="bank-ids.txt")
+
+
+def test_ftl_psi_engine_and_its_spu_addresses_are_checked_before_connecting(
+        tmp_path: Path) -> None:
+    d = _data()
+    _write(tmp_path, d)
+    a = {"data": "hospital.npy", "ids": "hospital-ids.txt"}
+    good = {"source": "bank", **MODEL}
+    hosts = {"hospital": "127.0.0.1:9001", "bank": "127.0.0.1:9002"}
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({**good, "psi_engine": "ecdh"}, "federation file f.toml [ftl]: 'psi_engine' must be "
+         "'dh' or 'spu'; got 'ecdh'"),
+        ({**good, "psi_engine": "spu"}, "psi_engine = 'spu' needs a [ftl.spu] table"),
+        ({**good, "psi_engine": "spu", "spu": {"hospital": "127.0.0.1:9001"}},
+         "psi_engine = 'spu' needs a [ftl.spu] table"),
+        ({**good, "psi_engine": "spu", "spu": {"hospital": "127.0.0.1:9001",
+                                                "bank": "127.0.0.1:9001"}},
+         "the parties' SPU addresses must differ"),
+        ({**good, "spu": hosts}, "[ftl.spu] applies only with psi_engine = 'spu'"),
+    ]
+    for options, message in cases:
+        with pytest.raises(JobError) as info:
+            _prepare(tmp_path, "hospital", options, **a)
+        assert message in str(info.value), (message, str(info.value))
+    assert "PSI on SPU" not in _prepare(tmp_path, "hospital", good, **a).description
+    spu = {**good, "psi_engine": "spu", "spu": hosts}
+    target = _prepare(tmp_path, "hospital", spu, **a)
+    source = _prepare(tmp_path, "bank", spu, data="bank.csv", ids="bank-ids.txt")
+    for prepared in (target, source):
+        assert "PSI on SPU RR22" in prepared.description
+        # the target initiates PSI: its SPU address comes first for both parties
+        assert prepared.role.keywords["psi_engine"] == "spu"
+        assert prepared.role.keywords["spu"] == (hosts["hospital"], hosts["bank"])

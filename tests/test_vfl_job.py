@@ -53,6 +53,12 @@ def test_the_examples_parse() -> None:
                          ("max_peer_ratio", float("nan")), ("max_peer_ratio", False)]],
     ({"name": "x", "kind": "vertical", "parties": {"max_peer_ratio": 20}},
      "'max_peer_ratio' applies only with psi = true"),
+    ({"name": "x", "kind": "vertical", "parties": {"psi": True, "psi_engine": "ecdh"}},
+     r"\[parties\]: 'psi_engine' must be 'dh' or 'spu'; got 'ecdh'"),
+    ({"name": "x", "kind": "vertical", "parties": {"psi_engine": "spu"}},
+     "'psi_engine' applies only with psi = true"),
+    ({"name": "x", "kind": "vertical", "model": {"psi_engine": "spu"}},
+     r"\[model\]: unknown key\(s\) \['psi_engine'\]"),
 ])
 def test_bad_jobs_name_the_key(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(JobError, match=message):
@@ -170,6 +176,9 @@ def test_the_psi_limit_of_a_job_file() -> None:
     job = parse_vertical_job({**base, "parties": {"psi": True, "max_peer_ratio": 20,
                                                   "max_peer_size": 5000}})
     assert job.parties["max_peer_ratio"] == 20.0 and job.parties["max_peer_size"] == 5000
+    assert default["psi_engine"] == "dh" and job.config().psi_engine == "dh"
+    spu = parse_vertical_job({**base, "parties": {"psi": True, "psi_engine": "spu"}})
+    assert spu.parties["psi_engine"] == spu.config().psi_engine == "spu"
 
 
 def test_a_job_files_psi_limit_reaches_the_parties(tmp_path: Path) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from islands.config import ProtocolConfig, setting
 from islands.crypto.psi import Normalization
 
-__all__ = ["DEFAULT_ENGINE", "DEFAULT_MAX_PEER_RATIO", "Engine", "PsiConfig"]
+__all__ = ["DEFAULT_ENGINE", "DEFAULT_MAX_PEER_RATIO", "Engine", "PsiConfig", "engine_setting"]
 
 DEFAULT_MAX_PEER_RATIO = 10.0
 """A party accepts by default a peer set at most ten times the size of its own.
@@ -28,6 +28,21 @@ DEFAULT_ENGINE: Engine = "dh"
 a million IDs, in the separate environment ``make spu`` builds.
 """
 
+
+
+def engine_setting() -> Any:
+    """Declare the PSI engine setting, with its one default, accepted values and doc line.
+
+    :class:`PsiConfig` holds it as ``engine``; the learners that align rows by PSI
+    (:class:`~islands.vfl.config.VflConfig`, :class:`~islands.vfl.ftl.config.FtlConfig`) as
+    ``psi_engine``, the name their estimators, job files and federation files use.
+    """
+    return setting(
+        DEFAULT_ENGINE, "'dh' or 'spu'",
+        "The PSI engine: 'dh' (Diffie–Hellman on Curve25519, in islands) or 'spu' "
+        "(SecretFlow SPU's RR22, in the environment `make spu` builds).")
+
+
 DEFAULT_NORMALIZE: Normalization = "NFC"
 DEFAULT_TIMEOUT = 600.0
 
@@ -41,10 +56,7 @@ class PsiConfig(ProtocolConfig):
 
     OWNER: ClassVar[str] = "intersect"
 
-    engine: Engine = setting(
-        DEFAULT_ENGINE, "'dh' or 'spu'",
-        "The PSI engine: 'dh' (Diffie–Hellman on Curve25519, in islands) or 'spu' "
-        "(SecretFlow SPU's RR22, in the environment `make spu` builds).")
+    engine: Engine = engine_setting()
     normalize: Normalization = setting(
         DEFAULT_NORMALIZE, "one of 'NFC', 'NFKC', 'NFD', 'NFKD' or None",
         "Unicode form string IDs are brought to before hashing (None: the code points as "

@@ -76,11 +76,12 @@ _LOG_TAIL = 2000
 _TRACE = re.compile(r"Trace has been written to (/tmp/psi_[A-Za-z0-9_-]+\.trace)")
 
 
-def spu_python(owner: str = "PSI engine 'spu'") -> Path:
+def spu_python(owner: str = "PSI engine 'spu'", setting: str = "engine") -> Path:
     """Return the Python of SPU's environment, or raise saying how to build it.
 
     ``$ISLANDS_SPU_PYTHON`` when set, else ``.venv-spu/bin/python`` in the islands
-    checkout (what ``make spu`` builds).
+    checkout (what ``make spu`` builds). ``setting`` is the name the caller gives the
+    engine choice (the message suggests ``<setting>='dh'`` instead).
 
     Raises
     ------
@@ -95,7 +96,7 @@ def spu_python(owner: str = "PSI engine 'spu'") -> Path:
             f"{owner}: SecretFlow SPU's environment is missing ({where} does not exist). "
             "Build it with `make spu` in the islands checkout (a separate .venv-spu with "
             f"spu==0.9.5, which needs Python 3.10 or 3.11), or set {SPU_PYTHON_ENV} to the "
-            "Python of an environment that has spu==0.9.5; or choose engine='dh'.")
+            f"Python of an environment that has spu==0.9.5; or choose {setting}='dh'.")
     return path
 
 

@@ -8,7 +8,8 @@
   ``fit`` (the class gives ``objective``; ``random_state`` gives ``seed`` through
   :func:`draw_seed`);
 - a vertical job file (``islands run``, :mod:`islands.vfl.job`) builds it from its
-  ``[model]`` section (``kind`` is the objective) and its ``[parties]`` PSI limits;
+  ``[model]`` section (``kind`` is the objective) and its ``[parties]`` PSI settings
+  (``max_peer_size``, ``max_peer_ratio``, ``psi_engine``);
 - a federation file's ``[vfl]`` section builds it with :meth:`VflConfig.from_federation`
   (``model`` is the objective, ``seed`` is used as written).
 
@@ -26,6 +27,7 @@ from islands.config import ProtocolConfig, setting
 from islands.crypto import paillier
 from islands.errors import JobError
 from islands.psi import DEFAULT_MAX_PEER_RATIO
+from islands.psi.config import Engine, engine_setting
 from islands.validation import check_random_state
 from islands.vfl.protocol import Plan
 
@@ -117,6 +119,7 @@ class VflConfig(ProtocolConfig):
         DEFAULT_MAX_PEER_RATIO, "a number > 0 and finite, or None",
         "With private alignment and no max_peer_size: the limit is this times the party's "
         "own number of IDs; both None accept any size.", gt=0)
+    psi_engine: Engine = engine_setting()
     seed: int = setting(0, "an int in [0, inf)",
                         "Seed of the public mini-batch order (estimators draw it from "
                         "random_state, see draw_seed).", ge=0)

@@ -20,6 +20,8 @@ A vertical job is a TOML file with ``kind = "vertical"``::
     # max_peer_ratio = 10.0      # with psi: each party accepts at most this times its own
                                  # number of IDs from the other (the default, 10)
     # max_peer_size = 50000      # with psi: an absolute limit instead of the ratio
+    # psi_engine = "spu"         # with psi: SecretFlow SPU's RR22 (`make spu`) instead of
+                                 # "dh" (Diffie–Hellman, the default); same rows, same model
     # a_features = 20            # synthetic only
 
     [model]
@@ -37,7 +39,7 @@ A vertical job is a TOML file with ``kind = "vertical"``::
     [tracking]                   # optional, as a horizontal job's (islands.tracking)
     tensorboard = true           # event files in <output>/tensorboard/<run name>
 
-The ``[model]`` keys and the ``[parties]`` PSI limits are the settings of
+The ``[model]`` keys and the ``[parties]`` PSI settings are the settings of
 :class:`~islands.vfl.config.VflConfig` (``kind`` is its ``objective``), with its
 defaults and limits; the job's ``seed`` seeds the splits and is the estimator's
 ``random_state``, so the batch order's seed is ``draw_seed(seed)``
@@ -81,9 +83,10 @@ __all__ = ["JobError", "VerticalJob", "VerticalJobResult", "is_vertical", "load_
 
 _TOP = {"name", "kind", "seed", "output", "data", "parties", "model", "tracking"}
 _DATA = {"name", "test_fraction", "rows"}
-_PARTIES = {"b_features", "a_features", "passive", "psi", "max_peer_size", "max_peer_ratio"}
-_LIMITS = ("max_peer_size", "max_peer_ratio")
-_MODEL = {"kind", *(set(VflConfig.model_fields) - {"objective", "seed", *_LIMITS})}
+_PSI_KEYS = ("max_peer_size", "max_peer_ratio", "psi_engine")
+"""The settings of :class:`VflConfig` a job file gives in ``[parties]``, with ``psi = true``."""
+_PARTIES = {"b_features", "a_features", "passive", "psi", *_PSI_KEYS}
+_MODEL = {"kind", *(set(VflConfig.model_fields) - {"objective", "seed", *_PSI_KEYS})}
 _TRACKING = set(TrackingConfig.model_fields)
 DATASETS = ("breast_cancer", "diabetes", "synthetic")
 
@@ -120,12 +123,12 @@ class VerticalJob:
     def config(self) -> VflConfig:
         """Return the model's settings, as the estimator builds them.
 
-        ``[model]`` (``kind`` is the objective), the PSI limits of ``[parties]`` and the
+        ``[model]`` (``kind`` is the objective), the PSI settings of ``[parties]`` and the
         seed the estimator draws from the job's ``seed``. A job built in code may leave
         keys out: they take :class:`VflConfig`'s defaults.
         """
         where = f"job file {self.source}"
-        limits = {k: self.parties[k] for k in _LIMITS if k in self.parties}
+        limits = {k: self.parties[k] for k in _PSI_KEYS if k in self.parties}
         return VflConfig.from_file(self.model, f"{where} [model]", objective_key="kind",
                                    extra={**limits, "seed": draw_seed(self.seed, where)})
 
@@ -177,17 +180,17 @@ def parse_vertical_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Vert
                "a_features": table_value(p, "a_features", (int,), pw, 20, *pos_int),
                "passive": table_value(p, "passive", (int,), pw, 1, *pos_int),
                "psi": table_value(p, "psi", (bool,), pw, False)}
-    # the PSI limits are settings of the model's VflConfig, checked in this section's words
-    limits = VflConfig.from_file({k: p[k] for k in _LIMITS if k in p}, pw,
+    # the PSI settings are the model's VflConfig's, checked in this section's words
+    limits = VflConfig.from_file({k: p[k] for k in _PSI_KEYS if k in p}, pw,
                                  objective_key="kind")
-    parties |= {k: getattr(limits, k) for k in _LIMITS}
-    for key in _LIMITS:
+    parties |= {k: getattr(limits, k) for k in _PSI_KEYS}
+    for key in _PSI_KEYS:
         if key in p and not parties["psi"]:
-            raise JobError(f"{pw}: {key!r} applies only with psi = true (it limits the ID "
-                           "set each party accepts in private set intersection)")
+            raise JobError(f"{pw}: {key!r} applies only with psi = true (it is a setting of "
+                           "the private set intersection that aligns the rows)")
     m = file_section(raw, "model", _MODEL, where, required=False, renamed=RENAMED)
     config = VflConfig.from_file(m, f"{where} [model]", objective_key="kind",
-                                 extra={k: parties[k] for k in _LIMITS})
+                                 extra={k: parties[k] for k in _PSI_KEYS})
     model = {"kind": config.objective,
              **{k: getattr(config, k) for k in sorted(_MODEL - {"kind"})}}
     tracking = None
@@ -380,7 +383,8 @@ def _run_vertical(job: VerticalJob, progress: Callable[[str], None] | None
     blocks_a, block_b = list(parts_tr[:-1]), parts_tr[-1]
     fit_args: dict[str, Any] = {}
     if job.parties["psi"]:
-        say("aligning rows by private set intersection")
+        say("aligning rows by private set intersection"
+            + (" on SecretFlow SPU's RR22" if config.psi_engine == "spu" else ""))
         views = []
         for k, block in enumerate([*blocks_a, np.column_stack([block_b, target])]):
             rows, ids = _own_ids(block.shape[0], k, job.seed)

@@ -53,7 +53,7 @@ from islands.vfl.protocol import Plan
 __all__ = ["SPEC"]
 
 _PARTY_KEYS = ("coordinator", "active")
-_ALIGNMENT_KEYS = ("psi", "normalize", "psi_engine", "spu")
+_ALIGNMENT_KEYS = ("psi", "normalize", "spu")
 _FORMS = ("NFC", "NFKC", "NFD", "NFKD", "none")
 
 
@@ -84,9 +84,7 @@ def _psi(options: Mapping[str, Any], config: VflConfig, where: str,
     form = options.get("normalize", "NFC")
     if form not in _FORMS:
         raise JobError(f"{where}: 'normalize' must be one of {list(_FORMS)}; got {form!r}")
-    engine = options.get("psi_engine", "dh")
-    if engine not in ("dh", "spu"):
-        raise JobError(f"{where}: 'psi_engine' must be 'dh' or 'spu'; got {engine!r}")
+    engine = config.psi_engine
     hosts = options.get("spu")
     if engine == "dh" and hosts is not None:
         raise JobError(f"{where}: [vfl.spu] applies only with psi_engine = 'spu'")

@@ -1,8 +1,9 @@
 """Federated transfer learning's settings, declared once for the estimator and ``[ftl]``.
 
 - :class:`FtlConfig`: every protocol setting (the networks, the losses, training, the
-  homomorphic scheme ``he`` and the PSI limits). :class:`~islands.vfl.ftl.FederatedTransferLearner`
-  builds it from its parameters at ``fit``; ``islands party`` from the ``[ftl]`` section.
+  homomorphic scheme ``he``, the PSI limits and ``psi_engine``).
+  :class:`~islands.vfl.ftl.FederatedTransferLearner` builds it from its parameters at
+  ``fit``; ``islands party`` from the ``[ftl]`` section.
 - :class:`Plan`: what both parties must share to train, made by :meth:`FtlConfig.plan`
   with the public ``seed``; the parties compare its :meth:`Plan.text`.
 """
@@ -17,6 +18,7 @@ from pydantic import Field, field_validator
 from islands.config import ProtocolConfig, setting
 from islands.crypto import paillier
 from islands.psi import DEFAULT_MAX_PEER_RATIO
+from islands.psi.config import Engine, engine_setting
 from islands.validation import check_random_state
 from islands.vfl.config import RENAMED
 from islands.vfl.ftl.maths import LOSSES
@@ -103,6 +105,7 @@ class FtlConfig(_Training):
     max_peer_ratio: float | None = setting(
         DEFAULT_MAX_PEER_RATIO, "a number > 0 and finite, or None",
         "Without max_peer_size: this many times the party's own number of IDs.", gt=0)
+    psi_engine: Engine = engine_setting()
 
     def plan(self, seed: int) -> Plan:
         """Return the plan both parties train with, its batch order from ``seed``."""

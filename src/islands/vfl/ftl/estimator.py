@@ -1,11 +1,12 @@
 """``FederatedTransferLearner``: the user API of federated transfer learning.
 
 ``fit(X_a, X_b, y_b, ids_a, ids_b)`` simulates both parties in this process: private set
-intersection (:mod:`islands.psi`) finds the shared rows, then B (labels) and A run the
-roles of :mod:`islands.vfl.ftl.protocol` in threads, every message encoded to bytes.
-``predict_proba(X_a)`` runs federated inference: A's rows are scored against B's class
-directions under B's key. In a deployment each organisation runs only its own role and
-keeps only its own network; the estimator holds both because it plays both parties.
+intersection (:func:`islands.psi.align`, on ``psi_engine``) finds the shared rows, then
+B (labels) and A run the roles of :mod:`islands.vfl.ftl.protocol` in threads, every
+message encoded to bytes. ``predict_proba(X_a)`` runs federated inference: A's rows are
+scored against B's class directions under B's key. In a deployment each organisation
+runs only its own role and keeps only its own network; the estimator holds both because
+it plays both parties.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from islands.crypto import paillier
 from islands.errors import ValidationError
 from islands.estimator import FederatedEstimator
 from islands.psi import DEFAULT_MAX_PEER_RATIO, align
+from islands.psi.config import DEFAULT_ENGINE
+from islands.psi.spu_engine import spu_python
 from islands.runtime import Transcript, run_local
 from islands.validation import check_array, unique_labels
 from islands.vfl.ftl import maths
@@ -114,6 +117,11 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
         number of IDs; both None accept any size. PSI cannot tell a guessed ID from a
         real one, so every ID the other enters tests this party's set; a larger set
         stops ``fit`` with a ``ProtocolError`` naming both parties and the limit.
+    psi_engine
+        The PSI engine: ``"dh"`` (default), Diffie–Hellman PSI on Curve25519 in islands;
+        ``"spu"``, SecretFlow SPU's RR22 (one SPU process per party over loopback, in the
+        environment ``make spu`` builds; :mod:`islands.psi.spu_engine`). Both find the
+        same rows in the same order, so the model is the same.
     timeout
         Seconds a party waits for one message.
     verbose
@@ -173,6 +181,7 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
         classes: ArrayLike | None = None,
         max_peer_size: int | None = None,
         max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
+        psi_engine: str = DEFAULT_ENGINE,
         timeout: float = 3600.0,
         verbose: bool = False,
         random_state: int | np.random.Generator | None = None,
@@ -199,6 +208,7 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
         self.classes = classes
         self.max_peer_size = max_peer_size
         self.max_peer_ratio = max_peer_ratio
+        self.psi_engine = psi_engine
         self.timeout = timeout
         self.verbose = verbose
         self.random_state = random_state
@@ -261,7 +271,8 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
         ------
         ValidationError
             For bad parameters or data (naming them), or when the two sides share no
-            ID, before any training message is sent.
+            ID, before any training message is sent; with ``psi_engine="spu"``, when
+            SPU's environment is missing (saying how to build it), before PSI.
         ProtocolError
             When one side's ID set is larger than the other's PSI limit
             (``max_peer_size``, ``max_peer_ratio``), naming both parties and the limit.
@@ -274,10 +285,13 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
             if ids is None or len(ids) != x.shape[0]:
                 raise ValidationError(f"{name} must hold one ID per row ({x.shape[0]}); got "
                                       f"{'None' if ids is None else len(ids)}")
+        if config.psi_engine == "spu":
+            spu_python(f"{OWNER} (psi_engine='spu')", "psi_engine")
         side_a, side_b = align(ids_a, ids_b, names=("A", "B"), owner=OWNER,
                                timeout=float(self.timeout),
                                max_peer_size=config.max_peer_size,
-                               max_peer_ratio=config.max_peer_ratio)
+                               max_peer_ratio=config.max_peer_ratio,
+                               engine=config.psi_engine)
         overlap_a = np.asarray(side_a.rows, dtype=np.int64)
         overlap_b = np.asarray(side_b.rows, dtype=np.int64)
         loss = maths.TaylorLoss(plan.loss, classes.size)

@@ -3,8 +3,9 @@
 The flow of Liu et al. (2020) with each organisation on its own premises, in three stages
 of one run, each a call of the role functions the estimator uses:
 
-1. **Alignment**: Diffie–Hellman PSI (:mod:`islands.psi.protocol`) on the two parties'
-   ID columns; the target A initiates, as in
+1. **Alignment**: PSI (:mod:`islands.psi.protocol`: Diffie–Hellman, or SecretFlow SPU's
+   RR22 with ``psi_engine="spu"``) on the two parties' ID columns; the target A
+   initiates, as in
    :meth:`~islands.vfl.ftl.FederatedTransferLearner.fit`.
 2. **Training**: :func:`~islands.vfl.ftl.protocol.target` and
    :func:`~islands.vfl.ftl.protocol.source` on the overlap rows, in PSI's agreed order.
@@ -28,6 +29,7 @@ from numpy.typing import NDArray
 from islands.arrays import Array
 from islands.errors import ProtocolError
 from islands.psi import DEFAULT_MAX_PEER_RATIO
+from islands.psi.config import DEFAULT_ENGINE, Engine
 from islands.psi.protocol import initiator, responder
 from islands.runtime import Party
 from islands.vfl.ftl.config import Plan
@@ -98,6 +100,7 @@ def target_party(party: Party, X: Any, ids: Sequence[Any], *, peer: str, plan: P
                  rows: Sequence[int] | None = None, init_seed: int | None = None,
                  max_peer_size: int | None = None,
                  max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
+                 psi_engine: Engine = DEFAULT_ENGINE, spu: tuple[str, str] | None = None,
                  workers: int | None = None) -> TargetOutcome:
     """Play A (no labels): align with B, train, then score ``rows`` of X by inference.
 
@@ -117,10 +120,14 @@ def target_party(party: Party, X: Any, ids: Sequence[Any], *, peer: str, plan: P
         A's private seed for its initial weights (None: fresh random bits).
     max_peer_size, max_peer_ratio
         A's limit on B's ID set in PSI.
+    psi_engine, spu
+        PSI's engine and, for ``"spu"``, the SPU addresses of A (the initiator) and B
+        (:func:`islands.psi.initiator`'s ``engine`` and ``spu``).
     """
     x = np.asarray(X, dtype=np.float64)
     pair = initiator(party, peer=peer, ids=list(ids), workers=workers,
-                     max_peer_size=max_peer_size, max_peer_ratio=max_peer_ratio)
+                     max_peer_size=max_peer_size, max_peer_ratio=max_peer_ratio,
+                     engine=psi_engine, spu=spu)
     model = target(party, X=x[pair.rows], peer=peer, plan=plan, init_seed=init_seed)
     classes = _classes(party.recv(peer, "classes"), peer, party)
     chosen = (np.arange(x.shape[0], dtype=np.int64) if rows is None
@@ -137,6 +144,7 @@ def source_party(party: Party, X: Any, labels: Any, ids: Sequence[Any], *, peer:
                  plan: Plan, classes: Any, init_seed: int | None = None,
                  max_peer_size: int | None = None,
                  max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
+                 psi_engine: Engine = DEFAULT_ENGINE, spu: tuple[str, str] | None = None,
                  workers: int | None = None) -> SourceOutcome:
     """Play B (labels): align with A, train, then serve A's inference.
 
@@ -150,13 +158,14 @@ def source_party(party: Party, X: Any, labels: Any, ids: Sequence[Any], *, peer:
         The IDs of X's rows.
     classes
         The K class labels (numbers, ascending) the codes stand for; A gets them.
-    init_seed, max_peer_size, max_peer_ratio, workers
+    init_seed, max_peer_size, max_peer_ratio, psi_engine, spu, workers
         As for :func:`target_party`.
     """
     x = np.asarray(X, dtype=np.float64)
     names = np.asarray(classes, dtype=np.float64)
     pair = responder(party, peer=peer, ids=list(ids), workers=workers,
-                     max_peer_size=max_peer_size, max_peer_ratio=max_peer_ratio)
+                     max_peer_size=max_peer_size, max_peer_ratio=max_peer_ratio,
+                     engine=psi_engine, spu=spu)
     model = source(party, X=x, labels=labels, overlap=pair.rows, n_classes=names.size,
                    peer=peer, plan=plan, init_seed=init_seed)
     party.send(peer, "classes", names)

@@ -11,6 +11,10 @@ settings and ``seed`` (the public batch order, default 0)::
     epochs = 20
     he = "paillier"    # or "ou" (Okamoto-Uchiyama on HEU), "none" (in the clear)
     key_bits = 2048
+    # psi_engine = "spu"   # SecretFlow SPU's RR22 for the PSI (`make spu`), with:
+    # [ftl.spu]            # each party's SPU address, where its SPU listens
+    # bank = "10.0.0.1:9447"
+    # shop = "10.0.0.2:9447"
 
 Each party's file gives ``data`` (its features, standardised, one row per ID) and ``ids``
 (one ID per line); the source gives its labels in ``labels`` or as the last column of
@@ -52,6 +56,7 @@ from islands.protocols import (
     read_ids,
     save_json,
 )
+from islands.psi.spec import spu_addresses
 from islands.validation import check_array
 from islands.vfl.config import describe_he
 from islands.vfl.ftl import maths
@@ -67,6 +72,8 @@ class _Federated:
     target: str
     config: FtlSettings
     init_seeds: Mapping[str, int | None]
+    spu: tuple[str, str] | None = None
+    """The target's and the source's SPU addresses (``psi_engine = "spu"``)."""
 
     @property
     def plan(self) -> Plan:
@@ -77,20 +84,27 @@ class _Federated:
         """The homomorphic scheme in words (``he``, ``key_bits``, ``djn``)."""
         return describe_he(self.config.he, self.config.key_bits, self.config.djn)
 
+    @property
+    def engine(self) -> str:
+        """``", PSI on SPU RR22"`` with ``psi_engine = "spu"``, else nothing."""
+        return ", PSI on SPU RR22" if self.spu is not None else ""
+
     def limits(self) -> dict[str, Any]:
         return {"max_peer_size": self.config.max_peer_size,
-                "max_peer_ratio": self.config.max_peer_ratio}
+                "max_peer_ratio": self.config.max_peer_ratio,
+                "psi_engine": self.config.psi_engine, "spu": self.spu}
 
 
 def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> _Federated:
-    check_section(options, where, {"source", "random_state", *FtlSettings.model_fields},
+    check_section(options, where,
+                  {"source", "random_state", "spu", *FtlSettings.model_fields},
                   renamed=RENAMED)
     if len(parties) != 2:
         raise JobError(f"{where}: federated transfer learning runs between exactly two "
                        f"parties; [parties] names {len(parties)}")
     src = party_key(options, "source", parties, where)
     tgt = next(p for p in parties if p != src)
-    table = {k: v for k, v in options.items() if k not in ("source", "random_state")}
+    table = {k: v for k, v in options.items() if k not in ("source", "random_state", "spu")}
     seeds: dict[str, int | None] = {src: None, tgt: None}
     if "random_state" in options:
         state = options["random_state"]
@@ -101,7 +115,14 @@ def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) 
             raise JobError(f"{where}: give 'seed' or 'random_state', not both "
                            "('random_state' derives the seed)")
         seeds[tgt], seeds[src], table["seed"] = draw_seeds(state)
-    return _Federated(src, tgt, FtlSettings.from_table(table, where), seeds)
+    config = FtlSettings.from_table(table, where)
+    if config.psi_engine != "spu":
+        if "spu" in options:
+            raise JobError(f"{where}: [ftl.spu] applies only with psi_engine = 'spu'")
+        return _Federated(src, tgt, config, seeds)
+    hosts = spu_addresses(options.get("spu"), [src, tgt], where, "ftl.spu",
+                          "psi_engine = 'spu'")
+    return _Federated(src, tgt, config, seeds, (hosts[tgt], hosts[src]))
 
 
 def _assign(fed: _Federated, parties: tuple[str, ...]) -> dict[str, str]:
@@ -174,7 +195,7 @@ def _bind_target(dep: Deployment, fed: _Federated) -> Prepared:
     scored = X.shape[0] if rows is None else len(rows)
     return Prepared(role=role, write=write,
                     description=f"federated transfer learning, target, {X.shape[1]} columns, "
-                                f"{scored} rows to predict, {fed.scheme}")
+                                f"{scored} rows to predict, {fed.scheme}{fed.engine}")
 
 
 def _bind_source(dep: Deployment, fed: _Federated) -> Prepared:
@@ -196,7 +217,7 @@ def _bind_source(dep: Deployment, fed: _Federated) -> Prepared:
                    classes=classes, init_seed=fed.init_seeds[dep.party], **fed.limits())
     return Prepared(role=role, write=write,
                     description=f"federated transfer learning, source, {X.shape[1]} columns, "
-                                f"{classes.size} classes, {fed.scheme}")
+                                f"{classes.size} classes, {fed.scheme}{fed.engine}")
 
 
 SPEC = ProtocolSpec(
