@@ -39,8 +39,13 @@ _IMAGES = ("JSON.stringify(Array.from(document.images).map(i => ({src: i.src.sli
 
 
 def find_chromium() -> str | None:
-    """Return the Chromium (or Chrome) executable on ``PATH``, or None."""
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+    """Return the Chromium (or Chrome) executable on ``PATH``, or None.
+
+    Debian's ``chromium-headless-shell`` (what CI installs: no GTK, a fraction of the
+    packages) is enough for these checks.
+    """
+    for name in ("chromium", "chromium-browser", "chromium-headless-shell", "google-chrome",
+                 "google-chrome-stable"):
         found = shutil.which(name)
         if found:
             return found
