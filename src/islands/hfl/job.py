@@ -58,14 +58,16 @@ options named after it::
     target_epsilon = 8.0
 
 Contribution measurement (:mod:`islands.hfl.contribution`): each client's score and
-reward share, valued round by round from the plain uploads (not with secagg, additive,
-ckks, paillier or chaos, which hide them)::
+reward share, by retraining the coalitions (the default up to 8 clients) or valued round
+by round from the plain uploads (not with secagg, additive, ckks, paillier or chaos,
+which hide them)::
 
     [contribution]
-    methods = ["gtg", "loo"]     # gtg | exact | or | loo; the first gives the shares
+    methods = ["gtg", "loo"]     # retrain | gtg | exact | or | loo; the first gives the
+                                 # shares (left out: retrain up to 8 clients, else these)
     validation = "server"        # or "clients": their own evaluation rows (simulation)
     validation_samples = 1000    # the server's rows, drawn from the test rows
-    metric = "accuracy"          # or "loss" (default: accuracy, loss for a regression)
+    metric = "loss"              # or "accuracy" (left out: accuracy for retrain, else loss)
     weighting = "fixed"          # or "renormalised" (the papers' coalition models)
     tolerance = 0.005            # gtg: confidence half-width per round
     max_permutations = 200
