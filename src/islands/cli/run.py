@@ -309,9 +309,13 @@ def print_contribution(report: ContributionReport) -> None:
     console.print(table)
     for line in text_bars(report):
         console.print(escape(line))
-    facts = [f"utility {report.utility_initial:.4f} → {report.utility_final:.4f} "
+    metric = {"accuracy": "accuracy", "loss": "minus the loss"}.get(
+        str(report.settings.get("metric")), "utility")
+    facts = [f"{metric} {report.utility_initial:.4f} → {report.utility_final:.4f} "
              f"(gain {report.gain:+.4f})",
              f"{report.evaluations} coalition models scored in {report.seconds:.1f} s"]
+    if report.trainings:
+        facts.append(f"{report.trainings} coalitions retrained")
     if "gtg" in report.scores:
         facts.append(f"GTG: {report.permutations} orders, {report.unconverged} "
                      f"round(s) at max_permutations, {report.skipped} skipped")
