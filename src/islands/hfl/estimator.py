@@ -77,7 +77,6 @@ __all__ = ["BACKENDS", "EpochRecord", "FederatedModel", "client_seed", "round_me
 
 log = logging.getLogger(__name__)
 
-
 Task = Literal["classification", "regression"]
 Backend = Literal["local", "ray"]
 BACKENDS: tuple[str, ...] = ("local", "ray")
