@@ -213,17 +213,23 @@ def _hello(party: Party, peer: str, mine: Hello, first: bool, limit: _Limit) -> 
     limit.check(party.name, peer, theirs.n, "announced {n} IDs", "hello")  # before B's hello leaves
     if not first:
         party.send(peer, "hello", mine)
+    _check_same_ids(party.name, peer, mine, theirs)
+    return theirs
+
+
+def _check_same_ids(name: str, peer: str, mine: Hello | SpuHello,
+                    theirs: Hello | SpuHello) -> None:
+    """Refuse a peer whose IDs are of another kind or normalised otherwise (either hello)."""
     if theirs.kind != mine.kind:
         raise ValidationError(
-            f"PSI: party {party.name!r} holds {mine.kind} IDs but party {peer!r} holds "
+            f"PSI: party {name!r} holds {mine.kind} IDs but party {peer!r} holds "
             f"{theirs.kind} IDs; both must use the same kind (1 and '1' never match)")
     if mine.kind == "str" and theirs.normalize != mine.normalize:
         raise ValidationError(
-            f"PSI: party {party.name!r} normalises string IDs with normalize="
+            f"PSI: party {name!r} normalises string IDs with normalize="
             f"{_shown(mine.normalize)} but party {peer!r} with normalize="
             f"{_shown(theirs.normalize)}; both must use the same 'normalize' (IDs that "
             "look alike would not match)")
-    return theirs
 
 
 def _shown(normalize: object) -> str:
@@ -366,15 +372,7 @@ def _spu(party: Party, peer: str, values: list[Any], encoded: list[bytes], kind:
 
 def _check_spu_hello(name: str, peer: str, mine: SpuHello, theirs: SpuHello) -> None:
     """Refuse a peer whose hello differs from this party's, naming the setting."""
-    if theirs.kind != mine.kind:
-        raise ValidationError(
-            f"PSI: party {name!r} holds {mine.kind} IDs but party {peer!r} holds "
-            f"{theirs.kind} IDs; both must use the same kind (1 and '1' never match)")
-    if mine.kind == "str" and theirs.normalize != mine.normalize:
-        raise ValidationError(
-            f"PSI: party {name!r} normalises string IDs with normalize="
-            f"{_shown(mine.normalize)} but party {peer!r} with normalize="
-            f"{_shown(theirs.normalize)}; both must use the same 'normalize'")
+    _check_same_ids(name, peer, mine, theirs)
     for setting, here, there in (("SPU protocol", mine.protocol, theirs.protocol),
                                  ("spu (SPU addresses)", mine.hosts, theirs.hosts),
                                  ("SPU link ID", mine.link_id, theirs.link_id)):
