@@ -154,3 +154,25 @@ def test_free_rider_with_noise_uploads_the_global_model_plus_that_noise() -> Non
     # 20,000 draws: the sample std is within 2% of σ with overwhelming probability
     assert np.std(out - params) == pytest.approx(1e-3, rel=0.02)
     assert np.array_equal(out, FreeRider(object(), noise=1e-3, seed=3).train(params, **kw).params)
+
+
+def test_retraining_is_refused_where_it_would_release_more() -> None:
+    # under client-level DP every retrained model is a release the run's ε does not
+    # count: an explicit 'retrain' is refused before any message, the default falls back
+    from islands.aggregation.base import MeanAggregator
+    from islands.aggregation.protect import ClientDP, SecureAggregation, can_retrain
+    from islands.errors import ValidationError
+
+    data = load("digits")
+    X, y = (data.X / 16).astype(np.float32), np.asarray(data.y, np.int64)
+    parts = [(X[:100], y[:100]), (X[100:200], y[100:200])]
+    rounds: list[Any] = []
+    fm = FederatedModel(SPEC, FedAvg(aggregator=ClientDP(MeanAggregator())), epochs=1,
+                        eval_fraction=0.0, callback=lambda rec, ep: rounds.append(rec),
+                        contribution=Contribution((X[1500:], y[1500:]),
+                                                  methods=("retrain",)))
+    with pytest.raises(ValidationError, match=r"'methods'.*differential privacy"):
+        fm.fit(parts)
+    assert rounds == [] and not hasattr(fm, "params_")
+    assert not can_retrain(ClientDP(MeanAggregator()))
+    assert not can_retrain(SecureAggregation()) and can_retrain(MeanAggregator())
