@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from functools import partial
@@ -19,7 +21,16 @@ from islands.errors import (
     ValidationError,
     WireError,
 )
-from islands.runtime import Party, PartyInputError, RunCancelled, Transcript, run_local, wire
+from islands.runtime import (
+    Party,
+    PartyInputError,
+    RunCancelled,
+    Transcript,
+    run_local,
+    runner,
+    wire,
+)
+from islands.runtime.runner import running_roles
 from islands.runtime.threads import torch_threads
 
 
@@ -661,3 +672,51 @@ def test_torch_threads_sets_and_restores_the_thread_count() -> None:
     assert torch.get_num_threads() == before
     with torch_threads(None):
         assert torch.get_num_threads() == before
+
+
+def test_ctrl_c_returns_only_after_the_cancelled_roles_stopped() -> None:
+    # a role thread still in native code when the interpreter exits is killed by
+    # pthread_exit, and PyTorch's C++ frames turn that into an abort (exit -6 after Ctrl-C)
+    started = threading.Barrier(3)
+
+    def busy(party: Party) -> None:
+        peer = party.peers[0]
+        started.wait()
+        for _ in range(50):  # until cancelled: each step takes a while, then a message
+            time.sleep(0.2)
+            party.send(peer, "tick", 0)
+            party.recv(peer, "tick")
+
+    def ctrl_c() -> None:
+        started.wait()
+        time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_local({"a": busy, "b": busy}, timeout=5)
+    assert not [t.name for t in threading.enumerate() if t.name in ("islands-a", "islands-b")]
+    assert running_roles() == []
+
+
+def test_a_role_still_computing_after_the_grace_is_named(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "CANCEL_GRACE", 0.1)
+    release = threading.Event()
+
+    def stubborn(party: Party) -> None:  # a long local step that never sends
+        release.wait(10)
+
+    def ctrl_c() -> None:
+        time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_local({"slow": stubborn, "b": lambda p: p.recv("slow", "m", timeout=10)})
+    assert running_roles() == ["islands-slow"]
+    release.set()
+    deadline = time.monotonic() + 10
+    while running_roles() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert running_roles() == []

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -128,11 +130,29 @@ def _run_horizontal(job_file: Path, *, resume: bool, output: Path | None,
             signal.signal(signal.SIGINT, previous)
     if result is None:  # Ctrl-C: said after the progress bars are drawn for the last time
         _interrupted_job(job, job_file, output, out, overrides)
+        _exit_past_busy_roles(130)
         raise typer.Exit(130)
     written = write_outputs(result, out, json_path=json_path)
     _summarise_job(result)
     console.print("wrote " + ", ".join(escape(str(p)) for p in written))
     _say_tracking(result.tracking)
+
+
+def _exit_past_busy_roles(code: int) -> None:
+    """Exit at once if a party's role is still computing after Ctrl-C.
+
+    The runner waits a grace period for cancelled roles; a role still running after it
+    (a long local epoch) would be ended by the interpreter's exit with pthread_exit, which
+    PyTorch's C++ frames turn into an abort. Its work is lost either way.
+    """
+    from islands.runtime.runner import running_roles
+
+    busy = running_roles()
+    if busy:
+        console.print(f"not waiting for {', '.join(busy)}, still computing")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _interrupted_job(job: Any, job_file: Path, output: Path | None, out: Path,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from islands.runtime.party import DEFAULT_TIMEOUT, Party, check_party_names
 from islands.runtime.transcript import Transcript
 from islands.runtime.transport import MemoryTransport, RunCancelled
 
-__all__ = ["PartyInputError", "Role", "RunResult", "run_local"]
+__all__ = ["PartyInputError", "Role", "RunResult", "run_local", "running_roles"]
 
 Role = Callable[[Party], Any]
 """A role bound to its inputs: called with the party context, returns the party's result.
@@ -41,7 +42,7 @@ Bind inputs with :func:`functools.partial`, e.g. ``partial(s1, X=x, perturb=True
 """
 
 CANCEL_GRACE = 10.0
-"""Seconds the runner waits for the other roles to stop after one failed."""
+"""Seconds the runner waits for the other roles to stop after one failed or Ctrl-C."""
 
 
 class PartyInputError(ValidationError):
@@ -197,6 +198,7 @@ def run_local(
         threading.Thread(target=body, args=(name, role), name=f"islands-{name}", daemon=True)
         for name, role in pairs
     ]
+    _ROLE_THREADS.update(threads)
     t0 = time.monotonic()
     with _blas_limit(limit):
         for thread in threads:
@@ -205,11 +207,14 @@ def run_local(
             finished.wait()
         except BaseException:
             transport.cancel("interrupted")
+            # a role thread still inside native code (PyTorch, BLAS) when the interpreter
+            # exits is ended by pthread_exit, which aborts the process from C++ frames
+            # ("terminate called without an active exception"); the roles stop at their
+            # next message once cancelled, so wait for them as after a failure
+            _join(threads)
             raise
     if failures:
-        deadline = time.monotonic() + CANCEL_GRACE
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        _join(threads)
         raise _with_tolerated(_root_error(failures, contexts), tolerated_failures)
     for thread in threads:
         thread.join()
@@ -217,6 +222,26 @@ def run_local(
         results=results, transcript=transcript, wall_time=time.monotonic() - t0,
         failures={n: tolerated_failures[n] for n in names if n in tolerated_failures},
     )
+
+
+_ROLE_THREADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+def running_roles() -> list[str]:
+    """Names of the threads of :func:`run_local` roles still running in this process.
+
+    After Ctrl-C, a role left running past :data:`CANCEL_GRACE` is still in its own
+    computation; an interpreter exit then ends its (daemon) thread with pthread_exit,
+    which C++ frames of PyTorch turn into an abort. A command line may exit at once.
+    """
+    return sorted(t.name for t in list(_ROLE_THREADS) if t.is_alive())
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    """Wait at most :data:`CANCEL_GRACE` seconds in all for cancelled role threads."""
+    deadline = time.monotonic() + CANCEL_GRACE
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _check_tolerate(tolerate: Iterable[str], names: tuple[str, ...]) -> frozenset[str]:
