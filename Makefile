@@ -7,6 +7,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.islands-installed
 PYTEST_ARGS ?=
+# make test runs the suite on this many pytest-xdist workers (2: CI's cores; every test
+# pins one BLAS/torch thread, tests/conftest.py); 0 runs it in this one process
+TEST_WORKERS ?= 2
 # SecretFlow SPU (PSI's engine='spu') in its own environment: it needs Python 3.10 or 3.11
 SPU_VENV ?= .venv-spu
 SPU_STAMP := $(SPU_VENV)/.spu-installed
@@ -71,12 +74,12 @@ demo: install data
 
 # pytest exits 5 when it collects no test: treat that as the failure it is here.
 test: install data
-	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	@$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
 # the long experiments too (marked slow, skipped by default)
 test-all: install data
-	$(BIN)/python -m pytest -m "slow or not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "slow or not slow" $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks

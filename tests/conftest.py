@@ -20,6 +20,12 @@ PINNED_THREADS = 1
 for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_name] = str(PINNED_THREADS)
 
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24 in their environment; rich's
+# console, built when islands.cli is imported, would keep 80 columns for good and wrap the
+# lines that in-process command tests read (they set COLUMNS for the call)
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _pinned_threads() -> Iterator[None]:

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from islands.cli.common import app, console, print_error, stop_on_error
 from islands.errors import IslandsError
+from islands.runtime.runner import running_roles
 from islands.validation import read_toml
 
 if TYPE_CHECKING:
@@ -145,8 +146,6 @@ def _exit_past_busy_roles(code: int) -> None:
     (a long local epoch) would be ended by the interpreter's exit with pthread_exit, which
     PyTorch's C++ frames turn into an abort. Its work is lost either way.
     """
-    from islands.runtime.runner import running_roles
-
     busy = running_roles()
     if busy:
         console.print(f"not waiting for {', '.join(busy)}, still computing")
