@@ -44,8 +44,12 @@ def _root(
 
 
 def print_error(error: BaseException | str) -> None:
-    """Print an error as the one line a failed command ends with."""
-    console.print(f"[red]error:[/] {escape(str(error))}")
+    """Print an error as the one line a failed command ends with.
+
+    Not wrapped at the console's width (80 columns off a terminal): a log keeps the
+    line whole, and the paths in it can be copied.
+    """
+    console.print(f"[red]error:[/] {escape(str(error))}", soft_wrap=True)
 
 
 @contextlib.contextmanager
