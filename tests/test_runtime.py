@@ -663,6 +663,32 @@ def test_every_party_of_a_local_run_has_an_identity_its_peers_know() -> None:
     assert first.results["a"] != second.results["a"]  # fresh keys every run
 
 
+def test_identities_of_many_parties_grow_linearly_and_check_what_they_list() -> None:
+    from types import MappingProxyType
+
+    from islands.errors import ProtocolError
+    from islands.runtime.identity import Identity, make_identities
+
+    names = [f"p{k}" for k in range(300)]
+    ids = make_identities(names)
+    # one list of public keys for the whole run: n parties each parsing all n keys held
+    # n² key objects (0.36 GB at 1000 parties, issue 24's memory figure)
+    assert len({id(i._publics) for i in ids.values()}) == 1
+    sig = ids["p7"].sign("t", b"m")
+    ids["p250"].verify("p7", "t", b"m", sig)
+    with pytest.raises(ProtocolError, match="does not verify"):
+        ids["p3"].verify("p7", "t", b"x", sig)
+    with pytest.raises(ProtocolError, match="no identity key for 'q'"):
+        ids["p3"].verify("q", "t", b"m", sig)
+    # a listed key that is not a key is named when first used, not a crash
+    bad = Identity("a", ids["p0"]._private, MappingProxyType(
+        {"a": ids["p0"].public, "b": b"\x01" * 31}))
+    with pytest.raises(ProtocolError, match="'b' is not an Ed25519 public key"):
+        bad.verify("b", "t", b"m", b"\x00" * 64)
+    with pytest.raises(ProtocolError, match="is not its own"):
+        Identity("a", ids["p0"]._private, {"a": ids["p1"].public})
+
+
 def test_torch_threads_sets_and_restores_the_thread_count() -> None:
     torch = pytest.importorskip("torch")
     before = torch.get_num_threads()

@@ -21,6 +21,7 @@ for one protocol step can never be replayed as another.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -60,11 +61,17 @@ class Identity:
         self.name = name
         self._private = private
         self.public = private.public_key().public_bytes_raw()
-        keys = dict(publics)
-        if keys.setdefault(name, self.public) != self.public:
+        listed = publics.get(name)
+        if listed is None:
+            publics = {**publics, name: self.public}
+        elif listed != self.public:
             raise ProtocolError(f"the public key listed for {name!r} is not its own",
                                 party=name)
-        self._publics = {p: Ed25519PublicKey.from_public_bytes(k) for p, k in keys.items()}
+        # raw keys, shared by every party of a run (one mapping, not one per party: n
+        # parties would otherwise hold n² parsed keys, 0.36 GB at a thousand); a key is
+        # parsed when this party first verifies its owner's signature
+        self._publics = publics
+        self._parsed: dict[str, Ed25519PublicKey] = {}
 
     def knows(self, party: str) -> bool:
         """Whether ``party``'s public key is known."""
@@ -83,7 +90,15 @@ class Identity:
             Naming this party, the signer and the purpose, if the signer is unknown or
             the signature does not verify.
         """
-        key = self._publics.get(signer)
+        key = self._parsed.get(signer)
+        if key is None and signer in self._publics:
+            try:
+                key = Ed25519PublicKey.from_public_bytes(self._publics[signer])
+            except (TypeError, ValueError):
+                raise ProtocolError(f"party {self.name!r}: the identity key listed for "
+                                    f"{signer!r} is not an Ed25519 public key",
+                                    party=self.name, step=purpose) from None
+            self._parsed[signer] = key
         if key is None:
             raise ProtocolError(f"party {self.name!r} has no identity key for {signer!r} "
                                 f"(checking a {purpose!r} signature)", party=self.name,
@@ -106,5 +121,5 @@ class Identity:
 def make_identities(names: list[str] | tuple[str, ...]) -> dict[str, Identity]:
     """Make a fresh identity per party, each knowing everyone's public key."""
     keys = {n: Ed25519PrivateKey.generate() for n in names}
-    publics = {n: k.public_key().public_bytes_raw() for n, k in keys.items()}
+    publics = MappingProxyType({n: k.public_key().public_bytes_raw() for n, k in keys.items()})
     return {n: Identity(n, k, publics) for n, k in keys.items()}
