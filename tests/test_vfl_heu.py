@@ -326,3 +326,52 @@ def test_encrypt_goes_through_lengthen(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(heu, "lengthen", spy)
     ct = c.encrypt([1, 2, 3])
     assert len(seen) == 1 and seen[0][1] == c.stored(ct) and seen[0][0] != seen[0][1]
+
+
+# ---------------------------------------------------------------- worker processes
+
+
+def test_large_calls_split_over_worker_processes_give_the_same_ciphertexts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """workers=2: encrypt, weighted and products go to two processes, with the in-process
+    results (a product of ciphertexts is one group element, however it is split)."""
+    from islands.crypto import processes
+
+    calls: list[str] = []
+    real = processes.run_in_workers
+
+    def spy(fn: Any, jobs: Any, workers: int, **kw: Any) -> Any:
+        calls.append(f"{fn.__name__}x{len(jobs)}")
+        return real(fn, jobs, workers, **kw)
+
+    monkeypatch.setattr(heu, "run_in_workers", spy)
+    one = cipher()
+    two = heu.OuCipher.from_public_bytes(owner().public_bytes(), owner="t", min_bits=1024,
+                                         workers=2)
+    rng = np.random.default_rng(5)
+    m = rng.integers(-2**40, 2**40, size=heu.PARALLEL_ENCRYPT * 2 + 3)
+    ct = two.encrypt(m)
+    assert owner().decrypt(ct, 41, positive=False, what="x", sender="x") == m.tolist()
+    w = rng.integers(-2**20, 2**20, size=(m.size, 17))
+    assert two.stored(two.weighted(ct, w)) == one.stored(one.weighted(ct, w))
+    matrix = one.as_matrix(one.encrypt(rng.integers(-2**30, 2**30, size=40 * 6)), 40, 6)
+    v = rng.integers(-2**12, 2**12, size=(40, 9))
+    assert (one.stored(one.as_column(two.products(matrix, v)))
+            == one.stored(one.as_column(one.products(matrix, v))))
+    assert calls == ["_encrypt_partx2", "_weighted_partx2", "_products_partx2"]
+    # small calls stay in this process; a value too large is refused before any worker
+    calls.clear()
+    two.weighted(two.encrypt(m[:5]), w[:5, :3])
+    with pytest.raises(ValidationError, match="too large for the key"):
+        two.encrypt([*m.tolist(), 1 << 700])
+    assert calls == []
+
+
+def test_every_worker_encryption_has_fresh_randomness() -> None:
+    """Each worker encrypts through lengthen: two encryptions of the same values differ in
+    every ciphertext (each worker encrypts through lengthen, as this process does)."""
+    two = heu.OuCipher.from_public_bytes(owner().public_bytes(), owner="t", min_bits=1024,
+                                         workers=2)
+    values = [7] * (heu.PARALLEL_ENCRYPT * 2)
+    a, b = two.stored(two.encrypt(values)), two.stored(two.encrypt(values))
+    assert len(set(a)) == len(a) and not set(a) & set(b)

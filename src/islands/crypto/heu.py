@@ -56,11 +56,25 @@ slightly below" Paillier's and suggests a larger key when security matters most
 HEU's thread pool reads ``YACL_NUM_THREADS`` once, when first used; a cipher or key
 owner sets it from ``workers`` unless it is already set, so the first one built in a
 process decides.
+
+Worker processes. HEU holds the interpreter lock during its calls, so parties simulated
+as threads of one process (:func:`~islands.runtime.run_local`) take turns even where
+the protocol lets them compute at once (vertical regression's A and B encrypt their
+scores, then form their gradient sums, at the same time). With ``workers`` > 1 an
+:class:`OuCipher` therefore cuts a large call — :meth:`~OuCipher.encrypt` of at least
+:data:`PARALLEL_ENCRYPT` values, :meth:`~OuCipher.weighted` and
+:meth:`~OuCipher.products` of at least :data:`PARALLEL_ENTRIES` multiply-accumulates —
+into one part per worker and runs the parts on islands' shared pool of worker processes
+(:mod:`islands.crypto.processes`, HEU on one thread each). Only the public key, this
+party's own values and weights and its ciphertexts cross, as bytes and arrays; each
+worker checks the public key as any receiver does. A product of ciphertexts is one
+element of the group however it is split, so the results are the in-process ones.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import os
 import secrets
@@ -72,7 +86,7 @@ import msgpack
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.crypto.processes import check_workers
+from islands.crypto.processes import check_workers, run_in_workers
 from islands.errors import ProtocolError, ValidationError, invalid_parameter
 from islands.runtime.progress import ProgressOption, task
 from islands.validation import describe
@@ -179,7 +193,7 @@ class OuCipher:
 
     def __init__(self, public_key: bytes, n: int, G: int, H: int, *,
                  workers: int | None = None) -> None:
-        _threads(workers, "OuCipher")
+        self.workers = _threads(workers, "OuCipher")
         self.public_key = public_key
         self.n, self.G, self.H = n, G, H
         self.n_bits = n.bit_length()
@@ -262,14 +276,40 @@ class OuCipher:
     # ------------------------------------------------------------------ encryption
     def _plain(self, values: Sequence[int] | NDArray[np.int64]) -> Any:
         ints = [int(v) for v in (values.tolist() if isinstance(values, np.ndarray) else values)]
+        self._check_plain(ints)
+        return self._kit.array(np.array([[v] for v in ints], dtype=object).reshape(-1, 1))
+
+    def _check_plain(self, ints: list[int]) -> None:
         if any(abs(v) > self._bound for v in ints):
             raise ValidationError(f"OuCipher: a value is too large for the key (|m| must be "
                                   f"at most 2^{self.plaintext_bits})")
-        return self._kit.array(np.array([[v] for v in ints], dtype=object).reshape(-1, 1))
 
     def encrypt(self, values: Sequence[int] | NDArray[np.int64]) -> Any:
-        """Encrypt signed integers, each with fresh long randomness (:meth:`lengthen`)."""
-        return lengthen(self, self._encryptor.encrypt(self._plain(values)))
+        """Encrypt signed integers, each with fresh long randomness (:meth:`lengthen`).
+
+        With ``workers`` > 1, at least :data:`PARALLEL_ENCRYPT` values are split over that
+        many worker processes (module docstring, "Worker processes").
+        """
+        ints = [int(v) for v in (values.tolist() if isinstance(values, np.ndarray) else values)]
+        parts = self._split(len(ints), PARALLEL_ENCRYPT)
+        if len(parts) > 1:
+            self._check_plain(ints)
+            return self.concat(self._remote(_encrypt_part, [(ints[a:b],) for a, b in parts]))
+        return lengthen(self, self._encryptor.encrypt(self._plain(ints)))
+
+    def _split(self, count: int, least: int) -> list[tuple[int, int]]:
+        """Return [a, b) ranges cutting ``count`` items into one part per worker, or one."""
+        pieces = min(self.workers, count // least) if least > 0 else 1
+        if pieces <= 1:
+            return [(0, count)]
+        edges = np.linspace(0, count, pieces + 1).round().astype(int).tolist()
+        return list(itertools.pairwise(edges))
+
+    def _remote(self, fn: Any, calls: list[tuple[Any, ...]]) -> list[Any]:
+        """Run ``fn(public_key, *args)`` for each call on the worker processes; load results."""
+        out = run_in_workers(fn, [(self.public_key, *args) for args in calls], self.workers,
+                             owner="OuCipher")
+        return [hnp.CiphertextArray.load_from(blob) for blob in out]
 
     def _h_table(self) -> list[list[Any]]:
         if self._table is None:
@@ -328,6 +368,11 @@ class OuCipher:
         if np.any(np.abs(w) >= 1 << 62):
             raise ValidationError("OuCipher.weighted: weights must be below 2^62 in magnitude")
         b, p = w.shape
+        parts = self._split(p, 1) if b * p >= PARALLEL_ENTRIES else [(0, p)]
+        if len(parts) > 1:
+            body = bytes(cts.serialize())
+            return self.concat(self._remote(_weighted_part,
+                                            [(body, w[:, a:c]) for a, c in parts]))
         largest = np.abs(w).max(axis=0) if b else np.zeros(p, dtype=np.int64)
         bits = [int(v).bit_length() + 1 for v in largest]
         groups: dict[int, list[int]] = {}  # columns by their number of windows: one call each
@@ -409,6 +454,11 @@ class OuCipher:
         if np.any(np.abs(w) >= 1 << 62):
             raise ValidationError("OuCipher.products: weights must be below 2^62 in magnitude")
         k = w.shape[1]
+        parts = self._split(k, 1) if rows * k * cols >= PARALLEL_ENTRIES else [(0, k)]
+        if len(parts) > 1:
+            body = bytes(self.as_column(matrix).serialize())
+            out = self._remote(_products_part, [(body, rows, cols, w[:, a:c]) for a, c in parts])
+            return self.as_matrix(self.concat(out), k, cols)
         e = int(np.abs(w).max()).bit_length() + 1
         window = _best_window(rows, e)
         count = -(-e // window)
@@ -542,6 +592,47 @@ def lengthen(cipher: OuCipher, cts: Any, exponents: Sequence[int] | None = None)
     n = gmpy2.mpz(cipher.n)
     out = [c * h % n for c, h in zip(stored, cipher.h_powers(exponents), strict=True)]
     return hnp.CiphertextArray.load_from(_pack(out))
+
+
+PARALLEL_ENCRYPT = 64
+"""Fewest values an :meth:`OuCipher.encrypt` call splits over worker processes."""
+
+PARALLEL_ENTRIES = 2048
+"""Fewest multiply-accumulates (rows × outputs) a weighted sum or product splits."""
+
+_WORKER_CIPHERS: dict[bytes, OuCipher] = {}  # in a worker process: ciphers by key
+
+
+def _worker_cipher(public_key: bytes) -> OuCipher:
+    """Return the worker process's cipher for ``public_key`` (checked once, one HEU thread)."""
+    fingerprint = hashlib.sha256(public_key).digest()
+    cipher = _WORKER_CIPHERS.get(fingerprint)
+    if cipher is None:
+        cipher = OuCipher.from_public_bytes(public_key, owner="OuCipher worker",
+                                            min_bits=MIN_KEY_BITS, workers=1)
+        if len(_WORKER_CIPHERS) >= 8:
+            _WORKER_CIPHERS.pop(next(iter(_WORKER_CIPHERS)))
+        _WORKER_CIPHERS[fingerprint] = cipher
+    return cipher
+
+
+def _encrypt_part(public_key: bytes, values: list[int]) -> bytes:
+    """Worker side of :meth:`OuCipher.encrypt`: a serialised column."""
+    return bytes(_worker_cipher(public_key).encrypt(values).serialize())
+
+
+def _weighted_part(public_key: bytes, cts: bytes, weights: NDArray[np.int64]) -> bytes:
+    """Worker side of :meth:`OuCipher.weighted` for some columns of the weights."""
+    cipher = _worker_cipher(public_key)
+    return bytes(cipher.weighted(hnp.CiphertextArray.load_from(cts), weights).serialize())
+
+
+def _products_part(public_key: bytes, column: bytes, rows: int, cols: int,
+                   weights: NDArray[np.int64]) -> bytes:
+    """Worker side of :meth:`OuCipher.products` for some output rows, as a row-major column."""
+    cipher = _worker_cipher(public_key)
+    matrix = cipher.as_matrix(hnp.CiphertextArray.load_from(column), rows, cols)
+    return bytes(cipher.as_column(cipher.products(matrix, weights)).serialize())
 
 
 def _best_window(rows: int, bits: int) -> int:

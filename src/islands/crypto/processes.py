@@ -56,10 +56,10 @@ TASK_TIMEOUT = 3600.0
 IDLE_SECONDS = 300
 """Seconds an idle worker waits for work before it exits (a new one starts on demand)."""
 
-# The workers do big-integer and curve arithmetic in Python; one BLAS/OpenMP thread each
+# The workers do big-integer and curve arithmetic; one BLAS/OpenMP/HEU thread each
 # keeps them from oversubscribing the cores that the pool already fills.
 _WORKER_ENV = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                      "MKL_NUM_THREADS")}
+                                      "MKL_NUM_THREADS", "YACL_NUM_THREADS")}
 
 _POOLS: dict[int, Executor] = {}
 _POOL_LOCK = threading.Lock()

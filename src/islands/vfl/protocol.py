@@ -510,9 +510,10 @@ def active(party: Party, X: Any, y: Any, *, coordinator: str = "C",
                 v = maths.encode(x_float[rows] @ theta - objective.label_factor * labels[rows],
                                  precision.score_bits, 4 * maths.MAX_ABS_SCORE,
                                  "partial scores", owner)
+            with clock.timing("he"):  # while the passive parties encrypt their scores
+                e = cipher.encrypt(v)  # fresh randomness: re-randomises the sum
             us = [_recv(party, clock, a, "u") for a in passive]
             with clock.timing("he"):
-                e = cipher.encrypt(v)  # fresh randomness: re-randomises the sum
                 for a, blob in zip(passive, us, strict=True):
                     e = cipher.add(e, cipher.from_bytes(blob, b, "u", f"{owner} (from {a!r})"))
                 e_blob = cipher.to_bytes(e)
