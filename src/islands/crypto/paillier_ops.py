@@ -19,7 +19,13 @@ m − n when above n/2 (:func:`decrypt_signed`); every caller keeps |m| far belo
 
 Why hand-written: ``phe`` works one ``EncryptedNumber`` at a time (a Python object and
 an exponentiation per entry, with the exponent sent in the clear) and no maintained
-Python library offers Paillier multi-exponentiation. The arithmetic is ``gmpy2``'s; the
+Python library offers Paillier multi-exponentiation. SecretFlow's HEU, islands' engine
+for ``he="ou"`` (:mod:`islands.crypto.heu`), has Paillier too, but it does not do this
+job better: on the 2-core development machine its fastest CPU variant (``ZPaillier``)
+took 1.1–1.7× this module's time to encrypt, 1.4–1.9× to decrypt and 1.4–1.7× for a
+256 × 20 weighted sum, one core each, in the same runs
+(``benchmarks/bench_he_engines.py``), and its wheels stop at CPython 3.11, where
+islands installs on 3.10–3.13. So ``he="paillier"`` stays here. The arithmetic is ``gmpy2``'s; the
 bucket loops are Python, which holds the GIL, so rows are split over worker processes
 (:mod:`islands.crypto.processes`) once a batch is large enough to pay for the transfer.
 Encryption uses :class:`~islands.crypto.paillier.RandomnessPool`, with the DJN fixed
