@@ -40,7 +40,7 @@ def check_party_names(names: Iterable[Any]) -> tuple[str, ...]:
     ValidationError
         Naming the offending name.
     """
-    seen: list[str] = []
+    seen: dict[str, None] = {}
     for name in names:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ValidationError(
@@ -49,7 +49,7 @@ def check_party_names(names: Iterable[Any]) -> tuple[str, ...]:
             )
         if name in seen:
             raise ValidationError(f"duplicate party name {name!r}")
-        seen.append(name)
+        seen[name] = None
     if not seen:
         raise ValidationError("a run needs at least one party")
     return tuple(seen)
@@ -76,6 +76,9 @@ class Party:
     cores
         The cores this process shares among the parties it hosts (``run_local``);
         None when the party has its process to itself.
+    members
+        ``frozenset(parties)``, made once for all the parties a runner hosts (None: made
+        here).
     """
 
     def __init__(
@@ -88,12 +91,18 @@ class Party:
         timeout: float = DEFAULT_TIMEOUT,
         identity: Identity | None = None,
         cores: CoreShare | None = None,
+        members: frozenset[str] | None = None,
     ) -> None:
-        if name not in parties:
+        self._parties = tuple(parties)
+        # a party checks each peer it addresses against the set of names, and lists its
+        # peers only when asked: run_local hosts a thousand parties and hands them one set
+        self._members = frozenset(self._parties) if members is None else members
+        if len(self._members) != len(self._parties):
+            raise ValidationError("Party: members must be the set of parties")
+        if name not in self._members:
             raise ValidationError(f"party {name!r} is not in the federation {list(parties)}")
         self._name = name
-        self._parties = tuple(parties)
-        self._peers = tuple(p for p in self._parties if p != name)
+        self._peer_list: tuple[str, ...] | None = None
         self._transport = transport
         self._transcript = transcript
         self._timeout = _check_timeout(timeout)
@@ -111,6 +120,12 @@ class Party:
     def peers(self) -> tuple[str, ...]:
         """The other parties' names, in federation order."""
         return self._peers
+
+    @property
+    def _peers(self) -> tuple[str, ...]:
+        if self._peer_list is None:
+            self._peer_list = tuple(p for p in self._parties if p != self._name)
+        return self._peer_list
 
     @property
     def parties(self) -> tuple[str, ...]:
@@ -142,7 +157,7 @@ class Party:
     def _check_peer(self, peer: Any, what: str) -> str:
         if peer == self._name:
             raise ValidationError(f"party {self._name!r} cannot {what} itself")
-        if not isinstance(peer, str) or peer not in self._peers:
+        if not isinstance(peer, str) or peer not in self._members:
             raise ValidationError(
                 f"party {self._name!r} cannot {what} {peer!r}: unknown party "
                 f"(peers: {list(self._peers)})"

@@ -157,8 +157,9 @@ def run_local(
     limit = _blas_threads(blas_threads, len(names))
     cores = (CoreShare(names, usable_cores(), limit)
              if blas_threads == "auto" and limit is not None else None)
+    members = frozenset(names)
     contexts = {n: Party(n, names, transport, transcript, timeout=timeout,
-                         identity=identities[n], cores=cores) for n in names}
+                         identity=identities[n], cores=cores, members=members) for n in names}
     results: dict[str, Any] = {}
     failures: list[tuple[str, BaseException]] = []
     tolerated_failures: dict[str, BaseException] = {}
