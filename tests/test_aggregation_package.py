@@ -60,3 +60,18 @@ def test_importing_aggregation_or_hfl_loads_no_torch_and_no_protocol() -> None:
 def test_model_spec_still_comes_from_islands_hfl() -> None:
     assert islands.hfl.ModelSpec is ModelSpec
     assert ModelSpec.__module__ == "islands.hfl.torch.models"
+
+
+def test_peak_abs_reads_nan_inf_and_the_largest_magnitude() -> None:
+    import math
+
+    import numpy as np
+
+    from islands.arrays import peak_abs
+
+    f32 = np.float32
+    assert peak_abs(np.array([1, -3, 2], f32)) == 3.0
+    assert peak_abs(np.array([], f32)) == 0.0
+    assert peak_abs(np.array([-np.inf, 0], f32)) == math.inf
+    assert math.isnan(peak_abs(np.array([1, np.nan, -np.inf], f32)))
+    assert math.isnan(peak_abs(np.array([np.nan], np.float64)))

@@ -32,6 +32,7 @@ stage, so that every stage of every protection handles dropouts the same way.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.arrays import peak_abs
 from islands.crypto.fixedpoint import decode_fixed, encode_fixed
 from islands.errors import (
     PeerFailedError,
@@ -273,14 +275,15 @@ def check_update_vector(vec: Any, dim: int, who: str, *, server: str,
         Naming ``who``, before anything of the upload is used.
     """
     arr = np.asarray(vec)
-    if arr.shape != (dim,) or arr.dtype.kind != "f" or not np.all(np.isfinite(arr)):
+    peak = peak_abs(arr) if arr.shape == (dim,) and arr.dtype.kind == "f" else math.nan
+    if not math.isfinite(peak):
         raise MalformedUpdateError(
             f"server {server!r} got a malformed update from {who!r}: expected {dim} finite "
             f"floats, got {_describe(arr)}", party=server, client=who)
-    if max_abs is not None and arr.size and float(np.max(np.abs(arr))) > max_abs:
+    if max_abs is not None and peak > max_abs:
         raise MalformedUpdateError(
             f"server {server!r} got a malformed update from {who!r}: |value| reaches "
-            f"{float(np.max(np.abs(arr))):.3g}, above the aggregator's max_abs={max_abs:.3g}",
+            f"{peak:.3g}, above the aggregator's max_abs={max_abs:.3g}",
             party=server, client=who)
     return arr
 
@@ -425,7 +428,7 @@ class _MeanClient:
 
     def payload(self, party: Party, *, server: str, round: int, params: Vector,
                 base: Vector, weight: float) -> Vector:
-        peak = float(np.max(np.abs(params))) if params.size else 0.0
+        peak = peak_abs(params)
         if not peak <= self.max_abs:
             raise ValidationError(
                 f"the update of client {party.name!r} reaches |value| {peak:.3g}, above the "
@@ -452,6 +455,7 @@ class _MeanRound(StreamingRound):
         self._dim = dim
         self._max_abs = max_abs
         self._total = np.zeros(dim, dtype=np.float64)
+        self._term = np.empty(dim, dtype=np.float64)
 
     def add(self, client: str, payload: Any) -> None:
         self.expect(client)
@@ -459,7 +463,8 @@ class _MeanRound(StreamingRound):
                                   max_abs=self._max_abs)
         w = self.admit(client)
         # in float64: a Python float times a float32 array would round to float32
-        self._total += w * vec.astype(np.float64)
+        np.multiply(vec, w, out=self._term, dtype=np.float64)
+        self._total += self._term
 
     def finish(self, survivors: Sequence[str]) -> Vector:
         weight = self.check_survivors(survivors)

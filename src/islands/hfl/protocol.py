@@ -85,7 +85,7 @@ from islands.aggregation.base import (
     ServerLink,
 )
 from islands.aggregation.protect import SampleBudget, SampleDP
-from islands.arrays import Vector
+from islands.arrays import Vector, peak_abs
 from islands.errors import (
     PeerFailedError,
     PeerTimeoutError,
@@ -385,7 +385,7 @@ def _check_vector(params: Any, dim: int | None, what: str) -> Vector:
     if vec.ndim != 1 or vec.dtype != np.float32 or (dim is not None and vec.size != dim):
         want = "a 1-D float32 vector" + ("" if dim is None else f" of {dim} values")
         raise ValidationError(f"{what} must be {want}; got {vec.dtype} {vec.shape}")
-    if not np.all(np.isfinite(vec)):
+    if not math.isfinite(peak_abs(vec)):
         raise ValidationError(f"{what} holds NaN or infinite values")
     return vec
 

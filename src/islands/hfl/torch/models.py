@@ -34,6 +34,7 @@ import torch
 from numpy.typing import NDArray
 from torch import nn
 
+from islands.arrays import peak_abs
 from islands.errors import ValidationError, invalid_parameter
 from islands.validation import check_int, describe, is_int
 
@@ -287,7 +288,7 @@ def _check_vector(vector: Any, expected: int, name: str, owner: str) -> NDArray[
         )
     with np.errstate(over="ignore"):  # values beyond float32 become inf, refused below
         out = np.ascontiguousarray(arr, dtype=np.float32)
-    if not np.isfinite(out).all():
+    if not math.isfinite(peak_abs(out)):
         bad = int(np.count_nonzero(~np.isfinite(out)))
         raise ValidationError(
             f"The {name!r} parameter of {owner} must be finite (after conversion to "
