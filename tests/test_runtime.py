@@ -746,3 +746,20 @@ def test_a_role_still_computing_after_the_grace_is_named(
     while running_roles() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert running_roles() == []
+
+
+def test_a_party_is_refused_a_names_set_that_is_not_its_federation() -> None:
+    from islands.runtime.transport import MemoryTransport
+
+    names = ("a", "b", "c")
+    t, tr = MemoryTransport(names), Transcript()
+    with pytest.raises(ValidationError, match="members must be the set"):
+        Party("a", names, t, tr, members=frozenset({"a", "b", "x"}))
+    with pytest.raises(ValidationError, match="must be distinct"):
+        Party("a", ("a", "b", "b"), t, tr)
+    with pytest.raises(ValidationError, match="must be str"):
+        Party("a", ("a", ["b"]), t, tr)  # type: ignore[list-item]
+    party = Party("a", names, t, tr, members=frozenset(names))
+    assert party.peers == ("b", "c")
+    with pytest.raises(ValidationError, match="unknown party"):
+        party.send("x", "t", 1)

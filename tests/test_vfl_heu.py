@@ -365,6 +365,8 @@ def test_large_calls_split_over_worker_processes_give_the_same_ciphertexts(
     with pytest.raises(ValidationError, match="too large for the key"):
         two.encrypt([*m.tolist(), 1 << 700])
     assert calls == []
+    with pytest.raises(ValidationError, match="nothing to encrypt"):
+        two.encrypt([])  # HEU crashes the interpreter on an empty array: refused first
 
 
 def test_every_worker_encryption_has_fresh_randomness() -> None:

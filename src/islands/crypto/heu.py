@@ -74,7 +74,6 @@ element of the group however it is split, so the results are the in-process ones
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import os
 import secrets
@@ -86,7 +85,7 @@ import msgpack
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.crypto.processes import check_workers, run_in_workers
+from islands.crypto.processes import check_workers, chunks, run_in_workers
 from islands.errors import ProtocolError, ValidationError, invalid_parameter
 from islands.runtime.progress import ProgressOption, task
 from islands.validation import describe
@@ -100,8 +99,9 @@ except (ImportError, OSError) as exc:  # no wheel for this platform, or the extr
 else:
     _MISSING = None
 
-__all__ = ["LONG_RANDOM_BITS", "MASK_BITS", "MAX_KEY_BITS", "MIN_KEY_BITS", "OuCipher",
-           "OuKeyOwner", "available", "lengthen", "min_plaintext_bits", "require"]
+__all__ = ["LONG_RANDOM_BITS", "MASK_BITS", "MAX_KEY_BITS", "MIN_KEY_BITS",
+           "PARALLEL_ENCRYPT", "PARALLEL_ENTRIES", "OuCipher", "OuKeyOwner", "available",
+           "lengthen", "min_plaintext_bits", "require"]
 
 MIN_KEY_BITS = 1024
 """Smallest key size (bits of n) accepted; 1024 is for tests, use 2048 or more."""
@@ -274,15 +274,6 @@ class OuCipher:
         return cls(raw, n, G, H, workers=workers)
 
     # ------------------------------------------------------------------ encryption
-    def _plain(self, values: Sequence[int] | NDArray[np.int64]) -> Any:
-        ints = [int(v) for v in (values.tolist() if isinstance(values, np.ndarray) else values)]
-        self._check_plain(ints)
-        return self._kit.array(np.array([[v] for v in ints], dtype=object).reshape(-1, 1))
-
-    def _check_plain(self, ints: list[int]) -> None:
-        if any(abs(v) > self._bound for v in ints):
-            raise ValidationError(f"OuCipher: a value is too large for the key (|m| must be "
-                                  f"at most 2^{self.plaintext_bits})")
 
     def encrypt(self, values: Sequence[int] | NDArray[np.int64]) -> Any:
         """Encrypt signed integers, each with fresh long randomness (:meth:`lengthen`).
@@ -291,19 +282,19 @@ class OuCipher:
         many worker processes (module docstring, "Worker processes").
         """
         ints = [int(v) for v in (values.tolist() if isinstance(values, np.ndarray) else values)]
-        parts = self._split(len(ints), PARALLEL_ENCRYPT)
+        if not ints:  # HEU's serialisation of an empty array crashes the interpreter
+            raise ValidationError("OuCipher.encrypt: nothing to encrypt (no values)")
+        if any(abs(v) > self._bound for v in ints):
+            raise ValidationError(f"OuCipher: a value is too large for the key (|m| must be "
+                                  f"at most 2^{self.plaintext_bits})")
+        parts = chunks(len(ints), min(self.workers, len(ints) // PARALLEL_ENCRYPT))
         if len(parts) > 1:
-            self._check_plain(ints)
             return self.concat(self._remote(_encrypt_part, [(ints[a:b],) for a, b in parts]))
         return lengthen(self, self._encryptor.encrypt(self._plain(ints)))
 
-    def _split(self, count: int, least: int) -> list[tuple[int, int]]:
-        """Return [a, b) ranges cutting ``count`` items into one part per worker, or one."""
-        pieces = min(self.workers, count // least) if least > 0 else 1
-        if pieces <= 1:
-            return [(0, count)]
-        edges = np.linspace(0, count, pieces + 1).round().astype(int).tolist()
-        return list(itertools.pairwise(edges))
+    def _plain(self, ints: list[int]) -> Any:
+        """HEU's plaintext column of ``ints`` (already range-checked)."""
+        return self._kit.array(np.array([[v] for v in ints], dtype=object).reshape(-1, 1))
 
     def _remote(self, fn: Any, calls: list[tuple[Any, ...]]) -> list[Any]:
         """Run ``fn(public_key, *args)`` for each call on the worker processes; load results."""
@@ -368,7 +359,7 @@ class OuCipher:
         if np.any(np.abs(w) >= 1 << 62):
             raise ValidationError("OuCipher.weighted: weights must be below 2^62 in magnitude")
         b, p = w.shape
-        parts = self._split(p, 1) if b * p >= PARALLEL_ENTRIES else [(0, p)]
+        parts = chunks(p, self.workers) if b * p >= PARALLEL_ENTRIES else [(0, p)]
         if len(parts) > 1:
             body = bytes(cts.serialize())
             return self.concat(self._remote(_weighted_part,
@@ -454,7 +445,7 @@ class OuCipher:
         if np.any(np.abs(w) >= 1 << 62):
             raise ValidationError("OuCipher.products: weights must be below 2^62 in magnitude")
         k = w.shape[1]
-        parts = self._split(k, 1) if rows * k * cols >= PARALLEL_ENTRIES else [(0, k)]
+        parts = chunks(k, self.workers) if rows * k * cols >= PARALLEL_ENTRIES else [(0, k)]
         if len(parts) > 1:
             body = bytes(self.as_column(matrix).serialize())
             out = self._remote(_products_part, [(body, rows, cols, w[:, a:c]) for a, c in parts])
@@ -598,7 +589,8 @@ PARALLEL_ENCRYPT = 64
 """Fewest values an :meth:`OuCipher.encrypt` call splits over worker processes."""
 
 PARALLEL_ENTRIES = 2048
-"""Fewest multiply-accumulates (rows × outputs) a weighted sum or product splits."""
+"""Fewest ciphertext multiply-accumulates a weighted sum (rows × columns of weights) or a
+product (rows × columns of weights × columns of the matrix) splits over workers."""
 
 _WORKER_CIPHERS: dict[bytes, OuCipher] = {}  # in a worker process: ciphers by key
 

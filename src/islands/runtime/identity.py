@@ -62,11 +62,13 @@ class Identity:
         self._private = private
         self.public = private.public_key().public_bytes_raw()
         listed = publics.get(name)
-        if listed is None:
-            publics = {**publics, name: self.public}
-        elif listed != self.public:
+        if listed is not None and listed != self.public:
             raise ProtocolError(f"the public key listed for {name!r} is not its own",
                                 party=name)
+        if listed is None or not isinstance(publics, MappingProxyType):
+            # a read-only copy, unless the caller's mapping is one already
+            # (make_identities: one for all the parties of a run)
+            publics = MappingProxyType({**publics, name: self.public})
         # raw keys, shared by every party of a run (one mapping, not one per party: n
         # parties would otherwise hold n² parsed keys, 0.36 GB at a thousand); a key is
         # parsed when this party first verifies its owner's signature

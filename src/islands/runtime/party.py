@@ -94,11 +94,15 @@ class Party:
         members: frozenset[str] | None = None,
     ) -> None:
         self._parties = tuple(parties)
+        if not isinstance(name, str) or not all(isinstance(p, str) for p in self._parties):
+            raise ValidationError(f"party names must be str; got {name!r} in {self._parties!r}")
         # a party checks each peer it addresses against the set of names, and lists its
         # peers only when asked: run_local hosts a thousand parties and hands them one set
         self._members = frozenset(self._parties) if members is None else members
         if len(self._members) != len(self._parties):
-            raise ValidationError("Party: members must be the set of parties")
+            raise ValidationError(f"the parties must be distinct; got {list(self._parties)}")
+        if not self._members.issuperset(self._parties):
+            raise ValidationError("Party: members must be the set of the parties")
         if name not in self._members:
             raise ValidationError(f"party {name!r} is not in the federation {list(parties)}")
         self._name = name
