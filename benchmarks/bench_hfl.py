@@ -31,8 +31,13 @@ Three benchmarks (horizontal FL issue), each baseline measured in the same run:
    exist at once (min(N, concurrency)). An epoch is S = min_k ⌊n_k/b⌋ rounds, so each
    client's learner reports n_train = b (S = 1: one round); it still holds and samples
    all its n_k rows. Momentum 0 (FedAvg's default), so no client keeps a buffer.
-   Target: memory must not grow faster than the models that must exist at once
-   (min(N, concurrency) of them, whatever N): the memory each extra client adds
+   The clients hold the pixels as stored, uint8, and the model scales them by 1/255
+   (``ModelSpec(input_scale=1/255)``: training identical to float32 pixels in [0, 1],
+   47 MB of rows instead of 188 MB); ``--pixels float32`` converts them beforehand.
+   Targets: at most 0.5 GB in all at 1000 clients, data included (the peak RSS or the
+   PSS of the process, whichever is larger, at concurrency 8); and memory must not
+   grow faster than the models that must exist at once (min(N, concurrency) of them,
+   whatever N): the memory each extra client adds
    between the two largest N at concurrency 8, (increment(N2) − increment(N1)) /
    (N2 − N1), must stay <= 0.25 model vector (an idle client holds its thread and
    queue, not a model).
@@ -129,16 +134,25 @@ def cores() -> int:
         os.cpu_count() or 1)
 
 
-def mlp_spec() -> Any:
+def mlp_spec(input_scale: float = 1.0) -> Any:
     from islands.hfl.torch.models import ModelSpec
 
-    return ModelSpec(kind="mlp", input_shape=(784,), n_outputs=10, hidden=(200,))
+    return ModelSpec(kind="mlp", input_shape=(784,), n_outputs=10, hidden=(200,),
+                     input_scale=input_scale)
 
 
 def cnn_spec() -> Any:
     from islands.hfl.torch.models import ModelSpec
 
     return ModelSpec(kind="cnn", input_shape=(1, 28, 28), n_outputs=10)
+
+
+def load_uint8() -> tuple[np.ndarray, np.ndarray]:
+    """Fashion-MNIST train as stored, uint8 pixels (scaled by the model: input_scale)."""
+    from islands.data import load_fashion_mnist
+
+    ds = load_fashion_mnist(split="train", normalize=False)
+    return np.ascontiguousarray(ds.X), np.asarray(ds.y)
 
 
 def load_float32(n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -332,7 +346,7 @@ class NoopLearner:
         return float("nan")
 
 
-def child_scale(n_clients: int, concurrency: int) -> dict[str, Any]:
+def child_scale(n_clients: int, concurrency: int, pixels: str = "uint8") -> dict[str, Any]:
     import torch
 
     from islands.hfl import FedAvg, client, server
@@ -342,11 +356,12 @@ def child_scale(n_clients: int, concurrency: int) -> dict[str, Any]:
     from islands.hfl.torch.training import train_centralised
     from islands.runtime import run_local
 
-    spec = mlp_spec()
+    # uint8 pixels with the model's input_scale train exactly as float32 pixels in [0, 1]
+    spec = mlp_spec(1 / 255 if pixels == "uint8" else 1.0)
     active = min(n_clients, concurrency)
     threads = max(1, cores() // active)  # as FederatedModel(threads="auto")
     torch.set_num_threads(threads)
-    X, y = load_float32()
+    X, y = load_uint8() if pixels == "uint8" else load_float32()
     parts = split(X, y, n_clients)
     del X, y
     batch = min(SCALE_BATCH, min(len(p[1]) for p in parts))
@@ -382,6 +397,7 @@ def child_scale(n_clients: int, concurrency: int) -> dict[str, Any]:
     model_bytes = spec.n_params() * 4
     inc = peak - rss_data
     return {"clients": n_clients, "concurrency": concurrency, "torch_threads": threads,
+            "pixels": pixels, "data_bytes": int(sum(p[0].nbytes + p[1].nbytes for p in parts)),
             "batch": batch, "rows_per_client": [len(parts[0][1]), len(parts[-1][1])],
             "round_s": res.rounds[0].seconds, "run_wall_s": wall,
             "rss_after_data_bytes": rss_data, "peak_loading_bytes": peak_loading,
@@ -424,16 +440,17 @@ def child_noop(n_clients: int, concurrency: int) -> dict[str, Any]:
 
 
 def run_child(spec: str) -> None:
-    kind, n, conc = spec.split(":")
-    fn = child_scale if kind == "scale" else child_noop
-    out = fn(int(n), int(conc))
+    kind, n, conc, *pixels = spec.split(":")
+    out = (child_scale(int(n), int(conc), *pixels) if kind == "scale"
+           else child_noop(int(n), int(conc)))
     out["digest"] = source_digest(DIGEST_PARTS)
     out["ru_maxrss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print("CHILD " + json.dumps(out), flush=True)
 
 
-def spawn_child(kind: str, n: int, conc: int) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", f"{kind}:{n}:{conc}"]
+def spawn_child(kind: str, n: int, conc: int, *extra: str) -> dict[str, Any]:
+    child = ":".join((kind, str(n), str(conc), *extra))
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", child]
     proc = run_sampled(cmd, dict(os.environ), CHILD_TIMEOUT)
     out = parse_line(proc["stdout"], "CHILD ")
     if proc["rc"] != 0 or out is None:
@@ -444,17 +461,19 @@ def spawn_child(kind: str, n: int, conc: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- 2
-def bench_scale(counts: tuple[int, ...], digests: set[str]) -> dict[str, Any]:
+def bench_scale(counts: tuple[int, ...], digests: set[str], pixels: str = "uint8"
+                ) -> dict[str, Any]:
     runs = [(n, CONCURRENCY) for n in counts] + [(max(counts), 32)]
     rows = []
     for n, conc in runs:
-        r = spawn_child("scale", n, conc)
+        r = spawn_child("scale", n, conc, pixels)
         digests.add(r.pop("digest"))
         rows.append(r)
         print(f"    scale N={n:<5d} conc={conc:<3d} round {fmt_s(r['round_s'])}, "
               f"peak {fmt_bytes(r['peak_bytes'])} (+{fmt_bytes(r['increment_bytes'])})",
               file=sys.stderr, flush=True)
-    out: dict[str, Any] = {"rows": rows, "target_marginal_models": TARGET_MARGINAL}
+    out: dict[str, Any] = {"rows": rows, "target_marginal_models": TARGET_MARGINAL,
+                           "pixels": pixels}
     base = [r for r in rows if r["concurrency"] == CONCURRENCY]
     if len(base) >= 2:
         a, b = base[-2], base[-1]
@@ -462,6 +481,9 @@ def bench_scale(counts: tuple[int, ...], digests: set[str]) -> dict[str, Any]:
         out["marginal_bytes_per_client"] = marginal
         out["marginal_models_per_client"] = marginal / b["model_bytes"]
         out["met"] = marginal / b["model_bytes"] <= TARGET_MARGINAL
+    top = base[-1]
+    out["total_bytes"] = max(top["peak_bytes"], top["pss_peak_bytes"] or 0)
+    out["met_total"] = out["total_bytes"] <= TARGET_NOOP_BYTES
     return out
 
 
@@ -537,9 +559,12 @@ def print_overhead(results: dict[str, Any]) -> None:
 
 
 def print_scale(sc: dict[str, Any]) -> None:
+    data = sc["rows"][0].get("data_bytes")
     print("2. scale, MLP one round (τ=1, batch b): fresh process per row; increment = peak "
           "RSS of the federation − RSS after data + torch warm-up; 'models' = increment / "
-          f"{fmt_bytes(sc['rows'][0]['model_bytes'])} model, 'active' = min(N, concurrency):")
+          f"{fmt_bytes(sc['rows'][0]['model_bytes'])} model, 'active' = min(N, concurrency); "
+          f"pixels {sc.get('pixels', 'float32')}"
+          + (f" ({fmt_bytes(data)} of client data)" if data else "") + ":")
     print(f"   {'N':>5} {'conc':>4} {'b':>3} {'round':>9} {'run':>9} {'after data':>10} "
           f"{'peak':>9} {'increment':>10} {'per client':>10} {'models':>7} {'active':>6}")
     for r in sc["rows"]:
@@ -554,6 +579,11 @@ def print_scale(sc: dict[str, Any]) -> None:
               f"{CONCURRENCY}): {fmt_bytes(sc['marginal_bytes_per_client'])} = "
               f"{sc['marginal_models_per_client']:.2f} models (target <= {TARGET_MARGINAL}: "
               f"idle clients hold no model): {verdict(sc['met'])}")
+    if "met_total" in sc:
+        top = max(r["clients"] for r in sc["rows"])
+        print(f"   in all at N={top} (concurrency {CONCURRENCY}), data and torch included: "
+              f"{fmt_bytes(sc['total_bytes'])} (target <= {fmt_bytes(TARGET_NOOP_BYTES)}): "
+              f"{verdict(sc['met_total'])}")
 
 
 def print_noop(nr: dict[str, Any]) -> None:
@@ -615,6 +645,9 @@ def main() -> None:
                         / "flower_noop_round.py", help="the Flower peer script")
     parser.add_argument("--blas-threads", type=int, default=0,
                         help="cap BLAS/OpenMP threads (default 0: the libraries' defaults)")
+    parser.add_argument("--pixels", choices=("uint8", "float32"), default="uint8",
+                        help="2: the clients' pixels as stored (uint8, the model scales by "
+                             "1/255) or converted to float32 in [0, 1] beforehand")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -645,7 +678,7 @@ def main() -> None:
                                                    args.repeats or (1 if args.quick else 3))),
         ("overhead_cnn", 1, lambda: bench_overhead("cnn", sizes["cnn_rows"], threads,
                                                    args.repeats or 1)),
-        ("scale", 2, lambda: bench_scale(counts, digests)),
+        ("scale", 2, lambda: bench_scale(counts, digests, args.pixels)),
         ("noop", 3, lambda: bench_noop(counts, args.flower_python, args.flower_script,
                                        digests)),
     ]

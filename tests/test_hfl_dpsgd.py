@@ -70,6 +70,21 @@ def test_clipped_sum_matches_per_sample_autograd(digits, kind: str) -> None:
     assert float(empty.abs().max()) == 0.0 and np.isnan(nan_loss)
 
 
+def test_clipped_sum_of_uint8_rows_equals_that_of_the_float32_rows(digits) -> None:
+    X, y = digits
+    X8 = np.rint(X * 16).astype(np.uint8)  # digits' pixels are the integers 0..16
+    spec = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(16,))
+    scaled = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(16,),
+                       input_scale=1 / 16)
+    rows = np.array([0, 5, 17, 301, 900])
+    sums = []
+    for s, data in ((spec, X), (scaled, X8)):
+        private = PrivateTrainer(Trainer(s, data, y), SampleDP(clip=0.05))
+        _load_checked(private._module, spec.initial_params(0))
+        sums.append(private.clipped_sum(rows))
+    assert torch.equal(sums[0][0], sums[1][0]) and sums[0][1] == sums[1][1]
+
+
 def test_noise_has_the_calibrated_scale(digits) -> None:
     X, y = digits
     spec = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(64,))

@@ -371,6 +371,56 @@ def test_trainer_shares_but_never_writes_the_callers_data() -> None:
     assert out.params.flags.writeable
 
 
+def _pixels(n: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (n, 1, 12, 12), dtype=np.uint8), rng.integers(0, 3, n)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "linear"])
+def test_input_scale_is_a_parameterless_first_layer(kind: str) -> None:
+    plain = ModelSpec(kind, (1, 12, 12), 3, hidden=(8,), channels=(2, 4))
+    scaled = ModelSpec(kind, (1, 12, 12), 3, hidden=(8,), channels=(2, 4), input_scale=1 / 255)
+    assert scaled.n_params() == plain.n_params()
+    np.testing.assert_array_equal(scaled.initial_params(3), plain.initial_params(3))
+    x = torch.rand(5, 1, 12, 12)
+    with torch.no_grad():
+        torch.testing.assert_close(scaled.build(3)(x * 255), plain.build(3)(x), rtol=1e-5,
+                                   atol=1e-6)
+    assert "inputs × 0.003922" in scaled.describe()
+    assert "inputs" not in plain.describe()
+    assert len(plain.build(0)) == len(scaled.build(0)) - 1  # no layer when the scale is 1
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), 1e300, 1e-50, "x", True])
+def test_input_scale_is_checked(bad: object) -> None:
+    with pytest.raises(ValidationError, match="input_scale"):
+        ModelSpec("mlp", (4,), 2, input_scale=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_uint8_rows_stay_compact_and_train_as_float32_pixels_do(kind: str) -> None:
+    X8, y = _pixels()
+    Xf = X8.astype(np.float32) * np.float32(1 / 255)
+    plain = ModelSpec(kind, (1, 12, 12), 3, hidden=(8,), channels=(2, 4))
+    scaled = ModelSpec(kind, (1, 12, 12), 3, hidden=(8,), channels=(2, 4), input_scale=1 / 255)
+    ref, compact = Trainer(plain, Xf, y, seed=4), Trainer(scaled, X8, y, seed=4)
+    assert compact.features.dtype == torch.uint8
+    assert np.shares_memory(compact.features.numpy(), X8)  # kept as given: no copy
+    w0 = plain.initial_params(0)
+    kw = {"start": Position(0, 0), "steps": 9, "batch_size": 16, "lr": 0.3, "momentum": 0.5}
+    a, b = ref.train(w0, **kw), compact.train(w0, **kw)
+    np.testing.assert_array_equal(a.params, b.params)  # bit for bit
+    np.testing.assert_array_equal(a.momentum, b.momentum)
+    assert a.loss == b.loss
+    for metric in ("accuracy", "loss"):
+        assert ref.score_own(a.params, metric) == compact.score_own(b.params, metric)
+    np.testing.assert_array_equal(ref.predict(a.params, Xf), compact.predict(b.params, X8))
+    assert ref.evaluate(a.params, Xf, y) == compact.evaluate(b.params, X8, y)
+    # int8 is kept as given too; other integer types become float32 as before
+    assert Trainer(plain, X8.astype(np.int8) // 2, y).features.dtype == torch.int8
+    assert Trainer(plain, X8.astype(np.int16), y).features.dtype == torch.float32
+
+
 def test_trainer_rejects_bad_input() -> None:
     X, y = blobs(n=5)
     w0 = SMALL_MLP.initial_params(0)

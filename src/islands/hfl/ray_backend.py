@@ -225,9 +225,9 @@ def check_client_data(spec: Any, task: str, X: Any, y: Any, X_eval: Any = None,
     Returns
     -------
     tuple
-        ``(X, y, X_eval, y_eval)``: features as C-contiguous float32 in the model's
-        input shape, labels as int64 (or targets as float32), the evaluation rows
-        converted the same way (None when there are none).
+        ``(X, y, X_eval, y_eval)``: features as C-contiguous float32 (or uint8/int8 as
+        given) in the model's input shape, labels as int64 (or targets as float32), the
+        evaluation rows converted the same way (None when there are none).
 
     Raises
     ------

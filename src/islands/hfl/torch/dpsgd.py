@@ -70,7 +70,7 @@ from islands.aggregation.protect import SampleDP
 from islands.crypto.prg import csprng_normal, csprng_uniform
 from islands.errors import ValidationError, invalid_parameter
 from islands.hfl.torch.models import _flat_tensor, _load_checked, _params_of
-from islands.hfl.torch.training import Position, Trainer, TrainOutcome
+from islands.hfl.torch.training import Position, Trainer, TrainOutcome, _as_float
 from islands.validation import describe
 
 __all__ = ["PrivateTrainer", "poisson_sample"]
@@ -140,7 +140,7 @@ class PrivateTrainer:
         if rows.size == 0:
             return torch.zeros(sum(t.numel() for t in tensors)), float("nan")
         idx = torch.from_numpy(rows)
-        xb = self.trainer.features.index_select(0, idx)
+        xb = _as_float(self.trainer.features.index_select(0, idx))
         yb = self.trainer.targets.index_select(0, idx)
         with torch.enable_grad():
             losses = self.trainer.loss(self._wrapped, xb, yb, reduction="none")
