@@ -942,6 +942,19 @@ def test_free_rider_is_a_null_player_under_fixed_weighting(
     assert rep.primary == "gtg"
 
 
+def test_a_free_riders_missing_loss_is_warned_once_per_run(
+        digits: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger="islands.hfl.protocol"):
+        fl = _fit(digits, Contribution(digits["val"], methods=("loo",)),
+                  behaviour={"client-3": FreeRider})
+    said = [r for r in caplog.records if "reported a loss of nan" in r.getMessage()]
+    assert fl.aggregations_ >= 3 and len(said) == fl.aggregations_  # every round, once
+    assert [r.levelno for r in said] == [logging.WARNING] + [logging.DEBUG] * (len(said) - 1)
+    assert all("'client-3'" in r.getMessage() for r in said)
+
+
 def test_free_rider_is_not_null_under_renormalised_weighting(
         digits: dict[str, Any]) -> None:
     # documented behaviour: FedAvg over a coalition alone lets a zero update dilute the

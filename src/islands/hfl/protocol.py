@@ -517,6 +517,7 @@ def server(
     initial_model = True
     records: list[RoundRecord] = []
     rnd = epoch = step = aggregations = 0
+    no_loss: set[str] = set()  # clients already reported for a non-finite loss
     if saved is not None:
         model = plain = np.array(half.reveal(saved["params"]), dtype=np.float32)
         rnd, epoch, step = int(saved["round"]), int(saved["epoch"]), int(saved["step"])
@@ -608,8 +609,11 @@ def server(
                   if math.isfinite(u.loss)]
         for name, u in zip(survivors, ups, strict=True):
             if not math.isfinite(u.loss):
-                log.warning("round %d: client %r reported a loss of %s, left out of the "
-                            "round's mean loss", rnd, name, u.loss)
+                # once per client at warning level: a free-rider would repeat it every round
+                level = logging.DEBUG if name in no_loss else logging.WARNING
+                no_loss.add(name)
+                log.log(level, "round %d: client %r reported a loss of %s, left out of the "
+                        "round's mean loss", rnd, name, u.loss)
         loss = (float(np.average([v for v, _ in finite], weights=[n for _, n in finite]))
                 if finite else math.nan)
         step += steps
