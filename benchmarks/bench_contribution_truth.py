@@ -29,8 +29,13 @@ Federations (n = 5 or 6 clients, rows drawn afresh for each seed):
 on two data sets, scikit-learn's digits (64 features, 400 validation rows) and
 Fashion-MNIST rows (784 features, 1,000 validation rows; about 3× the digits' client
 sizes), and seeds 0, 1, 2: 18 federations. Model: an MLP with one hidden layer of 32
-units; FedAvg, full batch, 2 local steps, lr 0.5, no momentum, ``--rounds`` rounds (30,
-as in the issue).
+units; FedAvg, full batch, 2 local steps, no momentum, ``--lr`` 0.2 for ``--rounds`` 60
+rounds. The issue's federation ran 30 rounds; at the step size this benchmark first used
+(lr 0.5) the Fashion-MNIST federations overshoot, and the ground truth itself then pays
+clients whose labels carry no information for damping the others' steps (up to 19%;
+``docs/contribution.md``). lr 0.2 for 60 rounds trains the digits federations as far
+(58–87% validation accuracy against 62–89%) and Fashion-MNIST's further (67–72% against
+57–71%) without overshooting; ``--lr 0.5 --rounds 30`` reruns the earlier setting.
 
 Methods valued (one valued run per weighting × metric: valuing does not change the
 training): ``gtg``, ``exact`` (per round: Song et al.'s MR), ``or`` (one-round
@@ -46,7 +51,7 @@ each round (how the ranking drifts).
 
     python benchmarks/bench_contribution_truth.py [--quick] [--json OUT]
         [--datasets digits,fashion] [--seeds 0,1,2] [--cases issue,noise50,noniid]
-        [--rounds 30]
+        [--lr 0.2] [--rounds 60]
 
 ``--quick`` is one digits federation (``issue``, seed 0, 10 rounds) in seconds.
 Nothing here is timed against anything: the figures are agreement, not speed.
@@ -93,7 +98,7 @@ default was gtg/fixed/accuracy for every federation."""
 NO_INFO = ("shuffled", "free-rider", "noisy-free-rider")
 TWIN_TOLERANCE = 0.02
 HIDDEN = 32
-LR = 0.5
+LR = 0.2
 LOCAL_STEPS = 2
 
 
@@ -315,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", default="digits,fashion")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--cases", default="issue,noise50,noniid")
-    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--rider-noise", type=float, default=1e-3)
     ap.add_argument("--lr", type=float, default=LR, help="FedAvg's learning rate")
     ap.add_argument("--retrain-only", action="store_true",
