@@ -5,7 +5,9 @@ CSV file (one column ``id``) and writing the intersection to a CSV file, as SPU'
 tests do. Timed: from starting the two processes to both having written their output
 (Python start, import of spu, link set-up, the PSI, CSV out; the CSV files are written
 before the clock starts), and, inside, ``psi_execute`` alone (the slower party). Prints
-one JSON line.
+one JSON line. SPU writes a timing trace per party outside the working folder
+(``/tmp/psi_*.trace``); the ones that appeared during the run are deleted after it, as
+islands' engine deletes its own.
 
     .venv-spu/bin/python benchmarks/spu_raw.py N OVERLAP [PROTOCOL_RR22]
 """
@@ -63,6 +65,7 @@ def main() -> None:
         for s in socks:
             s.close()
         ctx = mp.get_context("spawn")
+        traces_before = set(Path(tempfile.gettempdir()).glob("psi_*.trace"))
         t0 = time.perf_counter()
         procs = [ctx.Process(target=_party, args=(r, hosts, f"{d}/{'ab'[r]}.csv",
                                                   f"{d}/out{r}.csv", protocol,
@@ -73,6 +76,8 @@ def main() -> None:
         for p in procs:
             p.join()
         seconds = time.perf_counter() - t0
+        for trace in set(Path(tempfile.gettempdir()).glob("psi_*.trace")) - traces_before:
+            trace.unlink(missing_ok=True)
         with open(f"{d}/out0.csv") as f:
             found = sum(1 for _ in f) - 1
         execute = [float(Path(f"{d}/time{r}").read_text()) for r in range(2)]
