@@ -32,7 +32,7 @@ Three benchmarks (horizontal FL issue), each baseline measured in the same run:
    client's learner reports n_train = b (S = 1: one round); it still holds and samples
    all its n_k rows. Momentum 0 (FedAvg's default), so no client keeps a buffer.
    The clients hold the pixels as stored, uint8, and the model scales them by 1/255
-   (``ModelSpec(input_scale=1/255)``: training identical to float32 pixels in [0, 1],
+   (``ModelSpec(input_divisor=255)``: training identical to float32 pixels in [0, 1],
    47 MB of rows instead of 188 MB); ``--pixels float32`` converts them beforehand.
    Targets: at most 0.5 GB in all at 1000 clients, data included (the peak RSS or the
    PSS of the process, whichever is larger, at concurrency 8); and memory must not
@@ -134,11 +134,11 @@ def cores() -> int:
         os.cpu_count() or 1)
 
 
-def mlp_spec(input_scale: float = 1.0) -> Any:
+def mlp_spec(input_divisor: float = 1.0) -> Any:
     from islands.hfl.torch.models import ModelSpec
 
     return ModelSpec(kind="mlp", input_shape=(784,), n_outputs=10, hidden=(200,),
-                     input_scale=input_scale)
+                     input_divisor=input_divisor)
 
 
 def cnn_spec() -> Any:
@@ -148,7 +148,7 @@ def cnn_spec() -> Any:
 
 
 def load_uint8() -> tuple[np.ndarray, np.ndarray]:
-    """Fashion-MNIST train as stored, uint8 pixels (scaled by the model: input_scale)."""
+    """Fashion-MNIST train as stored, uint8 pixels (divided by the model: input_divisor)."""
     from islands.data import load_fashion_mnist
 
     ds = load_fashion_mnist(split="train", normalize=False)
@@ -162,7 +162,7 @@ def load_float32(n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     ds = load_fashion_mnist(split="train", normalize=False)
     X8, y = ds.X[:n], np.asarray(ds.y[:n])
     X = X8.astype(np.float32)
-    X *= np.float32(1 / 255)
+    X /= np.float32(255)  # as load_fashion_mnist(normalize=True), bit for bit
     return X, y
 
 
@@ -356,8 +356,8 @@ def child_scale(n_clients: int, concurrency: int, pixels: str = "uint8") -> dict
     from islands.hfl.torch.training import train_centralised
     from islands.runtime import run_local
 
-    # uint8 pixels with the model's input_scale train exactly as float32 pixels in [0, 1]
-    spec = mlp_spec(1 / 255 if pixels == "uint8" else 1.0)
+    # uint8 pixels with the model's input_divisor train exactly as float32 pixels in [0, 1]
+    spec = mlp_spec(255.0 if pixels == "uint8" else 1.0)
     active = min(n_clients, concurrency)
     threads = max(1, cores() // active)  # as FederatedModel(threads="auto")
     torch.set_num_threads(threads)

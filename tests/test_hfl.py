@@ -429,16 +429,16 @@ def test_fit_without_local_evaluation_trains_on_the_checked_rows_as_a_copy_would
 
 
 def test_a_federation_on_uint8_pixels_trains_the_model_of_float32_pixels() -> None:
-    # images as stored (uint8) with input_scale=1/255, against the same pixels converted
-    # to float32 in [0, 1] beforehand: the same model bit for bit, a quarter of the rows'
-    # memory, including the clients' local evaluation rows and the test-set score
+    # images as stored (uint8) with input_divisor=255, against the same pixels divided by
+    # 255 beforehand: the same model bit for bit, a quarter of the rows' memory, including
+    # the clients' local evaluation rows and the test-set score
     rng = np.random.default_rng(5)
     parts8 = [(rng.integers(0, 256, (48, 1, 12, 12), dtype=np.uint8), rng.integers(0, 3, 48))
               for _ in range(3)]
-    partsf = [(X.astype(np.float32) * np.float32(1 / 255), y) for X, y in parts8]
+    partsf = [(X / 255, y) for X, y in parts8]
     spec = ModelSpec(kind="cnn", input_shape=(1, 12, 12), n_outputs=3, channels=(2, 4))
     scaled = ModelSpec(kind="cnn", input_shape=(1, 12, 12), n_outputs=3, channels=(2, 4),
-                       input_scale=1 / 255)
+                       input_divisor=255)
     strategy = FedAvg(local_steps=2, batch_size=8, lr=0.2, momentum=0.5)
     runs = [FederatedModel(s, strategy, epochs=2, seed=1, eval_fraction=0.25,
                            threads=1).fit(parts, test=parts[0])

@@ -75,7 +75,7 @@ def test_clipped_sum_of_uint8_rows_equals_that_of_the_float32_rows(digits) -> No
     X8 = np.rint(X * 16).astype(np.uint8)  # digits' pixels are the integers 0..16
     spec = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(16,))
     scaled = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(16,),
-                       input_scale=1 / 16)
+                       input_divisor=16)
     rows = np.array([0, 5, 17, 301, 900])
     sums = []
     for s, data in ((spec, X), (scaled, X8)):

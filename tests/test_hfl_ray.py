@@ -83,6 +83,24 @@ def test_ray_run_equals_the_in_process_run_bit_for_bit() -> None:
     assert remote.dropouts_ == [] and remote.client_failures_ == {}
 
 
+def test_uint8_rows_on_ray_train_the_model_of_float_rows() -> None:
+    # digits' pixels are the integers 0..16: kept as uint8 with input_divisor=16 in the Ray
+    # workers, the same model bit for bit as float32 rows divided beforehand, in-process
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    X8 = X.astype(np.uint8)
+    compact = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(16,),
+                        input_divisor=16)
+    strategy = FedAvg(local_steps=3, batch_size=16, lr=0.1, momentum=0.5, evaluate=True)
+    local = FederatedModel(SPEC, strategy, epochs=1, seed=4, threads=1).fit(
+        [((X[k::4] / 16).astype(np.float32), y[k::4]) for k in range(4)])
+    remote = FederatedModel(compact, strategy, epochs=1, seed=4, threads=1,
+                            backend="ray").fit([(X8[k::4], y[k::4]) for k in range(4)])
+    np.testing.assert_array_equal(remote.params_, local.params_)
+    assert [r.accuracy for r in remote.rounds_] == [r.accuracy for r in local.rounds_]
+
+
 @pytest.mark.parametrize(("kw", "message"), [
     ({"backend": "spark"}, r"'backend' parameter of FederatedModel must be 'local' or 'ray'"),
     ({"backend": "ray", "ray_address": ""}, r"'ray_address' parameter .* Ray address"),

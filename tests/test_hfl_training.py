@@ -377,32 +377,37 @@ def _pixels(n: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("kind", ["mlp", "cnn", "linear"])
-def test_input_scale_is_a_parameterless_first_layer(kind: str) -> None:
+def test_input_divisor_is_a_parameterless_first_layer(kind: str) -> None:
     plain = ModelSpec(kind, (1, 12, 12), 3, hidden=(8,), channels=(2, 4))
-    scaled = ModelSpec(kind, (1, 12, 12), 3, hidden=(8,), channels=(2, 4), input_scale=1 / 255)
+    scaled = ModelSpec(kind, (1, 12, 12), 3, hidden=(8,), channels=(2, 4), input_divisor=255)
     assert scaled.n_params() == plain.n_params()
     np.testing.assert_array_equal(scaled.initial_params(3), plain.initial_params(3))
     x = torch.rand(5, 1, 12, 12)
     with torch.no_grad():
         torch.testing.assert_close(scaled.build(3)(x * 255), plain.build(3)(x), rtol=1e-5,
                                    atol=1e-6)
-    assert "inputs × 0.003922" in scaled.describe()
+    assert "inputs / 255 (" in scaled.describe()
     assert "inputs" not in plain.describe()
-    assert len(plain.build(0)) == len(scaled.build(0)) - 1  # no layer when the scale is 1
+    assert len(plain.build(0)) == len(scaled.build(0)) - 1  # no layer when the divisor is 1
+    # stored as its float32 value: a divisor float32 rounds to 1 is no layer, equal specs
+    assert ModelSpec(kind, (1, 12, 12), 3, input_divisor=1 + 1e-12) == ModelSpec(
+        kind, (1, 12, 12), 3)
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), 1e300, 1e-50, "x", True])
-def test_input_scale_is_checked(bad: object) -> None:
-    with pytest.raises(ValidationError, match="input_scale"):
-        ModelSpec("mlp", (4,), 2, input_scale=bad)  # type: ignore[arg-type]
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), 1e300, 1e-50, 1e-45,
+                                 "x", True])
+def test_input_divisor_is_checked(bad: object) -> None:
+    with pytest.raises(ValidationError, match="input_divisor"):
+        ModelSpec("mlp", (4,), 2, input_divisor=bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("kind", ["mlp", "cnn"])
 def test_uint8_rows_stay_compact_and_train_as_float32_pixels_do(kind: str) -> None:
     X8, y = _pixels()
-    Xf = X8.astype(np.float32) * np.float32(1 / 255)
+    Xf = X8 / 255  # float64, as load_fashion_mnist(normalize=True); the trainer rounds it
+    np.testing.assert_array_equal(Xf.astype(np.float32), X8.astype(np.float32) / np.float32(255))
     plain = ModelSpec(kind, (1, 12, 12), 3, hidden=(8,), channels=(2, 4))
-    scaled = ModelSpec(kind, (1, 12, 12), 3, hidden=(8,), channels=(2, 4), input_scale=1 / 255)
+    scaled = ModelSpec(kind, (1, 12, 12), 3, hidden=(8,), channels=(2, 4), input_divisor=255)
     ref, compact = Trainer(plain, Xf, y, seed=4), Trainer(scaled, X8, y, seed=4)
     assert compact.features.dtype == torch.uint8
     assert np.shares_memory(compact.features.numpy(), X8)  # kept as given: no copy

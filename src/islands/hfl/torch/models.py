@@ -17,10 +17,12 @@ Three model kinds (:class:`ModelSpec`):
 * ``"linear"``: flatten → Linear(d, n_outputs); with ``n_outputs=1`` a least-squares
   regression model (d + 1 parameters), otherwise multinomial logistic regression.
 
-With ``input_scale`` s ≠ 1 every kind first multiplies its input by s (no parameter):
-images kept as ``uint8`` with s = 1/255 train exactly as the same images converted to
-``float32`` in [0, 1] beforehand, in a quarter of the memory (the trainer converts one
-mini-batch at a time: :mod:`islands.hfl.torch.training`).
+With ``input_divisor`` d ≠ 1 every kind first divides its input by d in ``float32`` (no
+parameter): images kept as ``uint8`` with d = 255 train exactly as the same images
+divided by 255 beforehand (``X / 255``, or ``load_fashion_mnist(normalize=True)``: a
+correctly rounded ``float32`` quotient equals the ``float64`` one rounded to ``float32``
+for every pixel value), in a quarter of the memory (the trainer converts one mini-batch
+at a time: :mod:`islands.hfl.torch.training`).
 
 This module imports torch; ``import islands.hfl`` does not import it.
 """
@@ -57,6 +59,7 @@ ModelKind = Literal["mlp", "cnn", "linear"]
 _KINDS: tuple[str, ...] = ("mlp", "cnn", "linear")
 _CNN_MIN_SIDE = 12
 _CNN_HIDDEN = 128
+_FLOAT32 = np.finfo(np.float32)
 _FLAT_ATTR = "_islands_flat"
 _PARAMS_ATTR = "_islands_params"
 
@@ -89,9 +92,9 @@ class ModelSpec:
     channels : tuple of (int, int), default=(16, 32)
         The output channels of the two convolutions of ``"cnn"``. Ignored by the other
         kinds.
-    input_scale : float, default=1.0
-        A positive finite factor every input is multiplied by before the first layer,
-        in ``float32``: 1/255 for images held as ``uint8``.
+    input_divisor : float, default=1.0
+        Every input is divided by it before the first layer, in ``float32``: 255 for
+        images held as ``uint8``. Stored as its ``float32`` value.
 
     Examples
     --------
@@ -106,7 +109,7 @@ class ModelSpec:
     n_outputs: int
     hidden: tuple[int, ...] = (200,)
     channels: tuple[int, int] = (16, 32)
-    input_scale: float = 1.0
+    input_divisor: float = 1.0
 
     def __post_init__(self) -> None:
         owner = "ModelSpec"
@@ -135,15 +138,17 @@ class ModelSpec:
                 "channels", owner, "a tuple of two positive ints", self.channels
             )
         object.__setattr__(self, "channels", (int(self.channels[0]), int(self.channels[1])))
-        scale = check_float(self.input_scale, "input_scale", owner, low=0.0,
-                            low_inclusive=False)
+        divisor = check_float(self.input_divisor, "input_divisor", owner, low=0.0,
+                              low_inclusive=False)
         with np.errstate(over="ignore"):
-            as32 = float(np.float32(scale))
-        if not 0.0 < as32 < math.inf:  # 1e300 or 1e-50 would become inf or 0 in float32
-            raise invalid_parameter("input_scale", owner,
-                                    "a positive float that float32 holds (1e-38 to 3e38)",
-                                    scale)
-        object.__setattr__(self, "input_scale", scale)
+            as32 = float(np.float32(divisor))
+        # a subnormal, 0 or inf in float32 would not be the divisor asked for
+        if not _FLOAT32.tiny <= as32 <= _FLOAT32.max:
+            raise invalid_parameter(
+                "input_divisor", owner,
+                f"a positive float within float32's normal range "
+                f"[{_FLOAT32.tiny:.3g}, {_FLOAT32.max:.3g}]", divisor)
+        object.__setattr__(self, "input_divisor", as32)  # specs equal when models are
 
     @property
     def input_size(self) -> int:
@@ -153,7 +158,7 @@ class ModelSpec:
     def _layers(self) -> list[nn.Module]:
         """Return the layers of the architecture (the caller picks the device)."""
         body = self._body()
-        return body if self.input_scale == 1.0 else [_InputScale(self.input_scale), *body]
+        return body if self.input_divisor == 1.0 else [_InputDivisor(self.input_divisor), *body]
 
     def _body(self) -> list[nn.Module]:
         if self.kind == "linear":
@@ -260,23 +265,25 @@ class ModelSpec:
             )
         else:
             text = f"linear {self.input_size}→{self.n_outputs}"
-        if self.input_scale != 1.0:
-            text += f" on inputs × {self.input_scale:.4g}"
+        if self.input_divisor != 1.0:
+            text += f" on inputs / {self.input_divisor:.7g}"
         return f"{text} ({self.n_params():,} parameters)"
 
 
-class _InputScale(nn.Module):
-    """Multiply the input by a constant (no parameter): ``ModelSpec.input_scale``."""
+class _InputDivisor(nn.Module):
+    """Divide the input by a constant (no parameter): ``ModelSpec.input_divisor``."""
 
-    def __init__(self, scale: float) -> None:
+    def __init__(self, divisor: float) -> None:
         super().__init__()
-        self.scale = float(np.float32(scale))
+        self.divisor = divisor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.scale
+        # a true float32 division, not a product with 1/d: x / 255 matches X / 255 computed
+        # beforehand (in float64 or float32) for every uint8 value; x * (1/255) does not
+        return x / self.divisor
 
     def extra_repr(self) -> str:
-        return f"scale={self.scale:.6g}"
+        return f"divisor={self.divisor:.7g}"
 
 
 def _flat_of(module: nn.Module) -> torch.Tensor | None:

@@ -25,7 +25,7 @@ their updates agree step for step. Everything is a pure function of its inputs:
 * **Rows.** Features are kept as ``float32``, or, given as ``uint8`` or ``int8`` (images),
   as they are: each mini-batch is converted to ``float32`` when it is used, which gives
   the values a ``float32`` copy would hold, in a quarter of the memory. Pair ``uint8``
-  pixels with ``ModelSpec(input_scale=1/255)``.
+  pixels with ``ModelSpec(input_divisor=255)``.
 
 All arithmetic is ``float32``. The number of intra-op threads is the caller's business
 (``torch.set_num_threads``); nothing here changes it. This module imports torch;
@@ -526,7 +526,7 @@ class Trainer:
     def features(self) -> torch.Tensor:
         """The party's rows, shape (n, *input_shape); do not modify.
 
-        ``float32``, or ``uint8``/``int8`` as given (convert a batch with ``_as_float``).
+        ``float32``, or ``uint8``/``int8`` as given (convert a batch with ``.float()``).
         """
         return self._X
 
