@@ -471,3 +471,32 @@ def test_resuming_with_other_contribution_settings_is_refused(tmp_path: Path) ->
     model(1, False, Contribution(val, methods=("gtg",))).fit(parts)
     with pytest.raises(ValidationError, match="other contribution settings"):
         model(2, True, Contribution(val, methods=("gtg", "loo"))).fit(parts)
+
+
+@pytest.mark.parametrize("standardize", [False, True])
+def test_a_fashion_job_keeps_its_pixels_as_uint8_and_the_model_divides(
+        standardize: bool) -> None:
+    from islands.data import load_fashion_mnist
+    from islands.hfl.job import prepare
+
+    job = parse_job({"name": "px", "seed": 3, "epochs": 1,
+                     "data": {"name": "fashion_mnist", "train_samples": 300,
+                              "test_samples": 50, "standardize": standardize},
+                     "partition": {"kind": "iid", "clients": 3},
+                     "model": {"kind": "mlp", "hidden": [8]},
+                     "strategy": {"name": "fedavg", "batch_size": 10}})
+    prep = prepare(job)
+    rows = np.concatenate([X for X, _ in prep.parts])
+    if standardize:  # standardised rows are float32, from the loader's normalised pixels
+        assert rows.dtype == np.float32 and prep.spec.input_divisor == 1.0
+        return
+    assert rows.dtype == np.uint8 and prep.test[0].dtype == np.uint8
+    assert prep.spec.input_divisor == 255.0 and "inputs / 255" in prep.spec.describe()
+    # what the model sees: the loader's normalised float64 pixels rounded to float32
+    normalised = load_fashion_mnist(split="train").X.astype(np.float32)
+    raw = load_fashion_mnist(split="train", normalize=False).X
+    first = np.flatnonzero((raw == prep.parts[0][0][0]).all(axis=1))[0]
+    import torch
+
+    seen = prep.spec.build(0)[0](torch.from_numpy(prep.parts[0][0][:1]).float()).numpy()
+    np.testing.assert_array_equal(seen[0], normalised[first])

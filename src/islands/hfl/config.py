@@ -111,15 +111,20 @@ class ModelConfig(ProtocolConfig):
         None, "two ints >= 1", "Channels of a cnn's two convolutions (None: ModelSpec's).",
         min_length=2, max_length=2)
 
-    def spec(self, input_shape: tuple[int, ...], n_outputs: int) -> Any:
-        """Return the :class:`~islands.hfl.torch.models.ModelSpec` (imports torch)."""
+    def spec(self, input_shape: tuple[int, ...], n_outputs: int,
+             input_divisor: float = 1.0) -> Any:
+        """Return the :class:`~islands.hfl.torch.models.ModelSpec` (imports torch).
+
+        ``input_divisor`` comes from the data, not the file: 255 where a job keeps image
+        pixels as ``uint8``.
+        """
         from islands.hfl.torch.models import ModelSpec  # torch
 
         sizes: dict[str, Any] = {k: v for k, v in (("hidden", self.hidden),
                                                    ("channels", self.channels))
                                  if v is not None}
         return ModelSpec(kind=self.kind, input_shape=input_shape, n_outputs=n_outputs,
-                         **sizes)
+                         input_divisor=input_divisor, **sizes)
 
 
 class _StrategyBase(ProtocolConfig):

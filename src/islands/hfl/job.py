@@ -327,12 +327,15 @@ def prepare(job: Job) -> Prepared:
     name = d.name
     if name == "fashion_mnist":
         kwargs = {"path": d.path} if d.path else {}
-        train = load("fashion_mnist", split="train", **kwargs)
-        test = load("fashion_mnist", split="test", **kwargs)
+        train = load("fashion_mnist", split="train", normalize=False, **kwargs)
+        test = load("fashion_mnist", split="test", normalize=False, **kwargs)
         tr = _subset(train.n_samples, d.train_samples, rng)
         te = _subset(test.n_samples, d.test_samples, rng)
-        X, y = train.X[tr].astype(np.float32), train.y[tr]
-        X_test, y_test = test.X[te].astype(np.float32), test.y[te]
+        # the pixels stay uint8 (a quarter of float32's memory) and the model divides them
+        # by 255: bit for bit the rows load_fashion_mnist normalises (ModelSpec.input_divisor)
+        X, y = train.X[tr], train.y[tr]
+        X_test, y_test = test.X[te], test.y[te]
+        divisor = 255.0
         image: tuple[int, ...] | None = (1, 28, 28)
     else:
         full = load(name)
@@ -344,8 +347,13 @@ def prepare(job: Job) -> Prepared:
         X = full.X[tr].reshape(len(tr), -1).astype(np.float32)
         X_test = full.X[te].reshape(len(te), -1).astype(np.float32)
         y, y_test = full.y[tr], full.y[te]
+        divisor = 1.0
         image = (1, *full.image_shape) if full.image_shape else None
     if d.standardize:
+        if divisor != 1.0:  # standardised rows are float32, normalised as the loader does
+            X = (X / divisor).astype(np.float32)
+            X_test = (X_test / divisor).astype(np.float32)
+            divisor = 1.0
         # statistics of the pooled training rows: in a deployment these are the sums
         # Σx, Σx², n that a secure sum (islands.securesum) gives without pooling rows
         mu, sd = X.mean(axis=0), X.std(axis=0)  # float32, as X
@@ -399,7 +407,7 @@ def prepare(job: Job) -> Prepared:
         input_shape: tuple[int, ...] = image
     else:
         input_shape = (int(X.shape[1]),)
-    spec = model.spec(input_shape, 1 if regression else n_classes)
+    spec = model.spec(input_shape, 1 if regression else n_classes, input_divisor=divisor)
     parts = [(X[rows], y[rows]) for rows in idx]
     summary = {"train_rows": len(y), "test_rows": len(y_test),
                "client_rows": [len(r) for r in idx]}
