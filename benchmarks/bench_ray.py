@@ -6,8 +6,10 @@ with its local training on Ray (``backend="ray"``, a local Ray started by the ch
 with one worker per usable core):
 
 * Data: Fashion-MNIST's 60,000 training rows as float32 in [0, 1] (read from
-  ``/usr/share/datasets/fashion-mnist``); without it, scikit-learn's digits (1797 rows,
-  64 features) through the project's loader. Split IID over N clients (default 1000:
+  ``/usr/share/datasets/fashion-mnist``), or with ``--pixels uint8`` as stored, the
+  model dividing them by 255 (``ModelSpec(input_divisor=255)``: the same models);
+  without it, scikit-learn's digits (1797 rows, 64 features) through the project's
+  loader. Split IID over N clients (default 1000:
   60 Fashion-MNIST rows a client), ``eval_fraction=0``.
 * Model and rounds: the 784-200-10 MLP (159,010 parameters; 64-200-10 on digits),
   FedAvg with batch b = min(20, n_min) and τ ≥ the steps of an epoch, so each round is
@@ -41,6 +43,7 @@ used during each child is printed (from ``/proc/stat`` and the tree's CPU times)
 
     python benchmarks/bench_ray.py [--json OUT] [--quick] [--clients N] [--rounds R]
                                    [--backends local,ray] [--blas-threads N]
+                                   [--pixels float32|uint8]
 """
 
 from __future__ import annotations
@@ -157,15 +160,18 @@ class Sampler:
 
 
 # ---------------------------------------------------------------------------- child
-def load_data() -> tuple[np.ndarray, np.ndarray, str]:
-    """Fashion-MNIST train rows as float32 in [0, 1], or digits if it is not installed."""
+def load_data(pixels: str = "float32") -> tuple[np.ndarray, np.ndarray, str]:
+    """Fashion-MNIST train rows as float32 in [0, 1] (or as stored: uint8), or digits
+    if it is not installed."""
     from islands.data import load, load_fashion_mnist
     from islands.errors import DataNotFoundError
 
     try:
         ds = load_fashion_mnist(split="train", normalize=False)
-        X = ds.X.reshape(len(ds.y), -1).astype(np.float32)
-        X *= np.float32(1 / 255)
+        X = np.ascontiguousarray(ds.X.reshape(len(ds.y), -1))
+        if pixels == "float32":
+            X = X.astype(np.float32)
+            X /= np.float32(255)  # as the model's input_divisor=255 does to uint8 rows
         return X, np.asarray(ds.y), "fashion_mnist"
     except DataNotFoundError:
         full = load("digits")
@@ -173,7 +179,8 @@ def load_data() -> tuple[np.ndarray, np.ndarray, str]:
         return X, np.asarray(full.y), "digits"
 
 
-def child(backend: str, n_clients: int, rounds: int) -> dict[str, Any]:
+def child(backend: str, n_clients: int, rounds: int, pixels: str = "float32"
+          ) -> dict[str, Any]:
     import torch
 
     from islands.data import partition_iid
@@ -181,10 +188,12 @@ def child(backend: str, n_clients: int, rounds: int) -> dict[str, Any]:
     from islands.hfl.torch.models import ModelSpec
     from islands.hfl.torch.training import train_centralised
 
-    X, y, dataset = load_data()
+    X, y, dataset = load_data(pixels)
     parts = [(X[idx], y[idx]) for idx in partition_iid(len(y), n_clients, random_state=0)]
     del X, y
-    spec = ModelSpec("mlp", (parts[0][0].shape[1],), 10, hidden=(HIDDEN,))
+    divisor = 255.0 if parts[0][0].dtype == np.uint8 else 1.0
+    spec = ModelSpec("mlp", (parts[0][0].shape[1],), 10, hidden=(HIDDEN,),
+                     input_divisor=divisor)
     n_min = min(len(p[1]) for p in parts)
     batch = min(MAX_BATCH, n_min)
     # warm torch up (its pools are not the federation's); 1 thread as in the run
@@ -215,7 +224,8 @@ def child(backend: str, n_clients: int, rounds: int) -> dict[str, Any]:
     span = time.perf_counter() - t_busy0
     assert len(fm.rounds_) == rounds and not fm.dropouts_, (fm.rounds_, fm.dropouts_)
     return {
-        "backend": backend, "dataset": dataset, "clients": n_clients,
+        "backend": backend, "dataset": dataset, "pixels": str(parts[0][0].dtype),
+        "clients": n_clients,
         "rows_per_client": [n_min, max(len(p[1]) for p in parts)], "batch": batch,
         "steps_per_round": fm.rounds_[0].steps, "model": spec.describe(),
         "concurrency": CONCURRENCY, "workers": fm.workers_,
@@ -233,9 +243,9 @@ def child(backend: str, n_clients: int, rounds: int) -> dict[str, Any]:
     }
 
 
-def spawn(backend: str, n_clients: int, rounds: int) -> dict[str, Any]:
+def spawn(backend: str, n_clients: int, rounds: int, pixels: str) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child",
-           f"{backend}:{n_clients}:{rounds}"]
+           f"{backend}:{n_clients}:{rounds}:{pixels}"]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
                           check=False)
@@ -302,11 +312,14 @@ def main() -> None:
     parser.add_argument("--backends", default="local,ray", help="which of local,ray to run")
     parser.add_argument("--blas-threads", type=int, default=0,
                         help="cap BLAS/OpenMP threads (default 0: the libraries' defaults)")
+    parser.add_argument("--pixels", choices=("float32", "uint8"), default="float32",
+                        help="the clients' Fashion-MNIST rows: float32 in [0, 1], or as "
+                             "stored (uint8, the model divides by 255)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        backend, n, r = args.child.split(":")
-        out = child(backend, int(n), int(r))
+        backend, n, r, pixels = args.child.split(":")
+        out = child(backend, int(n), int(r), pixels)
         out["digest"] = source_digest(DIGEST_PARTS)
         print("CHILD " + json.dumps(out), flush=True)
         return
@@ -324,7 +337,7 @@ def main() -> None:
     for backend in backends:
         print(f"[{time.perf_counter() - started:7.1f} s] {backend}: {n_clients} clients, "
               f"{rounds} rounds...", file=sys.stderr, flush=True)
-        row = spawn(backend, n_clients, rounds)
+        row = spawn(backend, n_clients, rounds, args.pixels)
         digests.add(row.pop("digest"))
         rows.append(row)
         print("    rounds " + ", ".join(fmt_s(s) for s in row["rounds_s"])
