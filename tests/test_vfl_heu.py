@@ -369,11 +369,22 @@ def test_large_calls_split_over_worker_processes_give_the_same_ciphertexts(
         two.encrypt([])  # HEU crashes the interpreter on an empty array: refused first
 
 
-def test_every_worker_encryption_has_fresh_randomness() -> None:
-    """Each worker encrypts through lengthen: two encryptions of the same values differ in
-    every ciphertext (each worker encrypts through lengthen, as this process does)."""
+def test_every_worker_encryption_has_fresh_randomness(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two encryptions of the same values on two workers differ in every ciphertext, and
+    the workers' code path (``_encrypt_part``, run here) encrypts through lengthen."""
     two = heu.OuCipher.from_public_bytes(owner().public_bytes(), owner="t", min_bits=1024,
                                          workers=2)
     values = [7] * (heu.PARALLEL_ENCRYPT * 2)
     a, b = two.stored(two.encrypt(values)), two.stored(two.encrypt(values))
     assert len(set(a)) == len(a) and not set(a) & set(b)
+    seen: list[int] = []
+    real = heu.lengthen
+
+    def spy(cipher_: Any, cts: Any, exponents: Any = None) -> Any:
+        seen.append(len(cipher_.stored(cts)))
+        return real(cipher_, cts, exponents)
+
+    monkeypatch.setattr(heu, "lengthen", spy)
+    blob = heu._encrypt_part(owner().public_bytes(), [7, 8, 9])
+    assert seen == [3] and len(two.stored(hnp.CiphertextArray.load_from(blob))) == 3

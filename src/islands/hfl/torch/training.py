@@ -268,18 +268,15 @@ def _as_features(X: Any, spec: ModelSpec, name: str, owner: str) -> NDArray[Any]
         raise invalid_parameter(
             name, owner, "at least one row (a party with no data cannot train)", describe(arr)
         )
-    if arr.dtype in _COMPACT:  # every value finite and exact in float32: nothing to check
-        compact = np.ascontiguousarray(arr)
-        if not compact.flags.writeable:
-            compact = compact.copy()
-        return compact.reshape((compact.shape[0], *shape))
+    compact = arr.dtype in _COMPACT  # every value finite and exact in float32
     with np.errstate(over="ignore"):  # values beyond float32 become inf, refused below
-        out = np.ascontiguousarray(arr, dtype=np.float32)
+        out = np.ascontiguousarray(arr, dtype=None if compact else np.float32)
     if not out.flags.writeable:  # torch.from_numpy refuses to share read-only memory
         out = out.copy()
     # max and min rather than isfinite and |x|: no temporary the size of the data, and a
     # NaN makes both comparisons false, so the same arrays pass
-    if out.size and not (out.max() <= MAX_ABS_FLOAT32 and out.min() >= -MAX_ABS_FLOAT32):
+    if not compact and out.size and not (out.max() <= MAX_ABS_FLOAT32
+                                         and out.min() >= -MAX_ABS_FLOAT32):
         # names the first NaN/inf or too large value, as given (before float32 rounding)
         check_values(np.asarray(arr, dtype=np.float64).reshape(arr.shape[0], -1), name, owner,
                      max_abs=MAX_ABS_FLOAT32, why=FLOAT32_LIMIT_REASON)
