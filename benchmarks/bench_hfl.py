@@ -17,6 +17,11 @@ Three benchmarks (horizontal FL issue), each baseline measured in the same run:
    thread per client, the 3 clients in parallel threads) is reported beside it.
    Reported: seconds of ``fit`` (learners built, run, results) and of CL, ratio,
    rounds, seconds per round (mean ``RoundRecord.seconds``) against CL's per step.
+   And a floor, interleaved with them: the same three clients' ``Trainer.train`` calls
+   (one step each a round, 1 torch thread each in 3 threads, as ``"auto"``) and the
+   server's float64 mean, with no protocol, no messages and no set-up (trainers built
+   before the clock): what any federation of per-client models pays here before
+   islands adds anything, against the same CL.
 2. Scale. N in {10, 100, 1000} simulated clients (``--quick``: 10, 100), the MLP on the
    60000 rows split IID, one FedAvg round of τ = 1 with batch min(32, n_k), plain roles
    through ``run_local`` with concurrency 8, and 32 too at the largest N; the clients'
@@ -245,7 +250,7 @@ def parse_line(stdout: str, prefix: str) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------------- 1
 def bench_overhead(kind: str, rows: int, threads: int, repeats: int) -> dict[str, Any]:
     from islands.hfl import FedAvg, FederatedModel
-    from islands.hfl.torch.training import train_centralised
+    from islands.hfl.torch.training import Position, Trainer, train_centralised
 
     spec = mlp_spec() if kind == "mlp" else cnn_spec()
     X, y = load_float32(rows)
@@ -261,12 +266,35 @@ def bench_overhead(kind: str, rows: int, threads: int, repeats: int) -> dict[str
             return train_centralised(spec, Xc, yc, epochs=1, batch_size=CL_BATCH, lr=LR,
                                      momentum=MOMENTUM, seed=0, init_seed=0)
 
+    def alone(trainers: list[Any]) -> Any:
+        """The clients' steps and the server's float64 mean, with no protocol around them."""
+        steps = min(t.steps_per_epoch(FL_BATCH) for t in trainers)
+        params, buffers = spec.initial_params(0), [None] * len(trainers)
+        with torch_threads(1), ThreadPoolExecutor(len(trainers)) as pool:
+            for step in range(steps):
+                def one(k: int, w: np.ndarray = params, step: int = step) -> Any:
+                    return trainers[k].train(w, start=Position(0, step), steps=1,
+                                             batch_size=FL_BATCH, lr=LR, momentum=MOMENTUM,
+                                             momentum_buffer=buffers[k])
+                outs = list(pool.map(one, range(len(trainers))))
+                buffers = [o.momentum for o in outs]
+                total = np.zeros(params.size)
+                for o in outs:
+                    total += o.params.astype(np.float64)
+                params = (total / len(outs)).astype(np.float32)
+        return params
+
+    def trainers_of(data: list[tuple[np.ndarray, np.ndarray]]) -> list[Any]:
+        return [Trainer(spec, Xk, yk, seed=k) for k, (Xk, yk) in enumerate(data)]
+
     # warm-up: torch's first calls, thread pools, allocator
     small = 4 * CL_BATCH
     cl(X[:small], y[:small])
     fl(threads, split(X[:small], y[:small], FL_CLIENTS))
     fl("auto", split(X[:small], y[:small], FL_CLIENTS))
-    names = ("cl", "fl", "fl_auto")
+    alone(trainers_of(split(X[:small], y[:small], FL_CLIENTS)))
+    trainers = trainers_of(parts)  # built outside the clock: the floor leaves set-up out
+    names = ("cl", "fl", "fl_auto", "alone")
     times: dict[str, list[float]] = {k: [] for k in names}
     out: dict[str, Any] = {}
     for rep in range(repeats):
@@ -274,6 +302,8 @@ def bench_overhead(kind: str, rows: int, threads: int, repeats: int) -> dict[str
         for name in order:
             if name == "cl":
                 t, out[name] = once(lambda: cl(X, y))
+            elif name == "alone":
+                t, out[name] = once(lambda: alone(trainers))
             else:
                 th: int | str = threads if name == "fl" else "auto"
                 t, out[name] = once(lambda th=th: fl(th, parts))
@@ -288,7 +318,8 @@ def bench_overhead(kind: str, rows: int, threads: int, repeats: int) -> dict[str
                            "cl_steps": steps, "cl_s": med["cl"],
                            "cl_s_per_step": med["cl"] / steps,
                            "cl_loss": float(out["cl"][1][0]), "times": times,
-                           "target": TARGET_FL_CL}
+                           "target": TARGET_FL_CL, "alone_s": med["alone"],
+                           "alone_ratio": med["alone"] / med["cl"]}
     for name in ("fl", "fl_auto"):
         model = out[name]
         rounds = model.rounds_
@@ -550,6 +581,10 @@ def print_overhead(results: dict[str, Any]) -> None:
                          f"{f['ratio']:.2f}", f"<= {TARGET_FL_CL}", verdict(f["met"]),
                          f"{f['rounds']} rounds, {f['s_per_round'] * 1e3:.1f} ms/round vs CL "
                          f"{r['cl_s_per_step'] * 1e3:.1f} ms/step; {r['repeats']} rep"])
+        rows.append([f"   floor: the 3 clients' training alone ({kind.upper()})",
+                     fmt_s(r["alone_s"]), fmt_s(r["cl_s"]), f"{r['alone_ratio']:.2f}", "-", "-",
+                     "Trainer.train per client per round and the float64 mean, 1 torch thread "
+                     "each in 3 threads, no protocol, no set-up"])
     if not rows:
         return
     widths = [max(len(x[i]) for x in [header, *rows]) for i in range(6)]

@@ -193,6 +193,23 @@ def test_every_ciphertext_check_refuses(change: Any, said: str) -> None:
         c.from_bytes(change(c, fp, head), 3, "u", "party 'B'")
 
 
+def secret_p() -> int:
+    fields = msgpack.unpackb(owner().secret_bytes()[:-8], raw=True)
+    return int.from_bytes(fields[0], "little")
+
+
+@pytest.mark.parametrize("where", [0, 1, 2])
+def test_a_ciphertext_sharing_a_factor_with_n_is_refused_by_its_index(where: int) -> None:
+    """In range but not a unit: p·k < n. The check is one gcd of the product; the index
+    named is still the offending one."""
+    c = cipher()
+    fp, head = blob_elements(c.to_bytes(c.encrypt([5, -7, 11])))
+    items = list(head[3])
+    items[where] = element(secret_p() * 12345)
+    with pytest.raises(ValidationError, match=rf"u\[{where}\] is not a unit in \(0, n\)"):
+        c.from_bytes(rebuilt(fp, [3, 1, 2, items]), 3, "u", "party 'B'")
+
+
 def _deviating_passive(party: Any, plan: Plan, value: int) -> None:
     """A passive party that sends C a 'gradient' encrypting ``value``."""
     party.send("C", "hello", Hello(60, 2))

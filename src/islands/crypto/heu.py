@@ -333,8 +333,12 @@ class OuCipher:
         return out
 
     def stored(self, cts: Any) -> list[int]:
-        """Return the integers HEU stores for a ciphertext column (Montgomery form c·R mod n)."""
-        return self._parse(cts.serialize(), cts.rows, "ciphertexts", "OuCipher")
+        """Return the integers HEU stores for a ciphertext column (Montgomery form c·R mod n).
+
+        For this party's own ciphertexts (no range or unit checks: :meth:`from_bytes`
+        checks what arrives from another party).
+        """
+        return self._parse(cts.serialize(), cts.rows, "ciphertexts", "OuCipher", check=False)
 
     # ------------------------------------------------------------------ arithmetic
     def add(self, a: Any, b: Any) -> Any:
@@ -510,7 +514,8 @@ class OuCipher:
         """Key fingerprint followed by HEU's serialisation of the column."""
         return self.fingerprint + bytes(cts.serialize())
 
-    def _parse(self, body: bytes, count: int, name: str, owner: str) -> list[int]:
+    def _parse(self, body: bytes, count: int, name: str, owner: str, *,
+               check: bool = True) -> list[int]:
         limit = self._max_ct + 16
         if len(body) > 16 + count * (limit + 8):
             raise ValidationError(f"{owner}: {name} is too long for {count} ciphertexts")
@@ -540,9 +545,11 @@ class OuCipher:
             except (ValueError, msgpack.ExtraData, msgpack.FormatError,
                     msgpack.StackError) as exc:
                 raise ValidationError(f"{owner}: {name}[{i}] is malformed ({exc})") from None
-            if not 0 < c < n or gmpy2.gcd(c, n) != 1:
+            if check and not 0 < c < n:
                 raise ValidationError(f"{owner}: {name}[{i}] is not a unit in (0, n)")
             out.append(c)
+        if check:
+            _check_units(out, n, name, owner)
         return out
 
     def from_bytes(self, blob: Any, count: int, name: str, owner: str) -> Any:
@@ -565,6 +572,21 @@ class OuCipher:
         body = raw[_FINGERPRINT:]
         self._parse(body, count, name, owner)
         return hnp.CiphertextArray.load_from(body)
+
+
+def _check_units(values: list[int], n: int, name: str, owner: str) -> None:
+    """Refuse any value sharing a factor with n, naming the first such index.
+
+    One gcd of the product modulo n instead of one per value: a prime factor of n
+    divides some value exactly when it divides the product (n = p²q; p, q prime).
+    """
+    mod, acc = gmpy2.mpz(n), gmpy2.mpz(1)
+    for c in values:
+        acc = acc * c % mod
+    if gmpy2.gcd(acc, mod) == 1:
+        return
+    first = next(i for i, c in enumerate(values) if gmpy2.gcd(c, mod) != 1)
+    raise ValidationError(f"{owner}: {name}[{first}] is not a unit in (0, n)")
 
 
 def lengthen(cipher: OuCipher, cts: Any, exponents: Sequence[int] | None = None) -> Any:
