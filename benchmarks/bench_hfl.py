@@ -250,6 +250,7 @@ def parse_line(stdout: str, prefix: str) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------------- 1
 def bench_overhead(kind: str, rows: int, threads: int, repeats: int) -> dict[str, Any]:
     from islands.hfl import FedAvg, FederatedModel
+    from islands.hfl.torch.models import ModulePool
     from islands.hfl.torch.training import Position, Trainer, train_centralised
 
     spec = mlp_spec() if kind == "mlp" else cnn_spec()
@@ -272,10 +273,11 @@ def bench_overhead(kind: str, rows: int, threads: int, repeats: int) -> dict[str
         params, buffers = spec.initial_params(0), [None] * len(trainers)
         with torch_threads(1), ThreadPoolExecutor(len(trainers)) as pool:
             for step in range(steps):
-                def one(k: int, w: np.ndarray = params, step: int = step) -> Any:
+                def one(k: int, w: np.ndarray = params, step: int = step,
+                        bufs: list[Any] = buffers) -> Any:
                     return trainers[k].train(w, start=Position(0, step), steps=1,
                                              batch_size=FL_BATCH, lr=LR, momentum=MOMENTUM,
-                                             momentum_buffer=buffers[k])
+                                             momentum_buffer=bufs[k])
                 outs = list(pool.map(one, range(len(trainers))))
                 buffers = [o.momentum for o in outs]
                 total = np.zeros(params.size)
@@ -285,7 +287,8 @@ def bench_overhead(kind: str, rows: int, threads: int, repeats: int) -> dict[str
         return params
 
     def trainers_of(data: list[tuple[np.ndarray, np.ndarray]]) -> list[Any]:
-        return [Trainer(spec, Xk, yk, seed=k) for k, (Xk, yk) in enumerate(data)]
+        shared = ModulePool(spec)  # as FederatedModel: one pool of modules for its clients
+        return [Trainer(spec, Xk, yk, seed=k, pool=shared) for k, (Xk, yk) in enumerate(data)]
 
     # warm-up: torch's first calls, thread pools, allocator
     small = 4 * CL_BATCH

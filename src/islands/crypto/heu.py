@@ -21,7 +21,9 @@ checked against Python integers on ``sf-heu`` 0.5.2b0; sources cited from
   0 < c < n test; malformed bytes raise deep in C++). Every byte string from another
   party is parsed here first with ``msgpack`` under size limits and checked: the public
   key's schema id, n odd and long enough, G and H units in (1, n); a ciphertext array's
-  shape, count, schema ids and 0 < c < n with gcd(c, n) = 1. A key pair dealt to
+  shape, count, schema ids and 0 < c < n with gcd(c, n) = 1 (one gcd of the product
+  modulo n for the whole array, then one per value only to name a bad one: a gcd per
+  value cost 19 ms of the 22 ms that checking 1024 ciphertexts took). A key pair dealt to
   several parties (horizontal FL's clients) is checked whole, the secret key against the
   public one and OU's relations (:meth:`OuKeyOwner.from_key_bytes`).
 - **Randomness.** HEU's OU encrypts c = G^m·H^r mod n with r of only 110 bits at 2048
