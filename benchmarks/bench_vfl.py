@@ -18,7 +18,8 @@ epoch's OU calls alone (every party's encryptions, receipt checks, weighted sums
 decryptions, back to back in this process, no worker processes; the CPU time of all its
 threads, HEU's pool included) divided by the usable cores.
 No schedule of that arithmetic finishes an epoch sooner on this machine, so a target
-below the floor cannot be met by the protocol's plumbing.
+below the floor cannot be met by the protocol's plumbing. Section 2's floor costs about as
+long as its epoch; ``--skip-large-floor`` leaves it out.
 
 The key pair is generated before the clock starts (its time is printed apart). Epochs
 are timed from the coordinator's end-of-epoch messages in the transcript; the first
@@ -28,6 +29,7 @@ about 10 ms, so its ratio moves with any hiccup of the machine, and ``--epochs 8
 more steadies it.
 
     python benchmarks/bench_vfl.py [--rows 100000] [--skip-large] [--large-he ou,paillier]
+                                   [--skip-large-floor]
                                    [--epochs 3] [--json OUT]
 """
 
@@ -181,7 +183,7 @@ def breast_cancer(keys: dict[str, Any], epochs: int = 3) -> dict[str, Any]:
     return out
 
 
-def synthetic(rows: int, keys: dict[str, Any], he: str) -> dict[str, Any]:
+def synthetic(rows: int, keys: dict[str, Any], he: str, floor: bool = True) -> dict[str, Any]:
     from islands.crypto.processes import usable_cores
     from islands.vfl.config import VflConfig
     from islands.vfl.protocol import epoch_seconds
@@ -193,7 +195,7 @@ def synthetic(rows: int, keys: dict[str, Any], he: str) -> dict[str, Any]:
                            batch_size=1024, tol=None, he=he, key_bits=keys["bits"]).plan()
     run, wall = train([X[:, :20], X[:, 20:]], y, plan, keys["ou" if he == "ou" else "djn"])
     floor = he_floor(keys["ou"], [20, 20], 1024, batch_rows(rows, 1024, [20, 20])) \
-        if he == "ou" else None
+        if he == "ou" and floor else None
     return {"he": he, "rows": rows, "features": [20, 20], "batch_size": 1024, "floor": floor,
             "workers": usable_cores(), "epoch_s": epoch_seconds(run.transcript)[0],
             "wall_s": wall,
@@ -206,6 +208,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--key-bits", type=int, default=2048)
     ap.add_argument("--skip-large", action="store_true", help="only section 1")
+    ap.add_argument("--skip-large-floor", action="store_true",
+                    help="no floor in section 2 (it costs about as long as the epoch)")
     ap.add_argument("--large-he", default="ou,paillier",
                     help="schemes of section 2, comma-separated (ou, paillier, none)")
     ap.add_argument("--epochs", type=int, default=3,
@@ -251,7 +255,7 @@ def main() -> None:
     print(f"   clocks (DJN): {bc['paillier_djn']['clock']}")
     if not args.skip_large:
         for he in args.large_he.split(","):
-            big = synthetic(args.rows, keys, he)
+            big = synthetic(args.rows, keys, he, floor=not args.skip_large_floor)
             results["synthetic" if he == "paillier" else f"synthetic_{he}"] = big
             print(f"2. synthetic {big['rows']:,} × (20 + 20), batches of 1024, he={he!r}, "
                   f"{big['workers']} core(s): {fmt_s(big['epoch_s'])} per epoch, "
