@@ -230,6 +230,51 @@ def test_an_engine_that_hangs_is_stopped_at_the_timeout(monkeypatch: pytest.Monk
             os.kill(pid, 0)
 
 
+def test_no_engine_is_stopped_before_both_have_their_result(monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    """SPU can return before its last message to the peer has left (a party whose SPU
+    exited at once left its peer waiting, now and then, until the timeout). The worker
+    therefore stays after its result, and islands stops it only once both have theirs;
+    a stand-in that behaves like the real worker then waits, and is stopped."""
+    monkeypatch.setenv(SPU_PYTHON_ENV, str(_fake_engine(tmp_path, f"""
+        lines = open(req["input"]).read().split()[1:]
+        with open(req["output"], "w") as f:
+            f.write('"id","row"\\n' + "\\n".join(lines) + "\\n")
+        json.dump({{"original_count": len(lines), "intersection_count": len(lines)}},
+                  open(report, "w"))
+        open({str(tmp_path)!r} + "/pid-" + str(os.getpid()), "w").close()
+        open(os.path.join(workdir, "finished"), "w").close()
+        time.sleep(600)
+    """)))
+    events: list[tuple[str, str]] = []
+    finish, close = SpuParty.finish, SpuParty.close
+
+    def finishing(self: SpuParty) -> Any:
+        out = finish(self)
+        events.append(("result", self.name))
+        return out
+
+    def closing(self: SpuParty) -> None:
+        if self._dir is not None:
+            assert self._proc is not None
+            events.append(("close", self.name) if self._proc.poll() is None
+                          else ("gone before close", self.name))
+        close(self)
+
+    monkeypatch.setattr(SpuParty, "finish", finishing)
+    monkeypatch.setattr(SpuParty, "close", closing)
+    t0 = time.monotonic()
+    assert intersect(["a", "b"], ["a", "b"], engine="spu", timeout=60) == ["a", "b"]
+    assert time.monotonic() - t0 < 30  # it did not wait for the stand-ins to exit
+    assert sorted(events[:2]) == [("result", "a"), ("result", "b")]
+    assert sorted(events[2:]) == [("close", "a"), ("close", "b")]
+    pids = [int(p.name[4:]) for p in tmp_path.glob("pid-*")]
+    assert len(pids) == 2
+    for pid in pids:  # both stopped once both had their result
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
 @needs_spu
 def test_a_peer_that_never_comes_times_out() -> None:
     # one real SPU party whose peer address has nobody behind it

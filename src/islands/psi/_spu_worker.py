@@ -7,7 +7,8 @@ timeout in milliseconds (``argv[2]``), it imports SPU, creates ``ready`` there, 
 ``go`` (both parties then open the link together: a party that finds its peer not yet
 listening waits seconds in brpc's reconnection back-off), reads ``request.json``, runs
 ``spu.psi.psi_execute`` for this party over SPU's own link (brpc, optionally with mutual
-TLS) and writes a JSON report where the request says. Nothing else passes between the two
+TLS), writes a JSON report where the request says, creates ``finished`` and stays until
+islands stops it (or its timeout passes). Nothing else passes between the two
 environments: the IDs go through a CSV file in the caller's private directory, the
 intersection comes back the same way.
 
@@ -82,17 +83,26 @@ def main(workdir: str, timeout_ms: int) -> int:
         output_params=psi.OutputParams(type=psi.SourceType.SOURCE_TYPE_FILE_CSV,
                                        path=req["output"], disable_alignment=True))
     report = psi.psi_execute(config, ctx)
-    with open(req["report"], "w", encoding="utf-8") as f:
+    part = req["report"] + ".part"
+    with open(part, "w", encoding="utf-8") as f:
         json.dump({"original_count": report.original_count,
                    "intersection_count": report.intersection_count,
                    "import_s": t_import - t_start, "wait_s": t_ready - t_import,
                    "link_s": t_link - t_ready,
                    "psi_s": time.perf_counter() - t_link}, f)
-    # The result is written and psi_execute has sent all it sends. No stop_link: with TLS,
-    # brpc aborts the process now and then (a failed check in controller.cpp) when the
-    # peer has already gone, which would turn a finished run into a failure.
+    os.replace(part, req["report"])
     sys.stdout.flush()
     sys.stderr.flush()
+    open(os.path.join(workdir, "finished"), "w").close()
+    # Stay until islands stops this process. psi_execute can return before its last
+    # asynchronous message has left; a party that exited at once left its peer waiting
+    # for that message until the timeout, now and then (about once in 60 runs on a loaded
+    # machine). islands ends this process only once the peer's psi_execute has returned
+    # too (both parties' "finished", or the peer's word over islands' own channel). No
+    # stop_link: with TLS, brpc aborts the process now and then (a failed check in
+    # controller.cpp) when the peer has already gone.
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
     os._exit(0)
 
 

@@ -355,11 +355,16 @@ def _spu(party: Party, peer: str, values: list[Any], encoded: list[bytes], kind:
             tls = pinned_tls(Path(folder), own_cert, theirs.cert)
             engine = SpuParty(name, peer, SpuLink(mine.link_id, hosts, 0 if first else 1, tls),
                               timeout=party.timeout)
-            engine.start(encoded)
-            rows = engine.finish()
-        running.advance(info=f"{rows.size} common IDs")
-        party.send(peer, "done", int(rows.size))
-        count = party.recv(peer, "done")
+            try:
+                engine.start(encoded)
+                rows = engine.finish()
+                running.advance(info=f"{rows.size} common IDs")
+                # the peer's word that its SPU has the result: only then is this party's
+                # SPU stopped (SpuParty.finish)
+                party.send(peer, "done", int(rows.size))
+                count = party.recv(peer, "done")
+            finally:
+                engine.close()
         running.advance()
     if type(count) is not int or count != rows.size:
         raise ProtocolError(f"PSI party {name!r}: SPU found {rows.size} common IDs here but "

@@ -8,7 +8,10 @@ runs :mod:`islands.psi._spu_worker` with that environment's Python. What this mo
 writes by hand is only the bridge: the IDs go to a CSV file in a private temporary
 directory (one CSV-safe key per ID, :func:`spu_keys`, and the ID's row), the worker runs
 with a timeout, and the intersection it writes is read back and checked (every row one
-of this party's and holding its key, none twice, as many as SPU reports). The files are
+of this party's and holding its key, none twice, as many as SPU reports). A worker stays
+after its result until islands stops it, once the peer has its result too: SPU can
+return before its last message to the peer has left, and a worker that exited at once
+left its peer waiting for that message, now and then, until the timeout. The files are
 written and read as whole buffers, not line by line: at a million IDs islands' share of
 the run is then small beside SPU's own. No pickle crosses: a JSON request, a JSON report
 and two CSV files.
@@ -249,24 +252,27 @@ class SpuParty:
         (self._dir / "go").touch()
 
     def finish(self) -> NDArray[np.int64]:
-        """Wait for the worker (within the timeout); return the rows of the common IDs.
+        """Wait for SPU's result (within the timeout); return the rows of the common IDs.
 
         The rows are positions in this party's ``encoded``, in SPU's order (sorted by
-        key, the same on both sides).
+        key, the same on both sides). The worker stays after its result until
+        :meth:`close` (or its timeout): SPU can return before its last message to the
+        peer has left, so a party closes only once the peer has its result too (both
+        :meth:`finish` calls returned, or the peer said so over islands' channel).
 
         Raises
         ------
         PeerTimeoutError
             When the run takes longer than ``timeout`` (the worker is killed).
         ProtocolError
-            When SPU fails (with the end of its log) or its output does not check out.
+            When SPU fails (with the end of its log) or its output does not check out
+            (the worker is stopped in both cases).
         """
         if self._proc is None or self._dir is None:
             raise RuntimeError("SpuParty.finish() before start()")
         try:
-            try:
-                rc = self._proc.wait(timeout=max(0.0, self._deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            rc = self._wait_result()
+            if rc is None:
                 self._kill()
                 self._refused_tls()
                 raise PeerTimeoutError(
@@ -282,8 +288,25 @@ class SpuParty:
                     f"(exit status {rc}); the end of its log:\n{self._log_tail()}",
                     party=self.name, step="spu")
             return self._read()
-        finally:
+        except BaseException:
             self.close()
+            raise
+
+    def _wait_result(self) -> int | None:
+        """Wait for the worker's result: 0 once it has one, its exit status if it ended.
+
+        None when the timeout passed first.
+        """
+        assert self._proc is not None and self._dir is not None
+        finished = self._dir / "finished"
+        while not finished.exists():
+            rc = self._proc.poll()
+            if rc is not None:
+                return rc
+            if time.monotonic() > self._deadline:
+                return None
+            time.sleep(0.005)
+        return 0
 
     def close(self) -> None:
         """Stop the worker if it still runs and delete the private directory.
