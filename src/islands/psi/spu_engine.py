@@ -241,10 +241,8 @@ class SpuParty:
             As :meth:`finish`, when the worker stops or the timeout passes first.
         """
         assert self._proc is not None and self._dir is not None, "launch() first"
-        while not (self._dir / "ready").exists():
-            if self._proc.poll() is not None or time.monotonic() > self._deadline:
-                self.finish()  # raises: the worker failed or ran out of time
-            time.sleep(0.005)
+        if not self._wait_for("ready"):
+            self.finish()  # raises: the worker failed or ran out of time
 
     def go(self) -> None:
         """Let the worker open SPU's link and run (after :meth:`submit`)."""
@@ -271,8 +269,9 @@ class SpuParty:
         if self._proc is None or self._dir is None:
             raise RuntimeError("SpuParty.finish() before start()")
         try:
-            rc = self._wait_result()
-            if rc is None:
+            done = self._wait_for("finished")
+            rc = None if done else self._proc.poll()  # an exit status, or None: still running
+            if not done and rc is None:  # the timeout passed first
                 self._kill()
                 self._refused_tls()
                 raise PeerTimeoutError(
@@ -282,7 +281,7 @@ class SpuParty:
                     f"looks like this). The end of its log:\n{self._log_tail()}",
                     party=self.name, peer=self.peer, tag="spu", timeout=self.timeout
                     ) from None
-            if rc != 0:
+            if rc:  # a clean exit (0) without the marker: the output is checked below
                 raise ProtocolError(
                     f"PSI party {self.name!r}: SPU's PSI with party {self.peer!r} failed "
                     f"(exit status {rc}); the end of its log:\n{self._log_tail()}",
@@ -292,21 +291,18 @@ class SpuParty:
             self.close()
             raise
 
-    def _wait_result(self) -> int | None:
-        """Wait for the worker's result: 0 once it has one, its exit status if it ended.
+    def _wait_for(self, marker: str) -> bool:
+        """Wait until the worker creates ``marker`` in its directory.
 
-        None when the timeout passed first.
+        False when the worker ended without it or the timeout passed first.
         """
         assert self._proc is not None and self._dir is not None
-        finished = self._dir / "finished"
-        while not finished.exists():
-            rc = self._proc.poll()
-            if rc is not None:
-                return rc
-            if time.monotonic() > self._deadline:
-                return None
+        path = self._dir / marker
+        while not path.exists():
+            if self._proc.poll() is not None or time.monotonic() > self._deadline:
+                return path.exists()
             time.sleep(0.005)
-        return 0
+        return True
 
     def close(self) -> None:
         """Stop the worker if it still runs and delete the private directory.
