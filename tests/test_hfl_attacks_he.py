@@ -17,8 +17,19 @@ import numpy as np
 import pytest
 
 from islands.aggregation.keys import KeyAck
+from islands.crypto import ckks, mac
 from islands.errors import ProtocolError
-from islands.hfl.server_audit import HEFederation, forwarded, he_aggregator
+from islands.hfl.server_audit import (
+    HEFederation,
+    combine,
+    forwarded,
+    he_aggregator,
+    honest_coefficients,
+    masked,
+    positions,
+    scaled,
+    spliced,
+)
 
 CLIENTS = ["c0", "c1", "c2", "c3"]  # c0 deals the key; c1 is the victim
 DIM = 7
@@ -120,7 +131,7 @@ def test_a_server_forwarding_one_upload_as_the_aggregate_is_refused_by_every_oth
     fed.deal()
     agg, ups = fed.uploads(1)
     honest = fed.aggregate(agg, ups, CLIENTS)
-    why = [r"claims the upload of 'c1' alone", r"not the sum of the uploads of round 1 by "
+    why = [r"claims the upload of 'c1' alone", r"not the weighted sum of the uploads of round 1 by "
            r"\['c0', 'c1', 'c2', 'c3'\]"]
     for payload, reason in zip(forwarded(fed, ups, honest), why, strict=True):
         for c in ["c0", "c2", "c3"]:
@@ -191,7 +202,11 @@ class _Recorder:
 
 
 class _ForwardingRound:
-    """A deviating server's round: the victim c1's upload alone becomes "the aggregate"."""
+    """A deviating server's round: the victim c1's values become "the aggregate".
+
+    The forgery of the issue: every upload times a 0/1 plaintext vector, the victim's
+    over the model and everyone's over the MAC, under the honest aggregate's claims.
+    """
 
     def __init__(self, half: Any, link: Any, rnd: int, inner: Any, dim: int) -> None:
         self.half, self.link, self.rnd, self.inner, self.dim = half, link, rnd, inner, dim
@@ -203,10 +218,7 @@ class _ForwardingRound:
         self.inner.add(client, payload)
 
     def finish(self, survivors: list[str]) -> Any:
-        alone = self.half.start(self.link, round=self.rnd, clients=["c1"],
-                                weights={"c1": 1.0}, dim=self.dim)
-        alone.add("c1", self.raw["c1"])
-        return alone.finish(["c1"])
+        return masked(self.half, self.raw, self.inner.finish(survivors), "c1")
 
 
 class _ForwardingServer:
@@ -249,19 +261,184 @@ def test_a_server_sending_one_clients_upload_for_evaluation_gets_no_accuracy(
     from islands.hfl.protocol import client, server
     from islands.runtime import run_local
 
+    dim = LONG[scheme]  # more than one CKKS chunk, or one packed Paillier ciphertext
     honest = _aggregator(scheme)
     seen: dict[str, list[Any]] = {c: [] for c in CLIENTS}
     strategy = FedAvg(local_steps=1, batch_size=5, lr=0.1, evaluate=True,
                       aggregator=_ForwardingServer(honest))
     roles: dict[str, Any] = {"server": partial(
-        server, clients=CLIENTS, strategy=strategy, initial=np.zeros(DIM, np.float32),
+        server, clients=CLIENTS, strategy=strategy, initial=np.zeros(dim, np.float32),
         epochs=3, client_timeout=60)}
     for k, c in enumerate(CLIENTS):
         roles[c] = partial(client, server="server", learner=_Recorder(seen[c], k),
                            aggregator=honest, task_timeout=60)
     with pytest.raises(ProtocolError, match="refuses"):
         run_local(roles, timeout=120)
-    victim = np.zeros(DIM, np.float32) + 0.2  # c1's model after round 1
+    victim = np.zeros(dim, np.float32) + 0.2  # c1's model after round 1
     for c in ["c0", "c2", "c3"]:
         # round 1 evaluates the clear initial model; the forwarded one is never evaluated
         assert len(seen[c]) == 1 and not np.allclose(seen[c][0], victim)
+
+
+# ------------------------------------------------------------------ issue 37: the MAC
+LONG = {"ckks": 5000, "paillier": 100, "ou": 40}
+"""Model sizes longer than one CKKS chunk (4,096 slots) or packed ciphertext (40 or 13)."""
+
+SCHEMES3 = ["ckks", "paillier", "ou"]
+
+
+def _long(scheme: str, **options: Any) -> HEFederation:
+    if scheme == "ou":
+        pytest.importorskip("heu")
+        options = {"he": "ou", **options}
+    _aggregator("ckks" if scheme == "ckks" else "paillier")
+    fed = HEFederation("ckks" if scheme == "ckks" else "paillier", dim=LONG[scheme],
+                       options=options)
+    fed.deal()
+    return fed
+
+
+def _decrypted(fed: HEFederation, payload: Any) -> Any:
+    """What c2's key decrypts ``payload``'s values to, with no check (the forgery's content)."""
+    if fed.scheme == "ckks":
+        n = fed.dim + mac.real_tag_count(fed.dim)
+        return ckks.decrypt_vector(fed.halves["c2"].context, payload["chunks"], n)[:fed.dim]
+    return None
+
+
+@pytest.mark.parametrize("scheme", SCHEMES3)
+@pytest.mark.parametrize("attack", ["masked", "spliced", "scaled"])
+def test_a_forged_combination_of_the_rounds_uploads_is_refused_by_every_client(
+        scheme: str, attack: str) -> None:
+    fed = _long(scheme)
+    agg, ups = fed.uploads(1)
+    honest = fed.aggregate(agg, ups, CLIENTS)
+    half = fed.server_half()
+    forged = {"masked": lambda: masked(half, ups, honest, "c1"),
+              "spliced": lambda: spliced(half, ups, honest, "c1"),
+              "scaled": lambda: scaled(half, ups, honest)}[attack]()
+    if attack == "masked" and scheme == "ckks":
+        # the issue's forgery: it decrypts to the victim's exact model (error <= 1e-9)
+        np.testing.assert_allclose(_decrypted(fed, forged), fed.models[1]["c1"], atol=1e-8)
+    for c in CLIENTS:
+        with pytest.raises(ProtocolError, match=rf"client {c!r} refuses the aggregate server "
+                           r"'server' sent as that of round 1: it is not the weighted sum of "
+                           r"the uploads of round 1 by \['c0', 'c1', 'c2', 'c3'\] it claims "
+                           r"\(its MAC"):
+            fed.halves[c].open(forged)
+    for c in CLIENTS:  # the honest aggregate still opens
+        np.testing.assert_allclose(fed.halves[c].open(honest), fed.mean(1, CLIENTS), atol=TOL)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES3)
+def test_a_replay_mixing_two_rounds_is_refused(scheme: str) -> None:
+    fed = _long(scheme)
+    _, first = fed.uploads(1)
+    agg, second = fed.uploads(2)
+    honest = fed.aggregate(agg, second, CLIENTS)
+    half = fed.server_half()
+    count = positions(half, fed.dim)
+    tags = fed.dim if scheme == "ckks" else count - 1
+    uploads = {**{f"{c}@1": first[c] for c in CLIENTS}, **second}
+    coefficients: dict[str, Any] = {}
+    for c, p in honest_coefficients(half, CLIENTS, dict(zip(
+            honest["contributors"], honest["weights"], strict=True))).items():
+        old = np.zeros(count, dtype=np.float64 if scheme == "ckks" else object)
+        new = old.copy()
+        old[:tags], new[tags:] = p, p  # round 1's values under round 2's MAC
+        coefficients[f"{c}@1"], coefficients[c] = old, new
+    forged = combine(half, uploads, coefficients, honest)
+    for c in CLIENTS:
+        with pytest.raises(ProtocolError, match=rf"client {c!r} refuses .* round 2 .*its MAC"):
+            fed.halves[c].open(forged)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES3)
+def test_a_sum_of_fewer_uploads_than_a_client_accepts_is_refused(scheme: str) -> None:
+    fed = _long(scheme, min_clients=3)
+    agg, ups = fed.uploads(1)
+    pair = fed.aggregate(agg, ups, ["c1", "c2"])
+    with pytest.raises(ProtocolError, match=r"client 'c0' refuses .* it sums 2 uploads, "
+                       r"fewer than this client's min_clients=3"):
+        fed.halves["c0"].open(pair)
+    # the same two uploads, claimed as three: the MAC holds the server to its claim
+    agg, ups = fed.uploads(2)
+    three = fed.aggregate(agg, ups, ["c1", "c2", "c3"])
+    forged = combine(fed.server_half(), ups, {c: honest_coefficients(
+        fed.server_half(), ["c1", "c2"], dict(zip(three["contributors"], three["weights"],
+                                                   strict=True)))[c] for c in ["c1", "c2"]},
+        three)
+    with pytest.raises(ProtocolError, match=r"client 'c0' refuses .*its MAC"):
+        fed.halves["c0"].open(forged)
+    np.testing.assert_allclose(fed.halves["c0"].open(three),
+                               fed.mean(2, ["c1", "c2", "c3"]), atol=TOL)
+
+
+def _random_ckks(rng: np.random.Generator, half: Any, honest: dict[str, Any], dim: int,
+                 models: dict[str, Any]) -> dict[str, Any]:
+    """Per-slot coefficients in [0, p_k] that move the opened sum by >= 1e-2 somewhere."""
+    count = positions(half, dim)
+    weights = dict(zip(honest["contributors"], honest["weights"], strict=True))
+    coef = {c: np.full(count, p) for c, p in weights.items()}
+    for _ in range(int(rng.integers(1, 4))):
+        c = CLIENTS[int(rng.integers(len(CLIENTS)))]
+        move = int(rng.integers(4))
+        if move == 0:  # a few slots, values or tags, to another weight
+            where = rng.choice(count, size=int(rng.integers(1, 20)), replace=False)
+            coef[c][where] = weights[c] * rng.choice([0.0, 0.3, 0.5, 0.9], size=where.size)
+        elif move == 1:  # a client left out of the values but kept in the tags
+            coef[c][:dim] = 0.0
+        elif move == 2:  # a client's tags left out
+            coef[c][dim:] = 0.0
+        else:  # every slot of one block at random
+            lo = int(rng.integers(0, count // mac.BLOCK + 1)) * mac.BLOCK
+            coef[c][lo:lo + mac.BLOCK] = weights[c] * rng.random(min(mac.BLOCK, count - lo))
+    return coef
+
+
+def _random_modular(rng: np.random.Generator, count: int) -> tuple[dict[str, Any],
+                                                                   dict[int, int]]:
+    """Integer matrices [input, output] per client, not all the identity, and offsets."""
+    coef = {c: np.eye(count, dtype=np.int64).astype(object) for c in CLIENTS}
+    offsets: dict[int, int] = {}
+    for _ in range(int(rng.integers(1, 4))):
+        c = CLIENTS[int(rng.integers(len(CLIENTS)))]
+        i, j = (int(v) for v in rng.integers(count, size=2))
+        move = int(rng.integers(4))
+        if move == 0:  # one coefficient changed
+            coef[c][i, j] += int(rng.choice([-2, -1, 1, 2, 3]))
+        elif move == 1:  # a ciphertext moved or copied to another position (tags included)
+            coef[c][i, (i + 1 + int(rng.integers(count - 1))) % count] += 1
+        elif move == 2:  # a client left out at one position
+            coef[c][j, j] = 0
+        else:  # a known plaintext added at one position
+            offsets[j] = int(rng.integers(1, 2**40))
+    if all((coef[c] == np.eye(count, dtype=np.int64)).all() for c in CLIENTS) and not offsets:
+        coef["c1"][0, 0] = 2
+    return coef, offsets
+
+
+@pytest.mark.parametrize("scheme", SCHEMES3)
+def test_a_randomised_attacker_combining_the_rounds_ciphertexts_never_passes(
+        scheme: str) -> None:
+    fed = _long(scheme)
+    agg, ups = fed.uploads(1)
+    honest = fed.aggregate(agg, ups, CLIENTS)
+    half = fed.server_half()
+    rng = np.random.default_rng(37)
+    for trial in range(25):
+        if scheme == "ckks":
+            coef = _random_ckks(rng, half, honest, fed.dim, fed.models[1])
+            forged = combine(half, ups, coef, honest)
+            # a forgery within CKKS's noise is no forgery; these move the sum visibly
+            opened = _decrypted(fed, forged)
+            if np.max(np.abs(opened - fed.mean(1, CLIENTS))) < 1e-2 and all(
+                    np.allclose(coef[c][fed.dim:], p) for c, p in zip(
+                        honest["contributors"], honest["weights"], strict=True)):
+                continue
+        else:
+            coef, offsets = _random_modular(rng, positions(half, fed.dim))
+            forged = combine(half, ups, coef, honest, offsets=offsets)
+        with pytest.raises(ProtocolError, match=r"client 'c2' refuses"):
+            fed.halves["c2"].open(forged)
+        assert fed.halves["c2"].binding.opened == 0, f"trial {trial} was accepted"

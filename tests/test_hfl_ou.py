@@ -159,7 +159,7 @@ def test_the_aggregate_stays_bound_to_its_round_and_contributors() -> None:
         np.testing.assert_allclose(fed.halves[c].open(honest), fed.mean(1, fed.clients),
                                    atol=TOL)
     why = [r"claims the upload of 'c1' alone",
-           r"not the sum of the uploads of round 1 by \['c0', 'c1', 'c2', 'c3'\]"]
+           r"not the weighted sum of the uploads of round 1 by \['c0', 'c1', 'c2', 'c3'\]"]
     for payload, reason in zip(forwarded(fed, ups, honest), why, strict=True):
         with pytest.raises(ProtocolError, match=rf"client 'c2' refuses the aggregate server "
                            rf"'server' sent as that of round 1: .*{reason}"):
@@ -169,9 +169,11 @@ def test_the_aggregate_stays_bound_to_its_round_and_contributors() -> None:
     assert half.cipher is not None and not hasattr(half.cipher, "_decryptor")
     agg2, ups2 = fed.uploads(2)
     with pytest.raises(MalformedUpdateError, match=r"client 'c3' sent a malformed OU update"):
-        agg2.add("c3", ups2["c3"][:-40])
+        agg2.add("c3", dict(ups2["c3"], blob=ups2["c3"]["blob"][:-40]))
     with pytest.raises(MalformedUpdateError, match=r"another public key"):
-        agg2.add("c3", bytes(32) + ups2["c3"][32:])
+        agg2.add("c3", dict(ups2["c3"], blob=bytes(32) + ups2["c3"]["blob"][32:]))
+    with pytest.raises(MalformedUpdateError, match=r"its MAC counter"):
+        agg2.add("c3", ups2["c3"]["blob"])
     second = fed.aggregate(agg2, ups2, list(fed.clients))
     np.testing.assert_allclose(fed.halves["c1"].open(second), fed.mean(2, fed.clients),
                                atol=TOL)

@@ -342,7 +342,7 @@ def test_homomorphic_rounds_refuse_other_lengths_and_keys() -> None:
     pytest.importorskip("tenseal")
     from islands.aggregation.base import ServerLink
     from islands.aggregation.homomorphic import CKKSAggregator, PaillierAggregator
-    from islands.crypto import ckks, paillier
+    from islands.crypto import ckks, mac, paillier
 
     class P:
         name = "server"
@@ -363,8 +363,15 @@ def test_homomorphic_rounds_refuse_other_lengths_and_keys() -> None:
     phalf = agg.server_half()
     phalf.public_key = pk
     prnd = phalf.start(link, round=1, clients=["a", "b"], weights={"a": 1.0, "b": 1.0}, dim=50)
-    prnd.add("a", paillier.encrypt_vector(pk, np.zeros(50), agg.spec))
+
+    def upload(key: object, n: int) -> dict[str, object]:  # packed values, then the MAC
+        return {"blob": paillier.encrypt_blob(key, [*paillier.pack(np.zeros(n), agg.spec), 1]),
+                "counter": 0}
+
+    prnd.add("a", upload(pk, 50))
     with pytest.raises(ProtocolError, match="'b'"):
-        prnd.add("b", paillier.encrypt_vector(pk, np.zeros(500), agg.spec))
+        prnd.add("b", upload(pk, 500))
     with pytest.raises(ProtocolError, match="'b'"):
-        prnd.add("b", paillier.encrypt_vector(pk2, np.zeros(50), agg.spec))
+        prnd.add("b", upload(pk2, 50))
+    with pytest.raises(ProtocolError, match=r"'b'.*MAC counter"):
+        prnd.add("b", dict(upload(pk, 50), counter=mac.MAX_COUNTER))

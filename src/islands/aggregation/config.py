@@ -34,6 +34,8 @@ __all__ = [
 ]
 
 _FRAC_BITS = "an int in [8, 48]"
+_MIN_HE_CLIENTS = ("The fewest uploads an aggregate this client opens may sum (a single one "
+                   "must be its own).")
 _ACCOUNTANTS = Literal["rdp", "pld"]
 
 
@@ -85,6 +87,7 @@ class CkksConfig(ProtocolConfig):
         "Bit sizes of the coefficient modulus primes (default [60, 40, 60]).")
     scale_bits: int | None = setting(None, "an int in [20, 60]",
                                      "log2 of the CKKS scale (default 40).")
+    min_clients: int = setting(1, "an int >= 1", _MIN_HE_CLIENTS, ge=1)
 
     def params(self) -> CKKSParams:
         """Return the engine's parameters, unset values at their defaults."""
@@ -129,6 +132,7 @@ class PaillierAggConfig(ProtocolConfig):
         "Homomorphic engine: 'paillier' (islands' packed Paillier) or 'ou' "
         "(Okamoto-Uchiyama on HEU, needs sf-heu: pip install 'islands[heu]'; key_bits is "
         "then the approximate size of n = p²q).")
+    min_clients: int = setting(1, "an int >= 1", _MIN_HE_CLIENTS, ge=1)
 
 
 class ChaosConfig(ProtocolConfig):

@@ -37,35 +37,40 @@ Against a deviating dealer or server (issue 22):
   secret key that fits the public one. More protection or precision is accepted. A
   mismatch is a ProtocolError naming the dealer, the parameter, the value expected and
   the value received, raised when the key arrives, before anything is encrypted or sent.
-* **An aggregate is bound to its round and its contributors.** Every upload carries
-  :data:`TAG_SLOTS` extra values τ_{k,r} ∈ [-1, 1), a pseudo-random function of the
-  dealt secret, the round r and the client's name, which only the key holders can
-  compute. The server sends the aggregate with the round, the contributors S and their
-  weights p_j; a client recomputes Σ_{j∈S} p_j·τ_{j,r}, compares it with the decrypted
-  tag slots (to a tolerance of 64 times CKKS's precision at the context's scale, or of
-  the fixed point's rounding for Paillier: forging all 16 slots within it without the
-  key has a chance below 10^-19) and only then scales the model by 1/Σ_S p_j itself.
-  So a server cannot pass off one client's upload as a sum of several, change the
-  weights it applied, relabel a round, or replay an aggregate older than the client's
-  own last upload or than one it opened: the client refuses with a ProtocolError
-  naming the server and the round. The model a client trains on and evaluates comes
-  from the same check (:meth:`open`), so a server cannot have a client score another
-  client's upload either. An aggregate of a single upload other than the client's own
-  is refused (it would be that client's model).
+* **An aggregate is bound to its values, its round and its contributors**
+  (:mod:`islands.crypto.mac`). Every upload carries a linear MAC of its values under a
+  key derived from the dealt secret, which the server never holds: under Paillier and OU
+  one more ciphertext holding a polynomial MAC of the packed plaintexts modulo the
+  plaintext modulus (exact), under CKKS 16 tags per block of 1,024 values (checked to a
+  tolerance of 2^-(scale_bits−16), 6·10^-8 at the defaults, far above CKKS's own error
+  and far below any useful change). The MAC key's point and pads are fresh every round,
+  and each pad is scaled by the weight the client was given. The server sends the
+  aggregate with the round, the contributors S and their weights (and, under OU, each
+  upload's attempt counter); a client decrypts, checks that the MAC of what it decrypted
+  is the MAC of the honest weighted sum of those uploads of that round, and only then
+  scales the model by 1/Σ_S p_j and uses it (:meth:`open`; the model it trains on and
+  evaluates comes from the same check). Anything else is refused with a ProtocolError
+  naming the server and the round: one client's upload, a splice of several uploads'
+  ciphertexts, a slot-wise masked or scaled combination, other weights, a relabelled or
+  replayed round, a sum of fewer uploads than claimed. The chance that a forgery passes
+  is below 2^-600 under Paillier and OU whatever the server computes from the
+  ciphertexts and the public key, and under CKKS below (τ·√1024/δ)^16 for a forgery that
+  moves a value of the sum by δ (10^-27 for δ = 10^-4); :mod:`islands.crypto.mac` gives
+  the arguments. An aggregate of a single upload other than the client's own is refused
+  (it would be that client's model), and so is one of fewer uploads than the client's
+  own ``min_clients``, or than the t its distributed DP noise is calibrated for.
 
-Residual, honestly: the server still chooses which of the round's uploads it sums, and
-with which weights (it sets them from the sample counts the clients announce; a client
-checks its own). It may leave out uploads, as it must for late clients; a sum over two
-clients shows each of them the other's model, and a weight near 1 on one contributor
-makes the mean nearly its model. A client bound on the contributors and weights it
-accepts is not configurable yet. A client colluding with the server still decrypts
-every upload (the shared key, above).
+Residual, honestly: the server still chooses which of the round's uploads it sums
+(at least ``min_clients`` of them), and it sets the weights from the sample counts the
+clients announce; a client checks its own weight and, through the MAC, that every
+contributor's upload was made with the weight claimed for it. It may leave out uploads,
+as it must for late clients; a sum over two clients shows each of them the other's model,
+and a weight near 1 on one contributor makes the mean nearly its model. A client
+colluding with the server still decrypts every upload (the shared key, above).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
@@ -83,19 +88,13 @@ from islands.aggregation.base import (
 )
 from islands.aggregation.config import CkksConfig, PaillierAggConfig
 from islands.aggregation.keys import KeyHello, KeyReceiver, deal_key
-from islands.crypto import ckks
-from islands.crypto.prg import expand
+from islands.crypto import ckks, mac
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party
 
-__all__ = ["TAG_SLOTS", "CKKSAggregator", "PaillierAggregator"]
+__all__ = ["CKKSAggregator", "PaillierAggregator"]
 
 Vector = NDArray[np.float32]
-
-TAG_SLOTS = 16
-"""Values appended to every upload to bind the aggregate to its round and contributors."""
-
-_TAG_LABEL = b"islands hfl aggregate tags v1"
 
 
 def _paillier() -> ModuleType:
@@ -123,13 +122,14 @@ def _refuse_key(scheme: str, me: str, dealer: str, name: str, want: str,
 class _Binding:
     """A client's side of the aggregate binding (see the module docstring).
 
-    Holds the tag key (derived from the dealt secret), who this client is, and its last
-    upload and opened round; :meth:`check` refuses an aggregate that is not the sum of
-    the uploads of the round and contributors it claims.
+    Holds the MAC key (derived from the dealt secret), who this client is, and its last
+    upload and opened round; :meth:`claims` checks what the server says an aggregate is,
+    :meth:`check_real` and :meth:`check_modular` that its MAC is the one of that sum.
     """
 
-    def __init__(self, scheme: str) -> None:
+    def __init__(self, scheme: str, min_clients: int = 1) -> None:
         self.scheme = scheme
+        self.min_clients = int(min_clients)
         self.key: bytes | None = None
         self.me = ""
         self.server = ""
@@ -158,33 +158,32 @@ class _Binding:
             self.dealer = step.body.dealer[:100]
 
     def install(self, secret: bytes) -> None:
-        self.key = hmac.new(secret, _TAG_LABEL + self.scheme.encode(), hashlib.sha256).digest()
+        self.key = mac.derive_key(secret, self.scheme)
 
-    def tag(self, round: int, client: str) -> NDArray[np.float64]:
-        """τ_{client,round}: TAG_SLOTS values in [-1, 1), from the tag key."""
+    def mac_key(self) -> bytes:
         if self.key is None:
             raise ProtocolError(f"client {self.me!r} has no {self.scheme} key",
                                 party=self.me, step="update")
-        label = _TAG_LABEL + round.to_bytes(8, "big") + client.encode("utf-8")
-        bits = expand(self.key, TAG_SLOTS, label=label) >> np.uint64(11)
-        tag: NDArray[np.float64] = bits.astype(np.float64) * 2.0**-52 - 1.0
-        return tag
+        return self.key
 
-    def upload(self, round: int, weight: float) -> NDArray[np.float64]:
-        """Record an upload of ``round``; return its tag."""
-        tag = self.tag(round, self.me)
+    def upload(self, round: int, weight: float) -> None:
+        """Record an upload of ``round`` with ``weight``."""
         self.uploaded, self.weight = max(self.uploaded, round), float(weight)
-        return tag
 
     def refuse(self, round: Any, why: str) -> ProtocolError:
         return ProtocolError(
             f"client {self.me!r} refuses the aggregate server {self.server!r} sent as that "
             f"of round {round}: {why}", party=self.me, step="task")
 
-    def claims(self, p: Any, body: str
-               ) -> tuple[int, list[str], NDArray[np.float64], int]:
-        """Check the aggregate's claims before decrypting; return round, names, weights, length."""
-        keys = (body, "round", "contributors", "weights", "length")
+    def claims(self, p: Any, body: str, *, counters: bool = False
+               ) -> tuple[int, list[str], NDArray[np.float64], int, list[int]]:
+        """Check the aggregate's claims before decrypting.
+
+        Returns the round, the contributors, their weights, the model's length and (with
+        ``counters``) each upload's MAC attempt counter.
+        """
+        keys = (body, "round", "contributors", "weights", "length",
+                *(("counters",) if counters else ()))
         if not isinstance(p, dict) or not all(k in p for k in keys):
             raise self.refuse("?", f"it is malformed (expected the fields {list(keys)})")
         rnd, names, weights, n = p["round"], p["contributors"], p["weights"], p["length"]
@@ -206,6 +205,14 @@ class _Binding:
         if w.shape != (len(names),) or not np.all(np.isfinite(w)) or np.any(w <= 0):
             raise self.refuse(rnd, "its weights are not one finite weight > 0 per "
                                "contributor")
+        tries: list[int] = []
+        if counters:
+            tries = p["counters"]
+            if (not isinstance(tries, list) or len(tries) != len(names) or not all(
+                    isinstance(k, int) and not isinstance(k, bool) and 0 <= k < mac.MAX_COUNTER
+                    for k in tries)):
+                raise self.refuse(rnd, f"its counters are not one int in [0, "
+                                  f"{mac.MAX_COUNTER}) per contributor")
         latest = max(self.uploaded, self.opened)
         if rnd < latest:
             after = (f"after its own upload of round {self.uploaded}"
@@ -216,6 +223,9 @@ class _Binding:
         if len(names) < least:
             raise self.refuse(rnd, f"it sums {len(names)} uploads, fewer than the {least} "
                               "this client's distributed DP noise is calibrated for")
+        if len(names) < self.min_clients:
+            raise self.refuse(rnd, f"it sums {len(names)} uploads, fewer than this client's "
+                              f"min_clients={self.min_clients}")
         if len(names) == 1 and names[0] != self.me:
             raise self.refuse(rnd, f"it claims the upload of {names[0][:100]!r} alone, which "
                                "would show this client that client's model")
@@ -224,19 +234,37 @@ class _Binding:
             if abs(mine - self.weight) > 1e-9 * max(1.0, self.weight):
                 raise self.refuse(rnd, f"it weights this client's upload {mine:.6g}, not "
                                    f"the {self.weight:.6g} it was given")
-        return rnd, names, w, n
+        return rnd, names, w, n, tries
 
-    def check(self, rnd: int, names: list[str], w: NDArray[np.float64],
-              tags: NDArray[np.float64], tol: float) -> float:
-        """Compare the decrypted tags with Σ p_j·τ_{j,rnd}; return the scale 1/Σ p_j."""
-        want = sum((wj * self.tag(rnd, c) for wj, c in zip(w, names, strict=True)),
-                   np.zeros(TAG_SLOTS))
-        off = float(np.max(np.abs(tags - want)))
+    def _forged(self, rnd: int, names: list[str], why: str) -> ProtocolError:
+        shown = names if len(names) <= 8 else [*names[:8], "..."]
+        return self.refuse(rnd, f"it is not the weighted sum of the uploads of round {rnd} "
+                           f"by {shown} it claims ({why})")
+
+    def check_real(self, rnd: int, names: list[str], w: NDArray[np.float64],
+                   values: NDArray[np.float64], tags: NDArray[np.float64], tol: float) -> float:
+        """Check a CKKS aggregate's tags (:func:`~islands.crypto.mac.real_deviation`).
+
+        Returns the scale 1/Σ p_j the model is to be multiplied by.
+        """
+        off = mac.real_deviation(self.mac_key(), rnd, names, w, values, tags)
         if not off <= tol:
-            shown = names if len(names) <= 8 else [*names[:8], "..."]
-            raise self.refuse(rnd, f"it is not the sum of the uploads of round {rnd} by "
-                               f"{shown} it claims (its tags are off by {off:.3g}, beyond "
-                               f"{tol:.3g})")
+            raise self._forged(rnd, names, f"its MAC tags are off by {off:.3g}, beyond "
+                               f"{tol:.3g}")
+        self.opened = max(self.opened, rnd)
+        return 1.0 / float(np.sum(w))
+
+    def check_modular(self, rnd: int, names: list[str], w: NDArray[np.float64],
+                      counters: list[int], plaintexts: Sequence[int], tag: int,
+                      modulus: int) -> float:
+        """Check a Paillier/OU aggregate's MAC (:func:`~islands.crypto.mac.modular_expected`).
+
+        Returns the scale 1/Σ p_j the model is to be multiplied by.
+        """
+        want = mac.modular_expected(self.mac_key(), rnd, names, [float(x) for x in w],
+                                    counters, plaintexts, modulus)
+        if (int(tag) - want) % int(modulus):
+            raise self._forged(rnd, names, "its MAC does not match")
         self.opened = max(self.opened, rnd)
         return 1.0 / float(np.sum(w))
 
@@ -290,16 +318,21 @@ class PaillierAggregator:
         for comparisons only: 40× more ciphertexts at 2048 bits).
     he : {"paillier", "ou"}, default="paillier"
         The engine; "ou" needs sf-heu (``pip install 'islands[heu]'``).
+    min_clients : int, default=1
+        The fewest uploads an aggregate a client opens may sum (a single one must be
+        its own); each client holds its own.
     """
 
     name = "paillier"
 
     def __init__(self, key_bits: int = 2048, frac_bits: int = 32, int_bits: int = 8,
-                 max_clients: int = 1024, packed: bool = True, he: str = "paillier") -> None:
+                 max_clients: int = 1024, packed: bool = True, he: str = "paillier",
+                 min_clients: int = 1) -> None:
         config = PaillierAggConfig.build(None, key_bits=key_bits, frac_bits=frac_bits,
                                          int_bits=int_bits, max_clients=max_clients,
-                                         packed=packed, he=he)
+                                         packed=packed, he=he, min_clients=min_clients)
         self.key_bits, self.packed, self.he = config.key_bits, config.packed, config.he
+        self.min_clients = config.min_clients
         if self.he == "ou":
             _heu().require("PaillierAggregator")
             plain_bits = _heu().min_plaintext_bits(self.key_bits)
@@ -337,7 +370,7 @@ class _PaillierClient:
         self.public_key: Any = None
         self.private_key: Any = None
         self.pool: Any = None
-        self.binding = _Binding("paillier")
+        self.binding = _Binding("paillier", config.min_clients)
         self.keys = KeyReceiver("paillier", self._generate, self._install)
 
     def _generate(self) -> tuple[bytes, bytes]:
@@ -376,38 +409,47 @@ class _PaillierClient:
 
     def open(self, payload: Any) -> Vector:
         paillier = _paillier()
-        rnd, names, w, n = self.binding.claims(payload, "blob")
+        b = self.binding
+        rnd, names, w, n, counters = b.claims(payload, "blob", counters=True)
+        spec = self.config.spec
+        count = spec.ciphertexts_for(n)
+        if self.private_key is None:
+            raise ProtocolError(f"client {b.me!r} has no Paillier key", party=b.me, step="task")
         try:
-            values: NDArray[np.float64] = paillier.decrypt_vector(
-                self.private_key, payload["blob"], n + TAG_SLOTS, self.config.spec,
-                terms=len(names))
+            plain = paillier.decrypt_blob(self.private_key, payload["blob"], count + 1)
         except ValidationError as exc:
-            raise self.binding.refuse(rnd, f"it does not decrypt ({exc})") from exc
-        # each of the len(names) terms is rounded to the fixed-point grid once
-        tol = (len(names) + 1) * 2.0 ** -self.config.spec.frac_bits
-        scale = self.binding.check(rnd, names, w, values[n:], tol)
-        return (values[:n] * scale).astype(np.float32)
+            raise b.refuse(rnd, f"it does not decrypt ({exc})") from exc
+        scale = b.check_modular(rnd, names, w, counters, plain[:count], plain[count],
+                                int(self.public_key.n))
+        try:
+            values: NDArray[np.float64] = paillier.unpack(plain[:count], n, spec,
+                                                          terms=len(names))
+        except ValidationError as exc:
+            raise b.refuse(rnd, f"it does not decode ({exc})") from exc
+        return (values * scale).astype(np.float32)
 
     def payload(self, party: Party, *, server: str, round: int, params: Vector,
-                base: Vector, weight: float) -> bytes:
+                base: Vector, weight: float) -> dict[str, Any]:
         paillier = _paillier()
         if self.public_key is None:
             raise ProtocolError(f"client {party.name!r} has no Paillier key", party=party.name,
                                 step="update")
         self.binding.seen(party, server)
-        tag = self.binding.upload(round, weight)
-        scaled = float(weight) * np.concatenate([np.asarray(params, dtype=np.float64), tag])
-        if self.pool is None:
-            # precompute the next rounds' r^n on the other core while this client trains
-            self.pool = paillier.RandomnessPool(
-                self.public_key, self.config.spec.ciphertexts_for(scaled.size),
-                background=True, private_key=self.private_key)
+        scaled = float(weight) * np.asarray(params, dtype=np.float64)
         try:
-            blob: bytes = paillier.encrypt_vector(self.public_key, scaled, self.config.spec,
-                                                  pool=self.pool)
-            return blob
+            plain = paillier.pack(scaled, self.config.spec)
         except ValidationError as exc:
             raise ValidationError(f"Paillier: client {party.name!r}'s update: {exc}") from exc
+        n = int(self.public_key.n)
+        tag, counter = mac.modular_tag(self.binding.mac_key(), round, party.name, weight,
+                                       plain, n, represent=lambda r: r)
+        if self.pool is None:
+            # precompute the next rounds' r^n on the other core while this client trains
+            self.pool = paillier.RandomnessPool(self.public_key, len(plain) + 1,
+                                                background=True, private_key=self.private_key)
+        blob: bytes = paillier.encrypt_blob(self.public_key, [*plain, tag], pool=self.pool)
+        self.binding.upload(round, weight)
+        return {"blob": blob, "counter": counter}
 
 
 class _PaillierServer(PlainServerHalf):
@@ -434,51 +476,77 @@ class _PaillierServer(PlainServerHalf):
 
     def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
               weights: Mapping[str, float], dim: int) -> _PaillierRound | _OuRound:
+        # the packed values, then the MAC's ciphertext
+        count = self.config.spec.ciphertexts_for(dim) + 1
         if self.config.he == "ou":
-            return _OuRound(link.name, round, clients, weights, dim, self.cipher,
-                            self.config.spec.ciphertexts_for(dim + TAG_SLOTS))
+            return _OuRound(link.name, round, clients, weights, dim, self.cipher, count)
         paillier = _paillier()
-        # encrypt_vector's layout: the key's fingerprint, then ciphertexts of
-        # 2·ceil(bits(n)/8) bytes, as many as the packing takes for dim values
+        # encrypt_blob's layout: the key's fingerprint, then ciphertexts of
+        # 2·ceil(bits(n)/8) bytes
         width = 2 * -(-int(self.public_key.n).bit_length() // 8)
-        size = (paillier.FINGERPRINT_BYTES
-                + self.config.spec.ciphertexts_for(dim + TAG_SLOTS) * width)
+        size = paillier.FINGERPRINT_BYTES + count * width
         return _PaillierRound(link.name, round, clients, weights, dim, self.public_key, size)
 
     def reveal(self, payload: Any) -> None:
         return None
 
 
-class _PaillierRound(StreamingRound):
+def _split_upload(server: str, client: str, payload: Any, what: str) -> tuple[Any, int]:
+    """Return a Paillier/OU upload's blob and MAC counter, or refuse it as malformed."""
+    if (not isinstance(payload, dict) or set(payload) != {"blob", "counter"}
+            or isinstance(payload["counter"], bool) or not isinstance(payload["counter"], int)
+            or not 0 <= payload["counter"] < mac.MAX_COUNTER):
+        raise MalformedUpdateError(
+            f"client {client!r} sent a malformed {what} update: expected a dict of its "
+            f"ciphertexts ('blob') and its MAC counter ('counter', an int in [0, "
+            f"{mac.MAX_COUNTER}))", party=server, client=client)
+    return payload["blob"], payload["counter"]
+
+
+class _ModularRound(StreamingRound):
+    """What the Paillier and OU rounds share: the counters and the aggregate's claims."""
+
+    def __init__(self, server: str, round: int, clients: Sequence[str],
+                 weights: Mapping[str, float], dim: int) -> None:
+        super().__init__(server, clients, weights)
+        self.round, self.dim = round, dim
+        self.counters: dict[str, int] = {}
+
+    def claims(self, blob: Any) -> dict[str, Any]:
+        return {"blob": blob, "round": self.round, "contributors": list(self.added),
+                "weights": [self.weights[c] for c in self.added], "length": self.dim,
+                "counters": [self.counters[c] for c in self.added]}
+
+
+class _PaillierRound(_ModularRound):
     def __init__(self, server: str, round: int, clients: Sequence[str],
                  weights: Mapping[str, float], dim: int, public_key: Any, size: int) -> None:
-        super().__init__(server, clients, weights)
-        self.round, self.dim, self.public_key, self.size = round, dim, public_key, size
+        super().__init__(server, round, clients, weights, dim)
+        self.public_key, self.size = public_key, size
         self.total: bytes | None = None
 
     def add(self, client: str, payload: Any) -> None:
         paillier = _paillier()
         self.expect(client)
-        if not isinstance(payload, bytes) or len(payload) != self.size:
-            got = (f"{len(payload)} bytes" if isinstance(payload, bytes)
-                   else type(payload).__name__)
+        blob, counter = _split_upload(self.server, client, payload, "Paillier")
+        if not isinstance(blob, bytes) or len(blob) != self.size:
+            got = f"{len(blob)} bytes" if isinstance(blob, bytes) else type(blob).__name__
             raise MalformedUpdateError(
                 f"client {client!r} sent a malformed Paillier update: {got}, where "
-                f"{self.dim} values and their tags under this key take {self.size} bytes",
+                f"{self.dim} values and their MAC under this key take {self.size} bytes",
                 party=self.server, client=client)
         try:
-            blobs = [payload] if self.total is None else [self.total, payload]
+            blobs = [blob] if self.total is None else [self.total, blob]
             total = paillier.sum_encrypted(self.public_key, blobs)
         except ValidationError as exc:
             raise MalformedUpdateError(f"client {client!r}'s Paillier update: {exc}",
                                        party=self.server, client=client) from exc
         self.admit(client)
-        self.total = total
+        self.total, self.counters[client] = total, counter
 
     def finish(self, survivors: Sequence[str]) -> dict[str, Any]:
         self.check_survivors(survivors)
-        return {"blob": self.total, "round": self.round, "contributors": list(self.added),
-                "weights": [self.weights[c] for c in self.added], "length": self.dim}
+        return self.claims(self.total)
 
 
 # --------------------------------------------------------------------------- OU (HEU)
@@ -489,7 +557,7 @@ class _OuClient:
         self.config = config
         self.owner: Any = None  # heu.OuKeyOwner once dealt
         self.cipher: Any = None  # heu.OuCipher
-        self.binding = _Binding("ou")
+        self.binding = _Binding("ou", config.min_clients)
         self.keys = KeyReceiver("paillier", self._generate, self._install)
 
     def _generate(self) -> tuple[bytes, bytes]:
@@ -538,67 +606,79 @@ class _OuClient:
 
     def open(self, payload: Any) -> Vector:
         b = self.binding
-        rnd, names, w, n = b.claims(payload, "blob")
+        rnd, names, w, n, counters = b.claims(payload, "blob", counters=True)
         spec = self.config.spec
         if self.cipher is None:
             raise ProtocolError(f"client {b.me!r} has no ou key", party=b.me, step="task")
+        count = spec.ciphertexts_for(n)
         try:
-            cts = self.cipher.from_bytes(payload["blob"], spec.ciphertexts_for(n + TAG_SLOTS),
-                                         "the aggregate", f"client {b.me!r}")
-            plain = self.owner.decrypt(cts, self.config.range_bits, positive=True,
+            cts = self.cipher.from_bytes(payload["blob"], count + 1, "the aggregate",
+                                         f"client {b.me!r}")
+            plain = self.owner.decrypt(self.cipher.take(cts, range(count)),
+                                       self.config.range_bits, positive=True,
                                        what="an aggregate", sender=f"server {b.server!r}",
                                        party=b.me, step="task")
-            values: NDArray[np.float64] = _paillier().unpack(plain, n + TAG_SLOTS, spec,
-                                                             terms=len(names))
+            # compared below and never shown to anyone: no range (heu.decrypt_residues)
+            tag = self.owner.decrypt_residues(self.cipher.take(cts, [count]))[0]
         except (ValidationError, ProtocolError) as exc:
             raise b.refuse(rnd, f"it does not decrypt ({exc})") from exc
-        tol = (len(names) + 1) * 2.0 ** -spec.frac_bits
-        scale = b.check(rnd, names, w, values[n:], tol)
-        return (values[:n] * scale).astype(np.float32)
+        scale = b.check_modular(rnd, names, w, counters, plain, tag,
+                                self.owner.secret_prime())
+        try:
+            values: NDArray[np.float64] = _paillier().unpack(plain, n, spec, terms=len(names))
+        except ValidationError as exc:
+            raise b.refuse(rnd, f"it does not decode ({exc})") from exc
+        return (values * scale).astype(np.float32)
 
     def payload(self, party: Party, *, server: str, round: int, params: Vector,
-                base: Vector, weight: float) -> bytes:
+                base: Vector, weight: float) -> dict[str, Any]:
         if self.cipher is None:
             raise ProtocolError(f"client {party.name!r} has no OU key", party=party.name,
                                 step="update")
         self.binding.seen(party, server)
-        tag = self.binding.upload(round, weight)
-        scaled = float(weight) * np.concatenate([np.asarray(params, dtype=np.float64), tag])
+        scaled = float(weight) * np.asarray(params, dtype=np.float64)
         try:
             plain = _paillier().pack(scaled, self.config.spec)
-            blob: bytes = self.cipher.to_bytes(self.cipher.encrypt(plain))
-            return blob
         except ValidationError as exc:
             raise ValidationError(f"Paillier (OU): client {party.name!r}'s update: "
                                   f"{exc}") from exc
+        p, bound = self.owner.secret_prime(), 2**self.cipher.plaintext_bits
+
+        def represent(r: int) -> int | None:  # HEU encrypts |m| <= its plaintext bound
+            return r if r <= bound else r - p if p - r <= bound else None
+
+        tag, counter = mac.modular_tag(self.binding.mac_key(), round, party.name, weight,
+                                       plain, p, represent)
+        blob: bytes = self.cipher.to_bytes(self.cipher.encrypt([*plain, tag]))
+        self.binding.upload(round, weight)
+        return {"blob": blob, "counter": counter}
 
 
-class _OuRound(StreamingRound):
+class _OuRound(_ModularRound):
     def __init__(self, server: str, round: int, clients: Sequence[str],
                  weights: Mapping[str, float], dim: int, cipher: Any, count: int) -> None:
-        super().__init__(server, clients, weights)
-        self.round, self.dim, self.cipher, self.count = round, dim, cipher, count
+        super().__init__(server, round, clients, weights, dim)
+        self.cipher, self.count = cipher, count
         self.total: Any = None
 
     def add(self, client: str, payload: Any) -> None:
         self.expect(client)
+        blob, counter = _split_upload(self.server, client, payload, "OU")
         try:  # the sum is left untouched by a rejected upload
-            cts = self.cipher.from_bytes(payload, self.count, "its update",
+            cts = self.cipher.from_bytes(blob, self.count, "its update",
                                          f"server {self.server!r}")
             total = cts if self.total is None else self.cipher.add(self.total, cts)
         except ValidationError as exc:
             raise MalformedUpdateError(
                 f"client {client!r} sent a malformed OU update ({self.dim} values and their "
-                f"tags take {self.count} ciphertexts): {exc}", party=self.server,
+                f"MAC take {self.count} ciphertexts): {exc}", party=self.server,
                 client=client) from exc
         self.admit(client)
-        self.total = total
+        self.total, self.counters[client] = total, counter
 
     def finish(self, survivors: Sequence[str]) -> dict[str, Any]:
         self.check_survivors(survivors)
-        return {"blob": self.cipher.to_bytes(self.total), "round": self.round,
-                "contributors": list(self.added),
-                "weights": [self.weights[c] for c in self.added], "length": self.dim}
+        return self.claims(self.cipher.to_bytes(self.total))
 
 
 # --------------------------------------------------------------------------- CKKS
@@ -610,16 +690,21 @@ class CKKSAggregator:
     poly_modulus_degree, coeff_mod_bit_sizes, scale_bits
         CKKS parameters (:class:`islands.crypto.ckks.CKKSParams`; the defaults keep the
         error on model weights below 1e-6 at 128-bit security).
+    min_clients : int, default=1
+        The fewest uploads an aggregate a client opens may sum (a single one must be
+        its own); each client holds its own.
     """
 
     name = "ckks"
 
     def __init__(self, poly_modulus_degree: int | None = None,
                  coeff_mod_bit_sizes: Sequence[int] | None = None,
-                 scale_bits: int | None = None) -> None:
-        self.params = CkksConfig.build(
+                 scale_bits: int | None = None, min_clients: int = 1) -> None:
+        config = CkksConfig.build(
             None, poly_modulus_degree=poly_modulus_degree,
-            coeff_mod_bit_sizes=coeff_mod_bit_sizes, scale_bits=scale_bits).params()
+            coeff_mod_bit_sizes=coeff_mod_bit_sizes, scale_bits=scale_bits,
+            min_clients=min_clients)
+        self.params, self.min_clients = config.params(), config.min_clients
 
     def client_half(self) -> _CKKSClient:
         """Make a client half (holds the shared secret context once dealt)."""
@@ -662,7 +747,7 @@ class _CKKSClient:
     def __init__(self, config: CKKSAggregator) -> None:
         self.config = config
         self.context: Any = None
-        self.binding = _Binding("ckks")
+        self.binding = _Binding("ckks", config.min_clients)
         self.keys = KeyReceiver("ckks", self._generate, self._install)
 
     def _generate(self) -> tuple[bytes, bytes]:
@@ -688,14 +773,19 @@ class _CKKSClient:
         raise unexpected_step(party, step, "CKKS")
 
     def open(self, payload: Any) -> Vector:
-        rnd, names, w, n = self.binding.claims(payload, "chunks")
+        b = self.binding
+        rnd, names, w, n, _ = b.claims(payload, "chunks")
+        if self.context is None:
+            raise ProtocolError(f"client {b.me!r} has no CKKS key", party=b.me, step="task")
         try:
-            values = ckks.decrypt_vector(self.context, payload["chunks"], n + TAG_SLOTS)
+            values = ckks.decrypt_vector(self.context, payload["chunks"],
+                                         n + mac.real_tag_count(n))
         except ValidationError as exc:
-            raise self.binding.refuse(rnd, f"it does not decrypt ({exc})") from exc
+            raise b.refuse(rnd, f"it does not decrypt ({exc})") from exc
         # CKKS decrypts to about 2^-(scale_bits-10); 64 times that covers the sum's noise
+        # (crypto/mac.py: the weights' rounding cancels between values and tags)
         bits = ckks._params_of(self.context, "CKKSAggregator").scale_bits
-        scale = self.binding.check(rnd, names, w, values[n:], 2.0 ** -(bits - 16))
+        scale = b.check_real(rnd, names, w, values[:n], values[n:], 2.0 ** -(bits - 16))
         return (values[:n] * scale).astype(np.float32)
 
     def payload(self, party: Party, *, server: str, round: int, params: Vector,
@@ -704,9 +794,19 @@ class _CKKSClient:
             raise ProtocolError(f"client {party.name!r} has no CKKS key", party=party.name,
                                 step="update")
         self.binding.seen(party, server)
-        tag = self.binding.upload(round, weight)
-        return ckks.encrypt_vector(self.context,
-                                   np.concatenate([np.asarray(params, dtype=np.float64), tag]))
+        x = np.asarray(params, dtype=np.float64)
+        tags = mac.real_tags(self.binding.mac_key(), round, party.name, x)
+        limit = ckks._params_of(self.context, "CKKSAggregator").max_abs_sum
+        peak = float(np.max(np.abs(tags)))
+        if peak > limit:  # NaN and inf in the values: encrypt_vector names them
+            raise ValidationError(
+                f"CKKS: client {party.name!r}'s update is too large for its MAC: a tag "
+                f"reaches {peak:.3g}, above the {limit:.3g} this CKKS context decrypts (tags "
+                f"grow up to {mac.BLOCK ** 0.5:.0f}·max|w| + 1; keep |w| below "
+                f"{(limit - 1) / mac.BLOCK ** 0.5:.4g})")
+        chunks = ckks.encrypt_vector(self.context, np.concatenate([x, tags]))
+        self.binding.upload(round, weight)
+        return chunks
 
 
 class _CKKSServer(PlainServerHalf):
@@ -731,7 +831,7 @@ class _CKKSRound(StreamingRound):
                  weights: Mapping[str, float], dim: int, context: Any) -> None:
         super().__init__(server, clients, weights)
         self.round, self.dim = round, dim
-        self.sum = ckks.EncryptedSum(context, dim + TAG_SLOTS)
+        self.sum = ckks.EncryptedSum(context, dim + mac.real_tag_count(dim))
 
     def add(self, client: str, payload: Any) -> None:
         weight = self.expect(client)

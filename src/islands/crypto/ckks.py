@@ -737,9 +737,9 @@ class EncryptedSum:
         self._ctx = public_ctx
         self._length = _check_length(length, owner)
         self._fingerprint = fingerprint(public_ctx)
-        self._acc: list[Any] | None = None
+        self._acc: list[Any | None] | None = None
         self._clients = 0
-        self._weight_total = 0.0
+        self._weight_total: float | NDArray[np.float64] = 0.0  # per slot once a vector came
 
     @property
     def length(self) -> int:
@@ -753,10 +753,10 @@ class EncryptedSum:
 
     @property
     def weight_total(self) -> float:
-        """``Σ|p_k|`` over the uploads added so far."""
-        return self._weight_total
+        """``Σ|p_k|`` over the uploads added so far (the largest over the slots)."""
+        return float(np.max(self._weight_total))
 
-    def add(self, chunks: Sequence[bytes], weight: float) -> None:
+    def add(self, chunks: Sequence[bytes], weight: float | NDArray[np.float64]) -> None:
         """Add ``weight · Enc(w)`` for one client's upload ``chunks``.
 
         Every chunk is checked (key fingerprint, position, length, deserialisation,
@@ -769,7 +769,10 @@ class EncryptedSum:
         weight
             The client's weight ``p_k``, a finite real; ``Σ|p_k|`` over all uploads may
             not exceed 1. A weight below ``2^-(scale_bits+1)`` in magnitude contributes
-            nothing (its encoding rounds to 0).
+            nothing (its encoding rounds to 0). Or one weight per value (a float64 array
+            of the sum's length): the slot-wise product, the most a holder of the public
+            context can compute (the audit's forgeries use it); its magnitudes
+            count towards ``Σ|p_k|`` slot by slot.
 
         Raises
         ------
@@ -779,14 +782,24 @@ class EncryptedSum:
             weight is not finite or pushes ``Σ|p_k|`` above 1.
         """
         owner = "EncryptedSum.add"
-        if (
+        if isinstance(weight, np.ndarray):
+            if (weight.dtype != np.float64 or weight.shape != (self._length,)
+                    or not np.all(np.isfinite(weight))):
+                raise invalid_parameter("weight", owner, f"a finite float64 array of shape "
+                                        f"({self._length},)", describe(weight))
+            per_value: NDArray[np.float64] | None = weight
+            p = float(np.max(np.abs(weight)))
+            grown: float | NDArray[np.float64] = self._weight_total + np.abs(weight)
+        elif (
             isinstance(weight, (bool, np.bool_))
             or not isinstance(weight, (int, float, np.integer, np.floating))
             or not math.isfinite(weight)
         ):
             raise invalid_parameter("weight", owner, "a finite real", describe(weight))
-        p = float(weight)
-        total = self._weight_total + abs(p)
+        else:
+            per_value, p = None, float(weight)
+            grown = self._weight_total + abs(p)
+        total = float(np.max(grown))
         if total > 1.0 + _WEIGHT_TOLERANCE:
             raise ValidationError(
                 f"{owner}: the weights' absolute values would sum to {total:.6g} > 1; "
@@ -804,21 +817,34 @@ class EncryptedSum:
             _load_chunk(ts, self._ctx, body, i, self._chunk_size(i), scale, n_data, owner)
             for i, (_, body) in enumerate(parts)
         ]
-        if abs(p) * scale >= 0.5:  # else the encoded weight is 0: nothing to add
-            for i, vec in enumerate(vectors):
-                vec.mul_(p)
-                if vec.ciphertext()[0].scale != scale * scale:
-                    raise ValidationError(  # a chunk whose recorded scale lies
-                        f"{owner}: chunk {i} does not carry the context's scale "
-                        f"2^{params.scale_bits}"
-                    )
-            if self._acc is None:
-                self._acc = vectors
+        slots = params.slots
+        factors: list[Any] = []  # per chunk: the weight(s) to multiply by, None if all 0
+        for i in range(len(vectors)):
+            if per_value is None:
+                factors.append(p if abs(p) * scale >= 0.5 else None)  # else encoded as 0
             else:
-                for acc, vec in zip(self._acc, vectors, strict=True):
+                part = per_value[i * slots:i * slots + self._chunk_size(i)]
+                factors.append(part.tolist() if np.max(np.abs(part)) * scale >= 0.5 else None)
+        for i, (vec, factor) in enumerate(zip(vectors, factors, strict=True)):
+            if factor is None:
+                continue
+            vec.mul_(factor)
+            if vec.ciphertext()[0].scale != scale * scale:
+                raise ValidationError(  # a chunk whose recorded scale lies
+                    f"{owner}: chunk {i} does not carry the context's scale "
+                    f"2^{params.scale_bits}"
+                )
+        if self._acc is None:
+            self._acc = [None] * len(vectors)
+        for i, (vec, factor) in enumerate(zip(vectors, factors, strict=True)):
+            acc = self._acc[i]
+            if factor is not None:
+                if acc is None:
+                    self._acc[i] = vec
+                else:
                     acc.add_(vec)
         self._clients += 1
-        self._weight_total = total
+        self._weight_total = grown
 
     def _chunk_size(self, i: int) -> int:
         slots = self._params.slots
@@ -832,16 +858,19 @@ class EncryptedSum:
         ValidationError
             If no upload with a non-zero weight has been added.
         """
-        if self._acc is None:
+        if self._acc is None or any(acc is None for acc in self._acc):
             raise ValidationError(
                 "EncryptedSum.result: no upload with a non-zero weight has been added"
+                + ("" if self._acc is None else
+                   f" to chunk {[acc is None for acc in self._acc].index(True)}")
             )
         count = len(self._acc)
         head = [
             _HEADER.pack(_MAGIC, _VERSION, _KIND_SUM, self._fingerprint, i, count, self._length)
             for i in range(count)
         ]
-        return [h + acc.serialize() for h, acc in zip(head, self._acc, strict=True)]
+        return [h + acc.serialize() for h, acc in zip(head, self._acc, strict=True)
+                if acc is not None]
 
 
 def decrypt_vector(

@@ -406,6 +406,28 @@ class OuCipher:
         correction = pe.mul(total, -off)
         return [pe.add(a, correction) for a in acc]
 
+    def linear(self, cts: Any, terms: Sequence[Sequence[tuple[int, int]]]) -> Any:
+        """Return a column of Enc(Σ_(i, w) w·m_i), one per entry of ``terms``.
+
+        A sparse linear map of ciphertexts, ``terms[j]`` the (input index, integer
+        weight) pairs of output j (an empty one encrypts 0): what any holder of the public
+        key can compute from ciphertexts (the aggregation audit's forgeries use it).
+        """
+        pe = self._ev.phe
+        zero = None
+        out = []
+        for pairs in terms:
+            acc = None
+            for i, w in pairs:
+                term = pe.mul(cts[int(i), 0], int(w))
+                acc = term if acc is None else pe.add(acc, term)
+            if acc is None:
+                zero = zero if zero is not None else self.encrypt([0])[0, 0]
+                acc = zero
+            out.append(acc.serialize())
+        return hnp.CiphertextArray.load_from(msgpack.packb([len(out), 1, 2, out],
+                                                           use_bin_type=False))
+
     def take(self, cts: Any, indices: Sequence[int]) -> Any:
         """Return the ciphertexts at ``indices`` of a column, in that order (a gather)."""
         return cts[[int(i) for i in indices]]
@@ -686,6 +708,7 @@ class OuKeyOwner:
         self._decryptor = self._kit.decryptor()
         self._public = bytes(self._kit.public_key().serialize())
         self._cipher: OuCipher | None = None
+        self._prime: int | None = None
 
     def public_bytes(self) -> bytes:
         """Return the public key as :meth:`OuCipher.from_public_bytes` reads it."""
@@ -769,6 +792,7 @@ class OuKeyOwner:
         self._decryptor = self._kit.decryptor()
         self._public = cipher.public_key
         self._cipher = cipher
+        self._prime = int(p)
         return self
 
     def cipher(self) -> OuCipher:
@@ -777,6 +801,23 @@ class OuKeyOwner:
             return self._cipher
         return OuCipher.from_public_bytes(self._public, owner="OuKeyOwner",
                                           min_bits=MIN_KEY_BITS, workers=self.workers)
+
+    def secret_prime(self) -> int:
+        """Return p, OU's plaintext modulus: secret, never to be logged or sent."""
+        if self._prime is None:
+            fields = msgpack.unpackb(self.secret_bytes()[:-8], raw=True)
+            self._prime = _mpint(fields[0])
+        return self._prime
+
+    def decrypt_residues(self, cts: Any) -> list[int]:
+        """Decrypt to residues modulo p, with no range check.
+
+        Only for values this party compares and never shows anyone (an aggregate's MAC
+        tag, :mod:`islands.crypto.mac`): the plaintext-overflow attack (module docstring,
+        caveat 2) needs the decrypted value back, and a failed comparison stops the party.
+        """
+        p = self.secret_prime()
+        return [int(v) % p for v in self._decryptor.decrypt(cts).to_numpy().ravel()]
 
     def decrypt(self, cts: Any, range_bits: int, *, positive: bool, what: str, sender: str,
                 party: str | None = None, step: str | None = None) -> list[int]:

@@ -202,8 +202,10 @@ __all__ = [
     "ciphertexts_from_bytes",
     "ciphertexts_to_bytes",
     "decrypt",
+    "decrypt_blob",
     "decrypt_vector",
     "encrypt",
+    "encrypt_blob",
     "encrypt_vector",
     "fingerprint",
     "generate_djn_keypair",
@@ -1373,8 +1375,36 @@ def encrypt_vector(
     _modulus(public_key, owner)
     spec = _check_spec(spec, owner)
     _check_spec_fits(public_key, spec, owner)
-    ciphertexts = encrypt(public_key, pack(values, spec), pool=pool)
+    return encrypt_blob(public_key, pack(values, spec), pool=pool)
+
+
+def encrypt_blob(
+    public_key: paillier.PaillierPublicKey,
+    plaintexts: Sequence[int],
+    *,
+    pool: RandomnessPool | None = None,
+) -> bytes:
+    """Encrypt integers in [0, n) and serialise them as a blob (fingerprint, ciphertexts)."""
+    ciphertexts = encrypt(public_key, plaintexts, pool=pool)
     return fingerprint(public_key) + ciphertexts_to_bytes(public_key, ciphertexts)
+
+
+def decrypt_blob(private_key: paillier.PaillierPrivateKey, blob: bytes, count: int) -> list[int]:
+    """Check a blob's key fingerprint and that it holds ``count`` ciphertexts; decrypt them.
+
+    Raises
+    ------
+    ValidationError
+        If ``blob`` was made under another key, is malformed or holds another count.
+    """
+    owner = "decrypt_blob"
+    _check_private_key(private_key, owner)
+    count = check_int(count, "count", owner, low=0)
+    ciphertexts = _split_blob(private_key.public_key, blob, owner, "blob")
+    if len(ciphertexts) != count:
+        raise ValidationError(f"{owner}: blob holds {len(ciphertexts)} ciphertexts, "
+                              f"expected {count}")
+    return decrypt(private_key, ciphertexts)
 
 
 def sum_encrypted(public_key: paillier.PaillierPublicKey, blobs: Sequence[bytes]) -> bytes:

@@ -53,13 +53,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from islands.aggregation.base import AggReply
-from islands.aggregation.homomorphic import TAG_SLOTS
 from islands.aggregation.keys import KeyDeal
 from islands.aggregation.protect import build_aggregator
 from islands.aggregation.secagg import SecureAggregation
 from islands.arrays import Array
 from islands.crypto import ckks
 from islands.crypto.fixedpoint import decode_fixed
+from islands.crypto.mac import real_tag_count
 from islands.data import load_fashion_mnist, load_sklearn
 from islands.errors import DataNotFoundError, ProtocolError, ValidationError, invalid_parameter
 from islands.hfl.estimator import client_seed
@@ -568,9 +568,9 @@ def audit_gradients(
                 notes["ckks"] = (
                     f"the server holds {len(upload)} ciphertexts and the public context only; "
                     f"decrypting is refused ({refused}); its best guess is x̂ = 0 (error 1)")
-                # an upload ends with the client's aggregate tags (homomorphic.TAG_SLOTS)
+                # an upload ends with the client's MAC tags (crypto.mac.real_tag_count)
                 after = shared_key_attack(halves[colluder].context, upload,
-                                          dim + TAG_SLOTS)[:dim]
+                                          dim + real_tag_count(dim))[:dim]
                 guess, err = attack(before, after)
                 errors["ckks+collusion"], images["ckks+collusion"] = err, guess
                 views["ckks+collusion"] = {"decrypted_upload": err}

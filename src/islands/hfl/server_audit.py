@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from islands.aggregation.additive import (
     AdditiveRoster,
@@ -36,7 +38,7 @@ from islands.aggregation.additive import (
     AdditiveSumRequest,
 )
 from islands.aggregation.base import AggStep, MeanAggregator
-from islands.aggregation.homomorphic import CKKSAggregator, PaillierAggregator
+from islands.aggregation.homomorphic import CKKSAggregator, PaillierAggregator, _CKKSServer
 from islands.aggregation.keys import (
     _ENVELOPE,
     KeyDealRequest,
@@ -61,7 +63,7 @@ from islands.aggregation.secagg import (
     SecAggUnmask,
     SecureAggregation,
 )
-from islands.crypto import ckks
+from islands.crypto import ckks, mac
 from islands.crypto.envelope import pair_context, seal
 from islands.crypto.masking import generate_key
 from islands.errors import IslandsError, ProtocolError, ValidationError
@@ -95,13 +97,14 @@ class AttackResult:
     attack: str
     adversary: str
     check: str  # the check that should stop it
-    outcome: str  # "refused", "charged honestly", or "LEAKS"
+    outcome: str  # "refused", "charged honestly", "OTHER CHECK" or "LEAKS"
     detail: str  # the refusal as the party gave it, or what leaked
+    kind: str = "message"  # "message": a deviating party's messages; "configuration"
 
     @property
     def stopped(self) -> bool:
-        """Whether the protection held."""
-        return self.outcome != "LEAKS"
+        """Whether the named check held (a refusal by another check does not count)."""
+        return self.outcome in ("refused", "charged honestly")
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""
@@ -119,12 +122,19 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0][:300]
 
 
-def _refused(run: Callable[[], Any]) -> tuple[str, str]:
-    """Run an attack that should end in a refusal; report the refusal or the leak."""
+def _refused(run: Callable[[], Any], expect: str) -> tuple[str, str]:
+    """Run an attack that should end in a refusal matching ``expect`` (a regex).
+
+    A refusal whose message does not match is reported as ``"OTHER CHECK"``: the attack
+    was stopped, but not by the check the row names, so the row does not hold.
+    """
     try:
         run()
     except (ProtocolError, ValidationError) as exc:
-        return "refused", f"{type(exc).__name__}: {_first_line(exc)}"
+        detail = f"{type(exc).__name__}: {_first_line(exc)}"
+        if re.search(expect, str(exc)):
+            return "refused", detail
+        return "OTHER CHECK", f"{detail} (expected a refusal matching {expect!r})"
     return "LEAKS", "nothing refused it"
 
 
@@ -378,6 +388,166 @@ def forwarded(fed: HEFederation, ups: dict[str, Any], honest: Any) -> list[Any]:
     return forged
 
 
+# ----------------------------------------------------------------- forged combinations
+Coefficient = float | int | NDArray[Any]
+
+
+def positions(half: Any, dim: int) -> int:
+    """Return how many positions a server combines per upload of ``dim`` values.
+
+    CKKS: slots (the values and their MAC tags); Paillier and OU: ciphertexts (the
+    packed values and the MAC's).
+    """
+    if isinstance(half, _CKKSServer):
+        return dim + mac.real_tag_count(dim)
+    return int(half.config.spec.ciphertexts_for(dim)) + 1
+
+
+def combine(half: Any, uploads: Mapping[str, Any], coefficients: Mapping[str, Coefficient],
+            claims: Mapping[str, Any], *, offsets: Mapping[int, int] | None = None) -> Any:
+    """Compute what a server holding only the public key can: a combination of uploads.
+
+    Parameters
+    ----------
+    half
+        The server's half of a CKKS or Paillier (OU) aggregator, holding the public key.
+    uploads
+        Each client's upload of the round (or of another round), as it arrived.
+    coefficients
+        Per client: under CKKS a real, or one real per slot (slot-wise products: without
+        Galois keys the server can do nothing else); under Paillier/OU an integer, one
+        integer per ciphertext, or an integer matrix [input, output] that may also move a
+        ciphertext to another position.
+    claims
+        What the server says the result is: the round, contributors, weights, length and
+        (Paillier/OU) counters, as an honest aggregate carries them.
+    offsets
+        Paillier/OU: a known plaintext to add at a ciphertext position (a fresh
+        encryption under the public key).
+
+    Returns
+    -------
+    dict
+        The forged aggregate, as the server would send it.
+    """
+    dim = int(claims["length"])
+    count = positions(half, dim)
+    if isinstance(half, _CKKSServer):
+        total = ckks.EncryptedSum(half.context, count)
+        for c, coef in coefficients.items():
+            total.add(uploads[c], float(coef) if isinstance(coef, (int, float))
+                      else np.asarray(coef, dtype=np.float64))
+        return dict(claims, chunks=total.result())
+
+    def matrix(coef: Coefficient) -> NDArray[Any]:
+        w = np.asarray(coef, dtype=object)
+        if w.ndim == 0:
+            w = np.full(count, coef, dtype=object)
+        return np.diag(w) if w.ndim == 1 else w
+
+    weights = {c: matrix(coef) for c, coef in coefficients.items()}
+    blobs = {c: uploads[c]["blob"] for c in coefficients}
+    offsets = dict(offsets or {})
+    if half.config.he == "ou":
+        cipher = half.cipher
+        column = cipher.concat([cipher.from_bytes(blobs[c], count, "an upload", "the audit")
+                                for c in weights])
+        stacked = np.vstack([weights[c] for c in weights])
+        out = cipher.linear(column, [[(i, int(w)) for i, w in enumerate(stacked[:, j]) if w]
+                                     for j in range(count)])
+        if offsets:
+            out = cipher.add(out, cipher.encrypt([offsets.get(j, 0) for j in range(count)]))
+        return dict(claims, blob=cipher.to_bytes(out))
+    import gmpy2
+
+    from islands.crypto import paillier
+
+    pk = half.public_key
+    n2 = gmpy2.mpz(pk.nsquare)
+    cts = {c: paillier.ciphertexts_from_bytes(pk, memoryview(b)[paillier.FINGERPRINT_BYTES:])
+           for c, b in blobs.items()}
+    result = []
+    for j in range(count):
+        acc = (paillier.encrypt(pk, [offsets[j] % pk.n])[0] if j in offsets
+               else gmpy2.mpz(1))  # 1 encrypts 0
+        for c, w in weights.items():
+            for i in range(count):
+                if int(w[i, j]):
+                    acc = acc * gmpy2.powmod(cts[c][i], int(w[i, j]), n2) % n2
+        result.append(acc)
+    return dict(claims, blob=paillier.fingerprint(pk)
+                + paillier.ciphertexts_to_bytes(pk, result))
+
+
+def honest_coefficients(half: Any, clients: Sequence[str],
+                        weights: Mapping[str, float]) -> dict[str, Coefficient]:
+    """Return the honest sum's coefficients: p_k (CKKS), 1 (Paillier/OU: p_k is inside)."""
+    ckks_half = isinstance(half, _CKKSServer)
+    return {c: (float(weights[c]) if ckks_half else 1) for c in clients}
+
+
+def masked(half: Any, uploads: Mapping[str, Any], honest: Mapping[str, Any],
+           victim: str) -> Any:
+    """Forge the victim's values alone, under the honest aggregate's claims and MAC.
+
+    CKKS: each upload times a 0/1 plaintext vector, the victim's over the values and
+    everyone's (times its weight) over the tags. Paillier/OU: the victim's packed
+    ciphertexts, everyone's MAC ciphertext.
+    """
+    dim = int(honest["length"])
+    count = positions(half, dim)
+    names = list(honest["contributors"])
+    weights = dict(zip(names, honest["weights"], strict=True))
+    honest_coef = honest_coefficients(half, names, weights)
+    coefficients: dict[str, Coefficient] = {}
+    is_ckks = isinstance(half, _CKKSServer)
+    for c in names:
+        coef = np.full(count, 1 if c == victim else 0,
+                       dtype=np.float64 if is_ckks else object)
+        coef[dim if is_ckks else count - 1:] = honest_coef[c]  # the MAC's positions
+        coefficients[c] = coef
+    return combine(half, uploads, coefficients, honest)
+
+
+def spliced(half: Any, uploads: Mapping[str, Any], honest: Mapping[str, Any],
+            victim: str) -> Any:
+    """Forge the victim's first ciphertexts (CKKS chunks) onto the honest aggregate's last."""
+    dim = int(honest["length"])
+    count = positions(half, dim)
+    names = list(honest["contributors"])
+    weights = dict(zip(names, honest["weights"], strict=True))
+    honest_coef = honest_coefficients(half, names, weights)
+    coefficients: dict[str, Coefficient] = {}
+    if isinstance(half, _CKKSServer):
+        slots = ckks._params_of(half.context, "the audit").slots
+        cut = (count - 1) // slots * slots  # the last chunk starts here
+        if cut == 0:
+            raise ValidationError(f"a splice needs more than one chunk; {dim} values fit one")
+        for c in names:
+            coef = np.full(count, honest_coef[c], dtype=np.float64)
+            coef[:cut] = 1.0 if c == victim else 0.0
+            coefficients[c] = coef
+    else:
+        cut = count - 2  # the victim's packed ciphertexts but the last; the honest rest
+        if cut < 1:
+            raise ValidationError(f"a splice needs more than one packed ciphertext; {dim} "
+                                  "values fit one")
+        for c in names:
+            coef = np.full(count, 1, dtype=object)
+            coef[:cut] = 1 if c == victim else 0
+            coefficients[c] = coef
+    return combine(half, uploads, coefficients, honest)
+
+
+def scaled(half: Any, uploads: Mapping[str, Any], honest: Mapping[str, Any]) -> Any:
+    """Forge the honest sum scaled (1/2 under CKKS, 2 under Paillier/OU), claims unchanged."""
+    names = list(honest["contributors"])
+    weights = dict(zip(names, honest["weights"], strict=True))
+    factor: Any = 0.5 if isinstance(half, _CKKSServer) else 2
+    return combine(half, uploads, {c: factor * coef for c, coef in honest_coefficients(
+        half, names, weights).items()}, honest)
+
+
 def _he_weak_key(scheme: str) -> None:
     if scheme == "ckks":
         dealer = he_aggregator("ckks", poly_modulus_degree=4096,
@@ -588,94 +758,307 @@ def _paillier_1024() -> None:
     PaillierAggregator(key_bits=1024)
 
 
-# --------------------------------------------------------------------------- the table
+# ---------------------------------------------------------- forgeries at real sizes
+REAL_DIMS = {"ckks": 159_010, "paillier": 7_850, "ou": 7_850}
+"""Model sizes of the audit's forgeries: Fashion-MNIST's 784-200-10 MLP under CKKS and
+its linear model (784·10 + 10) under Paillier and OU, whose encryption costs more."""
+
+RANDOM_TRIALS = 20
+"""Random combinations the audit's randomised attacker tries per scheme."""
+
+
+def random_combination(rng: np.random.Generator, half: Any, honest: Mapping[str, Any]
+                       ) -> tuple[dict[str, Any], dict[int, int]]:
+    """Draw a random non-honest combination of a round's uploads, and offsets.
+
+    CKKS: per-slot coefficients in [0, p_k] (1 to 3 moves: a few slots at another
+    weight, a client left out of the values or of the tags, one block at random).
+    Paillier/OU: integer matrices [input, output] per client (1 to 3 moves: one
+    coefficient changed, a ciphertext copied to another position — MAC ciphertexts
+    included —, a client left out at one position, a known plaintext added).
+    """
+    dim = int(honest["length"])
+    count = positions(half, dim)
+    names = list(honest["contributors"])
+    weights = dict(zip(names, honest["weights"], strict=True))
+    moves = int(rng.integers(1, 4))
+    if isinstance(half, _CKKSServer):
+        coef = {c: np.full(count, p) for c, p in weights.items()}
+        for _ in range(moves):
+            c = names[int(rng.integers(len(names)))]
+            move = int(rng.integers(4))
+            if move == 0:
+                where = rng.choice(count, size=int(rng.integers(1, 20)), replace=False)
+                coef[c][where] = weights[c] * rng.choice([0.0, 0.3, 0.5, 0.9], size=where.size)
+            elif move == 1:
+                coef[c][:dim] = 0.0
+            elif move == 2:
+                coef[c][dim:] = 0.0
+            else:
+                lo = int(rng.integers(0, -(-count // mac.BLOCK))) * mac.BLOCK
+                coef[c][lo:lo + mac.BLOCK] = weights[c] * rng.random(
+                    min(mac.BLOCK, count - lo))
+        return dict(coef), {}
+    eye = np.eye(count, dtype=np.int64).astype(object)
+    matrices = {c: eye.copy() for c in names}
+    offsets: dict[int, int] = {}
+    for _ in range(moves):
+        c = names[int(rng.integers(len(names)))]
+        i, j = (int(v) for v in rng.integers(count, size=2))
+        move = int(rng.integers(4))
+        if move == 0:
+            matrices[c][i, j] += int(rng.choice([-2, -1, 1, 2, 3]))
+        elif move == 1:
+            matrices[c][i, (i + 1 + int(rng.integers(max(count - 1, 1)))) % count] += 1
+        elif move == 2:
+            matrices[c][j, j] = 0
+        else:
+            offsets[j] = int(rng.integers(1, 2**40))
+    if not offsets and all((m == eye).all() for m in matrices.values()):
+        matrices[names[0]][0, 0] = 2
+    return dict(matrices), offsets
+
+
+class _Forgeries:
+    """One honest federation per scheme at a real model size, shared by its audit rows.
+
+    Its clients hold ``min_clients = 3``; rounds 1 and 2 are uploaded, round 2 summed
+    honestly, and every row plays one forgery of round 2 against all four clients.
+    """
+
+    def __init__(self) -> None:
+        self.cache: dict[str, tuple[HEFederation, dict[str, Any], dict[str, Any], Any]] = {}
+
+    def get(self, scheme: str) -> tuple[HEFederation, dict[str, Any], dict[str, Any], Any]:
+        if scheme not in self.cache:
+            name = "ckks" if scheme == "ckks" else "paillier"
+            options: dict[str, Any] = {"min_clients": 3}
+            if scheme == "ou":
+                options["he"] = "ou"
+            fed = HEFederation(name, dim=REAL_DIMS[scheme], options=options)
+            fed.deal()
+            _, first = fed.uploads(1)
+            agg, second = fed.uploads(2)
+            self.cache[scheme] = (fed, first, second, fed.aggregate(agg, second, fed.clients))
+        return self.cache[scheme]
+
+    def play(self, scheme: str, attack: str) -> None:
+        """Build the forgery; raise the first refusal if every client refused it."""
+        fed, first, second, honest = self.get(scheme)
+        half = fed.server_half()
+        if attack == "random":
+            self._random(fed, half, second, honest)
+            return
+        if attack == "masked":
+            forged = masked(half, second, honest, "c1")
+        elif attack == "spliced":
+            forged = spliced(half, second, honest, "c1")
+        elif attack == "scaled":
+            forged = scaled(half, second, honest)
+        elif attack == "replay":
+            forged = _replay_mix(half, first, second, honest)
+        else:  # "fewer": two uploads, claimed as the round's three
+            claims = fed.aggregate(fed.server_half().start(
+                _Link(), round=2, clients=["c1", "c2", "c3"], weights=fed.n_train,
+                dim=fed.dim), second, ["c1", "c2", "c3"])
+            w = dict(zip(claims["contributors"], claims["weights"], strict=True))
+            forged = combine(half, second, {c: honest_coefficients(half, ["c1", "c2"], w)[c]
+                                            for c in ["c1", "c2"]}, claims)
+        refusals = []
+        for c in fed.clients:
+            try:
+                fed.halves[c].open(forged)
+            except ProtocolError as exc:
+                refusals.append(exc)
+        if len(refusals) == len(fed.clients):
+            raise refusals[0]
+
+    @staticmethod
+    def _random(fed: HEFederation, half: Any, uploads: dict[str, Any], honest: Any) -> None:
+        rng = np.random.default_rng(37)
+        last: ProtocolError | None = None
+        for _ in range(RANDOM_TRIALS):
+            coef, offsets = random_combination(rng, half, honest)
+            forged = combine(half, uploads, coef, honest, offsets=offsets)
+            try:
+                fed.halves["c2"].open(forged)
+            except ProtocolError as exc:
+                last = exc
+            else:
+                return  # accepted: the row leaks
+        assert last is not None
+        raise last
+
+
+def _replay_mix(half: Any, first: Mapping[str, Any], second: Mapping[str, Any],
+                honest: Mapping[str, Any]) -> Any:
+    """Round 1's values under round 2's MAC and claims."""
+    dim = int(honest["length"])
+    count = positions(half, dim)
+    is_ckks = isinstance(half, _CKKSServer)
+    cut = dim if is_ckks else count - 1
+    names = list(honest["contributors"])
+    w = dict(zip(names, honest["weights"], strict=True))
+    uploads = {**{f"{c}@1": first[c] for c in names}, **second}
+    coefficients: dict[str, Any] = {}
+    for c, p in honest_coefficients(half, names, w).items():
+        old = np.zeros(count, dtype=np.float64 if is_ckks else object)
+        new = old.copy()
+        old[:cut], new[cut:] = p, p
+        coefficients[f"{c}@1"], coefficients[c] = old, new
+    return combine(half, uploads, coefficients, honest)
+
+
+_FORGERIES = _Forgeries()
+
+
+@dataclass(frozen=True)
+class Attack:
+    """One row of the audit: who attacks, how, the check that must stop it, and the play.
+
+    ``expect`` is a regular expression the refusal must match: a refusal by another
+    check is reported as such, not as this check holding. ``kind`` is ``"message"`` for a
+    deviating party's messages, ``"configuration"`` for a setting refused when it is
+    built, or charged honestly by the accountant.
+    """
+
+    protection: str
+    attack: str
+    adversary: str
+    check: str
+    expect: str
+    play: Callable[[], Any]
+    kind: str = "message"
+
+    def run(self) -> tuple[str, str]:
+        """Play the attack; return the outcome and its detail."""
+        if self.expect:
+            return _refused(self.play, self.expect)
+        outcome: tuple[str, str] = self.play()
+        return outcome
+
+
 _SERVER = "active server"
-ATTACKS: list[tuple[str, str, str, str, Callable[[], Any]]] = [
-    ("secagg", "advertise t = 2 to 5 clients configured for t = 3", _SERVER,
-     "each client's own threshold, and t > n/2", lambda: _refused(_secagg_lower_t)),
-    ("secagg", "skip it: run the plain mean and ask for the update", _SERVER,
-     "the client's own configuration", lambda: _refused(partial(_downgrade, "secagg"))),
-    ("dp (local)", "skip it: ask for the update with no noise request", _SERVER,
-     "the client's own configuration", lambda: _refused(partial(_downgrade, "dp"))),
-    ("secagg", "tell {v, a1, a2} that v survived and {a1, b1, b2} that it dropped",
-     _SERVER, "consistency round: t signatures on one survivor set",
-     lambda: _refused(partial(split_view, SecAggFederation(), 3))),
-    ("secagg", "put its own envelope key in a client's place", _SERVER,
-     "keys signed with the client's identity", lambda: _refused(_secagg_substituted_key)),
-    ("secagg", "list itself as one of the round's clients", _SERVER,
-     "clients of the federation only", lambda: _refused(_secagg_sybil)),
-    ("ckks / paillier / chaos key", "seal a key it made for every client", _SERVER,
-     "the dealer's envelope key signed with its identity",
-     lambda: _refused(_keys_server_made)),
-    ("ckks / paillier / chaos key", "name itself the dealer", _SERVER,
-     "dealers are clients of the federation", lambda: _refused(_keys_server_deals)),
-    ("ckks / paillier / chaos key", "ask the dealer to seal the key for the server",
-     _SERVER, "sealed only for the federation's clients",
-     lambda: _refused(_keys_sealed_for_the_server)),
-    ("ckks", "relay a dealer's context of N = 4096 at scale 2^20", "dealer or server",
-     "each client's own CKKS parameters", lambda: _refused(partial(_he_weak_key, "ckks"))),
-    ("paillier", "relay a dealer's 1024-bit key to clients configured for 2048",
-     "dealer or server", "each client's own key_bits",
-     lambda: _refused(partial(_he_weak_key, "paillier"))),
-    ("ckks / paillier", "send one client's upload as the aggregate", _SERVER,
-     "every upload's keyed tags, checked for the round and contributors",
-     lambda: _refused(partial(_each_scheme, _he_forwarded))),
-    ("ckks / paillier", "send an earlier round's aggregate again", _SERVER,
-     "tags bound to the round", lambda: _refused(partial(_each_scheme, _he_replayed))),
-    ("dp (distributed) + ckks / paillier", "open a sum of 2 uploads whose noise is "
-     "calibrated for 3", _SERVER, "each client's own t, checked on the aggregate's tags",
-     lambda: _refused(partial(_each_scheme, _he_dp_short_sum))),
-    ("additive", "give the victim a roster of one", _SERVER, "each client's min_clients",
-     lambda: _refused(partial(_additive_run, {"v": ["v"], "a": ["a", "b"],
-                                              "b": ["a", "b"]}))),
-    ("additive", "show clients different rosters", _SERVER,
-     "a roster digest on every share",
-     lambda: _refused(partial(_additive_run, {"v": ["v", "a"], "a": ["v", "a", "b"],
-                                              "b": ["a", "b"]}))),
-    ("dp (local)", "send sigma = 1e-300 to clients configured for sigma = 1", _SERVER,
-     "each client's own sigma and clip", lambda: _refused(_ldp_less_noise)),
-    ("dp (distributed) + secagg", "calibrate noise shares for all 4 clients, not t = 3",
-     _SERVER, "each client's own t", lambda: _refused(_ddp_calibrated_for_all)),
-    ("dp (distributed) + paillier", "finish a round with fewer survivors than the noise "
-     "was calibrated for", "dropouts", "survivors checked before the sum is opened",
-     _ddp_too_few_survivors),
-    ("dp (distributed)", "noise shares over the plain mean (each update seen with a "
-     "fraction of the noise)", "configuration", "refused when built",
-     lambda: _refused(_ddp_over_mean)),
-    ("dp (client sampling)", "claim amplification for a cohort drawn from the public seed",
-     "accounting", "q = 1 unless the cohort is a secret Poisson draw", _fixed_cohort),
-    ("chaos", "use the permutation alone (known pairs place the other coordinates)",
-     "configuration", "only over a value-hiding protection",
-     lambda: _refused(_chaos_alone)),
-    ("paillier", "use a 1024-bit modulus", "configuration", "key_bits >= 2048",
-     lambda: _refused(_paillier_1024)),
+_FORGERY_ROWS = [
+    ("masked", "send the victim's values alone (0/1 plaintext masks) under the honest MAC"),
+    ("spliced", "splice the victim's ciphertexts onto the honest aggregate's last"),
+    ("scaled", "scale the honest sum (claims unchanged)"),
+    ("replay", "send round 1's values under round 2's MAC"),
+    ("fewer", "sum 2 uploads and claim the round's 3 (clients accept 3 or more)"),
+    ("random", f"try {RANDOM_TRIALS} random combinations of the round's ciphertexts"),
+]
+ATTACKS: list[Attack] = [
+    Attack("secagg", "advertise t = 2 to 5 clients configured for t = 3", _SERVER,
+           "each client's own threshold, and t > n/2", r"parameter 'threshold' must be",
+           _secagg_lower_t),
+    Attack("secagg", "skip it: run the plain mean and ask for the update", _SERVER,
+           "the client's own configuration", r"has no keys for round",
+           partial(_downgrade, "secagg")),
+    Attack("dp (local)", "skip it: ask for the update with no noise request", _SERVER,
+           "the client's own configuration", r"sent no noise request",
+           partial(_downgrade, "dp")),
+    Attack("secagg", "tell {v, a1, a2} that v survived and {a1, b1, b2} that it dropped",
+           _SERVER, "consistency round: t signatures on one survivor set",
+           r"signatures of survivors on the survivor set, below the threshold",
+           partial(split_view, SecAggFederation(), 3)),
+    Attack("secagg", "put its own envelope key in a client's place", _SERVER,
+           "keys signed with the client's identity", r"'secagg keys' signature of .* does "
+           r"not verify", _secagg_substituted_key),
+    Attack("secagg", "list itself as one of the round's clients", _SERVER,
+           "clients of the federation only", r"\['server'\] are not clients of this "
+           r"federation", _secagg_sybil),
+    Attack("ckks / paillier / chaos key", "seal a key it made for every client", _SERVER,
+           "the dealer's envelope key signed with its identity",
+           r"'ckks dealer' signature of 'c0' does not verify", _keys_server_made),
+    Attack("ckks / paillier / chaos key", "name itself the dealer", _SERVER,
+           "dealers are clients of the federation", r"the dealer 'server' is not a client",
+           _keys_server_deals),
+    Attack("ckks / paillier / chaos key", "ask the dealer to seal the key for the server",
+           _SERVER, "sealed only for the federation's clients",
+           r"key is sealed only for its clients", _keys_sealed_for_the_server),
+    Attack("ckks", "relay a dealer's context of N = 4096 at scale 2^20", "dealer or server",
+           "each client's own CKKS parameters", r"parameter 'poly_modulus_degree' must be "
+           r"at least 8192", partial(_he_weak_key, "ckks")),
+    Attack("paillier", "relay a dealer's 1024-bit key to clients configured for 2048",
+           "dealer or server", "each client's own key_bits",
+           r"parameter 'key_bits' must be at least 2048", partial(_he_weak_key, "paillier")),
+    Attack("ckks / paillier", "send one client's upload as the aggregate (7 values)", _SERVER,
+           "a single other client's upload is refused",
+           r"claims the upload of 'c1' alone", partial(_each_scheme, _he_forwarded)),
+    Attack("ckks / paillier", "send an earlier round's aggregate again", _SERVER,
+           "the round the client last uploaded in", r"a replayed aggregate",
+           partial(_each_scheme, _he_replayed)),
+    *[Attack(scheme, f"{what} ({REAL_DIMS[scheme]:,} values)", _SERVER,
+             "the MAC of the values, round and weights (crypto/mac.py)"
+             + (", or the client's min_clients" if attack == "fewer" else ""),
+             r"its MAC" + (r"|does not decrypt" if attack == "random" else ""),
+             partial(_FORGERIES.play, scheme, attack))
+      for scheme in ("ckks", "paillier", "ou") for attack, what in _FORGERY_ROWS],
+    Attack("dp (distributed) + ckks / paillier", "open a sum of 2 uploads whose noise is "
+           "calibrated for 3", _SERVER, "each client's own t",
+           r"fewer than the 3 this client's distributed DP noise is calibrated for",
+           partial(_each_scheme, _he_dp_short_sum)),
+    Attack("additive", "give the victim a roster of one", _SERVER, "each client's min_clients",
+           r"parameter 'min_clients' is 2, got a roster of 1",
+           partial(_additive_run, {"v": ["v"], "a": ["a", "b"], "b": ["a", "b"]})),
+    Attack("additive", "show clients different rosters", _SERVER,
+           "a roster digest on every share", r"was shown another roster by the server",
+           partial(_additive_run, {"v": ["v", "a"], "a": ["v", "a", "b"], "b": ["a", "b"]})),
+    Attack("dp (local)", "send sigma = 1e-300 to clients configured for sigma = 1", _SERVER,
+           "each client's own sigma and clip", r"asks for noise_multiplier=1e-300, less "
+           r"protection", _ldp_less_noise),
+    Attack("dp (distributed) + secagg", "calibrate noise shares for all 4 clients, not t = 3",
+           _SERVER, "each client's own t", r"asks for guaranteed=4, less protection",
+           _ddp_calibrated_for_all),
+    Attack("dp (distributed) + paillier", "finish a round with fewer survivors than the "
+           "noise was calibrated for", "dropouts", "survivors checked before the sum is "
+           "opened", "", _ddp_too_few_survivors, kind="configuration"),
+    Attack("dp (distributed)", "noise shares over the plain mean (each update seen with a "
+           "fraction of the noise)", "configuration", "refused when built",
+           r"noise='distributed' adds only a share", _ddp_over_mean, kind="configuration"),
+    Attack("dp (client sampling)", "claim amplification for a cohort drawn from the public "
+           "seed", "accounting", "q = 1 unless the cohort is a secret Poisson draw", "",
+           _fixed_cohort, kind="configuration"),
+    Attack("chaos", "use the permutation alone (known pairs place the other coordinates)",
+           "configuration", "only over a value-hiding protection",
+           r"chaos permutation does not hide the coordinates", _chaos_alone,
+           kind="configuration"),
+    Attack("paillier", "use a 1024-bit modulus", "configuration", "key_bits >= 2048",
+           r"'key_bits' parameter of PaillierAggregator must be an int >= 2048",
+           _paillier_1024, kind="configuration"),
 ]
 
 
-def audit_server(progress: ProgressOption = None) -> list[AttackResult]:
+def audit_server(progress: ProgressOption = None, *, only: str | None = None
+                 ) -> list[AttackResult]:
     """Play every attack of :data:`ATTACKS`; return what came of each.
 
     An attack whose own machinery fails (not a refusal by the protection) is reported as
-    a leak with the error, so a broken audit never reads as a protection holding.
+    a leak with the error, so a broken audit never reads as a protection holding; a
+    refusal by another check than the row names is reported as ``"OTHER CHECK"``.
     ``progress`` reports one step per attack (``True``: a bar; a callable gets each
-    :class:`~islands.runtime.progress.ProgressUpdate`).
+    :class:`~islands.runtime.progress.ProgressUpdate`). ``only`` keeps the rows whose
+    protection contains it (e.g. ``"ckks"``).
     """
     sink = check_progress(progress, "audit_server")
+    rows = [a for a in ATTACKS if only is None or only in a.protection]
     out = []
     quiet = logging.getLogger("islands")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # the honest parties' dropout warnings are expected here
     try:
-        with task(sink, "audit server", len(ATTACKS), owner="audit_server") as running:
-            for done, (protection, attack, adversary, check, run) in enumerate(ATTACKS):
-                running.update(done, f"{protection}: {attack}")
+        with task(sink, "audit server", len(rows), owner="audit_server") as running:
+            for done, row in enumerate(rows):
+                running.update(done, f"{row.protection}: {row.attack}")
                 try:
-                    outcome, detail = run()
-                except (IslandsError, RuntimeError, KeyError, TypeError, ValueError) as exc:
+                    outcome, detail = row.run()
+                except (IslandsError, RuntimeError, KeyError, TypeError, ValueError,
+                        AssertionError) as exc:
                     outcome = "LEAKS"
                     detail = f"the audit itself failed: {type(exc).__name__}: {exc}"
-                out.append(AttackResult(protection, attack, adversary, check, outcome,
-                                        detail))
+                out.append(AttackResult(row.protection, row.attack, row.adversary, row.check,
+                                        outcome, detail, row.kind))
     finally:
         quiet.setLevel(level)
+        _FORGERIES.cache.clear()
     return out
