@@ -89,7 +89,12 @@ from islands.aggregation.base import (
 from islands.aggregation.config import SECTIONS, ClientDPConfig, SampleDPConfig
 from islands.aggregation.homomorphic import CKKSAggregator, PaillierAggregator
 from islands.aggregation.keys import KeyReceiver, deal_key
-from islands.aggregation.secagg import SecAggClient, SecureAggregation, threshold_for
+from islands.aggregation.secagg import (
+    SecAggClient,
+    SecAggServer,
+    SecureAggregation,
+    round_threshold,
+)
 from islands.config import ProtocolConfig
 from islands.crypto import chaos
 from islands.errors import JobError, ProtocolError, ValidationError, invalid_parameter
@@ -483,10 +488,13 @@ class _DPServer:
         cfg = self.config
         if cfg.noise == "local":
             return 1
-        threshold = _secagg_threshold(cfg.inner)
         t = None
-        if threshold is not None:
-            t = threshold_for(threshold, round_clients)
+        for layer in _layers(self.inner):
+            if isinstance(layer, SecAggServer) and layer.federation is not None:
+                # the t secure aggregation advertised for this round (its start ran first)
+                t = round_threshold(layer.threshold, round_clients,
+                                    federation=layer.federation,
+                                    min_clients=layer.min_clients)
         if cfg.guaranteed is not None:
             t = cfg.guaranteed if t is None else min(t, cfg.guaranteed)
         assert t is not None  # ClientDP refuses distributed noise without either
