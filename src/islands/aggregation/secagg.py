@@ -283,8 +283,9 @@ def round_threshold(threshold: float | int, n: int, *, federation: int,
     try:
         t_m = threshold_for(threshold, m)
     except ValidationError as exc:
-        raise ValidationError(f"{exc} (threshold={threshold!r} against "
-                              f"{_reference(federation, min_clients)})") from None
+        raise ValidationError(
+            f"{str(exc).removeprefix('secure aggregation: ')} (threshold={threshold!r} "
+            f"against {_reference(federation, min_clients)})") from None
     smallest = t_m if min_clients is None else m
     if n < smallest:
         why = (f"parameter 'min_clients'={min_clients}" if min_clients is not None else
