@@ -177,6 +177,64 @@ def test_a_secret_poisson_cohort_claims_amplification() -> None:
     assert FedAvg(fraction=0.5).secret_sampling_rate is None
 
 
+# --------------------------------------------------------------------------- issue 37
+def test_a_client_in_every_round_is_charged_unamplified_against_the_server(
+        tmp_path: Any) -> None:
+    # five rounds of a secret Poisson cohort at q = 0.5, σ = 1: the run's ε is amplified
+    # (8.23), but the server drew the cohorts and knows c0 was in all five: against it
+    # c0 spent the unamplified 12.30. Before, the run record showed only the first
+    pytest.importorskip("dp_accounting")
+    from islands.hfl.checkpoint import load_checkpoint, save_checkpoint
+
+    half = ClientDP(clip=1.0, noise_multiplier=1.0).server_half()
+    half.set_sampling_rate(0.5)
+    for cohort in (["c0", "c1"], ["c0", "c2"], ["c0"], ["c0", "c1", "c3"], ["c0", "c2"]):
+        half.account(cohort)
+    assert half.spent() == pytest.approx((8.2307, 1e-5), abs=1e-4)
+    assert half.spent_against_server() == pytest.approx((12.3017, 1e-5), abs=1e-4)
+    # a resume keeps each client's count
+    save_checkpoint(tmp_path / "server.ckpt", {"aggregator": half.get_state()})
+    again = ClientDP(clip=1.0, noise_multiplier=1.0).server_half()
+    again.set_sampling_rate(0.5)
+    again.set_state(load_checkpoint(tmp_path / "server.ckpt")["aggregator"])
+    again.account(["c1"])
+    assert again.rounds_in == {"c0": 5, "c1": 3, "c2": 2, "c3": 1}
+    # a checkpoint without the counts charges every client every round it holds
+    old = ClientDP(clip=1.0, noise_multiplier=1.0).server_half()
+    old.set_state({k: v for k, v in half.get_state().items()
+                   if k not in ("rounds_in", "rounds_unknown")})
+    old.account(["c1"])
+    expected = ClientDP(clip=1.0, noise_multiplier=1.0).server_half()
+    for _ in range(6):
+        expected.account(["c1"])
+    assert old.spent_against_server() == expected.spent_against_server()
+
+
+def test_the_run_record_shows_epsilon_against_the_server_beside_the_amplified_one() -> None:
+    pytest.importorskip("dp_accounting")
+    from islands.privacy import PrivacyAccountant
+
+    agg = ClientDP(clip=1.0, noise_multiplier=1.0)
+    strategy = FedAvg(local_steps=1, batch_size=None, aggregator=agg, fraction=0.9,
+                      sampling="poisson")
+    result, _ = play(agg, agg, k=6, strategy=strategy, epochs=3)
+    srv = result.results["server"]
+    amplified = PrivacyAccountant(1.0, sampling_rate=0.9, delta=1e-5)
+    amplified.step(srv.aggregations)
+    assert srv.privacy == pytest.approx((amplified.epsilon(), 1e-5), rel=1e-9)
+    # the client asked to train in the most rounds, at q = 1
+    most = max(r.rounds_trained for name, r in result.results.items() if name != "server")
+    against = PrivacyAccountant(1.0, sampling_rate=1.0, delta=1e-5)
+    against.step(most)
+    assert srv.privacy_against_server == pytest.approx((against.epsilon(), 1e-5), rel=1e-9)
+    assert srv.rounds[-1].epsilon_against_server == srv.privacy_against_server[0]
+    assert srv.rounds[-1].epsilon == srv.privacy[0]
+    # without DP neither is reported
+    plain, _ = play(MeanAggregator(), MeanAggregator(), k=2)
+    assert plain.results["server"].privacy_against_server is None
+    assert plain.results["server"].rounds[0].epsilon_against_server is None
+
+
 # --------------------------------------------------------------------------- finding 10
 @pytest.mark.parametrize("make", [
     lambda: ChaosPermutation(),

@@ -297,6 +297,16 @@ def test_secagg_with_dp_job_reports_the_budget(tmp_path: Path) -> None:
     eps = out["epsilon"]
     assert all(b > a for a, b in itertools.pairwise(eps))
     assert "privacy spent ε" in res.output
+    # ε against the server, labelled, beside it: every client trained every round and no
+    # cohort was sampled, so the two are equal here
+    keys = list(out)
+    assert keys[keys.index("privacy") + 1] == "privacy_against_server"
+    assert keys[keys.index("epsilon") + 1] == "epsilon_against_server"
+    assert out["privacy_against_server"] == out["privacy"]
+    assert out["epsilon_against_server"] == eps
+    said = " ".join(res.output.split())  # the console wraps lines
+    assert "(against who sees the models)" in said
+    assert f"against the server ε = {out['privacy']['epsilon']:.3f}" in said
 
 
 def test_protection_options_are_checked(tmp_path: Path) -> None:

@@ -427,7 +427,9 @@ def _tau(node: Mapping[str, Any]) -> tuple[str, Figure] | None:
 
 def _epsilon(node: Mapping[str, Any]) -> tuple[str, Figure] | None:
     series = {label: _numbers(node.get(key)) for key, label in
-              (("epsilon", "client-level ε"), ("sample_epsilon", "sample-level ε"))}
+              (("epsilon", "client-level ε"),
+               ("epsilon_against_server", "client-level ε against the server"),
+               ("sample_epsilon", "sample-level ε"))}
     drawn = {k: v for k, v in series.items() if v is not None}
     if not drawn:
         return None

@@ -164,9 +164,11 @@ def _horizontal(path: Path, doc: dict[str, Any], file: Path) -> HorizontalRun:
     metrics = {k: doc[k] for k in keys if k in doc}
     if isinstance(doc.get("bytes"), dict) and "total" in doc["bytes"]:
         metrics["bytes"] = doc["bytes"]["total"]
-    privacy = doc.get("privacy")
-    if isinstance(privacy, dict) and "epsilon" in privacy:
-        metrics["epsilon"] = privacy["epsilon"]
+    for key, name in (("privacy", "epsilon"),
+                      ("privacy_against_server", "epsilon_against_server")):
+        privacy = doc.get(key)
+        if isinstance(privacy, dict) and "epsilon" in privacy:
+            metrics[name] = privacy["epsilon"]
     found = doc.get("contribution")
     contribution = (ContributionReport.from_dict(found, where=f" in {file}")
                     if isinstance(found, dict) else None)

@@ -265,5 +265,8 @@ class _Round(StreamingRound):
             if part.shape != (self.dim,) or part.dtype != np.uint64:
                 raise ProtocolError(f"client {c!r} sent a malformed partial sum",
                                     party=self.server, step="ss-sum")
+        m = len(self.participants)  # every client's shares are in: k = h = m
         return ring_mean(reconstruct([np.zeros(self.dim, dtype=np.uint64), *parts]),
-                         frac_bits=self.frac_bits, weight=weight)
+                         frac_bits=self.frac_bits, weight=weight, uploads=m, headroom=m,
+                         where=f"additive sharing round {self.round}", party=self.server,
+                         step="ss-sum")

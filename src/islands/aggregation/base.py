@@ -365,8 +365,52 @@ def ring_encode(params: Vector, weight: float, *, frac_bits: int, headroom: int,
         raise ValidationError(f"{who}'s update is outside the fixed-point range ({exc})") from exc
 
 
-def ring_mean(total: NDArray[np.uint64], *, frac_bits: int, weight: float) -> Vector:
-    """Decode Σ p_k·w_k from the ring and divide by the survivors' Σ p_k."""
+def ring_limit(uploads: int, headroom: int) -> int:
+    """Return the largest |Σ| (in units of 2^-f) that ``uploads`` in-range encodings reach.
+
+    :func:`ring_encode` with ``headroom`` h keeps each numerator below ⌈2^63/h⌉ in
+    magnitude, so k ≤ h of them sum to at most k·(⌈2^63/h⌉ − 1) < 2^63.
+    """
+    return uploads * (-(-(2**63) // headroom) - 1)
+
+
+def ring_mean(total: NDArray[np.uint64], *, frac_bits: int, weight: float, uploads: int,
+              headroom: int, where: str, party: str, step: str) -> Vector:
+    """Decode Σ p_k·w_k from the ring and divide by the survivors' Σ p_k.
+
+    Parameters
+    ----------
+    total
+        The sum of ``uploads`` encodings, each made by :func:`ring_encode` with
+        ``headroom``.
+    frac_bits, weight
+        The encoding's f, and Σ p_k over the uploads summed.
+    uploads, headroom
+        k, the uploads summed, and h, the headroom each was encoded for (k ≤ h).
+    where, party, step
+        The round, the party decoding and its step, for the error.
+
+    Raises
+    ------
+    ProtocolError
+        If a coordinate of the sum exceeds what k in-range uploads can sum to
+        (:func:`ring_limit`): an upload was outside the encoding's range (a client that
+        skipped its encoder's check), so the mean is refused, not released. When every
+        upload of the round is summed (k = h) the in-range sums fill the ring and no
+        decoded value is out of reach: the check then cannot refuse anything.
+    """
+    limit = ring_limit(uploads, headroom)
+    signed = np.asarray(total).view(np.int64)
+    outside = (signed > limit) | (signed < -limit)
+    if outside.any():
+        i = int(np.argmax(outside))
+        scale = float(2**frac_bits)
+        raise ProtocolError(
+            f"{where}: the decoded sum reaches |Σ p·w| = {abs(float(signed[i])) / scale:.4g} "
+            f"at coordinate {i}, beyond the {limit / scale:.4g} that {uploads} in-range "
+            f"uploads can sum to (each |p·w| < 2^{63 - frac_bits}/{headroom}): an upload "
+            f"was outside the encoding's range, and the mean is not released",
+            party=party, step=step)
     return (decode_fixed(total, frac_bits=frac_bits) / weight).astype(np.float32)
 
 

@@ -54,10 +54,14 @@ class SecAggConfig(ProtocolConfig):
 
     threshold: Annotated[int | float, AfterValidator(_threshold)] = setting(
         0.5, "an int >= 2 or a fraction in [0.5, 1) (t <= n/2 lets an active server unmask "
-        "a client)", "t, the survivors needed to unmask: a count, or a fraction φ of the "
-        "round's n clients (t = ⌊φn⌋ + 1).")
+        "a client)", "t, the survivors needed to unmask: a count, or a fraction φ of m "
+        "clients (t = ⌊φm⌋ + 1), m the federation's clients or min_clients.")
     frac_bits: int = setting(32, _FRAC_BITS, "Fixed-point fractional bits in Z_2^64.",
                              ge=8, le=48)
+    min_clients: int | None = setting(
+        None, "an int >= 2", "The smallest round a client joins, and the m its threshold "
+        "and colluder bound are set against (unset: the federation's clients, of which a "
+        "round needs t); set it when the strategy samples cohorts.", ge=2)
 
 
 class AdditiveConfig(ProtocolConfig):

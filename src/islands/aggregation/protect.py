@@ -53,8 +53,11 @@ public job seed is predictable, and is charged q = 1. The server draws the cohor
 knows it: the amplified ε is the guarantee against whoever sees the released models,
 while against the server itself every round counts with q = 1.
 :class:`islands.privacy.PrivacyAccountant` composes the rounds (RDP by default) and the
-server reports (ε, δ) after every round; with
-``target_epsilon`` the run stops before the round that would exceed it.
+server reports both after every round, each labelled: the (ε, δ) of the run (amplified
+when the cohort is secret) and the (ε, δ) against the server, every round a client was
+asked to train in counted at q = 1, the largest over the clients (``spent`` and
+``spent_against_server``); with ``target_epsilon`` the run stops before the round that
+would take the first above the target.
 
 Sample-level differential privacy (``"dp-sgd"``, :class:`SampleDP`): every client trains
 with DP-SGD (Abadi et al. 2016; :mod:`islands.hfl.torch.dpsgd`, per-sample gradients from
@@ -89,7 +92,12 @@ from islands.aggregation.base import (
 from islands.aggregation.config import SECTIONS, ClientDPConfig, SampleDPConfig
 from islands.aggregation.homomorphic import CKKSAggregator, PaillierAggregator
 from islands.aggregation.keys import KeyReceiver, deal_key
-from islands.aggregation.secagg import SecAggClient, SecureAggregation, threshold_for
+from islands.aggregation.secagg import (
+    SecAggClient,
+    SecAggServer,
+    SecureAggregation,
+    round_threshold,
+)
 from islands.config import ProtocolConfig
 from islands.crypto import chaos
 from islands.errors import JobError, ProtocolError, ValidationError, invalid_parameter
@@ -462,7 +470,10 @@ class _DPServer:
         self.inner = config.inner.server_half()
         self.clients = 0
         self.steps = 0
+        self.rounds_in: dict[str, int] = {}  # rounds each client was asked to train in
+        self.rounds_unknown = 0  # rounds of an older checkpoint, charged to every client
         self._accountant: Any = None
+        self._server_accountant: Any = None
         self._rate: float | None = None
 
     def setup(self, link: ServerLink, clients: Sequence[str]) -> list[str]:
@@ -483,10 +494,13 @@ class _DPServer:
         cfg = self.config
         if cfg.noise == "local":
             return 1
-        threshold = _secagg_threshold(cfg.inner)
         t = None
-        if threshold is not None:
-            t = threshold_for(threshold, round_clients)
+        for layer in _layers(self.inner):
+            if isinstance(layer, SecAggServer) and layer.federation is not None:
+                # the t secure aggregation advertised for this round (its start ran first)
+                t = round_threshold(layer.threshold, round_clients,
+                                    federation=layer.federation,
+                                    min_clients=layer.min_clients)
         if cfg.guaranteed is not None:
             t = cfg.guaranteed if t is None else min(t, cfg.guaranteed)
         assert t is not None  # ClientDP refuses distributed noise without either
@@ -509,8 +523,11 @@ class _DPServer:
         link.send(round, "dp-noise", {c: request for c in participants})
         return _DPRound(agg, self, t, link.name)
 
-    def account(self) -> None:
+    def account(self, participants: Sequence[str]) -> None:
+        """Count one release: a step of the run, and one round for each participant."""
         self.steps += 1
+        for c in participants:
+            self.rounds_in[c] = self.rounds_in.get(c, 0) + 1
 
     def _acct(self) -> Any:
         cfg = self.config
@@ -524,7 +541,27 @@ class _DPServer:
         return acct
 
     def spent(self) -> tuple[float, float]:
+        """(ε, δ) against whoever sees the released models (amplified for a secret cohort)."""
         acct = self._acct()
+        eps, delta = acct.spent()
+        return float(eps), float(delta)
+
+    def spent_against_server(self) -> tuple[float, float]:
+        """(ε, δ) against the server, which draws the cohort: the largest over the clients.
+
+        Every round a client was asked to train in counts as one release with q = 1
+        (the server knows who took part), whether or not its update arrived; the
+        accountant is the run's own, at q = 1.
+        """
+        cfg = self.config
+        if self._server_accountant is None:
+            self._server_accountant = PrivacyAccountant(
+                cfg.noise_multiplier, sampling_rate=1.0, delta=cfg.delta,
+                method=cfg.accountant)
+        acct = self._server_accountant
+        most = self.rounds_unknown + max(self.rounds_in.values(), default=0)
+        if acct.steps < most:
+            acct.step(most - acct.steps)
         eps, delta = acct.spent()
         return float(eps), float(delta)
 
@@ -537,7 +574,8 @@ class _DPServer:
 
     def get_state(self) -> dict[str, Any]:
         return {"inner": self.inner.get_state(), "steps": self.steps,
-                "rate": -1.0 if self._rate is None else self._rate}
+                "rate": -1.0 if self._rate is None else self._rate,
+                "rounds_in": dict(self.rounds_in), "rounds_unknown": self.rounds_unknown}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         if not state:
@@ -546,7 +584,15 @@ class _DPServer:
         self.steps = int(state.get("steps", 0))
         rate = float(state.get("rate", -1.0))
         self._rate = None if rate < 0 else rate
+        # a checkpoint of before issue 37 has no per-client count: charge every client
+        # every round it holds, the bound for a client in all of them
+        saved = state.get("rounds_in")
+        self.rounds_in = ({str(c): int(k) for c, k in saved.items()}
+                          if isinstance(saved, Mapping) else {})
+        self.rounds_unknown = int(state.get("rounds_unknown", 0 if isinstance(saved, Mapping)
+                                            else self.steps))
         self._accountant = None
+        self._server_accountant = None
 
 
 class _DPRound:
@@ -571,7 +617,7 @@ class _DPRound:
                 f"the {sigma:.4g} the accountant charges, so the round is not released",
                 party=self.name, step="update")
         out = self.inner.finish(survivors)
-        self.server.account()
+        self.server.account(self.participants)
         return out
 
 

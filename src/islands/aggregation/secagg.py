@@ -15,9 +15,10 @@ stage  phase            what happens
                         U1 = who answered; |U1| ≥ t or the round fails.
 1      ``share-keys``   server → U1: everyone's signed public keys. Each client checks
                         every signature, that every name is a client of its federation,
-                        and t against its own threshold (t ≥ its own, t > |U1|/2, t ≥ 2);
-                        then draws a self-mask seed b_u, Shamir-shares b_u and its mask
-                        private key s_u into |U1| shares (t-of-|U1|), and seals share v
+                        and |U1| and t against its own threshold and round size
+                        (:func:`round_threshold`, below); then draws a self-mask
+                        seed b_u, Shamir-shares b_u and its mask private key s_u
+                        into |U1| shares (t-of-|U1|), and seals share v
                         for each v with AES-GCM under the c-agreement
                         (:mod:`islands.crypto.envelope`). U2 = who answered; |U2| ≥ t.
 1b     ``deliver``      server → U2: the list U2 and the envelopes addressed to each (no
@@ -46,7 +47,12 @@ b is rebuilt from the others' shares). Fewer than t at any stage is a
 Encoding and range: x = round(p·w·2^f) in Z_2^64 with f = ``frac_bits`` (default 32),
 checked so that the sum over |U2| clients cannot wrap: |p·w| < 2^(63−f)/|U2|
 (2^31/|U2| with the default: 4.3·10^6 for 500 clients). A value outside the range is a
-:class:`~islands.errors.ValidationError` at the client, never a silent wrap-around.
+:class:`~islands.errors.ValidationError` at the client, never a silent wrap-around. A
+client that skips that check can upload anything; the server refuses (a
+:class:`~islands.errors.ProtocolError` naming the coordinate and the bound) a decoded
+sum beyond |U3|·2^(63−f)/|U2|, which no |U3| in-range uploads reach. That catches an
+out-of-range upload only when clients dropped after sharing keys (|U3| < |U2|): with
+every upload in, the in-range sums fill the ring.
 Precision: each client's rounding is ≤ 2^-(f+1), so the mean is within
 |U3|·2^-(f+1)/Σ_{U3} p of the exact weighted mean (1.2·10^-7 for 1000 clients).
 
@@ -54,11 +60,28 @@ Security: any t − 1 shares of b_u or s_u are independent of them (Shamir,
 :mod:`islands.crypto.shamir`), so an honest-but-curious server with fewer than t
 colluding clients sees each y_u masked by PRG outputs it cannot compute ([1]_ Thm.
 6.2). Against an active server, the signatures stop it from putting its own keys in a
-client's place or posing as a client, each client checks t against its own threshold,
-and an honest client reveals one kind of share per client and signs one survivor set per
-round; the server then unmasks a client only if t ≤ (n + n_C)/2 with n_C colluding
-clients (:func:`least_threshold`), i.e. t protects against up to 2t − n − 1 of them
-(``tests/test_hfl_attacks_secagg.py`` plays each attack; ``islands audit server``).
+client's place or posing as a client, and an honest client reveals one kind of share per
+client and signs one survivor set per round; the server then unmasks a client of a round
+of n = |U1| only if t ≤ (n + n_C)/2 with n_C colluding clients (:func:`least_threshold`).
+
+The server chooses n (it may leave clients out at ``advertise``), so no client takes t
+from the round. Each client sets its threshold against m clients it knows itself: the
+clients of its federation (``party.parties`` but the server), or its ``min_clients``
+when the strategy samples cohorts (``FedAvg(fraction=...)``): t_m =
+:func:`threshold_for` (threshold, m). It refuses, before any share leaves, a round of
+fewer than t_m clients (``min_clients`` unset: up to m − t_m clients may be missing, as
+at every later stage) or fewer than ``min_clients``, and a t below
+max(t_m, ⌊(n + c)/2⌋ + 1) (and below ⌊φn⌋ + 1 for a fraction φ), with
+c = 2·t_m − m − 1 (:func:`colluder_bound`). Every round it accepts therefore has
+t > (n + c)/2: **an active server colluding with up to c = 2·t_m − m − 1 clients
+unmasks nobody**, whatever round it shapes; the default φ = 1/2 gives c = 1 for m even
+and 0 for m odd, φ = 2/3 about m/3 (c = 3 for m = 10). What the round's sum reveals is
+another matter: with n_C colluders among n, the server learns the sum of the n − n_C
+honest survivors' updates, so a round of one honest client and colluders gives that
+client's update away; a round holds at least t_m clients (``min_clients`` if set), so
+this takes at least t_m − 1 colluders: 1 in a federation of 3 at the default (t_m = 2),
+2 in one of 4 or 5.
+``tests/test_hfl_attacks_secagg.py`` plays each attack; ``islands audit server``.
 Keys, seeds and session ids come from OpenSSL's and the OS's CSPRNG, never numpy;
 masks are ChaCha20 streams (:mod:`islands.crypto.prg`). Fresh keys every round, so a
 dropped client's reconstructed s key reveals nothing about other rounds.
@@ -102,7 +125,7 @@ from islands.crypto import shamir
 from islands.crypto.envelope import open_sealed, pair_context, seal
 from islands.crypto.masking import MaskingKey, generate_key, pairwise_mask
 from islands.crypto.prg import expand
-from islands.errors import ProtocolError, ValidationError
+from islands.errors import ProtocolError, ValidationError, invalid_parameter
 from islands.runtime import Party, wire
 from islands.validation import is_int
 
@@ -117,7 +140,9 @@ __all__ = [
     "SecAggSurvivors",
     "SecAggUnmask",
     "SecureAggregation",
+    "colluder_bound",
     "least_threshold",
+    "round_threshold",
     "threshold_for",
 ]
 
@@ -234,6 +259,65 @@ def threshold_for(threshold: float | int, n: int) -> int:
     return t
 
 
+def round_threshold(threshold: float | int, n: int, *, federation: int,
+                    min_clients: int | None = None) -> int:
+    """Return the least t a party accepts for a round of ``n`` clients, or refuse the round.
+
+    The threshold is set against m clients: ``min_clients`` if given, else the
+    ``federation``'s clients (those the party knows), never against the round the server
+    announces. With t_m = :func:`threshold_for` (threshold, m), the round is refused
+    below m clients (``min_clients`` given) or below t_m (unset: the federation may miss
+    up to m − t_m clients, as at every later stage), and its t must reach
+    max(t_m, ⌊(n + c)/2⌋ + 1), c = :func:`colluder_bound` (threshold, m), and for a
+    fractional threshold also :func:`threshold_for` (threshold, n). Then every accepted
+    round keeps t > (n + c)/2: the server unmasks nobody with c colluding clients
+    (:func:`least_threshold`), however it shapes the round.
+
+    Raises
+    ------
+    ValidationError
+        Naming the round's size and the limit, if the round is smaller than the party
+        accepts; or if ``threshold`` does not fit m clients (see :func:`threshold_for`).
+    """
+    m = federation if min_clients is None else min_clients
+    try:
+        t_m = threshold_for(threshold, m)
+    except ValidationError as exc:
+        raise ValidationError(
+            f"{str(exc).removeprefix('secure aggregation: ')} (threshold={threshold!r} "
+            f"against {_reference(federation, min_clients)})") from None
+    smallest = t_m if min_clients is None else m
+    if n < smallest:
+        why = (f"parameter 'min_clients'={min_clients}" if min_clients is not None else
+               f"t={t_m} of {_reference(federation, None)}, parameter 'min_clients' unset")
+        raise ValidationError(
+            f"a round of {n} clients, fewer than the {smallest} accepted ({why})")
+    t = max(t_m, (n + colluder_bound(threshold, m)) // 2 + 1)
+    if not is_int(threshold):
+        t = max(t, threshold_for(threshold, n))
+    if t > n:
+        raise ValidationError(
+            f"a round of {n} clients cannot reach the t={t} needed against "
+            f"{_reference(federation, min_clients)}")
+    return t
+
+
+def colluder_bound(threshold: float | int, m: int) -> int:
+    """Return c = 2·t − m − 1 for t = :func:`threshold_for` (threshold, m).
+
+    The number of colluding clients a party's threshold protects against when it is set
+    against m clients (:func:`round_threshold`): 0 for the default 0.5 with m odd, 1
+    with m even; about m/3 for 2/3.
+    """
+    return 2 * threshold_for(threshold, m) - m - 1
+
+
+def _reference(federation: int, min_clients: int | None) -> str:
+    if min_clients is not None:
+        return f"min_clients={min_clients}"
+    return f"its federation of {federation} clients"
+
+
 def least_threshold(n: int) -> int:
     """Return the smallest t that protects a round of ``n`` clients: ⌊n/2⌋ + 1, at least 2.
 
@@ -271,15 +355,23 @@ class SecureAggregation:
     Parameters
     ----------
     threshold : float or int, default=0.5
-        t, the clients that must survive every stage: a fraction φ ∈ [1/2, 1) of the
-        round's clients (t = ⌊φ·n⌋ + 1, a strict majority by default) or an int, at
-        least ⌊n/2⌋ + 1 and 2 in every round (:func:`least_threshold`). Up to n − t
-        clients may drop out; an active server colluding with up to 2t − n − 1 clients
-        learns nothing about another client's update. A client holds its own threshold
-        and refuses a round whose server asks for a smaller t.
+        t, the clients that must survive every stage: a fraction φ ∈ [1/2, 1) of m
+        clients (t = ⌊φ·m⌋ + 1, a strict majority by default) or an int, at least
+        ⌊m/2⌋ + 1 and 2, where m is the federation's clients or ``min_clients``
+        (:func:`round_threshold`). Up to n − t of a round's n clients may drop out; an
+        active server colluding with up to 2t − m − 1 clients unmasks nobody. A client
+        holds its own threshold and refuses a round whose server asks for a smaller t.
     frac_bits : int, default=32
         Fractional bits f of the fixed-point encoding over Z_2^64 (see the module
         docstring for the range and the rounding bound).
+    min_clients : int, optional
+        The smallest round a client joins, and the m its threshold and colluder bound
+        are set against. Unset (the default), m is the federation's clients, and a
+        round needs t of them. Set it when the strategy samples cohorts: to the
+        smallest cohort every client accepts (for ``FedAvg(fraction=q)`` over N
+        clients, at most ⌈qN⌉ with ``sampling="fixed"``, well below qN with
+        ``"poisson"``, whose smaller draws stop the run). The server refuses a
+        cohort below it before advertising.
 
     Notes
     -----
@@ -290,20 +382,33 @@ class SecureAggregation:
 
     name = "secagg"
 
-    def __init__(self, threshold: float | int = 0.5, frac_bits: int = 32) -> None:
-        config = SecAggConfig.build(None, threshold=threshold, frac_bits=frac_bits)
+    def __init__(self, threshold: float | int = 0.5, frac_bits: int = 32,
+                 min_clients: int | None = None) -> None:
+        config = SecAggConfig.build(None, threshold=threshold, frac_bits=frac_bits,
+                                    min_clients=min_clients)
         self.threshold, self.frac_bits = config.threshold, config.frac_bits
+        self.min_clients = config.min_clients
+        if self.min_clients is not None:
+            try:
+                threshold_for(self.threshold, self.min_clients)
+            except ValidationError as exc:
+                raise invalid_parameter(
+                    "threshold", "SecureAggregation",
+                    f"a threshold that fits min_clients={self.min_clients} ({exc})",
+                    self.threshold) from None
 
     def client_half(self) -> SecAggClient:
         """Make a client's state machine."""
-        return SecAggClient(self.threshold, self.frac_bits)
+        return SecAggClient(self.threshold, self.frac_bits, min_clients=self.min_clients)
 
     def server_half(self) -> SecAggServer:
         """Make the server's state machine."""
-        return SecAggServer(self.threshold, self.frac_bits)
+        return SecAggServer(self.threshold, self.frac_bits, min_clients=self.min_clients)
 
     def __repr__(self) -> str:
-        return f"SecureAggregation(threshold={self.threshold!r}, frac_bits={self.frac_bits})"
+        extra = "" if self.min_clients is None else f", min_clients={self.min_clients}"
+        return (f"SecureAggregation(threshold={self.threshold!r}, "
+                f"frac_bits={self.frac_bits}{extra})")
 
 
 # --------------------------------------------------------------------------- client
@@ -340,9 +445,11 @@ class SecAggClient:
     anything secret leaves: the server may ask for a larger t, never a smaller one.
     """
 
-    def __init__(self, threshold: float | int, frac_bits: int) -> None:
+    def __init__(self, threshold: float | int, frac_bits: int, *,
+                 min_clients: int | None = None) -> None:
         self.threshold = threshold
         self.frac_bits = frac_bits
+        self.min_clients = min_clients
         self.stage = ClientStage.IDLE
         self.round = 0
         self._c: MaskingKey | None = None
@@ -432,15 +539,20 @@ class SecAggClient:
             raise self._refuse(party, server, "share-keys",
                                f"{strangers} are not clients of this federation")
         n = len(keys)
+        # t from the federation this client knows (or its min_clients), never from the
+        # round: a server that leaves clients out must not lower t with them
+        federation = len(clients)
         try:
-            least = max(threshold_for(self.threshold, n), least_threshold(n))
+            least = round_threshold(self.threshold, n, federation=federation,
+                                    min_clients=self.min_clients)
         except ValidationError as exc:
             raise self._refuse(party, server, "share-keys", str(exc)) from None
         if self._t < least:
             raise self._refuse(
                 party, server, "share-keys",
-                f"parameter 'threshold' must be at least {least} for {n} clients (this "
-                f"client's threshold={self.threshold!r}), got t={self._t}")
+                f"parameter 'threshold' must be at least {least} for a round of {n} clients "
+                f"(this client's threshold={self.threshold!r} against "
+                f"{_reference(federation, self.min_clients)}), got t={self._t}")
         if n < self._t:
             raise ProtocolError(
                 f"secure aggregation round {self.round}: {n} clients advertised "
@@ -590,15 +702,39 @@ def _unpack_pair(data: bytes) -> tuple[bytes, bytes]:
 class SecAggServer(PlainServerHalf):
     """The server's side; one :class:`SecAggRound` per round."""
 
-    def __init__(self, threshold: float | int, frac_bits: int) -> None:
+    def __init__(self, threshold: float | int, frac_bits: int, *,
+                 min_clients: int | None = None) -> None:
         self.threshold = threshold
         self.frac_bits = frac_bits
+        self.min_clients = min_clients
+        self.federation: int | None = None
+
+    def round_threshold(self, link: ServerLink, n: int, *, round: int) -> int:
+        """Return the t that honest clients of this configuration accept for ``n`` clients.
+
+        The federation is the server's parties but itself, as each client counts its own.
+
+        Raises
+        ------
+        ProtocolError
+            If the round is smaller than they accept (:func:`round_threshold`).
+        """
+        self.federation = len(set(link.party.parties) - {link.name})
+        try:
+            return round_threshold(self.threshold, n, federation=self.federation,
+                                   min_clients=self.min_clients)
+        except ValidationError as exc:
+            raise ProtocolError(
+                f"secure aggregation round {round}: {exc}; with cohorts "
+                "(FedAvg(fraction=...)) set secure aggregation's min_clients to the "
+                "smallest cohort every client accepts", party=link.name,
+                step="advertise") from None
 
     def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
               weights: Mapping[str, float], dim: int) -> SecAggRound:
         """Run stages 0, 1 and 1b; the round's participants are U2."""
-        return SecAggRound(link, round, list(clients), weights, dim,
-                           threshold_for(self.threshold, len(clients)), self.frac_bits)
+        t = self.round_threshold(link, len(clients), round=round)
+        return SecAggRound(link, round, list(clients), weights, dim, t, self.frac_bits)
 
     def reveal(self, payload: Any) -> Vector:
         """Return the mean: the server learns it."""
@@ -723,4 +859,7 @@ class SecAggRound(StreamingRound):
             total += pairwise_mask(v, key, {u: self.keys[u][1] for u in u3}, self.dim,
                                    context=context, label=b"secagg input")
         self.stage = ServerStage.DONE
-        return ring_mean(total, frac_bits=self.frac_bits, weight=weight)
+        return ring_mean(total, frac_bits=self.frac_bits, weight=weight, uploads=len(u3),
+                         headroom=len(self.participants),
+                         where=f"secure aggregation round {self.round}",
+                         party=self.server, step="unmask")

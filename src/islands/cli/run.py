@@ -96,6 +96,8 @@ def _run_horizontal(job_file: Path, *, resume: bool, output: Path | None,
                 raise RuntimeError("interrupted by Ctrl-C")
             acc = "" if record.accuracy is None else f" local acc {record.accuracy:.3f}"
             eps = "" if record.epsilon is None else f" ε={record.epsilon:.2f}"
+            if record.epsilon_against_server is not None:
+                eps += f" (vs server {record.epsilon_against_server:.2f})"
             if record.sample_epsilon is not None:
                 eps += f" DP-SGD ε={record.sample_epsilon:.2f}"
             info = f"round {record.round} τ={record.tau}{acc}{eps}"
@@ -253,6 +255,15 @@ def _summarise_vertical(result: VerticalJobResult) -> None:
         console.print(f"PSI aligned {result.aligned_ids} rows")
 
 
+def _amplified(result: HflJobResult) -> str:
+    """Say how the run's client-level ε was amplified, if it was."""
+    strategy = result.job.strategy
+    fraction = strategy.get("fraction", 1.0)
+    if strategy.get("sampling") == "poisson" and fraction < 1:
+        return f", amplified by the secret Poisson cohort, q = {fraction:g}"
+    return ""
+
+
 def _summarise_job(result: HflJobResult) -> None:
     """One screen: the federated model against its baseline, and what the run cost."""
     keys = (("mse", "rmse", "mae", "r2") if result.task == "regression"
@@ -283,7 +294,12 @@ def _summarise_job(result: HflJobResult) -> None:
         facts.append("protected by " + " + ".join(result.job.protect))
     if result.privacy is not None:
         facts.append(f"privacy spent ε = {result.privacy.epsilon:.3f} at "
-                     f"δ = {result.privacy.delta:g}")
+                     f"δ = {result.privacy.delta:g} (against who sees the models"
+                     f"{_amplified(result)})")
+    if result.privacy_against_server is not None:
+        facts.append(f"against the server ε = {result.privacy_against_server.epsilon:.3f} "
+                     f"(it knows the cohorts: each round a client trained in counts "
+                     f"unamplified; largest of the clients)")
     if result.sample_privacy is not None:
         facts.append(f"DP-SGD privacy spent ε = {result.sample_privacy.epsilon:.3f} "
                      f"at δ = {result.sample_privacy.delta:g} (largest of the clients)")

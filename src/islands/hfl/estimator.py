@@ -257,7 +257,11 @@ class FederatedModel(FederatedEstimator[HflConfig]):
     stopped_ : str or None
         Why the run ended early (``"privacy budget"``), or None.
     privacy_ : tuple or None
-        Client-level (ε, δ) spent (with ``protect`` DP), or None.
+        Client-level (ε, δ) spent (with ``protect`` DP), or None: against whoever sees
+        the released models, amplified when the cohort is a secret Poisson sample.
+    privacy_against_server_ : tuple or None
+        Client-level (ε, δ) against the server, which draws the cohort: every round a
+        client was asked to train in counts with q = 1, the largest over the clients.
     sample_privacy_ : tuple or None
         The largest sample-level (ε, δ) of any client (with ``sample_dp``), or None.
     workers_ : int
@@ -633,6 +637,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                         else halves[0].open(result.payload))
         self.stopped_ = result.stopped
         self.privacy_ = result.privacy
+        self.privacy_against_server_ = result.privacy_against_server
         self.sample_privacy_ = result.sample_privacy
         self.rounds_ = result.rounds
         self.history_ = history
@@ -686,6 +691,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             out.update({k: v for k, v in history[-1].test.items()})
         if self.privacy_ is not None:
             out["epsilon"], out["delta"] = self.privacy_
+        if self.privacy_against_server_ is not None:
+            out["epsilon_against_server"] = self.privacy_against_server_[0]
         if self.sample_privacy_ is not None:
             out["sample_epsilon"], out["sample_delta"] = self.sample_privacy_
         return out

@@ -549,6 +549,12 @@ class HflJobResult:
     ``federated_seconds`` and ``wall_time_s`` count this process's part of the run only.
     ``contribution`` is the contribution report (its plain values are what ``islands
     contribution`` reads back); ``dev_avg`` needs a classification with a baseline.
+    Under client-level DP, ``privacy`` (and ``epsilon``, per round) is the ε against
+    whoever sees the released models, amplified when the cohort is a secret Poisson
+    sample, and ``privacy_against_server`` (``epsilon_against_server``) the ε against the
+    server, which draws the cohort: every round a client was asked to train in counts
+    with q = 1, the largest over the clients. results.json has these two keys only
+    under client-level DP.
     """
 
     job: Job
@@ -579,6 +585,8 @@ class HflJobResult:
     baseline: BaselineResult | None = None
     dev_avg: float | None = None
     tracking: dict[str, Any] | None = None
+    privacy_against_server: PrivacySpent | None = None
+    epsilon_against_server: list[float | None] = field(default_factory=list)
 
     @property
     def task(self) -> str:
@@ -597,9 +605,13 @@ class HflJobResult:
             "seconds_per_round": asdict(self.seconds_per_round), "history": self.history,
             "resumed_from": self.resumed_from, "protect": list(self.job.protect),
             "privacy": None if self.privacy is None else asdict(self.privacy),
+            **({} if self.privacy_against_server is None else
+               {"privacy_against_server": asdict(self.privacy_against_server)}),
             "sample_privacy": (None if self.sample_privacy is None
                                else asdict(self.sample_privacy)),
             "stopped": self.stopped, "epsilon": self.epsilon,
+            **({} if self.privacy_against_server is None else
+               {"epsilon_against_server": self.epsilon_against_server}),
             "sample_epsilon": self.sample_epsilon, "tau": self.tau,
             "local_accuracy": self.local_accuracy, "federated_seconds": self.federated_seconds}
         if self.contribution is not None:
@@ -672,6 +684,8 @@ def _summary(result: HflJobResult) -> dict[str, Any]:
                 "bytes": result.bytes.total, "federated_seconds": result.federated_seconds})
     if result.privacy is not None:
         out["epsilon"], out["delta"] = result.privacy.epsilon, result.privacy.delta
+    if result.privacy_against_server is not None:
+        out["epsilon_against_server"] = result.privacy_against_server.epsilon
     if result.sample_privacy is not None:
         out["sample_epsilon"] = result.sample_privacy.epsilon
     if result.baseline is not None:
@@ -761,6 +775,9 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
         privacy=None if fl.privacy_ is None else PrivacySpent(*fl.privacy_),
         sample_privacy=(None if fl.sample_privacy_ is None
                         else PrivacySpent(*fl.sample_privacy_)),
+        privacy_against_server=(None if fl.privacy_against_server_ is None
+                                else PrivacySpent(*fl.privacy_against_server_)),
+        epsilon_against_server=[r.epsilon_against_server for r in fl.rounds_],
         stopped=fl.stopped_,
         epsilon=[r.epsilon for r in fl.rounds_],
         sample_epsilon=[r.sample_epsilon for r in fl.rounds_],

@@ -236,7 +236,12 @@ class RoundRecord:
         Whether the round closed an epoch.
     epsilon
         The client-level differential-privacy budget ε spent after the round (None
-        without client-level DP).
+        without client-level DP), against whoever sees the released models: amplified
+        when the cohort is a secret Poisson sample.
+    epsilon_against_server
+        The client-level ε against the server, which draws the cohort: every round a
+        client was asked to train in counts with q = 1, the largest over the clients
+        (None without client-level DP).
     sample_epsilon
         The largest sample-level (DP-SGD) ε of any client after the round (None
         without DP-SGD).
@@ -255,6 +260,7 @@ class RoundRecord:
     epoch_end: bool
     epsilon: float | None = None
     sample_epsilon: float | None = None
+    epsilon_against_server: float | None = None
 
 
 @dataclass(frozen=True)
@@ -303,7 +309,12 @@ class ServerResult:
     stopped
         Why the run ended before its epochs (e.g. the privacy budget), or None.
     privacy
-        The client-level (ε, δ) spent, or None without client-level DP.
+        The client-level (ε, δ) spent, or None without client-level DP: against whoever
+        sees the released models (amplified when the cohort is a secret Poisson sample).
+    privacy_against_server
+        The client-level (ε, δ) against the server, the largest over the clients (every
+        round a client was asked to train in counts with q = 1), or None without
+        client-level DP.
     sample_privacy
         The largest sample-level (ε, δ) of any client, or None without DP-SGD.
     """
@@ -320,6 +331,7 @@ class ServerResult:
     stopped: str | None = None
     privacy: tuple[float, float] | None = None
     sample_privacy: tuple[float, float] | None = None
+    privacy_against_server: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -621,13 +633,14 @@ def server(
         if epoch_end:
             epoch, step = epoch + 1, 0
         aggregations += 1
-        spent = _spent(half)
+        spent, against = _spent(half), _spent_against_server(half)
         record = RoundRecord(round=rnd, epoch=epoch, step=step, tau=tau, steps=steps,
                              clients=len(chosen), survivors=len(survivors),
                              accuracy=accuracy, loss=loss,
                              seconds=time.perf_counter() - t0, epoch_end=epoch_end,
                              epsilon=None if spent is None else spent[0],
-                             sample_epsilon=None if budget is None else budget.spent()[0])
+                             sample_epsilon=None if budget is None else budget.spent()[0],
+                             epsilon_against_server=None if against is None else against[0])
         records.append(record)
         # the round's observer first: a checkpoint then means its round was seen whole
         # (a caller keeping per-round results beside it never lags behind it)
@@ -656,7 +669,8 @@ def server(
                         steps_per_epoch=steps_per_epoch, counts=counts,
                         resumed_from=resumed_from, payload=model, stopped=stopped,
                         privacy=_spent(half),
-                        sample_privacy=None if budget is None else budget.spent())
+                        sample_privacy=None if budget is None else budget.spent(),
+                        privacy_against_server=_spent_against_server(half))
 
 
 def _agree_on_start(party: Party, counts: dict[str, int], resumed_from: int,
@@ -705,13 +719,20 @@ def _spent(half: Any) -> tuple[float, float] | None:
     return None if spent is None else spent()
 
 
+def _spent_against_server(half: Any) -> tuple[float, float] | None:
+    spent = getattr(half, "spent_against_server", None)
+    return None if spent is None else spent()
+
+
 def _exhausted(half: Any) -> bool:
     exhausted = getattr(half, "exhausted", None)
     return False if exhausted is None else bool(exhausted())
 
 
 _RECORD_FIELDS = ("round", "epoch", "step", "tau", "steps", "clients", "survivors",
-                  "accuracy", "loss", "seconds", "epoch_end", "epsilon", "sample_epsilon")
+                  "accuracy", "loss", "seconds", "epoch_end", "epsilon", "sample_epsilon",
+                  "epsilon_against_server")
+_OPTIONAL_FLOATS = ("accuracy", "epsilon", "sample_epsilon", "epsilon_against_server")
 
 
 def _records_to_columns(records: list[RoundRecord]) -> dict[str, Any]:
@@ -720,7 +741,7 @@ def _records_to_columns(records: list[RoundRecord]) -> dict[str, Any]:
     cols: dict[str, Any] = {}
     for name in _RECORD_FIELDS:
         values = [getattr(r, name) for r in records]
-        if name in ("accuracy", "epsilon", "sample_epsilon"):
+        if name in _OPTIONAL_FLOATS:
             cols[name] = np.array([math.nan if v is None else v for v in values], np.float64)
         elif name in ("loss", "seconds"):
             cols[name] = np.array(values, np.float64)
@@ -736,10 +757,12 @@ def _records_from_columns(cols: dict[str, Any]) -> list[RoundRecord]:
     out = []
     eps_col = cols.get("epsilon", [math.nan] * n)
     sample_col = cols.get("sample_epsilon", [math.nan] * n)
+    against_col = cols.get("epsilon_against_server", [math.nan] * n)
     for i in range(n):
         acc = float(cols["accuracy"][i])
         eps = float(eps_col[i])
         sample_eps = float(sample_col[i])
+        against = float(against_col[i])
         out.append(RoundRecord(
             round=int(cols["round"][i]), epoch=int(cols["epoch"][i]), step=int(cols["step"][i]),
             tau=int(cols["tau"][i]), steps=int(cols["steps"][i]),
@@ -748,7 +771,8 @@ def _records_from_columns(cols: dict[str, Any]) -> list[RoundRecord]:
             loss=float(cols["loss"][i]), seconds=float(cols["seconds"][i]),
             epoch_end=bool(cols["epoch_end"][i]),
             epsilon=None if math.isnan(eps) else eps,
-            sample_epsilon=None if math.isnan(sample_eps) else sample_eps))
+            sample_epsilon=None if math.isnan(sample_eps) else sample_eps,
+            epsilon_against_server=None if math.isnan(against) else against))
     return out
 
 

@@ -129,6 +129,7 @@ def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
             "dropouts": [{"round": d.round, "client": d.client, "reason": d.reason,
                           "stage": d.stage, "detail": d.detail} for d in result.dropouts],
             "privacy": result.privacy, "sample_privacy": result.sample_privacy,
+            "privacy_against_server": result.privacy_against_server,
             "local_accuracy": [r.accuracy for r in result.rounds],
             "model_visible": result.params is not None,
         }
