@@ -117,7 +117,7 @@ def test_shares_travel_as_registered_messages() -> None:
     # the partial sums add up to the encoded updates exactly, whatever shares were dealt
     rng = np.random.default_rng(0)
     encoded = [ring_encode(rng.normal(size=DIM).astype(np.float32), 1.0, frac_bits=32,
-                           headroom=3, who="test") for _ in range(3)]
+                           headroom=3, who="test", max_abs=1e6) for _ in range(3)]
     np.testing.assert_array_equal(reconstruct([run.results[c] for c in "vab"]),
                                   reconstruct(encoded))
 

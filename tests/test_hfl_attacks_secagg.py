@@ -12,7 +12,6 @@ the round lowered t with them and played the same split view with a colluding cl
 
 from __future__ import annotations
 
-import secrets
 from functools import partial
 from typing import Any
 
@@ -21,32 +20,31 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from islands.aggregation import secagg
-from islands.aggregation.base import AggStep
+from islands.aggregation.base import AggStep, ring_encode
 from islands.aggregation.secagg import (
-    _ENVELOPE,
     KEY_BYTES,
     SecAggAdvertise,
-    SecAggDelivery,
     SecAggKeyList,
     SecAggKeys,
     SecAggSurvivors,
     SecAggUnmask,
     SecureAggregation,
-    _aad,
     _share_from,
-    _survivors_message,
-    _unpack_pair,
 )
 from islands.crypto import shamir
-from islands.crypto.envelope import open_sealed, pair_context
 from islands.crypto.masking import MaskingKey, pairwise_mask
 from islands.crypto.prg import expand
-from islands.errors import ProtocolError
+from islands.errors import ProtocolError, ValidationError
 from islands.hfl import FedAvg
 from islands.hfl.protocol import client, server
-from islands.hfl.server_audit import ClientView, SecAggFederation, split_view
+from islands.hfl.server_audit import (
+    Colluding,
+    SecAggFederation,
+    round_of_two,
+    split_view,
+    split_view_with_colluders,
+)
 from islands.runtime import run_local
-from islands.runtime.identity import make_identities
 from scripted import ScriptedLearner
 
 NAMES = ["v", "a1", "a2", "b1", "b2"]  # v: the victim
@@ -81,10 +79,7 @@ def test_without_the_threshold_bound_the_split_view_reads_the_update(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # the attack is real: clients that accepted t = 2 of 5 (as before this change) sign
     # both views (each has 2 signers), and the server rebuilds both masks of v
-    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-    from islands.aggregation import secagg
-    from islands.crypto.masking import MaskingKey, pairwise_mask
 
     monkeypatch.setattr(secagg, "least_threshold", lambda n: 1)
     fed = federation(threshold=2)
@@ -164,110 +159,6 @@ def test_an_honest_round_unmasks_exactly_the_sum() -> None:
 FRAC = 2.0**32  # the default fixed point: values are read back to 2^-32
 
 
-class Colluding:
-    """A federation of secure-aggregation clients, some colluding with a played server.
-
-    Every client runs the honest client half with its own configuration; a colluder's
-    half is honest too, but the server reads what it holds (its envelopes and envelope
-    key) and signs with its identity whatever set it likes.
-    """
-
-    def __init__(self, names: list[str], colluders: list[str], *, victim: str = "v",
-                 threshold: float | int = 0.5, dim: int = DIM) -> None:
-        parties = ["server", *names]
-        self.names, self.colluders, self.victim = names, colluders, victim
-        self.ids = make_identities(parties)
-        self.views = {n: ClientView(n, parties, self.ids[n]) for n in names}
-        agg = SecureAggregation(threshold=threshold)
-        self.halves = {n: agg.client_half() for n in names}
-        rng = np.random.default_rng(7)
-        self.dim = dim
-        self.updates = {n: rng.normal(size=dim).astype(np.float32) for n in names}
-        self.session = secrets.token_bytes(16)
-        self.u1: list[str] = []
-
-    def step(self, c: str, phase: str, body: Any) -> Any:
-        """Send one step of round 1 to client ``c``; return its answer."""
-        return self.halves[c].on_step(self.views[c], server="server",
-                                      step=AggStep(1, phase, body))
-
-    def open_round(self, u1: list[str], t: int) -> dict[str, Any]:
-        """Stages 0 to 2 over the round ``u1``, advertising ``t``; return the uploads."""
-        self.u1 = sorted(u1)
-        keys = {c: self.step(c, "advertise", SecAggAdvertise(session=self.session,
-                                                             threshold=t)) for c in u1}
-        envelopes = {c: self.step(c, "share-keys", SecAggKeyList(keys=keys)) for c in u1}
-        for c in u1:
-            self.step(c, "deliver", SecAggDelivery(u2=list(u1), shares={
-                v: envelopes[v].shares[c] for v in u1 if v != c}))
-        return {c: self.halves[c].payload(self.views[c], server="server", round=1,
-                                          params=self.updates[c],
-                                          base=np.zeros(self.dim, np.float32), weight=1.0)
-                for c in u1}
-
-    def held(self, colluder: str, owner: str) -> tuple[bytes, bytes]:
-        """Return the (s, b) shares of ``owner`` that ``colluder`` holds: both, opened."""
-        half = self.halves[colluder]
-        assert half._c is not None
-        plain = open_sealed(half._c, half._keys[owner][0], half._envelopes[owner],
-                            context=pair_context(_ENVELOPE, self.session, colluder, owner),
-                            aad=_aad(self.session, 1, owner, colluder))
-        return _unpack_pair(plain)
-
-    def sign(self, colluder: str, survivors: list[str]) -> bytes:
-        """A colluder's signature on any survivor set the server likes."""
-        return self.ids[colluder].sign("secagg survivors",
-                                       _survivors_message(self.session, 1, survivors))
-
-    def rebuild(self, shares: dict[str, bytes], t: int) -> bytes:
-        """Combine ``t`` shares (by holder) of one secret."""
-        held = list(shares)[:t]
-        assert len(held) == t, f"the server holds {len(held)} shares, t = {t}"
-        return shamir.combine([_share_from(self.u1.index(c) + 1, shares[c], c)
-                               for c in held], KEY_BYTES)
-
-    def unmask_victim(self, upload: Any, b: bytes, s: bytes) -> Any:
-        """Remove the victim's self mask and pairwise masks from its upload; decode it."""
-        private = X25519PrivateKey.from_private_bytes(s)
-        key = MaskingKey(private=private, public=private.public_key().public_bytes_raw())
-        half = self.halves[self.victim]
-        others = {u: half._keys[u][1] for u in self.u1 if u != self.victim}
-        y = upload - expand(b, self.dim, label=b"secagg self")
-        y -= pairwise_mask(self.victim, key, others, self.dim,
-                           context=secagg._round_context(self.session, 1),
-                           label=b"secagg input")
-        return y.view(np.int64).astype(np.float64) / FRAC
-
-
-def split_view_with_colluders(fed: Colluding, u1: list[str], t: int, group_a: list[str],
-                              group_b: list[str]) -> Any:
-    """Leave the federation's other clients out, advertise ``t`` and split the survivors.
-
-    ``group_a`` (with the victim and the colluders) is told the victim survived and
-    returns its self-mask shares; ``group_b`` (with the colluders) is told it dropped
-    and returns its mask-key shares; each colluder gives both of its own. Returns the
-    victim's update as the server reads it.
-    """
-    v, col = fed.victim, fed.colluders
-    uploads = fed.open_round(u1, t)
-    views = {"a": sorted([v, *group_a, *col]), "b": sorted([*group_b, *col])}
-    got: dict[str, dict[str, bytes]] = {"a": {}, "b": {}}
-    for side, honest in (("a", [v, *group_a]), ("b", list(group_b))):
-        view = views[side]
-        sigs = {c: fed.step(c, "consistency", SecAggSurvivors(survivors=view)).sig
-                for c in honest}
-        sigs.update({c: fed.sign(c, view) for c in col})
-        dropped = [c for c in fed.u1 if c not in view]
-        for c in honest:
-            answer = fed.step(c, "unmask", SecAggUnmask(survivors=view, dropped=dropped,
-                                                        signatures=sigs))
-            got[side][c] = answer.b[v] if side == "a" else answer.s[v]
-    for c in col:
-        s_share, b_share = fed.held(c, v)
-        got["a"][c], got["b"][c] = b_share, s_share
-    return fed.unmask_victim(uploads[v], fed.rebuild(got["a"], t), fed.rebuild(got["b"], t))
-
-
 def _refusals_at_share_keys(fed: Colluding, u1: list[str], t: int) -> list[str]:
     """Advertise ``t`` to the round ``u1``; return each honest client's refusal."""
     keys = {c: fed.step(c, "advertise", SecAggAdvertise(session=fed.session, threshold=t))
@@ -327,26 +218,6 @@ def test_three_colluders_at_two_thirds_stay_within_the_bound() -> None:
     fed = Colluding(names, ["m1", "m2", "m3"], threshold=2 / 3)
     with pytest.raises(ProtocolError, match="below the threshold t=7"):
         split_view_with_colluders(fed, u1, 7, ["h1"], ["h2", "h3"])
-
-
-def round_of_two(fed: Colluding, colluder: str) -> Any:
-    """Run an honest round of the victim and ``colluder`` alone; subtract the colluder's.
-
-    Returns the victim's update as the server reads it from the round's sum.
-    """
-    v = fed.victim
-    uploads = fed.open_round([v, colluder], 2)
-    pair = sorted([v, colluder])
-    sigs = {c: fed.step(c, "consistency", SecAggSurvivors(survivors=pair)).sig
-            for c in pair}
-    answers = {c: fed.step(c, "unmask", SecAggUnmask(survivors=pair, dropped=[],
-                                                     signatures=sigs)) for c in pair}
-    total = uploads[v] + uploads[colluder]
-    for u in pair:
-        total -= expand(fed.rebuild({c: answers[c].b[u] for c in pair}, 2), fed.dim,
-                        label=b"secagg self")
-    own = np.rint(fed.updates[colluder].astype(np.float64) * FRAC)
-    return (total.view(np.int64).astype(np.float64) - own) / FRAC
 
 
 def test_a_round_of_the_victim_and_one_colluder_is_refused() -> None:
@@ -487,3 +358,36 @@ def test_a_sum_no_in_range_uploads_can_make_is_not_released() -> None:
     assert "beyond the 1.288e+09 that 3 in-range uploads can sum to (each |p·w| < 2^31/5)" \
         in str(exc)
     assert "server" not in run.results  # no mean was released
+
+
+class PushesTo(PushesItsUpload):
+    """A client that skips its encoder's checks and adds ``value`` to every p·w."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.value = value
+
+    def payload(self, party: Any, **kw: Any) -> Any:
+        masked = self.inner.payload(party, **kw)
+        return masked + np.uint64(int(self.value * FRAC))
+
+
+def test_a_mean_beyond_max_abs_is_not_released_even_with_every_upload_in() -> None:
+    # issue 37: one client pushed every coordinate to 1.07e9 in a round where every upload
+    # arrived, so the in-range sums fill the ring; the mean of uploads within max_abs
+    # (the clients' own bound, 1e6 by default) stays within it, and this one does not
+    run = _protocol(SecureAggregation(), 3, halves={"c0": PushesTo(2.0**30)})
+    exc = run.failures.get("server")
+    assert isinstance(exc, ProtocolError), run.failures
+    assert exc.party == "server" and exc.step == "unmask"
+    assert "secure aggregation round 1: the decoded mean reaches |w| = 1.074e+09" in str(exc)
+    assert "beyond the aggregator's max_abs=1e+06 that a mean of in-range uploads stays " \
+           "within" in str(exc)
+    assert "server" not in run.results
+    honest = _protocol(SecureAggregation(), 3)
+    assert not honest.failures and "server" in honest.results
+    # an honest client refuses to upload beyond its max_abs, naming itself and the bound
+    with pytest.raises(ValidationError, match=r"secure aggregation: client 'c0''s update "
+                       r"reaches \|value\| 20, above the aggregator's max_abs=10"):
+        ring_encode(np.full(4, 20.0, np.float32), 0.5, frac_bits=32, headroom=3,
+                    who="secure aggregation: client 'c0'", max_abs=10.0)

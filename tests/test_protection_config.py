@@ -72,7 +72,8 @@ def test_python_job_file_and_federation_file_refuse_a_value_alike(
 
 def test_a_section_names_its_own_keys_and_the_protections_are_one_list() -> None:
     with pytest.raises(JobError, match=r"\[secagg\]: unknown key\(s\) \['treshold'\]; "
-                                       r"allowed: \['frac_bits', 'min_clients', 'threshold'\]"):
+                                       r"allowed: \['frac_bits', 'max_abs', 'min_clients', "
+                                       r"'threshold'\]"):
         parse_job({**JOB, "protect": ["secagg"], "secagg": {"treshold": 0.6}}, source="j")
     with pytest.raises(JobError, match="'protect' must be a list of names among"):
         parse_job({**JOB, "protect": "secagg"}, source="j")

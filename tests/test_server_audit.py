@@ -21,7 +21,7 @@ def test_every_attack_is_stopped_by_the_check_its_row_names() -> None:
     protections = {r.protection for r in results}
     assert {"secagg", "additive", "dp (local)", "chaos", "paillier", "ckks", "ou"} <= protections
     kinds = [r.kind for r in results]
-    assert kinds.count("configuration") == 5 and kinds.count("message") == len(results) - 5
+    assert kinds.count("configuration") == 6 and kinds.count("message") == len(results) - 6
     # the forgeries of issue 37 are played on real model sizes, each refused by the MAC
     for scheme, dim in server_audit.REAL_DIMS.items():
         rows = [r for r in results if r.protection == scheme and f"({dim:,} values)" in r.attack]

@@ -47,7 +47,7 @@ from islands.aggregation.base import (
     ring_mean,
     unexpected_step,
 )
-from islands.aggregation.config import AdditiveConfig
+from islands.aggregation.config import MAX_ABS, AdditiveConfig
 from islands.crypto.sharing import reconstruct, share_among
 from islands.errors import ProtocolError
 from islands.runtime import Party, wire
@@ -107,24 +107,29 @@ class AdditiveSharing:
     min_clients : int, default=2
         The smallest roster a client accepts; the server learns a client's update only
         with all the other m − 1 clients of its roster colluding.
+    max_abs : float, default=1e6
+        The largest magnitude of a model parameter in an upload: a client refuses to
+        share beyond it, and the server refuses a decoded mean beyond it.
     """
 
     name = "additive"
 
     def __init__(self, frac_bits: int = 32, timeout: float = 600.0,
-                 min_clients: int = 2) -> None:
-        config = AdditiveConfig.build(None, frac_bits=frac_bits, min_clients=min_clients)
+                 min_clients: int = 2, max_abs: float = MAX_ABS) -> None:
+        config = AdditiveConfig.build(None, frac_bits=frac_bits, min_clients=min_clients,
+                                      max_abs=max_abs)
         self.frac_bits, self.min_clients = config.frac_bits, config.min_clients
+        self.max_abs = config.max_abs
         self.timeout = check_float(timeout, "timeout", "AdditiveSharing", low=0.0,
                                    low_inclusive=False)
 
     def client_half(self) -> _Client:
         """Make a client's half: splits its update, sums the shares it holds."""
-        return _Client(self.frac_bits, self.timeout, self.min_clients)
+        return _Client(self.frac_bits, self.timeout, self.min_clients, self.max_abs)
 
     def server_half(self) -> _Server:
         """Make the server's half: adds the clients' partial sums."""
-        return _Server(self.frac_bits)
+        return _Server(self.frac_bits, self.max_abs)
 
     def __repr__(self) -> str:
         return (f"AdditiveSharing(frac_bits={self.frac_bits}, "
@@ -137,8 +142,10 @@ def _roster_digest(rnd: int, roster: Sequence[str]) -> bytes:
 
 
 class _Client:
-    def __init__(self, frac_bits: int, timeout: float, min_clients: int) -> None:
+    def __init__(self, frac_bits: int, timeout: float, min_clients: int,
+                 max_abs: float) -> None:
         self.frac_bits, self.timeout, self.min_clients = frac_bits, timeout, min_clients
+        self.max_abs = max_abs
         self.round = 0
         self.roster: list[str] = []
         self.own: NDArray[np.uint64] | None = None
@@ -175,6 +182,7 @@ class _Client:
                                 f"round {round}", party=party.name, step="update")
         m = len(self.roster)
         x = ring_encode(params, weight, frac_bits=self.frac_bits, headroom=m,
+                        max_abs=self.max_abs,
                         who=f"additive sharing: client {party.name!r}")
         if m == 1:
             self.own = x
@@ -221,14 +229,14 @@ class _Client:
 
 
 class _Server(PlainServerHalf):
-    def __init__(self, frac_bits: int) -> None:
-        self.frac_bits = frac_bits
+    def __init__(self, frac_bits: int, max_abs: float) -> None:
+        self.frac_bits, self.max_abs = frac_bits, max_abs
 
     def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
               weights: Mapping[str, float], dim: int) -> _Round:
         link.send(round, "ss-roster", {c: AdditiveRoster(clients=list(clients))
                                        for c in clients})
-        return _Round(link, round, clients, weights, dim, self.frac_bits)
+        return _Round(link, round, clients, weights, dim, self.frac_bits, self.max_abs)
 
     def reveal(self, payload: Any) -> Vector:
         return np.asarray(payload)
@@ -236,9 +244,11 @@ class _Server(PlainServerHalf):
 
 class _Round(StreamingRound):
     def __init__(self, link: ServerLink, rnd: int, clients: Sequence[str],
-                 weights: Mapping[str, float], dim: int, frac_bits: int) -> None:
+                 weights: Mapping[str, float], dim: int, frac_bits: int,
+                 max_abs: float) -> None:
         super().__init__(link.name, clients, weights)
         self.link, self.round, self.dim, self.frac_bits = link, rnd, dim, frac_bits
+        self.max_abs = max_abs
 
     def add(self, client: str, payload: Any) -> None:
         self.admit(client)
@@ -268,5 +278,6 @@ class _Round(StreamingRound):
         m = len(self.participants)  # every client's shares are in: k = h = m
         return ring_mean(reconstruct([np.zeros(self.dim, dtype=np.uint64), *parts]),
                          frac_bits=self.frac_bits, weight=weight, uploads=m, headroom=m,
+                         max_abs=self.max_abs,
                          where=f"additive sharing round {self.round}", party=self.server,
                          step="ss-sum")

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.aggregation.config import MAX_ABS
 from islands.arrays import peak_abs
 from islands.crypto.fixedpoint import decode_fixed, encode_fixed
 from islands.errors import (
@@ -353,11 +354,16 @@ class PlainServerHalf:
 
 
 def ring_encode(params: Vector, weight: float, *, frac_bits: int, headroom: int,
-                who: str) -> NDArray[np.uint64]:
+                who: str, max_abs: float) -> NDArray[np.uint64]:
     """Encode p·w in Z_2^64 so that ``headroom`` uploads sum without wrapping.
 
-    A value outside the range is a ValidationError naming ``who`` (never a wrap-around).
+    A parameter beyond ``max_abs``, or a value outside the ring's range, is a
+    ValidationError naming ``who`` (never a wrap-around).
     """
+    peak = peak_abs(params)
+    if not peak <= max_abs:
+        raise ValidationError(f"{who}'s update reaches |value| {peak:.3g}, above the "
+                              f"aggregator's max_abs={max_abs:.3g}")
     scaled = float(weight) * np.asarray(params, dtype=np.float64)
     try:
         return encode_fixed(scaled, frac_bits=frac_bits, headroom=headroom)
@@ -375,7 +381,7 @@ def ring_limit(uploads: int, headroom: int) -> int:
 
 
 def ring_mean(total: NDArray[np.uint64], *, frac_bits: int, weight: float, uploads: int,
-              headroom: int, where: str, party: str, step: str) -> Vector:
+              headroom: int, max_abs: float, where: str, party: str, step: str) -> Vector:
     """Decode Σ p_k·w_k from the ring and divide by the survivors' Σ p_k.
 
     Parameters
@@ -387,6 +393,9 @@ def ring_mean(total: NDArray[np.uint64], *, frac_bits: int, weight: float, uploa
         The encoding's f, and Σ p_k over the uploads summed.
     uploads, headroom
         k, the uploads summed, and h, the headroom each was encoded for (k ≤ h).
+    max_abs
+        The largest magnitude of a parameter in an in-range upload: their weighted mean
+        stays within it (up to the encoding's rounding).
     where, party, step
         The round, the party decoding and its step, for the error.
 
@@ -394,10 +403,9 @@ def ring_mean(total: NDArray[np.uint64], *, frac_bits: int, weight: float, uploa
     ------
     ProtocolError
         If a coordinate of the sum exceeds what k in-range uploads can sum to
-        (:func:`ring_limit`): an upload was outside the encoding's range (a client that
-        skipped its encoder's check), so the mean is refused, not released. When every
-        upload of the round is summed (k = h) the in-range sums fill the ring and no
-        decoded value is out of reach: the check then cannot refuse anything.
+        (:func:`ring_limit`), or a coordinate of the mean exceeds ``max_abs``: an upload
+        was outside the range (a client that skipped its encoder's checks), so the mean
+        is refused, not released.
     """
     limit = ring_limit(uploads, headroom)
     signed = np.asarray(total).view(np.int64)
@@ -411,7 +419,18 @@ def ring_mean(total: NDArray[np.uint64], *, frac_bits: int, weight: float, uploa
             f"uploads can sum to (each |p·w| < 2^{63 - frac_bits}/{headroom}): an upload "
             f"was outside the encoding's range, and the mean is not released",
             party=party, step=step)
-    return (decode_fixed(total, frac_bits=frac_bits) / weight).astype(np.float32)
+    mean = decode_fixed(total, frac_bits=frac_bits) / weight
+    # each upload's rounding is at most 2^-(f+1), so in-range uploads stay within this
+    room = max_abs + uploads * 2.0 ** -(frac_bits + 1) / weight
+    peak = peak_abs(mean)
+    if not peak <= room:
+        i = int(np.argmax(np.abs(mean)))
+        raise ProtocolError(
+            f"{where}: the decoded mean reaches |w| = {abs(float(mean[i])):.4g} at coordinate "
+            f"{i}, beyond the aggregator's max_abs={max_abs:.4g} that a mean of in-range "
+            f"uploads stays within: an upload was outside the range, and the mean is not "
+            f"released", party=party, step=step)
+    return mean.astype(np.float32)
 
 
 def unexpected_step(party: Party, step: AggStep, aggregator: str) -> ProtocolError:
@@ -440,7 +459,7 @@ class MeanAggregator:
 
     name = "mean"
 
-    def __init__(self, max_abs: float = 1e6) -> None:
+    def __init__(self, max_abs: float = MAX_ABS) -> None:
         if (isinstance(max_abs, bool) or not isinstance(max_abs, (int, float, np.floating))
                 or not np.isfinite(max_abs) or max_abs <= 0):
             raise invalid_parameter("max_abs", "MeanAggregator", "a finite float > 0",
@@ -456,7 +475,7 @@ class MeanAggregator:
         return _MeanServer(self.max_abs)
 
     def __repr__(self) -> str:
-        return ("MeanAggregator()" if self.max_abs == 1e6
+        return ("MeanAggregator()" if self.max_abs == MAX_ABS
                 else f"MeanAggregator(max_abs={self.max_abs!r})")
 
 

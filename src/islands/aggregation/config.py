@@ -34,6 +34,11 @@ __all__ = [
 ]
 
 _FRAC_BITS = "an int in [8, 48]"
+MAX_ABS = 1e6
+"""The default largest magnitude of a model parameter in an upload (every aggregator)."""
+_MAX_ABS_DOC = ("The largest magnitude of a model parameter in an upload: a client refuses to "
+                "upload beyond it, and a decoded mean beyond it is refused (no in-range "
+                "uploads average to more).")
 _MIN_HE_CLIENTS = ("The fewest uploads an aggregate this client opens may sum (a single one "
                    "must be its own).")
 _ACCOUNTANTS = Literal["rdp", "pld"]
@@ -62,6 +67,8 @@ class SecAggConfig(ProtocolConfig):
         None, "an int >= 2", "The smallest round a client joins, and the m its threshold "
         "and colluder bound are set against (unset: the federation's clients, of which a "
         "round needs t); set it when the strategy samples cohorts.", ge=2)
+    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _MAX_ABS_DOC, gt=0,
+                             allow_inf_nan=False)
 
 
 class AdditiveConfig(ProtocolConfig):
@@ -73,6 +80,8 @@ class AdditiveConfig(ProtocolConfig):
                              ge=8, le=48)
     min_clients: int = setting(2, "an int >= 2 (a roster of one reveals the update)",
                                "The smallest roster a client shares its update with.", ge=2)
+    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _MAX_ABS_DOC, gt=0,
+                             allow_inf_nan=False)
 
 
 class CkksConfig(ProtocolConfig):

@@ -48,11 +48,12 @@ Encoding and range: x = round(p·w·2^f) in Z_2^64 with f = ``frac_bits`` (defau
 checked so that the sum over |U2| clients cannot wrap: |p·w| < 2^(63−f)/|U2|
 (2^31/|U2| with the default: 4.3·10^6 for 500 clients). A value outside the range is a
 :class:`~islands.errors.ValidationError` at the client, never a silent wrap-around. A
-client that skips that check can upload anything; the server refuses (a
+client also refuses to upload a parameter beyond ``max_abs`` (1e6 by default, as the plain
+mean). A client that skips those checks can upload anything; the server refuses (a
 :class:`~islands.errors.ProtocolError` naming the coordinate and the bound) a decoded
-sum beyond |U3|·2^(63−f)/|U2|, which no |U3| in-range uploads reach. That catches an
-out-of-range upload only when clients dropped after sharing keys (|U3| < |U2|): with
-every upload in, the in-range sums fill the ring.
+sum beyond |U3|·2^(63−f)/|U2|, which no |U3| in-range uploads reach, and a decoded mean
+beyond ``max_abs`` (plus the rounding), which no weighted mean of in-range uploads
+reaches, whether or not every upload arrived.
 Precision: each client's rounding is ≤ 2^-(f+1), so the mean is within
 |U3|·2^-(f+1)/Σ_{U3} p of the exact weighted mean (1.2·10^-7 for 1000 clients).
 
@@ -120,7 +121,7 @@ from islands.aggregation.base import (
     ring_mean,
     unexpected_step,
 )
-from islands.aggregation.config import SecAggConfig
+from islands.aggregation.config import MAX_ABS, SecAggConfig
 from islands.crypto import shamir
 from islands.crypto.envelope import open_sealed, pair_context, seal
 from islands.crypto.masking import MaskingKey, generate_key, pairwise_mask
@@ -364,6 +365,9 @@ class SecureAggregation:
     frac_bits : int, default=32
         Fractional bits f of the fixed-point encoding over Z_2^64 (see the module
         docstring for the range and the rounding bound).
+    max_abs : float, default=1e6
+        The largest magnitude of a model parameter in an upload: a client refuses to
+        upload beyond it, and the server refuses a decoded mean beyond it.
     min_clients : int, optional
         The smallest round a client joins, and the m its threshold and colluder bound
         are set against. Unset (the default), m is the federation's clients, and a
@@ -383,11 +387,11 @@ class SecureAggregation:
     name = "secagg"
 
     def __init__(self, threshold: float | int = 0.5, frac_bits: int = 32,
-                 min_clients: int | None = None) -> None:
+                 min_clients: int | None = None, max_abs: float = MAX_ABS) -> None:
         config = SecAggConfig.build(None, threshold=threshold, frac_bits=frac_bits,
-                                    min_clients=min_clients)
+                                    min_clients=min_clients, max_abs=max_abs)
         self.threshold, self.frac_bits = config.threshold, config.frac_bits
-        self.min_clients = config.min_clients
+        self.min_clients, self.max_abs = config.min_clients, config.max_abs
         if self.min_clients is not None:
             try:
                 threshold_for(self.threshold, self.min_clients)
@@ -399,11 +403,13 @@ class SecureAggregation:
 
     def client_half(self) -> SecAggClient:
         """Make a client's state machine."""
-        return SecAggClient(self.threshold, self.frac_bits, min_clients=self.min_clients)
+        return SecAggClient(self.threshold, self.frac_bits, min_clients=self.min_clients,
+                            max_abs=self.max_abs)
 
     def server_half(self) -> SecAggServer:
         """Make the server's state machine."""
-        return SecAggServer(self.threshold, self.frac_bits, min_clients=self.min_clients)
+        return SecAggServer(self.threshold, self.frac_bits, min_clients=self.min_clients,
+                            max_abs=self.max_abs)
 
     def __repr__(self) -> str:
         extra = "" if self.min_clients is None else f", min_clients={self.min_clients}"
@@ -446,10 +452,10 @@ class SecAggClient:
     """
 
     def __init__(self, threshold: float | int, frac_bits: int, *,
-                 min_clients: int | None = None) -> None:
+                 min_clients: int | None = None, max_abs: float = MAX_ABS) -> None:
         self.threshold = threshold
         self.frac_bits = frac_bits
-        self.min_clients = min_clients
+        self.min_clients, self.max_abs = min_clients, max_abs
         self.stage = ClientStage.IDLE
         self.round = 0
         self._c: MaskingKey | None = None
@@ -613,6 +619,7 @@ class SecAggClient:
                 step="update")
         assert self._s is not None and self._b is not None
         x = ring_encode(params, weight, frac_bits=self.frac_bits, headroom=len(self._u2),
+                        max_abs=self.max_abs,
                         who=f"secure aggregation: client {party.name!r}")
         n = x.size
         x += expand(self._b, n, label=b"secagg self")
@@ -703,10 +710,10 @@ class SecAggServer(PlainServerHalf):
     """The server's side; one :class:`SecAggRound` per round."""
 
     def __init__(self, threshold: float | int, frac_bits: int, *,
-                 min_clients: int | None = None) -> None:
+                 min_clients: int | None = None, max_abs: float = MAX_ABS) -> None:
         self.threshold = threshold
         self.frac_bits = frac_bits
-        self.min_clients = min_clients
+        self.min_clients, self.max_abs = min_clients, max_abs
         self.federation: int | None = None
 
     def round_threshold(self, link: ServerLink, n: int, *, round: int) -> int:
@@ -734,7 +741,8 @@ class SecAggServer(PlainServerHalf):
               weights: Mapping[str, float], dim: int) -> SecAggRound:
         """Run stages 0, 1 and 1b; the round's participants are U2."""
         t = self.round_threshold(link, len(clients), round=round)
-        return SecAggRound(link, round, list(clients), weights, dim, t, self.frac_bits)
+        return SecAggRound(link, round, list(clients), weights, dim, t, self.frac_bits,
+                           self.max_abs)
 
     def reveal(self, payload: Any) -> Vector:
         """Return the mean: the server learns it."""
@@ -753,8 +761,10 @@ class SecAggRound(StreamingRound):
     """One round on the server: set-up in the constructor, unmasking in :meth:`finish`."""
 
     def __init__(self, link: ServerLink, rnd: int, clients: list[str],
-                 weights: Mapping[str, float], dim: int, t: int, frac_bits: int) -> None:
+                 weights: Mapping[str, float], dim: int, t: int, frac_bits: int,
+                 max_abs: float) -> None:
         self.link, self.round, self.t, self.frac_bits, self.dim = link, rnd, t, frac_bits, dim
+        self.max_abs = max_abs
         self.stage = ServerStage.KEYS
         self.session = secrets.token_bytes(16)
         adverts = link.exchange(rnd, "advertise", {
@@ -860,6 +870,7 @@ class SecAggRound(StreamingRound):
                                    context=context, label=b"secagg input")
         self.stage = ServerStage.DONE
         return ring_mean(total, frac_bits=self.frac_bits, weight=weight, uploads=len(u3),
+                         max_abs=self.max_abs,
                          headroom=len(self.participants),
                          where=f"secure aggregation round {self.round}",
                          party=self.server, step="unmask")

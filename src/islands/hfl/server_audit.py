@@ -30,8 +30,10 @@ from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from numpy.typing import NDArray
 
+from islands.aggregation import secagg
 from islands.aggregation.additive import (
     AdditiveRoster,
     AdditiveSharing,
@@ -55,6 +57,10 @@ from islands.aggregation.protect import (
     build_aggregator,
 )
 from islands.aggregation.secagg import (
+    _ENVELOPE as _SECAGG_ENVELOPE,
+)
+from islands.aggregation.secagg import (
+    KEY_BYTES,
     SecAggAdvertise,
     SecAggDelivery,
     SecAggKeyList,
@@ -62,10 +68,15 @@ from islands.aggregation.secagg import (
     SecAggSurvivors,
     SecAggUnmask,
     SecureAggregation,
+    _share_from,
+    _survivors_message,
+    _unpack_pair,
 )
-from islands.crypto import ckks, mac
-from islands.crypto.envelope import pair_context, seal
-from islands.crypto.masking import generate_key
+from islands.aggregation.secagg import _aad as _secagg_aad
+from islands.crypto import ckks, mac, shamir
+from islands.crypto.envelope import open_sealed, pair_context, seal
+from islands.crypto.masking import MaskingKey, generate_key, pairwise_mask
+from islands.crypto.prg import expand
 from islands.errors import IslandsError, ProtocolError, ValidationError
 from islands.hfl.protocol import LocalOutcome, client, server
 from islands.hfl.strategy import FedAvg
@@ -74,8 +85,10 @@ from islands.runtime.identity import Identity, make_identities
 from islands.runtime.progress import ProgressOption, check_progress, task
 
 __all__ = [
+    "Attack",
     "AttackResult",
     "ClientView",
+    "Colluding",
     "Dealing",
     "DiesAtUpload",
     "HEFederation",
@@ -85,7 +98,9 @@ __all__ = [
     "forwarded",
     "he_aggregator",
     "play",
+    "round_of_two",
     "split_view",
+    "split_view_with_colluders",
 ]
 
 
@@ -226,6 +241,152 @@ def _secagg_sybil() -> None:
     keys["server"] = SecAggKeys(c=generate_key().public, s=generate_key().public,
                                 sig=fed.ids["server"].sign("secagg keys", b""))
     fed.step("v", "share-keys", SecAggKeyList(keys=keys))
+
+
+class Colluding:
+    """A federation of secure-aggregation clients, some colluding with a played server.
+
+    Every client runs the honest client half with its own configuration; a colluder's
+    half is honest too, but the server reads what it holds (its envelopes and envelope
+    key) and signs with its identity whatever set it likes.
+    """
+
+    def __init__(self, names: list[str], colluders: list[str], *, victim: str = "v",
+                 threshold: float | int = 0.5, dim: int = 6) -> None:
+        parties = ["server", *names]
+        self.names, self.colluders, self.victim = names, colluders, victim
+        self.ids = make_identities(parties)
+        self.views: dict[str, Any] = {n: ClientView(n, parties, self.ids[n]) for n in names}
+        agg = SecureAggregation(threshold=threshold)
+        self.halves = {n: agg.client_half() for n in names}
+        rng = np.random.default_rng(7)
+        self.dim = dim
+        self.updates = {n: rng.normal(size=dim).astype(np.float32) for n in names}
+        self.session = secrets.token_bytes(16)
+        self.u1: list[str] = []
+
+    def step(self, c: str, phase: str, body: Any) -> Any:
+        """Send one step of round 1 to client ``c``; return its answer."""
+        return self.halves[c].on_step(self.views[c], server="server",
+                                      step=AggStep(1, phase, body))
+
+    def open_round(self, u1: list[str], t: int) -> dict[str, Any]:
+        """Stages 0 to 2 over the round ``u1``, advertising ``t``; return the uploads."""
+        self.u1 = sorted(u1)
+        keys = {c: self.step(c, "advertise", SecAggAdvertise(session=self.session,
+                                                             threshold=t)) for c in u1}
+        envelopes = {c: self.step(c, "share-keys", SecAggKeyList(keys=keys)) for c in u1}
+        for c in u1:
+            self.step(c, "deliver", SecAggDelivery(u2=list(u1), shares={
+                v: envelopes[v].shares[c] for v in u1 if v != c}))
+        return {c: self.halves[c].payload(self.views[c], server="server", round=1,
+                                          params=self.updates[c],
+                                          base=np.zeros(self.dim, np.float32), weight=1.0)
+                for c in u1}
+
+    def held(self, colluder: str, owner: str) -> tuple[bytes, bytes]:
+        """Return the (s, b) shares of ``owner`` that ``colluder`` holds: both, opened."""
+        half = self.halves[colluder]
+        if half._c is None:
+            raise RuntimeError(f"{colluder!r} holds no envelope key")
+        plain = open_sealed(half._c, half._keys[owner][0], half._envelopes[owner],
+                            context=pair_context(_SECAGG_ENVELOPE, self.session, colluder,
+                                                 owner),
+                            aad=_secagg_aad(self.session, 1, owner, colluder))
+        return _unpack_pair(plain)
+
+    def sign(self, colluder: str, survivors: list[str]) -> bytes:
+        """Sign any survivor set the server likes, as ``colluder``."""
+        return self.ids[colluder].sign("secagg survivors",
+                                       _survivors_message(self.session, 1, survivors))
+
+    def rebuild(self, shares: dict[str, bytes], t: int) -> bytes:
+        """Combine ``t`` shares (by holder) of one secret."""
+        held = list(shares)[:t]
+        if len(held) < t:
+            raise RuntimeError(f"the server holds {len(held)} shares, t = {t}")
+        return shamir.combine([_share_from(self.u1.index(c) + 1, shares[c], c)
+                               for c in held], KEY_BYTES)
+
+    def unmask_victim(self, upload: Any, b: bytes, s: bytes) -> Any:
+        """Remove the victim's self mask and pairwise masks from its upload; decode it."""
+        private = X25519PrivateKey.from_private_bytes(s)
+        key = MaskingKey(private=private, public=private.public_key().public_bytes_raw())
+        half = self.halves[self.victim]
+        others = {u: half._keys[u][1] for u in self.u1 if u != self.victim}
+        y = upload - expand(b, self.dim, label=b"secagg self")
+        y -= pairwise_mask(self.victim, key, others, self.dim,
+                           context=secagg._round_context(self.session, 1),
+                           label=b"secagg input")
+        return y.view(np.int64).astype(np.float64) / 2.0**32
+
+
+def split_view_with_colluders(fed: Colluding, u1: list[str], t: int, group_a: list[str],
+                              group_b: list[str]) -> Any:
+    """Leave the federation's other clients out, advertise ``t`` and split the survivors.
+
+    ``group_a`` (with the victim and the colluders) is told the victim survived and
+    returns its self-mask shares; ``group_b`` (with the colluders) is told it dropped
+    and returns its mask-key shares; each colluder gives both of its own. Returns the
+    victim's update as the server reads it.
+    """
+    v, col = fed.victim, fed.colluders
+    uploads = fed.open_round(u1, t)
+    views = {"a": sorted([v, *group_a, *col]), "b": sorted([*group_b, *col])}
+    got: dict[str, dict[str, bytes]] = {"a": {}, "b": {}}
+    for side, honest in (("a", [v, *group_a]), ("b", list(group_b))):
+        view = views[side]
+        sigs = {c: fed.step(c, "consistency", SecAggSurvivors(survivors=view)).sig
+                for c in honest}
+        sigs.update({c: fed.sign(c, view) for c in col})
+        dropped = [c for c in fed.u1 if c not in view]
+        for c in honest:
+            answer = fed.step(c, "unmask", SecAggUnmask(survivors=view, dropped=dropped,
+                                                        signatures=sigs))
+            got[side][c] = answer.b[v] if side == "a" else answer.s[v]
+    for c in col:
+        s_share, b_share = fed.held(c, v)
+        got["a"][c], got["b"][c] = b_share, s_share
+    return fed.unmask_victim(uploads[v], fed.rebuild(got["a"], t), fed.rebuild(got["b"], t))
+
+
+def round_of_two(fed: Colluding, colluder: str) -> Any:
+    """Run an honest round of the victim and ``colluder`` alone; subtract the colluder's.
+
+    Returns the victim's update as the server reads it from the round's sum.
+    """
+    v = fed.victim
+    uploads = fed.open_round([v, colluder], 2)
+    pair = sorted([v, colluder])
+    sigs = {c: fed.step(c, "consistency", SecAggSurvivors(survivors=pair)).sig
+            for c in pair}
+    answers = {c: fed.step(c, "unmask", SecAggUnmask(survivors=pair, dropped=[],
+                                                     signatures=sigs)) for c in pair}
+    total = uploads[v] + uploads[colluder]
+    for u in pair:
+        total -= expand(fed.rebuild({c: answers[c].b[u] for c in pair}, 2), fed.dim,
+                        label=b"secagg self")
+    own = np.rint(fed.updates[colluder].astype(np.float64) * 2.0**32)
+    return (total.view(np.int64).astype(np.float64) - own) / 2.0**32
+
+
+TEN = ["v", "m", *[f"h{i}" for i in range(1, 9)]]
+"""A federation of ten: the victim, one colluder, eight honest clients."""
+
+
+def _secagg_leave_one_out() -> None:
+    fed = Colluding(TEN, ["m"])  # t = 6 of 10 protects against 1 colluder
+    split_view_with_colluders(fed, TEN[:9], 5, ["h1", "h2", "h3"], ["h4", "h5", "h6", "h7"])
+
+
+def _secagg_three_colluders() -> None:
+    names = ["v", "m1", "m2", "m3", *[f"h{i}" for i in range(1, 7)]]
+    fed = Colluding(names, ["m1", "m2", "m3"], threshold=2 / 3)  # t = 7: c = 3
+    split_view_with_colluders(fed, names[:7], 5, ["h1"], ["h2", "h3"])
+
+
+def _secagg_round_of_two() -> None:
+    round_of_two(Colluding(["v", "m", "h1", "h2", "h3"], ["m"]), "m")
 
 
 # --------------------------------------------------------------------------- key dealing
@@ -746,6 +907,32 @@ def _fixed_cohort() -> tuple[str, str]:
     return "LEAKS", "amplification claimed for a predictable cohort"
 
 
+def _epsilon_against_server() -> tuple[str, str]:
+    from islands.privacy import PrivacyAccountant
+
+    agg = ClientDP(clip=1.0, noise_multiplier=1.0)
+    strategy = FedAvg(local_steps=1, batch_size=None, aggregator=agg, fraction=0.5,
+                      sampling="poisson", seed=3)
+    result, _ = play(agg, agg, k=4, strategy=strategy, epochs=5)
+    run = result.results.get("server")
+    if run is None:
+        raise RuntimeError(f"the run failed: {result.failures}")
+    against, amplified = run.privacy_against_server, run.privacy
+    charged = {}  # ε at q = 1 for the rounds the busiest client may have been in
+    for rounds in range(1, len(run.rounds) + 1):
+        accountant = PrivacyAccountant(1.0, sampling_rate=1.0, delta=1e-5)
+        accountant.step(rounds)
+        charged[rounds] = accountant.epsilon()
+    if against is not None and amplified is not None and against[0] >= amplified[0]:
+        busiest = [k for k, e in charged.items() if abs(e - against[0]) <= 1e-9 * e]
+        if busiest:
+            return "charged honestly", (
+                f"amplified ε = {amplified[0]:.3g} for who sees the models; ε = "
+                f"{against[0]:.3g} against the server ({busiest[0]} rounds of the busiest "
+                "client at q = 1)")
+    return "LEAKS", f"only the amplified ε is reported ({amplified}; against: {against})"
+
+
 def _chaos_alone() -> None:
     ChaosPermutation()
 
@@ -961,6 +1148,16 @@ ATTACKS: list[Attack] = [
            _SERVER, "consistency round: t signatures on one survivor set",
            r"signatures of survivors on the survivor set, below the threshold",
            partial(split_view, SecAggFederation(), 3)),
+    Attack("secagg", "leave 1 of 10 clients out (t = 5 of 9) and split the survivors, with "
+           "1 colluder", _SERVER, "t from the federation the client knows, not the round",
+           r"parameter 'threshold' must be at least 6 for a round of 9", _secagg_leave_one_out),
+    Attack("secagg", "threshold 2/3: leave 3 of 10 out (t = 5 of 7) and split the survivors, "
+           "with 3 colluders", _SERVER, "t from the federation the client knows",
+           r"parameter 'threshold' must be at least 7 for a round of 7",
+           _secagg_three_colluders),
+    Attack("secagg", "run a round of the victim and one colluder (federation of 5)", _SERVER,
+           "the smallest round a client joins", r"a round of 2 clients, fewer than the 3 "
+           r"accepted", _secagg_round_of_two),
     Attack("secagg", "put its own envelope key in a client's place", _SERVER,
            "keys signed with the client's identity", r"'secagg keys' signature of .* does "
            r"not verify", _secagg_substituted_key),
@@ -1019,6 +1216,10 @@ ATTACKS: list[Attack] = [
     Attack("dp (client sampling)", "claim amplification for a cohort drawn from the public "
            "seed", "accounting", "q = 1 unless the cohort is a secret Poisson draw", "",
            _fixed_cohort, kind="configuration"),
+    Attack("dp (client sampling)", "report only the amplified ε of a Poisson cohort the "
+           "server itself draws", "accounting", "ε against the server (q = 1, the busiest "
+           "client's rounds) reported beside it", "", _epsilon_against_server,
+           kind="configuration"),
     Attack("chaos", "use the permutation alone (known pairs place the other coordinates)",
            "configuration", "only over a value-hiding protection",
            r"chaos permutation does not hide the coordinates", _chaos_alone,
