@@ -26,13 +26,15 @@
    64, against the plain :class:`~islands.hfl.torch.training.Trainer` step in the same run.
    The DP step adds Opacus's per-sample gradients, clipping, a CSPRNG Gaussian draw per
    parameter and the Poisson sample.
-4. One aggregation round of ``protect = ["paillier"]`` under each engine, ``he =
-   "paillier"`` and ``he = "ou"`` (HEU's Okamoto–Uchiyama), through the aggregator's real
-   halves (:class:`~islands.hfl.server_audit.HEFederation`: 4 clients, c0 deals a 2048-bit
-   key): seconds of one client's upload (pack, encrypt, serialise; mean of the 4), of the
-   server's sum of the 4 uploads (parse and add), of one client's opening (parse,
-   decrypt, unpack, tag check), and the bytes of one upload. Paillier's first upload also
-   starts its background r^n pool, as in a run.
+4. One aggregation round of ``protect = ["ckks"]`` and of ``["paillier"]`` under each
+   engine, ``he = "paillier"`` and ``he = "ou"`` (HEU's Okamoto–Uchiyama), through the
+   aggregator's real halves (:class:`~islands.hfl.server_audit.HEFederation`: 4 clients,
+   c0 deals a 2048-bit key): seconds of one client's upload (MAC, pack, encrypt,
+   serialise; mean of the 4), of the server's sum of the 4 uploads (parse and add), of
+   one client's opening (parse, decrypt, MAC check, unpack), and the bytes of one upload;
+   then the MAC's own cost (the client's tag and its check, timed alone on the same data
+   in the same run) as a share of the upload and the opening. Paillier's first upload
+   also starts its background r^n pool, as in a run.
 
     python benchmarks/bench_protect.py [--json OUT] [--quick] [--only 1,2,3,4] [--clients 100,500]
 """
@@ -354,13 +356,43 @@ class _ServerName:
     name = "server"  # all a round's start reads of the server's link
 
 
+def _mac_cost(fed: Any, he: str, up: Any, payload: Any) -> float:
+    """Seconds of one client's MAC work alone (its tag, and the check when it opens)."""
+    from islands.crypto import ckks, mac, paillier
+
+    half = fed.halves["c1"]
+    key, dim = half.binding.mac_key(), fed.dim
+    names = list(payload["contributors"])
+    if he == "ckks":
+        x = fed.models[1]["c1"].astype(np.float64)
+        opened = ckks.decrypt_vector(half.context, payload["chunks"],
+                                     dim + mac.real_tag_count(dim))
+        t0 = time.perf_counter()
+        mac.real_tags(key, 1, "c1", x)
+        mac.real_deviation(key, 1, names, payload["weights"], opened[:dim], opened[dim:])
+        return time.perf_counter() - t0
+    plain = paillier.pack(np.asarray(fed.models[1]["c1"], np.float64) * 0.25, fed.agg.spec)
+    modulus = (half.owner.secret_prime() if he == "ou" else int(half.public_key.n))
+    t0 = time.perf_counter()
+    mac.modular_tag(key, 1, "c1", 0.25, plain, modulus, lambda r: r)
+    mac.modular_expected(key, 1, names, payload["weights"], payload["counters"], plain,
+                         modulus)
+    return time.perf_counter() - t0
+
+
+def _upload_bytes(up: Any) -> int:
+    return sum(len(c) for c in up) if isinstance(up, list) else len(up["blob"])
+
+
 def bench_engines(dims: list[int]) -> list[dict[str, Any]]:
+    from islands.crypto import mac
     from islands.hfl.server_audit import HEFederation
 
     rows = []
     for dim in dims:
-        for he in ("paillier", "ou"):
-            fed = HEFederation("paillier", dim=dim, options={"he": he})
+        for he in ("ckks", "paillier", "ou"):
+            fed = (HEFederation("ckks", dim=dim) if he == "ckks" else
+                   HEFederation("paillier", dim=dim, options={"he": he}))
             t0 = time.perf_counter()
             fed.deal()
             keys = time.perf_counter() - t0
@@ -382,21 +414,29 @@ def bench_engines(dims: list[int]) -> list[dict[str, Any]]:
             got = fed.halves["c1"].open(payload)
             dec = time.perf_counter() - t0
             err = float(np.max(np.abs(got - fed.mean(1, list(fed.clients)))))
+            mac_s = _mac_cost(fed, he, ups["c1"], payload)
             rows.append({"dim": dim, "he": he, "key_dealing_s": keys,
                          "encrypt_s": float(np.mean(enc)), "add_4_s": add, "open_s": dec,
-                         "bytes_per_upload": len(ups["c0"]),
-                         "ciphertexts": fed.agg.spec.ciphertexts_for(dim + 16),
+                         "mac_s": mac_s, "mac_share": mac_s / (float(np.mean(enc)) + dec),
+                         "bytes_per_upload": _upload_bytes(ups["c0"]),
+                         "ciphertexts": (len(ups["c0"]) if he == "ckks" else
+                                         fed.agg.spec.ciphertexts_for(dim) + 1),
+                         "mac_values": (mac.real_tag_count(dim) if he == "ckks" else 1),
                          "max_error": err})
     return rows
 
 
 def print_engines(rows: list[dict[str, Any]]) -> None:
-    print("\n4. One round of protect = [\"paillier\"], 4 clients, 2048-bit keys, by engine")
+    print("\n4. One round of protect = [\"ckks\"] or [\"paillier\"] (he = paillier, ou), "
+          "4 clients, the MAC included (crypto/mac.py)")
     for r in rows:
-        print(f"  {r['dim']:>6} values  he={r['he']:<9} upload {fmt_s(r['encrypt_s'])}  "
+        print(f"  {r['dim']:>6} values  {r['he']:<9} upload {fmt_s(r['encrypt_s'])}  "
               f"server sum {fmt_s(r['add_4_s'])}  open {fmt_s(r['open_s'])}  "
               f"{fmt_bytes(r['bytes_per_upload'])}/upload ({r['ciphertexts']} ciphertexts)  "
               f"key dealing {fmt_s(r['key_dealing_s'])}  max error {r['max_error']:.1e}")
+        print(f"  {'':>6}         {'':<9} MAC (tag + check) {fmt_s(r['mac_s'])} = "
+              f"{100 * r['mac_share']:.1f}% of the client's upload + open; "
+              f"{r['mac_values']} MAC value(s) per upload")
 
 
 def main() -> None:
