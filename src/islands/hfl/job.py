@@ -132,7 +132,7 @@ from islands.hfl.estimator import (
 from islands.hfl.metrics import classification_report, dev_avg, regression_report
 from islands.hfl.protocol import SERVER_FILE, RoundRecord
 from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
-from islands.reporting import new_figure, save_figure, write_results
+from islands.reporting import new_figure, write_results
 from islands.tracking import Tracker, TrackingConfig, job_tracker
 from islands.validation import file_section, read_job, table_value
 
@@ -866,36 +866,48 @@ def _ridge_closed_form(X: NDArray[Any], y: NDArray[Any], X_test: NDArray[Any],
 # --------------------------------------------------------------------------- outputs
 def write_outputs(result: HflJobResult, out: str | Path, *,
                   json_path: str | Path | None = None) -> list[Path]:
-    """Write ``results.json`` and the curves (``accuracy.png``, ``tau.png``) into ``out``."""
-    folder, written = write_results(result, out, json_path)
+    """Write ``results.json`` and the curves (``accuracy.png``, ``tau.png``) into ``out``.
+
+    The files are one set (:class:`~islands.reporting.ResultSet`): staged, renamed into
+    place together and listed in ``manifest.json``, which says complete once they all
+    are. With ``json_path``, ``results.json`` is also copied there (its folder created
+    when missing).
+
+    Raises
+    ------
+    OutputError
+        If a file cannot be written (disk full, no permission), naming it; the previous
+        results in ``out`` are then unchanged.
+    """
     regression = result.task == "regression"
     key = "r2" if regression else "accuracy"
     label = "test R²" if regression else "test accuracy"
-    fig = new_figure()
-    ax = fig.subplots()
-    hist = result.history
-    ax.plot([h["epoch"] for h in hist], [h["test"].get(key, math.nan) for h in hist],
-            marker="o", label=f"federated ({result.job.strategy['name']})")
-    base = result.baseline
-    if base is not None and base.history:
-        ax.plot([h["epoch"] for h in base.history],
-                [h["test"].get(key, math.nan) for h in base.history],
-                marker="s", label="centralised")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel(label)
-    ax.set_title(result.job.name)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    written.append(save_figure(fig, folder / "accuracy.png"))
-    fig = new_figure(6.4, 3.6)
-    ax = fig.subplots()
-    ax.step(range(1, len(result.tau) + 1), result.tau, where="post")
-    ax.set_xlabel("round (aggregation)")
-    ax.set_ylabel("τ (local steps)")
-    ax.set_title(f"{result.job.name}: τ per round")
-    ax.grid(alpha=0.3)
-    written.append(save_figure(fig, folder / "tau.png"))
-    if result.contribution is not None:
-        written.append(plot_contribution(result.contribution, folder / "contribution.png",
-                                         title=f"{result.job.name}: contributions"))
-    return written
+    with write_results(result, out, json_path) as files:
+        fig = new_figure()
+        ax = fig.subplots()
+        hist = result.history
+        ax.plot([h["epoch"] for h in hist], [h["test"].get(key, math.nan) for h in hist],
+                marker="o", label=f"federated ({result.job.strategy['name']})")
+        base = result.baseline
+        if base is not None and base.history:
+            ax.plot([h["epoch"] for h in base.history],
+                    [h["test"].get(key, math.nan) for h in base.history],
+                    marker="s", label="centralised")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(label)
+        ax.set_title(result.job.name)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        files.add_figure("accuracy.png", fig)
+        fig = new_figure(6.4, 3.6)
+        ax = fig.subplots()
+        ax.step(range(1, len(result.tau) + 1), result.tau, where="post")
+        ax.set_xlabel("round (aggregation)")
+        ax.set_ylabel("τ (local steps)")
+        ax.set_title(f"{result.job.name}: τ per round")
+        ax.grid(alpha=0.3)
+        files.add_figure("tau.png", fig)
+        if result.contribution is not None:
+            plot_contribution(result.contribution, files.path("contribution.png"),
+                              title=f"{result.job.name}: contributions")
+    return files.published
