@@ -15,6 +15,7 @@ __all__ = [
     "DeadlockError",
     "IslandsError",
     "JobError",
+    "OutputError",
     "PeerFailedError",
     "PeerTimeoutError",
     "ProtocolError",
@@ -86,6 +87,16 @@ class DeadlockError(ProtocolError):
 
 class JobError(ValidationError):
     """A job file that cannot run: names the file, section and key."""
+
+
+class OutputError(IslandsError, OSError):
+    """A result that cannot be written (disk full, no permission): names the path and why.
+
+    ``errno`` and ``filename`` are the system's; the message is the one given.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else super().__str__()
 
 
 class TrackingError(IslandsError, RuntimeError):

@@ -39,7 +39,7 @@ import numpy as np
 
 import islands
 from islands.errors import ValidationError
-from islands.reporting import new_figure
+from islands.reporting import check_result_set, new_figure, write_text
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -109,8 +109,7 @@ def write_html(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | No
     page = render_html(folder)
     if not target.parent.is_dir():
         raise ValidationError(f"cannot write {target}: its folder {target.parent} does not exist")
-    target.write_text(page, encoding="utf-8")
-    return target
+    return write_text(target, page)
 
 
 def render_html(run_dir: str | os.PathLike[str]) -> str:
@@ -150,6 +149,7 @@ def _read_folder(folder: Path) -> tuple[Any, str | None, list[Path]]:
     if not results_path.is_file() and not report_path.is_file():
         raise ValidationError(f"{folder} is not a run folder: it holds neither results.json "
                               "nor report.md (islands run and islands reproduce write them)")
+    check_result_set(folder)  # one run's complete set, not a write cut short
     pngs = sorted(p for p in folder.iterdir() if p.suffix.lower() == ".png" and p.is_file())
     results: Any = None
     if results_path.is_file():

@@ -18,7 +18,7 @@ from typing import Any
 
 from islands.errors import DataNotFoundError, ValidationError
 from islands.hfl.contribution.tracker import ContributionReport
-from islands.reporting import html_table, short_text
+from islands.reporting import check_result_set, html_table, short_text
 
 __all__ = ["HorizontalRun", "Reproduction", "Run", "VerticalRun", "load_run"]
 
@@ -126,7 +126,8 @@ def load_run(folder: str | Path) -> Run:
         When ``folder`` or its ``results.json`` does not exist.
     ValidationError
         Naming ``results.json`` when it is not valid JSON or not the results of a known
-        kind of run.
+        kind of run, or the folder when its files are not one run's complete set (their
+        writing was cut short: :func:`islands.reporting.check_result_set`).
 
     Examples
     --------
@@ -140,6 +141,10 @@ def load_run(folder: str | Path) -> Run:
     if not file.is_file():
         raise DataNotFoundError(f"load_run: no results.json in {path}: is it the output "
                                 "folder of 'islands run' or 'islands reproduce'?")
+    try:
+        check_result_set(path)
+    except ValidationError as exc:
+        raise ValidationError(f"load_run: {exc}") from None
     try:
         doc = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from islands.cli.common import app, console, progress_option, stop_on_error
+from islands.reporting import copy_file
 
 if TYPE_CHECKING:  # islands.cli imports no experiments until a command runs
     from islands.experiments.apfl import ApflRow
@@ -221,7 +222,8 @@ def _summarise_reproduction(results: Results, out: Path, json_path: Path | None)
     for name in results.skipped or []:
         console.print(f"[yellow]skipped[/] {escape(str(name))}")
     if json_path is not None:
-        json_path.write_text((out / "results.json").read_text())
+        with stop_on_error(1):
+            copy_file(out / "results.json", json_path)
 
 
 def _command(entry: Reproduction) -> Callable[..., None]:

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from islands.cli.common import app, console, print_error, stop_on_error
-from islands.errors import IslandsError
+from islands.errors import IslandsError, JobError, OutputError
 from islands.runtime.runner import running_roles
 from islands.validation import read_toml
 
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from islands.hfl.job import HflJobResult
     from islands.vfl.job import VerticalJobResult
 
-__all__ = ["JOB_KINDS", "contribution_command", "print_contribution", "run_command"]
+__all__ = ["JOB_KINDS", "check_output", "contribution_command", "print_contribution",
+           "run_command"]
 
 
 @app.command("run")
@@ -45,10 +46,42 @@ def run_command(
         "--set", metavar="KEY=VALUE",
         help="Override one setting of the file, e.g. --set strategy.tau=4 --set epochs=5 "
              "(a TOML value; checked as the file is, and recorded in results.json).")] = None,
+    overwrite: Annotated[bool, typer.Option(
+        help="Run into an output folder that holds another run's results (or checkpoints), "
+             "replacing them once this run's are written.")] = False,
 ) -> None:
     """Run a federated training job: progress per round, a summary, JSON and curves."""
     JOB_KINDS[_job_kind(job_file)](job_file, resume=resume, output=output, json_path=json_path,
-                                   overrides=list(overrides or []))
+                                   overrides=list(overrides or []), overwrite=overwrite)
+
+
+def check_output(out: Path, json_path: Path | None, *, resume: bool, overwrite: bool,
+                 checkpoints: bool = False) -> None:
+    """Refuse, before any work, an output the run could not write or must not replace.
+
+    ``checkpoints``: the folder holds checkpoints this run does not continue (an
+    interrupted run). A folder with another run's results (or such checkpoints) needs
+    ``--overwrite``, or ``--resume`` where the job can continue it.
+    """
+    from islands.reporting import check_writable, previous_results
+
+    check_writable(out, "the output folder", folder=True)
+    if json_path is not None:
+        check_writable(json_path, "--json", folder=False)
+    if overwrite:
+        return
+    held = previous_results(out)
+    if resume:
+        if held is not None and not checkpoints:
+            raise JobError(f"--resume, but the output folder {out} holds {held} and no "
+                           "checkpoint to continue: pass --overwrite to run the job afresh "
+                           "there, or choose another --output")
+        return
+    if held is None and checkpoints:
+        held = "the checkpoints of an interrupted run"
+    if held is not None:
+        raise JobError(f"the output folder {out} holds {held}: pass --overwrite to replace "
+                       f"them, --resume to continue that run, or choose another --output")
 
 
 def _job_kind(job_file: Path) -> str:
@@ -65,14 +98,27 @@ def _job_kind(job_file: Path) -> str:
 
 
 def _run_horizontal(job_file: Path, *, resume: bool, output: Path | None,
-                    json_path: Path | None, overrides: list[str]) -> None:
+                    json_path: Path | None, overrides: list[str], overwrite: bool) -> None:
     """Run a horizontal job: rounds with a progress bar, the centralised baseline, Ctrl-C."""
-    from islands.hfl.job import check_trackers, load_job, run_job, write_outputs
+    from islands.hfl.checkpoint import SERVER_FILE
+    from islands.hfl.job import (
+        can_resume,
+        check_resumable,
+        check_trackers,
+        load_job,
+        run_job,
+        write_outputs,
+    )
 
     with stop_on_error(2, also=(ImportError,)):
         job = load_job(job_file, overrides)
         check_trackers(job)  # a missing extra is said before anything runs
-    out = output if output is not None else Path(job.output)
+        out = output if output is not None else Path(job.output)
+        interrupted = (out / "checkpoints" / SERVER_FILE).is_file()
+        check_output(out, json_path, resume=resume, overwrite=overwrite,
+                     checkpoints=interrupted)
+        if resume:
+            check_resumable(job, out)
     protect = f" protected by {' + '.join(job.protect)}" if job.protect else ""
     on_ray = ""
     if job.backend == "ray":
@@ -135,8 +181,16 @@ def _run_horizontal(job_file: Path, *, resume: bool, output: Path | None,
         _interrupted_job(job, job_file, output, out, overrides)
         _exit_past_busy_roles(130)
         raise typer.Exit(130)
-    written = write_outputs(result, out, json_path=json_path)
     _summarise_job(result)
+    try:
+        written = write_outputs(result, out, json_path=json_path)
+    except OutputError as exc:
+        print_error(exc)
+        if can_resume(job) and (out / "checkpoints" / SERVER_FILE).is_file():
+            console.print("the trained model is in the checkpoints: once the output can be "
+                          "written, the same command with --resume writes the results "
+                          "without training again", soft_wrap=True)
+        raise typer.Exit(1) from exc
     console.print("wrote " + ", ".join(escape(str(p)) for p in written))
     _say_tracking(result.tracking)
 
@@ -159,15 +213,16 @@ def _exit_past_busy_roles(code: int) -> None:
 def _interrupted_job(job: Any, job_file: Path, output: Path | None, out: Path,
                      overrides: list[str]) -> None:
     """Say, after Ctrl-C, whether and how the run can be resumed."""
+    from islands.hfl.checkpoint import SERVER_FILE
     from islands.hfl.job import can_resume
-    from islands.hfl.protocol import SERVER_FILE
 
     console.print("[yellow]interrupted[/]")
     if not (out / "checkpoints" / SERVER_FILE).is_file():
         console.print("no round was checkpointed yet: run the job again to start it")
     elif not can_resume(job):
         console.print(f"protect = {job.protect} keeps the model hidden from the server, so "
-                      "the run cannot be resumed: run the job again to start it afresh")
+                      "the run cannot be resumed: run the job again with --overwrite to "
+                      "start it afresh")
     else:
         command = ["islands", "run", str(job_file), "--resume"]
         if output is not None:
@@ -179,7 +234,7 @@ def _interrupted_job(job: Any, job_file: Path, output: Path | None, out: Path,
 
 
 def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
-                  json_path: Path | None, overrides: list[str]) -> None:
+                  json_path: Path | None, overrides: list[str], overwrite: bool) -> None:
     """Run a vertical job (kind = "vertical"): alignment, encrypted training, test metrics."""
     from islands.vfl.config import describe_he
     from islands.vfl.job import load_vertical_job, run_vertical, write_vertical_outputs
@@ -192,7 +247,8 @@ def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
         job = load_vertical_job(job_file, overrides)
         settings = job.config()
         job.check_trackers()  # a missing extra is said before anything runs
-    out = output if output is not None else Path(job.output)
+        out = output if output is not None else Path(job.output)
+        check_output(out, json_path, resume=False, overwrite=overwrite)
     scheme = describe_he(settings.he, settings.key_bits, settings.djn)
     console.print(f"job [bold]{escape(job.name)}[/]: vertical {settings.objective} regression "
                   f"on {job.data['name']}, {job.parties['passive']} passive part"
@@ -202,8 +258,9 @@ def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
     with console.status("starting") as status, stop_on_error(1):
         result = run_vertical(job, progress=lambda msg: status.update(escape(msg)),
                               output=out)
-    written = write_vertical_outputs(result, out, json_path=json_path)
     _summarise_vertical(result)
+    with stop_on_error(1):
+        written = write_vertical_outputs(result, out, json_path=json_path)
     _say_tracking(result.tracking)
     console.print("wrote " + ", ".join(escape(str(p)) for p in written))
 
@@ -320,12 +377,18 @@ def contribution_command(
 ) -> None:
     """Each client's contribution and reward share: a table and a bar chart."""
     from islands.hfl.contribution.report import load_contribution, plot_contribution
+    from islands.reporting import MANIFEST
 
     with stop_on_error(2):
         report = load_contribution(run_dir)
     print_contribution(report)
-    path = plot_contribution(report, chart if chart is not None else run_dir / "contribution.png",
-                             title=f"{run_dir.name}: contributions")
+    path = chart if chart is not None else run_dir / "contribution.png"
+    if chart is None and path.is_file() and (run_dir / MANIFEST).is_file():
+        # drawn with the run, part of its checked set of files: not redrawn over it
+        console.print(f"chart: {escape(str(path))}")
+        return
+    with stop_on_error(1):
+        path = plot_contribution(report, path, title=f"{run_dir.name}: contributions")
     console.print(f"wrote {escape(str(path))}")
 
 

@@ -65,7 +65,7 @@ from islands.hfl.contribution import Contribution
 from islands.pca import FederatedPCA
 from islands.pca.audit import audit_pca
 from islands.psi import intersect
-from islands.reporting import write_json
+from islands.reporting import ResultSet
 from islands.run_report import write_html
 
 __all__ = [
@@ -665,32 +665,32 @@ def run_demo(out: str | Path = "runs/demo", *, parts: Sequence[str] | None = Non
         For an unknown part, before anything runs.
     """
     names = check_parts(parts)
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
     say: Progress = progress if progress is not None else (lambda _msg: None)
     start = time.perf_counter()
     results: list[PartResult] = []
-    for name in names:
-        part_start = time.perf_counter()
+    # one set: every part's files staged, published together when all parts are done
+    with ResultSet(out) as files:
+        for name in names:
+            part_start = time.perf_counter()
 
-        def step(msg: str, name: str = name, t0: float = part_start) -> None:
-            say(f"[{name} {time.perf_counter() - t0:5.1f}s] {msg}")
+            def step(msg: str, name: str = name, t0: float = part_start) -> None:
+                say(f"[{name} {time.perf_counter() - t0:5.1f}s] {msg}")
 
-        settings = Settings(out=folder, quick=quick, seed=seed, say=step)
-        try:
-            result = PARTS[name](settings)
-        except MissingDependency as exc:
-            result = _skipped(name, f"skipped: {exc}", time.perf_counter() - part_start)
-        # the part's time includes its imports (torch, scikit-learn): what a user waits
-        result = replace(result, seconds=time.perf_counter() - part_start)
-        step(f"done: {result.key_figure}")
-        results.append(result)
-        if on_part is not None:
-            on_part(result)
-    demo = DemoResult(parts=results, quick=quick, seed=seed,
-                      wall_time_s=time.perf_counter() - start)
-    write_json(folder / "results.json", demo.to_json())
-    (folder / "report.md").write_text(_report(demo) + "\n", encoding="utf-8")
+            settings = Settings(out=files.staging, quick=quick, seed=seed, say=step)
+            try:
+                result = PARTS[name](settings)
+            except MissingDependency as exc:
+                result = _skipped(name, f"skipped: {exc}", time.perf_counter() - part_start)
+            # the part's time includes its imports (torch, scikit-learn): what a user waits
+            result = replace(result, seconds=time.perf_counter() - part_start)
+            step(f"done: {result.key_figure}")
+            results.append(result)
+            if on_part is not None:
+                on_part(result)
+        demo = DemoResult(parts=results, quick=quick, seed=seed,
+                          wall_time_s=time.perf_counter() - start)
+        files.add_json("results.json", demo.to_json())
+        files.add_text("report.md", _report(demo) + "\n")
     say("writing report.html")
-    write_html(folder)
+    write_html(files.folder)
     return demo

@@ -8,6 +8,11 @@ Every ``reproduce_<name>`` function is wrapped by :func:`reports_progress`: its
 silent, True bars in a terminal or a notebook, a callable receiving each
 :class:`~islands.runtime.progress.ProgressUpdate`, whose ``info`` is the step's message),
 while the body keeps saying its steps as short strings (:attr:`RunSetup.say`).
+
+A reproduction's files are one set (:class:`~islands.reporting.ResultSet`): the body
+writes them into :attr:`RunSetup.out`, a staging folder inside the output folder, and
+:func:`reports_progress` publishes them together (``manifest.json`` last) when the body
+returns, or removes them when it raises, leaving the previous results untouched.
 """
 
 from __future__ import annotations
@@ -17,12 +22,20 @@ import functools
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from islands.data import find_fashion_mnist
-from islands.reporting import markdown_table, new_figure, save_figure, to_jsonable, write_json
+from islands.reporting import (
+    ResultSet,
+    markdown_table,
+    new_figure,
+    save_figure,
+    to_jsonable,
+    write_json,
+)
 from islands.runtime.progress import ProgressOption, Task, check_progress, task
 from islands.validation import check_int
 
@@ -64,6 +77,9 @@ class Steps:
 P = ParamSpec("P")
 R = TypeVar("R")
 
+# the result sets :func:`setup_run` opened inside the reproduction running in this context
+_OPEN_SETS: ContextVar[list[ResultSet] | None] = ContextVar("islands_open_sets", default=None)
+
 
 def reports_progress(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a ``reproduce_<name>`` function report its steps as the task ``reproduce NAME``.
@@ -71,49 +87,76 @@ def reports_progress(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     The wrapped function's ``progress`` keyword is checked first (a bad value raises
     :class:`~islands.errors.ValidationError` naming it, before anything runs); the body
     gets a :class:`Steps` that advances the task by one at each message, and the task
-    finishes (``done``, or ``failed`` with the exception going on) when it returns.
+    finishes (``done``, or ``failed`` with the exception going on) when it returns. The
+    files the body wrote into :attr:`RunSetup.out` are then published as one set, or
+    discarded when it raised.
     """
     def wrap(function: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(function)
         def run(*args: P.args, **kwargs: P.kwargs) -> R:
             sink = check_progress(kwargs.get("progress"), function.__name__)
-            if sink is None:
-                return function(*args, **{**kwargs, "progress": None})  # type: ignore[arg-type]
-            with task(sink, f"reproduce {name}") as running:
-                return function(*args, **{**kwargs,  # type: ignore[arg-type]
-                                          "progress": Steps(running)})
+            opened: list[ResultSet] = []
+            token = _OPEN_SETS.set(opened)
+            try:
+                if sink is None:
+                    result = function(*args, **{**kwargs,  # type: ignore[arg-type]
+                                                "progress": None})
+                else:
+                    with task(sink, f"reproduce {name}") as running:
+                        result = function(*args, **{**kwargs,  # type: ignore[arg-type]
+                                                    "progress": Steps(running)})
+            except BaseException:
+                for files in opened:
+                    files.discard()
+                raise
+            finally:
+                _OPEN_SETS.reset(token)
+            for files in opened:
+                files.publish()
+            return result
         return run
     return wrap
 
 
 @dataclass(frozen=True)
 class RunSetup:
-    """Validated common arguments of a reproduction."""
+    """Validated common arguments of a reproduction.
+
+    ``out`` is where the body writes its files: the staging folder of the set published
+    into ``folder`` when the reproduction returns.
+    """
 
     out: Path
     random_state: int
     n_threads: int | None
     say: Progress
+    folder: Path
 
 
 def setup_run(
     owner: str, out_dir: str | Path, random_state: Any, n_threads: Any,
     progress: ProgressOption | Steps,
 ) -> RunSetup:
-    """Check a reproduction's common arguments and create its output folder.
+    """Check a reproduction's common arguments and open its set of files in ``out_dir``.
 
     ``progress`` is what :func:`reports_progress` hands the body: its :class:`Steps`, or
-    None (silent).
+    None (silent). Only a body that :func:`reports_progress` runs may call it (it
+    publishes the set).
     """
     seed = check_int(random_state, "random_state", owner, low=0)
     threads = None if n_threads is None else check_int(n_threads, "n_threads", owner, low=1)
     if progress is not None and progress is not False and not isinstance(progress, Steps):
         raise TypeError(f"{owner}: setup_run takes the Steps of @reports_progress, got "
                         f"{type(progress).__name__}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    opened = _OPEN_SETS.get()
+    if opened is None:
+        raise TypeError(f"{owner}: setup_run runs inside a function wrapped by "
+                        "@reports_progress, which publishes its files")
+    files = ResultSet(out_dir)
+    opened.append(files)
     say: Progress = progress if isinstance(progress, Steps) else (lambda _msg: None)
-    return RunSetup(out=out, random_state=seed, n_threads=threads, say=say)
+    return RunSetup(out=files.staging, random_state=seed, n_threads=threads, say=say,
+                    folder=files.folder)
 
 
 def thread_limit(n_threads: int | None, preload: Sequence[str]) -> AbstractContextManager[Any]:

@@ -822,5 +822,5 @@ def _run(out: Path, s: _Settings, say: Progress, start: float) -> ReproductionRe
     results = result.to_json()
     (out / "report.md").write_text(_report(results, files), encoding="utf-8")
     write_json(out / "results.json", results)
-    say(f"done in {result.wall_time_s:.1f} s: {out / 'report.md'}")
+    say(f"done in {result.wall_time_s:.1f} s: report.md")
     return result

@@ -33,6 +33,7 @@ from islands.hfl.strategy import SAMPLINGS
 __all__ = [
     "DATASETS",
     "METHODS",
+    "SEED_MAX",
     "STRATEGY_KEYS",
     "ApflConfig",
     "ContributionConfig",
@@ -58,6 +59,9 @@ DEFAULT_RETRAIN_CLIENTS = 8
 trainings), the per-round ``("gtg", "loo")`` above it or where retraining cannot run."""
 _WEIGHTINGS = ("fixed", "renormalised")  # islands.hfl.contribution.game.WEIGHTINGS (a test)
 _REGRESSION_DATASETS = ("diabetes",)
+
+SEED_MAX = 2**63 - 1
+"""The largest seed (PyTorch's generator and NumPy's int64 take no more)."""
 
 Task = Literal["classification", "regression"]
 _PositiveInt = Annotated[int, Field(ge=1)]
@@ -336,8 +340,9 @@ class HflConfig(ProtocolConfig):
     OWNER: ClassVar[str] = "FederatedModel"
 
     epochs: _PositiveInt = setting(1, "an int >= 1", "Epochs of local mini-batch steps.")
-    seed: int = setting(0, "an int >= 0",
-                        "Seeds the initial model, the local splits and the batch orders.", ge=0)
+    seed: int = setting(0, f"an int in [0, {SEED_MAX}]",
+                        "Seeds the initial model, the local splits and the batch orders.",
+                        ge=0, le=SEED_MAX)
     task: Task | None = setting(None, "'classification' or 'regression'",
                                 "What the model predicts (None: see infer_task).")
     eval_fraction: float = setting(0.1, "a float in [0, 1)",

@@ -30,7 +30,6 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -41,6 +40,7 @@ from islands.aggregation.protect import SampleDP, can_retrain
 from islands.arrays import Vector
 from islands.errors import IslandsError, ValidationError, invalid_parameter
 from islands.estimator import FederatedEstimator
+from islands.hfl.checkpoint import check_resume, rows_digest, shaping_settings
 from islands.hfl.config import HflConfig
 from islands.hfl.contribution import (
     ClientValidation,
@@ -57,7 +57,6 @@ from islands.hfl.contribution.retrain import (
 )
 from islands.hfl.metrics import classification_report, regression_report
 from islands.hfl.protocol import (
-    SERVER_FILE,
     DropoutEvent,
     RoundRecord,
     ServerResult,
@@ -192,9 +191,16 @@ class FederatedModel(FederatedEstimator[HflConfig]):
     timeout : float, default=600.0
         Seconds the server waits for one client's update before leaving it out.
     checkpoint : path or None
-        Folder for the server's and clients' checkpoint files.
+        Folder for the server's and clients' checkpoint files. Each carries the settings
+        that shape the model (the seed, task, ``eval_fraction``, the model, the strategy
+        and its aggregator with every parameter, ``sample_dp``, the clients' names and
+        a digest of each client's rows, and ``settings``).
     resume : bool, default=False
         Continue the run checkpointed in ``checkpoint`` (starts afresh if there is none).
+        Refused at ``fit``, before any training, when a checkpoint was made under other
+        settings (each named, old → new), is damaged (the client and file named), or
+        has trained more epochs than ``epochs``; the other parameters (``epochs``
+        raised, ``concurrency``, ``timeout``, ``threads``, ``backend``, ...) may change.
     threads : int, "auto" or None, default="auto"
         torch intra-op threads while training: "auto" shares the cores among the clients
         that train at once (with ``backend="ray"``: 1 in each worker, which holds one
@@ -234,6 +240,10 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         ``{"tensorboard": True}``: event files under ``runs/<run name>``, an MLflow
         store in ``./mlruns``. An open :class:`~islands.tracking.Tracker` is logged to
         and left open for its owner. ``tracking_`` says where the run went.
+    settings : mapping or None
+        Further named settings that shaped ``parts`` and are not parameters here (a
+        job's data set and partition): plain values, recorded in the checkpoints with
+        the estimator's own and compared on ``resume`` the same way.
 
     Every parameter is stored as given and checked at ``fit``; ``get_params`` and
     ``set_params`` follow scikit-learn's conventions
@@ -284,6 +294,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                  sample_dp: SampleDP | None = None, backend: Backend = "local",
                  ray_address: str | None = None, contribution: Any = None,
                  tracking: TrackingConfig | Mapping[str, Any] | Tracker | None = None,
+                 settings: Mapping[str, Any] | None = None,
                  ) -> None:
         self.model = model
         self.strategy = strategy
@@ -303,6 +314,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         self.ray_address = ray_address
         self.contribution = contribution
         self.tracking = tracking
+        self.settings = settings
 
     def _tracking_config(self) -> TrackingConfig | None:
         """Return ``tracking`` as a checked :class:`TrackingConfig` (None: no tracker)."""
@@ -329,6 +341,11 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                                     describe(self.sample_dp))
         if self.resume and self.checkpoint is None:
             raise invalid_parameter("resume", owner, "False when 'checkpoint' is None", True)
+        if self.settings is not None and not (
+                isinstance(self.settings, Mapping)
+                and all(isinstance(k, str) for k in self.settings)):
+            raise invalid_parameter("settings", owner, "None or a mapping of names to plain "
+                                    "values", describe(self.settings))
         if not (self.threads in ("auto", None) or (
                 isinstance(self.threads, int) and self.threads >= 1)):
             raise invalid_parameter("threads", owner, "'auto', None or an int >= 1",
@@ -450,6 +467,14 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             raise invalid_parameter("behaviour", "FederatedModel.fit",
                                     "a mapping of client names to callables",
                                     stray or describe(behaviour))
+        settings = None
+        if self.checkpoint is not None:
+            settings = shaping_settings(
+                seed=self.seed, task=self.task, eval_fraction=self.eval_fraction,
+                strategy=strategy, model=self.model, sample_dp=self.sample_dp,
+                rows={name: rows_digest(X, y) for name, (X, y) in zip(names, data, strict=True)},
+                extra=self.settings)
+        resume = self._resuming(settings)
         # the settings each retrained coalition starts from (a run may change its strategy)
         template = (copy.deepcopy(strategy) if contribution is not None
                     and "retrain" in (contribution.methods or ()) else None)
@@ -462,13 +487,30 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                 learners, workers = self._local_learners(stack, data, pool, active)
             learners = [behaviour[name](learner) if name in behaviour else learner
                         for name, learner in zip(names, learners, strict=True)]
-            tracker = self._run(learners, names, strategy, pool, active, test, contribution)
+            tracker = self._run(learners, names, strategy, pool, active, test, contribution,
+                                settings, resume)
         self.workers_ = workers
         if tracker is not None and template is not None:
             retrained = self._retrain(tracker, template, data, names, behaviour)
             report: ContributionReport | None = tracker.report(retrained, final=self.params_)
             self.contribution_ = report
         return self
+
+    def _resuming(self, settings: dict[str, Any] | None) -> bool:
+        """Whether fit resumes: checkpoints there, all readable and made under ``settings``.
+
+        Raises
+        ------
+        ValidationError
+            Before anything runs, naming the damaged file (and its client), the settings
+            that differ (old → new), or the epochs already trained.
+        """
+        if not self.resume or self.checkpoint is None or settings is None:
+            return False
+        if check_resume(self.checkpoint, settings, epochs=self.epochs) is None:
+            log.warning("no checkpoint in %s: starting afresh", self.checkpoint)
+            return False
+        return True
 
     def _retrain(self, tracker: ContributionTracker, template: Strategy,
                  data: list[tuple[NDArray[Any], NDArray[Any]]], names: list[str],
@@ -554,7 +596,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
 
     def _run(self, learners: list[Any], names: list[str], strategy: Strategy, pool: Any,
              active: int, test: tuple[ArrayLike, ArrayLike] | None,
-             contribution: Contribution | None) -> ContributionTracker | None:
+             contribution: Contribution | None, settings: dict[str, Any] | None,
+             resume: bool) -> ContributionTracker | None:
         """Run the server and client roles over ``learners``; set the fitted attributes.
 
         Returns the contribution tracker (None without ``contribution``): with
@@ -572,10 +615,6 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         tracker = None
         if contribution is not None:
             tracker = self._tracker(contribution, learners, names, pool, initial)
-        resume = bool(self.resume)
-        if resume and not (Path(self.checkpoint) / SERVER_FILE).is_file():  # type: ignore[arg-type]
-            log.warning("no checkpoint in %s: starting afresh", self.checkpoint)
-            resume = False
         history: list[EpochRecord] = []
         t0 = time.perf_counter()
 
@@ -616,12 +655,13 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                               resume=resume, on_round=on_round, send_final=False,
                               sample_dp=self.sample_dp,
                               contribution=tracker if contribution is not None
-                              and contribution.per_round else None),
+                              and contribution.per_round else None, settings=settings),
         }
         for name, learner, half in zip(names, learners, halves, strict=True):
             roles[name] = partial(client, server="server", learner=learner,
                                   aggregator=aggregator, half=half,
-                                  checkpoint=self.checkpoint, resume=resume)
+                                  checkpoint=self.checkpoint, resume=resume,
+                                  settings=settings)
         threads = (max(1, usable_cores() // active) if self.threads == "auto"
                    else self.threads if isinstance(self.threads, int) else None)
         try:

@@ -109,7 +109,13 @@ from islands.data import (
     partition_shards,
 )
 from islands.errors import JobError, ValidationError
-from islands.hfl.checkpoint import load_checkpoint, save_checkpoint
+from islands.hfl.checkpoint import (
+    SERVER_FILE,
+    check_resume,
+    load_checkpoint,
+    save_checkpoint,
+    shaping_settings,
+)
 from islands.hfl.config import (
     STRATEGY_KEYS,
     ContributionConfig,
@@ -130,15 +136,16 @@ from islands.hfl.estimator import (
     split_local_eval,
 )
 from islands.hfl.metrics import classification_report, dev_avg, regression_report
-from islands.hfl.protocol import SERVER_FILE, RoundRecord
+from islands.hfl.protocol import RoundRecord
 from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
-from islands.reporting import new_figure, save_figure, write_results
+from islands.reporting import new_figure, write_results
 from islands.tracking import Tracker, TrackingConfig, job_tracker
 from islands.validation import file_section, read_job, table_value
 
 __all__ = ["BaselineResult", "HflJobResult", "Job", "PrivacySpent", "RidgeComparison",
-           "RoundSeconds", "Traffic", "can_resume", "check_trackers", "load_job", "parse_job",
-           "run_job", "write_outputs"]
+           "RoundSeconds", "Traffic", "can_resume", "check_resumable", "check_trackers",
+           "job_settings", "load_job", "parse_job", "protection_settings", "run_job",
+           "write_outputs"]
 
 log = logging.getLogger(__name__)
 HISTORY_FILE = "history.ckpt"
@@ -742,7 +749,7 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
                         sample_dp=job.protection.sample_dp(),
                         backend=job.backend,  # type: ignore[arg-type]
                         ray_address=job.ray_address, contribution=contribution,
-                        tracking=tracker)
+                        tracking=tracker, settings=job_settings(job))
     fl.fit(prep.parts, test=prep.test)
     X_test, y_test = prep.test
     final = fl.score(X_test, y_test)
@@ -797,6 +804,68 @@ def check_trackers(job: Job) -> None:
 def can_resume(job: Job) -> bool:
     """Whether ``run_job(job, resume=True)`` can continue an interrupted run of ``job``."""
     return not set(job.protect) & set(_NO_RESUME)
+
+
+def protection_settings(job: Job) -> dict[str, Any]:
+    """Return ``protect`` and every protection's settings (defaults filled in), by section.
+
+    A protection without its section has its defaults: ``[dp] clip = 1.0`` and no
+    ``[dp]`` are the same settings.
+    """
+    out: dict[str, Any] = {"protect": job.protect}
+    for name in job.protect:
+        config = job.protection.settings.get(name) or SECTIONS[name].model_validate({})
+        out.update({f"{name}.{k}": v for k, v in config.model_dump(mode="json").items()})
+    return out
+
+
+def job_settings(job: Job) -> dict[str, Any]:
+    """Return the job's settings that shape the model beyond :class:`FederatedModel`'s own.
+
+    Its ``[data]`` (but ``path``: where the files are, not what they hold; the rows'
+    digests catch other files) and ``[partition]``, with their defaults filled in, and its
+    protections (:func:`protection_settings`); :func:`~islands.hfl.checkpoint.shaping_settings`
+    adds the seed, task, model, strategy and the rows. Recorded in every checkpoint.
+    """
+    data = DataConfig.model_validate(job.data).model_dump(mode="json", exclude={"path"})
+    part = PartitionConfig.model_validate(job.partition).model_dump(
+        mode="json", exclude={"min_samples"})
+    return {**{f"data.{k}": v for k, v in data.items()},
+            **{f"partition.{k}": v for k, v in part.items()}, **protection_settings(job)}
+
+
+def check_resumable(job: Job, output: str | Path) -> bool:
+    """Check, before any work, that ``run_job(job, resume=True)`` can continue ``output``.
+
+    Returns
+    -------
+    bool
+        Whether ``output`` holds a server checkpoint to continue (False: the run starts
+        afresh).
+
+    Raises
+    ------
+    JobError
+        If the checkpoints cannot be continued: the job's protections hide the model from
+        the server, a checkpoint is damaged (naming the file and client), it was made
+        under other settings (naming each, the checkpoint's value → the job's), or it has
+        trained more epochs than the job's ``epochs``. The model's size and the rows are
+        checked once the data is loaded, before any training.
+    """
+    folder = Path(output) / "checkpoints"
+    if not (folder / SERVER_FILE).is_file():
+        return False
+    if not can_resume(job):
+        raise JobError(f"protect = {job.protect} keeps the model hidden from the server, so "
+                       f"the run in {output} cannot be resumed: start it afresh")
+    settings = shaping_settings(seed=job.seed, task=job.task, eval_fraction=job.eval_fraction,
+                                strategy=build_strategy(job),
+                                sample_dp=job.protection.sample_dp(), extra=job_settings(job))
+    try:
+        check_resume(folder, settings, epochs=job.epochs, partial=True)
+    except ValidationError as exc:
+        raise JobError(str(exc)) from None
+    return True
 
 
 def _earlier_history(checkpoints: Path, resume: bool) -> tuple[list[dict[str, Any]], int]:
@@ -883,36 +952,48 @@ def _ridge_closed_form(X: NDArray[Any], y: NDArray[Any], X_test: NDArray[Any],
 # --------------------------------------------------------------------------- outputs
 def write_outputs(result: HflJobResult, out: str | Path, *,
                   json_path: str | Path | None = None) -> list[Path]:
-    """Write ``results.json`` and the curves (``accuracy.png``, ``tau.png``) into ``out``."""
-    folder, written = write_results(result, out, json_path)
+    """Write ``results.json`` and the curves (``accuracy.png``, ``tau.png``) into ``out``.
+
+    The files are one set (:class:`~islands.reporting.ResultSet`): staged, renamed into
+    place together and listed in ``manifest.json``, which says complete once they all
+    are. With ``json_path``, ``results.json`` is also copied there (its folder created
+    when missing).
+
+    Raises
+    ------
+    OutputError
+        If a file cannot be written (disk full, no permission), naming it; the previous
+        results in ``out`` are then unchanged.
+    """
     regression = result.task == "regression"
     key = "r2" if regression else "accuracy"
     label = "test R²" if regression else "test accuracy"
-    fig = new_figure()
-    ax = fig.subplots()
-    hist = result.history
-    ax.plot([h["epoch"] for h in hist], [h["test"].get(key, math.nan) for h in hist],
-            marker="o", label=f"federated ({result.job.strategy['name']})")
-    base = result.baseline
-    if base is not None and base.history:
-        ax.plot([h["epoch"] for h in base.history],
-                [h["test"].get(key, math.nan) for h in base.history],
-                marker="s", label="centralised")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel(label)
-    ax.set_title(result.job.name)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    written.append(save_figure(fig, folder / "accuracy.png"))
-    fig = new_figure(6.4, 3.6)
-    ax = fig.subplots()
-    ax.step(range(1, len(result.tau) + 1), result.tau, where="post")
-    ax.set_xlabel("round (aggregation)")
-    ax.set_ylabel("τ (local steps)")
-    ax.set_title(f"{result.job.name}: τ per round")
-    ax.grid(alpha=0.3)
-    written.append(save_figure(fig, folder / "tau.png"))
-    if result.contribution is not None:
-        written.append(plot_contribution(result.contribution, folder / "contribution.png",
-                                         title=f"{result.job.name}: contributions"))
-    return written
+    with write_results(result, out, json_path) as files:
+        fig = new_figure()
+        ax = fig.subplots()
+        hist = result.history
+        ax.plot([h["epoch"] for h in hist], [h["test"].get(key, math.nan) for h in hist],
+                marker="o", label=f"federated ({result.job.strategy['name']})")
+        base = result.baseline
+        if base is not None and base.history:
+            ax.plot([h["epoch"] for h in base.history],
+                    [h["test"].get(key, math.nan) for h in base.history],
+                    marker="s", label="centralised")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(label)
+        ax.set_title(result.job.name)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        files.add_figure("accuracy.png", fig)
+        fig = new_figure(6.4, 3.6)
+        ax = fig.subplots()
+        ax.step(range(1, len(result.tau) + 1), result.tau, where="post")
+        ax.set_xlabel("round (aggregation)")
+        ax.set_ylabel("τ (local steps)")
+        ax.set_title(f"{result.job.name}: τ per round")
+        ax.grid(alpha=0.3)
+        files.add_figure("tau.png", fig)
+        if result.contribution is not None:
+            plot_contribution(result.contribution, files.path("contribution.png"),
+                              title=f"{result.job.name}: contributions")
+    return files.published

@@ -51,7 +51,12 @@ uninterrupted run. The server's first message (:class:`Start`) names the round i
 resumes after; every client checks it against its own state (its checkpoint when it
 resumes, round 0 when it does not) and refuses a mismatch, and the server then stops
 with that client's reason: a client restarted without ``resume`` (or the server without
-it) would otherwise silently train on with a lost momentum buffer.
+it) would otherwise silently train on with a lost momentum buffer. Every checkpoint
+carries the settings that shape the model (``settings``,
+:func:`~islands.hfl.checkpoint.shaping_settings`): the server refuses to resume one made
+under other settings before any message, and a client whose checkpoint is damaged or was
+made under other settings refuses the start the same way, so the run stops naming it
+instead of going on without it.
 
 References
 ----------
@@ -68,7 +73,7 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -92,7 +97,15 @@ from islands.errors import (
     ProtocolError,
     ValidationError,
 )
-from islands.hfl.checkpoint import load_checkpoint, save_checkpoint
+from islands.hfl.checkpoint import (
+    SERVER_FILE,
+    check_epochs,
+    check_settings,
+    client_file,
+    load_checkpoint,
+    save_checkpoint,
+    with_settings,
+)
 from islands.hfl.maths import round_steps, weighted_accuracy
 from islands.hfl.strategy import LocalConfig, Strategy
 from islands.runtime import Party, wire
@@ -119,7 +132,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SERVER_FILE = "server.ckpt"
 MALFORMED = "malformed update"
 RESUME_MISMATCH = "resume mismatch"
 
@@ -417,6 +429,7 @@ def server(
     send_final: bool = True,
     sample_dp: SampleDP | None = None,
     contribution: RoundObserver | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> ServerResult:
     """Run the FL server: ``epochs`` epochs of rounds, as the strategy directs.
 
@@ -456,6 +469,11 @@ def server(
         Values the clients from every round's plain uploads
         (:class:`~islands.hfl.contribution.ContributionTracker`); refused, before any
         message, when the aggregator hides single updates.
+    settings
+        The settings that shape the model (:func:`~islands.hfl.checkpoint.shaping_settings`),
+        written into every checkpoint; a resume refuses, before any message, a
+        checkpoint made under other settings, naming them, and ``epochs`` below the
+        epochs it has trained.
 
     Returns
     -------
@@ -488,6 +506,9 @@ def server(
             raise ValidationError(
                 f"the checkpoint in {checkpoint} is of another federation (clients "
                 f"{saved.get('clients')}, {saved.get('dim')} parameters)")
+        if settings is not None:
+            check_settings(saved, settings, ckpt_path)
+        check_epochs(saved, epochs, ckpt_path)
         if half.reveal(saved["params"]) is None:
             raise ValidationError(
                 f"cannot resume under the {strategy.aggregator.name} aggregator: the saved "
@@ -509,6 +530,10 @@ def server(
                                 party=party.name, step="join")
         counts[name] = int(join.n_train)
     _agree_on_start(party, counts, resumed_from, client_timeout, dropouts)
+    if saved is None and ckpt_path is not None:
+        # a fresh run agreed on: an old run's state, which the clients have just replaced
+        # with theirs, must not be resumed with them if this run stops before round 1
+        ckpt_path.unlink(missing_ok=True)
     if len(counts) < min_clients:
         raise ProtocolError(
             f"only {len(counts)} of {len(clients)} clients joined; the strategy needs at "
@@ -650,7 +675,7 @@ def server(
                 model.flags.writeable = False
             on_round(record, model)
         if ckpt_path is not None:
-            save_checkpoint(ckpt_path, {
+            save_checkpoint(ckpt_path, with_settings({
                 "clients": clients, "dim": dim, "params": model, "round": rnd,
                 "epoch": epoch, "step": step, "aggregations": aggregations,
                 "available": available, "strategy": strategy.get_state(),
@@ -659,7 +684,7 @@ def server(
                 "contribution": {} if contribution is None else contribution.get_state(),
                 "records": _records_to_columns(records),
                 "dropouts": [asdict(d) for d in dropouts],
-            })
+            }, settings))
 
     final = Finish(params=model if send_final else None, rounds=rnd)
     for name in available:
@@ -873,6 +898,7 @@ def client(
     checkpoint: str | os.PathLike[str] | None = None,
     resume: bool = False,
     task_timeout: float = 3600.0,
+    settings: Mapping[str, Any] | None = None,
 ) -> ClientResult:
     """Run an FL client: train on its own data whenever the server sends a task.
 
@@ -894,9 +920,13 @@ def client(
         each of its last two rounds.
     resume
         Load that state to continue a run whose server resumes; the client refuses (and
-        the server stops) when the server's :class:`Start` names another round.
+        the server stops) when the server's :class:`Start` names another round, when
+        its checkpoint is damaged, or when it was made under other ``settings``.
     task_timeout
         Seconds to wait for the next task (a round of many clients can take long).
+    settings
+        The settings that shape the model, as the server's: written into the client's
+        checkpoint and compared on resume.
 
     Returns
     -------
@@ -905,8 +935,9 @@ def client(
     Raises
     ------
     ProtocolError
-        If the server resumes after another round than this client's state (told to the
-        server first, with a :class:`Refusal`).
+        If the server resumes after another round than this client's state, or the
+        client cannot resume (its checkpoint damaged or made under other settings): told
+        to the server first, with a :class:`Refusal`, so that the run stops naming it.
     ValidationError
         If its new model cannot be uploaded (NaN, wrong length, beyond the aggregator's
         range): it tells the server with a :class:`Refusal` and stops.
@@ -914,23 +945,36 @@ def client(
     if learner.n_train < 1:
         raise ValidationError(f"client {party.name!r} has no training data")
     own = aggregator.client_half() if half is None else half
-    ckpt_path = None if checkpoint is None else Path(checkpoint) / f"{party.name}.ckpt"
+    ckpt_path = None if checkpoint is None else Path(checkpoint) / client_file(party.name)
     stored = None
+    unusable = None  # why this client cannot resume, told to the server at the start
     if resume and ckpt_path is not None and ckpt_path.is_file():
-        stored = load_checkpoint(ckpt_path)
+        try:
+            stored = load_checkpoint(ckpt_path)
+        except ValidationError as exc:
+            unusable = f"client {party.name!r} cannot resume: {exc}"
+        else:
+            try:
+                if settings is not None:
+                    check_settings(stored, settings, ckpt_path)
+            except ValidationError as exc:
+                unusable = f"client {party.name!r}: {exc}"
     party.send(server, "join", Join(n_train=learner.n_train, n_eval=learner.n_eval))
     start = party.recv(server, "task", timeout=task_timeout)
     if not isinstance(start, Start):
         raise ProtocolError(f"client {party.name!r} expected the server's start, got "
                             f"{type(start).__name__}", party=party.name, step="task")
     try:
+        if unusable is not None:
+            raise ProtocolError(unusable, party=party.name, step="join")
         momentum, saved = _resume_state(party.name, start.resumed_from, stored, resume)
     except ProtocolError as exc:
         party.send(server, "join", Refusal(round=0, reason=RESUME_MISMATCH, detail=str(exc)))
         raise
     party.send(server, "join", Ready(resumed_from=start.resumed_from))
     if ckpt_path is not None and stored is None:
-        save_checkpoint(ckpt_path, saved)  # this run's (empty) state replaces an old one
+        # this run's (empty) state replaces an old one
+        save_checkpoint(ckpt_path, with_settings(saved, settings))
     trained = 0
     losses: list[float] = []
     while True:
@@ -966,7 +1010,7 @@ def client(
             rounds = [*list(saved["rounds"])[-1:], msg.round]
             momenta = [*list(saved["momenta"])[-1:], momentum]
             saved = {"rounds": rounds, "momenta": momenta}
-            save_checkpoint(ckpt_path, saved)
+            save_checkpoint(ckpt_path, with_settings(saved, settings))
         try:
             new = _check_vector(outcome.params, params.size,
                                 f"the new model of client {party.name!r}")

@@ -9,6 +9,11 @@ the job file's own code (:mod:`islands.hfl.job`), which builds
 :class:`~islands.hfl.config.HflConfig` and its parts. Without ``task`` the run is a
 classification (:func:`~islands.hfl.config.infer_task`); ``concurrency = "all"`` trains
 every client at once.
+
+Each party's checkpoints record the settings that shape the model (the section's seed,
+task, model, strategy and protections; a client's also a digest of its rows): ``--resume``
+after any of them changed is refused, the server's before it connects, a client's at
+the start, which stops the server naming it (:mod:`islands.hfl.checkpoint`).
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ import numpy as np
 
 from islands.aggregation.config import SECTIONS
 from islands.errors import JobError
+from islands.hfl.checkpoint import check_resume, rows_digest, shaping_settings
 from islands.hfl.config import HflFederationConfig, ModelConfig, infer_task
 from islands.hfl.estimator import client_seed, split_local_eval
-from islands.hfl.job import Job, build_strategy, parse_job
+from islands.hfl.job import Job, build_strategy, parse_job, protection_settings
 from islands.hfl.protocol import ClientResult, ServerResult, client, server
 from islands.protocols import (
     Deployment,
@@ -87,8 +93,9 @@ def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) 
                       own.shape, own.classes, own.checkpoint)
 
 
-def _common(dep: Deployment, fed: _Federated) -> tuple[Any, Any, Any, Path | None]:
-    """Return the model spec, strategy, sample-level DP and checkpoint folder."""
+def _common(dep: Deployment, fed: _Federated
+            ) -> tuple[Any, Any, Any, Path | None, dict[str, Any]]:
+    """Return the model spec, strategy, sample-level DP, checkpoint folder and settings."""
     job = fed.job
     classification = job.task == "classification"
     spec = ModelConfig.model_validate(job.model).spec(
@@ -100,13 +107,16 @@ def _common(dep: Deployment, fed: _Federated) -> tuple[Any, Any, Any, Path | Non
         ckpt.mkdir(parents=True, exist_ok=True)
     if dep.resume and ckpt is None:
         raise JobError(f"{dep.where}: resuming needs checkpoint = true")
-    return spec, strategy, sample_dp, ckpt
+    settings = shaping_settings(seed=job.seed, task=job.task, eval_fraction=job.eval_fraction,
+                                strategy=strategy, model=spec, sample_dp=sample_dp,
+                                extra=protection_settings(job))
+    return spec, strategy, sample_dp, ckpt, settings
 
 
 def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
     from islands.hfl.torch.models import flat_parameters  # torch
 
-    spec, strategy, sample_dp, ckpt = _common(dep, fed)
+    spec, strategy, sample_dp, ckpt, settings = _common(dep, fed)
     job = fed.job
     initial = flat_parameters(spec.build(job.seed))
     resuming = dep.resume and ckpt is not None and (ckpt / "server.ckpt").is_file()
@@ -114,9 +124,11 @@ def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
         checkpoint = dep.output.with_name(dep.output.name + ".checkpoints")
         raise JobError(f"party {dep.party!r}: --resume, but no server checkpoint in "
                        f"{checkpoint}")
+    if resuming:  # before any connection: the settings, the epochs, a damaged file
+        check_resume(ckpt, settings, epochs=job.epochs)  # type: ignore[arg-type]
     role = partial(server, clients=list(fed.clients), strategy=strategy, initial=initial,
                    epochs=job.epochs, concurrency=job.concurrency, client_timeout=job.timeout,
-                   checkpoint=ckpt, resume=resuming, sample_dp=sample_dp)
+                   checkpoint=ckpt, resume=resuming, sample_dp=sample_dp, settings=settings)
 
     def write(result: ServerResult, out: Path) -> dict[str, Any]:
         if result.params is not None:
@@ -169,16 +181,18 @@ def _client_data(dep: Deployment, fed: _Federated) -> tuple[np.ndarray, np.ndarr
 def _bind_client(dep: Deployment, fed: _Federated) -> Prepared:
     from islands.hfl.torch.learner import TorchLearner  # torch
 
-    spec, strategy, sample_dp, ckpt = _common(dep, fed)
+    spec, strategy, sample_dp, ckpt, settings = _common(dep, fed)
     job = fed.job
     X, labels = _client_data(dep, fed)
+    settings = {**settings, "clients": [dep.party], f"rows.{dep.party}": rows_digest(X, labels)}
     k = fed.clients.index(dep.party)
     seed = client_seed(job.seed, k)
     tr, ev = split_local_eval(len(labels), job.eval_fraction, seed)
     learner = TorchLearner(spec, X[tr], labels[tr], X[ev], labels[ev], task=job.task,
                            seed=seed, dp=sample_dp)
     role = partial(client, server=fed.server, learner=learner,
-                   aggregator=strategy.aggregator, checkpoint=ckpt, resume=dep.resume)
+                   aggregator=strategy.aggregator, checkpoint=ckpt, resume=dep.resume,
+                   settings=settings)
 
     def write(result: ClientResult, out: Path) -> dict[str, Any]:
         if result.params is not None:

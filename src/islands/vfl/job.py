@@ -70,7 +70,7 @@ from numpy.typing import NDArray
 
 from islands.data import load_sklearn
 from islands.errors import JobError
-from islands.reporting import new_figure, save_figure, write_results
+from islands.reporting import new_figure, write_results
 from islands.tracking import TrackingConfig, job_tracker
 from islands.validation import file_section, read_job, read_toml, table_value
 from islands.vfl import maths
@@ -448,15 +448,20 @@ def _run_vertical(job: VerticalJob, progress: Callable[[str], None] | None
 
 def write_vertical_outputs(result: VerticalJobResult, out: str | Path, *,
                            json_path: str | Path | None = None) -> list[Path]:
-    """Write ``results.json`` and ``loss.png`` (loss per epoch) into ``out``."""
-    folder, written = write_results(result, out, json_path)
-    fig = new_figure(6.4, 4.0)
-    ax = fig.subplots()
-    losses = result.loss_history
-    ax.plot(range(1, len(losses) + 1), losses, marker="o")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("loss (decrypted by C)")
-    ax.set_title(f"{result.job.name}: {result.settings.objective} regression")
-    ax.grid(alpha=0.3)
-    written.append(save_figure(fig, folder / "loss.png"))
-    return written
+    """Write ``results.json`` and ``loss.png`` (loss per epoch) into ``out``, as one set.
+
+    See :func:`islands.hfl.job.write_outputs`: staged, renamed together, ``manifest.json``
+    last; an :class:`~islands.errors.OutputError` names the file and leaves the previous
+    results unchanged.
+    """
+    with write_results(result, out, json_path) as files:
+        fig = new_figure(6.4, 4.0)
+        ax = fig.subplots()
+        losses = result.loss_history
+        ax.plot(range(1, len(losses) + 1), losses, marker="o")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("loss (decrypted by C)")
+        ax.set_title(f"{result.job.name}: {result.settings.objective} regression")
+        ax.grid(alpha=0.3)
+        files.add_figure("loss.png", fig)
+    return files.published

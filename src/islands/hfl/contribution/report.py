@@ -17,7 +17,7 @@ import numpy as np
 
 from islands.errors import DataNotFoundError, ValidationError
 from islands.hfl.contribution.tracker import ContributionReport
-from islands.reporting import new_figure, save_figure
+from islands.reporting import check_result_set, new_figure, save_figure
 
 __all__ = ["contribution_rows", "load_contribution", "plot_contribution", "text_bars"]
 
@@ -34,12 +34,14 @@ def load_contribution(run_dir: str | Path) -> ContributionReport:
     DataNotFoundError
         If there is no ``results.json``.
     ValidationError
-        If the run measured no contribution.
+        If the run measured no contribution, or the folder's files are not one run's
+        complete set.
     """
     path = Path(run_dir) / "results.json"
     if not path.is_file():
         raise DataNotFoundError(f"no results.json in {run_dir}: is it the output folder of "
                                 "an 'islands run'?")
+    check_result_set(run_dir)  # one run's complete set, not a write cut short
     try:
         result = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
