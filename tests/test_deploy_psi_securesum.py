@@ -77,12 +77,54 @@ def test_secure_sum_refuses_bad_data_before_connecting(tmp_path: Path) -> None:
     files = write_federation(tmp_path, "securesum",
                              {"a": {"data": "a.csv"}, "b": {"data": "b.csv"}},
                              settings={"connect_timeout": 60.0})
-    # party a alone: an error after connecting would wait for b for a minute
+    # party a alone: an error after connecting would wait for b for a minute; a party
+    # that refuses its own input only spends REFUSAL_WINDOW telling its peers
     done = run(files, only=["a"], timeout=50)
     assert done["a"].returncode != 0
     assert "'data' file" in said(done, "a") and "a.csv" in said(done, "a")
     assert "finite" in said(done, "a")
     assert not (tmp_path / "out" / "a" / "result.json").exists()
+
+
+def _listening(address: str) -> bool:
+    import socket
+
+    host, port = address.rsplit(":", 1)
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((host, int(port))) == 0
+
+
+def test_a_party_that_refuses_its_input_tells_its_peers(tmp_path: Path) -> None:
+    # b's data holds NaN: b refuses it before its run, and a and c, already waiting
+    # for b, must stop with an error naming b and the kind of its error (never its
+    # details), not wait their whole connect_timeout for it
+    import time
+
+    from islands.deploy.config import load_federation
+
+    (tmp_path / "ok.csv").write_text("1.0,2.0,3.0\n", encoding="utf-8")
+    (tmp_path / "b.csv").write_text("1.0,nan,3.0\n", encoding="utf-8")
+    files = write_federation(tmp_path, "securesum",
+                             {"a": {"data": "ok.csv"}, "b": {"data": "b.csv"},
+                              "c": {"data": "ok.csv"}},
+                             settings={"connect_timeout": 100.0})
+    parties = load_federation(tmp_path / "federation.toml").parties
+    procs = start_parties(files, only=["a", "c"])
+    deadline = time.monotonic() + 100
+    while not (_listening(parties["a"]) and _listening(parties["c"])):
+        assert all(p.poll() is None for p in procs.values()), "a or c ended early"
+        assert time.monotonic() < deadline, "a and c never listened"
+        time.sleep(0.1)
+    procs.update(start_parties(files, only=["b"]))
+    done = wait_parties(procs, files, 150)
+    assert done["b"].returncode != 0 and "finite" in said(done, "b")
+    for party in ("a", "c"):
+        text = said(done, party)
+        assert done[party].returncode != 0, text
+        assert "party 'b' cannot run: it refused its own input or settings" in text, text
+        assert "could not reach" not in text, text
+        assert "finite" not in text and "b.csv" not in text, text  # b's details stay at b
 
 
 def test_secure_sum_section_is_the_configs(tmp_path: Path) -> None:
@@ -189,3 +231,56 @@ def test_psi_ids_are_checked_before_connecting(tmp_path: Path) -> None:
         run_configured(load_party_config(files["a"]))
     with pytest.raises(JobError, match="party 'b' needs its 'ids' file for protocol 'psi'"):
         run_configured(load_party_config(files["b"]))
+
+
+def _expire_certificate(folder: Path, name: str) -> None:
+    """Replace party ``name``'s certificate by one the same CA signed, expired yesterday."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import NameOID
+
+    ca = x509.load_pem_x509_certificate((folder / "ca.pem").read_bytes())
+    ca_key = serialization.load_pem_private_key((folder / "ca.key").read_bytes(), None)
+    key = serialization.load_pem_private_key((folder / f"{name}.key").read_bytes(), None)
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca.subject).public_key(key.public_key())  # type: ignore[arg-type]
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(days=30))
+            .not_valid_after(now - dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
+    (folder / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def test_a_party_that_refuses_its_certificate_is_named_by_its_peers(tmp_path: Path) -> None:
+    # b's certificate has expired: b refuses it and cannot authenticate any notice, so it
+    # serves it for a moment; a and c, already waiting for b, meet it at their hello
+    # and stop naming b and its certificate, not after their whole connect_timeout
+    import time
+
+    from islands.deploy.config import load_federation
+
+    (tmp_path / "ok.csv").write_text("1.0,2.0,3.0\n", encoding="utf-8")
+    files = write_federation(tmp_path, "securesum",
+                             {n: {"data": "ok.csv"} for n in ("a", "b", "c")},
+                             settings={"connect_timeout": 100.0})
+    _expire_certificate(tmp_path / "certs", "b")
+    parties = load_federation(tmp_path / "federation.toml").parties
+    procs = start_parties(files, only=["a", "c"])
+    deadline = time.monotonic() + 100
+    while not (_listening(parties["a"]) and _listening(parties["c"])):
+        assert all(p.poll() is None for p in procs.values()), "a or c ended early"
+        assert time.monotonic() < deadline, "a and c never listened"
+        time.sleep(0.1)
+    procs.update(start_parties(files, only=["b"]))
+    done = wait_parties(procs, files, 150)
+    assert done["b"].returncode != 0 and "not now" in said(done, "b"), said(done, "b")
+    for party in ("a", "c"):
+        text = said(done, party)
+        assert done[party].returncode != 0, text
+        assert "cannot run with 'b': the certificate presented at" in text, text
+        assert "could not reach" not in text, text

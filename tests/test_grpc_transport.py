@@ -6,6 +6,7 @@ gRPC server on a loopback port; tests/test_deploy.py runs them as separate proce
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from functools import partial
@@ -486,8 +487,11 @@ def test_a_peer_at_the_wrong_address_is_not_trusted(certs: Any) -> None:
     c.start()
     try:
         wrong = {"a": right["a"], "b": right["c"]}
-        with pytest.raises(PeerTimeoutError, match="could not reach 'b'"):
-            run_party("a", pong, wrong, tls=certs.parties["a"], digest="d", connect_timeout=2)
+        # refused at once (a certificate does not start to verify by waiting), naming b
+        with pytest.raises(ProtocolError, match="cannot run with 'b': the certificate "
+                                                "presented at"):
+            run_party("a", pong, wrong, tls=certs.parties["a"], digest="d",
+                      connect_timeout=60)
     finally:
         c.close(0)
 
@@ -538,3 +542,226 @@ def test_parties_verify_what_a_peer_signed(certs: Any) -> None:
 
     out = run_all({"a": signer, "b": checker}, certs)
     assert out["a"].result == "ok" and out["b"].result == "ok", out
+
+
+def _hello_sender(request: bytes) -> str:
+    import msgpack
+
+    return str(msgpack.unpackb(request, raw=False).get("sender"))
+
+
+def test_a_second_instance_of_a_party_is_refused_and_the_run_goes_on(
+        certs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # b is started twice: the second instance, listening elsewhere, says hello to the
+    # server a before the genuine b (at b's address in the federation) even starts. The
+    # second instance must be refused, naming b and both addresses; a, b and c must run
+    # as if it never existed, and a must never take a value from it.
+    addresses = loopback_addresses(["a", "b", "c"])
+    elsewhere = loopback_addresses(["b"])["b"]
+    heard = threading.Event()  # a has handled a hello from (the second) b
+    original = GrpcTransport._on_hello
+
+    def on_hello(self: GrpcTransport, request: bytes, context: Any) -> bytes:
+        try:
+            return original(self, request, context)
+        finally:
+            if self.name == "a" and _hello_sender(request) == "b":
+                heard.set()
+
+    monkeypatch.setattr(GrpcTransport, "_on_hello", on_hello)
+
+    second_done = threading.Event()
+
+    def server(party: Any) -> dict[str, Any]:
+        got = {}
+        for peer in ("b", "c"):
+            with contextlib.suppress(PeerFailedError):  # a server tolerates its clients
+                got[peer] = party.recv(peer, "value")
+        # still serving when the second instance tries again: it must hear why
+        assert second_done.wait(120), "the second instance never stopped"
+        return got
+
+    def client(value: str, party: Any) -> str:
+        party.send("a", "value", value)
+        return value
+
+    out: dict[str, Any] = {}
+
+    def go(key: str, name: str, role: Any, **kwargs: Any) -> None:
+        try:
+            out[key] = run_party(name, role, addresses, tls=certs.parties[name], digest="d",
+                                 timeout=180, connect_timeout=60, **kwargs)
+        except Exception as exc:
+            out[key] = exc
+        if key == "second":
+            second_done.set()
+
+    early = [threading.Thread(target=go, args=("a", "a", server), kwargs={"tolerate": "bc"}),
+             threading.Thread(target=go, args=("c", "c", partial(client, "from c"))),
+             threading.Thread(target=go, args=("second", "b", partial(client, "from the "
+                                                                              "second b")),
+                              kwargs={"listen": elsewhere})]
+    for t in early:
+        t.start()
+    assert heard.wait(60), "the second instance never said hello to a"
+    genuine = threading.Thread(target=go, args=("b", "b", partial(client, "from b")))
+    genuine.start()
+    for t in [*early, genuine]:
+        t.join(90)
+    err = out["second"]
+    assert isinstance(err, ProtocolError), err
+    text = " ".join(str(err).split())
+    assert "two instances of party 'b'" in text, text
+    assert addresses["b"] in text and elsewhere in text, text
+    assert out["a"].result == {"b": "from b", "c": "from c"}, out["a"]
+    assert out["b"].result == "from b" and out["c"].result == "from c", out
+
+
+def test_identity_keys_are_unique_within_a_run(certs: Any) -> None:
+    # c announces a's identity key as its own: every party refuses to run, naming both
+    addresses = loopback_addresses(["a", "b", "c"])
+    parties = {n: GrpcTransport(n, addresses, tls=certs.parties[n], digest="d")
+               for n in addresses}
+    parties["c"]._sign_public = parties["a"]._sign_public
+    out: dict[str, Any] = {}
+
+    def handshake(name: str) -> None:
+        try:
+            out[name] = parties[name].handshake(30)
+        except Exception as exc:
+            out[name] = exc
+
+    threads = [threading.Thread(target=handshake, args=(n,)) for n in parties]
+    try:
+        for party in parties.values():
+            party.start()
+        _started_and_joined(threads)
+    finally:
+        for party in parties.values():
+            party.close(0)
+    for name in parties:
+        assert isinstance(out[name], ProtocolError), out
+        text = str(out[name])
+        assert "identity key" in text and "'c'" in text and "'a'" in text, (name, text)
+
+
+def test_an_identity_key_is_fixed_once_agreed(server_a: Any, certs: Any) -> None:
+    # after the run began, b (same instance, same nonce) announces another identity key:
+    # a refuses the hello, names b, and keeps the key it agreed
+    a, b, addresses = server_a
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from islands.runtime import grpc_transport
+
+    def hello(key: bytes) -> bytes:
+        # the hello b's transport sends, in the fields this version speaks
+        values = {"v": grpc_transport._PROTOCOL_VERSION, "sender": "b", "nonce": b._nonce,
+                  "digest": "d", "fields": {}, "sign": key, "addr": addresses["b"]}
+        return _pack({k: values[k] for k in grpc_transport._HELLO})
+
+    before = a._peers["b"].sign_key
+    other = Ed25519PrivateKey.generate().public_key().public_bytes_raw()
+    with pytest.raises(grpc.RpcError) as info:
+        _raw_call(certs, "b", "a", addresses["a"], "Hello", hello(other))
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "'b' announced another identity key" in info.value.details()
+    assert a._peers["b"].sign_key == before
+    a.identity().verify("b", "t", b"m", b.identity().sign("t", b"m"))
+    # the same hello again (a retry) is still answered
+    assert _raw_call(certs, "b", "a", addresses["a"], "Hello", hello(b._sign_public))
+
+
+_STALLING_SERVER = """
+import contextlib, json, sys
+from pathlib import Path
+from islands.errors import PeerFailedError
+from islands.runtime.grpc_transport import run_party
+from islands.runtime.tls import TlsFiles
+
+addresses, marker = json.loads(sys.argv[1]), Path(sys.argv[2])
+tls = TlsFiles(*(Path(p) for p in sys.argv[3:6]))
+
+def server(party):
+    for peer in ("b", "c"):
+        party.recv(peer, "joined")
+    marker.write_text("both joined")
+    got = {}
+    for peer in ("c", "b"):
+        with contextlib.suppress(PeerFailedError):  # a server tolerates its clients
+            got[peer] = party.recv(peer, "update")
+    return got
+
+run = run_party("a", server, addresses, tls=tls, digest="d", timeout=120, liveness=2.0,
+                probe_interval=0.5, tolerate=("b", "c"))
+print("finished with", sorted(run.result))
+"""
+
+
+def test_a_stalled_server_is_named_by_every_client_and_by_itself(certs: Any,
+                                                                 tmp_path: Path) -> None:
+    # the server a is frozen (SIGSTOP) for longer than liveness while client b waits to
+    # receive from it and client c sends to it: both clients must count a as stopped, by
+    # the same rule, and a, when it runs again, must stop naming itself, never finish
+    # on the clients that are left, blaming them
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    addresses = loopback_addresses(["a", "b", "c"])
+    marker = tmp_path / "joined"
+    files = certs.parties["a"]
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STALLING_SERVER, json.dumps(addresses), str(marker),
+         str(files.ca), str(files.cert), str(files.key)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": src})
+    sending = threading.Event()
+    out: dict[str, Any] = {}
+
+    def receiver(party: Any) -> None:
+        party.send("a", "joined", 1)
+        party.recv("a", "task")
+
+    def sender(party: Any) -> None:
+        party.send("a", "joined", 1)
+        assert sending.wait(120)
+        party.send("a", "update", np.zeros(1000))  # under way while a is frozen
+        party.recv("a", "task")
+
+    def go(name: str, role: Any) -> None:
+        try:
+            out[name] = run_party(name, role, addresses, tls=certs.parties[name], digest="d",
+                                  timeout=120, connect_timeout=60, liveness=2.0,
+                                  probe_interval=0.5)
+        except Exception as exc:
+            out[name] = exc
+
+    clients = {n: threading.Thread(target=go, args=(n, r))
+               for n, r in (("b", receiver), ("c", sender))}
+    for t in clients.values():
+        t.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "the server never got both joins"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGSTOP)
+        sending.set()
+        clients["b"].join(60)
+        clients["c"].join(30)  # it must not wait for the server to wake up
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        sending.set()
+        log = proc.communicate(timeout=120)[0]
+        for t in clients.values():
+            t.join(60)
+    for name in ("b", "c"):
+        err = out[name]
+        assert isinstance(err, PeerFailedError), (name, err)
+        assert err.peer == "a" and "'a' stopped responding" in str(err), (name, err)
+    assert proc.returncode != 0, log
+    assert "'a' stalled for" in log and "finished with" not in log, log

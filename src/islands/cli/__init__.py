@@ -22,6 +22,9 @@ scipy, scikit-learn, Paillier), and only the registry's names are read up front
 
 from __future__ import annotations
 
+import sys
+from typing import NoReturn
+
 from islands.cli.common import app
 
 # isort: off
@@ -35,4 +38,36 @@ __all__ = ["app", "main"]
 
 def main() -> None:
     """Entry point of the ``islands`` console script."""
-    app()
+    try:
+        app()
+    except SystemExit as exc:
+        if _command(sys.argv[1:]) == "party":
+            _leave(exc.code)
+        raise
+
+
+def _command(args: list[str]) -> str | None:
+    """Return the command a command line runs: its first word that is not an option."""
+    return next((a for a in args if not a.startswith("-")), None)
+
+
+def _leave(code: int | str | None) -> NoReturn:
+    """End an ``islands party`` process now, without the interpreter's teardown.
+
+    By then the party owes nothing: its transport has closed (every message it sent was
+    acknowledged, and its server let calls in progress finish within its grace), its
+    files are written and closed, and its peers were told how it ended. What is left is
+    tearing down some 2,000 modules (torch among them): about a second of CPU per
+    process, and the 51 parties of a federation on one machine left a minute after
+    their results. The exit handlers still run (worker pools are stopped, logs flushed).
+    """
+    import atexit
+    import os
+
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

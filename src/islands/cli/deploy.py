@@ -75,7 +75,7 @@ def party_command(
             console.print(f"all {len(fed.parties) - 1} peers reachable; run {run_id[:8]}")
 
         with stop_on_error(1, also=(OSError,)):
-            record = run_configured(cfg, resume=resume, on_ready=ready)
+            record = run_configured(cfg, resume=resume, on_ready=ready, tell_peers=True)
     console.print(f"done in {record.total_seconds:.2f} s (role {record.role_seconds:.2f} s,"
                   f" connecting {record.connect_seconds:.2f} s); sent "
                   f"{record.messages_sent} messages, {record.total_bytes_sent / 1e6:.3f} MB")

@@ -7,7 +7,7 @@ it when they connect and refuse to run with a peer whose copy differs::
     protocol = "cca"          # securesum | cca | pca | hfl | vfl | psi | ftl
     timeout = 120             # seconds a party waits for one message
     connect_timeout = 60      # seconds to wait for every peer at start-up
-    liveness = 15             # seconds a peer may stay unreachable mid-run
+    liveness = 15             # seconds a peer may answer no ping, waited for or sent to
 
     [parties]                 # name = "host:port" where the others reach it
     hospital = "10.0.0.1:50051"

@@ -1,9 +1,14 @@
 """Run one organisation's party from its party file: ``islands party --config FILE``.
 
 Everything that can be checked alone is checked before the party listens: the files, the
-federation description, the data's shape and the protocol's options. The party then
-reaches every peer (bounded by ``connect_timeout``), runs its role over gRPC with mutual
-TLS (:func:`islands.runtime.grpc_transport.run_party`) and writes its result.
+federation description, its certificate, the data's shape and the protocol's options. Run
+by ``islands party``, a party that refuses its own input, settings or certificate then
+listens only to tell its peers so, naming the kind of error and never its details, for
+at most :data:`REFUSAL_WINDOW` seconds
+(:func:`islands.runtime.grpc_transport.refuse_start`): they stop at once instead of
+waiting ``connect_timeout`` for it. Otherwise the party reaches every peer (bounded by
+``connect_timeout``), runs its role over gRPC with mutual TLS
+(:func:`islands.runtime.grpc_transport.run_party`) and writes its result.
 
 A result is written only when the role finished: files go to a hidden folder beside the
 output and are renamed into place at the end, so a crashed or failed run never leaves
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -26,14 +32,20 @@ from typing import Any
 
 from islands.deploy.config import PartyConfig, load_party_config
 from islands.deploy.protocols import prepare
-from islands.errors import JobError, ValidationError
+from islands.errors import IslandsError, JobError, ValidationError
 from islands.reporting import JsonRow
-from islands.runtime.grpc_transport import run_party
+from islands.runtime.grpc_transport import refuse_start, run_party
 from islands.runtime.threads import torch_threads
+from islands.runtime.tls import check_tls
 
-__all__ = ["PartyRecord", "run_configured", "run_party_file"]
+__all__ = ["REFUSAL_WINDOW", "PartyRecord", "run_configured", "run_party_file"]
+
+log = logging.getLogger(__name__)
 
 MARKER = "party.json"
+
+REFUSAL_WINDOW = 10.0
+"""Seconds, at most, a party that refused its own input or certificate tells its peers."""
 
 
 @dataclass(frozen=True)
@@ -147,8 +159,22 @@ def _threads(threads: int | None) -> Iterator[None]:
 
 
 def run_configured(config: PartyConfig, *, resume: bool = False,
-                   on_ready: Callable[[str], None] | None = None) -> PartyRecord:
+                   on_ready: Callable[[str], None] | None = None,
+                   tell_peers: bool = False) -> PartyRecord:
     """Run the party a :class:`~islands.deploy.config.PartyConfig` describes.
+
+    Parameters
+    ----------
+    config
+        The party file, read.
+    resume
+        Horizontal FL: continue from the checkpoints.
+    on_ready
+        Called with the run ID once every peer is reachable.
+    tell_peers
+        When this party refuses its own input, settings or certificate, listen for at
+        most :data:`REFUSAL_WINDOW` seconds to tell its peers (``islands party`` does);
+        otherwise raise at once.
 
     Returns
     -------
@@ -157,10 +183,22 @@ def run_configured(config: PartyConfig, *, resume: bool = False,
         bytes sent, and the protocol's own summary.
     """
     fed = config.federation
-    prepared = prepare(config, resume=resume)
     out = config.output
     failed = out.with_name(out.name + ".failed.json")
-    _check_output(out)
+    if config.tls is not None:
+        try:
+            check_tls(config.tls, config.name)
+        except ValidationError as exc:
+            if tell_peers:
+                _tell_peers(config, exc, "certificate")
+            raise
+    try:
+        prepared = prepare(config, resume=resume)
+        _check_output(out)
+    except (IslandsError, OSError) as exc:
+        if tell_peers:
+            _tell_peers(config, exc, "input or settings")
+        raise
     t0 = time.monotonic()
     try:
         with _threads(config.threads):
@@ -197,8 +235,29 @@ def run_configured(config: PartyConfig, *, resume: bool = False,
     return record
 
 
+def _tell_peers(config: PartyConfig, exc: BaseException, what: str) -> None:
+    """Tell the peers that this party refused its own ``what``, then give up quietly.
+
+    They learn the kind of error only: its text may describe this party's data.
+    """
+    fed = config.federation
+    within = min(fed.connect_timeout, REFUSAL_WINDOW)
+    log.warning("party %r refused its own %s (%s); telling its peers, for %g s at most",
+                config.name, what, type(exc).__name__, within)
+    reason = f"it refused its own {what} ({type(exc).__name__})"
+    try:
+        refuse_start(config.name, fed.parties, reason, tls=config.tls,
+                     insecure=config.insecure, listen=config.listen, digest=fed.digest,
+                     fields=fed.fields, within=within,
+                     certificate_refused=what == "certificate")
+    except Exception as err:  # cannot listen, or cannot serve that certificate
+        log.warning("party %r could not tell its peers: %s: %s", config.name,
+                    type(err).__name__, err)
+
+
 def run_party_file(path: str | Path, *, insecure: bool | None = None, resume: bool = False,
-                   on_ready: Callable[[str], None] | None = None) -> PartyRecord:
+                   on_ready: Callable[[str], None] | None = None,
+                   tell_peers: bool = False) -> PartyRecord:
     """Load a party file and run it (see :func:`run_configured`)."""
     return run_configured(load_party_config(path, insecure=insecure), resume=resume,
-                          on_ready=on_ready)
+                          on_ready=on_ready, tell_peers=tell_peers)

@@ -25,22 +25,33 @@ ID is a hash of all of them. Parties whose descriptions differ are all told why:
 also carries a short digest of every key, so the party that sees a different digest
 refuses with a message naming both digests and the keys that differ, and a party that
 cannot run tells every peer it can reach before it exits (a notice with an empty run ID),
-so no peer is left waiting for ``connect_timeout``. A message from another run (a
-replay, or a peer that restarted) is refused; a sequence number already delivered (a retry whose
-acknowledgement was lost) is acknowledged and dropped; a gap is refused. Bodies travel as
-a stream of chunks (1 MiB by default) and are reassembled into one buffer, so messages
-far above gRPC's 4 MB limit work (250 MB is benchmarked).
+so no peer is left waiting for ``connect_timeout``; so does a party that refused its own
+input (:func:`refuse_start`), and a peer whose certificate does not verify stops its
+peers' hellos at once. A party is the instance that answers at its address in the
+federation description: a nonce (and identity key) is taken only from that instance,
+checked by a ping to the address, so a second instance of a party (started twice,
+listening elsewhere) is refused with an error naming both addresses and disturbs no one.
+Identity keys must be unique within a run and are fixed once agreed. A message from
+another run (a replay, or a peer that restarted) is refused; a sequence number already
+delivered (a retry whose acknowledgement was lost) is acknowledged and dropped; a gap is
+refused. Bodies travel as a stream of chunks (1 MiB by default) and are reassembled into
+one buffer, so messages far above gRPC's 4 MB limit work (250 MB is benchmarked).
 
 Faults
 ------
 A send that fails for a transient reason (peer not yet listening, connection reset) is
-retried with exponential backoff. A peer that stays unreachable for ``liveness``
-seconds counts as stopped: a message to it is dropped (as the in-memory transport keeps
-messages nobody will read), and whoever waits on it gets
-:class:`~islands.errors.PeerFailedError` naming the peer and the step. A party whose
+retried with exponential backoff. ``liveness`` is the one tolerance for a silent peer,
+whichever way the message goes: the peer being waited on, and the peer a message is
+being delivered to, is pinged every ``probe_interval`` seconds, and one that answers no
+ping for ``liveness`` seconds counts as stopped. A message to it is dropped (as the
+in-memory transport keeps messages nobody will read), whoever waits on it gets
+:class:`~islands.errors.PeerFailedError` naming the peer and the step, and a message it
+sends later is refused, telling it so. A party whose own process did not run for
+``liveness`` seconds or more (stopped, frozen) knows its peers may have counted it as
+stopped: when a peer then turns out to be gone, it stops naming itself as the stalled
+party, rather than going on without that peer as if the peer had failed. A party whose
 role returns or raises tells its peers (with its step and error), so they stop at once
-instead of waiting; a killed process is caught by probing the peer being waited on every
-``probe_interval`` seconds.
+instead of waiting; a killed process is caught by the same probes.
 
 gRPC is used through its generic handlers with raw bytes (no generated protobuf code):
 the payloads are already encoded by :mod:`islands.runtime.wire`, and the header is a
@@ -75,7 +86,7 @@ from islands.runtime.transcript import Transcript
 from islands.runtime.transport import RunCancelled
 
 __all__ = ["GrpcTransport", "PartyRun", "check_address", "free_ports", "is_loopback",
-           "loopback_addresses", "run_party"]
+           "loopback_addresses", "refuse_start", "run_party"]
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +95,10 @@ CHUNK = 1 << 20
 MAX_MESSAGE = 4 << 30
 PREALLOCATE = 64 << 20
 HEADER_KEY = "islands-header-bin"
-_PROTOCOL_VERSION = 2  # 2: the hello carries the party's signing key
+_PROTOCOL_VERSION = 3  # 3: a hello names the instance's address, a notice its nonce
 _NOT_READY = "is not ready yet (still connecting to its peers)"
+# how gRPC's TLS reports a peer certificate that does not verify: final, never retried
+_CERTIFICATE_REFUSED = ("CERTIFICATE_VERIFY_FAILED", "Hostname Verification Check failed")
 
 
 def _grpc() -> Any:
@@ -127,15 +140,20 @@ def _parse(request: bytes, fields: Mapping[str, type | tuple[type, ...]],
 
 
 _HELLO = {"v": int, "sender": str, "nonce": bytes, "digest": str, "fields": dict,
-          "sign": bytes}
+          "sign": bytes, "addr": str}
 _HEADER = {"run": str, "sender": str, "tag": str, "seq": int, "size": int}
-_NOTICE = {"run": str, "sender": str, "state": str, "step": str, "error": str}
+_NOTICE = {"run": str, "sender": str, "state": str, "step": str, "error": str,
+           "nonce": bytes}
 _PING = {"run": str, "sender": str}
 
 
-def _check_sign_key(key: bytes) -> None:
-    if len(key) != PUBLIC_KEY_BYTES:
+def _check_hello(hello: Mapping[str, Any]) -> None:
+    """Check a hello's fields beyond their types: key length, digests, address."""
+    if len(hello["sign"]) != PUBLIC_KEY_BYTES:
         raise ValueError(f"hello field 'sign' must be a {PUBLIC_KEY_BYTES}-byte Ed25519 key")
+    if len(hello["addr"]) > 300:
+        raise ValueError("hello field 'addr' must be at most 300 characters")
+    _check_fields(hello["fields"])
 
 
 def _check_fields(fields: Mapping[Any, Any]) -> None:
@@ -174,6 +192,10 @@ def _positive(value: Any, name: str) -> float:
     return float(value)
 
 
+class _Gone(Exception):
+    """The receiver of a message counts as stopped: the attempt was cancelled."""
+
+
 class _Stalled(Exception):
     """A stream cancelled for lack of progress, shaped like ``grpc.RpcError``."""
 
@@ -196,8 +218,13 @@ class _Peer:
     state: str = "running"  # running | done | failed | unreachable
     detail: str = ""
     step: str = ""
-    nonce: bytes | None = None
+    nonce: bytes | None = None  # of the instance that answers at its address
     sign_key: bytes | None = None  # its identity key, received over its TLS channel
+    instance: str = ""  # where that instance says it listens
+    # when the last call of ours that it answered began (time.monotonic): a call of its,
+    # or an answer, can be read after this party stalled though sent before
+    heard: float = 0.0
+    told: bool = False  # it knows why this party cannot run (refuse_start)
     sent_seq: int = 0
     recv_seq: int = 0
     unreachable_since: float | None = None
@@ -232,9 +259,11 @@ class GrpcTransport:
         A short digest of each key of that description, to name the keys that differ
         when the digests do.
     liveness
-        Seconds a peer may stay unreachable before it counts as stopped.
+        Seconds a peer may answer no ping before it counts as stopped, whether this
+        party waits for a message from it or delivers one to it; a stall of this party's
+        own process this long makes it stop, naming itself, once a peer is found gone.
     probe_interval
-        Seconds between probes of a peer being waited on.
+        Seconds between probes of a peer being waited on or delivered to.
     chunk
         Bytes per streamed chunk.
     max_message
@@ -243,6 +272,9 @@ class GrpcTransport:
         Seconds a message may keep failing to reach a peer that still answers pings.
     stall_timeout
         Seconds a streamed message may make no progress before the attempt is retried.
+    checked_tls
+        False only to serve a certificate this party refused, so that its peers meet it
+        at their hello and stop (:func:`refuse_start`).
     """
 
     def __init__(self, name: str, addresses: Mapping[str, str], *, listen: str | None = None,
@@ -250,7 +282,7 @@ class GrpcTransport:
                  fields: Mapping[str, str] | None = None, liveness: float = 15.0,
                  probe_interval: float = 2.0, chunk: int = CHUNK,
                  max_message: int = MAX_MESSAGE, send_timeout: float = DEFAULT_TIMEOUT,
-                 stall_timeout: float = 60.0) -> None:
+                 stall_timeout: float = 60.0, checked_tls: bool = True) -> None:
         names = check_party_names(addresses)
         if name not in names:
             raise ValidationError(f"party {name!r} is not in the federation {list(names)}")
@@ -272,7 +304,7 @@ class GrpcTransport:
             raise ValidationError(
                 f"party {name!r} needs TLS files (CA certificate, certificate, key); "
                 "pass insecure=True only for loopback tests")
-        else:
+        elif checked_tls:
             check_tls(tls, name)
         if not isinstance(chunk, int) or chunk < 1024:
             raise ValidationError(f"The 'chunk' parameter must be an int >= 1024. Got {chunk!r}.")
@@ -301,6 +333,9 @@ class GrpcTransport:
         self._mail: dict[tuple[str, str], deque[bytearray]] = {}
         self._cancelled: str | None = None
         self._refusal: str | None = None  # why this party cannot run (set at start-up)
+        self._identity: Identity | None = None
+        self._stalls: list[tuple[float, float]] = []  # this process's own, >= liveness
+        self._closing = threading.Event()
         self._server: Any = None
         self.port: int | None = None
         self.duplicates = 0  # retried messages acknowledged and dropped
@@ -351,6 +386,8 @@ class GrpcTransport:
         self._server, self.port = server, port
         for peer, info in self._peers.items():
             info.channel = self._channel(peer, info.address, options)
+        threading.Thread(target=self._watchdog, daemon=True,
+                         name=f"islands-watchdog-{self.name}").start()
 
     def _channel(self, peer: str, address: str, options: list[tuple[str, Any]]) -> Any:
         grpc = _grpc()
@@ -379,6 +416,7 @@ class GrpcTransport:
 
     def close(self, grace: float = 1.0) -> None:
         """Stop serving and close the channels."""
+        self._closing.set()
         if self._server is not None:
             self._server.stop(grace).wait(grace + 1)
             self._server = None
@@ -388,8 +426,18 @@ class GrpcTransport:
                 info.channel = None
 
     # ------------------------------------------------------------------ handshake
+    def _hello_body(self) -> bytes:
+        return _pack({"v": _PROTOCOL_VERSION, "sender": self.name, "nonce": self._nonce,
+                       "digest": self.digest, "fields": self.fields,
+                       "sign": self._sign_public, "addr": self.listen})
+
     def handshake(self, timeout: float) -> str:
         """Reach every peer (retrying until ``timeout``) and agree on the run ID.
+
+        A peer is the instance that answers at its address in the federation
+        description: a hello from another instance of it (the same party started twice,
+        listening elsewhere) is refused, naming both addresses, and changes nothing here.
+        Identity keys must be unique within the run and are fixed once agreed.
 
         Raises
         ------
@@ -397,13 +445,13 @@ class GrpcTransport:
             A peer could not be reached in time; names it, its address and the last error.
         ProtocolError
             A peer refused: different federation description (the message names both
-            digests and the keys that differ), or not the party it claims. Before raising,
-            the party tells every peer it can reach why it cannot run.
+            digests and the keys that differ), not the party it claims, or the instance
+            of a party that is not at its address; or two parties announced the same
+            identity key. Before raising, the party tells every peer it can reach why
+            it cannot run.
         """
         deadline = time.monotonic() + _positive(timeout, "connect_timeout")
-        hello = _pack({"v": _PROTOCOL_VERSION, "sender": self.name, "nonce": self._nonce,
-                       "digest": self.digest, "fields": self.fields,
-                       "sign": self._sign_public})
+        hello = self._hello_body()
         try:
             for peer in self._peers:
                 self._hello(peer, hello, deadline, timeout)
@@ -420,16 +468,20 @@ class GrpcTransport:
 
         Each peer's key arrived in its hello over the mutually authenticated TLS channel
         between the two parties, so it is bound to the name in the peer's certificate.
+        The identity is made once: a key announced later changes nothing.
         """
         with self._cond:
+            if self._identity is not None:
+                return self._identity
             keys = {p: i.sign_key for p, i in self._peers.items()}
-        missing = sorted(p for p, k in keys.items() if k is None)
-        if missing:
-            raise ProtocolError(f"party {self.name!r} has no identity key of {missing} "
-                                "(the handshake has not finished)", party=self.name,
-                                step="hello")
-        return Identity(self.name, self._signing,
-                        {p: k for p, k in keys.items() if k is not None})
+            missing = sorted(p for p, k in keys.items() if k is None)
+            if missing:
+                raise ProtocolError(f"party {self.name!r} has no identity key of {missing} "
+                                    "(the handshake has not finished)", party=self.name,
+                                    step="hello")
+            self._identity = Identity(self.name, self._signing,
+                                      {p: k for p, k in keys.items() if k is not None})
+            return self._identity
 
     def _hello(self, peer: str, hello: bytes, deadline: float, timeout: float) -> None:
         """Say hello to one peer until it answers; raise on a refusal learnt from anyone."""
@@ -440,8 +492,9 @@ class GrpcTransport:
             with self._cond:
                 self._raise_refusal()
                 if info.nonce is not None:
-                    # it said hello first: its certificate, name and federation
-                    # digest are checked, and it may have stopped serving since
+                    # it said hello first, from the instance at its address: its
+                    # certificate, name and federation digest are checked, and it may
+                    # have stopped serving since
                     return
             left = deadline - time.monotonic()
             if left <= 0:
@@ -465,6 +518,15 @@ class GrpcTransport:
                                         f"{exc.details()}", party=self.name,
                                         step="hello") from None
                 last = f"{code.name}: {exc.details()}"
+                if any(m in last for m in _CERTIFICATE_REFUSED):
+                    # a certificate does not start to verify by waiting: stop now
+                    info.seen = True  # it listens: telling it why takes no long wait
+                    raise ProtocolError(
+                        f"party {self.name!r} cannot run with {peer!r}: the certificate "
+                        f"presented at {info.address} does not verify against the CA file "
+                        f"of {self.name!r} (it has expired, or it was issued by another CA "
+                        f"or to another party than {peer!r}; last error: {last[-300:]})",
+                        party=self.name, step="hello") from None
                 with self._cond:  # a refusal learnt meanwhile wakes this wait
                     self._cond.wait(min(delay, max(deadline - time.monotonic(), 0)))
                 delay = min(delay * 2, 1.0)
@@ -472,8 +534,7 @@ class GrpcTransport:
             info.seen = True
             try:
                 answer = _unpack(reply, _HELLO)
-                _check_fields(answer["fields"])
-                _check_sign_key(answer["sign"])
+                _check_hello(answer)
             except ValueError as exc:
                 raise ProtocolError(f"party {peer!r} answered hello badly: {exc}",
                                     party=self.name, step="hello") from None
@@ -486,14 +547,70 @@ class GrpcTransport:
                     info.refused = reason
                 raise ProtocolError(reason, party=self.name, step="hello")
             with self._cond:
-                known = info.nonce
-                if known is not None and known != answer["nonce"] and self._run_id:
-                    raise ProtocolError(
-                        f"party {peer!r} restarted during start-up; restart every party",
-                        party=self.name, step="hello")
-                info.nonce, info.sign_key = answer["nonce"], answer["sign"]
-                self._agree()
+                # the answer comes from the instance at the peer's address: the peer
+                problem = self._record(peer, answer["nonce"], answer["sign"], answer["addr"])
+                if problem is None:
+                    self._agree()
+            if problem is not None:
+                raise ProtocolError(problem, party=self.name, step="hello")
             return
+
+    def _record(self, peer: str, nonce: bytes, key: bytes, addr: str) -> str | None:
+        """Take ``peer``'s nonce and identity key (caller holds the lock).
+
+        The caller has checked that they come from the instance at the peer's address.
+        Returns why they cannot be taken, changing nothing, or None once taken.
+        """
+        info = self._peers[peer]
+        if self._run_id is not None and info.nonce != nonce:
+            return (f"party {self.name!r} is already in a run with the instance of {peer!r} "
+                    f"listening at {info.instance or info.address}; another instance of "
+                    f"{peer!r} (listening at {addr}) is refused. Restart every party to "
+                    "start a new run.")
+        if info.nonce == nonce and info.sign_key is not None and info.sign_key != key:
+            return (f"party {peer!r} announced another identity key than the one it gave "
+                    f"{self.name!r} before: a party's identity key is fixed for the run")
+        if key == self._sign_public:
+            return (f"party {peer!r} announced the identity key of {self.name!r}: identity "
+                    "keys must be unique within a run")
+        for other, known in self._peers.items():
+            if other != peer and known.sign_key == key:
+                return (f"parties {peer!r} and {other!r} announced the same identity key: "
+                        "identity keys must be unique within a run")
+        info.nonce, info.sign_key, info.instance = nonce, key, addr
+        info.heard = time.monotonic()
+        return None
+
+    def _instance(self, peer: str, nonce: bytes) -> str:
+        """Whether the instance of ``peer`` with ``nonce`` is the one at its address.
+
+        Returns ``"same"``; ``"other"`` when another instance answers at the peer's
+        address in the federation description (this one was started twice); or
+        ``"unknown"`` when nothing answers there yet.
+        """
+        with self._cond:
+            if self._peers[peer].nonce == nonce:
+                return "same"
+        grpc = _grpc()
+        ping = _pack({"run": self._run_id or "", "sender": self.name})
+        try:
+            # wait_for_ready: the channel may still be backing off from a connection
+            # refused before the peer listened
+            answer = self._call(peer, "Ping")(ping, timeout=2.0, wait_for_ready=True)
+        except grpc.RpcError:
+            return "unknown"
+        return "same" if answer == nonce else "other"
+
+    def _second_instance(self, peer: str, addr: str) -> str:
+        """Say that a second instance of ``peer``, listening at ``addr``, is refused."""
+        where = self._peers[peer].address
+        message = (f"two instances of party {peer!r} are running: the one answering at "
+                   f"{where} (its address in the federation description) and another "
+                   f"listening at {addr or 'an unknown address'}. Party {self.name!r} runs "
+                   f"with the one at {where} and refuses the other: stop it (each party "
+                   "runs once per federation).")
+        log.warning("party %r: %s", self.name, message)
+        return message
 
     def _raise_refusal(self) -> None:
         """Raise why a peer cannot run with this party, if one said so (caller holds the lock)."""
@@ -513,6 +630,10 @@ class GrpcTransport:
                 f"{self.digest[:12]} at {self.name!r}, {digest[:12]} at {other!r}){which}. "
                 "Every party must be started with the same federation file.")
 
+    def _refusal_notice(self, reason: str) -> bytes:
+        return _pack({"run": "", "sender": self.name, "state": "failed", "step": "hello",
+                      "error": reason[:4000], "nonce": self._nonce})
+
     def _refuse(self, reason: str, deadline: float) -> None:
         """Tell every peer that does not know it yet why this party cannot run.
 
@@ -526,8 +647,7 @@ class GrpcTransport:
             self._refusal = reason
             targets = [p for p, i in self._peers.items()
                        if i.state == "running" and not i.refused]
-        body = _pack({"run": "", "sender": self.name, "state": "failed", "step": "hello",
-                      "error": reason[:4000]})
+        body = self._refusal_notice(reason)
         until = min(deadline, time.monotonic() + 10.0)
 
         def tell(peer: str) -> None:
@@ -543,6 +663,47 @@ class GrpcTransport:
             t.start()
         for t in threads:
             t.join(max(until - time.monotonic(), 0) + 5)
+
+    def refuse_start(self, reason: str, within: float) -> None:
+        """Tell every peer, at start-up, that this party cannot run, and why.
+
+        For a party that refused its own input before its handshake: its peers stop at
+        once with an error naming it and ``reason`` (a category, never the details,
+        which may describe its data) instead of waiting ``connect_timeout`` for it. A
+        peer is told by a notice or by the refusal of its hello. Returns once every peer
+        has been told, or after ``within`` seconds: a peer that starts later waits for
+        its own ``connect_timeout``.
+        """
+        grpc = _grpc()
+        with self._cond:
+            self._refusal = reason
+        body = self._refusal_notice(reason)
+        deadline = time.monotonic() + _positive(within, "within")
+
+        def tell(peer: str) -> None:
+            info = self._peers[peer]
+            delay = 0.05
+            while True:
+                with self._cond:
+                    left = deadline - time.monotonic()
+                    if info.told or left <= 0:
+                        return
+                try:
+                    self._call(peer, "Notice")(body, timeout=min(3.0, left))
+                except grpc.RpcError:
+                    with self._cond:  # a hello refused meanwhile wakes this wait
+                        self._cond.wait(min(delay, max(deadline - time.monotonic(), 0)))
+                    delay = min(delay * 2, 1.0)
+                    continue
+                with self._cond:
+                    info.told = True
+                return
+
+        threads = [threading.Thread(target=tell, args=(p,), daemon=True) for p in self._peers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(within + 5)
 
     def _agree(self) -> None:
         """Fix the run ID once every peer's nonce is known (caller holds the lock).
@@ -582,17 +743,20 @@ class GrpcTransport:
         grpc = _grpc()
         hello = _parse(request, _HELLO, context)
         try:
-            _check_fields(hello["fields"])
-            _check_sign_key(hello["sign"])
+            _check_hello(hello)
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if hello["v"] != _PROTOCOL_VERSION:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                           f"protocol version {hello['v']} (this party speaks {_PROTOCOL_VERSION})")
+        claimed = hello["sender"][:100]
         if hello["digest"] != self.digest:
             # checked before membership: a peer whose file lists other parties learns why
-            claimed = hello["sender"][:100]
             self._authenticate(context, claimed)
+            if claimed in self._peers and self._instance(claimed, hello["nonce"]) == "other":
+                # a second instance's file stops nobody: the instance at the address runs
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                              self._second_instance(claimed, hello["addr"]))
             reason = self._mismatch(claimed, hello["digest"], hello["fields"])
             with self._cond:
                 info = self._peers.get(claimed)
@@ -600,23 +764,31 @@ class GrpcTransport:
                     info.refused, info.seen = reason, True
                 self._cond.notify_all()
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, reason)
-        sender = self._caller(context, hello["sender"])
-        self._peers[sender].seen = True
+        sender = self._caller(context, claimed)
+        info = self._peers[sender]
+        info.seen = True
         if self._refusal is not None:
+            with self._cond:
+                info.told = True
+                self._cond.notify_all()
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                           f"party {self.name!r} cannot run: {self._refusal}")
+        verdict = self._instance(sender, hello["nonce"])
+        if verdict == "other":
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          self._second_instance(sender, hello["addr"]))
+        if verdict == "unknown":
+            context.abort(grpc.StatusCode.UNAVAILABLE,
+                          f"party {self.name!r} cannot reach {sender!r} at {info.address} "
+                          f"yet, to check that the instance saying hello is the one there")
         with self._cond:  # check and set at once: a restarted peer cannot slip in between
-            info = self._peers[sender]
-            info.seen = True
-            if self._run_id is not None and info.nonce != hello["nonce"]:
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                              f"party {self.name!r} is already in a run with another instance "
-                              f"of {sender!r}; restart every party to start a new run")
-            info.nonce, info.sign_key = hello["nonce"], hello["sign"]
-            self._agree()
-        return _pack({"v": _PROTOCOL_VERSION, "sender": self.name, "nonce": self._nonce,
-                      "digest": self.digest, "fields": self.fields,
-                      "sign": self._sign_public})
+            problem = self._record(sender, hello["nonce"], hello["sign"], hello["addr"])
+            if problem is None:
+                self._agree()
+        if problem is not None:
+            log.warning("party %r refused a hello: %s", self.name, problem)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, problem)
+        return self._hello_body()
 
     def _check_run(self, run: str, context: Any) -> None:
         grpc = _grpc()
@@ -652,6 +824,14 @@ class GrpcTransport:
                           f"message of {size} bytes exceeds {self.name!r}'s limit "
                           f"of {self.max_message}")
         info = self._peers[sender]
+        with self._cond:
+            stopped, step = info.state == "unreachable", info.step
+        if stopped:
+            # it was silent for longer than the federation tolerates: the roles here
+            # have gone on without it, and it must learn so rather than carry on
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"party {self.name!r} counted {sender!r} as stopped: it did not "
+                          f"answer for {self.liveness:g} s (liveness) at step {step!r}")
         with info.deliver_lock:  # a retry may overlap an attempt still being read
             seq = header["seq"]
             if seq <= info.recv_seq:
@@ -689,7 +869,13 @@ class GrpcTransport:
         notice = _parse(request, _NOTICE, context)
         sender = self._caller(context, notice["sender"])
         if notice["run"] == "" and notice["state"] == "failed" and notice["step"] == "hello":
-            # a peer that cannot run tells why during start-up, before any run ID exists
+            # a peer that cannot run tells why during start-up, before any run ID exists;
+            # a second instance of it (refused, listening elsewhere) stops nobody
+            if (self._run_id is None
+                    and self._instance(sender, notice["nonce"]) == "other"):
+                log.warning("party %r ignored why a second instance of %r cannot run: %s",
+                            self.name, sender, notice["error"][:300])
+                return b"ok"
             with self._cond:
                 if self._run_id is None:
                     info = self._peers[sender]
@@ -712,7 +898,7 @@ class GrpcTransport:
     def _on_ping(self, request: bytes, context: Any) -> bytes:
         ping = _parse(request, _PING, context)
         self._caller(context, ping["sender"])
-        return self._nonce  # who answers: a restarted peer has another nonce
+        return self._nonce  # who answers: a restarted or second instance has another nonce
 
     # ------------------------------------------------------------------ sending
     def _attempt_timeout(self, size: int) -> float:
@@ -722,12 +908,13 @@ class GrpcTransport:
         """Deliver one message to ``receiver``, retrying transient failures.
 
         A failed attempt (peer not listening, connection reset, a stream that stalls for
-        ``stall_timeout`` seconds) is retried with exponential backoff. Once attempts have
-        failed for ``liveness`` seconds the peer is pinged: if it does not answer either,
-        it counts as stopped and the message is dropped with a warning (a later receive
-        from it raises :class:`~islands.errors.PeerFailedError`); if it answers, retries
-        go on until ``send_timeout``, then :class:`~islands.errors.PeerTimeoutError`.
-        A refusal (another run, not authenticated, too large, malformed, an error in the
+        ``stall_timeout`` seconds) is retried with exponential backoff. A receiver that
+        does not answer pings for ``liveness`` seconds, during an attempt or between
+        attempts, counts as stopped, as it does for a party waiting in :meth:`recv`: the
+        message is dropped with a warning (a later receive from it raises
+        :class:`~islands.errors.PeerFailedError`). If it answers, retries go on until
+        ``send_timeout``, then :class:`~islands.errors.PeerTimeoutError`. A refusal
+        (another run, not authenticated, too large, malformed, an error in the
         receiver) raises :class:`~islands.errors.ProtocolError` at once.
         """
         grpc = _grpc()
@@ -754,8 +941,12 @@ class GrpcTransport:
             delay = 0.05
             first_failure: float | None = None
             while True:
+                began = time.monotonic()
                 try:
-                    self._attempt(receiver, data, header)
+                    self._attempt(receiver, data, header, tag)
+                except _Gone:
+                    self._dropped(receiver, tag)
+                    return
                 except (grpc.RpcError, _Stalled) as exc:
                     code = exc.code()
                     if code not in retryable:
@@ -767,8 +958,7 @@ class GrpcTransport:
                     failing = now - first_failure
                     if failing > self.liveness and not self._answers(receiver):
                         self._mark_unreachable(receiver, f"{code.name}: {exc.details()}", tag)
-                        log.warning("party %r: %r did not answer for %.0f s; %r message "
-                                    "dropped", self.name, receiver, failing, tag)
+                        self._dropped(receiver, tag)
                         return
                     if failing > self.send_timeout:
                         raise PeerTimeoutError(
@@ -783,32 +973,63 @@ class GrpcTransport:
                     continue
                 info.sent_seq = seq
                 info.unreachable_since = None
+                info.heard = max(info.heard, began)
                 return
 
-    def _attempt(self, receiver: str, data: bytes | bytearray, header: bytes) -> None:
-        """One delivery attempt; raises ``grpc.RpcError`` or :class:`_Stalled`."""
+    def _dropped(self, receiver: str, tag: str) -> None:
+        """Drop a message to a receiver found stopped (raise if this party was the one)."""
+        if self._cancelled is not None:
+            raise RunCancelled(self._cancelled, party=self.name, step=tag)
+        log.warning("party %r: %r did not answer for %g s (liveness); %r message dropped",
+                    self.name, receiver, self.liveness, tag)
+
+    def _attempt(self, receiver: str, data: bytes | bytearray, header: bytes,
+                 tag: str) -> None:
+        """One delivery attempt; raises ``grpc.RpcError``, :class:`_Stalled` or :class:`_Gone`.
+
+        While it waits, the receiver is probed as a party waiting in :meth:`recv` probes
+        its sender, so a stalled receiver counts as stopped after ``liveness`` seconds
+        whichever way the message goes.
+        """
+        grpc = _grpc()
         metadata = ((HEADER_KEY, header),)
         size = len(data)
+        progress: list[float] | None = None
         if size <= self.chunk:
-            self._call(receiver, "DeliverOne")(bytes(data), timeout=self._attempt_timeout(size),
-                                               metadata=metadata)
-            return
-        # a long stream has no overall deadline (a slow link is not a dead peer); it is
-        # cancelled only when no chunk has moved for stall_timeout seconds
-        progress = [time.monotonic()]
-        call = self._call(receiver, "Deliver").future(self._chunks(data, progress),
-                                                      metadata=metadata)
-        grpc = _grpc()
+            call = self._call(receiver, "DeliverOne").future(
+                bytes(data), timeout=self._attempt_timeout(size), metadata=metadata)
+        else:
+            # a long stream has no overall deadline (a slow link is not a dead peer); it
+            # is cancelled when no chunk has moved for stall_timeout seconds
+            progress = [time.monotonic()]
+            call = self._call(receiver, "Deliver").future(self._chunks(data, progress),
+                                                          metadata=metadata)
+        info = self._peers[receiver]
+        gone = False
+        next_probe = time.monotonic() + self.probe_interval
         while True:
             try:
-                call.result(timeout=1.0)
+                call.result(timeout=min(1.0, self.probe_interval))
                 return
             except grpc.FutureTimeoutError:
-                if time.monotonic() - progress[0] > self.stall_timeout:
-                    call.cancel()
+                pass
             except grpc.FutureCancelledError:
+                if gone:
+                    raise _Gone() from None
                 raise _Stalled(grpc.StatusCode.DEADLINE_EXCEEDED,
                                f"no progress for {self.stall_timeout:g} s") from None
+            now = time.monotonic()
+            moving = progress is not None and now - progress[0] < self.probe_interval
+            if progress is not None and now - progress[0] > self.stall_timeout:
+                call.cancel()
+            elif moving:
+                info.unreachable_since = None  # chunks are leaving: it reads them
+            elif now >= next_probe:
+                self._probe(receiver, tag)
+                next_probe = time.monotonic() + self.probe_interval
+                if info.state != "running" or self._cancelled is not None:
+                    gone = True
+                    call.cancel()
 
     def _answers(self, peer: str) -> bool:
         """Whether ``peer`` answers a ping now."""
@@ -830,11 +1051,44 @@ class GrpcTransport:
             view.release()
 
     def _mark_unreachable(self, peer: str, why: str, step: str) -> None:
+        """Count ``peer`` as stopped; blame this party if it stalled since it heard from it.
+
+        A party that did not run for ``liveness`` seconds or more (a stopped or frozen
+        process) was itself unreachable to its peers for that long: a peer that has
+        gone since the last call of this party it answered began most likely counted
+        it as stopped and left. (Calls of the peer's own, and answers, may be read
+        after the stall though sent before: they prove nothing.)
+        The run is then cancelled naming this party, rather than going on without
+        that peer as if the peer had failed.
+        """
         with self._cond:
             info = self._peers[peer]
             if info.state == "running":
                 info.state, info.detail, info.step = "unreachable", why, step
+                stall = max((end - start for start, end in self._stalls if end > info.heard),
+                            default=0.0)
+                if stall and self._cancelled is None:
+                    self._cancelled = (
+                        f"party {self.name!r} stalled for {stall:.0f} s, longer than the "
+                        f"federation tolerates (liveness = {self.liveness:g} s), and "
+                        f"{peer!r} stopped answering since: its peers count {self.name!r} "
+                        "as stopped, so this run cannot go on")
+                    log.error("%s", self._cancelled)
             self._cond.notify_all()
+
+    def _watchdog(self) -> None:
+        """Record every stretch of ``liveness`` seconds or more this process did not run."""
+        tick = min(0.25, self.liveness / 4)
+        last = time.monotonic()
+        while not self._closing.wait(tick):
+            now = time.monotonic()
+            if now - last >= self.liveness:
+                with self._cond:
+                    self._stalls.append((last, now))
+                log.warning("party %r did not run for %.1f s, longer than liveness = %g s: "
+                            "its peers may count it as stopped", self.name, now - last,
+                            self.liveness)
+            last = now
 
     # ------------------------------------------------------------------ receiving
     def recv(self, receiver: str, sender: str, tag: str, timeout: float) -> bytes | bytearray:
@@ -887,6 +1141,7 @@ class GrpcTransport:
         grpc = _grpc()
         info = self._peers[peer]
         ping = _pack({"run": self._run_id or "", "sender": self.name})
+        began = time.monotonic()
         try:
             answer = self._call(peer, "Ping")(ping, timeout=min(self.probe_interval, 5.0))
         except grpc.RpcError as exc:
@@ -897,6 +1152,7 @@ class GrpcTransport:
                 self._mark_unreachable(peer, f"{exc.code().name}: {exc.details()}", tag)
             return
         info.unreachable_since = None
+        info.heard = max(info.heard, began)
         if info.nonce is not None and answer != info.nonce:
             with self._cond:
                 if info.state == "running":
@@ -917,7 +1173,7 @@ class GrpcTransport:
         if self._run_id is None:
             return
         body = _pack({"run": self._run_id, "sender": self.name, "state": state,
-                      "step": step, "error": error[:200]})
+                      "step": step, "error": error[:200], "nonce": self._nonce})
         deadline = time.monotonic() + within
 
         def tell(peer: str) -> None:
@@ -1115,6 +1371,31 @@ def run_party(
                 "the run is incomplete", party=name, peer=peer, tag=party.step)
         return PartyRun(result=result, transcript=transcript, run_id=run_id, wall_time=wall,
                         connect_time=connected)
+    finally:
+        transport.close()
+
+
+def refuse_start(name: str, addresses: Mapping[str, str], reason: str, *,
+                 tls: TlsFiles | None = None, insecure: bool = False,
+                 listen: str | None = None, digest: str = "",
+                 fields: Mapping[str, str] | None = None, within: float = 10.0,
+                 certificate_refused: bool = False) -> None:
+    """Listen only to tell party ``name``'s peers that it cannot run, and why.
+
+    For a party that refused its own input before its run: see
+    :meth:`GrpcTransport.refuse_start`. ``reason`` should name a category (the kind of
+    error), not details. With ``certificate_refused`` the party refused its own
+    certificate and cannot authenticate a notice: it serves that certificate for
+    ``within`` seconds instead, and a peer whose hello meets it stops at once, naming
+    the party (a certificate that has expired, or that another CA or another party's
+    name signed). Other parameters as :func:`run_party`.
+    """
+    transport = GrpcTransport(name, addresses, listen=listen, tls=tls, insecure=insecure,
+                              digest=digest, fields=fields,
+                              checked_tls=not certificate_refused)
+    transport.start()
+    try:
+        transport.refuse_start(reason, within)
     finally:
         transport.close()
 
