@@ -199,11 +199,12 @@ def test_vertical_logistic_regression_across_processes_equals_in_process(
     X, y = load_breast_cancer(return_X_y=True)
     X = (X - X.mean(axis=0)) / X.std(axis=0)
     x_b, x_a = X[:, :10], X[:, 10:]
-    ref = VerticalLogisticRegression(epochs=2, key_bits=1024, random_state=0).fit(x_a, x_b, y)
+    ref = VerticalLogisticRegression(epochs=2, key_bits=1024, insecure_keys=True,
+                                     random_state=0).fit(x_a, x_b, y)
     np.save(tmp_path / "a.npy", x_a)
     np.save(tmp_path / "b.npy", np.column_stack([x_b, y]))
     options = {"coordinator": "C", "active": "B", "model": "logistic", "epochs": 2,
-               "key_bits": 1024, "seed": ref.plan_.seed}
+               "key_bits": 1024, "insecure_keys": True, "seed": ref.plan_.seed}
     files = write_federation(tmp_path, "vfl", {"C": {}, "B": {"data": "b.npy"},
                                                "A": {"data": "a.npy"}}, options=options)
     assert_ok(run(files))
@@ -425,7 +426,8 @@ def test_vertical_options_and_labels_are_checked(tmp_path: Path) -> None:
     np.save(tmp_path / "b.npy", np.column_stack([np.zeros((30, 2)), np.arange(30) % 3]))
     files = write_federation(tmp_path, "vfl", {"C": {}, "B": {"data": "b.npy"},
                                                "A": {"data": "a.npy"}},
-                             options={"coordinator": "C", "active": "B", "key_bits": 1024})
+                             options={"coordinator": "C", "active": "B", "key_bits": 1024,
+                                      "insecure_keys": True})
     with pytest.raises(JobError, match="exactly two classes in the labels; got 3"):
         run_configured(load_party_config(files["B"]))
     np.save(tmp_path / "a.npy", np.full((30, 2), 2.0**40))
