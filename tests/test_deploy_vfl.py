@@ -166,3 +166,14 @@ def test_a_federation_without_ids_still_trains_on_aligned_rows(tmp_path: Path) -
         summary = json.loads((tmp_path / "out" / name / "result.json").read_text())
         assert summary["security_warning"].startswith(
             "1024-bit keys are below islands' 2048-bit floor"), name
+
+
+def test_a_byte_order_mark_in_a_labels_or_predict_file_is_not_part_of_its_first_line(
+        tmp_path: Path) -> None:
+    """Text files saved by a Windows editor start with a byte-order mark: the first label
+    is "1", not "\\ufeff1" (a third class, or a label that is not a number)."""
+    labels, predict = tmp_path / "labels.txt", tmp_path / "predict.txt"
+    labels.write_text("1\n0\n\n1\n", encoding="utf-8-sig")
+    predict.write_text("p1\np2\n", encoding="utf-8-sig")
+    assert read_labels(labels, what="labels") == ["1", "0", None, "1"]
+    assert read_ids(predict, what="predict") == ["p1", "p2"]
