@@ -55,7 +55,8 @@ the interpreter lock while the other waited.
 
     python benchmarks/bench_ftl.py [--quick] [--rows 5000] [--overlaps 32,64,128,256]
                                    [--dims 8,16,32] [--dim-overlap 64] [--epochs 2]
-                                   [--key-bits 2048] [--schemes ou,paillier]
+                                   [--key-bits 2048 [--insecure-keys]]
+                                   [--schemes ou,paillier]
                                    [--skip-paper] [--json OUT]
 """
 
@@ -202,7 +203,7 @@ def run_once(data: tuple[np.ndarray, np.ndarray, np.ndarray], overlap: int, dim:
     x_a, x_b, y = data
     rows = np.arange(overlap)
     plan = Plan(dim=dim, pretrain_epochs=0, epochs=args.epochs, he=he,
-                key_bits=args.key_bits, seed=0, **extra)
+                key_bits=args.key_bits, insecure_keys=args.insecure_keys, seed=0, **extra)
     marks: list[float] = []  # perf_counter at the end of each of B's epochs
     cpu_marks: list[tuple[float, float]] = []  # cpu_snapshot() at the same moments
 
@@ -317,6 +318,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2,
                         help="epochs per run; the last one is reported (2)")
     parser.add_argument("--key-bits", type=int, default=2048)
+    parser.add_argument("--insecure-keys", action="store_true",
+                        help="allow --key-bits below 2048 (insecure; the results record it)")
     parser.add_argument("--schemes", default="ou,paillier",
                         help="encrypted schemes to run beside the clear one (ou,paillier)")
     parser.add_argument("--skip-paper", action="store_true",
@@ -336,7 +339,13 @@ def main() -> None:
         parser.error(f"overlaps must be at most --rows ({rows})")
 
     from islands.crypto import heu, paillier
+    from islands.vfl.ftl import FtlConfig
+    from islands.vfl.keys import insecure_key_note
 
+    try:  # the key settings first: --key-bits below 2048 needs --insecure-keys
+        FtlConfig.build("bench_ftl", key_bits=args.key_bits, insecure_keys=args.insecure_keys)
+    except ValueError as exc:
+        parser.error(str(exc))
     args.schemes = tuple(s.strip() for s in args.schemes.split(",") if s.strip())
     if not args.schemes or set(args.schemes) - set(NAMES):
         parser.error(f"--schemes: a comma-separated subset of {sorted(NAMES)}")
@@ -358,7 +367,12 @@ def main() -> None:
         keygen_ou = time.perf_counter() - t0
     x_a, x_b, y, data_source = load_views(rows)
     data = (x_a, x_b, y)
-    results: dict[str, Any] = {"key_bits": args.key_bits, "keygen_djn_s": keygen,
+    note = insecure_key_note("paillier", args.key_bits)
+    if note:
+        print(f"WARNING: {note}")
+    results: dict[str, Any] = {"key_bits": args.key_bits,
+                               **({"security_warning": note} if note else {}),
+                               "keygen_djn_s": keygen,
                                "keygen_ou_s": keygen_ou, "schemes": list(args.schemes),
                                "data": data_source, "rows_b": rows, "epochs": args.epochs,
                                "reported": f"epoch {args.epochs} (the last)"}

@@ -164,6 +164,7 @@ def breast_cancer(keys: dict[str, Any], epochs: int = 3) -> dict[str, Any]:
                           ("paillier_textbook", "paillier", keys["plain"])):
         plan = VflConfig.build(None, objective="logistic", learning_rate=0.3, epochs=epochs,
                                batch_size=256, tol=None, he=he, key_bits=keys["bits"],
+                               insecure_keys=keys["insecure"],
                                djn=name != "paillier_textbook").plan()
         run, wall = train(blocks, labels, plan, key)
         per_epoch = epoch_seconds(run.transcript)
@@ -192,7 +193,8 @@ def synthetic(rows: int, keys: dict[str, Any], he: str, floor: bool = True) -> d
     X = rng.normal(size=(rows, 40))
     y = np.where(X @ rng.normal(size=40) + 0.5 * rng.normal(size=rows) > 0, 1.0, -1.0)
     plan = VflConfig.build(None, objective="logistic", learning_rate=0.3, epochs=1,
-                           batch_size=1024, tol=None, he=he, key_bits=keys["bits"]).plan()
+                           batch_size=1024, tol=None, he=he, key_bits=keys["bits"],
+                           insecure_keys=keys["insecure"]).plan()
     run, wall = train([X[:, :20], X[:, 20:]], y, plan, keys["ou" if he == "ou" else "djn"])
     floor = he_floor(keys["ou"], [20, 20], 1024, batch_rows(rows, 1024, [20, 20])) \
         if he == "ou" and floor else None
@@ -207,6 +209,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--key-bits", type=int, default=2048)
+    ap.add_argument("--insecure-keys", action="store_true",
+                    help="allow --key-bits below 2048 (insecure; the results record it)")
     ap.add_argument("--skip-large", action="store_true", help="only section 1")
     ap.add_argument("--skip-large-floor", action="store_true",
                     help="no floor in section 2 (it costs about as long as the epoch)")
@@ -217,7 +221,14 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     from islands.crypto import heu, paillier
+    from islands.vfl.config import VflConfig
+    from islands.vfl.keys import insecure_key_note
 
+    try:  # the key settings first: --key-bits below 2048 needs --insecure-keys
+        VflConfig.build("bench_vfl", objective="logistic", key_bits=args.key_bits,
+                        insecure_keys=args.insecure_keys)
+    except ValueError as exc:
+        ap.error(str(exc))
     t0 = time.perf_counter()
     ou_key = heu.OuKeyOwner(args.key_bits)
     keygen_ou = time.perf_counter() - t0
@@ -228,10 +239,14 @@ def main() -> None:
     pk2, sk2 = paillier.generate_keypair(args.key_bits)
     keygen_plain = time.perf_counter() - t0
     keys = {"djn": (pk, sk, hs), "plain": (pk2, sk2, None), "ou": ou_key,
-            "bits": args.key_bits}
+            "bits": args.key_bits, "insecure": args.insecure_keys}
     print(f"{args.key_bits}-bit keys: OU {fmt_s(keygen_ou)}, DJN {fmt_s(keygen_djn)}, "
           f"textbook {fmt_s(keygen_plain)}")
-    results: dict[str, Any] = {"key_bits": args.key_bits, "keygen_s": {
+    note = insecure_key_note("paillier", args.key_bits)
+    if note:
+        print(f"WARNING: {note}")
+    results: dict[str, Any] = {"key_bits": args.key_bits,
+                               **({"security_warning": note} if note else {}), "keygen_s": {
         "ou": keygen_ou, "djn": keygen_djn, "textbook": keygen_plain}}
 
     bc = breast_cancer(keys, max(2, args.epochs))

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -146,6 +147,50 @@ def test_huge_but_encodable_values_still_fit() -> None:
     # 1e30 is within the float limit: plain PCA runs and its components are finite
     fitted = _pca("plain", _with(1e30))
     assert np.all(np.isfinite(fitted.components_))
+
+
+def test_secure_pca_encodes_a_1e30_row_as_its_direction() -> None:
+    """docs/bad-input.md said secure PCA refuses 1e30; it does not need to: every row is
+    scaled to unit norm before anything is encoded, so the ring holds the row's direction
+    (the same model as the unit row along that column) and no cell's magnitude."""
+    from islands.pca import FederatedPCA
+
+    unit = X.copy()
+    unit[3] = 0.0
+    unit[3, 1] = 1.0
+    with pytest.warns(UserWarning, match="noise_seed=7 makes the noise reproducible"):
+        fits = [FederatedPCA(2, epsilon=0.5, delta=1e-5, mode="secure", noise_seed=7,
+                             timeout=30).fit([part, Y @ np.ones((2, 3))])
+                for part in (_with(1e30), unit)]
+    # the 1e30 row's other cells become about 1e-30 after scaling: below the ring's 2^-24
+    np.testing.assert_array_equal(fits[0].components_, fits[1].components_)
+    np.testing.assert_array_equal(fits[0].mean_, fits[1].mean_)
+
+
+def test_secure_pca_refuses_noise_its_ring_cannot_hold_before_any_message() -> None:
+    """A tiny epsilon makes each site's noise share larger than the 64-bit ring can add
+    up. Before: encode_fixed failed inside the run, after the sites had exchanged their
+    session and keys; now the site names epsilon, the noise, the limit, before sending."""
+    from islands.data import open_source
+    from islands.pca import FederatedPCA, PcaConfig, publisher, site
+    from islands.runtime import Transcript, run_local
+
+    with pytest.raises(ValidationError, match=r"site1: epsilon=1e-11 gives its share of the "
+                                              r"noise on the column sums a standard deviation "
+                                              r"of 9.97e\+11, but the secure mode adds each "
+                                              r"site's column sums in 64-bit fixed point with "
+                                              r"24 fractional bits over 2 sites, so each must "
+                                              r"be at most 2.75e\+11"):
+        FederatedPCA(2, epsilon=1e-11, delta=1e-5, mode="secure", timeout=30).fit([X, X])
+    config = PcaConfig(mode="secure", n_components=2, sites=("a", "b"), publisher="p",
+                       epsilon=1e-11, delta=1e-5)
+    roles: dict[str, Any] = {name: partial(site, source=open_source(X, name=name),
+                                           config=config) for name in ("a", "b")}
+    transcript = Transcript()
+    with pytest.raises(ValidationError, match="epsilon=1e-11"):
+        run_local({**roles, "p": partial(publisher, config=config)}, timeout=30,
+                  transcript=transcript)
+    assert len(transcript) == 0
 
 
 def test_caller_array_is_not_written() -> None:

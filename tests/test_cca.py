@@ -167,6 +167,34 @@ def test_more_features_than_samples() -> None:
     assert np.all(np.isfinite(ridge.x_weights_)) and ridge.canonical_correlations_.max() < 1
 
 
+def test_one_huge_cell_is_named_not_called_rank_deficient(
+        data: tuple[np.ndarray, ...]) -> None:
+    """A user's X holds one 1e30 (a unit error): the columns are independent, but float64
+    cannot factor them together. Before: "rank deficient after centring"; now the value,
+    its cell and the limit, before anything is sent."""
+    X, Y = data
+    bad = X.copy()
+    bad[3, 2] = 1e30
+    transcript = Transcript()
+    with pytest.raises(ValidationError, match=r"holds 1e\+30 at row 3, column 2, which makes "
+                                              r"column 2 .* times larger than column 0 after "
+                                              r"centring; float64 factors the columns together "
+                                              r"only up to a ratio of 1/\(max\(n, p\)·eps\) = "
+                                              r"[0-9.e+]+, beyond which column 0") as info:
+        SwarmCCA(random_state=0).fit(bad, Y)
+    assert "rank deficient" not in str(info.value)
+    with pytest.raises(PartyInputError, match=r"party 's1'.*holds 1e\+30 at row 3, column 2"):
+        run_local({"s1": partial(s1, X=bad, perturb=False),
+                   "s2": partial(s2, Y=Y, perturb=False)}, timeout=30, transcript=transcript)
+    assert len(transcript.sent_by("s1")) == 0
+    # columns that are combinations of others are still "rank deficient", at any scale
+    dep = X.copy()
+    dep[:, 2] = 1e30 * X[:, 0]
+    dep[:, 4] = 3e30 * X[:, 0]
+    with pytest.raises(ValidationError, match="rank deficient"):
+        SwarmCCA(protocol="paper", perturb=False).fit(dep, Y)
+
+
 # ----------------------------------------------------------------- bad input
 
 

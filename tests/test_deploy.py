@@ -199,11 +199,12 @@ def test_vertical_logistic_regression_across_processes_equals_in_process(
     X, y = load_breast_cancer(return_X_y=True)
     X = (X - X.mean(axis=0)) / X.std(axis=0)
     x_b, x_a = X[:, :10], X[:, 10:]
-    ref = VerticalLogisticRegression(epochs=2, key_bits=1024, random_state=0).fit(x_a, x_b, y)
+    ref = VerticalLogisticRegression(epochs=2, key_bits=1024, insecure_keys=True,
+                                     random_state=0).fit(x_a, x_b, y)
     np.save(tmp_path / "a.npy", x_a)
     np.save(tmp_path / "b.npy", np.column_stack([x_b, y]))
     options = {"coordinator": "C", "active": "B", "model": "logistic", "epochs": 2,
-               "key_bits": 1024, "seed": ref.plan_.seed}
+               "key_bits": 1024, "insecure_keys": True, "seed": ref.plan_.seed}
     files = write_federation(tmp_path, "vfl", {"C": {}, "B": {"data": "b.npy"},
                                                "A": {"data": "a.npy"}}, options=options)
     assert_ok(run(files))
@@ -289,6 +290,25 @@ def test_config_errors_are_clear_and_come_before_connecting(tmp_path: Path) -> N
     fed.write_text(fed.read_text().replace('protocol = "cca"', 'protocol = "cca"\ncolour = 1'))
     with pytest.raises(JobError, match=r"unknown key\(s\) \['colour'\]"):
         load_party_config(files["y"])
+
+
+def test_a_federation_file_that_is_not_toml_is_called_a_federation_file(
+        tmp_path: Path) -> None:
+    """A user lists one organisation twice in [parties] (TOML refuses the repeated key) and
+    starts a party: the message names the federation file, not a "job file"."""
+    files = write_federation(tmp_path, "cca", {"x": {}, "y": {}}, options={"protocol": "paper"})
+    fed = tmp_path / "federation.toml"
+    fed.write_text(fed.read_text().replace("[parties]\n", '[parties]\ny = "127.0.0.1:1"\n'))
+    party = subprocess.run([sys.executable, "-m", "islands.cli", "party", "--config",
+                            str(files["x"])], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, **ENV, "COLUMNS": "400"}, check=False)
+    said = " ".join((party.stdout + party.stderr).split())
+    assert party.returncode != 0, said
+    assert f"federation file {fed} is not valid TOML" in said, said
+    assert "job file" not in said, said
+    files["x"].write_text("name = 'x'\n" + files["x"].read_text())  # 'name' twice
+    with pytest.raises(JobError, match=r"^party file .*x\.toml is not valid TOML"):
+        load_party_config(files["x"])
 
 
 @pytest.mark.parametrize(
@@ -420,12 +440,27 @@ def test_hfl_data_of_the_wrong_width_is_refused(tmp_path: Path) -> None:
         run_configured(load_party_config(files["c0"]))
 
 
+def test_a_one_row_hfl_client_is_refused_before_connecting(tmp_path: Path) -> None:
+    """Before: the client joined and the server refused it at the joins, after every client
+    had sent its row count; now it refuses itself, naming itself and the minimum."""
+    pytest.importorskip("torch")
+    np.save(tmp_path / "c0.npy", np.zeros((40, 65)))
+    np.save(tmp_path / "c1.npy", np.zeros((1, 65)))
+    files = write_federation(tmp_path, "hfl", _hfl_parties(2), options={**HFL, "epochs": 1},
+                             settings={"connect_timeout": 5.0})
+    with pytest.raises(JobError, match=r"c1\.toml: client 'c1' has 1 training row; FedAvg "
+                                       r"trains every client on mini-batches of 32 rows, so "
+                                       r"each client needs at least 32"):
+        run_configured(load_party_config(files["c1"]))
+
+
 def test_vertical_options_and_labels_are_checked(tmp_path: Path) -> None:
     np.save(tmp_path / "a.npy", np.zeros((30, 2)))
     np.save(tmp_path / "b.npy", np.column_stack([np.zeros((30, 2)), np.arange(30) % 3]))
     files = write_federation(tmp_path, "vfl", {"C": {}, "B": {"data": "b.npy"},
                                                "A": {"data": "a.npy"}},
-                             options={"coordinator": "C", "active": "B", "key_bits": 1024})
+                             options={"coordinator": "C", "active": "B", "key_bits": 1024,
+                                      "insecure_keys": True})
     with pytest.raises(JobError, match="exactly two classes in the labels; got 3"):
         run_configured(load_party_config(files["B"]))
     np.save(tmp_path / "a.npy", np.full((30, 2), 2.0**40))

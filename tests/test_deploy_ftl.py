@@ -27,7 +27,7 @@ from islands.vfl import FederatedTransferLearner
 pytestmark = pytest.mark.timeout(300)
 
 MODEL = {"dim": 4, "hidden": [8], "epochs": 2, "batch_size": 30, "pretrain_epochs": 1,
-         "key_bits": 1024}
+         "key_bits": 1024, "insecure_keys": True}
 
 
 def _data() -> dict[str, Any]:
@@ -73,6 +73,7 @@ def test_deployed_ftl_equals_the_estimator(tmp_path: Path) -> None:
     target = json.loads((out / "hospital" / "result.json").read_text())
     source = json.loads((out / "bank" / "result.json").read_text())
     assert target["role"] == "target" and source["role"] == "source"
+    assert "1024-bit keys are below" in target["security_warning"] == source["security_warning"]
     assert target["aligned_rows"] == source["aligned_rows"] == 60
     aligned = (out / "hospital" / "aligned-ids.txt").read_text().split()
     assert aligned == (out / "bank" / "aligned-ids.txt").read_text().split()
@@ -110,7 +111,12 @@ def test_ftl_section_and_files_are_checked_before_connecting(tmp_path: Path) -> 
                                    ids="bank-ids.txt").description
     cases: list[tuple[dict[str, Any], dict[str, str], str]] = [
         ({**good, "key_bits": 1000}, a, "federation file f.toml [ftl]: 'key_bits' must be an "
-         "int in [1024, 16384] and a multiple of 256; got 1000"),
+         "int in [2048, 16384] and a multiple of 256 (from 1024 only with insecure_keys, for "
+         "tests); got 1000"),
+        # the 2048-bit floor: a smaller key needs the explicit opt-in
+        ({**good, "key_bits": 1024, "insecure_keys": False}, a,
+         "federation file f.toml [ftl]: 'key_bits' must be an int in [2048, 16384] and a "
+         "multiple of 256 (from 1024 only with insecure_keys, for tests); got 1024"),
         ({**good, "loss": "hinge"}, a, "'loss' must be one of ['softmax', 'logistic']"),
         ({**good, "depth": 3}, a, "unknown key(s) ['depth']"),
         ({**good, "timeout": 9}, a, "'timeout' is the federation file's top-level setting"),

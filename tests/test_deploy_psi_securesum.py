@@ -284,3 +284,29 @@ def test_a_party_that_refuses_its_certificate_is_named_by_its_peers(tmp_path: Pa
         assert done[party].returncode != 0, text
         assert "cannot run with 'b': the certificate presented at" in text, text
         assert "could not reach" not in text, text
+
+
+def test_a_byte_order_mark_in_an_ids_file_is_not_part_of_the_first_id(tmp_path: Path) -> None:
+    """A party saves its IDs from a Windows editor (UTF-8 with a byte-order mark) and its
+    first ID is one both hold: PSI finds it (before, the mark stayed part of that ID and
+    PSI silently missed it)."""
+    (tmp_path / "a.txt").write_text("id1\nid2\nid3\n", encoding="utf-8-sig")
+    write_ids(tmp_path / "b.txt", ["id3", "id1", "b9"])
+    files = write_federation(tmp_path, "psi", {"hospital": {"ids": "a.txt"},
+                                               "bank": {"ids": "b.txt"}},
+                             options={"initiator": "hospital"})
+    assert_ok(run(files))
+    for party in ("hospital", "bank"):
+        common = (tmp_path / "out" / party / "common.txt").read_text(encoding="utf-8")
+        assert sorted(common.splitlines()) == ["id1", "id3"], party
+        assert result(tmp_path, party)["n_common"] == 2
+
+
+def test_a_byte_order_mark_inside_an_ids_file_is_named(tmp_path: Path) -> None:
+    """Two files joined together leave the second one's mark at the start of a line: an
+    error naming the line, before connecting (the mark would silently miss that ID)."""
+    (tmp_path / "a.txt").write_bytes("x\ny\n".encode("utf-8-sig") * 2)
+    files = write_federation(tmp_path, "psi", {"a": {"ids": "a.txt"}, "b": {}},
+                             options={"initiator": "a"})
+    with pytest.raises(JobError, match=r"a\.txt\): line 3 starts with a byte-order mark"):
+        run_configured(load_party_config(files["a"]))

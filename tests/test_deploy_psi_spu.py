@@ -173,7 +173,8 @@ def _vfl_federation(folder: Path, engine: str) -> dict[str, Path]:
     (folder / "labels.txt").write_text("".join(f"{i % 2}\n" for i in range(60)))
     keys["b"]["labels"] = "labels.txt"
     options: dict[str, Any] = {"coordinator": "c", "active": "b", "psi": True,
-                               "model": "logistic", "epochs": 2, "key_bits": 1024}
+                               "model": "logistic", "epochs": 2, "key_bits": 1024,
+                               "insecure_keys": True}
     if engine == "spu":
         options.update(psi_engine="spu", spu=dict(zip(("b", "a1", "a2"),
                                                       free_loopback_hosts(3), strict=True)))

@@ -70,7 +70,7 @@ def test_the_example_aligns_trains_and_infers_as_the_estimator_does(tmp_path: Pa
         rows, ("hospital", "lab", "clinic"))
     labels = read_labels(tmp_path / "hospital-labels.txt", what="labels")
     known = [i for i, v in enumerate(labels) if v is not None]
-    est = VerticalLogisticRegression(epochs=10, batch_size=64, key_bits=1024,
+    est = VerticalLogisticRegression(epochs=10, batch_size=64, key_bits=1024, insecure_keys=True,
                                      random_state=random_state)
     est.fit([x_lab, x_clinic], x_b[known], [labels[i] for i in known],
             ids_a=[ids_lab, ids_clinic], ids_b=[ids_b[i] for i in known])
@@ -126,6 +126,10 @@ def _federation(tmp_path: Path, options: dict[str, object], *, ids: bool = True,
     ({"normalize": "NFC"}, {}, "a", "'normalize' applies only with psi = true"),
     ({"psi": True, "max_peer_ratio": 0}, {}, "b", "'max_peer_ratio' must be"),
     ({"psi": True, "key_bits": 1100}, {}, "c", "'key_bits' must be an int in"),
+    # the 2048-bit floor, for every party: a 1024-bit key needs insecure_keys = true
+    *[({"key_bits": 1024}, {}, p, r"'key_bits' must be an int in \[2048, 16384\] and a "
+       r"multiple of 256 \(from 1024 only with insecure_keys, for tests\); got 1024")
+      for p in ("a", "b", "c")],
     ({"psi": True}, {"b": {"predict": "a.csv"}}, "b", "predict file names IDs"),
     ({}, {"a": {"ids": "a-ids.txt"}}, "a", "'ids' and 'predict' need psi = true"),
     ({}, {"b": {"predict": "b-ids.txt"}}, "b", "'ids' and 'predict' need psi = true"),
@@ -148,11 +152,28 @@ def test_unlabelled_rows_need_psi(tmp_path: Path) -> None:
 
 
 def test_a_federation_without_ids_still_trains_on_aligned_rows(tmp_path: Path) -> None:
-    files = _federation(tmp_path, {"epochs": 1, "batch_size": 10, "key_bits": 1024},
-                        ids=False)
+    files = _federation(tmp_path, {"epochs": 1, "batch_size": 10, "key_bits": 1024,
+                                   "insecure_keys": True}, ids=False)
     procs = start_parties(files, extra_args=["--insecure"])
     done = wait_parties(procs, files, timeout=300)
     assert all(f.returncode == 0 for f in done.values()), {k: f.log[-2000:]
                                                            for k, f in done.items()}
     summary = json.loads((tmp_path / "out" / "b" / "result.json").read_text())
     assert summary["role"] == "active" and "aligned_rows" not in summary
+    # the opt-in to 1024-bit keys: each party warned and its result says so
+    for name, party in done.items():
+        assert "InsecureKeyWarning: party" in party.log, name
+        summary = json.loads((tmp_path / "out" / name / "result.json").read_text())
+        assert summary["security_warning"].startswith(
+            "1024-bit keys are below islands' 2048-bit floor"), name
+
+
+def test_a_byte_order_mark_in_a_labels_or_predict_file_is_not_part_of_its_first_line(
+        tmp_path: Path) -> None:
+    """Text files saved by a Windows editor start with a byte-order mark: the first label
+    is "1", not "\\ufeff1" (a third class, or a label that is not a number)."""
+    labels, predict = tmp_path / "labels.txt", tmp_path / "predict.txt"
+    labels.write_text("1\n0\n\n1\n", encoding="utf-8-sig")
+    predict.write_text("p1\np2\n", encoding="utf-8-sig")
+    assert read_labels(labels, what="labels") == ["1", "0", None, "1"]
+    assert read_ids(predict, what="predict") == ["p1", "p2"]

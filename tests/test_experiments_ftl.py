@@ -64,11 +64,15 @@ def test_files_and_json(run: tuple[Path, dict[str, Any], list[str]]) -> None:
     assert doc["settings"]["paper_config"] == ftl.PAPER_CONFIG
     check = doc["encrypted_check"]
     assert check["max_abs_proba_diff"] < 1e-4 and check["overlap_rows"] == 27
+    # its 1024-bit keys are an explicit opt-in, named in the results and the report
+    assert check["insecure_keys"] is True and check["key_bits"] == 1024
+    assert check["security_warning"].startswith("1024-bit keys are below islands' 2048-bit")
     assert ("fashion_mnist" in doc["skipped"]) is not HAVE_FASHION
     assert {c["verdict"] for c in doc["agreement"]} <= {"agrees", "partly", "differs"}
     assert messages and messages[-1].startswith("done")
     report = (out / "report.md").read_text()
     assert "Quick settings" in report and "he=\"none\"" in report
+    assert "1024-bit keys, **below the 2048-bit floor" in report
     assert "![accuracy against overlap](accuracy_vs_overlap.png)" in report
 
 

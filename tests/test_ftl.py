@@ -23,6 +23,7 @@ from islands.vfl.ftl.protocol import (
     source,
     target,
 )
+from islands.vfl.keys import KEY_BITS_RULE as _KEY_RULE
 
 
 # ------------------------------------------------------------------ maths
@@ -122,7 +123,7 @@ def _scores(model_a: object, model_b: object, x: np.ndarray, plan: Plan) -> np.n
 def test_encrypted_equals_plain(alignment: str, loss: str, classes: int) -> None:
     """Same seed: Paillier and clear runs give the same losses and scores to ~2^-24."""
     common = dict(dim=3, hidden=(6,), epochs=2, batch_size=10, pretrain_epochs=1,
-                  alignment=alignment, loss=loss, key_bits=1024, seed=5)
+                  alignment=alignment, loss=loss, key_bits=1024, insecure_keys=True, seed=5)
     plain = Plan(he="none", **common)  # type: ignore[arg-type]
     secret = Plan(he="paillier", **common)  # type: ignore[arg-type]
     a0, b0 = _train(plain, classes)
@@ -159,8 +160,8 @@ def test_plans_must_agree() -> None:
     ("hidden", ("8",), "a tuple of layer widths in [1, 65536]"),
     ("alpha", 0.0, "a float in (0, 1e6] (it weights the label loss A learns from)"),
     ("he", "rsa", "'ou', 'paillier' or 'none'"),
-    ("key_bits", 1000, "an int in [1024, 16384] and a multiple of 256"),
-    ("key_bits", 2100, "an int in [1024, 16384] and a multiple of 256"),
+    ("key_bits", 1000, _KEY_RULE), ("key_bits", 2100, _KEY_RULE),
+    ("key_bits", 1024, _KEY_RULE),  # below the 2048-bit floor without insecure_keys
     ("frac_bits", 60, "an int in [8, 32]"), ("tol", float("inf"), "None or a float in (0, inf)"),
     ("seed", -1, "an int in [0, inf)")])
 def test_plan_errors_name_the_field(field: str, value: object, expected: str) -> None:
@@ -191,11 +192,13 @@ def test_one_config_holds_every_default() -> None:
 
 def test_estimator_errors_are_the_standard_message(cancer: dict[str, np.ndarray]) -> None:
     X, y, a, b = cancer["X"], cancer["y"], cancer["a"], cancer["b"]
-    with pytest.raises(ValidationError, match=r"^The 'key_bits' parameter of "
-                       r"FederatedTransferLearner must be an int in \[1024, 16384\] and a "
-                       r"multiple of 256. Got 1100 instead.$"):
-        FederatedTransferLearner(key_bits=1100).fit(X[a][:, :15], X[b][:, 15:], y[b],
-                                                    _ids(a), _ids(b))
+    for bits in (1100, 1024):  # 1024: below the 2048-bit floor without insecure_keys
+        with pytest.raises(ValidationError, match=r"^The 'key_bits' parameter of "
+                           r"FederatedTransferLearner must be an int in \[2048, 16384\] and a "
+                           r"multiple of 256 \(from 1024 only with insecure_keys, for "
+                           rf"tests\). Got {bits} instead.$"):
+            FederatedTransferLearner(key_bits=bits).fit(X[a][:, :15], X[b][:, 15:], y[b],
+                                                        _ids(a), _ids(b))
     with pytest.raises(ValidationError, match="The 'timeout' parameter of "
                        "FederatedTransferLearner must be"):
         FederatedTransferLearner(timeout=0).fit(X[a][:, :15], X[b][:, 15:], y[b], _ids(a),
@@ -237,7 +240,7 @@ def test_estimator_learns_and_follows_sklearn_conventions(cancer: dict[str, np.n
 def test_estimator_encrypted_equals_plain(cancer: dict[str, np.ndarray]) -> None:
     X, y, a, b, test = cancer["X"], cancer["y"], cancer["a"], cancer["b"], cancer["test"]
     kw = dict(dim=4, hidden=(8,), epochs=2, batch_size=30, pretrain_epochs=1, key_bits=1024,
-              random_state=3)
+              insecure_keys=True, random_state=3)
     fits = [FederatedTransferLearner(he=enc, **kw).fit(  # type: ignore[arg-type]
         X[a][:, :15], X[b][:, 15:], y[b], _ids(a), _ids(b)) for enc in ("none", "paillier")]
     np.testing.assert_allclose(fits[0].loss_history_, fits[1].loss_history_, rtol=1e-6)

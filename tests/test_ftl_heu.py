@@ -74,7 +74,7 @@ def scores(run: Any, x: Any, plan: Plan) -> Any:
 def test_an_ou_run_trains_the_paillier_model_and_the_clear_one(alignment: str, loss: str,
                                                                 classes: int) -> None:
     common = dict(dim=3, hidden=(6,), epochs=2, batch_size=10, pretrain_epochs=1,
-                  alignment=alignment, loss=loss, key_bits=1024, seed=5)
+                  alignment=alignment, loss=loss, key_bits=1024, insecure_keys=True, seed=5)
     plans = {he: Plan(he=he, **common) for he in ("none", "paillier", "ou")}  # type: ignore[arg-type]
     runs = {he: train(plan, classes, keep_payloads=he == "ou") for he, plan in plans.items()}
     x_new = data(classes)[0][:6]
@@ -106,7 +106,7 @@ def test_the_estimator_under_ou_equals_the_clear_run() -> None:
     x_a, x_b, labels, _ = data(2, n_b=80, n_o=40)
     ids_b = [f"id{i}" for i in range(x_b.shape[0])]
     kw = dict(dim=3, hidden=(6,), epochs=2, batch_size=12, pretrain_epochs=1, key_bits=1024,
-              random_state=4)
+              insecure_keys=True, random_state=4)
     fits = {he: FederatedTransferLearner(he=he, **kw).fit(  # type: ignore[arg-type]
         x_a, x_b, labels, ids_b[:40], ids_b) for he in ("none", "ou")}
     np.testing.assert_allclose(fits["ou"].loss_history_, fits["none"].loss_history_,
@@ -140,7 +140,7 @@ def test_encryption_was_renamed_to_he_everywhere() -> None:
 # ---------------------------------------------------------------- deviating peers
 
 PLAN = Plan(he="ou", dim=2, hidden=(4,), epochs=1, batch_size=10, pretrain_epochs=0,
-            key_bits=1024, seed=3)
+            key_bits=1024, insecure_keys=True, seed=3)
 ROWS, B_ROWS, FEATURES = 20, 10, 6  # the first batch of the plan has 10 rows
 
 
@@ -181,7 +181,7 @@ def play_source(deviation: dict[str, Any]) -> None:
 
 
 def test_a_peer_key_shorter_than_the_plan_is_refused_at_hello() -> None:
-    plan = replace(PLAN, key_bits=1280)
+    plan = replace(PLAN, key_bits=1280, insecure_keys=True)
     x_a = data(2)[0]
 
     def source_with_short_key(party: Any) -> None:

@@ -316,10 +316,43 @@ def test_bad_input_is_named() -> None:
         FederatedModel(SPEC).fit([(X, y), (X[:0], y[:0])])
     with pytest.raises(ValidationError, match=r"labels \[7\] are outside"):
         FederatedModel(SPEC).fit([(X, np.full(40, 7))])
-    with pytest.raises(ValidationError, match="larger than the"):
+    with pytest.raises(ValidationError, match=r"has 36 training rows .* at least 64"):
         FederatedModel(SPEC, FedAvg(batch_size=64)).fit([(X, y)])
     with pytest.raises(ValidationError, match="'epochs'"):
         FederatedModel(SPEC, epochs=0).fit([(X, y)])
+
+
+def test_two_clients_of_one_name_are_named_not_reported_as_a_deadlock() -> None:
+    """Before: the run stopped with "deadlock: every running party is waiting"."""
+    X, y = _blobs(40)
+    with pytest.raises(ValidationError, match=r"^The 'names' parameter of FederatedModel.fit "
+                                              r"must name each client once; 'a' names parts "
+                                              r"0 and 2$"):
+        FederatedModel(SPEC).fit([(X, y)] * 3, names=["a", "b", "a"])
+    with pytest.raises(ValidationError, match=r"must not use 'server' \(part 1\): it is the "
+                                              r"server's name"):
+        FederatedModel(SPEC).fit([(X, y)] * 2, names=["a", "server"])
+    with pytest.raises(ValidationError, match=r"'names' parameter of FederatedModel.fit must "
+                                              r"be a list of non-empty strings"):
+        FederatedModel(SPEC).fit([(X, y)] * 2, names=["a", ""])
+
+
+@pytest.mark.parametrize(("strategy", "need"), [(FedAvg(batch_size=8), "FedAvg trains every "
+                                                 "client on mini-batches of 8 rows, so each "
+                                                 "client needs at least 8"),
+                                                (APFL(batch_size=64, mbs=False), "APFL trains "
+                                                 "every client on mini-batches of 32 rows")])
+def test_a_one_row_client_is_refused_naming_it_and_the_minimum(strategy: Any,
+                                                               need: str) -> None:
+    """Before: the server refused it at the joins (after every client had sent its count)."""
+    X, y = _blobs(40)
+    with pytest.raises(ValidationError, match=r"^client 'client-2' has 1 training row; "
+                                              + need):
+        FederatedModel(SPEC, strategy).fit([(X, y), (X[:1], y[:1])])
+    # APFL's batch rule needs every count: the server's check, made before any message
+    with pytest.raises(ValidationError, match=r"^client 'client-2' holds 1 of 37 samples, so "
+                                              r"its APFL mini-batch int\(16·1/37\) is 0"):
+        FederatedModel(SPEC, APFL(batch_size=16)).fit([(X, y), (X[:1], y[:1])])
 
 
 def test_mean_aggregator_refuses_malformed_updates() -> None:

@@ -333,7 +333,7 @@ def test_an_address_where_no_ray_answers_is_refused_at_once() -> None:
         "import numpy as np\n"
         "from islands.errors import ValidationError\n"
         "from islands.hfl import FederatedModel, ModelSpec\n"
-        "X = np.zeros((20, 4), np.float32); y = np.arange(20) % 2\n"
+        "X = np.zeros((80, 4), np.float32); y = np.arange(80) % 2\n"  # a batch of 64
         "fm = FederatedModel(ModelSpec('linear', (4,), 2), backend='ray',"
         " ray_address='127.0.0.1:1')\n"
         "try:\n"

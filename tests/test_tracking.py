@@ -241,6 +241,7 @@ b_features = 10
 [model]
 kind = "logistic"
 key_bits = 1024
+insecure_keys = true
 epochs = 3
 tol = "none"
 """

@@ -30,7 +30,7 @@ from islands.vfl.protocol import (
 
 def make_plan(objective: str, **settings: Any) -> Plan:
     """A resolved plan from VflConfig; protocol tests run every epoch (tol=None) unless told."""
-    settings = {"tol": None, "key_bits": 1024, **settings}
+    settings = {"tol": None, "key_bits": 1024, "insecure_keys": True, **settings}
     return VflConfig.build(None, objective=objective, **settings).plan()
 
 
@@ -273,8 +273,9 @@ def test_linear_estimator_recovers_the_coefficients_and_predicts_by_table_2() ->
     rng = np.random.default_rng(0)
     X = rng.normal(size=(150, 5))
     y = X @ [1.0, -2.0, 0.5, 3.0, 0.0] + 1.0
-    model = VerticalLinearRegression(epochs=80, learning_rate=0.1, key_bits=1024, tol=None,
-                                     random_state=0).fit(X[:, :2], X[:, 2:], y)
+    model = VerticalLinearRegression(epochs=80, learning_rate=0.1, key_bits=1024,
+                                     insecure_keys=True, tol=None, random_state=0,
+                                     ).fit(X[:, :2], X[:, 2:], y)
     np.testing.assert_allclose(model.coef_a_, [1.0, -2.0], atol=1e-3)
     np.testing.assert_allclose(model.coef_b_, [0.5, 3.0, 0.0], atol=1e-3)
     assert model.intercept_ == pytest.approx(1.0, abs=1e-3)
@@ -288,8 +289,9 @@ def test_linear_estimator_recovers_the_coefficients_and_predicts_by_table_2() ->
 
 def test_tol_stops_training_once_the_loss_settles() -> None:
     blocks, y = data(60, (2, 2))
-    model = VerticalLinearRegression(epochs=200, learning_rate=0.1, key_bits=1024, tol=1e-3,
-                                     random_state=0).fit(blocks[0], blocks[1], y)
+    model = VerticalLinearRegression(epochs=200, learning_rate=0.1, key_bits=1024,
+                                     insecure_keys=True, tol=1e-3, random_state=0,
+                                     ).fit(blocks[0], blocks[1], y)
     assert model.converged_ and model.n_epochs_ < 200 == model.epochs
     assert len(model.loss_history_) == model.n_epochs_
 
@@ -298,7 +300,7 @@ def test_logistic_estimator_maps_any_two_labels() -> None:
     rng = np.random.default_rng(2)
     X = rng.normal(size=(120, 4))
     labels = np.where(X @ [2.0, -1.0, 1.0, 0.5] > 0, "spam", "ham")
-    model = VerticalLogisticRegression(key_bits=1024, epochs=15, random_state=0)
+    model = VerticalLogisticRegression(key_bits=1024, insecure_keys=True, epochs=15, random_state=0)
     model.fit(X[:, :2], X[:, 2:], labels)
     assert model.classes_.tolist() == ["ham", "spam"]
     pred = model.predict(X[:, :2], X[:, 2:])
@@ -313,7 +315,8 @@ def test_several_passive_parties_and_alignment_by_psi() -> None:
     blocks, y = data(60, (2, 1, 2), seed=4)
     ids = [f"person-{i:03d}" for i in range(60)]
     rng = np.random.default_rng(9)
-    kw = dict(epochs=3, learning_rate=0.1, key_bits=1024, tol=None, random_state=3)
+    kw = dict(epochs=3, learning_rate=0.1, key_bits=1024, insecure_keys=True, tol=None,
+              random_state=3)
     reference = VerticalLinearRegression(**kw).fit(blocks[:2], blocks[2], y)
     # every party holds its rows in its own order, plus people the others lack; B's
     # labels follow B's rows
@@ -370,7 +373,7 @@ def test_bad_input_is_refused_before_any_message(call: Any, message: str,
 
     runs: list[Any] = []
     monkeypatch.setattr(est, "run_local", lambda *a, **k: runs.append(a))
-    model = VerticalLinearRegression(key_bits=1024)
+    model = VerticalLinearRegression(key_bits=1024, insecure_keys=True)
     with pytest.raises(ValidationError, match=message):
         call(model)
     assert not runs
@@ -378,8 +381,8 @@ def test_bad_input_is_refused_before_any_message(call: Any, message: str,
 
 def test_logistic_needs_two_classes() -> None:
     with pytest.raises(ValidationError, match="exactly two classes"):
-        VerticalLogisticRegression(key_bits=1024).fit(np.ones((4, 1)), np.ones((4, 1)),
-                                                      [1, 1, 1, 1])
+        VerticalLogisticRegression(key_bits=1024, insecure_keys=True).fit(
+            np.ones((4, 1)), np.ones((4, 1)), [1, 1, 1, 1])
     with pytest.raises(RuntimeError, match="not fitted"):
         VerticalLogisticRegression().predict(np.ones((2, 1)), np.ones((2, 1)))
 
@@ -398,7 +401,7 @@ def test_breast_cancer_auc_is_within_001_of_scikit_learn() -> None:
     x_tr, x_te = scaler.transform(x_tr), scaler.transform(x_te)
     ref = roc_auc_score(y_te, LogisticRegression(max_iter=1000).fit(x_tr, y_tr)
                         .decision_function(x_te))
-    model = VerticalLogisticRegression(key_bits=1024, random_state=0)
+    model = VerticalLogisticRegression(key_bits=1024, insecure_keys=True, random_state=0)
     model.fit(x_tr[:, 10:], x_tr[:, :10], y_tr)
     auc = roc_auc_score(y_te, model.decision_function(x_te[:, 10:], x_te[:, :10]))
     assert auc >= ref - 0.01
@@ -432,7 +435,8 @@ def _unbalanced(big: int, n_passive: int = 1) -> tuple[Any, Any, Any, Any, Any]:
 def test_psi_refuses_a_party_with_20x_the_others_ids(big: int, n_passive: int, refuser: str,
                                                       peer: str) -> None:
     x_a, x_b, y, ids_a, ids_b = _unbalanced(big, n_passive)
-    model = VerticalLinearRegression(key_bits=1024, epochs=1, batch_size=50, tol=None)
+    model = VerticalLinearRegression(key_bits=1024, insecure_keys=True, epochs=1, batch_size=50,
+                                     tol=None)
     with pytest.raises(ProtocolError) as info:
         model.fit(x_a, x_b, y, ids_a=ids_a, ids_b=ids_b)
     message = str(info.value)
@@ -447,8 +451,8 @@ def test_psi_refuses_a_party_with_20x_the_others_ids(big: int, n_passive: int, r
                                    {"max_peer_ratio": None}])
 def test_psi_accepts_the_large_party_once_the_limit_is_raised(limit: dict[str, Any]) -> None:
     x_a, x_b, y, ids_a, ids_b = _unbalanced(0)
-    model = VerticalLinearRegression(key_bits=1024, epochs=1, batch_size=50, tol=None,
-                                     **limit)
+    model = VerticalLinearRegression(key_bits=1024, insecure_keys=True, epochs=1, batch_size=50,
+                                     tol=None, **limit)
     assert model.get_params() | limit == model.get_params()
     model.fit(x_a, x_b, y, ids_a=ids_a, ids_b=ids_b)
     assert model.ids_ == ids_b and np.shape(model.coef_a_) == (2,)
@@ -467,7 +471,7 @@ def test_bad_psi_limits_are_refused_before_any_message(key: str, value: Any, ids
 
     runs: list[Any] = []
     monkeypatch.setattr(est, "run_local", lambda *a, **k: runs.append(a))
-    model = VerticalLogisticRegression(key_bits=1024).set_params(**{key: value})
+    model = VerticalLogisticRegression(key_bits=1024, insecure_keys=True).set_params(**{key: value})
     ids_kw = {"ids_a": [1, 2, 3, 4], "ids_b": [1, 2, 3, 4]} if ids else {}
     with pytest.raises(ValidationError,
                        match=f"The '{key}' parameter of VerticalLogisticRegression must be"):
@@ -501,7 +505,8 @@ def test_fit_with_ids_aligns_and_trains_in_one_run_of_the_federation_roles(
     """PSI, then training, as the deployed federation's roles, with no inference stage."""
     blocks, y = data(40, (2, 2, 3), seed=6)
     ids = [f"id-{i:02d}" for i in range(40)]
-    kw = dict(epochs=2, learning_rate=0.1, key_bits=1024, tol=None, random_state=1)
+    kw = dict(epochs=2, learning_rate=0.1, key_bits=1024, insecure_keys=True, tol=None,
+              random_state=1)
     runs = _recorded(monkeypatch)
     # A₂ lacks the first 5 people, A₁ holds 3 that B lacks; B's rows are reversed
     model = VerticalLinearRegression(**kw).fit(
@@ -529,7 +534,7 @@ def test_ids_that_differ_only_in_unicode_form_align() -> None:
     blocks, y = data(12, (2, 2), seed=8)
     names = [f"caf\u00e9-{i}" for i in range(12)]
     decomposed = [n.replace("\u00e9", "e\u0301") for n in names]
-    kw = dict(epochs=1, batch_size=6, key_bits=1024, tol=None, random_state=2)
+    kw = dict(epochs=1, batch_size=6, key_bits=1024, insecure_keys=True, tol=None, random_state=2)
     model = VerticalLinearRegression(**kw).fit(blocks[0], blocks[1], y, ids_a=decomposed,
                                                ids_b=names)
     assert model.ids_ == sorted(names)  # B's own spelling, in PSI's order
@@ -540,7 +545,7 @@ def test_ids_that_differ_only_in_unicode_form_align() -> None:
 
 def test_numpy_ids_come_back_as_python_values() -> None:
     blocks, y = data(12, (2, 2), seed=9)
-    model = VerticalLinearRegression(epochs=1, batch_size=6, key_bits=1024).fit(
+    model = VerticalLinearRegression(epochs=1, batch_size=6, key_bits=1024, insecure_keys=True).fit(
         blocks[0], blocks[1], y, ids_a=np.arange(12), ids_b=np.arange(12)[::-1].copy())
     assert model.ids_ == list(range(12)) and all(type(v) is int for v in model.ids_)
 
@@ -556,7 +561,7 @@ def test_what_alignment_leaves_is_refused_before_training(ids_a: Any, ids_b: Any
     rng = np.random.default_rng(0)
     x_a = [rng.normal(size=(len(ids), 1)) for ids in ids_a]
     x_b, y = rng.normal(size=(len(ids_b), 2)), rng.normal(size=len(ids_b))
-    model = VerticalLinearRegression(key_bits=1024, batch_size=8)
+    model = VerticalLinearRegression(key_bits=1024, insecure_keys=True, batch_size=8)
     with pytest.raises(ValidationError, match=message) as info:
         model.fit(x_a, x_b, y, ids_a=ids_a, ids_b=ids_b)
     assert not hasattr(model, "coef_b_")
@@ -573,7 +578,7 @@ def test_bad_ids_of_any_passive_party_are_refused_before_any_message(
         ids_a: Any, message: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Before, PSI with A₁ ran before A₂'s IDs were checked."""
     runs = _recorded(monkeypatch)
-    model = VerticalLinearRegression(key_bits=1024)
+    model = VerticalLinearRegression(key_bits=1024, insecure_keys=True)
     with pytest.raises(ValidationError, match=message):
         model.fit([np.ones((4, 1)), np.ones((4, 1))], np.ones((4, 1)), np.arange(4.0),
                   ids_a=ids_a, ids_b=list(range(4)))

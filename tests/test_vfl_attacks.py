@@ -28,7 +28,7 @@ from islands.vfl.protocol import Hello, Plan, Setup, active, coordinator, passiv
 
 def make_plan(objective: str, **settings: Any) -> Plan:
     """A resolved plan from VflConfig; protocol tests run every epoch (tol=None) unless told."""
-    settings = {"tol": None, "key_bits": 1024, **settings}
+    settings = {"tol": None, "key_bits": 1024, "insecure_keys": True, **settings}
     return VflConfig.build(None, objective=objective, **settings).plan()
 
 
@@ -106,7 +106,7 @@ def test_the_estimator_refuses_such_a_batch_before_any_message(
     x_a, x_b, y = breast_cancer()
     runs: list[Any] = []
     monkeypatch.setattr(est, "run_local", lambda *a, **k: runs.append(a))
-    model = VerticalLogisticRegression(batch_size=16, key_bits=1024)
+    model = VerticalLogisticRegression(batch_size=16, key_bits=1024, insecure_keys=True)
     with pytest.raises(ValidationError, match=r"'batch_size'.*>= 21.*'A' holds 20 features"):
         model.fit(x_a, x_b, y)
     # the other way round: B's 10 features and intercept, 11 equations for u_A
@@ -180,7 +180,7 @@ def test_a_cannot_choose_a_tiny_last_batch_by_dropping_ids(
     keep = np.sort(np.random.default_rng(1).permutation(y.size)[:515])
     seen = capture_gradient_sums(monkeypatch)
     model = VerticalLogisticRegression(batch_size=64, epochs=1, tol=None, key_bits=1024,
-                                       random_state=0)
+                                       insecure_keys=True, random_state=0)
     model.fit(x_a[keep], x_b, y, ids_a=[ids[i] for i in keep], ids_b=ids)
     assert model.ids_ is not None and len(model.ids_) == 515
     rows_of = {v: i for i, v in enumerate(ids)}
@@ -240,7 +240,7 @@ def test_a1_learns_which_of_its_ids_shared_with_b_a2_holds(
         return runs[-1]
 
     monkeypatch.setattr(est, "run_local", record)
-    model = est.VerticalLinearRegression(key_bits=1024, epochs=1)
+    model = est.VerticalLinearRegression(key_bits=1024, insecure_keys=True, epochs=1)
     model.fit([x_a1, x_a2], x_b, y, ids_a=[ids_a1, ids_a2], ids_b=ids_b)
     (run,) = runs  # alignment and training in one run
     a1_with_b = set(ids_a1) & set(ids_b)  # A₁'s own PSI output

@@ -104,8 +104,8 @@ def test_the_cleartext_baseline_trains_the_same_model() -> None:
     rng = np.random.default_rng(3)
     X = rng.normal(size=(80, 4))
     y = X @ [1.0, -1.0, 0.5, 2.0] + 0.3
-    fits = [VerticalLinearRegression(he=e, key_bits=1024, epochs=2, batch_size=20,
-                                     random_state=1).fit(X[:, :2], X[:, 2:], y)
+    fits = [VerticalLinearRegression(he=e, key_bits=1024, insecure_keys=True, epochs=2,
+                                     batch_size=20, random_state=1).fit(X[:, :2], X[:, 2:], y)
             for e in ("none", "paillier")]
     np.testing.assert_array_equal(fits[0].coef_b_, fits[1].coef_b_)  # same integer arithmetic
     np.testing.assert_array_equal(fits[0].coef_a_, fits[1].coef_a_)
@@ -122,16 +122,18 @@ def test_seed_random_state_is_the_federation_files_drawn_seed() -> None:
             == job_config(seed=5).plan() == fed_config(seed=draw_seed(5, "x")).plan())
 
 
-@pytest.mark.parametrize("bits", [1100, 768, 17408, 2048.0])
+@pytest.mark.parametrize("bits", [1100, 768, 17408, 2048.0, 1024, 1792])
 def test_key_bits_is_paillier_own_rule_everywhere(bits: Any) -> None:
-    """The estimator took 1100 (keygen failed inside the run); the limit is Paillier's own."""
+    """The estimator took 1100 (keygen failed inside the run); the limit is Paillier's own,
+    with the 2048-bit floor: 1024 and 1792 need insecure_keys."""
+    rule = (r"an int in \[2048, 16384\] and a multiple of 256 \(from 1024 only with "
+            r"insecure_keys, for tests\)")
     with pytest.raises(ValidationError,
-                       match=r"The 'key_bits' parameter of VerticalLinearRegression must be an "
-                             r"int in \[1024, 16384\] and a multiple of 256\. Got "):
+                       match=r"The 'key_bits' parameter of VerticalLinearRegression must be "
+                             + rule + r"\. Got "):
         estimator_config(key_bits=bits)
     for build in (job_config, fed_config):
-        with pytest.raises(JobError, match=r"'key_bits' must be an int in \[1024, 16384\] and "
-                                           r"a multiple of 256; got"):
+        with pytest.raises(JobError, match=r"'key_bits' must be " + rule + "; got"):
             build(key_bits=bits)
     assert fed_config(key_bits=16384).key_bits == 16384
 
@@ -228,7 +230,8 @@ def test_the_estimator_and_the_job_file_train_with_one_plan() -> None:
     rng = np.random.default_rng(1)
     X = rng.normal(size=(60, 3))
     y = (X @ [1.0, -1.0, 2.0] > 0).astype(int)
-    settings = {"learning_rate": 0.2, "epochs": 2, "batch_size": 30, "key_bits": 1024}
+    settings = {"learning_rate": 0.2, "epochs": 2, "batch_size": 30, "key_bits": 1024,
+                "insecure_keys": True}
     model = VerticalLogisticRegression(random_state=11, he="none", **settings)
     model.fit(X[:, :1], X[:, 1:], y)
     job = parse_vertical_job({"name": "x", "kind": "vertical", "seed": 11,
@@ -238,8 +241,11 @@ def test_the_estimator_and_the_job_file_train_with_one_plan() -> None:
 
 @pytest.mark.parametrize(("line", "said"), [
     ("feature_bits = 30", "[model]: 'feature_bits' must be an int in [1, 22]; got 30"),
-    ("key_bits = 1100", "[model]: 'key_bits' must be an int in [1024, 16384] and a multiple "
-                        "of 256; got 1100"),
+    ("key_bits = 1100", "[model]: 'key_bits' must be an int in [2048, 16384] and a multiple "
+                        "of 256 (from 1024 only with insecure_keys, for tests); got 1100"),
+    # the 2048-bit floor: 1024 needs insecure_keys = true
+    ("key_bits = 1024", "[model]: 'key_bits' must be an int in [2048, 16384] and a multiple "
+                        "of 256 (from 1024 only with insecure_keys, for tests); got 1024"),
     ("tol = 0", "[model]: 'tol' must be a float in (0, inf), or None"),
 ])
 def test_islands_run_refuses_a_bad_model_setting_before_training(tmp_path: Path, line: str,

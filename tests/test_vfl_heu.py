@@ -37,7 +37,7 @@ def cipher() -> heu.OuCipher:
 
 
 def make_plan(objective: str, **settings: Any) -> Plan:
-    settings = {"tol": None, "key_bits": 1024, **settings}
+    settings = {"tol": None, "key_bits": 1024, "insecure_keys": True, **settings}
     return VflConfig.build(None, objective=objective, **settings).plan()
 
 
@@ -58,8 +58,9 @@ def test_an_ou_run_trains_the_clear_runs_model(cls: Any, widths: tuple[int, ...]
     if cls is VerticalLogisticRegression:
         y = (y > np.median(y)).astype(int)
     x_a = blocks[0] if len(blocks) == 2 else blocks[:-1]
-    fits = {he: cls(he=he, key_bits=1024, epochs=2, batch_size=30, lam=0.01, tol=None,
-                    random_state=3).fit(x_a, blocks[-1], y) for he in ("none", "ou")}
+    fits = {he: cls(he=he, key_bits=1024, insecure_keys=True, epochs=2, batch_size=30,
+                    lam=0.01, tol=None, random_state=3).fit(x_a, blocks[-1], y)
+            for he in ("none", "ou")}
     clear, ou = fits["none"], fits["ou"]
     # the same integer arithmetic: equal bit for bit, which is within the fixed-point step
     np.testing.assert_array_equal(np.hstack(clear.coef_a_), np.hstack(ou.coef_a_))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from islands.vfl.job import (
     parse_vertical_job,
     run_vertical,
 )
+from islands.vfl.keys import InsecureKeyWarning
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 # results.json's keys, in order, as every release has written them
@@ -30,6 +32,9 @@ VERTICAL_KEYS = ["job", "settings", "rows", "features", "loss_history", "batch_l
                  "epochs_run", "converged", "metrics", "epoch_seconds", "per_epoch_split",
                  "bytes", "bytes_by_tag", "aligned_ids", "max_abs_diff_to_centralised_gd",
                  "wall_time_s"]
+INSECURE_KEYS = [*VERTICAL_KEYS[:2], "security_warning", *VERTICAL_KEYS[2:]]
+"""The keys of a run with keys below the 2048-bit floor: the warning follows the settings."""
+WARNING = "1024-bit keys are below islands' 2048-bit floor (insecure_keys)"
 
 
 def test_the_examples_parse() -> None:
@@ -68,7 +73,8 @@ def test_bad_jobs_name_the_key(raw: dict[str, Any], message: str) -> None:
 def test_a_two_passive_linear_job_runs_and_matches_scikit_learn() -> None:
     job = parse_vertical_job({"name": "t", "kind": "vertical", "data": {"name": "diabetes"},
                               "parties": {"b_features": 4, "passive": 2},
-                              "model": {"kind": "linear", "key_bits": 1024, "epochs": 30,
+                              "model": {"kind": "linear", "key_bits": 1024,
+                                        "insecure_keys": True, "epochs": 30,
                                         "batch_size": 64}})
     r = run_vertical(job)
     assert (r.passive_features, r.active_features) == ([3, 3], 4)
@@ -77,9 +83,10 @@ def test_a_two_passive_linear_job_runs_and_matches_scikit_learn() -> None:
     assert r.max_abs_diff_to_centralised_gd < 1e-4
     assert len(r.epoch_seconds) == r.epochs_run == len(r.loss_history)
     assert set(r.per_epoch_split) == {"A1", "A2", "B", "C"}
-    # results.json: the keys and nesting it has always had
+    # results.json: the keys and nesting it has always had, and the opt-in to 1024-bit keys
     doc = r.to_json()
-    assert list(doc) == VERTICAL_KEYS
+    assert list(doc) == INSECURE_KEYS and doc["security_warning"].startswith(WARNING)
+    assert doc["settings"]["insecure_keys"] is True and doc["job"]["model"]["insecure_keys"]
     assert doc["rows"] == {"train_aligned": r.train_rows, "test": r.test_rows}
     assert doc["features"] == {"passive": [3, 3], "active": 4}
     assert doc["settings"]["objective"] == "linear" and doc["job"]["name"] == "t"
@@ -92,15 +99,18 @@ def test_cli_runs_a_vertical_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     job = tmp_path / "job.toml"
     job.write_text('name = "bc"\nkind = "vertical"\n[data]\nname = "breast_cancer"\n'
                    '[parties]\nb_features = 10\npsi = true\nmax_peer_size = 500\n'
-                   '[model]\nkind = "logistic"\nkey_bits = 1024\nepochs = 3\n')
+                   '[model]\nkind = "logistic"\nkey_bits = 1024\ninsecure_keys = true\n'
+                   'epochs = 3\n')
     out = tmp_path / "out"
     monkeypatch.setattr(sys, "argv", ["islands", "run", str(job), "--output", str(out)])
-    with pytest.raises(SystemExit) as exit_info:
+    with pytest.warns(InsecureKeyWarning, match=re.escape(WARNING)), \
+            pytest.raises(SystemExit) as exit_info:
         main()
     assert exit_info.value.code in (0, None)
     result = json.loads((out / "results.json").read_text())
     assert result["aligned_ids"] < 455 and result["metrics"]["auc"] > 0.95
-    assert list(result) == VERTICAL_KEYS and result["rows"]["train_aligned"] == result[
+    assert result["security_warning"].startswith(WARNING)
+    assert list(result) == INSECURE_KEYS and result["rows"]["train_aligned"] == result[
         "aligned_ids"]
     assert list(result["metrics"]) == ["accuracy", "auc", "sklearn_accuracy", "sklearn_auc"]
     assert (out / "loss.png").stat().st_size > 1000
@@ -140,7 +150,9 @@ def test_quick_reproduction(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "results.json").read_text())
     assert list(doc) == ["settings", "runs", "agreement", "figures", "wall_time_s"]
     assert doc == json.loads(json.dumps(results.to_json()))
-    assert all(list(r) == VERTICAL_KEYS for r in doc["runs"].values())
+    # quick runs opt into 1024-bit keys, and each run's results say so
+    assert all(list(r) == INSECURE_KEYS for r in doc["runs"].values())
+    assert "1024-bit keys, below the 2048-bit floor" in (tmp_path / "report.md").read_text()
     report = (tmp_path / "report.md").read_text()
     assert "Cost per epoch" in report and (tmp_path / "loss_curves.png").exists()
     assert any("[breast_cancer]" in m for m in messages)
@@ -187,7 +199,8 @@ def test_a_job_files_psi_limit_reaches_the_parties(tmp_path: Path) -> None:
     job = tmp_path / "job.toml"
     job.write_text('name = "bc"\nkind = "vertical"\n[data]\nname = "breast_cancer"\n'
                    '[parties]\nb_features = 10\npsi = true\nmax_peer_ratio = 0.5\n'
-                   '[model]\nkind = "logistic"\nkey_bits = 1024\nepochs = 1\n')
+                   '[model]\nkind = "logistic"\nkey_bits = 1024\ninsecure_keys = true\n'
+                   'epochs = 1\n')
     done = subprocess.run([sys.executable, "-c", "from islands.cli import main; main()",
                            "run", str(job), "--output", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=300, check=False,

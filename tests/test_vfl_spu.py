@@ -68,8 +68,8 @@ def test_the_vertical_estimator_with_spu_fits_the_model_dh_fits(
     d = _vertical_views()
     finished = _count_spu_runs(monkeypatch)
     fits = {engine: VerticalLogisticRegression(epochs=1, batch_size=32, key_bits=1024,
-                                               psi_engine=engine, random_state=0,
-                                               timeout=120).fit(**d)
+                                               insecure_keys=True, psi_engine=engine,
+                                               random_state=0, timeout=120).fit(**d)
             for engine in ("dh", "spu")}
     # B runs one SPU PSI with each passive party, on the same loopback address for both
     assert sorted(finished) == ["A1", "A2", "B", "B"]
@@ -90,7 +90,7 @@ def test_the_transfer_learner_with_spu_fits_the_model_dh_fits(
     b, a = perm[:100], np.concatenate([perm[100:150], perm[:30]])
     finished = _count_spu_runs(monkeypatch)
     fits = {engine: FederatedTransferLearner(dim=4, hidden=(8,), epochs=1, batch_size=15,
-                                             pretrain_epochs=1, key_bits=1024,
+                                             pretrain_epochs=1, key_bits=1024, insecure_keys=True,
                                              psi_engine=engine, random_state=3,
                                              timeout=120).fit(
         X[a][:, :15], X[b][:, 15:], y[b], _ids(a), _ids(b)) for engine in ("dh", "spu")}
@@ -111,7 +111,7 @@ def test_a_vertical_job_file_aligns_with_spu(monkeypatch: pytest.MonkeyPatch) ->
                                   "parties": {"b_features": 10, "psi": True,
                                               "psi_engine": engine},
                                   "model": {"kind": "logistic", "key_bits": 1024,
-                                            "epochs": 1}})
+                                            "insecure_keys": True, "epochs": 1}})
         assert job.config().psi_engine == engine
         results[engine] = run_vertical(job)
     assert sorted(finished) == ["A", "B"]
@@ -130,7 +130,7 @@ def test_a_bad_engine_is_named_before_any_message(
     d = _vertical_views()
     with pytest.raises(ValidationError, match=rf"The 'psi_engine' parameter of {kind.__name__} "
                        r"must be 'dh' or 'spu'\. Got 'ecdh' instead"):
-        kind(psi_engine="ecdh", key_bits=1024).fit(**d)
+        kind(psi_engine="ecdh", key_bits=1024, insecure_keys=True).fit(**d)
     x_a, x_b = _cancer()[0][:, :15], _cancer()[0][:, 15:]
     with pytest.raises(ValidationError, match="The 'psi_engine' parameter of "
                        "FederatedTransferLearner must be 'dh' or 'spu'"):
@@ -149,7 +149,7 @@ def test_without_spus_environment_spu_fails_before_any_message(
     how = r"SecretFlow SPU's environment is missing .*`make spu`.*psi_engine='dh'"
     with pytest.raises(ValidationError,
                        match=r"^VerticalLogisticRegression \(psi_engine='spu'\): " + how):
-        VerticalLogisticRegression(psi_engine="spu", key_bits=1024).fit(**d)
+        VerticalLogisticRegression(psi_engine="spu", key_bits=1024, insecure_keys=True).fit(**d)
     X, y = _cancer()
     with pytest.raises(ValidationError,
                        match=r"^FederatedTransferLearner \(psi_engine='spu'\): " + how):

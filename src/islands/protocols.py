@@ -277,18 +277,29 @@ def _load(rows: Any, path: Path, what: str, block_size: int | None) -> np.ndarra
     return np.concatenate(blocks, axis=0)
 
 
+_BOM = "\ufeff"
+
+
+def _read_text(path: Path, what: str) -> str:
+    """Read a UTF-8 text file; a byte-order mark at its start (Windows editors) is dropped."""
+    try:
+        # utf-8-sig: a BOM would otherwise stay part of the first line (its first ID)
+        return path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JobError(f"{what} ({path}) cannot be read as UTF-8 text: {exc}") from None
+
+
 def read_ids(path: Path, *, what: str) -> list[str]:
     """Read an ID file: one ID per line, UTF-8, each kept as text.
 
     IDs stay strings (``"007"`` and ``"7"`` differ), so that two parties reading their
-    files by this rule always enter IDs of one kind into PSI. Blank lines at the end are
+    files by this rule always enter IDs of one kind into PSI. A byte-order mark at the
+    start of the file is not part of the first ID; one at the start of another line
+    (files joined together) is an error naming its line. Blank lines at the end are
     ignored; a blank line among the IDs is an error naming its line, as is a file with
     no ID.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise JobError(f"{what} ({path}) cannot be read as UTF-8 text: {exc}") from None
+    text = _read_text(path, what)
     ids = [line.rstrip("\r") for line in text.rstrip("\r\n").splitlines()]
     if not ids or ids == [""]:
         raise JobError(f"{what} ({path}) holds no ID")
@@ -296,6 +307,10 @@ def read_ids(path: Path, *, what: str) -> list[str]:
         if not value.strip():
             raise JobError(f"{what} ({path}): line {number} is blank; every line must hold "
                            "one ID")
+        if value.startswith(_BOM):
+            raise JobError(f"{what} ({path}): line {number} starts with a byte-order mark "
+                           "(U+FEFF), which would be part of its ID and never match; "
+                           "remove it (were files joined together?)")
     return ids
 
 
@@ -305,10 +320,7 @@ def read_labels(path: Path, *, what: str) -> list[str | None]:
     Labels stay text (the caller decides whether they are numbers or classes); None marks
     a row whose outcome is unknown (a row to predict, not to train on).
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise JobError(f"{what} ({path}) cannot be read as UTF-8 text: {exc}") from None
+    text = _read_text(path, what)
     labels = [line.strip() or None for line in text.rstrip("\r\n").splitlines()]
     if not any(v is not None for v in labels):
         raise JobError(f"{what} ({path}) holds no label")

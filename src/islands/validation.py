@@ -73,8 +73,8 @@ FLOAT32_LIMIT_REASON = ("the model computes in float32, where sums of up to 2^40
 """Why :data:`MAX_ABS_FLOAT32` is the limit, for error messages."""
 
 
-def read_toml(path: Any) -> dict[str, Any]:
-    """Read a job file as TOML.
+def read_toml(path: Any, *, what: str = "job file") -> dict[str, Any]:
+    """Read a job file (or the file ``what`` names, e.g. ``"federation file"``) as TOML.
 
     Raises
     ------
@@ -85,11 +85,11 @@ def read_toml(path: Any) -> dict[str, Any]:
     """
     source = Path(path)
     if not source.is_file():
-        raise DataNotFoundError(f"no job file at {source}")
+        raise DataNotFoundError(f"no {what} at {source}")
     try:
         raw: dict[str, Any] = tomllib.loads(source.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise JobError(f"job file {source} is not valid TOML: {exc}") from exc
+        raise JobError(f"{what} {source} is not valid TOML: {exc}") from exc
     return raw
 
 

@@ -8,8 +8,9 @@
 #
 # Environment: PYTHON (default: the repository's .venv, else python3), BASE_PORT (use
 # BASE_PORT+1 .. BASE_PORT+4 instead of the file's 47101-47104), KEY_BITS (default: the
-# file's 2048), SEED (the public batch-order seed, default: the file's 0), DEADLINE
-# (seconds to wait for the parties, default 900).
+# file's 2048; below 2048 the run opts into insecure_keys, for tests), SEED (the public
+# batch-order seed, default: the file's 0), DEADLINE (seconds to wait for the parties,
+# default 900).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,8 +28,9 @@ path, base, bits, seed = sys.argv[1:5]
 text = open(path, encoding="utf-8").read()
 if base:
     text = re.sub(r"127\.0\.0\.1:4710([1-4])", lambda m: f"127.0.0.1:{int(base) + int(m[1])}", text)
-if bits:
-    text = re.sub(r"(?m)^key_bits = \d+", f"key_bits = {int(bits)}", text)
+if bits:  # below 2048 bits only with insecure_keys (tests only; every result says so)
+    opt_in = "\ninsecure_keys = true" if int(bits) < 2048 else ""
+    text = re.sub(r"(?m)^key_bits = \d+", f"key_bits = {int(bits)}{opt_in}", text)
 if seed:
     text = re.sub(r"(?m)^seed = \d+", f"seed = {int(seed)}", text)
 open(path, "w", encoding="utf-8").write(text)

@@ -131,8 +131,10 @@ def whiten(
                                     "after centring")
         q, r = scipy.linalg.qr(centred, mode="economic", overwrite_a=True, check_finite=False)
         diag = np.abs(np.diag(r))
-        tol = max(n, p) * np.finfo(np.float64).eps * diag.max()
+        rel = max(n, p) * np.finfo(np.float64).eps
+        tol = rel * diag.max()
         if diag.min() <= tol:
+            _refuse_scale(Z, mean, r, diag, rel, name)
             raise _rank_error(name, f"about {int(np.sum(diag > tol))} independent columns "
                                     f"of {p}")
         return Whitening(basis=q, r=r, kept=np.arange(p, dtype=np.intp), mean=mean,
@@ -146,6 +148,33 @@ def whiten(
         raise ValidationError(f"{name} is constant after centring: nothing to correlate")
     return Whitening(basis=np.ascontiguousarray(q[:, :rank]), r=r[:rank, :rank],
                      kept=np.asarray(piv[:rank], dtype=np.intp), mean=mean, n_features=p)
+
+
+def _refuse_scale(Z: Array, mean: Array, r: Array, diag: Array, rel: float,
+                  name: str) -> None:
+    """Name the value behind a failed rank test when the columns are independent at scale.
+
+    The rank test compares every diagonal entry of R with ``rel`` (max(n, p)·eps) times the
+    largest, so a column more than 1/rel times smaller than another (one huge cell in it,
+    or a column in other units) fails it although it is no combination of the others.
+    Column j is independent at its own scale when ``diag[j]`` exceeds ``rel`` times its
+    norm (‖R[:, j]‖, the norm of the centred column). When every column is, raise an
+    error naming the largest centred value, the column it dwarfs and the limit; otherwise
+    return (a real dependence: :func:`_rank_error`).
+    """
+    norms = np.linalg.norm(r, axis=0)
+    if np.any(diag <= rel * norms):
+        return
+    small = int(np.flatnonzero(diag <= rel * diag.max())[0])
+    flat = int(np.argmax(np.abs(Z - mean)))  # on this error path only: an n×p temporary
+    row, col = divmod(flat, Z.shape[1])
+    raise ValidationError(
+        f"{name} holds {float(Z[row, col]):.3g} at row {row}, column {col}, which makes "
+        f"column {col} {norms[col] / norms[small]:.2g} times larger than column {small} "
+        f"after centring; float64 factors the columns together only up to a ratio of "
+        f"1/(max(n, p)·eps) = {1.0 / rel:.3g}, beyond which column {small} cannot be "
+        "told from zero. Check that value, or rescale the columns (e.g. standardise them)."
+    )
 
 
 def _rank_error(name: str, detail: str) -> ValidationError:

@@ -189,7 +189,7 @@ def parse_federation(raw: Mapping[str, Any], *, source: str = "<federation>") ->
 
 def load_federation(path: str | Path) -> Federation:
     """Read and check a federation file."""
-    return parse_federation(read_toml(path), source=str(path))
+    return parse_federation(read_toml(path, what="federation file"), source=str(path))
 
 
 def _path(raw: Mapping[str, Any], key: str, base: Path, where: str,
@@ -269,5 +269,5 @@ def parse_party_config(raw: Mapping[str, Any], *, source: str = "<party>",
 def load_party_config(path: str | Path, *, insecure: bool | None = None) -> PartyConfig:
     """Read and check a party file (and the federation file it names)."""
     source = Path(path)
-    return parse_party_config(read_toml(source), source=str(source), base=source.parent,
-                              insecure=insecure)
+    return parse_party_config(read_toml(source, what="party file"), source=str(source),
+                              base=source.parent, insecure=insecure)

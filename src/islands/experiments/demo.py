@@ -424,6 +424,7 @@ def vfl_part(s: Settings) -> PartResult:
     from sklearn.metrics import roc_auc_score
 
     from islands.vfl import VerticalLogisticRegression
+    from islands.vfl.keys import insecure_key_note
 
     start = time.perf_counter()
     ds = load_sklearn("breast_cancer")
@@ -440,11 +441,13 @@ def vfl_part(s: Settings) -> PartResult:
     s.say(f"PSI on {rows_a.size} and {rows_b.size} unaligned IDs, then logistic regression "
           f"under {'HEU OU' if he == 'ou' else 'Paillier'}")
     model = VerticalLogisticRegression(epochs=3 if s.quick else 5, learning_rate=0.3,
-                                       key_bits=1024 if s.quick else 2048, he=he,
+                                       key_bits=1024 if s.quick else 2048,
+                                       insecure_keys=s.quick, he=he,
                                        random_state=s.seed)
     model.fit(X[rows_a, 20:], X[rows_b, :10], y[rows_b], ids_a=list(ids[rows_a]),
               ids_b=list(ids[rows_b]))
     nbytes = int(model.transcript_.total_bytes)
+    note = insecure_key_note(he, model.config_.key_bits)
     s.say(f"federated inference on {new.size} new IDs (aligned by PSI first)")
     new_a = rng.permutation(new)
     new_b = rng.permutation(new)
@@ -478,7 +481,9 @@ def vfl_part(s: Settings) -> PartResult:
                  "coordinator sees every batch's loss and, at inference, the partial "
                  "scores in the clear, as in the paper (docs/vfl.md lists it all). Cost: "
                  f"{_bytes(nbytes)} exchanged under {_he_name(he)} encryption."),
-        details={"he": he, "train_ids_a": int(rows_a.size), "train_ids_b": int(rows_b.size),
+        details={"he": he, "key_bits": model.config_.key_bits,
+                 **({"security_warning": note} if note else {}),
+                 "train_ids_a": int(rows_a.size), "train_ids_b": int(rows_b.size),
                  "loss_history": [float(v) for v in model.loss_history_],
                  "new_ids": int(rows.size)})
 

@@ -64,7 +64,7 @@ from islands.hfl.protocol import (
     server,
 )
 from islands.hfl.ray_backend import RayWorkerPool, check_client_data, ray_session
-from islands.hfl.strategy import FedAvg, Strategy
+from islands.hfl.strategy import FedAvg, Strategy, check_client_rows
 from islands.runtime import Role, Transcript, run_local
 from islands.runtime.cores import usable_cores
 from islands.runtime.threads import torch_threads
@@ -168,6 +168,32 @@ def split_local_eval(n: int, fraction: float, seed: int) -> tuple[NDArray[np.int
         n_eval = n - 1
     order = np.random.default_rng([seed, n]).permutation(n)
     return np.sort(order[n_eval:]), np.sort(order[:n_eval])
+
+
+def _names(names: Any, parts: int) -> list[str]:
+    """Check ``fit``'s client names: one distinct non-empty string per part.
+
+    Each name is a party of the run; two clients of one name would be one party to the
+    server, which would then wait for the second's messages forever.
+    """
+    if isinstance(names, str) or not isinstance(names, Sequence) or not all(
+            isinstance(n, str) and n for n in names):
+        raise invalid_parameter("names", "FederatedModel.fit",
+                                "a list of non-empty strings, one per part", describe(names))
+    out = list(names)
+    if len(out) != parts:
+        raise ValidationError(f"{len(out)} names for {parts} parts")
+    first: dict[str, int] = {}
+    for k, name in enumerate(out):
+        if name == "server":  # the server's party name (FederatedModel._run)
+            raise ValidationError(f"The 'names' parameter of FederatedModel.fit must not use "
+                                  f"'server' (part {k}): it is the server's name")
+        if name in first:
+            raise ValidationError(f"The 'names' parameter of FederatedModel.fit must name "
+                                  f"each client once; {name!r} names parts {first[name]} "
+                                  f"and {k}")
+        first[name] = k
+    return out
 
 
 class FederatedModel(FederatedEstimator[HflConfig]):
@@ -448,11 +474,17 @@ class FederatedModel(FederatedEstimator[HflConfig]):
 
         self._validate()
         data = self._check_parts(parts)
-        names = [f"client-{k + 1}" for k in range(len(data))] if names is None else list(
-            names)
-        if len(names) != len(data):
-            raise ValidationError(f"{len(names)} names for {len(data)} parts")
+        names = [f"client-{k + 1}" for k in range(len(data))] if names is None else _names(
+            names, len(data))
         strategy = FedAvg() if self.strategy is None else self.strategy
+        # each client's rows against the strategy's batches, as a deployed client checks
+        # them before it joins, then every count as the server checks them at the joins
+        counts = {}
+        for k, (name, (_, y)) in enumerate(zip(names, data, strict=True)):
+            tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed, k))
+            check_client_rows(strategy, name, len(tr), len(names), eval_rows=len(ev))
+            counts[name] = len(tr)
+        strategy.setup(counts)
         contribution = None
         if self.contribution is not None:
             contribution = self.contribution.resolve(

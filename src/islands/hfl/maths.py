@@ -85,7 +85,8 @@ def weighted_mean(vectors: Sequence[NDArray[np.floating]], weights: Sequence[flo
     return total.astype(np.float32)
 
 
-def apfl_batch_sizes(batch_size: int, counts: Sequence[int]) -> list[int]:
+def apfl_batch_sizes(batch_size: int, counts: Sequence[int],
+                     names: Sequence[str] | None = None) -> list[int]:
     """APFL's per-client mini-batch sizes, eq. 26: b_k = int(b_CL · n_k / Σ n).
 
     With these sizes the clients' batches together hold (about) ``batch_size`` samples,
@@ -98,6 +99,8 @@ def apfl_batch_sizes(batch_size: int, counts: Sequence[int]) -> list[int]:
         b_CL, the centralised mini-batch size.
     counts
         n_k, the training samples of each client.
+    names
+        The clients' names, for the message (default: their positions).
 
     Returns
     -------
@@ -123,8 +126,9 @@ def apfl_batch_sizes(batch_size: int, counts: Sequence[int]) -> list[int]:
     sizes = [batch_size * c // total for c in counts]
     for k, (size, count) in enumerate(zip(sizes, counts, strict=True)):
         if size < 1:
+            who = f"client {names[k]!r}" if names is not None else f"client {k}"
             raise ValidationError(
-                f"client {k} holds {count} of {total} samples, so its APFL mini-batch "
+                f"{who} holds {count} of {total} samples, so its APFL mini-batch "
                 f"int({batch_size}·{count}/{total}) is 0; raise 'batch_size' or turn the "
                 "batch rule off"
             )

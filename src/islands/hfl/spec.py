@@ -27,12 +27,13 @@ from typing import Any
 import numpy as np
 
 from islands.aggregation.config import SECTIONS
-from islands.errors import JobError
+from islands.errors import JobError, ValidationError
 from islands.hfl.checkpoint import check_resume, rows_digest, shaping_settings
 from islands.hfl.config import HflFederationConfig, ModelConfig, infer_task
 from islands.hfl.estimator import client_seed, split_local_eval
 from islands.hfl.job import Job, build_strategy, parse_job, protection_settings
 from islands.hfl.protocol import ClientResult, ServerResult, client, server
+from islands.hfl.strategy import check_client_rows
 from islands.protocols import (
     Deployment,
     Prepared,
@@ -188,6 +189,10 @@ def _bind_client(dep: Deployment, fed: _Federated) -> Prepared:
     k = fed.clients.index(dep.party)
     seed = client_seed(job.seed, k)
     tr, ev = split_local_eval(len(labels), job.eval_fraction, seed)
+    try:  # before anything is sent: the server would refuse it at the joins
+        check_client_rows(strategy, dep.party, len(tr), len(fed.clients), eval_rows=len(ev))
+    except ValidationError as exc:
+        raise JobError(f"party file {dep.source}: {exc}") from None
     learner = TorchLearner(spec, X[tr], labels[tr], X[ev], labels[ev], task=job.task,
                            seed=seed, dp=sample_dp)
     role = partial(client, server=fed.server, learner=learner,

@@ -42,7 +42,7 @@ from islands.errors import ValidationError, invalid_parameter
 from islands.hfl.maths import TauState, apfl_batch_sizes, update_tau
 from islands.validation import check_float, check_int, describe
 
-__all__ = ["APFL", "FedAvg", "FedProx", "LocalConfig", "Strategy"]
+__all__ = ["APFL", "FedAvg", "FedProx", "LocalConfig", "Strategy", "check_client_rows"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,13 @@ class Strategy(Protocol):
     def setup(self, counts: Mapping[str, int]) -> dict[str, int]:
         """Return each client's mini-batch size given its training-sample count."""
 
+    def min_rows(self, clients: int) -> int:
+        """Return the fewest training rows one of ``clients`` needs, whatever the others hold.
+
+        A client checks its own count against it before it joins
+        (:func:`check_client_rows`); :meth:`setup` checks every count at the server.
+        """
+
     def select(self, round: int, available: Sequence[str]) -> list[str]:
         """Return the clients that train in ``round`` (from 1), in a fixed order."""
 
@@ -125,6 +132,35 @@ def _check_fraction(value: Any, owner: str) -> float:
     if frac > 1:
         raise invalid_parameter("fraction", owner, "a float in (0, 1]", describe(value))
     return frac
+
+
+def check_client_rows(strategy: Strategy, client: str, rows: int, clients: int, *,
+                      eval_rows: int = 0) -> None:
+    """Refuse, before the client joins, fewer training rows than the strategy needs.
+
+    Parameters
+    ----------
+    strategy
+        The federation's strategy (:meth:`Strategy.min_rows`).
+    client
+        The client's name, for the message.
+    rows, eval_rows
+        Its training rows and the rows it keeps for local evaluation.
+    clients
+        How many clients the federation has.
+
+    Raises
+    ------
+    ValidationError
+        Naming the client, its rows and the minimum.
+    """
+    need = strategy.min_rows(clients)
+    if rows < need:
+        kept = f" ({eval_rows} more kept for its local evaluation)" if eval_rows else ""
+        raise ValidationError(
+            f"client {client!r} has {rows} training row{'s' if rows != 1 else ''}{kept}; "
+            f"{type(strategy).__name__} trains every client on mini-batches of {need} rows, "
+            f"so each client needs at least {need}")
 
 
 def _fixed_batches(batch_size: int, counts: Mapping[str, int], owner: str) -> dict[str, int]:
@@ -219,6 +255,10 @@ class FedAvg:
         if self.fraction >= 1:
             return 1.0
         return self.fraction if self.sampling == "poisson" else None
+
+    def min_rows(self, clients: int) -> int:
+        """Return ``batch_size`` (1 for full batches)."""
+        return 1 if self.batch_size is None else self.batch_size
 
     def setup(self, counts: Mapping[str, int]) -> dict[str, int]:
         """Every client uses ``batch_size`` (or all its rows when it is None)."""
@@ -345,11 +385,17 @@ class APFL:
         self.name = "apfl" if self.mbs else "apfl-no-mbs"
         self.state = TauState(tau=self.tau0)
 
+    def min_rows(self, clients: int) -> int:
+        """Return the common batch without the rule; with it, 1 (eq. 26 needs every count)."""
+        if self.mbs:
+            return 1
+        return self.client_batch_size or max(1, self.batch_size // clients)
+
     def setup(self, counts: Mapping[str, int]) -> dict[str, int]:
         """Eq. 26, or a common batch size when the rule is off."""
         if self.mbs:
-            return dict(zip(counts, apfl_batch_sizes(self.batch_size, list(counts.values())),
-                            strict=True))
+            return dict(zip(counts, apfl_batch_sizes(self.batch_size, list(counts.values()),
+                                                     list(counts)), strict=True))
         size = self.client_batch_size or max(1, self.batch_size // len(counts))
         return _fixed_batches(size, counts, "APFL")
 

@@ -398,18 +398,43 @@ def _receive_components(party: Party, agg: str, k: int, d: int) -> tuple[Array, 
 # ------------------------------------------------------------------ roles
 
 
-def _check_ring_range(sums: Array, name: str, sites: int) -> None:
-    """Refuse, before anything is sent, column sums the secure mode's ring cannot add up."""
-    bound = max_abs_value(STATS_FRAC_BITS, sites)
-    big = np.flatnonzero(np.abs(sums) > bound)
-    if big.size:
-        col = int(big[0])
-        raise ValidationError(
-            f"{name}: the sum of column {col} is {float(sums[col]):.3g}, but the secure mode "
-            f"adds column sums in 64-bit fixed point with {STATS_FRAC_BITS} fractional bits "
-            f"over {sites} sites, so each must be at most {bound:.3g}; rescale the data "
-            "(e.g. standardise it) before the run"
-        )
+RING_TAIL = 10.0
+"""Standard deviations of a site's noise share the secure mode's ring must hold.
+
+A normal draw beyond 10 s.d. has probability about 1.5e-23."""
+
+
+def _check_ring_range(rows: int, name: str, config: PcaConfig) -> None:
+    """Refuse, before anything is sent, a site whose values the secure mode's ring cannot add.
+
+    Each site encodes its column sums of unit rows plus its share of the mean's noise and
+    its row count (24 fractional bits), then Σ x̃x̃ᵀ of unit rows plus its share of the
+    moment's noise (20 fractional bits), and the s sites' values are added modulo 2^64
+    (:func:`~islands.crypto.fixedpoint.max_abs_value`). Rows are scaled to unit norm
+    first, so no cell's magnitude reaches the ring (1e30 is encoded as its row's
+    direction): every sum is at most the row count, and what must fit is that count and
+    :data:`RING_TAIL` standard deviations of the noise share, which a tiny epsilon makes
+    large.
+    """
+    assert config.epsilon is not None and config.delta is not None
+    s = len(config.sites)
+    shares = {"column sums": (STATS_FRAC_BITS,
+                              maths.share_sigma(maths.mean_sigma(config.epsilon,
+                                                                 config.delta), s)),
+              "second moment": (MOMENT_FRAC_BITS,
+                                maths.share_sigma(_moment_tau(config, 1), s))}
+    for what, (frac, sigma) in shares.items():
+        bound = max_abs_value(frac, s)
+        ring = (f"the secure mode adds each site's {what} in 64-bit fixed point with {frac} "
+                f"fractional bits over {s} sites, so each must be at most {bound:.3g}")
+        if rows > bound:
+            raise ValidationError(f"{name}: {rows} rows make its {what} up to {rows}, but "
+                                  f"{ring}; split the site's rows")
+        if rows + RING_TAIL * sigma > bound:
+            raise ValidationError(
+                f"{name}: epsilon={config.epsilon} gives its share of the noise on the "
+                f"{what} a standard deviation of {sigma:.3g}, but {ring} ({RING_TAIL:g} "
+                "standard deviations included); choose a larger epsilon")
 
 
 def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
@@ -433,7 +458,7 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
                 if config.centring == "released" and config.epsilon is not None
                 and config.delta is not None else None)
     if config.mode == "secure":
-        _check_ring_range(sums, party.name, s)
+        _check_ring_range(rows, party.name, config)
 
     # ---- pass 1: joint centring
     session = b""

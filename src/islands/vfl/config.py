@@ -14,8 +14,9 @@
   (``model`` is the objective, ``seed`` is used as written).
 
 :meth:`VflConfig.plan` gives the resolved :class:`~islands.vfl.protocol.Plan` every
-party runs with, ``key_bits`` and ``djn`` included: C sizes its key from them and every
-data party refuses a smaller key (or a DJN base when ``djn`` is False).
+party runs with, ``key_bits``, ``insecure_keys`` and ``djn`` included: C sizes its key
+from them and every data party refuses a smaller key (or a DJN base when ``djn`` is False).
+``key_bits`` below 2048 needs ``insecure_keys`` (:mod:`islands.vfl.keys`).
 """
 
 from __future__ import annotations
@@ -23,12 +24,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
+from pydantic import ValidationInfo, field_validator
+
 from islands.config import ProtocolConfig, setting
-from islands.crypto import paillier
 from islands.errors import JobError
 from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.psi.config import Engine, engine_setting
 from islands.validation import check_random_state
+from islands.vfl.keys import (
+    check_key_floor,
+    insecure_key_note,
+    insecure_keys_setting,
+    key_bits_setting,
+)
 from islands.vfl.protocol import Plan
 
 __all__ = ["DEFAULT_LEARNING_RATE", "RENAMED", "VflConfig", "describe_he", "draw_seed"]
@@ -39,10 +47,15 @@ RENAMED: Mapping[str, str] = {
 """Settings that were renamed, each with the message a file or estimator gets for it."""
 
 def describe_he(he: str, key_bits: int, djn: bool) -> str:
-    """Return the scheme in words, as command-line summaries print it."""
+    """Return the scheme in words, as command-line summaries print it.
+
+    Keys below the 2048-bit floor are named as such (:func:`~islands.vfl.keys.insecure_key_note`).
+    """
+    note = insecure_key_note(he, key_bits)
     return {"ou": f"{key_bits}-bit Okamoto-Uchiyama (HEU)",
             "paillier": f"{key_bits}-bit Paillier{' (DJN)' if djn else ''}",
-            "none": "no encryption (a baseline)"}[he]
+            "none": "no encryption (a baseline)"}[he] + (
+                f" [INSECURE: {note}]" if note else "")
 
 
 DEFAULT_LEARNING_RATE: Mapping[str, float] = {"linear": 0.05, "logistic": 0.3}
@@ -92,12 +105,9 @@ class VflConfig(ProtocolConfig):
     tol: float | None = setting(
         1e-4, _TOL, "Stop once an epoch's mean loss changes by less than tol (relative).",
         gt=0)
-    key_bits: int = setting(
-        paillier.DEFAULT_KEY_BITS,
-        f"an int in [{paillier.MIN_KEY_BITS}, {paillier.MAX_KEY_BITS}] and a multiple of 256",
-        "Size of the coordinator's modulus (under OU the approximate bits of n = p²q); "
-        "1024 is for tests only.",
-        ge=paillier.MIN_KEY_BITS, le=paillier.MAX_KEY_BITS, multiple_of=256)
+    insecure_keys: bool = insecure_keys_setting()
+    key_bits: int = key_bits_setting(
+        "Size of the coordinator's modulus (under OU the approximate bits of n = p²q).")
     djn: bool = setting(True, "a bool",
                         "With he='paillier': DJN key with short fixed-base randomness (faster "
                         "encryption); False for textbook Paillier.")
@@ -124,6 +134,11 @@ class VflConfig(ProtocolConfig):
                         "Seed of the public mini-batch order (estimators draw it from "
                         "random_state, see draw_seed).", ge=0)
 
+    @field_validator("key_bits")
+    @classmethod
+    def _key_floor(cls, value: int, info: ValidationInfo) -> int:
+        return check_key_floor(value, info.data.get("insecure_keys"))
+
     @property
     def step(self) -> float:
         """The learning rate the parties use: ``learning_rate``, or the objective's default."""
@@ -137,7 +152,8 @@ class VflConfig(ProtocolConfig):
                     lam=float(self.lam), epochs=self.epochs, batch_size=self.batch_size,
                     seed=self.seed, tol=None if self.tol is None else float(self.tol),
                     feature_bits=self.feature_bits, score_bits=self.score_bits,
-                    he=self.he, key_bits=self.key_bits, djn=self.djn)
+                    he=self.he, key_bits=self.key_bits, insecure_keys=self.insecure_keys,
+                    djn=self.djn)
 
     @classmethod
     def from_file(cls, table: Mapping[str, Any], where: str, *, objective_key: str,

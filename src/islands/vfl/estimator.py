@@ -41,6 +41,7 @@ from islands.vfl.federation import (
     coordinator_party,
     passive_party,
 )
+from islands.vfl.keys import warn_insecure_keys
 from islands.vfl.protocol import (
     Clock,
     PartyModel,
@@ -103,6 +104,7 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
         batch_size: int = 256,
         tol: float | None = 1e-4,
         key_bits: int = paillier.DEFAULT_KEY_BITS,
+        insecure_keys: bool = False,
         djn: bool = True,
         feature_bits: int = 16,
         score_bits: int = 32,
@@ -122,6 +124,7 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
         self.batch_size = batch_size
         self.tol = tol
         self.key_bits = key_bits
+        self.insecure_keys = insecure_keys
         self.djn = djn
         self.feature_bits = feature_bits
         self.score_bits = score_bits
@@ -149,6 +152,7 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
         values = {name: getattr(self, name) for name in self._param_names()
                   if name in VflConfig.model_fields}
         config = VflConfig.build(owner, objective=self._objective, **values)
+        warn_insecure_keys(config.he, config.key_bits, owner, stacklevel=4)
         if config.he == "ou":
             heu.require(owner)
         self._run_settings()
@@ -365,7 +369,12 @@ class VerticalLinearRegression(_VerticalModel):
     tol : float or None, default=1e-4
         Stop when an epoch's mean loss changes by less than ``tol`` (relative).
     key_bits : int, default=2048
-        Modulus size (under OU the approximate bits of n = p²q); 1024 is for tests only.
+        Modulus size (under OU the approximate bits of n = p²q); at least 2048 (about
+        112-bit security) unless ``insecure_keys``.
+    insecure_keys : bool, default=False
+        Allow ``key_bits`` from 1024 to 1792: insecure, for tests and quick reproductions
+        only; ``fit`` warns (:class:`~islands.vfl.keys.InsecureKeyWarning`) and
+        ``config_`` records it (:mod:`islands.vfl.keys`).
     djn : bool, default=True
         With ``he="paillier"``: DJN key with short fixed-base randomness (faster
         encryption; see :mod:`islands.crypto.paillier`); False for textbook Paillier.
@@ -402,7 +411,8 @@ class VerticalLinearRegression(_VerticalModel):
 
     The settings are those of :class:`~islands.vfl.config.VflConfig` (job files and the
     federation file's ``[vfl]`` section take the same ones); ``learning_rate`` and
-    ``lam`` are at most 1e6, ``key_bits`` is a multiple of 256 in [1024, 16384].
+    ``lam`` are at most 1e6, ``key_bits`` is a multiple of 256 in [2048, 16384] (from 1024
+    with ``insecure_keys``).
 
     Attributes
     ----------
@@ -431,8 +441,9 @@ class VerticalLinearRegression(_VerticalModel):
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(200, 4)); y = X @ [1.0, -2.0, 0.5, 3.0] + 1.0
-    >>> model = VerticalLinearRegression(epochs=60, learning_rate=0.1, key_bits=1024,
-    ...                                  tol=None).fit(X[:, :2], X[:, 2:], y)
+    >>> model = VerticalLinearRegression(epochs=60, learning_rate=0.1, tol=None,
+    ...                                  key_bits=1024, insecure_keys=True,  # tests only
+    ...                                  ).fit(X[:, :2], X[:, 2:], y)
     >>> np.round(model.coef_a_, 2), np.round(model.coef_b_, 2), round(model.intercept_, 2)
     (array([ 1., -2.]), array([0.5, 3. ]), 1.0)
     """

@@ -31,7 +31,8 @@ A vertical job is a TOML file with ``kind = "vertical"``::
     epochs = 20
     batch_size = 256
     tol = 1e-4                   # "none": run every epoch
-    key_bits = 2048
+    key_bits = 2048              # below 2048 only with insecure_keys = true (tests only:
+                                 # results.json and the run's output say so)
     djn = true
     # feature_bits = 16, score_bits = 32, he = "paillier" ("ou": HEU's Okamoto-Uchiyama;
     # "none": benchmarks only)
@@ -74,8 +75,9 @@ from islands.reporting import new_figure, write_results
 from islands.tracking import TrackingConfig, job_tracker
 from islands.validation import file_section, read_job, read_toml, table_value
 from islands.vfl import maths
-from islands.vfl.config import RENAMED, VflConfig, draw_seed
+from islands.vfl.config import RENAMED, VflConfig, describe_he, draw_seed
 from islands.vfl.estimator import VerticalLinearRegression, VerticalLogisticRegression
+from islands.vfl.keys import insecure_key_note
 from islands.vfl.protocol import Clock
 
 __all__ = ["JobError", "VerticalJob", "VerticalJobResult", "is_vertical", "load_vertical_job",
@@ -288,10 +290,16 @@ class VerticalJobResult:
     tracking: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """Return ``results.json``: the keys and order it has always had."""
+        """Return ``results.json``: the keys and order it has always had.
+
+        Keys below the 2048-bit floor (``insecure_keys``) add ``"security_warning"``
+        after ``settings``: the warning in words.
+        """
+        note = insecure_key_note(self.settings.he, self.settings.key_bits)
         out = {
             "job": self.job.to_dict(),
             "settings": self.settings.model_dump(),
+            **({"security_warning": note} if note else {}),
             "rows": {"train_aligned": self.train_rows, "test": self.test_rows},
             "features": {"passive": self.passive_features, "active": self.active_features},
             "loss_history": self.loss_history,
@@ -395,8 +403,7 @@ def _run_vertical(job: VerticalJob, progress: Callable[[str], None] | None
                     "ids_b": views[-1][1]}
     say(f"training {config.objective} regression " + (
         "in the clear (he = 'none')" if config.he == "none" else
-        f"under Okamoto-Uchiyama (HEU, {config.key_bits}-bit key)" if config.he == "ou" else
-        f"under Paillier ({config.key_bits}-bit{' DJN' if config.djn else ''} key)"))
+        f"under {describe_he(config.he, config.key_bits, config.djn)}"))
     est.fit(blocks_a if len(blocks_a) > 1 else blocks_a[0], block_b, target, **fit_args)
     a_test = list(parts_te[:-1])
     test_a = a_test if len(a_test) > 1 else a_test[0]

@@ -76,6 +76,7 @@ from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
 from islands.vfl import maths
 from islands.vfl.cleartext import ClearCipher
+from islands.vfl.keys import KEY_BITS_RULE, KEY_FLOOR, min_peer_key_bits
 from islands.vfl.maths import Objective, Precision
 
 __all__ = [
@@ -126,6 +127,8 @@ class Plan:
     key_bits
         The smallest modulus every data party accepts from C: the bits of the Paillier n,
         or the approximate bits of the OU n = p²q (2048: about 112-bit security).
+    insecure_keys
+        Whether ``key_bits`` may be below 2048 (:mod:`islands.vfl.keys`): tests only.
     djn
         Paillier: whether C may hand out a DJN base h_s for short-exponent encryption;
         False makes the parties refuse a base and encrypt with textbook randomness r^n.
@@ -142,6 +145,7 @@ class Plan:
     score_bits: int
     he: str
     key_bits: int
+    insecure_keys: bool
     djn: bool
 
     @property
@@ -262,10 +266,14 @@ def check_plan(plan: Any, owner: str) -> Plan:
         raise ValidationError(f"{owner}: tol must be None or a float > 0; got {plan.tol!r}")
     if plan.he not in HE:
         raise ValidationError(f"{owner}: he must be one of {list(HE)}; got {plan.he!r}")
+    if not isinstance(plan.insecure_keys, bool):
+        raise ValidationError(f"{owner}: insecure_keys must be a bool; got "
+                              f"{plan.insecure_keys!r}")
     if (isinstance(plan.key_bits, bool) or not isinstance(plan.key_bits, int)
-            or not paillier.MIN_KEY_BITS <= plan.key_bits <= paillier.MAX_KEY_BITS):
-        raise ValidationError(f"{owner}: key_bits must be an int in [{paillier.MIN_KEY_BITS}, "
-                              f"{paillier.MAX_KEY_BITS}]; got {plan.key_bits!r}")
+            or not paillier.MIN_KEY_BITS <= plan.key_bits <= paillier.MAX_KEY_BITS
+            or plan.key_bits % 256 or (plan.key_bits < KEY_FLOOR and not plan.insecure_keys)):
+        raise ValidationError(f"{owner}: key_bits must be {KEY_BITS_RULE}; got "
+                              f"{plan.key_bits!r}")
     if not isinstance(plan.djn, bool):
         raise ValidationError(f"{owner}: djn must be a bool; got {plan.djn!r}")
     plan.precision  # noqa: B018 - validates the bit counts
@@ -330,19 +338,20 @@ def _join(party: Party, clock: Clock, coordinator: str, plan: Plan, rows: int,
     if plan.he == "none":
         return ClearCipher(), min_rows, bounds
     where = f"party {party.name!r} (setup from {coordinator!r})"
+    min_bits = min_peer_key_bits(plan.key_bits, plan.insecure_keys)
     if plan.he == "ou":
         if setup.djn_base is not None:
             raise ProtocolError(f"coordinator {coordinator!r} sent a DJN base with an OU key",
                                 party=party.name, step="setup")
         try:
             cipher = heu.OuCipher.from_public_bytes(setup.public_key, owner=where,
-                                                    min_bits=plan.key_bits)
+                                                    min_bits=min_bits)
         except ValidationError as exc:
             raise ProtocolError(str(exc), party=party.name, step="setup") from None
         _check_room(cipher, bounds, where)
         return cipher, min_rows, bounds
     try:
-        public_key = paillier.public_key_from_bytes(setup.public_key, min_bits=plan.key_bits)
+        public_key = paillier.public_key_from_bytes(setup.public_key, min_bits=min_bits)
     except ValidationError as exc:
         raise ProtocolError(f"{where}: {exc}", party=party.name, step="setup") from None
     djn_base = None

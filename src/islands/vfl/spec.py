@@ -48,6 +48,7 @@ from islands.vfl.federation import (
     coordinator_party,
     passive_party,
 )
+from islands.vfl.keys import party_security
 from islands.vfl.protocol import Plan
 
 __all__ = ["SPEC"]
@@ -72,6 +73,10 @@ class _Federated:
     @property
     def plan(self) -> Plan:
         return self.config.plan()
+
+    def security(self, party: str) -> dict[str, str]:
+        """Warn below the key floor; return what the party's result records then."""
+        return party_security(self.config.he, self.config.key_bits, party)
 
 
 def _psi(options: Mapping[str, Any], config: VflConfig, where: str,
@@ -155,10 +160,13 @@ def _write_model(dep: Deployment, role: str, model: Any, ids: list[Any] | None,
 
 
 def _bind_coordinator(dep: Deployment, fed: _Federated) -> Prepared:
+    security = fed.security(dep.party)
+
     def write(result: CoordinatorOutcome, out: Path) -> dict[str, Any]:
         t = result.training
         summary = {"role": "coordinator", "epochs": t.epochs, "epoch_losses": t.epoch_losses,
-                   "converged": t.converged, "key_bits": t.key_bits, "scored": result.scored}
+                   "converged": t.converged, "key_bits": t.key_bits, "scored": result.scored,
+                   **security}
         save_json(out / "result.json", summary)
         return summary
 
@@ -172,10 +180,11 @@ def _bind_coordinator(dep: Deployment, fed: _Federated) -> Prepared:
 def _bind_passive(dep: Deployment, fed: _Federated) -> Prepared:
     X, ids = _features(dep, fed)
     _check_range(dep, X, fed)
+    security = fed.security(dep.party)
 
     def write(result: PassiveResult, out: Path) -> dict[str, Any]:
         return _write_model(dep, "passive", result.model, result.ids, out,
-                            {"scored": result.scored} if fed.psi else {})
+                            {**({"scored": result.scored} if fed.psi else {}), **security})
 
     role = partial(passive_party, X=X, ids=ids, coordinator=fed.coordinator,
                    active=fed.active, plan=fed.plan, psi=fed.psi)
@@ -250,8 +259,10 @@ def _bind_active(dep: Deployment, fed: _Federated) -> Prepared:
             raise JobError(f"party {name!r}: its predict file names IDs its ids file does not "
                            f"hold: {unknown[:5]!r}")
 
+    security = fed.security(dep.party)
+
     def write(result: ActiveResult, out: Path) -> dict[str, Any]:
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = dict(security)
         if result.query:
             extra["predicted"] = len(result.query)
             _write_predictions(out / "predictions.csv", result, fed.model, classes)

@@ -13,22 +13,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from islands.config import ProtocolConfig, setting
-from islands.crypto import paillier
 from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.psi.config import Engine, engine_setting
 from islands.validation import check_random_state
 from islands.vfl.config import RENAMED
 from islands.vfl.ftl.maths import LOSSES
+from islands.vfl.keys import check_key_floor, insecure_keys_setting, key_bits_setting
 
 __all__ = ["ALIGNMENTS", "RENAMED", "FtlConfig", "FtlSettings", "Plan", "PlanSettings",
            "draw_seeds"]
 
 ALIGNMENTS = ("anchored", "symmetric")
-_KEY_BITS = (f"an int in [{paillier.MIN_KEY_BITS}, {paillier.MAX_KEY_BITS}] and a multiple "
-             "of 256")
 
 Width = Annotated[int, Field(ge=1, le=65536)]
 
@@ -77,13 +75,17 @@ class _Training(ProtocolConfig):
         "Homomorphic encryption of each party's key: 'ou' (Okamoto-Uchiyama on HEU, needs "
         "sf-heu), 'paillier' (islands' DJN Paillier); 'none' sends the same terms in the "
         "clear: a baseline for measurements only, it protects nothing.")
-    key_bits: int = setting(paillier.DEFAULT_KEY_BITS, _KEY_BITS,
-                            "Size of each party's modulus (under OU the approximate bits of "
-                            "n = p²q); each party refuses a shorter key from the other.",
-                            ge=paillier.MIN_KEY_BITS, le=paillier.MAX_KEY_BITS,
-                            multiple_of=256)
+    insecure_keys: bool = insecure_keys_setting()
+    key_bits: int = key_bits_setting(
+        "Size of each party's modulus (under OU the approximate bits of n = p²q); each "
+        "party refuses a shorter key from the other.")
     djn: bool = setting(True, "a bool", "With he='paillier': DJN fixed-base encryption "
                         "(faster); False for textbook Paillier.")
+
+    @field_validator("key_bits")
+    @classmethod
+    def _key_floor(cls, value: int, info: ValidationInfo) -> int:
+        return check_key_floor(value, info.data.get("insecure_keys"))
 
     @field_validator("hidden", mode="before")
     @classmethod
@@ -169,6 +171,7 @@ class Plan:
     tol: float | None = _default("tol")
     frac_bits: int = _default("frac_bits")
     he: str = _default("he")
+    insecure_keys: bool = _default("insecure_keys")
     key_bits: int = _default("key_bits")
     djn: bool = _default("djn")
 

@@ -36,6 +36,7 @@ from islands.vfl.ftl.protocol import (
     source,
     target,
 )
+from islands.vfl.keys import warn_insecure_keys
 
 __all__ = ["FederatedTransferLearner"]
 
@@ -103,8 +104,12 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
         times faster, see ``docs/vfl.md``) or ``"none"``: the same terms in the clear, as
         the baseline for measurements only. (``encryption`` was its old name.)
     key_bits, djn
-        Modulus size of each party's key (a multiple of 256 in [1024, 16384]; under OU
+        Modulus size of each party's key (a multiple of 256 in [2048, 16384]; under OU
         the approximate bits of n = p²q); DJN fixed-base encryption (Paillier only).
+    insecure_keys
+        Allow ``key_bits`` from 1024 to 1792: insecure, for tests and quick reproductions
+        only; ``fit`` warns (:class:`~islands.vfl.keys.InsecureKeyWarning`) and ``plan_``
+        records it (:mod:`islands.vfl.keys`).
     frac_bits
         Fixed-point fraction bits; encrypted and clear training agree to about 2^-frac_bits.
     classes
@@ -176,6 +181,7 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
         tol: float | None = None,
         he: str = "paillier",
         key_bits: int = paillier.DEFAULT_KEY_BITS,
+        insecure_keys: bool = False,
         djn: bool = True,
         frac_bits: int = 24,
         classes: ArrayLike | None = None,
@@ -203,6 +209,7 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
         self.tol = tol
         self.he = he
         self.key_bits = key_bits
+        self.insecure_keys = insecure_keys
         self.djn = djn
         self.frac_bits = frac_bits
         self.classes = classes
@@ -224,6 +231,7 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
     def _plan(self) -> tuple[FtlConfig, Plan, tuple[int, int]]:
         """Return the settings, the shared plan and each party's private weights seed."""
         config = self._config()
+        warn_insecure_keys(config.he, config.key_bits, OWNER, stacklevel=4)
         self._run_settings()
         seed_a, seed_b, seed = draw_seeds(self.random_state)
         return config, config.plan(seed), (seed_a, seed_b)

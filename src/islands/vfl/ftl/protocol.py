@@ -65,7 +65,8 @@ own ciphertexts without pads, reads them in the clear; nothing here defends that
   computed from the key owner (Paillier: perfectly with textbook randomness,
   computationally with DJN's short exponents; OU: computationally, with 224-bit
   randomness, :func:`islands.crypto.heu.lengthen`).
-- Each party checks the key in the other's hello (at least its own ``key_bits``; the
+- Each party checks the key in the other's hello (at least its own ``key_bits``, which
+  is at least 2048 unless it opted into ``insecure_keys``, :mod:`islands.vfl.keys`; the
   scheme's structure) and every ciphertext it receives (count, range, units) before
   using it.
 
@@ -100,6 +101,7 @@ from islands.vfl import maths as vfl_maths
 from islands.vfl.ftl import maths
 from islands.vfl.ftl.config import ALIGNMENTS, Plan
 from islands.vfl.ftl.maths import TaylorLoss
+from islands.vfl.keys import min_peer_key_bits
 from islands.vfl.protocol import Clock
 
 __all__ = [
@@ -240,7 +242,8 @@ class _Keys:
     def __init__(self, plan: Plan, party: str) -> None:
         self.he = plan.he
         self.plain = plan.he == "none"
-        self.key_bits, self.djn = plan.key_bits, plan.djn
+        self.djn = plan.djn
+        self.min_peer_bits = min_peer_key_bits(plan.key_bits, plan.insecure_keys)
         self.mine: Cipher | None = None
         self.peer: Cipher | None = None
         self.private: Any = None
@@ -270,7 +273,7 @@ class _Keys:
                 raise ValidationError(f"party {me!r}: peer {peer!r} encrypts but this party "
                                       "runs in the clear")
             return
-        self.peer = _peer_cipher(hello, peer, me, self.he, self.key_bits, self.djn)
+        self.peer = _peer_cipher(hello, peer, me, self.he, self.min_peer_bits, self.djn)
         if isinstance(self.peer, heu.OuCipher):
             assert isinstance(self.mine, heu.OuCipher)
             where = f"party {me!r}"
@@ -296,12 +299,13 @@ class _Keys:
         return decrypt_many(self.private, cts)
 
 
-def _peer_cipher(hello: Hello, peer: str, me: str, he: str, key_bits: int,
+def _peer_cipher(hello: Hello, peer: str, me: str, he: str, min_bits: int,
                  djn: bool) -> Cipher:
     """Return a cipher for the public key (and DJN base, checked) in the peer's hello.
 
-    The key must have at least this party's ``key_bits``; a DJN base is refused when this
-    party's plan says ``djn=False`` or ``he="ou"``.
+    The key must have at least ``min_bits`` (this party's ``key_bits``, never below the
+    floor without its own ``insecure_keys``: :func:`~islands.vfl.keys.min_peer_key_bits`);
+    a DJN base is refused when this party's plan says ``djn=False`` or ``he="ou"``.
     """
     where = f"party {me!r} (hello from {peer!r})"
     if not isinstance(hello.public_key, bytes):
@@ -312,11 +316,11 @@ def _peer_cipher(hello: Hello, peer: str, me: str, he: str, key_bits: int,
                                 party=me, step="hello")
         try:
             return heu.OuCipher.from_public_bytes(hello.public_key, owner=where,
-                                                  min_bits=key_bits)
+                                                  min_bits=min_bits)
         except ValidationError as exc:
             raise ProtocolError(str(exc), party=me, step="hello") from None
     try:
-        public = paillier.public_key_from_bytes(hello.public_key, min_bits=key_bits)
+        public = paillier.public_key_from_bytes(hello.public_key, min_bits=min_bits)
     except ValidationError as exc:
         raise ProtocolError(f"{where}: {exc}", party=me, step="hello") from None
     base = None
@@ -857,7 +861,8 @@ def infer_target(party: Party, net: Any, X: Any, *, peer: str = "B", plan: Plan)
         phi = _array(party.recv(peer, "phi"), (k, d), "phi", party.name)
         return np.asarray(u @ phi.T)
     # A needs no key of its own here
-    theirs = _peer_cipher(hello, peer, party.name, plan.he, plan.key_bits, plan.djn)
+    theirs = _peer_cipher(hello, peer, party.name, plan.he,
+                          min_peer_key_bits(plan.key_bits, plan.insecure_keys), plan.djn)
     bits = _target_bits(plan)
     if isinstance(theirs, heu.OuCipher):
         try:

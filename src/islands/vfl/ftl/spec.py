@@ -62,6 +62,7 @@ from islands.vfl.config import describe_he
 from islands.vfl.ftl import maths
 from islands.vfl.ftl.config import RENAMED, FtlSettings, Plan, draw_seeds
 from islands.vfl.ftl.federation import SourceOutcome, TargetOutcome, source_party, target_party
+from islands.vfl.keys import party_security
 
 __all__ = ["SPEC"]
 
@@ -88,6 +89,10 @@ class _Federated:
     def engine(self) -> str:
         """``", PSI on SPU RR22"`` with ``psi_engine = "spu"``, else nothing."""
         return ", PSI on SPU RR22" if self.spu is not None else ""
+
+    def security(self, party: str) -> dict[str, str]:
+        """Warn below the key floor; return what the party's result records then."""
+        return party_security(self.config.he, self.config.key_bits, party)
 
     def limits(self) -> dict[str, Any]:
         return {"max_peer_size": self.config.max_peer_size,
@@ -180,6 +185,7 @@ def _bind_target(dep: Deployment, fed: _Federated) -> Prepared:
             raise JobError(f"party {dep.party!r}: its predict file names IDs its ids file "
                            f"does not hold: {unknown[:5]!r}")
         rows = [row_of[v] for v in query]
+    security = fed.security(dep.party)
 
     def write(result: TargetOutcome, out: Path) -> dict[str, Any]:
         head = ",".join(["id", "label", *(f"p_{_label(c)}" for c in result.classes)])
@@ -188,7 +194,7 @@ def _bind_target(dep: Deployment, fed: _Federated) -> Prepared:
             for r, label, proba in zip(result.rows, result.labels, result.proba, strict=True)]
         (out / "predictions.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
         return _write_common(out, "target", result.ids, result.model,
-                             {"predicted": int(result.rows.size)})
+                             {"predicted": int(result.rows.size), **security})
 
     role = partial(target_party, X=X, ids=ids, peer=fed.source, plan=fed.plan, rows=rows,
                    init_seed=fed.init_seeds[dep.party], **fed.limits())
@@ -206,12 +212,14 @@ def _bind_source(dep: Deployment, fed: _Federated) -> Prepared:
         raise JobError(f"party {dep.party!r}: the labels must hold at least 2 classes; got "
                        f"{classes.tolist()}")
     codes = np.searchsorted(classes, y).astype(np.int64)
+    security = fed.security(dep.party)
 
     def write(result: SourceOutcome, out: Path) -> dict[str, Any]:
         np.save(out / "phi.npy", result.model.phi)
         return _write_common(out, "source", result.ids, result.model,
                              {"converged": result.model.converged,
-                              "classes": classes.tolist(), "scored": result.scored})
+                              "classes": classes.tolist(), "scored": result.scored,
+                              **security})
 
     role = partial(source_party, X=X, labels=codes, ids=ids, peer=fed.target, plan=fed.plan,
                    classes=classes, init_seed=fed.init_seeds[dep.party], **fed.limits())
