@@ -87,7 +87,6 @@ import math
 import struct
 from collections.abc import Callable, Sequence
 
-import gmpy2
 import numpy as np
 from numpy.typing import NDArray
 
@@ -267,6 +266,8 @@ def _pad(key: bytes, round: int, client: str, counter: int, modulus: int) -> int
 
 def _polynomial(point: int, plaintexts: Sequence[int], modulus: int) -> int:
     """Σ_c point^(C+1-c)·M_c mod P for c = 1..C (Horner)."""
+    import gmpy2  # here, so that importing islands stays light (tests/test_package.py)
+
     a, P = gmpy2.mpz(point), gmpy2.mpz(modulus)
     h = gmpy2.mpz(0)
     for m in plaintexts:
