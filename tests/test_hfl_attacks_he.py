@@ -569,3 +569,38 @@ def test_ckks_a_claimed_length_other_than_the_uploads_is_refused() -> None:
             opened = fed.halves[c].open(forged)
             assert opened.shape == (short,)  # a model of another length than its own
             np.testing.assert_allclose(opened, fed.mean(1, CLIENTS)[:short], atol=TOL)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES3)
+def test_an_honest_aggregate_under_other_claimed_weights_is_refused(scheme: str) -> None:
+    # the honest sum of c1..c3 claimed with every weight divided by 20: c0 (not among them,
+    # so its own weight is not checked) would open 20 times the mean. Each pad is drawn
+    # for the weight the client was given, so other claimed weights draw other pads
+    fed = _long(scheme)
+    agg, ups = fed.uploads(1)
+    honest = fed.aggregate(agg, ups, ["c1", "c2", "c3"])
+    relabelled = dict(honest, weights=[p / 20 for p in honest["weights"]])
+    with pytest.raises(ProtocolError, match=r"client 'c0' refuses .*its MAC"):
+        fed.halves["c0"].open(relabelled)
+
+
+def test_a_paillier_upload_scaled_by_a_weight_code_ratio_is_refused_by_the_mac() -> None:
+    # the MAC is linear: c1's whole upload (values and tag) times e = code(w')/code(w)
+    # mod n, claimed at w', satisfies T' = Σ a^(C+1-c)·M'_c + code(w')·β when β does not
+    # depend on the weight; only unpack's range check (e·M mod n is no packing) refused
+    # it. With the weight's code in the pad's label the MAC itself refuses it
+    import gmpy2
+
+    fed = _long("paillier")
+    agg, ups = fed.uploads(1)
+    honest = fed.aggregate(agg, ups, CLIENTS)
+    half = fed.server_half()
+    n = int(half.public_key.n)
+    w = dict(zip(honest["contributors"], honest["weights"], strict=True))
+    other = w["c1"] * 1.5
+    ratio = mac.weight_code(other) * int(gmpy2.invert(mac.weight_code(w["c1"]), n)) % n
+    coef: dict[str, Any] = {c: 1 for c in CLIENTS}
+    coef["c1"] = ratio
+    claims = dict(honest, weights=[other if c == "c1" else w[c] for c in CLIENTS])
+    with pytest.raises(ProtocolError, match=r"client 'c0' refuses .*its MAC does not match"):
+        fed.halves["c0"].open(combine(half, ups, coef, claims))

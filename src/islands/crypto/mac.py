@@ -23,33 +23,37 @@ ciphertext
     T_k = Σ_c a^(C+1-c)·M_{k,c} + w_k·β_k  (mod P),
 
 a polynomial MAC at a secret point a (uniform in Z_P, one per round and count C) with a
-one-time pad β_k (uniform in Z_P, per round, client and attempt; one upload per round). A
-client accepts an aggregate with plaintexts M', tag T' and claimed contributors S only if
-T' ≡ Σ_c a^(C+1-c)·M'_c + Σ_{j∈S} w_j·β_j (mod P). A forged aggregate makes
-T' − (that) a non-zero polynomial of degree at most C + 1 in the secret variables (a, and
-the tags T_j, which are uniform over at least P/2 residues and independent of a), also
-when the server moves a tag ciphertext into a model position, so by the Schwartz–Zippel
-lemma [1]_ it vanishes with probability at most 2(C + 1)/P: below 2^-600 for every key
-islands accepts. It is zero only for the exact sum of the claimed uploads with
-the weights each client was given, in this round. (For Paillier the lemma is applied
-modulo a prime factor of n; a forgery that agrees with the honest sum modulo that factor
-only would reveal the factor.) OU's encryption takes only |m| ≤ its plaintext bound,
-between P/4 and P/2, so a client draws β_k again (``counter`` = 0, 1, …) until T_k has a
-representative in range; the counter travels in the clear and is independent of every
-secret (each attempt's T_k is uniform), and the verifier derives β from it.
+one-time pad β_k (uniform in Z_P, per round, client, weight and attempt; one upload per
+round). A client accepts an aggregate with plaintexts M', tag T' and claimed contributors
+S only if T' ≡ Σ_c a^(C+1-c)·M'_c + Σ_{j∈S} w_j·β_j (mod P). A forged aggregate makes T' −
+(that) a non-zero polynomial of degree at most C + 1 in the secret variables (a, and the
+tags T_j, which are uniform over at least P/2 residues and independent of a), also when
+the server moves a tag ciphertext into a model position, so by the Schwartz–Zippel lemma
+[1]_ it vanishes with probability at most 2(C + 1)/P: below 2^-600 for every key islands
+accepts. (β depends on the weight: with a pad alone, client k's whole upload times e =
+w'_k/w_k mod P, claimed at weight w'_k, would satisfy the equation identically; under
+Paillier the server can compute e, and only unpacking's range check refused the result.)
+It is zero only for the exact sum of the claimed uploads with the weights each client was
+given, in this round. (For Paillier the lemma is applied modulo a prime factor of n; a
+forgery that agrees with the honest sum modulo that factor only would reveal the factor.)
+OU's encryption takes only |m| ≤ its plaintext bound, between P/4 and P/2, so a client
+draws β_k again (``counter`` = 0, 1, …) until T_k has a representative in range; the
+counter travels in the clear and is independent of every secret (each attempt's T_k is
+uniform), and the verifier derives β from it.
 
 **Approximate: CKKS** (:func:`real_tags`, :func:`real_deviation`). CKKS decrypts to about
 2^-(scale−10), so the MAC is over the reals and checked to a tolerance. The values are cut
 into blocks of :data:`BLOCK` (the last may be shorter, m values); for each block the
-upload of client k, given weight p_k, carries :data:`TAG_SLOTS` tags
-t_j = α_j·x/√m + β_{k,j}/p_k with α_j ∈ [-1, 1)^m secret per round and length n, and
-β_{k,j} ∈ [-1, 1) per round, length and client. The server multiplies each upload by the
-claimed weight p̃_k (p_k as CKKS encodes it at 2^scale), so the honest sum's tags carry
-the pads Σ_k (p̃_k/p_k)·β_{k,j}: a claimed contributor weighs one unit of pad whatever its
-weight, and is missing from the tags, or summed with another weight than it was given,
-by a whole β. A client accepts when every tag is within τ·P of the claimed sum's, P = Σ p_k
-the claimed weights, i.e. within τ on the scale of the model it uses (Σ p_k·x_k / P);
-weights below :data:`MIN_WEIGHT` are refused (their pads would vanish in the encoding).
+upload of client k, given weight p_k, carries :data:`TAG_SLOTS` tags t_j = α_j·x/√m +
+β_{k,j}/p_k with α_j ∈ [-1, 1)^m secret per round and length n, and β_{k,j} ∈ [-1, 1) per
+round, length, client and weight. The server multiplies each upload by the claimed weight
+p̃_k (p_k as CKKS encodes it at 2^scale), so the honest sum's tags carry the pads Σ_k
+(p̃_k/p_k)·β_{k,j}: a claimed contributor weighs one unit of pad whatever its weight, and
+is missing from the tags, summed with another weight than it was given, or claimed at
+another weight (another β), by a whole β. A client accepts when every tag is within τ·P of
+the claimed sum's, P = Σ p_k the claimed weights, i.e. within τ on the scale of the model
+it uses (Σ p_k·x_k / P); weights below :data:`MIN_WEIGHT` are refused (their pads would
+vanish in the encoding).
 
 Without Galois keys (islands never gives the server any) the server can only combine
 uploads slot by slot (a plaintext polynomial multiplies each complex slot by a number;
@@ -135,6 +139,11 @@ def _label(kind: bytes, round: int, *fields: int | str) -> bytes:
     return out
 
 
+def _code_field(code: int) -> str:
+    """Return a weight code (< 2^65) as a label field of fixed width, 18 hex digits."""
+    return code.to_bytes(9, "big").hex()
+
+
 def _check_round(round: int) -> int:
     if isinstance(round, bool) or not isinstance(round, int) or not 0 <= round < 2**63:
         raise ValidationError(f"MAC round must be an int in [0, 2^63), got {round!r}")
@@ -173,11 +182,12 @@ def _alpha_dot(key: bytes, round: int, n: int, b: int,
     return out
 
 
-def _betas(key: bytes, round: int, client: str, n: int) -> NDArray[np.float64]:
-    """``client``'s pads β for every block of ``n`` values, one row per block."""
+def _betas(key: bytes, round: int, client: str, n: int,
+           weight: float) -> NDArray[np.float64]:
+    """``client``'s pads β for every block of ``n`` values given ``weight``, a row a block."""
     blocks = -(-n // BLOCK)
-    return _uniform(key, TAG_SLOTS * blocks, _label(b"beta", round, n, client)).reshape(
-        blocks, TAG_SLOTS)
+    label = _label(b"beta", round, n, _code_field(weight_code(weight)), client)
+    return _uniform(key, TAG_SLOTS * blocks, label).reshape(blocks, TAG_SLOTS)
 
 
 def real_tags(key: bytes, round: int, client: str, values: NDArray[np.float64],
@@ -203,7 +213,7 @@ def real_tags(key: bytes, round: int, client: str, values: NDArray[np.float64],
     round = _check_round(round)
     p = _check_weight(weight)
     x = np.asarray(values, dtype=np.float64)
-    out = _betas(key, round, client, x.size) / p
+    out = _betas(key, round, client, x.size, p) / p
     for i, (lo, hi) in enumerate(_blocks(x.size)):
         out[i] += _alpha_dot(key, round, x.size, lo, x[lo:hi])
     return out.reshape(-1)
@@ -231,8 +241,8 @@ def real_deviation(key: bytes, round: int, contributors: Sequence[str],
     if w.shape != (len(contributors),) or not np.all(w >= MIN_WEIGHT):
         raise ValidationError(f"expected one weight >= {MIN_WEIGHT:g} per contributor")
     ratio = np.ones_like(w) if applied is None else np.asarray(applied, np.float64) / w
-    pads = sum((r * _betas(key, round, c, x.size) for r, c in zip(ratio, contributors,
-                                                                 strict=True)),
+    pads = sum((r * _betas(key, round, c, x.size, float(wk))
+                for r, wk, c in zip(ratio, w, contributors, strict=True)),
                np.zeros((len(_blocks(x.size)), TAG_SLOTS)))
     worst = 0.0
     for i, (lo, hi) in enumerate(_blocks(x.size)):
@@ -260,8 +270,9 @@ def _point(key: bytes, round: int, count: int, modulus: int) -> int:
     return _mod_uniform(key, _label(b"point", round, count), modulus)
 
 
-def _pad(key: bytes, round: int, client: str, counter: int, modulus: int) -> int:
-    return _mod_uniform(key, _label(b"pad", round, counter, client), modulus)
+def _pad(key: bytes, round: int, client: str, counter: int, code: int, modulus: int) -> int:
+    label = _label(b"pad", round, counter, _code_field(code), client)
+    return _mod_uniform(key, label, modulus)
 
 
 def _polynomial(point: int, plaintexts: Sequence[int], modulus: int) -> int:
@@ -304,7 +315,7 @@ def modular_tag(key: bytes, round: int, client: str, weight: float,
     base = _polynomial(_point(key, round, len(plaintexts), modulus), plaintexts, modulus)
     w = weight_code(weight)
     for counter in range(MAX_COUNTER):
-        value = represent((base + w * _pad(key, round, client, counter, modulus)) % modulus)
+        value = represent((base + w * _pad(key, round, client, counter, w, modulus)) % modulus)
         if value is not None:
             return value, counter
     raise ValidationError(f"no tag in the engine's plaintext range after {MAX_COUNTER} "
@@ -318,5 +329,6 @@ def modular_expected(key: bytes, round: int, contributors: Sequence[str],
     round = _check_round(round)
     total = _polynomial(_point(key, round, len(plaintexts), modulus), plaintexts, modulus)
     for c, w, k in zip(contributors, weights, counters, strict=True):
-        total += weight_code(w) * _pad(key, round, c, int(k), modulus)
+        code = weight_code(w)
+        total += code * _pad(key, round, c, int(k), code, modulus)
     return total % int(modulus)
