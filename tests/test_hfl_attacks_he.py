@@ -604,3 +604,47 @@ def test_a_paillier_upload_scaled_by_a_weight_code_ratio_is_refused_by_the_mac()
     claims = dict(honest, weights=[other if c == "c1" else w[c] for c in CLIENTS])
     with pytest.raises(ProtocolError, match=r"client 'c0' refuses .*its MAC does not match"):
         fed.halves["c0"].open(combine(half, ups, coef, claims))
+
+
+def test_a_plain_initial_model_after_the_first_task_is_refused() -> None:
+    # the MAC checks what open() decrypts, but a Task flagged initial carries a plain model
+    # that the client trains on and evaluates without open(): a server sending one in
+    # round 2 has every client use (and report the accuracy of) any model it likes. An
+    # honest server sends the plain model only with a client's first task
+    from islands.hfl.protocol import Finish, Start, Task, client
+
+    evil = np.full(DIM, 7.0, np.float32)
+
+    def task(rnd: int, params: Any) -> Task:
+        return Task(round=rnd, params=params, epoch=0, step=0, steps=1, batch_size=1,
+                    lr=0.1, momentum=0.0, weight_decay=0.0, prox_mu=0.0, evaluate=True,
+                    weight=0.5, initial=True)
+
+    class Party:
+        name, parties = "c0", ("server", "c0")
+
+        def __init__(self) -> None:
+            self.inbox = [Start(resumed_from=0), task(1, np.zeros(DIM, np.float32)),
+                          task(2, evil), Finish(params=None, rounds=2)]
+
+        def send(self, to: str, tag: str, msg: Any) -> None:
+            pass
+
+        def recv(self, sender: str, tag: str, timeout: float | None = None) -> Any:
+            return self.inbox.pop(0)
+
+    class Half:  # an HE client half: every aggregate goes through open()
+        def on_step(self, party: Any, **kw: Any) -> None:
+            return None
+
+        def open(self, payload: Any) -> Any:
+            raise ProtocolError("open() refuses it")
+
+        def payload(self, party: Any, **kw: Any) -> Any:
+            return {"upload": True}
+
+    seen: list[Any] = []
+    with pytest.raises(ProtocolError):
+        client(Party(), server="server", learner=_Recorder(seen, 0), aggregator=None,
+               half=Half())
+    assert not any(np.array_equal(s, evil) for s in seen), "the client evaluated it"
