@@ -22,6 +22,7 @@ from islands.errors import ProtocolError
 from islands.hfl.server_audit import (
     HEFederation,
     combine,
+    dp_uploads,
     forwarded,
     he_aggregator,
     honest_coefficients,
@@ -442,3 +443,208 @@ def test_a_randomised_attacker_combining_the_rounds_ciphertexts_never_passes(
         with pytest.raises(ProtocolError, match=r"client 'c2' refuses"):
             fed.halves["c2"].open(forged)
         assert fed.halves["c2"].binding.opened == 0, f"trial {trial} was accepted"
+
+
+# ------------------------------------------------- issue 37, review: forgeries that pass
+# Found by the attack review of the MAC (branch i37-attack); each test fails on the code
+# it was written against and states the property the fix must restore.
+def _claims(names: list[str], weights: list[float], dim: int, rnd: int = 1) -> dict[str, Any]:
+    return {"round": rnd, "contributors": names, "weights": weights, "length": dim}
+
+
+@pytest.mark.parametrize("dp", [False, True], ids=["min_clients=3", "dp t=3"])
+def test_ckks_claimed_weights_the_clients_were_never_given_are_refused(dp: bool) -> None:
+    # CKKS uploads are unweighted and the server applies p_k, so the pads bind the claimed
+    # weights only to the multipliers the server used, never to the weights the clients
+    # were given: claiming c2 and c3 at weight 1e-300 (summed as 0) makes "the mean of
+    # [c1, c2, c3]" c1's model, opened and evaluated by c0 despite its min_clients=3 (or
+    # c1's upload alone, noised for t=3, under distributed DP: a sum with less noise)
+    if dp:
+        fed, ups = dp_uploads("ckks", t=3)
+    else:
+        fed = _long("ckks", min_clients=3)
+        _, ups = fed.uploads(1)
+    forged = combine(fed.server_half(), ups, {"c1": 0.25},
+                     _claims(["c1", "c2", "c3"], [0.25, 1e-300, 1e-300], fed.dim))
+    if not dp:  # what c0 would open: c1's model
+        np.testing.assert_allclose(_decrypted(fed, forged) / 0.25, fed.models[1]["c1"],
+                                   atol=1e-6)
+    with pytest.raises(ProtocolError, match=r"client 'c0' refuses"):
+        fed.halves["c0"].open(forged)
+
+
+def test_ckks_tiny_claimed_weights_cannot_carry_a_model_of_the_servers_choice() -> None:
+    # the tolerance is absolute (2^-24) but the client then multiplies by 1/Σ w: with
+    # weights of about 3e-10 the server's own encryption of s·M passes (its tags are off
+    # by about s·|M|, far inside the tolerance) and every client opens M, any model the
+    # server likes, without a single upload in it
+    fed = _long("ckks")
+    fed.uploads(1)
+    half = fed.server_half()
+    count = positions(half, fed.dim)
+    model = np.random.default_rng(5).uniform(-10, 10, fed.dim)
+    big, small = 1000.0, 2.0**-40  # encrypted at scale 2^40, times a weight at 2^40
+    own = ckks.encrypt_vector(half.context, np.concatenate([big * model,
+                                                            np.zeros(count - fed.dim)]))
+    total = ckks.EncryptedSum(half.context, count)
+    total.add(own, small)
+    for victim in CLIENTS:
+        others = [c for c in CLIENTS if c != victim]
+        forged = dict(_claims(others, [big * small / 3] * 3, fed.dim), chunks=total.result())
+        with pytest.raises(ProtocolError, match=rf"client {victim!r} refuses"):
+            opened = fed.halves[victim].open(forged)
+            # what it opened on the code this test was written against: the server's model
+            np.testing.assert_allclose(opened, model, atol=1e-5)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES3)
+def test_a_client_asked_twice_for_one_round_gives_the_server_no_new_combination(
+        scheme: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # nothing stops a server from sending a client two Tasks of one round (the client
+    # never checks that a task's round grows), and both uploads carry the same pads
+    # (per round and client; Paillier's counter is always 0): 3·U − 2·U' then passes the
+    # MAC as the client's upload, a model nobody uploaded. The fix: one upload per round
+    # (or pads fresh per upload, with the verifier told which)
+    monkeypatch.setattr(ckks, "_WEIGHT_TOLERANCE", 10.0)  # the server's own sanity limit
+    fed = _long(scheme)
+    agg, ups = fed.uploads(1)
+    w = agg.weights
+    again = (fed.models[1]["c1"] + 0.5).astype(np.float32)  # trained from another model
+    try:
+        ups["c1'"] = fed.halves["c1"].payload(fed.views["c1"], server="server", round=1,
+                                              params=again, base=np.zeros(fed.dim),
+                                              weight=w["c1"])
+    except ProtocolError:
+        return  # a second upload of round 1 refused: no second tag under the same pads
+    honest = fed.aggregate(agg, {c: ups[c] for c in CLIENTS}, CLIENTS)
+    half = fed.server_half()
+    coef: dict[str, Any] = dict(honest_coefficients(half, CLIENTS, w))
+    coef["c1'"] = -2 * coef["c1"]
+    coef["c1"] = 3 * coef["c1"]
+    forged = combine(half, ups, coef, honest)
+    for c in CLIENTS:
+        with pytest.raises(ProtocolError, match=rf"client {c!r} refuses"):
+            opened = fed.halves[c].open(forged)
+            target = fed.mean(1, CLIENTS) + 2 * w["c1"] * (fed.models[1]["c1"] - again)
+            np.testing.assert_allclose(opened, target, atol=TOL)  # the forgery, opened
+
+
+def test_ckks_a_claimed_length_other_than_the_uploads_is_refused() -> None:
+    # a model of n = 5,120 values (a multiple of 1,024) and its 80 tags fill two chunks;
+    # the first 1,024 values sit in chunk 0 and the 16 tags of their block at slots
+    # 1,024..1,039 of chunk 1, the very slots they take when the length is 1,024. Chunk
+    # headers and TenSEAL's size field are the server's to write: one re-headered chunk
+    # of the two, masked slot-wise, opens everywhere as a model of 1,024 values. The fix:
+    # the length in the MAC's labels (or the client checks it against its own upload)
+    import tenseal as ts
+
+    dim, short = 5120, 1024
+    fed = HEFederation("ckks", dim=dim)
+    fed.deal()
+    agg, ups = fed.uploads(1)
+    ctx = fed.server_half().context
+    head = ckks._HEADER
+    size = short + mac.real_tag_count(short)  # 1,040 slots
+
+    def resized(chunk: bytes) -> Any:  # TenSEAL's CKKSVectorProto: field 1 is the size
+        body = bytes(chunk[head.size:])
+        assert body[:2] == b"\x0a\x02"
+        return ts.ckks_vector_from(ctx, body[:2] + bytes([size & 0x7F | 0x80, size >> 7])
+                                   + body[4:])
+
+    acc: Any = None
+    for c in CLIENTS:
+        first, second = (resized(ch) for ch in ups[c])
+        p = agg.weights[c]
+        first.mul_([p] * short + [0.0] * (size - short))
+        second.mul_([0.0] * short + [p] * (size - short))
+        first.add_(second)
+        acc = first if acc is None else acc + first
+    chunk = head.pack(ckks._MAGIC, ckks._VERSION, ckks._KIND_SUM, ckks.fingerprint(ctx), 0,
+                      1, size) + acc.serialize()
+    forged = dict(_claims(list(CLIENTS), [agg.weights[c] for c in CLIENTS], short),
+                  chunks=[chunk])
+    for c in CLIENTS:
+        with pytest.raises(ProtocolError, match=rf"client {c!r} refuses"):
+            opened = fed.halves[c].open(forged)
+            assert opened.shape == (short,)  # a model of another length than its own
+            np.testing.assert_allclose(opened, fed.mean(1, CLIENTS)[:short], atol=TOL)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES3)
+def test_an_honest_aggregate_under_other_claimed_weights_is_refused(scheme: str) -> None:
+    # the honest sum of c1..c3 claimed with every weight divided by 20: c0 (not among them,
+    # so its own weight is not checked) would open 20 times the mean. Each pad is drawn
+    # for the weight the client was given, so other claimed weights draw other pads
+    fed = _long(scheme)
+    agg, ups = fed.uploads(1)
+    honest = fed.aggregate(agg, ups, ["c1", "c2", "c3"])
+    relabelled = dict(honest, weights=[p / 20 for p in honest["weights"]])
+    with pytest.raises(ProtocolError, match=r"client 'c0' refuses .*its MAC"):
+        fed.halves["c0"].open(relabelled)
+
+
+def test_a_paillier_upload_scaled_by_a_weight_code_ratio_is_refused_by_the_mac() -> None:
+    # the MAC is linear: c1's whole upload (values and tag) times e = code(w')/code(w)
+    # mod n, claimed at w', satisfies T' = Σ a^(C+1-c)·M'_c + code(w')·β when β does not
+    # depend on the weight; only unpack's range check (e·M mod n is no packing) refused
+    # it. With the weight's code in the pad's label the MAC itself refuses it
+    import gmpy2
+
+    fed = _long("paillier")
+    agg, ups = fed.uploads(1)
+    honest = fed.aggregate(agg, ups, CLIENTS)
+    half = fed.server_half()
+    n = int(half.public_key.n)
+    w = dict(zip(honest["contributors"], honest["weights"], strict=True))
+    other = w["c1"] * 1.5
+    ratio = mac.weight_code(other) * int(gmpy2.invert(mac.weight_code(w["c1"]), n)) % n
+    coef: dict[str, Any] = {c: 1 for c in CLIENTS}
+    coef["c1"] = ratio
+    claims = dict(honest, weights=[other if c == "c1" else w[c] for c in CLIENTS])
+    with pytest.raises(ProtocolError, match=r"client 'c0' refuses .*its MAC does not match"):
+        fed.halves["c0"].open(combine(half, ups, coef, claims))
+
+
+def test_a_plain_initial_model_after_the_first_task_is_refused() -> None:
+    # the MAC checks what open() decrypts, but a Task flagged initial carries a plain model
+    # that the client trains on and evaluates without open(): a server sending one in
+    # round 2 has every client use (and report the accuracy of) any model it likes. An
+    # honest server sends the plain model only with a client's first task
+    from islands.hfl.protocol import Finish, Start, Task, client
+
+    evil = np.full(DIM, 7.0, np.float32)
+
+    def task(rnd: int, params: Any) -> Task:
+        return Task(round=rnd, params=params, epoch=0, step=0, steps=1, batch_size=1,
+                    lr=0.1, momentum=0.0, weight_decay=0.0, prox_mu=0.0, evaluate=True,
+                    weight=0.5, initial=True)
+
+    class Party:
+        name, parties = "c0", ("server", "c0")
+
+        def __init__(self) -> None:
+            self.inbox = [Start(resumed_from=0), task(1, np.zeros(DIM, np.float32)),
+                          task(2, evil), Finish(params=None, rounds=2)]
+
+        def send(self, to: str, tag: str, msg: Any) -> None:
+            pass
+
+        def recv(self, sender: str, tag: str, timeout: float | None = None) -> Any:
+            return self.inbox.pop(0)
+
+    class Half:  # an HE client half: every aggregate goes through open()
+        def on_step(self, party: Any, **kw: Any) -> None:
+            return None
+
+        def open(self, payload: Any) -> Any:
+            raise ProtocolError("open() refuses it")
+
+        def payload(self, party: Any, **kw: Any) -> Any:
+            return {"upload": True}
+
+    seen: list[Any] = []
+    with pytest.raises(ProtocolError):
+        client(Party(), server="server", learner=_Recorder(seen, 0), aggregator=None,
+               half=Half())
+    assert not any(np.array_equal(s, evil) for s in seen), "the client evaluated it"

@@ -42,30 +42,39 @@ Against a deviating dealer or server (issue 22):
   key derived from the dealt secret, which the server never holds: under Paillier and OU
   one more ciphertext holding a polynomial MAC of the packed plaintexts modulo the
   plaintext modulus (exact), under CKKS 16 tags per block of 1,024 values (checked to a
-  tolerance of 2^-(scale_bits−16), 6·10^-8 at the defaults, far above CKKS's own error
-  and far below any useful change). The MAC key's point and pads are fresh every round,
-  and each pad is scaled by the weight the client was given. The server sends the
-  aggregate with the round, the contributors S and their weights (and, under OU, each
-  upload's attempt counter); a client decrypts, checks that the MAC of what it decrypted
-  is the MAC of the honest weighted sum of those uploads of that round, and only then
-  scales the model by 1/Σ_S p_j and uses it (:meth:`open`; the model it trains on and
-  evaluates comes from the same check). Anything else is refused with a ProtocolError
-  naming the server and the round: one client's upload, a splice of several uploads'
-  ciphertexts, a slot-wise masked or scaled combination, other weights, a relabelled or
-  replayed round, a sum of fewer uploads than claimed. The chance that a forgery passes
-  is below 2^-600 under Paillier and OU whatever the server computes from the
-  ciphertexts and the public key, and under CKKS below (τ·√1024/δ)^16 for a forgery that
-  moves a value of the sum by δ (10^-27 for δ = 10^-4); :mod:`islands.crypto.mac` gives
-  the arguments. An aggregate of a single upload other than the client's own is refused
-  (it would be that client's model), and so is one of fewer uploads than the client's
-  own ``min_clients``, or than the t its distributed DP noise is calibrated for.
+  tolerance of 2^-(scale_bits−16) on the scale of the model the client uses, 6·10^-8 at
+  the defaults, far above CKKS's own error and far below any useful change). The MAC
+  key's point and pads are fresh every round and model length, and each pad is scaled by
+  (Paillier, OU) or divided by (CKKS, whose server applies the weights) the weight the
+  client was given, so a contributor claimed with another weight, or left out, is
+  caught; a CKKS weight below 2^-16 is refused. A client uploads once per round and
+  never for a round whose aggregate it opened (two uploads under one round's pads could
+  be mixed). The server sends the aggregate with the round, the contributors S and their
+  weights (and, under OU, each upload's attempt counter); a client decrypts, checks that
+  the MAC of what it decrypted is the MAC of the honest weighted sum of those uploads of
+  that round, and only then scales the model by 1/Σ_S p_j and uses it (:meth:`open`; the
+  model it trains on and evaluates comes from the same check). Anything else is refused
+  with a ProtocolError naming the server and the round: one client's upload, a splice of
+  several uploads' ciphertexts, a slot-wise masked or scaled combination, other weights,
+  a relabelled or replayed round, a sum of fewer uploads than claimed. The chance that a
+  forgery passes is below 2^-600 under Paillier and OU whatever the server computes from
+  the ciphertexts and the public key, and under CKKS below (2τ·max(√1024, |x|)/δ)^16 for
+  a forgery that moves a value of the model by δ, for values up to |x| (10^-20 for δ =
+  10^-4 and |x| ≤ 32); :mod:`islands.crypto.mac` gives the arguments. An aggregate of a
+  single upload other than the client's own is refused (it would be that client's
+  model), and so is one of fewer uploads than the client's own ``min_clients``, or than
+  the t its distributed DP noise is calibrated for.
 
 Residual, honestly: the server still chooses which of the round's uploads it sums
 (at least ``min_clients`` of them), and it sets the weights from the sample counts the
 clients announce; a client checks its own weight and, through the MAC, that every
 contributor's upload was made with the weight claimed for it. It may leave out uploads,
 as it must for late clients; a sum over two clients shows each of them the other's model,
-and a weight near 1 on one contributor makes the mean nearly its model. A client
+and a weight near 1 on one contributor makes the mean nearly its model. No client checks
+the size of the weight it is given: a server that gives every contributor but one a
+tiny weight before the round (Paillier, OU: down to 2^-1074; CKKS: 2^-16) makes
+``min_clients`` and distributed DP's t count names, not models — the mean is that one
+contributor's, with its noise alone. A client
 colluding with the server still decrypts every upload (the shared key, above).
 """
 
@@ -166,6 +175,23 @@ class _Binding:
                                 party=self.me, step="update")
         return self.key
 
+    def begin_upload(self, round: int) -> None:
+        """Refuse to upload ``round`` twice, or after opening an aggregate of ``round``.
+
+        Two uploads of one round carry the same MAC pads, and any combination of the two
+        whose coefficients sum to 1 would pass as this client's upload (3·U − 2·U'); an
+        honest server asks each client once per round, for a round after the aggregate
+        it sends with the task.
+        """
+        latest = max(self.uploaded, self.opened)
+        if isinstance(round, bool) or not isinstance(round, int) or round <= latest:
+            what = (f"it uploaded in round {self.uploaded}" if self.uploaded >= self.opened
+                    else f"it opened the aggregate of round {self.opened}")
+            raise ProtocolError(
+                f"client {self.me!r} refuses to upload round {str(round)[:20]} for server "
+                f"{self.server!r}: {what} (one upload per round, after the aggregate "
+                "it starts from)", party=self.me, step="update")
+
     def upload(self, round: int, weight: float) -> None:
         """Record an upload of ``round`` with ``weight``."""
         self.uploaded, self.weight = max(self.uploaded, round), float(weight)
@@ -205,6 +231,9 @@ class _Binding:
         if w.shape != (len(names),) or not np.all(np.isfinite(w)) or np.any(w <= 0):
             raise self.refuse(rnd, "its weights are not one finite weight > 0 per "
                                "contributor")
+        if self.scheme == "ckks" and np.any(w < mac.MIN_WEIGHT):
+            raise self.refuse(rnd, f"it claims a weight below {mac.MIN_WEIGHT:g}, which the "
+                              "MAC cannot tell from a contributor left out")
         tries: list[int] = []
         if counters:
             tries = p["counters"]
@@ -242,17 +271,22 @@ class _Binding:
                            f"by {shown} it claims ({why})")
 
     def check_real(self, rnd: int, names: list[str], w: NDArray[np.float64],
-                   values: NDArray[np.float64], tags: NDArray[np.float64], tol: float) -> float:
+                   values: NDArray[np.float64], tags: NDArray[np.float64], tol: float,
+                   scale_bits: int) -> float:
         """Check a CKKS aggregate's tags (:func:`~islands.crypto.mac.real_deviation`).
 
+        ``tol`` applies to the model the client uses, Σ p_j·x_j / Σ p_j: the tags may be
+        off by ``tol``·Σ p_j. The server's products encode each p_j at 2^scale_bits.
         Returns the scale 1/Σ p_j the model is to be multiplied by.
         """
-        off = mac.real_deviation(self.mac_key(), rnd, names, w, values, tags)
-        if not off <= tol:
+        applied = np.round(w * 2.0**scale_bits) / 2.0**scale_bits
+        off = mac.real_deviation(self.mac_key(), rnd, names, w, values, tags, applied)
+        total = float(np.sum(w))
+        if not off <= tol * total:
             raise self._forged(rnd, names, f"its MAC tags are off by {off:.3g}, beyond "
-                               f"{tol:.3g}")
+                               f"{tol * total:.3g}")
         self.opened = max(self.opened, rnd)
-        return 1.0 / float(np.sum(w))
+        return 1.0 / total
 
     def check_modular(self, rnd: int, names: list[str], w: NDArray[np.float64],
                       counters: list[int], plaintexts: Sequence[int], tag: int,
@@ -435,6 +469,7 @@ class _PaillierClient:
             raise ProtocolError(f"client {party.name!r} has no Paillier key", party=party.name,
                                 step="update")
         self.binding.seen(party, server)
+        self.binding.begin_upload(round)
         scaled = float(weight) * np.asarray(params, dtype=np.float64)
         try:
             plain = paillier.pack(scaled, self.config.spec)
@@ -636,6 +671,7 @@ class _OuClient:
             raise ProtocolError(f"client {party.name!r} has no OU key", party=party.name,
                                 step="update")
         self.binding.seen(party, server)
+        self.binding.begin_upload(round)
         scaled = float(weight) * np.asarray(params, dtype=np.float64)
         try:
             plain = _paillier().pack(scaled, self.config.spec)
@@ -782,10 +818,11 @@ class _CKKSClient:
                                          n + mac.real_tag_count(n))
         except ValidationError as exc:
             raise b.refuse(rnd, f"it does not decrypt ({exc})") from exc
-        # CKKS decrypts to about 2^-(scale_bits-10); 64 times that covers the sum's noise
-        # (crypto/mac.py: the weights' rounding cancels between values and tags)
+        # CKKS decrypts to about 2^-(scale_bits-10) per unit of weight; 64 times that
+        # covers the sum's noise (crypto/mac.py: the weights' rounding is replayed)
         bits = ckks._params_of(self.context, "CKKSAggregator").scale_bits
-        scale = b.check_real(rnd, names, w, values[:n], values[n:], 2.0 ** -(bits - 16))
+        scale = b.check_real(rnd, names, w, values[:n], values[n:], 2.0 ** -(bits - 16),
+                             bits)
         return (values[:n] * scale).astype(np.float32)
 
     def payload(self, party: Party, *, server: str, round: int, params: Vector,
@@ -794,16 +831,21 @@ class _CKKSClient:
             raise ProtocolError(f"client {party.name!r} has no CKKS key", party=party.name,
                                 step="update")
         self.binding.seen(party, server)
+        self.binding.begin_upload(round)
+        if not mac.MIN_WEIGHT <= float(weight) <= 1.0:
+            raise ValidationError(
+                f"CKKS: client {party.name!r} was given weight {float(weight)!r}, outside "
+                f"[{mac.MIN_WEIGHT:g}, 1] (its MAC binds weights of at least that)")
         x = np.asarray(params, dtype=np.float64)
-        tags = mac.real_tags(self.binding.mac_key(), round, party.name, x)
+        tags = mac.real_tags(self.binding.mac_key(), round, party.name, x, weight)
         limit = ckks._params_of(self.context, "CKKSAggregator").max_abs_sum
         peak = float(np.max(np.abs(tags)))
         if peak > limit:  # NaN and inf in the values: encrypt_vector names them
             raise ValidationError(
                 f"CKKS: client {party.name!r}'s update is too large for its MAC: a tag "
                 f"reaches {peak:.3g}, above the {limit:.3g} this CKKS context decrypts (tags "
-                f"grow up to {mac.BLOCK ** 0.5:.0f}·max|w| + 1; keep |w| below "
-                f"{(limit - 1) / mac.BLOCK ** 0.5:.4g})")
+                f"grow up to {mac.BLOCK ** 0.5:.0f}·max|w| + 1/p for weight p; keep |w| "
+                f"below {(limit - 1 / float(weight)) / mac.BLOCK ** 0.5:.4g})")
         chunks = ckks.encrypt_vector(self.context, np.concatenate([x, tags]))
         self.binding.upload(round, weight)
         return chunks

@@ -22,34 +22,58 @@ ciphertext
 
     T_k = Σ_c a^(C+1-c)·M_{k,c} + w_k·β_k  (mod P),
 
-a polynomial MAC at a secret point a (uniform in Z_P, one per round) with a one-time pad
-β_k (uniform in Z_P, per round, client and attempt). A client accepts an aggregate with
-plaintexts M', tag T' and claimed contributors S only if
-T' ≡ Σ_c a^(C+1-c)·M'_c + Σ_{j∈S} w_j·β_j (mod P). A forged aggregate makes
-T' − (that) a non-zero polynomial of degree at most C + 1 in the secret variables (a, and
-the tags T_j, which are uniform over at least P/2 residues and independent of a), also
-when the server moves a tag ciphertext into a model position, so by the Schwartz–Zippel
-lemma [1]_ it vanishes with probability at most 2(C + 1)/P: below 2^-600 for every key
-islands accepts. It is zero only for the exact sum of the claimed uploads with
-the weights each client was given, in this round. (For Paillier the lemma is applied
-modulo a prime factor of n; a forgery that agrees with the honest sum modulo that factor
-only would reveal the factor.) OU's encryption takes only |m| ≤ its plaintext bound,
-between P/4 and P/2, so a client draws β_k again (``counter`` = 1, 2, …) until T_k has a
-representative in range; the counter travels in the clear and is independent of every
-secret (each attempt's T_k is uniform), and the verifier derives β from it.
+a polynomial MAC at a secret point a (uniform in Z_P, one per round and count C) with a
+one-time pad β_k (uniform in Z_P, per round, client, weight and attempt; one upload per
+round). A client accepts an aggregate with plaintexts M', tag T' and claimed contributors
+S only if T' ≡ Σ_c a^(C+1-c)·M'_c + Σ_{j∈S} w_j·β_j (mod P). A forged aggregate makes T' −
+(that) a non-zero polynomial of degree at most C + 1 in the secret variables (a, and the
+tags T_j, which are uniform over at least P/2 residues and independent of a), also when
+the server moves a tag ciphertext into a model position, so by the Schwartz–Zippel lemma
+[1]_ it vanishes with probability at most 2(C + 1)/P: below 2^-600 for every key islands
+accepts. (β depends on the weight: with a pad alone, client k's whole upload times e =
+w'_k/w_k mod P, claimed at weight w'_k, would satisfy the equation identically; under
+Paillier the server can compute e, and only unpacking's range check refused the result.)
+It is zero only for the exact sum of the claimed uploads with the weights each client was
+given, in this round. (For Paillier the lemma is applied modulo a prime factor of n; a
+forgery that agrees with the honest sum modulo that factor only would reveal the factor.)
+OU's encryption takes only |m| ≤ its plaintext bound, between P/4 and P/2, so a client
+draws β_k again (``counter`` = 0, 1, …) until T_k has a representative in range; the
+counter travels in the clear and is independent of every secret (each attempt's T_k is
+uniform), and the verifier derives β from it.
 
 **Approximate: CKKS** (:func:`real_tags`, :func:`real_deviation`). CKKS decrypts to about
 2^-(scale−10), so the MAC is over the reals and checked to a tolerance. The values are cut
 into blocks of :data:`BLOCK` (the last may be shorter, m values); for each block the
-upload carries :data:`TAG_SLOTS` tags t_j = α_j·x/√m + β_j with α_j ∈ [-1, 1)^m secret
-per round and β_j ∈ [-1, 1) per round and client. Without Galois keys (islands never
-gives the server any) the server can only combine uploads slot by slot, so a forged
-block differs from the honest weighted sum by δ in some value, or its tags carry other
-weights than the claimed ones by γ; each tag then lands within the tolerance τ with
-probability at most τ·√m/δ (or τ/γ), independently over the 16 tags:
-(τ·√m/δ)^16, below 10^-27 for δ ≥ 10^-4 at the defaults (τ = 2^-24, m = 1024). An
-honest aggregate is off by the encryption noise only (about 10^-9, far inside τ): the
-weights' rounding by the server scales values and tags alike and cancels.
+upload of client k, given weight p_k, carries :data:`TAG_SLOTS` tags t_j = α_j·x/√m +
+β_{k,j}/p_k with α_j ∈ [-1, 1)^m secret per round and length n, and β_{k,j} ∈ [-1, 1) per
+round, length, client and weight. The server multiplies each upload by the claimed weight
+p̃_k (p_k as CKKS encodes it at 2^scale), so the honest sum's tags carry the pads Σ_k
+(p̃_k/p_k)·β_{k,j}: a claimed contributor weighs one unit of pad whatever its weight, and
+is missing from the tags, summed with another weight than it was given, or claimed at
+another weight (another β), by a whole β. A client accepts when every tag is within τ·P of
+the claimed sum's, P = Σ p_k the claimed weights, i.e. within τ on the scale of the model
+it uses (Σ p_k·x_k / P); weights below :data:`MIN_WEIGHT` are refused (their pads would
+vanish in the encoding).
+
+Without Galois keys (islands never gives the server any) the server can only combine
+uploads slot by slot (a plaintext polynomial multiplies each complex slot by a number;
+the clients' values are real) and move whole chunks (their headers are its to write,
+which is why n is in the labels). Per tag j, (tag − expected)/P is then a linear form in
+the independent uniforms α_{j,i} and β_{k,j}; if the forgery moves value i of the model
+by δ, the coefficient of α_{j,i} is at least δ/(2√m) or that of some β_{k,j} at least
+δ/(2X), X = Σ_k p_k·|x_{k,i}| ≤ max_k |x_{k,i}| when Σ p_k ≤ 1 (the server may scale
+one client's values and tags alike: then only its pad sees it). Each tag lands within τ with
+probability at most 2τ·max(√m, X)/δ, independently over the 16 tags:
+(2τ·max(√m, X)/δ)^16, below 10^-20 for δ ≥ 10^-4 with |x| ≤ 32 at the defaults
+(τ = 2^-24, m = 1024), and (2τ·|x|/δ)^16 beyond: a relative change of 10^-6 of values
+near 8,000 passes with probability below 10^-14, one of 10^-7 may pass. An
+honest aggregate is off by the encryption noise times the weights (about 10^-9·P, far
+inside τ·P): the clients replay the server's encoding of the weights.
+
+**Both.** A client uploads once per round, never for a round whose aggregate it opened:
+two uploads under the same pads would let any combination of the two whose coefficients
+sum to 1 pass as its upload. What stays the server's (the weights it gives, the uploads it
+leaves out) is stated in :mod:`islands.aggregation.homomorphic`.
 
 References
 ----------
@@ -67,7 +91,6 @@ import math
 import struct
 from collections.abc import Callable, Sequence
 
-import gmpy2
 import numpy as np
 from numpy.typing import NDArray
 
@@ -77,6 +100,7 @@ from islands.errors import ValidationError
 __all__ = [
     "BLOCK",
     "MAX_COUNTER",
+    "MIN_WEIGHT",
     "TAG_SLOTS",
     "derive_key",
     "modular_expected",
@@ -96,6 +120,9 @@ BLOCK = 1024
 MAX_COUNTER = 128
 """Attempts at an OU tag in range; each succeeds with probability ≥ 1/2."""
 
+MIN_WEIGHT = 2.0**-16
+"""Smallest weight a CKKS upload is made with or an aggregate may claim (module docstring)."""
+
 _EXTRA_BITS = 128  # a uniform value mod P from bits(P) + 128 bits: within 2^-128
 
 
@@ -112,10 +139,22 @@ def _label(kind: bytes, round: int, *fields: int | str) -> bytes:
     return out
 
 
+def _code_field(code: int) -> str:
+    """Return a weight code (< 2^65) as a label field of fixed width, 18 hex digits."""
+    return code.to_bytes(9, "big").hex()
+
+
 def _check_round(round: int) -> int:
     if isinstance(round, bool) or not isinstance(round, int) or not 0 <= round < 2**63:
         raise ValidationError(f"MAC round must be an int in [0, 2^63), got {round!r}")
     return round
+
+
+def _check_weight(weight: float) -> float:
+    p = float(weight)
+    if not math.isfinite(p) or not MIN_WEIGHT <= p <= 1.0:
+        raise ValidationError(f"a CKKS MAC weight must be in [{MIN_WEIGHT:g}, 1], got {p!r}")
+    return p
 
 
 # --------------------------------------------------------------------------- CKKS
@@ -135,23 +174,28 @@ def _blocks(n: int) -> list[tuple[int, int]]:
     return [(b, min(b + BLOCK, n)) for b in range(0, n, BLOCK)]
 
 
-def _alpha_dot(key: bytes, round: int, b: int, block: NDArray[np.float64]) -> NDArray[np.float64]:
+def _alpha_dot(key: bytes, round: int, n: int, b: int,
+               block: NDArray[np.float64]) -> NDArray[np.float64]:
     m = block.size
-    alpha = _uniform(key, TAG_SLOTS * m, _label(b"alpha", round, b)).reshape(TAG_SLOTS, m)
+    alpha = _uniform(key, TAG_SLOTS * m, _label(b"alpha", round, n, b)).reshape(TAG_SLOTS, m)
     out: NDArray[np.float64] = alpha @ block / math.sqrt(m)
     return out
 
 
-def _betas(key: bytes, round: int, client: str, n: int) -> NDArray[np.float64]:
-    """``client``'s pads β for every block of ``n`` values, one row per block."""
+def _betas(key: bytes, round: int, client: str, n: int,
+           weight: float) -> NDArray[np.float64]:
+    """``client``'s pads β for every block of ``n`` values given ``weight``, a row a block."""
     blocks = -(-n // BLOCK)
-    return _uniform(key, TAG_SLOTS * blocks, _label(b"beta", round, client)).reshape(
-        blocks, TAG_SLOTS)
+    label = _label(b"beta", round, n, _code_field(weight_code(weight)), client)
+    return _uniform(key, TAG_SLOTS * blocks, label).reshape(blocks, TAG_SLOTS)
 
 
-def real_tags(key: bytes, round: int, client: str,
-              values: NDArray[np.float64]) -> NDArray[np.float64]:
+def real_tags(key: bytes, round: int, client: str, values: NDArray[np.float64],
+              weight: float) -> NDArray[np.float64]:
     """Return ``client``'s tags of ``values`` for ``round``: 16 per block, block after block.
+
+    Each tag is α_j·x/√m + β_j/p: the pad is divided by the weight p the client was
+    given, so that the server's product by p restores it to β_j (module docstring).
 
     Parameters
     ----------
@@ -162,24 +206,30 @@ def real_tags(key: bytes, round: int, client: str,
     client
         The uploading client's name.
     values
-        The upload's values (float64, 1-D); each tag is at most √m·max|x| + 1 in size.
+        The upload's values (float64, 1-D); each tag is at most √m·max|x| + 1/p in size.
+    weight
+        The weight p the client was given, at least :data:`MIN_WEIGHT`.
     """
     round = _check_round(round)
+    p = _check_weight(weight)
     x = np.asarray(values, dtype=np.float64)
-    out = _betas(key, round, client, x.size)
+    out = _betas(key, round, client, x.size, p) / p
     for i, (lo, hi) in enumerate(_blocks(x.size)):
-        out[i] += _alpha_dot(key, round, lo, x[lo:hi])
+        out[i] += _alpha_dot(key, round, x.size, lo, x[lo:hi])
     return out.reshape(-1)
 
 
 def real_deviation(key: bytes, round: int, contributors: Sequence[str],
                    weights: Sequence[float] | NDArray[np.float64],
-                   values: NDArray[np.float64], tags: NDArray[np.float64]) -> float:
+                   values: NDArray[np.float64], tags: NDArray[np.float64],
+                   applied: Sequence[float] | NDArray[np.float64] | None = None) -> float:
     """Return max |tags − tags of the claimed weighted sum| over every tag of ``values``.
 
-    ``values`` and ``tags`` are a decrypted aggregate: Σ_k p_k·x_k and Σ_k p_k·t_k for the
-    honest sum over ``contributors`` with ``weights`` p_k. The caller compares the result
-    with its tolerance (module docstring).
+    ``values`` and ``tags`` are a decrypted aggregate: Σ_k p̃_k·x_k and Σ_k p̃_k·t_k for the
+    honest sum over ``contributors`` given ``weights`` p_k, which the server multiplied
+    by ``applied`` p̃_k (the p_k as CKKS encodes them; default: p_k exactly). Client k's
+    pad enters as (p̃_k/p_k)·β_k. The caller compares the result with its tolerance
+    (module docstring).
     """
     round = _check_round(round)
     x = np.asarray(values, dtype=np.float64)
@@ -188,12 +238,15 @@ def real_deviation(key: bytes, round: int, contributors: Sequence[str],
         raise ValidationError(f"expected {real_tag_count(x.size)} tags for {x.size} values, "
                               f"got {t.shape}")
     w = np.asarray(weights, dtype=np.float64)
-    pads = sum((wk * _betas(key, round, c, x.size) for wk, c in zip(w, contributors,
-                                                                   strict=True)),
+    if w.shape != (len(contributors),) or not np.all(w >= MIN_WEIGHT):
+        raise ValidationError(f"expected one weight >= {MIN_WEIGHT:g} per contributor")
+    ratio = np.ones_like(w) if applied is None else np.asarray(applied, np.float64) / w
+    pads = sum((r * _betas(key, round, c, x.size, float(wk))
+                for r, wk, c in zip(ratio, w, contributors, strict=True)),
                np.zeros((len(_blocks(x.size)), TAG_SLOTS)))
     worst = 0.0
     for i, (lo, hi) in enumerate(_blocks(x.size)):
-        want = _alpha_dot(key, round, lo, x[lo:hi]) + pads[i]
+        want = _alpha_dot(key, round, x.size, lo, x[lo:hi]) + pads[i]
         off = float(np.max(np.abs(t[i * TAG_SLOTS:(i + 1) * TAG_SLOTS] - want)))
         if not np.isfinite(off):
             return math.inf
@@ -213,16 +266,19 @@ def _mod_uniform(key: bytes, label: bytes, modulus: int) -> int:
     return int.from_bytes(raw, "little") % int(modulus)
 
 
-def _point(key: bytes, round: int, modulus: int) -> int:
-    return _mod_uniform(key, _label(b"point", round), modulus)
+def _point(key: bytes, round: int, count: int, modulus: int) -> int:
+    return _mod_uniform(key, _label(b"point", round, count), modulus)
 
 
-def _pad(key: bytes, round: int, client: str, counter: int, modulus: int) -> int:
-    return _mod_uniform(key, _label(b"pad", round, counter, client), modulus)
+def _pad(key: bytes, round: int, client: str, counter: int, code: int, modulus: int) -> int:
+    label = _label(b"pad", round, counter, _code_field(code), client)
+    return _mod_uniform(key, label, modulus)
 
 
 def _polynomial(point: int, plaintexts: Sequence[int], modulus: int) -> int:
     """Σ_c point^(C+1-c)·M_c mod P for c = 1..C (Horner)."""
+    import gmpy2  # here, so that importing islands stays light (tests/test_package.py)
+
     a, P = gmpy2.mpz(point), gmpy2.mpz(modulus)
     h = gmpy2.mpz(0)
     for m in plaintexts:
@@ -256,10 +312,10 @@ def modular_tag(key: bytes, round: int, client: str, weight: float,
         below 2^-128 with OU's bound ≥ P/4).
     """
     round = _check_round(round)
-    base = _polynomial(_point(key, round, modulus), plaintexts, modulus)
+    base = _polynomial(_point(key, round, len(plaintexts), modulus), plaintexts, modulus)
     w = weight_code(weight)
     for counter in range(MAX_COUNTER):
-        value = represent((base + w * _pad(key, round, client, counter, modulus)) % modulus)
+        value = represent((base + w * _pad(key, round, client, counter, w, modulus)) % modulus)
         if value is not None:
             return value, counter
     raise ValidationError(f"no tag in the engine's plaintext range after {MAX_COUNTER} "
@@ -271,7 +327,8 @@ def modular_expected(key: bytes, round: int, contributors: Sequence[str],
                      plaintexts: Sequence[int], modulus: int) -> int:
     """Return, mod P, the tag an honest sum of the claimed uploads decrypts to."""
     round = _check_round(round)
-    total = _polynomial(_point(key, round, modulus), plaintexts, modulus)
+    total = _polynomial(_point(key, round, len(plaintexts), modulus), plaintexts, modulus)
     for c, w, k in zip(contributors, weights, counters, strict=True):
-        total += weight_code(w) * _pad(key, round, c, int(k), modulus)
+        code = weight_code(w)
+        total += code * _pad(key, round, c, int(k), code, modulus)
     return total % int(modulus)

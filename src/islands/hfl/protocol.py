@@ -976,6 +976,7 @@ def client(
         # this run's (empty) state replaces an old one
         save_checkpoint(ckpt_path, with_settings(saved, settings))
     trained = 0
+    dim: int | None = None  # the model's length, once known: it never changes
     losses: list[float] = []
     while True:
         msg = party.recv(server, "task", timeout=task_timeout)
@@ -987,15 +988,23 @@ def client(
             del msg, reply
             continue
         if isinstance(msg, Finish):
-            final = None if msg.params is None else own.open(msg.params)
+            final = None if msg.params is None else _check_vector(
+                own.open(msg.params), dim, f"the final model client {party.name!r} got")
             return ClientResult(params=final,
                                 rounds_trained=trained, n_train=learner.n_train,
                                 n_eval=learner.n_eval, losses=losses)
         if not isinstance(msg, Task):
             raise ProtocolError(f"client {party.name!r} got an unexpected message: "
                                 f"{type(msg).__name__}", party=party.name, step="task")
+        if msg.initial and trained:
+            # the plain model comes with a client's first task only: later ones come
+            # through open(), whose checks (an aggregate's MAC) a plain model would skip
+            raise ProtocolError(f"client {party.name!r} got a plain initial model from "
+                                f"{server!r} in round {msg.round}, after its first task",
+                                party=party.name, step="task")
         params = np.asarray(msg.params) if msg.initial else own.open(msg.params)
-        params = _check_vector(params, None, f"the global model client {party.name!r} got")
+        params = _check_vector(params, dim, f"the global model client {party.name!r} got")
+        dim = params.size
         accuracy = float("nan")
         if msg.evaluate and learner.n_eval > 0:
             accuracy = float(learner.evaluate(params))
