@@ -12,8 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from islands.aggregation.base import MeanAggregator
-from islands.aggregation.protect import ChaosPermutation, ClientDP, build_aggregator
+from islands.aggregation.base import AggStep, MeanAggregator
+from islands.aggregation.protect import (
+    ChaosPermutation,
+    ClientDP,
+    DPNoiseRequest,
+    build_aggregator,
+)
 from islands.aggregation.secagg import SecureAggregation
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl import FedAvg
@@ -274,23 +279,48 @@ def test_paillier_keys_below_2048_bits_are_refused() -> None:
         build_aggregator(["paillier"], {"paillier": {"key_bits": 1536}})
 
 
+@pytest.mark.parametrize("scheme", ["ckks", "paillier"])
+def test_under_distributed_noise_clients_refuse_unequal_weights(scheme: str) -> None:
+    # issue 37 review: the server gives every contributor but c1 a tiny weight at task time
+    # and sums all four: t = 3 names, but the mean is c1's update with its noise share
+    # alone. Client-level DP weights every upload equally, so the clients refuse it
+    pytest.importorskip("tenseal" if scheme == "ckks" else "phe")
+    from islands.hfl.server_audit import EQUAL, _Link, dp_uploads
+
+    fed, _ = dp_uploads(scheme, t=3)
+    skewed = {"c0": 1.0, "c1": 1000.0, "c2": 1.0, "c3": 1.0}
+    for c in fed.clients:  # the DP noise request of round 2
+        fed.halves[c].on_step(fed.views[c], server="server", step=AggStep(
+            2, "dp-noise", DPNoiseRequest(noise_multiplier=1.0, clip=1.0, guaranteed=3)))
+    agg, ups = fed.uploads(2, weights=skewed)
+    forged = fed.aggregate(agg, ups, list(fed.clients))
+    for c in fed.clients:
+        with pytest.raises(ProtocolError, match=rf"client {c!r} refuses .*round 2: its weights "
+                           r"range from 0.000997 to 0.997, where client-level DP weights every "
+                           r"upload equally"):
+            fed.halves[c].open(forged)
+    honest = fed.server_half().start(_Link(), round=2, clients=list(fed.clients),
+                                     weights=EQUAL, dim=fed.dim)
+    assert honest.weights == dict.fromkeys(fed.clients, 0.25)  # what the DP server gives
+
+
 def test_clients_refuse_an_encrypted_sum_of_fewer_uploads_than_their_noise_needs() -> None:
     # each upload carries noise calibrated for t = 3 survivors; a server that opens a sum
     # of 2 for the clients (the DP check is the server's own, so a deviating server skips
     # it) would show them the pair with √(2/3) of the noise: every client refuses it
     pytest.importorskip("phe")
-    from islands.hfl.server_audit import _Link, dp_uploads
+    from islands.hfl.server_audit import EQUAL, _Link, dp_uploads
 
     fed, ups = dp_uploads("paillier", t=3)
     agg = fed.server_half().start(_Link(), round=1, clients=list(fed.clients),
-                                  weights=fed.n_train, dim=fed.dim)
+                                  weights=EQUAL, dim=fed.dim)
     pair = fed.aggregate(agg, ups, ["c1", "c2"])
     for c in fed.clients:
         with pytest.raises(ProtocolError, match=rf"client {c!r} refuses .*round 1: it sums "
                            r"2 uploads, fewer than the 3"):
             fed.halves[c].open(pair)
     again = fed.server_half().start(_Link(), round=1, clients=list(fed.clients),
-                                    weights=fed.n_train, dim=fed.dim)
+                                    weights=EQUAL, dim=fed.dim)
     three = fed.aggregate(again, ups, ["c0", "c1", "c2"])
     for c in fed.clients:
         assert np.all(np.isfinite(fed.halves[c].open(three)))

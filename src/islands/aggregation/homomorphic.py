@@ -70,12 +70,14 @@ Residual, honestly: the server still chooses which of the round's uploads it sum
 clients announce; a client checks its own weight and, through the MAC, that every
 contributor's upload was made with the weight claimed for it. It may leave out uploads,
 as it must for late clients; a sum over two clients shows each of them the other's model,
-and a weight near 1 on one contributor makes the mean nearly its model. No client checks
-the size of the weight it is given: a server that gives every contributor but one a
-tiny weight before the round (Paillier, OU: down to 2^-1074; CKKS: 2^-16) makes
-``min_clients`` and distributed DP's t count names, not models — the mean is that one
-contributor's, with its noise alone. A client
-colluding with the server still decrypts every upload (the shared key, above).
+and a weight near 1 on one contributor makes the mean nearly its model. A client knows only
+the weight it is given: a server that gives every contributor but one a tiny weight
+before the round (Paillier, OU: down to 2^-1074; CKKS: 2^-16) makes ``min_clients`` count
+names, not models, without DP. Under distributed DP it cannot: client-level DP's server
+weights every upload equally, and a client refuses an aggregate whose claimed weights
+are not equal (the MAC binds each claimed weight to the one its contributor was given),
+so t counts uploads of equal weight. A client colluding with the server still decrypts
+every upload (the shared key, above).
 """
 
 from __future__ import annotations
@@ -150,11 +152,13 @@ class _Binding:
         self.least: dict[int, int] = {}  # round -> fewest contributors its noise allows
 
     def require(self, round: int, contributors: int) -> None:
-        """Refuse an aggregate of ``round`` summing fewer than ``contributors`` uploads.
+        """Refuse an aggregate of ``round`` of fewer than ``contributors``, or unequal weights.
 
         Client-level DP with distributed noise calls it: each upload carries noise
         calibrated for that many survivors, so a sum of fewer carries less than the
-        accountant charges.
+        accountant charges; and its server weights every upload equally, so a claim of
+        unequal weights (every contributor but one given a tiny weight) would be a sum of
+        fewer in all but name.
         """
         self.least = {r: n for r, n in self.least.items() if r >= round - 1}
         self.least[round] = contributors
@@ -252,6 +256,10 @@ class _Binding:
         if len(names) < least:
             raise self.refuse(rnd, f"it sums {len(names)} uploads, fewer than the {least} "
                               "this client's distributed DP noise is calibrated for")
+        if rnd in self.least and float(np.max(w) - np.min(w)) > 1e-12 * float(np.max(w)):
+            raise self.refuse(rnd, f"its weights range from {float(np.min(w)):.3g} to "
+                              f"{float(np.max(w)):.3g}, where client-level DP weights every "
+                              "upload equally (its noise is calibrated for an equal sum)")
         if len(names) < self.min_clients:
             raise self.refuse(rnd, f"it sums {len(names)} uploads, fewer than this client's "
                               f"min_clients={self.min_clients}")

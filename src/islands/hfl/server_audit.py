@@ -511,13 +511,16 @@ class HEFederation:
             half.load_public(self.public)
         return half
 
-    def uploads(self, rnd: int, clients: Sequence[str] | None = None
-                ) -> tuple[Any, dict[str, Any]]:
-        """Round ``rnd``: the server opens it, each client of it uploads."""
+    def uploads(self, rnd: int, clients: Sequence[str] | None = None, *,
+                weights: Mapping[str, float] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Round ``rnd``: the server opens it, each client of it uploads.
+
+        The weights are the clients' sample counts (FedAvg), or ``weights``.
+        """
         clients = list(clients or self.clients)
+        given = self.n_train if weights is None else weights
         agg = self.server_half().start(_Link(), round=rnd, clients=clients,
-                                       weights={c: self.n_train[c] for c in clients},
-                                       dim=self.dim)
+                                       weights={c: given[c] for c in clients}, dim=self.dim)
         ups = {c: self.halves[c].payload(self.views[c], server="server", round=rnd,
                                          params=self.models[rnd][c],
                                          base=np.zeros(self.dim), weight=agg.weights[c])
@@ -741,7 +744,8 @@ def dp_uploads(scheme: str, t: int = 3) -> tuple[HEFederation, dict[str, Any]]:
     """Round 1 of distributed DP over CKKS or Paillier, noise calibrated for ``t``.
 
     Returns the federation (its halves are :class:`~islands.aggregation.protect.ClientDP` over
-    the scheme) and every client's upload, for the played server to sum as it likes.
+    the scheme) and every client's upload, for the played server to sum as it likes. The
+    weights are equal, as client-level DP's server gives them (:data:`EQUAL`).
     """
     fed = HEFederation(scheme)
     dp = ClientDP(he_aggregator(scheme), noise="distributed", guaranteed=t)
@@ -750,13 +754,17 @@ def dp_uploads(scheme: str, t: int = 3) -> tuple[HEFederation, dict[str, Any]]:
     for c in fed.clients:
         fed.halves[c].on_step(fed.views[c], server="server", step=AggStep(
             1, "dp-noise", DPNoiseRequest(noise_multiplier=1.0, clip=1.0, guaranteed=t)))
-    return fed, fed.uploads(1)[1]
+    return fed, fed.uploads(1, weights=EQUAL)[1]
+
+
+EQUAL = dict.fromkeys(HEFederation.clients, 1.0)
+"""The weights client-level DP's server gives every client of :class:`HEFederation`."""
 
 
 def _he_dp_short_sum(scheme: str) -> None:
     fed, ups = dp_uploads(scheme)
     agg = fed.server_half().start(_Link(), round=1, clients=list(fed.clients),
-                                  weights=fed.n_train, dim=fed.dim)
+                                  weights=EQUAL, dim=fed.dim)
     fed.halves["c0"].open(fed.aggregate(agg, ups, ["c1", "c2"]))
 
 
@@ -1044,13 +1052,28 @@ class _Forgeries:
             forged = scaled(half, second, honest)
         elif attack == "replay":
             forged = _replay_mix(half, first, second, honest)
-        else:  # "fewer": two uploads, claimed as the round's three
+        elif attack == "fewer":  # two uploads, claimed as the round's three
             claims = fed.aggregate(fed.server_half().start(
                 _Link(), round=2, clients=["c1", "c2", "c3"], weights=fed.n_train,
                 dim=fed.dim), second, ["c1", "c2", "c3"])
             w = dict(zip(claims["contributors"], claims["weights"], strict=True))
             forged = combine(half, second, {c: honest_coefficients(half, ["c1", "c2"], w)[c]
                                             for c in ["c1", "c2"]}, claims)
+        elif attack == "never-given":  # c2 and c3 claimed at weights they were never given
+            w = dict(zip(honest["contributors"], honest["weights"], strict=True))
+            small = 2.0**-15
+            claims = dict(honest, contributors=["c1", "c2", "c3"],
+                          weights=[w["c1"], small, small],
+                          **({} if scheme == "ckks" else {"counters": [
+                              honest["counters"][honest["contributors"].index(c)]
+                              for c in ("c1", "c2", "c3")]}))
+            forged = combine(half, second, {"c1": honest_coefficients(half, ["c1"], w)["c1"]},
+                             claims)
+        else:  # "second": c1 asked for a second upload of the round, to mix the two
+            fed.halves["c1"].payload(fed.views["c1"], server="server", round=2,
+                                     params=fed.models[2]["c1"] + 0.5,
+                                     base=np.zeros(fed.dim), weight=1.0 / 4)
+            return
         refusals = []
         for c in fed.clients:
             try:
@@ -1097,6 +1120,72 @@ def _replay_mix(half: Any, first: Mapping[str, Any], second: Mapping[str, Any],
 
 
 _FORGERIES = _Forgeries()
+_MAC_CHECK = "the MAC of the values, round, length and given weights (crypto/mac.py)"
+_FORGERY_CHECKS = {"fewer": _MAC_CHECK + ", or the client's min_clients",
+                   "second": "one upload per round"}
+_FORGERY_EXPECT = {"random": r"its MAC|does not decrypt", "second": r"one upload per round"}
+
+
+def _ckks_tiny_weights() -> None:
+    fed = HEFederation("ckks", dim=5000)
+    fed.deal()
+    fed.uploads(1)
+    half = fed.server_half()
+    count = positions(half, fed.dim)
+    model = np.random.default_rng(5).uniform(-10, 10, fed.dim)
+    big, small = 1000.0, 2.0**-40  # the server's encryption at 2^40, times 2^-40
+    own = ckks.encrypt_vector(half.context, np.concatenate([big * model,
+                                                            np.zeros(count - fed.dim)]))
+    total = ckks.EncryptedSum(half.context, count)
+    total.add(own, small)
+    claims = {"round": 1, "contributors": ["c1", "c2", "c3"], "weights": [big * small / 3] * 3,
+              "length": fed.dim, "chunks": total.result()}
+    fed.halves["c0"].open(claims)
+
+
+def _plain_model_later() -> None:
+    from islands.hfl.protocol import Finish, Start, Task
+
+    def task(rnd: int, params: Any) -> Task:
+        return Task(round=rnd, params=params, epoch=0, step=0, steps=1, batch_size=1,
+                    lr=0.1, momentum=0.0, weight_decay=0.0, prox_mu=0.0, evaluate=True,
+                    weight=0.5, initial=True)
+
+    class Scripted:  # the server's messages to c0, as a deviating server sends them
+        name, parties = "c0", ("server", "c0")
+
+        def __init__(self) -> None:
+            self.inbox = [Start(resumed_from=0), task(1, np.zeros(7, np.float32)),
+                          task(2, np.full(7, 7.0, np.float32)), Finish(params=None, rounds=2)]
+
+        def send(self, to: str, tag: str, msg: Any) -> None:
+            pass
+
+        def recv(self, sender: str, tag: str, timeout: float | None = None) -> Any:
+            return self.inbox.pop(0)
+
+    class Uploads:  # a client half whose uploads the server keeps (no key needed here)
+        def on_step(self, party: Any, **kw: Any) -> None:
+            return None
+
+        def open(self, payload: Any) -> Any:
+            raise ProtocolError("open() refused it")
+
+        def payload(self, party: Any, **kw: Any) -> Any:
+            return {"upload": True}
+
+    client(Scripted(), server="server", learner=_Zero(),  # type: ignore[arg-type]
+           aggregator=MeanAggregator(),
+           half=Uploads())
+
+
+def _he_dp_skewed(scheme: str) -> None:
+    fed, _ = dp_uploads(scheme)
+    for c in fed.clients:
+        fed.halves[c].on_step(fed.views[c], server="server", step=AggStep(
+            2, "dp-noise", DPNoiseRequest(noise_multiplier=1.0, clip=1.0, guaranteed=3)))
+    agg, ups = fed.uploads(2, weights={"c0": 1.0, "c1": 1000.0, "c2": 1.0, "c3": 1.0})
+    fed.halves["c0"].open(fed.aggregate(agg, ups, list(fed.clients)))
 
 
 @dataclass(frozen=True)
@@ -1132,6 +1221,9 @@ _FORGERY_ROWS = [
     ("scaled", "scale the honest sum (claims unchanged)"),
     ("replay", "send round 1's values under round 2's MAC"),
     ("fewer", "sum 2 uploads and claim the round's 3 (clients accept 3 or more)"),
+    ("never-given", "sum the victim's upload alone and claim 2 more contributors at weights "
+     "it never gave them (2^-15)"),
+    ("second", "ask a client for a second upload of the round (to combine the two)"),
     ("random", f"try {RANDOM_TRIALS} random combinations of the round's ciphertexts"),
 ]
 ATTACKS: list[Attack] = [
@@ -1186,15 +1278,23 @@ ATTACKS: list[Attack] = [
            "the round the client last uploaded in", r"a replayed aggregate",
            partial(_each_scheme, _he_replayed)),
     *[Attack(scheme, f"{what} ({REAL_DIMS[scheme]:,} values)", _SERVER,
-             "the MAC of the values, round and weights (crypto/mac.py)"
-             + (", or the client's min_clients" if attack == "fewer" else ""),
-             r"its MAC" + (r"|does not decrypt" if attack == "random" else ""),
+             _FORGERY_CHECKS.get(attack, _MAC_CHECK), _FORGERY_EXPECT.get(attack, r"its MAC"),
              partial(_FORGERIES.play, scheme, attack))
       for scheme in ("ckks", "paillier", "ou") for attack, what in _FORGERY_ROWS],
+    Attack("ckks", "claim tiny weights (3e-10) over its own encryption of a model it "
+           "chose", _SERVER, "claimed CKKS weights of at least 2^-16",
+           r"claims a weight below", _ckks_tiny_weights),
+    Attack("ckks / paillier / ou", "send a plain 'initial' model after the first task (no "
+           "aggregate to check)", _SERVER, "a plain model only with a client's first task",
+           r"got a plain initial model", _plain_model_later),
     Attack("dp (distributed) + ckks / paillier", "open a sum of 2 uploads whose noise is "
            "calibrated for 3", _SERVER, "each client's own t",
            r"fewer than the 3 this client's distributed DP noise is calibrated for",
            partial(_each_scheme, _he_dp_short_sum)),
+    Attack("dp (distributed) + ckks / paillier", "give all but one contributor a tiny "
+           "weight (t names, one model)", _SERVER, "equal weights, as client-level DP's",
+           r"where client-level DP weights every upload equally",
+           partial(_each_scheme, _he_dp_skewed)),
     Attack("additive", "give the victim a roster of one", _SERVER, "each client's min_clients",
            r"parameter 'min_clients' is 2, got a roster of 1",
            partial(_additive_run, {"v": ["v"], "a": ["a", "b"], "b": ["a", "b"]})),
