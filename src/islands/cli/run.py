@@ -20,6 +20,7 @@ from rich.table import Table
 
 from islands.cli.common import app, console, print_error, stop_on_error
 from islands.errors import IslandsError, JobError, OutputError
+from islands.reporting import MANIFEST, check_writable, previous_results
 from islands.runtime.runner import running_roles
 from islands.validation import read_toml
 
@@ -63,8 +64,6 @@ def check_output(out: Path, json_path: Path | None, *, resume: bool, overwrite: 
     interrupted run). A folder with another run's results (or such checkpoints) needs
     ``--overwrite``, or ``--resume`` where the job can continue it.
     """
-    from islands.reporting import check_writable, previous_results
-
     check_writable(out, "the output folder", folder=True)
     if json_path is not None:
         check_writable(json_path, "--json", folder=False)
@@ -377,8 +376,6 @@ def contribution_command(
 ) -> None:
     """Each client's contribution and reward share: a table and a bar chart."""
     from islands.hfl.contribution.report import load_contribution, plot_contribution
-    from islands.reporting import MANIFEST
-
     with stop_on_error(2):
         report = load_contribution(run_dir)
     print_contribution(report)
