@@ -293,7 +293,7 @@ def test_under_distributed_noise_clients_refuse_unequal_weights(scheme: str) -> 
         fed.halves[c].on_step(fed.views[c], server="server", step=AggStep(
             2, "dp-noise", DPNoiseRequest(noise_multiplier=1.0, clip=1.0, guaranteed=3)))
     agg, ups = fed.uploads(2, weights=skewed)
-    forged = fed.aggregate(agg, ups, list(fed.clients))
+    forged = dict(fed.aggregate(agg, ups, list(fed.clients)), guaranteed=3)
     for c in fed.clients:
         with pytest.raises(ProtocolError, match=rf"client {c!r} refuses .*round 2: its weights "
                            r"range from 0.000997 to 0.997, where client-level DP weights every "
@@ -302,6 +302,56 @@ def test_under_distributed_noise_clients_refuse_unequal_weights(scheme: str) -> 
     honest = fed.server_half().start(_Link(), round=2, clients=list(fed.clients),
                                      weights=EQUAL, dim=fed.dim)
     assert honest.weights == dict.fromkeys(fed.clients, 0.25)  # what the DP server gives
+
+
+@pytest.mark.parametrize("scheme", ["ckks", "paillier"])
+def test_a_client_outside_the_round_refuses_a_short_or_skewed_dp_aggregate(scheme: str) -> None:
+    # issue 37 review: round 1's cohort is c0, c1, c2 (c3 not drawn). The server sums c1
+    # and c2 only and sends it to c3 with its task of round 2: c3 held no t for round 1,
+    # and would open c1's update with sigma/sqrt(3) of noise. Under distributed noise every
+    # aggregate claims its t, the MAC binds it to the t of each contributor's noise, and
+    # every client checks the claim, whether or not it took part in the round
+    pytest.importorskip("tenseal" if scheme == "ckks" else "phe")
+    from islands.hfl.server_audit import HEFederation, he_aggregator
+
+    fed = HEFederation(scheme)
+    dp = ClientDP(he_aggregator(scheme), noise="distributed", guaranteed=3)
+    fed.halves = {c: dp.client_half() for c in fed.clients}
+    fed.deal()
+    cohort = ["c0", "c1", "c2"]
+    for c in cohort:
+        fed.halves[c].on_step(fed.views[c], server="server", step=AggStep(
+            1, "dp-noise", DPNoiseRequest(noise_multiplier=1.0, clip=1.0, guaranteed=3)))
+    fed.halves["c3"].on_step(fed.views["c3"], server="server", step=AggStep(
+        2, "dp-noise", DPNoiseRequest(noise_multiplier=1.0, clip=1.0, guaranteed=3)))
+    agg, ups = fed.uploads(1, cohort, weights=dict.fromkeys(cohort, 1.0))
+    pair = fed.aggregate(agg, ups, ["c1", "c2"])
+    refusals = {
+        "no t claimed": (pair, r"it claims no t for its distributed DP noise"),
+        "t = 3 claimed": (dict(pair, guaranteed=3), r"it sums 2 uploads, fewer than the 3"),
+        # the pair claimed as a round of t = 2: c0 knows its own t, and c3 finds the MAC's
+        # pads drawn for t = 3
+        "t = 2 claimed": (dict(pair, guaranteed=2), r"(it claims t=2, where|its MAC)"),
+    }
+    for payload, why in refusals.values():
+        for c in ("c0", "c3"):  # in the round, and outside it
+            with pytest.raises(ProtocolError, match=rf"client {c!r} refuses .*round 1: .*{why}"):
+                fed.halves[c].open(payload)
+
+    def round_of(rnd: int, weights: dict[str, float]) -> Any:
+        for c in cohort:
+            fed.halves[c].on_step(fed.views[c], server="server", step=AggStep(
+                rnd, "dp-noise", DPNoiseRequest(noise_multiplier=1.0, clip=1.0,
+                                                guaranteed=3)))
+        agg, ups = fed.uploads(rnd, cohort, weights=weights)
+        return dict(fed.aggregate(agg, ups, cohort), guaranteed=3)
+
+    # c2 given a tiny weight: three names, two models
+    skewed = round_of(2, {"c0": 1.0, "c1": 1.0, "c2": 1e-3})
+    with pytest.raises(ProtocolError, match=r"client 'c3' refuses .*its weights range"):
+        fed.halves["c3"].open(skewed)
+    honest = round_of(3, dict.fromkeys(cohort, 1.0))
+    assert np.all(np.isfinite(fed.halves["c3"].open(honest)))
 
 
 def test_clients_refuse_an_encrypted_sum_of_fewer_uploads_than_their_noise_needs() -> None:
@@ -314,13 +364,13 @@ def test_clients_refuse_an_encrypted_sum_of_fewer_uploads_than_their_noise_needs
     fed, ups = dp_uploads("paillier", t=3)
     agg = fed.server_half().start(_Link(), round=1, clients=list(fed.clients),
                                   weights=EQUAL, dim=fed.dim)
-    pair = fed.aggregate(agg, ups, ["c1", "c2"])
+    pair = dict(fed.aggregate(agg, ups, ["c1", "c2"]), guaranteed=3)
     for c in fed.clients:
         with pytest.raises(ProtocolError, match=rf"client {c!r} refuses .*round 1: it sums "
                            r"2 uploads, fewer than the 3"):
             fed.halves[c].open(pair)
     again = fed.server_half().start(_Link(), round=1, clients=list(fed.clients),
                                     weights=EQUAL, dim=fed.dim)
-    three = fed.aggregate(again, ups, ["c0", "c1", "c2"])
+    three = dict(fed.aggregate(again, ups, ["c0", "c1", "c2"]), guaranteed=3)
     for c in fed.clients:
         assert np.all(np.isfinite(fed.halves[c].open(three)))

@@ -150,6 +150,7 @@ class _Binding:
         self.weight = 0.0  # its weight then
         self.opened = 0  # the latest round of an aggregate it accepted
         self.least: dict[int, int] = {}  # round -> fewest contributors its noise allows
+        self.distributed = False  # under distributed DP noise: every aggregate claims its t
 
     def require(self, round: int, contributors: int) -> None:
         """Refuse an aggregate of ``round`` of fewer than ``contributors``, or unequal weights.
@@ -162,6 +163,11 @@ class _Binding:
         """
         self.least = {r: n for r, n in self.least.items() if r >= round - 1}
         self.least[round] = contributors
+        self.distributed = True
+
+    def guaranteed(self, round: int) -> int:
+        """Return the t of ``round``'s noise, for the MAC's pads (0 without distributed DP)."""
+        return self.least.get(round, 0) if self.distributed else 0
 
     def seen(self, party: Party, server: str, step: AggStep | None = None) -> None:
         self.me, self.server = party.name, server
@@ -206,11 +212,15 @@ class _Binding:
             f"of round {round}: {why}", party=self.me, step="task")
 
     def claims(self, p: Any, body: str, *, counters: bool = False
-               ) -> tuple[int, list[str], NDArray[np.float64], int, list[int]]:
+               ) -> tuple[int, list[str], NDArray[np.float64], int, list[int], int]:
         """Check the aggregate's claims before decrypting.
 
-        Returns the round, the contributors, their weights, the model's length and (with
-        ``counters``) each upload's MAC attempt counter.
+        Returns the round, the contributors, their weights, the model's length, (with
+        ``counters``) each upload's MAC attempt counter, and under distributed DP the t
+        the aggregate claims its uploads' noise was calibrated for (else 0). Under
+        distributed DP every aggregate must claim a t, sum at least t uploads and weight
+        them equally, whether or not this client took part in its round: the MAC binds the
+        claimed t to the one each contributor's noise was calibrated for.
         """
         keys = (body, "round", "contributors", "weights", "length",
                 *(("counters",) if counters else ()))
@@ -252,14 +262,27 @@ class _Binding:
                      if self.uploaded >= self.opened else
                      f"after it accepted the aggregate of round {self.opened}")
             raise self.refuse(rnd, f"it comes {after} (a replayed aggregate)")
-        least = self.least.get(rnd, 1)
-        if len(names) < least:
-            raise self.refuse(rnd, f"it sums {len(names)} uploads, fewer than the {least} "
-                              "this client's distributed DP noise is calibrated for")
-        if rnd in self.least and float(np.max(w) - np.min(w)) > 1e-12 * float(np.max(w)):
-            raise self.refuse(rnd, f"its weights range from {float(np.min(w)):.3g} to "
-                              f"{float(np.max(w)):.3g}, where client-level DP weights every "
-                              "upload equally (its noise is calibrated for an equal sum)")
+        noise_for = 0
+        if self.distributed:
+            claimed = p.get("guaranteed")
+            own = self.least.get(rnd)
+            if (isinstance(claimed, bool) or not isinstance(claimed, int)
+                    or not 1 <= claimed < 2**32):
+                raise self.refuse(rnd, "it claims no t for its distributed DP noise (an int "
+                                  ">= 1), which every aggregate under distributed noise must")
+            noise_for = claimed
+            if own is not None and noise_for != own:
+                raise self.refuse(rnd, f"it claims t={noise_for}, where this client's "
+                                  f"distributed DP noise of that round is calibrated for {own}")
+            if len(names) < noise_for:
+                raise self.refuse(rnd, f"it sums {len(names)} uploads, fewer than the "
+                                  f"{noise_for} this client's distributed DP noise is "
+                                  "calibrated for")
+            if float(np.max(w) - np.min(w)) > 1e-12 * float(np.max(w)):
+                raise self.refuse(rnd, f"its weights range from {float(np.min(w)):.3g} to "
+                                  f"{float(np.max(w)):.3g}, where client-level DP weights "
+                                  "every upload equally (its noise is calibrated for an equal "
+                                  "sum)")
         if len(names) < self.min_clients:
             raise self.refuse(rnd, f"it sums {len(names)} uploads, fewer than this client's "
                               f"min_clients={self.min_clients}")
@@ -271,7 +294,7 @@ class _Binding:
             if abs(mine - self.weight) > 1e-9 * max(1.0, self.weight):
                 raise self.refuse(rnd, f"it weights this client's upload {mine:.6g}, not "
                                    f"the {self.weight:.6g} it was given")
-        return rnd, names, w, n, tries
+        return rnd, names, w, n, tries, noise_for
 
     def _forged(self, rnd: int, names: list[str], why: str) -> ProtocolError:
         shown = names if len(names) <= 8 else [*names[:8], "..."]
@@ -280,7 +303,7 @@ class _Binding:
 
     def check_real(self, rnd: int, names: list[str], w: NDArray[np.float64],
                    values: NDArray[np.float64], tags: NDArray[np.float64], tol: float,
-                   scale_bits: int) -> float:
+                   scale_bits: int, guaranteed: int = 0) -> float:
         """Check a CKKS aggregate's tags (:func:`~islands.crypto.mac.real_deviation`).
 
         ``tol`` applies to the model the client uses, Σ p_j·x_j / Σ p_j: the tags may be
@@ -288,7 +311,8 @@ class _Binding:
         Returns the scale 1/Σ p_j the model is to be multiplied by.
         """
         applied = np.round(w * 2.0**scale_bits) / 2.0**scale_bits
-        off = mac.real_deviation(self.mac_key(), rnd, names, w, values, tags, applied)
+        off = mac.real_deviation(self.mac_key(), rnd, names, w, values, tags, applied,
+                                 guaranteed=guaranteed)
         total = float(np.sum(w))
         if not off <= tol * total:
             raise self._forged(rnd, names, f"its MAC tags are off by {off:.3g}, beyond "
@@ -298,13 +322,13 @@ class _Binding:
 
     def check_modular(self, rnd: int, names: list[str], w: NDArray[np.float64],
                       counters: list[int], plaintexts: Sequence[int], tag: int,
-                      modulus: int) -> float:
+                      modulus: int, guaranteed: int = 0) -> float:
         """Check a Paillier/OU aggregate's MAC (:func:`~islands.crypto.mac.modular_expected`).
 
         Returns the scale 1/Σ p_j the model is to be multiplied by.
         """
         want = mac.modular_expected(self.mac_key(), rnd, names, [float(x) for x in w],
-                                    counters, plaintexts, modulus)
+                                    counters, plaintexts, modulus, guaranteed=guaranteed)
         if (int(tag) - want) % int(modulus):
             raise self._forged(rnd, names, "its MAC does not match")
         self.opened = max(self.opened, rnd)
@@ -452,7 +476,7 @@ class _PaillierClient:
     def open(self, payload: Any) -> Vector:
         paillier = _paillier()
         b = self.binding
-        rnd, names, w, n, counters = b.claims(payload, "blob", counters=True)
+        rnd, names, w, n, counters, noise_for = b.claims(payload, "blob", counters=True)
         spec = self.config.spec
         count = spec.ciphertexts_for(n)
         if self.private_key is None:
@@ -462,7 +486,7 @@ class _PaillierClient:
         except ValidationError as exc:
             raise b.refuse(rnd, f"it does not decrypt ({exc})") from exc
         scale = b.check_modular(rnd, names, w, counters, plain[:count], plain[count],
-                                int(self.public_key.n))
+                                int(self.public_key.n), noise_for)
         try:
             values: NDArray[np.float64] = paillier.unpack(plain[:count], n, spec,
                                                           terms=len(names))
@@ -485,7 +509,8 @@ class _PaillierClient:
             raise ValidationError(f"Paillier: client {party.name!r}'s update: {exc}") from exc
         n = int(self.public_key.n)
         tag, counter = mac.modular_tag(self.binding.mac_key(), round, party.name, weight,
-                                       plain, n, represent=lambda r: r)
+                                       plain, n, represent=lambda r: r,
+                                       guaranteed=self.binding.guaranteed(round))
         if self.pool is None:
             # precompute the next rounds' r^n on the other core while this client trains
             self.pool = paillier.RandomnessPool(self.public_key, len(plain) + 1,
@@ -649,7 +674,7 @@ class _OuClient:
 
     def open(self, payload: Any) -> Vector:
         b = self.binding
-        rnd, names, w, n, counters = b.claims(payload, "blob", counters=True)
+        rnd, names, w, n, counters, noise_for = b.claims(payload, "blob", counters=True)
         spec = self.config.spec
         if self.cipher is None:
             raise ProtocolError(f"client {b.me!r} has no ou key", party=b.me, step="task")
@@ -666,7 +691,7 @@ class _OuClient:
         except (ValidationError, ProtocolError) as exc:
             raise b.refuse(rnd, f"it does not decrypt ({exc})") from exc
         scale = b.check_modular(rnd, names, w, counters, plain, tag,
-                                self.owner.secret_prime())
+                                self.owner.secret_prime(), noise_for)
         try:
             values: NDArray[np.float64] = _paillier().unpack(plain, n, spec, terms=len(names))
         except ValidationError as exc:
@@ -692,7 +717,8 @@ class _OuClient:
             return r if r <= bound else r - p if p - r <= bound else None
 
         tag, counter = mac.modular_tag(self.binding.mac_key(), round, party.name, weight,
-                                       plain, p, represent)
+                                       plain, p, represent,
+                                       guaranteed=self.binding.guaranteed(round))
         blob: bytes = self.cipher.to_bytes(self.cipher.encrypt([*plain, tag]))
         self.binding.upload(round, weight)
         return {"blob": blob, "counter": counter}
@@ -818,7 +844,7 @@ class _CKKSClient:
 
     def open(self, payload: Any) -> Vector:
         b = self.binding
-        rnd, names, w, n, _ = b.claims(payload, "chunks")
+        rnd, names, w, n, _, noise_for = b.claims(payload, "chunks")
         if self.context is None:
             raise ProtocolError(f"client {b.me!r} has no CKKS key", party=b.me, step="task")
         try:
@@ -830,7 +856,7 @@ class _CKKSClient:
         # covers the sum's noise (crypto/mac.py: the weights' rounding is replayed)
         bits = ckks._params_of(self.context, "CKKSAggregator").scale_bits
         scale = b.check_real(rnd, names, w, values[:n], values[n:], 2.0 ** -(bits - 16),
-                             bits)
+                             bits, noise_for)
         return (values[:n] * scale).astype(np.float32)
 
     def payload(self, party: Party, *, server: str, round: int, params: Vector,
@@ -845,7 +871,8 @@ class _CKKSClient:
                 f"CKKS: client {party.name!r} was given weight {float(weight)!r}, outside "
                 f"[{mac.MIN_WEIGHT:g}, 1] (its MAC binds weights of at least that)")
         x = np.asarray(params, dtype=np.float64)
-        tags = mac.real_tags(self.binding.mac_key(), round, party.name, x, weight)
+        tags = mac.real_tags(self.binding.mac_key(), round, party.name, x, weight,
+                             guaranteed=self.binding.guaranteed(round))
         limit = ckks._params_of(self.context, "CKKSAggregator").max_abs_sum
         peak = float(np.max(np.abs(tags)))
         if peak > limit:  # NaN and inf in the values: encrypt_vector names them

@@ -144,6 +144,13 @@ def _code_field(code: int) -> str:
     return code.to_bytes(9, "big").hex()
 
 
+def _check_guaranteed(guaranteed: int) -> int:
+    if (isinstance(guaranteed, bool) or not isinstance(guaranteed, int)
+            or not 0 <= guaranteed < 2**32):
+        raise ValidationError(f"MAC guaranteed must be an int in [0, 2^32), got {guaranteed!r}")
+    return guaranteed
+
+
 def _check_round(round: int) -> int:
     if isinstance(round, bool) or not isinstance(round, int) or not 0 <= round < 2**63:
         raise ValidationError(f"MAC round must be an int in [0, 2^63), got {round!r}")
@@ -182,16 +189,16 @@ def _alpha_dot(key: bytes, round: int, n: int, b: int,
     return out
 
 
-def _betas(key: bytes, round: int, client: str, n: int,
-           weight: float) -> NDArray[np.float64]:
+def _betas(key: bytes, round: int, client: str, n: int, weight: float,
+           guaranteed: int) -> NDArray[np.float64]:
     """``client``'s pads β for every block of ``n`` values given ``weight``, a row a block."""
     blocks = -(-n // BLOCK)
-    label = _label(b"beta", round, n, _code_field(weight_code(weight)), client)
+    label = _label(b"beta", round, n, guaranteed, _code_field(weight_code(weight)), client)
     return _uniform(key, TAG_SLOTS * blocks, label).reshape(blocks, TAG_SLOTS)
 
 
 def real_tags(key: bytes, round: int, client: str, values: NDArray[np.float64],
-              weight: float) -> NDArray[np.float64]:
+              weight: float, *, guaranteed: int = 0) -> NDArray[np.float64]:
     """Return ``client``'s tags of ``values`` for ``round``: 16 per block, block after block.
 
     Each tag is α_j·x/√m + β_j/p: the pad is divided by the weight p the client was
@@ -209,11 +216,14 @@ def real_tags(key: bytes, round: int, client: str, values: NDArray[np.float64],
         The upload's values (float64, 1-D); each tag is at most √m·max|x| + 1/p in size.
     weight
         The weight p the client was given, at least :data:`MIN_WEIGHT`.
+    guaranteed
+        Under distributed DP, the t the client's noise was calibrated for (0 without):
+        in the pads' labels, so an aggregate claimed for another t does not verify.
     """
     round = _check_round(round)
     p = _check_weight(weight)
     x = np.asarray(values, dtype=np.float64)
-    out = _betas(key, round, client, x.size, p) / p
+    out = _betas(key, round, client, x.size, p, _check_guaranteed(guaranteed)) / p
     for i, (lo, hi) in enumerate(_blocks(x.size)):
         out[i] += _alpha_dot(key, round, x.size, lo, x[lo:hi])
     return out.reshape(-1)
@@ -222,7 +232,8 @@ def real_tags(key: bytes, round: int, client: str, values: NDArray[np.float64],
 def real_deviation(key: bytes, round: int, contributors: Sequence[str],
                    weights: Sequence[float] | NDArray[np.float64],
                    values: NDArray[np.float64], tags: NDArray[np.float64],
-                   applied: Sequence[float] | NDArray[np.float64] | None = None) -> float:
+                   applied: Sequence[float] | NDArray[np.float64] | None = None, *,
+                   guaranteed: int = 0) -> float:
     """Return max |tags − tags of the claimed weighted sum| over every tag of ``values``.
 
     ``values`` and ``tags`` are a decrypted aggregate: Σ_k p̃_k·x_k and Σ_k p̃_k·t_k for the
@@ -241,7 +252,8 @@ def real_deviation(key: bytes, round: int, contributors: Sequence[str],
     if w.shape != (len(contributors),) or not np.all(w >= MIN_WEIGHT):
         raise ValidationError(f"expected one weight >= {MIN_WEIGHT:g} per contributor")
     ratio = np.ones_like(w) if applied is None else np.asarray(applied, np.float64) / w
-    pads = sum((r * _betas(key, round, c, x.size, float(wk))
+    noise_for = _check_guaranteed(guaranteed)
+    pads = sum((r * _betas(key, round, c, x.size, float(wk), noise_for)
                 for r, wk, c in zip(ratio, w, contributors, strict=True)),
                np.zeros((len(_blocks(x.size)), TAG_SLOTS)))
     worst = 0.0
@@ -270,8 +282,9 @@ def _point(key: bytes, round: int, count: int, modulus: int) -> int:
     return _mod_uniform(key, _label(b"point", round, count), modulus)
 
 
-def _pad(key: bytes, round: int, client: str, counter: int, code: int, modulus: int) -> int:
-    label = _label(b"pad", round, counter, _code_field(code), client)
+def _pad(key: bytes, round: int, client: str, counter: int, code: int, guaranteed: int,
+         modulus: int) -> int:
+    label = _label(b"pad", round, counter, guaranteed, _code_field(code), client)
     return _mod_uniform(key, label, modulus)
 
 
@@ -288,7 +301,8 @@ def _polynomial(point: int, plaintexts: Sequence[int], modulus: int) -> int:
 
 def modular_tag(key: bytes, round: int, client: str, weight: float,
                 plaintexts: Sequence[int], modulus: int,
-                represent: Callable[[int], int | None]) -> tuple[int, int]:
+                represent: Callable[[int], int | None], *,
+                guaranteed: int = 0) -> tuple[int, int]:
     """Return ``client``'s tag of its packed ``plaintexts`` for ``round``, and its counter.
 
     Parameters
@@ -304,6 +318,9 @@ def modular_tag(key: bytes, round: int, client: str, weight: float,
     represent
         Maps a residue modulo P to the integer the engine encrypts, or None if the
         engine cannot encrypt it (OU's bound): then the next counter is tried.
+    guaranteed
+        Under distributed DP, the t the client's noise was calibrated for (0 without),
+        in the pad's label.
 
     Raises
     ------
@@ -312,10 +329,12 @@ def modular_tag(key: bytes, round: int, client: str, weight: float,
         below 2^-128 with OU's bound ≥ P/4).
     """
     round = _check_round(round)
+    t = _check_guaranteed(guaranteed)
     base = _polynomial(_point(key, round, len(plaintexts), modulus), plaintexts, modulus)
     w = weight_code(weight)
     for counter in range(MAX_COUNTER):
-        value = represent((base + w * _pad(key, round, client, counter, w, modulus)) % modulus)
+        value = represent((base + w * _pad(key, round, client, counter, w, t, modulus))
+                          % modulus)
         if value is not None:
             return value, counter
     raise ValidationError(f"no tag in the engine's plaintext range after {MAX_COUNTER} "
@@ -324,11 +343,12 @@ def modular_tag(key: bytes, round: int, client: str, weight: float,
 
 def modular_expected(key: bytes, round: int, contributors: Sequence[str],
                      weights: Sequence[float], counters: Sequence[int],
-                     plaintexts: Sequence[int], modulus: int) -> int:
+                     plaintexts: Sequence[int], modulus: int, *, guaranteed: int = 0) -> int:
     """Return, mod P, the tag an honest sum of the claimed uploads decrypts to."""
     round = _check_round(round)
+    t = _check_guaranteed(guaranteed)
     total = _polynomial(_point(key, round, len(plaintexts), modulus), plaintexts, modulus)
     for c, w, k in zip(contributors, weights, counters, strict=True):
         code = weight_code(w)
-        total += code * _pad(key, round, c, int(k), code, modulus)
+        total += code * _pad(key, round, c, int(k), code, t, modulus)
     return total % int(modulus)
