@@ -310,14 +310,8 @@ class SpuParty:
                     f"looks like this). The end of its log:\n{self._log_tail()}",
                     party=self.name, peer=self.peer, tag="spu", timeout=self.timeout
                     ) from None
-            if rc == ADDRESS_IN_USE:
-                host = self.link.hosts[self.link.rank]
-                raise SpuAddressInUse(
-                    f"PSI party {self.name!r}: SPU cannot listen on {host}: another process "
-                    "holds that address, so SPU's PSI with party "
-                    f"{self.peer!r} did not start (choose another port)",
-                    party=self.name, step="spu")
             if rc:  # a clean exit (0) without the marker: the output is checked below
+                self._listen_failed(rc)
                 raise ProtocolError(
                     f"PSI party {self.name!r}: SPU's PSI with party {self.peer!r} failed "
                     f"(exit status {rc}); the end of its log:\n{self._log_tail()}",
@@ -363,6 +357,26 @@ class SpuParty:
                     Path(match.group(1)).unlink()
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+    def _listen_failed(self, rc: int) -> None:
+        """Raise when SPU's link could not listen on this party's address.
+
+        The worker exits with :data:`ADDRESS_IN_USE` when it found the address held; brpc's
+        own "Fail to listen <address>" in the log, with the worker stopped by the error,
+        means the same whose holder has let go since (or an address not this machine's).
+        """
+        host = self.link.hosts[self.link.rank]
+        port = host.rpartition(":")[2]
+        listen = re.search(rf"Fail to listen \S*:{re.escape(port)}\b", self._log_tail(None))
+        if rc != ADDRESS_IN_USE and not listen:
+            return
+        why = ("another process holds that address" if rc == ADDRESS_IN_USE else
+               "another process held that address when SPU started, or it is not one "
+               "of this machine's")
+        raise SpuAddressInUse(
+            f"PSI party {self.name!r}: SPU cannot listen on {host}: {why}, so SPU's PSI "
+            f"with party {self.peer!r} did not start (choose another port)",
+            party=self.name, step="spu")
 
     def _refused_tls(self) -> None:
         """Raise when the log shows a TLS handshake that failed over a certificate.
