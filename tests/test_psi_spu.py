@@ -455,7 +455,7 @@ def test_a_late_reply_on_spus_link_does_not_stall_its_start() -> None:
     after A's reply to B's own hello; when that reply is late, A (which has B's hello)
     sends its second hello before B read the first, B drops it, and both SPUs waited
     at "[AbstractPsiParty::Init] start" for the whole timeout. On a busy machine this
-    happened in about 1 run in 40; here A's replies to B come 0.5 s late, and B listens
+    happened in about 1 run in 60; here A's replies to B come 0.5 s late, and B listens
     before A starts, so that A's first hello is there early: without the barrier after
     the link opens (islands.psi._spu_worker), every run stalls."""
     ids_a = [b"s" + f"u{i}".encode() for i in range(8)]
@@ -463,10 +463,10 @@ def test_a_late_reply_on_spus_link_does_not_stall_its_start() -> None:
     hosts = free_loopback_hosts(2)
     link = new_link_id()
     with _late_replies(hosts[0], 0.5) as via:
-        # B reaches A through the relay; A reaches B directly
-        parties = [SpuParty("a", "b", SpuLink(link, (hosts[0], hosts[1]), 0), timeout=25),
-                   SpuParty("b", "a", SpuLink(link, (via, hosts[1]), 1), timeout=25)]
-        t0 = time.monotonic()
+        # B reaches A through the relay, A reaches B directly; a stall shows as
+        # PeerTimeoutError at the timeout
+        parties = [SpuParty("a", "b", SpuLink(link, (hosts[0], hosts[1]), 0), timeout=60),
+                   SpuParty("b", "a", SpuLink(link, (via, hosts[1]), 1), timeout=60)]
         try:
             for p, ids in zip(parties, (ids_a, ids_b), strict=True):
                 p.launch()
@@ -482,7 +482,6 @@ def test_a_late_reply_on_spus_link_does_not_stall_its_start() -> None:
                 p.close()
     assert sorted(rows_a.tolist()) == [4, 5, 6, 7]
     assert sorted(rows_b.tolist()) == [0, 1, 2, 3]
-    assert time.monotonic() - t0 < 20  # it did not wait for the timeout
 
 
 @needs_spu
@@ -492,9 +491,9 @@ def test_a_port_taken_before_spu_listens_is_named_at_once() -> None:
     hosts = free_loopback_hosts(2)
     taken = socket.create_server(("127.0.0.1", int(hosts[1].rsplit(":", 1)[1])))
     link = new_link_id()
+    # A waiting for B until its timeout shows as PeerTimeoutError
     parties = [SpuParty("a", "b", SpuLink(link, (hosts[0], hosts[1]), 0), timeout=60),
                SpuParty("b", "a", SpuLink(link, (hosts[0], hosts[1]), 1), timeout=60)]
-    t0 = time.monotonic()
     try:
         for p in parties:
             p.start([b"sx", b"sy"])
@@ -506,7 +505,6 @@ def test_a_port_taken_before_spu_listens_is_named_at_once() -> None:
         for p in parties:
             p.close()
         taken.close()
-    assert time.monotonic() - t0 < 30
 
 
 @needs_spu
@@ -525,10 +523,9 @@ def test_intersect_starts_again_on_fresh_ports_when_one_was_taken(
 
     monkeypatch.setattr(psi, "free_loopback_hosts", hosts)
     try:
-        t0 = time.monotonic()
+        # without a new start, A waits for B until the timeout: PeerTimeoutError
         assert intersect(["a", "b", "c"], ["c", "b", "z"], engine="spu", timeout=60) == \
             ["b", "c"]
-        assert time.monotonic() - t0 < 40
     finally:
         for s in taken:
             s.close()
@@ -558,8 +555,7 @@ def test_a_port_that_stays_taken_is_named_after_a_few_starts(
         return fresh(n)
 
     monkeypatch.setattr(psi, "free_loopback_hosts", hosts)
-    t0 = time.monotonic()
     with pytest.raises(SpuAddressInUse,
                        match=rf"party 'b': SPU cannot listen on 127\.0\.0\.1:\d+: {match}"):
         intersect(["a", "b"], ["b"], engine="spu", timeout=60)
-    assert time.monotonic() - t0 < 30 and len(calls) == 3
+    assert len(calls) == 3
