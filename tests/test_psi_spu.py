@@ -8,12 +8,17 @@ stand-in workers where the engine's behaviour is the point.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +26,17 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+import islands.psi as psi
 from islands.deploy.certs import make_certificates
 from islands.errors import PeerTimeoutError, ProtocolError, ValidationError
 from islands.psi import align, initiator, intersect, responder
+from islands.psi._spu_worker import ADDRESS_IN_USE
 from islands.psi.spu_engine import (
     SPU_PYTHON_ENV,
+    SpuAddressInUse,
     SpuLink,
     SpuParty,
+    finish_all,
     free_loopback_hosts,
     new_link_id,
     spu_keys,
@@ -374,3 +383,179 @@ def test_each_id_gets_one_csv_key_whatever_else_the_party_holds() -> None:
     assert keys[3:] == [b"x" + e.hex().encode() for e in odd]
     assert len(set(keys)) == len(keys)
     assert not any(c in k for k in keys for c in (b",", b'"', b" ", b"\n", b"\r"))
+
+
+@contextlib.contextmanager
+def _late_replies(target: str, delay: float) -> Iterator[str]:
+    """A TCP relay to ``target`` that passes what the target sends back ``delay`` s late.
+
+    Yields the relay's ``host:port``. A party that reaches its peer through it gets every
+    reply late (a slow network, a busy peer), while what it sends arrives at once.
+    """
+    host, port = target.rsplit(":", 1)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    stop = threading.Event()
+    sockets: list[socket.socket] = [listener]
+
+    def pump(src: socket.socket, dst: socket.socket, late: float) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                time.sleep(late)
+                dst.sendall(data)
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            try:
+                upstream = socket.create_connection((host, int(port)), timeout=5)
+            except OSError:  # the target does not listen yet: as if refused
+                client.close()
+                continue
+            upstream.settimeout(None)
+            client.settimeout(None)
+            sockets.extend((client, upstream))
+            threading.Thread(target=pump, args=(client, upstream, 0.0), daemon=True).start()
+            threading.Thread(target=pump, args=(upstream, client, delay), daemon=True).start()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        server.join(5)
+        for s in sockets:
+            s.close()
+
+
+def _listening(host: str, deadline: float) -> None:
+    """Wait until something listens on ``host`` (``host:port``)."""
+    ip, port = host.rsplit(":", 1)
+    while True:
+        try:
+            socket.create_connection((ip, int(port)), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on {host}"
+            time.sleep(0.02)
+
+
+@needs_spu
+def test_a_late_reply_on_spus_link_does_not_stall_its_start() -> None:
+    """SPU's link says hello twice under the same message keys: once when it opens
+    (create_brpc) and again when the PSI starts; a party keeps one message per key and
+    drops a second that comes before it read the first. B reads A's first hello only
+    after A's reply to B's own hello; when that reply is late, A (which has B's hello)
+    sends its second hello before B read the first, B drops it, and both SPUs waited
+    at "[AbstractPsiParty::Init] start" for the whole timeout. On a busy machine this
+    happened in about 1 run in 60; here A's replies to B come 0.5 s late, and B listens
+    before A starts, so that A's first hello is there early: without the barrier after
+    the link opens (islands.psi._spu_worker), every run stalls."""
+    ids_a = [b"s" + f"u{i}".encode() for i in range(8)]
+    ids_b = [b"s" + f"u{i}".encode() for i in range(4, 12)]
+    hosts = free_loopback_hosts(2)
+    link = new_link_id()
+    with _late_replies(hosts[0], 0.5) as via:
+        # B reaches A through the relay, A reaches B directly; a stall shows as
+        # PeerTimeoutError at the timeout
+        parties = [SpuParty("a", "b", SpuLink(link, (hosts[0], hosts[1]), 0), timeout=60),
+                   SpuParty("b", "a", SpuLink(link, (via, hosts[1]), 1), timeout=60)]
+        try:
+            for p, ids in zip(parties, (ids_a, ids_b), strict=True):
+                p.launch()
+                p.submit(ids)
+            for p in parties:
+                p.wait_ready()
+            parties[1].go()
+            _listening(hosts[1], time.monotonic() + 20)
+            parties[0].go()
+            rows_a, rows_b = finish_all(parties)
+        finally:
+            for p in parties:
+                p.close()
+    assert sorted(rows_a.tolist()) == [4, 5, 6, 7]
+    assert sorted(rows_b.tolist()) == [0, 1, 2, 3]
+
+
+@needs_spu
+def test_a_port_taken_before_spu_listens_is_named_at_once() -> None:
+    # another process took B's port between its choice and SPU's listening on it: B's
+    # SPU says so at once, and A, which would wait for B until its timeout, is stopped
+    hosts = free_loopback_hosts(2)
+    taken = socket.create_server(("127.0.0.1", int(hosts[1].rsplit(":", 1)[1])))
+    link = new_link_id()
+    # A waiting for B until its timeout shows as PeerTimeoutError
+    parties = [SpuParty("a", "b", SpuLink(link, (hosts[0], hosts[1]), 0), timeout=60),
+               SpuParty("b", "a", SpuLink(link, (hosts[0], hosts[1]), 1), timeout=60)]
+    try:
+        for p in parties:
+            p.start([b"sx", b"sy"])
+        with pytest.raises(SpuAddressInUse,
+                           match=f"party 'b': SPU cannot listen on {re.escape(hosts[1])}: "
+                                 "another process holds that address"):
+            finish_all(parties)
+    finally:
+        for p in parties:
+            p.close()
+        taken.close()
+
+
+@needs_spu
+def test_intersect_starts_again_on_fresh_ports_when_one_was_taken(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fresh = free_loopback_hosts
+    calls: list[tuple[str, ...]] = []
+    taken: list[socket.socket] = []
+
+    def hosts(n: int = 2) -> tuple[str, ...]:
+        got = fresh(n)
+        if not calls:  # the first run's second port is taken before SPU listens
+            taken.append(socket.create_server(("127.0.0.1", int(got[1].rsplit(":", 1)[1]))))
+        calls.append(got)
+        return got
+
+    monkeypatch.setattr(psi, "free_loopback_hosts", hosts)
+    try:
+        # without a new start, A waits for B until the timeout: PeerTimeoutError
+        assert intersect(["a", "b", "c"], ["c", "b", "z"], engine="spu", timeout=60) == \
+            ["b", "c"]
+    finally:
+        for s in taken:
+            s.close()
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize(("stop", "match"), [
+    (f"sys.exit({ADDRESS_IN_USE})", "another process holds that address"),
+    # the worker saw brpc fail to listen, but the holder had let go when it looked
+    ("print('E1128 server.cpp:1088] Fail to listen ' + req['hosts'][1], flush=True); "
+     "sys.exit(1)", "another process held that address when SPU started"),
+])
+def test_a_port_that_stays_taken_is_named_after_a_few_starts(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stop: str, match: str) -> None:
+    # a stand-in SPU whose party B can never listen: three starts, then the error, long
+    # before the timeout (without SPU's environment)
+    monkeypatch.setenv(SPU_PYTHON_ENV, str(_fake_engine(tmp_path, f"""
+        if req["rank"] == 1:
+            {stop}
+        time.sleep(600)
+    """)))
+    calls: list[int] = []
+    fresh = free_loopback_hosts
+
+    def hosts(n: int = 2) -> tuple[str, ...]:
+        calls.append(n)
+        return fresh(n)
+
+    monkeypatch.setattr(psi, "free_loopback_hosts", hosts)
+    with pytest.raises(SpuAddressInUse,
+                       match=rf"party 'b': SPU cannot listen on 127\.0\.0\.1:\d+: {match}"):
+        intersect(["a", "b"], ["b"], engine="spu", timeout=60)
+    assert len(calls) == 3

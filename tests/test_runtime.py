@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 import json
-import os
 import signal
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -700,49 +703,129 @@ def test_torch_threads_sets_and_restores_the_thread_count() -> None:
         assert torch.get_num_threads() == before
 
 
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt in this test, however pytest was started.
+
+    A shell that starts a command in the background (``make test &``, some CI runners)
+    hands it SIGINT ignored, and Python then installs no handler: a Ctrl-C test run so
+    saw nothing ("DID NOT RAISE KeyboardInterrupt"), on a quiet machine or a busy one.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+_LOCK_WAIT = threading.Condition.wait.__code__
+_LOCK_WAIT_LINE = max(
+    i for i, line in enumerate(inspect.getsourcelines(threading.Condition.wait)[0],
+                               start=inspect.getsourcelines(threading.Condition.wait)[1])
+    if line.strip() == "waiter.acquire()")
+"""The line where ``Condition.wait`` without a timeout blocks (the last such call)."""
+
+
+def _main_waits_in_run_local() -> bool:
+    """Whether the main thread is blocked in run_local's wait for its roles.
+
+    Its innermost frames are then Condition.wait at its blocking ``waiter.acquire()``,
+    Event.wait and run_local; where Linux says, the thread also sleeps in the kernel (not
+    merely about to). A SIGINT that comes then interrupts that wait, and Python raises
+    KeyboardInterrupt there. One that came earlier, while the main thread still ran
+    Python code, would be raised in whatever code ran next, and inside a finalizer of
+    garbage collected just then (an xdist worker holds plenty) it is printed as
+    "Exception ignored" and lost.
+    """
+    main = threading.main_thread()
+    frame = sys._current_frames().get(main.ident or -1)
+    stack: list[Any] = []
+    while frame is not None and len(stack) < 3:
+        stack.append(frame)
+        frame = frame.f_back
+    if not (len(stack) == 3 and stack[0].f_code is _LOCK_WAIT
+            and stack[0].f_lineno == _LOCK_WAIT_LINE
+            and stack[1].f_code is threading.Event.wait.__code__
+            and stack[2].f_code is runner.run_local.__code__):
+        return False
+    try:
+        stat = Path(f"/proc/self/task/{main.native_id}/stat").read_text()
+    except OSError:  # no procfs: the frames alone
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "S"
+
+
+def _press_ctrl_c(*ready: threading.Event) -> threading.Thread:
+    """Send SIGINT to the main thread once ``ready`` are set and run_local waits.
+
+    No sleep stands for "by then it will be there": the signal goes only once the roles
+    say they are where the test needs them and the main thread is blocked in run_local
+    (:func:`_main_waits_in_run_local`), so how busy the machine is changes nothing. If
+    that never happens within a minute, no signal is sent and the test fails.
+    """
+    def press() -> None:
+        deadline = time.monotonic() + 60
+        while not (all(e.is_set() for e in ready) and _main_waits_in_run_local()):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.002)
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    presser = threading.Thread(target=press, daemon=True)
+    presser.start()
+    return presser
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_ctrl_c_returns_only_after_the_cancelled_roles_stopped() -> None:
     # a role thread still in native code when the interpreter exits is killed by
     # pthread_exit, and PyTorch's C++ frames turn that into an abort (exit -6 after Ctrl-C)
-    started = threading.Barrier(3)
+    ticking = {"a": threading.Event(), "b": threading.Event()}
 
     def busy(party: Party) -> None:
         peer = party.peers[0]
-        started.wait()
         for _ in range(50):  # until cancelled: each step takes a while, then a message
+            ticking[party.name].set()
             time.sleep(0.2)
             party.send(peer, "tick", 0)
             party.recv(peer, "tick")
 
-    def ctrl_c() -> None:
-        started.wait()
-        time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=ctrl_c).start()
+    presser = _press_ctrl_c(*ticking.values())
     with pytest.raises(KeyboardInterrupt):
-        run_local({"a": busy, "b": busy}, timeout=5)
+        run_local({"a": busy, "b": busy}, timeout=30)
+    presser.join()
     assert not [t.name for t in threading.enumerate() if t.name in ("islands-a", "islands-b")]
     assert running_roles() == []
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_a_role_still_computing_after_the_grace_is_named(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runner, "CANCEL_GRACE", 0.1)
     release = threading.Event()
+    computing, waiting = threading.Event(), threading.Event()
 
     def stubborn(party: Party) -> None:  # a long local step that never sends
-        release.wait(10)
+        computing.set()
+        release.wait(60)
 
-    def ctrl_c() -> None:
-        time.sleep(0.1)
-        os.kill(os.getpid(), signal.SIGINT)
+    def patient(party: Party) -> None:
+        waiting.set()
+        party.recv("slow", "m", timeout=60)
 
-    threading.Thread(target=ctrl_c).start()
+    presser = _press_ctrl_c(computing, waiting)
     with pytest.raises(KeyboardInterrupt):
-        run_local({"slow": stubborn, "b": lambda p: p.recv("slow", "m", timeout=10)})
+        run_local({"slow": stubborn, "b": patient})
+    presser.join()
+    # run_local re-raised past the grace while 'slow' was still computing (it cannot
+    # have left: it waits for `release`); 'b', cancelled in its recv, stops
+    assert "islands-slow" in running_roles()
+    deadline = time.monotonic() + 30
+    while running_roles() != ["islands-slow"] and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert running_roles() == ["islands-slow"]
     release.set()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while running_roles() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert running_roles() == []

@@ -18,6 +18,7 @@ ID from a real one, so each party bounds the set it accepts from the other
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import Any
 
@@ -44,7 +45,14 @@ from islands.psi.protocol import (
     initiator,
     responder,
 )
-from islands.psi.spu_engine import SpuLink, SpuParty, free_loopback_hosts, new_link_id
+from islands.psi.spu_engine import (
+    SpuAddressInUse,
+    SpuLink,
+    SpuParty,
+    finish_all,
+    free_loopback_hosts,
+    new_link_id,
+)
 from islands.runtime.progress import ProgressOption, check_progress, task
 
 __all__ = ["DEFAULT_MAX_PEER_RATIO", "Alignment", "Engine", "PsiConfig", "align",
@@ -157,37 +165,57 @@ def _values(ids: Any) -> list[Any]:
     return ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
 
 
+_SPU_TRIES = 3
+"""Runs of a local SPU PSI that may start, each on fresh ports, when a port was taken."""
+_SPU_MIN_LEFT = 5.0
+"""Seconds of the timeout a new start needs (SPU's import and link take about two)."""
+
+
 def _align_spu(ids_a: Any, ids_b: Any, config: PsiConfig, names: tuple[str, str],
                labels: tuple[str, str], owner: str) -> tuple[Alignment, Alignment]:
     """Run SPU's PSI between two local SPU processes; return both parties' alignments.
 
     The two workers start first (importing SPU takes about a second) and wait while the
     IDs are checked; they get the IDs, and open their link, only when every check passed.
+    Their ports were free when chosen, but SPU listens on them only seconds later; when
+    another process took one meanwhile (its worker says so at once), the run starts
+    again on fresh ports, at most :data:`_SPU_TRIES` times within the timeout.
     """
     a, b = names
-    hosts = free_loopback_hosts(2)
-    link = new_link_id()
-    parties = [SpuParty(a, b, SpuLink(link, (hosts[0], hosts[1]), 0), timeout=config.timeout),
-               SpuParty(b, a, SpuLink(link, (hosts[0], hosts[1]), 1), timeout=config.timeout)]
-    try:
-        for p in parties:
-            p.launch()
-        enc_a, enc_b, kind = _check_ids(ids_a, ids_b, config, labels, owner)
-        sizes = (len(enc_a), len(enc_b))
-        # each party's limit on the other's set, as the roles apply it, before SPU runs
-        for me, peer, own, seen in ((a, b, sizes[0], sizes[1]), (b, a, sizes[1], sizes[0])):
-            _Limit.of(own, config.max_peer_size, config.max_peer_ratio).check(
-                me, peer, seen, "announced {n} IDs", "hello")
-        parties[0].submit(enc_a)
-        parties[1].submit(enc_b)
-        for p in parties:
-            p.wait_ready()
-        for p in parties:
-            p.go()
-        rows = [p.finish() for p in parties]
-    finally:
-        for p in parties:
-            p.close()
+    deadline = time.monotonic() + config.timeout
+    checked: tuple[list[bytes], list[bytes], str] | None = None
+    for attempt in range(1, _SPU_TRIES + 1):
+        hosts = free_loopback_hosts(2)
+        link = new_link_id()
+        left = deadline - time.monotonic() if attempt > 1 else config.timeout
+        parties = [SpuParty(a, b, SpuLink(link, (hosts[0], hosts[1]), 0), timeout=left),
+                   SpuParty(b, a, SpuLink(link, (hosts[0], hosts[1]), 1), timeout=left)]
+        try:
+            for p in parties:
+                p.launch()
+            if checked is None:
+                checked = _check_ids(ids_a, ids_b, config, labels, owner)
+                sizes = (len(checked[0]), len(checked[1]))
+                # each party's limit on the other's set, as the roles apply it, before SPU
+                for me, peer, own, seen in ((a, b, sizes[0], sizes[1]),
+                                            (b, a, sizes[1], sizes[0])):
+                    _Limit.of(own, config.max_peer_size, config.max_peer_ratio).check(
+                        me, peer, seen, "announced {n} IDs", "hello")
+            enc_a, enc_b, kind = checked
+            parties[0].submit(enc_a)
+            parties[1].submit(enc_b)
+            for p in parties:
+                p.wait_ready()
+            for p in parties:
+                p.go()
+            rows = finish_all(parties)
+            break
+        except SpuAddressInUse:
+            if attempt == _SPU_TRIES or deadline - time.monotonic() < _SPU_MIN_LEFT:
+                raise
+        finally:
+            for p in parties:
+                p.close()
     if rows[0].size == 0 and rows[1].size == 0:
         raise _empty(a, b)
     (ids_ra, rows_a), (ids_rb, rows_b) = (_aligned(rows[0], _values(ids_a), enc_a, kind),
@@ -195,7 +223,8 @@ def _align_spu(ids_a: Any, ids_b: Any, config: PsiConfig, names: tuple[str, str]
     if [enc_a[i] for i in rows_a.tolist()] != [enc_b[i] for i in rows_b.tolist()]:
         raise ProtocolError(f"PSI parties {a!r} and {b!r}: SPU gave the two parties "
                             "different intersections", party=a, step="spu")
-    return Alignment(ids_ra, rows_a, sizes[1]), Alignment(ids_rb, rows_b, sizes[0])
+    return (Alignment(ids_ra, rows_a, len(enc_b)),
+            Alignment(ids_rb, rows_b, len(enc_a)))
 
 
 def intersect(ids_a: Any, ids_b: Any, *, workers: int | None = None,

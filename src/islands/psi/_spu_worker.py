@@ -5,10 +5,12 @@ islands cannot import ``spu`` (0.9.5 needs numpy < 2 and Python < 3.12), so
 the standard library and ``spu``. Given the run's private directory (``argv[1]``) and a
 timeout in milliseconds (``argv[2]``), it imports SPU, creates ``ready`` there, waits for
 ``go`` (both parties then open the link together: a party that finds its peer not yet
-listening waits seconds in brpc's reconnection back-off), reads ``request.json``, runs
-``spu.psi.psi_execute`` for this party over SPU's own link (brpc, optionally with mutual
-TLS), writes a JSON report where the request says, creates ``finished`` and stays until
-islands stops it (or its timeout passes). Nothing else passes between the two
+listening waits seconds in brpc's reconnection back-off), reads ``request.json``, opens
+SPU's own link (brpc, optionally with mutual TLS) and waits there for the peer's (a
+barrier: see :func:`main`), runs ``spu.psi.psi_execute`` for this party, writes a JSON
+report where the request says, creates ``finished`` and stays until islands stops it (or
+its timeout passes). It exits with :data:`ADDRESS_IN_USE` when its link cannot listen on
+its address, because another process holds it. Nothing else passes between the two
 environments: the IDs go through a CSV file in the caller's private directory, the
 intersection comes back the same way.
 
@@ -21,7 +23,13 @@ is left of the run's time), ``tls`` (None or ``{"ca", "cert", "key"}`` PEM paths
 References
 ----------
 SecretFlow SPU 0.9.5, ``spu/psi.py`` and ``spu/libpsi.pyi`` (``psi_execute``,
-``PsiExecuteConfig``) and ``spu/libspu.pyi`` (``link.Desc``, ``SSLOptions``).
+``PsiExecuteConfig``) and ``spu/libspu.pyi`` (``link.Desc``, ``SSLOptions``,
+``create_brpc``, which ends with ``ConnectToMesh``). SecretFlow PSI,
+``psi/interface.cc`` (``AbstractPsiParty::Init`` calls ``ConnectToMesh`` again); YACL,
+``yacl/link/context.cc`` (``ConnectToMesh``: ``TestSend`` then ``TestRecv``) and
+``yacl/link/transport/channel.cc`` (``TestSend`` sends ``connect_<rank>`` with sequence
+number 0; ``OnNormalMessage`` keeps one message per key and ignores a second of
+sequence number 0).
 """
 
 from __future__ import annotations
@@ -30,6 +38,9 @@ import json
 import os
 import sys
 import time
+
+ADDRESS_IN_USE = 4
+"""Exit status when SPU's link cannot listen on this party's address (it is in use)."""
 
 
 def main(workdir: str, timeout_ms: int) -> int:
@@ -69,7 +80,27 @@ def main(workdir: str, timeout_ms: int) -> int:
             opts.cert.private_key_path = tls["key"]
             opts.verify.ca_file_path = tls["ca"]
             opts.verify.verify_depth = 1
-    ctx = link.create_brpc(desc, int(req["rank"]))
+    try:
+        # log_details: the link's handshake in the log, where a stuck start would show
+        ctx = link.create_brpc(desc, int(req["rank"]), log_details=True)
+    except RuntimeError as exc:
+        own = req["hosts"][int(req["rank"])]
+        if "brpc server failed start" not in str(exc) or not _in_use(own):
+            raise
+        # another process holds this party's address (brpc logged "Fail to listen")
+        print(f"islands: SPU cannot listen on {own}: the address is in use", flush=True)
+        return ADDRESS_IN_USE
+    # Both parties through create_brpc before either goes on. create_brpc ends with
+    # yacl's handshake (ConnectToMesh: a "connect_<rank>" message each way), and
+    # psi_execute begins with the same handshake again, under the same keys; a party
+    # keeps one message per key, and drops a second that comes before it has read the
+    # first. A party that reached psi_execute while its peer was still waiting for the
+    # reply to its own first handshake message (the peer reads the first message only
+    # after that reply) had its second message dropped, and both then waited for the
+    # whole timeout, each at "[AbstractPsiParty::Init] start" (now and then on a busy
+    # machine; every time when the reply is late). The barrier returns only once the
+    # peer's create_brpc has returned, so the peer has read the first message by then.
+    ctx.barrier()
     t_link = time.perf_counter()
     # disable_alignment: islands puts the result in its aligned order itself, so SPU's
     # sort of the output by key would be work done twice
@@ -104,6 +135,23 @@ def main(workdir: str, timeout_ms: int) -> int:
     while time.monotonic() < deadline:
         time.sleep(0.05)
     os._exit(0)
+
+
+def _in_use(host: str) -> bool:
+    """Whether another socket holds ``host`` (``ip:port``), as brpc would bind it."""
+    import errno
+    import socket
+
+    ip, _, port = host.rpartition(":")
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((ip.strip("[]"), int(port)))
+    except OSError as exc:
+        return exc.errno == errno.EADDRINUSE
+    except ValueError:
+        return False
+    return False
 
 
 if __name__ == "__main__":

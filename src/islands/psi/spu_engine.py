@@ -16,6 +16,27 @@ written and read as whole buffers, not line by line: at a million IDs islands' s
 the run is then small beside SPU's own. No pickle crosses: a JSON request, a JSON report
 and two CSV files.
 
+**Starting without a stall.** SPU's link says hello twice under the same message keys:
+once when it opens (``create_brpc`` ends with yacl's ``ConnectToMesh``) and again when
+the PSI starts (``AbstractPsiParty::Init``). A party keeps one message per key and
+silently drops a second that comes before it has read the first, and a party reads its
+peer's first hello only after the peer has answered its own. When that answer was late
+(a busy machine: about 1 run in 60 with two to four PSIs at once on 2 cores), the
+party that opened first sent its second hello before the other had read the first; it
+was dropped, and both SPUs waited at ``[AbstractPsiParty::Init] start`` for the whole
+timeout, neither logging an error (the ``test_spu_takes_any_string_or_bytes_id`` hang
+of issue 37). The worker therefore waits after opening the link until the peer has
+opened its own (a barrier over the link, :mod:`islands.psi._spu_worker`): no second
+hello leaves before the first has been read. Side by side on the same busy machine,
+400 runs each, 6 stalled before and none after
+(``test_a_late_reply_on_spus_link_does_not_stall_its_start`` makes the late answer
+every time). The link's handshake is in SPU's log (``log_details``). A port chosen free
+(:func:`free_loopback_hosts`) that another process takes before SPU listens on it stops
+that party's SPU at once with :class:`SpuAddressInUse`, naming the address; parties run
+here together are waited for together (:func:`finish_all`), so the other is not left
+waiting for it until its timeout, and :func:`islands.psi.align` starts such a run again
+on fresh ports.
+
 Both parties learn the intersection (SPU's ``broadcast_result``); the two SPU processes
 talk over SPU's own link (brpc), with mutual TLS when certificate files are given
 (:class:`islands.runtime.tls.TlsFiles`).
@@ -36,7 +57,10 @@ References
 ----------
 .. [1] S. Raghuraman, P. Rindal, "Blazing Fast PSI from Improved OKVS and Subfield VOLE",
    ACM CCS 2022.
-.. [2] SecretFlow SPU 0.9.5, ``spu.psi.psi_execute``.
+.. [2] SecretFlow SPU 0.9.5, ``spu.psi.psi_execute`` and ``spu.libspu.link.create_brpc``.
+.. [3] SecretFlow PSI, ``psi/interface.cc`` (``AbstractPsiParty::Init``); YACL,
+   ``yacl/link/context.cc`` (``Context::ConnectToMesh``) and
+   ``yacl/link/transport/channel.cc`` (``Channel::TestSend``, ``OnNormalMessage``).
 """
 
 from __future__ import annotations
@@ -61,11 +85,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.errors import PeerTimeoutError, ProtocolError, ValidationError
+from islands.psi._spu_worker import ADDRESS_IN_USE
 from islands.runtime.tls import TlsFiles
 
-__all__ = ["SPU_PROTOCOL", "SPU_PYTHON_ENV", "RunCertificate", "SpuLink", "SpuParty",
-           "check_run_certificate", "free_loopback_hosts", "new_link_id", "pinned_tls",
-           "run_certificate", "spu_keys", "spu_python"]
+__all__ = ["SPU_PROTOCOL", "SPU_PYTHON_ENV", "RunCertificate", "SpuAddressInUse", "SpuLink",
+           "SpuParty", "check_run_certificate", "finish_all", "free_loopback_hosts",
+           "new_link_id", "pinned_tls", "run_certificate", "spu_keys", "spu_python"]
 
 SPU_PROTOCOL = "PROTOCOL_RR22"
 """The SPU PSI protocol islands runs."""
@@ -113,6 +138,10 @@ def free_loopback_hosts(n: int = 2) -> tuple[str, ...]:
     finally:
         for s in socks:
             s.close()
+
+
+class SpuAddressInUse(ProtocolError):
+    """SPU's link could not listen on this party's address: another process holds it."""
 
 
 @dataclass(frozen=True)
@@ -282,6 +311,7 @@ class SpuParty:
                     party=self.name, peer=self.peer, tag="spu", timeout=self.timeout
                     ) from None
             if rc:  # a clean exit (0) without the marker: the output is checked below
+                self._listen_failed(rc)
                 raise ProtocolError(
                     f"PSI party {self.name!r}: SPU's PSI with party {self.peer!r} failed "
                     f"(exit status {rc}); the end of its log:\n{self._log_tail()}",
@@ -290,6 +320,15 @@ class SpuParty:
         except BaseException:
             self.close()
             raise
+
+    def ended(self) -> bool:
+        """Whether :meth:`finish` would return or raise at once.
+
+        True once the worker has its result, has stopped, or the timeout has passed.
+        """
+        assert self._proc is not None and self._dir is not None, "launch() first"
+        return ((self._dir / "finished").exists() or self._proc.poll() is not None
+                or time.monotonic() > self._deadline)
 
     def _wait_for(self, marker: str) -> bool:
         """Wait until the worker creates ``marker`` in its directory.
@@ -318,6 +357,26 @@ class SpuParty:
                     Path(match.group(1)).unlink()
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+    def _listen_failed(self, rc: int) -> None:
+        """Raise when SPU's link could not listen on this party's address.
+
+        The worker exits with :data:`ADDRESS_IN_USE` when it found the address held; brpc's
+        own "Fail to listen <address>" in the log, with the worker stopped by the error,
+        means the same whose holder has let go since (or an address not this machine's).
+        """
+        host = self.link.hosts[self.link.rank]
+        port = host.rpartition(":")[2]
+        listen = re.search(rf"Fail to listen \S*:{re.escape(port)}\b", self._log_tail(None))
+        if rc != ADDRESS_IN_USE and not listen:
+            return
+        why = ("another process holds that address" if rc == ADDRESS_IN_USE else
+               "another process held that address when SPU started, or it is not one "
+               "of this machine's")
+        raise SpuAddressInUse(
+            f"PSI party {self.name!r}: SPU cannot listen on {host}: {why}, so SPU's PSI "
+            f"with party {self.peer!r} did not start (choose another port)",
+            party=self.name, step="spu")
 
     def _refused_tls(self) -> None:
         """Raise when the log shows a TLS handshake that failed over a certificate.
@@ -391,6 +450,28 @@ class SpuParty:
                                 f"{report.get('intersection_count')} (or repeats one)",
                                 party=self.name, step="spu")
         return rows
+
+
+def finish_all(parties: Sequence[SpuParty]) -> list[NDArray[np.int64]]:
+    """Wait for the results of parties run here together; return them in order.
+
+    The first party to fail is raised at once, not after the others' timeouts: a party
+    whose SPU has stopped leaves its peer waiting for it until the peer's timeout. The
+    caller closes every party (:meth:`SpuParty.close`), which stops the others.
+
+    Raises
+    ------
+    PeerTimeoutError, ProtocolError
+        As :meth:`SpuParty.finish`, for the first party that fails.
+    """
+    rows: dict[int, NDArray[np.int64]] = {}
+    while len(rows) < len(parties):
+        ended = [i for i, p in enumerate(parties) if i not in rows and p.ended()]
+        for i in ended:
+            rows[i] = parties[i].finish()
+        if not ended:
+            time.sleep(0.005)
+    return [rows[i] for i in range(len(parties))]
 
 
 _PLAIN = (b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
