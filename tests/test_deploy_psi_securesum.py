@@ -95,21 +95,13 @@ def _listening(address: str) -> bool:
         return sock.connect_ex((host, int(port))) == 0
 
 
-def test_a_party_that_refuses_its_input_tells_its_peers(tmp_path: Path) -> None:
-    # b's data holds NaN: b refuses it before its run, and a and c, already waiting
-    # for b, must stop with an error naming b and the kind of its error (never its
-    # details), not wait their whole connect_timeout for it
+def _b_joins_last(folder: Path, files: dict[str, Path]) -> dict[str, Any]:
+    """Start a and c, wait until both listen, then start b; return every party's end."""
     import time
 
     from islands.deploy.config import load_federation
 
-    (tmp_path / "ok.csv").write_text("1.0,2.0,3.0\n", encoding="utf-8")
-    (tmp_path / "b.csv").write_text("1.0,nan,3.0\n", encoding="utf-8")
-    files = write_federation(tmp_path, "securesum",
-                             {"a": {"data": "ok.csv"}, "b": {"data": "b.csv"},
-                              "c": {"data": "ok.csv"}},
-                             settings={"connect_timeout": 100.0})
-    parties = load_federation(tmp_path / "federation.toml").parties
+    parties = load_federation(folder / "federation.toml").parties
     procs = start_parties(files, only=["a", "c"])
     deadline = time.monotonic() + 100
     while not (_listening(parties["a"]) and _listening(parties["c"])):
@@ -117,7 +109,22 @@ def test_a_party_that_refuses_its_input_tells_its_peers(tmp_path: Path) -> None:
         assert time.monotonic() < deadline, "a and c never listened"
         time.sleep(0.1)
     procs.update(start_parties(files, only=["b"]))
-    done = wait_parties(procs, files, 150)
+    return wait_parties(procs, files, 150)
+
+
+def test_a_party_that_refuses_its_input_tells_its_peers(tmp_path: Path) -> None:
+    # b's data holds NaN: b refuses it before its run, and a and c, already waiting
+    # for b, must stop with an error naming b and the kind of its error (never its
+    # details), not wait their whole connect_timeout for it
+
+
+    (tmp_path / "ok.csv").write_text("1.0,2.0,3.0\n", encoding="utf-8")
+    (tmp_path / "b.csv").write_text("1.0,nan,3.0\n", encoding="utf-8")
+    files = write_federation(tmp_path, "securesum",
+                             {"a": {"data": "ok.csv"}, "b": {"data": "b.csv"},
+                              "c": {"data": "ok.csv"}},
+                             settings={"connect_timeout": 100.0})
+    done = _b_joins_last(tmp_path, files)
     assert done["b"].returncode != 0 and "finite" in said(done, "b")
     for party in ("a", "c"):
         text = said(done, party)
@@ -260,24 +267,14 @@ def test_a_party_that_refuses_its_certificate_is_named_by_its_peers(tmp_path: Pa
     # b's certificate has expired: b refuses it and cannot authenticate any notice, so it
     # serves it for a moment; a and c, already waiting for b, meet it at their hello
     # and stop naming b and its certificate, not after their whole connect_timeout
-    import time
 
-    from islands.deploy.config import load_federation
 
     (tmp_path / "ok.csv").write_text("1.0,2.0,3.0\n", encoding="utf-8")
     files = write_federation(tmp_path, "securesum",
                              {n: {"data": "ok.csv"} for n in ("a", "b", "c")},
                              settings={"connect_timeout": 100.0})
     _expire_certificate(tmp_path / "certs", "b")
-    parties = load_federation(tmp_path / "federation.toml").parties
-    procs = start_parties(files, only=["a", "c"])
-    deadline = time.monotonic() + 100
-    while not (_listening(parties["a"]) and _listening(parties["c"])):
-        assert all(p.poll() is None for p in procs.values()), "a or c ended early"
-        assert time.monotonic() < deadline, "a and c never listened"
-        time.sleep(0.1)
-    procs.update(start_parties(files, only=["b"]))
-    done = wait_parties(procs, files, 150)
+    done = _b_joins_last(tmp_path, files)
     assert done["b"].returncode != 0 and "not now" in said(done, "b"), said(done, "b")
     for party in ("a", "c"):
         text = said(done, party)

@@ -428,7 +428,6 @@ def test_islands_run_into_a_folder_with_another_runs_results_needs_overwrite(
     out = tmp_path / "out"
     ckpt = out / "checkpoints" / "server.ckpt"
     stamp = ckpt.stat().st_mtime_ns
-    start = time.monotonic()
     proc = _islands("run", str(job))
     text = _flat(proc.stdout)
     assert proc.returncode == 2, text
@@ -436,7 +435,6 @@ def test_islands_run_into_a_folder_with_another_runs_results_needs_overwrite(
     assert (f"error: the output folder {out} holds the results of run {run_id}: pass "
             "--overwrite to replace them, --resume to continue that run, or choose another "
             "--output") in text
-    assert time.monotonic() - start < 60  # refused before any training
     assert ckpt.stat().st_mtime_ns == stamp
     assert (out / "results.json").read_bytes() == first["results.json"]
 
@@ -464,13 +462,11 @@ def test_islands_run_into_an_interrupted_runs_folder_needs_resume_or_overwrite(
 def test_a_seed_beyond_64_bits_is_refused_before_any_work(tmp_path: Path) -> None:
     # before: a raw traceback ("Overflow when unpacking long long") after 14 s of work
     job = _job(tmp_path)
-    start = time.monotonic()
     proc = _islands("run", str(job), "--set", f"seed={2**80}")
     text = _flat(proc.stdout)
     assert proc.returncode == 2, text
     assert f"'seed' must be an int in [0, {2**63 - 1}]; got {2**80}" in text
     assert "Traceback" not in text and not (tmp_path / "out").exists()
-    assert time.monotonic() - start < 60
 
 
 def test_an_output_that_is_a_file_and_a_json_path_under_a_file_are_refused_up_front(
@@ -498,3 +494,42 @@ def test_json_into_a_missing_folder_is_written_there(tmp_path: Path) -> None:
     proc = _islands("run", str(job), "--json", str(target))
     assert proc.returncode == 0, proc.stdout
     assert target.read_bytes() == (tmp_path / "out" / "results.json").read_bytes()
+
+
+def _resume_refused(old: object, new: object, name: str) -> None:
+    from islands.hfl.checkpoint import check_settings, shaping_settings, with_settings
+
+    def settings(strategy: object) -> dict[str, object]:
+        return shaping_settings(seed=0, task="classification", eval_fraction=0.0,
+                                strategy=strategy)
+
+    saved = with_settings({}, settings(old))
+    with pytest.raises(ValidationError, match=rf"other settings \(.*{name}"):
+        check_settings(saved, settings(new), Path("server.ckpt"))
+    check_settings(saved, settings(old), Path("server.ckpt"))  # the same settings resume
+
+
+def test_apfl_lr_momentum_and_weight_decay_block_a_resume() -> None:
+    # review of issue 37: APFL keeps its optimiser in its LocalConfig only, which the
+    # settings read through local_config()
+    from islands.hfl import APFL
+
+    _resume_refused(APFL(lr=0.1), APFL(lr=0.5), r"strategy\.local\.lr: 0\.1 → 0\.5")
+    _resume_refused(APFL(momentum=0.0), APFL(momentum=0.9), r"strategy\.local\.momentum")
+
+
+def test_every_layer_of_the_aggregator_blocks_a_resume() -> None:
+    # review of issue 37: ClientDP's repr left out guaranteed (each client's noise σS/√t),
+    # delta and the accountant; every layer's parameters are settings now
+    from islands.aggregation.protect import ClientDP
+    from islands.aggregation.secagg import SecureAggregation
+    from islands.hfl import FedAvg
+
+    def dp(**kw: object) -> FedAvg:
+        return FedAvg(aggregator=ClientDP(SecureAggregation(), noise="distributed", **kw))
+
+    _resume_refused(dp(guaranteed=5), dp(guaranteed=2), r"aggregator\.guaranteed: 5 → 2")
+    _resume_refused(dp(delta=1e-5), dp(delta=1e-6), r"aggregator\.delta")
+    _resume_refused(FedAvg(aggregator=SecureAggregation(threshold=0.5)),
+                    FedAvg(aggregator=SecureAggregation(threshold=0.75)),
+                    r"aggregator\.threshold")

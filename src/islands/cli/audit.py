@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from islands.cli.common import app, console, progress_option, stop_on_error
+from islands.cli.common import app, console, progress_option, save_json, stop_on_error
 from islands.data import Dataset, load_fashion_mnist, load_sklearn, partition_iid, split_image_views
 from islands.reporting import write_json
 
@@ -30,8 +29,7 @@ def _check_dataset(dataset: str) -> None:
 
 def _save_report(json_path: Path | None, dataset: str, report: dict[str, Any]) -> None:
     if json_path is not None:
-        json_path.write_text(json.dumps({"dataset": dataset, **report}, indent=2))
-        console.print(f"wrote {escape(str(json_path))}")
+        save_json(json_path, {"dataset": dataset, **report})
 
 
 def _load_images(dataset: str, n_samples: int) -> Dataset:
@@ -161,8 +159,7 @@ def audit_server_command(
         "configuration checks hold. What each protection holds against, and what it does "
         "not: docs/threat-model.md.")
     if json_path is not None:
-        json_path.write_text(json.dumps([r.to_dict() for r in results], indent=2) + "\n")
-        console.print(f"wrote {escape(str(json_path))}")
+        save_json(json_path, [r.to_dict() for r in results])
     if failed:
         raise typer.Exit(1)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -12,6 +13,7 @@ from rich.markup import escape
 
 from islands import __version__
 from islands.errors import IslandsError
+from islands.reporting import write_json
 from islands.runtime.progress import ProgressOption, ProgressUpdate
 
 __all__ = ["app", "console", "progress_option", "stop_on_error"]
@@ -65,6 +67,16 @@ def stop_on_error(code: int = 2, also: tuple[type[Exception], ...] = ()) -> Iter
     except caught as exc:
         print_error(exc)
         raise typer.Exit(code) from exc
+
+
+def save_json(path: Path, obj: Any) -> None:
+    """Write a command's ``--json`` output whole (:func:`islands.reporting.write_json`).
+
+    A path that cannot be written is one error line naming it (exit 1), never a traceback.
+    """
+    with stop_on_error(1):
+        write_json(path, obj)
+    console.print(f"wrote {escape(str(path))}")
 
 
 def progress_option() -> ProgressOption:

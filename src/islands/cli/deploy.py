@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from islands.cli.common import app, console, stop_on_error
+from islands.cli.common import app, console, save_json, stop_on_error
 from islands.deploy.certs import make_certificates
 from islands.protocols import names, spec
 
@@ -81,7 +80,7 @@ def party_command(
                   f"{record.messages_sent} messages, {record.total_bytes_sent / 1e6:.3f} MB")
     console.print(f"wrote {escape(str(cfg.output))}")
     if json_path is not None:
-        json_path.write_text(json.dumps(record.to_json(), indent=2, default=float) + "\n")
+        save_json(json_path, record.to_json())
 
 
 @app.command("protocols")
@@ -106,5 +105,4 @@ def protocols_command(
                           end_section=k == len(found.roles) - 1)
     console.print(table)
     if json_path is not None:
-        json_path.write_text(json.dumps(listing, indent=2) + "\n")
-        console.print(f"wrote {escape(str(json_path))}")
+        save_json(json_path, listing)

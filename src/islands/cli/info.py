@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import json
 import platform
 import secrets
 import time
@@ -22,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from islands import __version__
-from islands.cli.common import app, console, stop_on_error
+from islands.cli.common import app, console, save_json, stop_on_error
 from islands.data import find_fashion_mnist
 from islands.errors import ValidationError
 from islands.reporting import write_json
@@ -89,7 +88,7 @@ def info(
     data.add_row("digits, breast_cancer, wine, diabetes", "bundled with scikit-learn")
     console.print(data)
     if json_path is not None:
-        json_path.write_text(json.dumps(report, indent=2))
+        save_json(json_path, report)
 
 
 DEMO_WHAT = ("all", "securesum")
@@ -212,11 +211,9 @@ def _securesum(parties: int, size: int, seed: int | None, json_path: Path | None
                          str(recv[name].messages), str(recv[name].nbytes))
     console.print(by_party)
     if json_path is not None:
-        json_path.write_text(json.dumps({
+        save_json(json_path, {
             "parties": list(private), "size": size, "total": result.total.tolist(),
-            "max_abs_error": error, "transcript": transcript.to_dict(),
-        }, indent=2))
-        console.print(f"wrote {json_path}")
+            "max_abs_error": error, "transcript": transcript.to_dict()})
     if error > 1e-5 * parties:
         console.print("[red]the secure sum disagrees with the plain sum[/]")
         raise typer.Exit(1)

@@ -192,8 +192,8 @@ def shaping_settings(*, seed: int, task: str, eval_fraction: float, strategy: An
     out: dict[str, Any] = {"seed": int(seed), "task": str(task),
                            "eval_fraction": float(eval_fraction)}
     out.update(strategy_settings(strategy))
-    out["aggregator"] = repr(getattr(strategy, "aggregator", None))
-    out["dp-sgd"] = None if sample_dp is None else repr(sample_dp)
+    out.update(aggregator_settings(getattr(strategy, "aggregator", None)))
+    out.update(_public(sample_dp, "dp-sgd") if sample_dp is not None else {"dp-sgd": None})
     if model is not None:
         if dataclasses.is_dataclass(model) and not isinstance(model, type):
             out.update({f"model.{f.name}": getattr(model, f.name)
@@ -212,16 +212,54 @@ def strategy_settings(strategy: Any) -> dict[str, Any]:
 
     The parameters are the strategy's public attributes that hold plain values (numbers,
     strings, bools, None, tuples of them), which for islands' strategies are their
-    constructor's parameters; the mutable state a checkpoint restores
-    (``get_state``) is left out.
+    constructor's parameters, and the local optimiser it gives the clients
+    (``local_config``, as ``strategy.local.<name>``: APFL keeps its ``lr`` there only);
+    the mutable state a checkpoint restores (``get_state``) is left out.
     """
-    out: dict[str, Any] = {"strategy": type(strategy).__name__}
     state = set(getattr(strategy, "get_state", dict)() or {})
-    for name, value in sorted(getattr(strategy, "__dict__", {}).items()):
-        if name.startswith("_") or name in state or name == "aggregator":
+    out = _public(strategy, "strategy", skip=state | {"aggregator"})
+    local = getattr(strategy, "local_config", None)
+    if callable(local):
+        out.update(_public(local(1), "strategy.local", named=False))
+    return out
+
+
+def aggregator_settings(aggregator: Any) -> dict[str, Any]:
+    """Return every layer of an aggregator stack and its parameters as settings.
+
+    ``aggregator`` (the outermost layer), ``aggregator.inner`` and so on, each with its
+    class and its public plain or dataclass-valued attributes: every protection and
+    setting (a client-level DP's ``guaranteed`` and ``delta``, a CKKS context's
+    parameters) shapes the model or the privacy its checkpoint stands for.
+    """
+    out: dict[str, Any] = {}
+    prefix, layer = "aggregator", aggregator
+    for _ in range(16):
+        if layer is None:
+            break
+        out.update(_public(layer, prefix, skip={"inner"}))
+        prefix, layer = f"{prefix}.inner", getattr(layer, "inner", None)
+    return out or {"aggregator": None}
+
+
+def _public(obj: Any, prefix: str, *, skip: set[str] | frozenset[str] = frozenset(),
+            named: bool = True) -> dict[str, Any]:
+    """``obj``'s class (as ``prefix``) and its public plain attributes (``prefix.<name>``).
+
+    A dataclass attribute (a CKKS context's parameters, a packing) contributes its fields.
+    """
+    out: dict[str, Any] = {prefix: type(obj).__name__} if named else {}
+    fields = (dataclasses.asdict(obj) if dataclasses.is_dataclass(obj)
+              and not isinstance(obj, type) else getattr(obj, "__dict__", {}))
+    for name, value in sorted(fields.items()):
+        if name.startswith("_") or name in skip:
             continue
-        if _is_plain(value):
-            out[f"strategy.{name}"] = value
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = {k: v for k, v in sorted(dataclasses.asdict(value).items())
+                     if _is_plain(v)}
+            out.update({f"{prefix}.{name}.{k}": v for k, v in value.items()})
+        elif _is_plain(value):
+            out[f"{prefix}.{name}"] = value
     return out
 
 

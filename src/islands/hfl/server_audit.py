@@ -651,6 +651,15 @@ def honest_coefficients(half: Any, clients: Sequence[str],
     return {c: (float(weights[c]) if ckks_half else 1) for c in clients}
 
 
+def _layout(half: Any, honest: Mapping[str, Any]
+            ) -> tuple[int, int, list[str], dict[str, Coefficient]]:
+    """Return an honest aggregate's length, positions, contributors and coefficients."""
+    dim = int(honest["length"])
+    names = list(honest["contributors"])
+    weights = dict(zip(names, honest["weights"], strict=True))
+    return dim, positions(half, dim), names, honest_coefficients(half, names, weights)
+
+
 def masked(half: Any, uploads: Mapping[str, Any], honest: Mapping[str, Any],
            victim: str) -> Any:
     """Forge the victim's values alone, under the honest aggregate's claims and MAC.
@@ -659,11 +668,7 @@ def masked(half: Any, uploads: Mapping[str, Any], honest: Mapping[str, Any],
     everyone's (times its weight) over the tags. Paillier/OU: the victim's packed
     ciphertexts, everyone's MAC ciphertext.
     """
-    dim = int(honest["length"])
-    count = positions(half, dim)
-    names = list(honest["contributors"])
-    weights = dict(zip(names, honest["weights"], strict=True))
-    honest_coef = honest_coefficients(half, names, weights)
+    dim, count, names, honest_coef = _layout(half, honest)
     coefficients: dict[str, Coefficient] = {}
     is_ckks = isinstance(half, _CKKSServer)
     for c in names:
@@ -677,11 +682,7 @@ def masked(half: Any, uploads: Mapping[str, Any], honest: Mapping[str, Any],
 def spliced(half: Any, uploads: Mapping[str, Any], honest: Mapping[str, Any],
             victim: str) -> Any:
     """Forge the victim's first ciphertexts (CKKS chunks) onto the honest aggregate's last."""
-    dim = int(honest["length"])
-    count = positions(half, dim)
-    names = list(honest["contributors"])
-    weights = dict(zip(names, honest["weights"], strict=True))
-    honest_coef = honest_coefficients(half, names, weights)
+    dim, count, names, honest_coef = _layout(half, honest)
     coefficients: dict[str, Coefficient] = {}
     if isinstance(half, _CKKSServer):
         slots = ckks._params_of(half.context, "the audit").slots
