@@ -73,10 +73,12 @@ as it must for late clients; a sum over two clients shows each of them the other
 and a weight near 1 on one contributor makes the mean nearly its model. A client knows only
 the weight it is given: a server that gives every contributor but one a tiny weight
 before the round (Paillier, OU: down to 2^-1074; CKKS: 2^-16) makes ``min_clients`` count
-names, not models, without DP. Under distributed DP it cannot: client-level DP's server
-weights every upload equally, and a client refuses an aggregate whose claimed weights
-are not equal (the MAC binds each claimed weight to the one its contributor was given),
-so t counts uploads of equal weight. A client colluding with the server still decrypts
+names, not models, without DP. Under distributed DP it cannot: every aggregate claims the
+t its uploads' noise was calibrated for (the MAC's pads are drawn for each contributor's
+t, so the claim is bound), and every client, whether or not it took part in that round,
+refuses one of fewer than t uploads or of unequal weights (client-level DP's server
+weights every upload equally; the MAC binds each claimed weight to the one its
+contributor was given). A client colluding with the server still decrypts
 every upload (the shared key, above).
 """
 
