@@ -1179,6 +1179,21 @@ def _plain_model_later() -> None:
            half=Uploads())
 
 
+def _he_dp_outside(scheme: str) -> None:
+    fed = HEFederation(scheme)
+    dp = ClientDP(he_aggregator(scheme), noise="distributed", guaranteed=3)
+    fed.halves = {c: dp.client_half() for c in fed.clients}
+    fed.deal()
+    cohort = ["c0", "c1", "c2"]  # round 1's cohort: c3 holds no t for it
+    for c in cohort:
+        fed.halves[c].on_step(fed.views[c], server="server", step=AggStep(
+            1, "dp-noise", DPNoiseRequest(noise_multiplier=1.0, clip=1.0, guaranteed=3)))
+    agg, ups = fed.uploads(1, cohort, weights=dict.fromkeys(cohort, 1.0))
+    fed.halves["c3"].on_step(fed.views["c3"], server="server", step=AggStep(
+        2, "dp-noise", DPNoiseRequest(noise_multiplier=1.0, clip=1.0, guaranteed=3)))
+    fed.halves["c3"].open(dict(fed.aggregate(agg, ups, ["c1", "c2"]), guaranteed=3))
+
+
 def _he_dp_skewed(scheme: str) -> None:
     fed, _ = dp_uploads(scheme)
     for c in fed.clients:
@@ -1291,6 +1306,10 @@ ATTACKS: list[Attack] = [
            "calibrated for 3", _SERVER, "each client's own t",
            r"fewer than the 3 this client's distributed DP noise is calibrated for",
            partial(_each_scheme, _he_dp_short_sum)),
+    Attack("dp (distributed) + ckks / paillier", "send a sum of 2 to a client that was not "
+           "in the round (it holds no t for it)", _SERVER, "the t every aggregate claims, "
+           "bound by the MAC", r"it sums 2 uploads, fewer than the 3",
+           partial(_each_scheme, _he_dp_outside)),
     Attack("dp (distributed) + ckks / paillier", "give all but one contributor a tiny "
            "weight (t names, one model)", _SERVER, "equal weights, as client-level DP's",
            r"where client-level DP weights every upload equally",
