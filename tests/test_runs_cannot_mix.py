@@ -514,8 +514,8 @@ def test_apfl_lr_momentum_and_weight_decay_block_a_resume() -> None:
     # settings read through local_config()
     from islands.hfl import APFL
 
-    _resume_refused(APFL(lr=0.1), APFL(lr=0.5), r"strategy\.local\.lr: 0\.1 → 0\.5")
-    _resume_refused(APFL(momentum=0.0), APFL(momentum=0.9), r"strategy\.local\.momentum")
+    _resume_refused(APFL(lr=0.1), APFL(lr=0.5), r"strategy\.lr: 0\.1 → 0\.5")
+    _resume_refused(APFL(momentum=0.0), APFL(momentum=0.9), r"strategy\.momentum")
 
 
 def test_every_layer_of_the_aggregator_blocks_a_resume() -> None:

@@ -24,8 +24,9 @@ ciphertext
 
 a polynomial MAC at a secret point a (uniform in Z_P, one per round and count C) with a
 one-time pad β_k (uniform in Z_P, per round, client, weight, attempt and, under
-distributed DP, the t its noise was calibrated for; one upload per round). A client accepts an aggregate with plaintexts M', tag T' and claimed contributors
-S only if T' ≡ Σ_c a^(C+1-c)·M'_c + Σ_{j∈S} w_j·β_j (mod P). A forged aggregate makes T' −
+distributed DP, the t its noise was calibrated for; one upload per round). A client
+accepts an aggregate with plaintexts M', tag T' and claimed contributors S only if
+T' ≡ Σ_c a^(C+1-c)·M'_c + Σ_{j∈S} w_j·β_j (mod P). A forged aggregate makes T' −
 (that) a non-zero polynomial of degree at most C + 1 in the secret variables (a, and the
 tags T_j, which are uniform over at least P/2 residues and independent of a), also when
 the server moves a tag ciphertext into a model position, so by the Schwartz–Zippel lemma

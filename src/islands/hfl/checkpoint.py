@@ -213,14 +213,16 @@ def strategy_settings(strategy: Any) -> dict[str, Any]:
     The parameters are the strategy's public attributes that hold plain values (numbers,
     strings, bools, None, tuples of them), which for islands' strategies are their
     constructor's parameters, and the local optimiser it gives the clients
-    (``local_config``, as ``strategy.local.<name>``: APFL keeps its ``lr`` there only);
+    (``local_config``, its fields as ``strategy.<name>`` where no attribute has the name:
+    APFL keeps its ``lr`` there only);
     the mutable state a checkpoint restores (``get_state``) is left out.
     """
     state = set(getattr(strategy, "get_state", dict)() or {})
     out = _public(strategy, "strategy", skip=state | {"aggregator"})
     local = getattr(strategy, "local_config", None)
-    if callable(local):
-        out.update(_public(local(1), "strategy.local", named=False))
+    if callable(local):  # the optimiser's settings not already among the attributes
+        for name, value in _public(local(1), "strategy", named=False).items():
+            out.setdefault(name, value)
     return out
 
 
