@@ -7,7 +7,8 @@
   aggregation, additive sharing, CKKS, Paillier, chaos, DP), a package of their own;
 - :mod:`islands.hfl.maths`: FedAvg weights, APFL's batch and interval rules;
 - :mod:`islands.hfl.metrics`: accuracy, macro precision/recall/F1, Dev_avg;
-- :mod:`islands.hfl.torch`: PyTorch models, local SGD, DP-SGD and the learners
+- :mod:`islands.hfl.torch`: PyTorch models (built in, or the user's own module:
+  :class:`TorchModel`, :func:`load_model`), local SGD, DP-SGD and the learners
   (imported only when used: ``import islands.hfl`` does not load torch);
 - :mod:`islands.hfl.estimator`: :class:`FederatedModel`, the user API;
 - :mod:`islands.hfl.ray_backend`: the clients' local training in Ray workers
@@ -35,15 +36,21 @@ __all__ = [
     "MeanAggregator",
     "ModelSpec",
     "Strategy",
+    "TorchModel",
     "client",
+    "load_model",
     "server",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    # ModelSpec lives beside the torch models; load it (and torch) on first use only
+    # the models live beside torch; load them (and torch) on first use only
     if name == "ModelSpec":
         from islands.hfl.torch.models import ModelSpec
 
         return ModelSpec
+    if name in ("TorchModel", "load_model"):
+        from islands.hfl.torch import user
+
+        return getattr(user, name)
     raise AttributeError(f"module 'islands.hfl' has no attribute {name!r}")

@@ -174,8 +174,10 @@ def shaping_settings(*, seed: int, task: str, eval_fraction: float, strategy: An
         The strategy: its class, every parameter (:func:`strategy_settings`) and its
         aggregator (``repr``, which names every protection and setting).
     model
-        The :class:`~islands.hfl.torch.models.ModelSpec` (each field as ``model.<name>``);
-        None leaves the model out (a check made before the data gives its shape).
+        The :class:`~islands.hfl.torch.models.ModelSpec` (each field as ``model.<name>``),
+        or a user's :class:`~islands.hfl.torch.user.TorchModel` (its class, factory and
+        arguments, shapes and the digest of its initial state); None leaves the model out
+        (a check made before the data gives its shape).
     sample_dp
         DP-SGD's settings, or None.
     rows
@@ -195,7 +197,9 @@ def shaping_settings(*, seed: int, task: str, eval_fraction: float, strategy: An
     out.update(aggregator_settings(getattr(strategy, "aggregator", None)))
     out.update(_public(sample_dp, "dp-sgd") if sample_dp is not None else {"dp-sgd": None})
     if model is not None:
-        if dataclasses.is_dataclass(model) and not isinstance(model, type):
+        if callable(getattr(model, "shaping", None)):  # a user's module: its digest and all
+            out.update(model.shaping())
+        elif dataclasses.is_dataclass(model) and not isinstance(model, type):
             out.update({f"model.{f.name}": getattr(model, f.name)
                         for f in dataclasses.fields(model)})
         else:

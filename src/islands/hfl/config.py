@@ -99,36 +99,89 @@ def infer_task(task: str | None, dataset: str | None = None) -> Task:
 
 
 class ModelConfig(ProtocolConfig):
-    """``[model]``: the architecture every party trains.
+    """``[model]``: the model every party trains, built in or the user's own.
 
-    ``hidden`` and ``channels`` left unset take :class:`~islands.hfl.torch.models.ModelSpec`'s
-    defaults ((200,) and (16, 32)); :meth:`spec` builds the ModelSpec.
+    Either ``kind`` (a built-in architecture: ``hidden`` and ``channels`` left unset take
+    :class:`~islands.hfl.torch.models.ModelSpec`'s defaults (200,) and (16, 32)) or
+    ``factory``, a user's function ``"package.module:function"`` that returns an
+    ``nn.Module``, called with ``args`` as keyword arguments (each party imports it on its
+    own machine; :class:`~islands.hfl.torch.user.TorchModel`). :meth:`make_model` makes
+    either.
     """
 
     OWNER: ClassVar[str] = "ModelSpec"
 
-    kind: Literal["mlp", "cnn", "linear"] = setting(
-        ..., "'mlp', 'cnn' or 'linear'", "The architecture (islands.hfl.torch.models).")
+    kind: Literal["mlp", "cnn", "linear"] | None = setting(
+        None, "'mlp', 'cnn' or 'linear'",
+        "A built-in architecture (islands.hfl.torch.models); or give 'factory'.")
     hidden: Annotated[tuple[_PositiveInt, ...] | None, BeforeValidator(_as_tuple)] = setting(
         None, "a list of ints >= 1", "Hidden layer widths of an mlp (None: ModelSpec's).")
     channels: Annotated[tuple[_PositiveInt, ...] | None, BeforeValidator(_as_tuple)] = setting(
         None, "two ints >= 1", "Channels of a cnn's two convolutions (None: ModelSpec's).",
         min_length=2, max_length=2)
+    factory: str | None = setting(
+        None, "a name 'package.module:function'",
+        "A user's function returning the torch.nn.Module to train (imported by each party).",
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+    args: dict[str, Any] = setting(
+        {}, "a table of plain values", "The factory's keyword arguments.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        if (self.kind is None) == (self.factory is None):
+            raise ValidationError("give exactly one of 'kind' (a built-in model) and 'factory' "
+                             "(your own, 'package.module:function')")
+        if self.factory is not None and (self.hidden is not None or self.channels is not None):
+            raise ValidationError("'hidden' and 'channels' size a built-in 'kind'; a factory takes "
+                             "its sizes from 'args'")
+        if self.kind is not None and self.args:
+            raise ValidationError("'args' are a factory's keyword arguments; a built-in 'kind' "
+                             "takes 'hidden' and 'channels'")
+        return self
 
     def spec(self, input_shape: tuple[int, ...], n_outputs: int,
              input_divisor: float = 1.0) -> Any:
-        """Return the :class:`~islands.hfl.torch.models.ModelSpec` (imports torch).
+        """Return the :class:`~islands.hfl.torch.models.ModelSpec` of ``kind`` (imports torch).
 
         ``input_divisor`` comes from the data, not the file: 255 where a job keeps image
         pixels as ``uint8``.
         """
         from islands.hfl.torch.models import ModelSpec  # torch
 
+        assert self.kind is not None  # a factory's model is made by make_model()
         sizes: dict[str, Any] = {k: v for k, v in (("hidden", self.hidden),
                                                    ("channels", self.channels))
                                  if v is not None}
         return ModelSpec(kind=self.kind, input_shape=input_shape, n_outputs=n_outputs,
                          input_divisor=input_divisor, **sizes)
+
+    def make_model(self, input_shape: tuple[int, ...], n_outputs: int, *, task: str,
+                   seed: int, where: str, input_divisor: float = 1.0) -> Any:
+        """Return the model: :meth:`spec` for a ``kind``, a bound ``TorchModel`` for a factory.
+
+        A factory's module gets the rows as the data holds them (images as (n, C, H, W),
+        already divided by ``input_divisor``'s 255 by the caller); its output width must
+        be ``n_outputs``.
+
+        Raises
+        ------
+        JobError
+            Naming ``where`` and what is wrong with the factory or its model.
+        """
+        if self.factory is None:
+            return self.spec(input_shape, n_outputs, input_divisor)
+        from islands.hfl.torch.user import TorchModel  # torch
+
+        try:
+            model = TorchModel.bind(self.factory, input_shape, task=task, seed=seed,
+                                    kwargs=self.args, owner=f"{where} [model]")
+        except ValidationError as exc:
+            raise JobError(f"{where} [model]: {exc}") from None
+        if model.n_outputs != n_outputs:
+            raise JobError(f"{where} [model]: the factory's model {self.factory} outputs "
+                           f"{model.n_outputs} values per row, but the data needs "
+                           f"{n_outputs}")
+        return model
 
 
 class _StrategyBase(ProtocolConfig):

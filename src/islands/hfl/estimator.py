@@ -395,16 +395,26 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             raise ImportError("The 'backend' parameter of FederatedModel is 'ray', but Ray "
                               "is not installed: pip install 'islands[ray]'")
 
-    def _check_parts(self, parts: Sequence[Any]) -> list[tuple[NDArray[Any], NDArray[Any]]]:
+    def _bind_model(self, X: NDArray[Any]) -> Any:
+        """Return the model to train: a ModelSpec as given, a user's module bound to X's rows."""
         from islands.hfl.torch.models import ModelSpec
+        from islands.hfl.torch.user import TorchModel
+
+        if isinstance(self.model, ModelSpec | TorchModel):
+            return self.model
+        if isinstance(self.model, str):  # files name factories; Python passes the function
+            raise invalid_parameter("model", "FederatedModel", "a ModelSpec, a torch.nn.Module "
+                                    "or a zero-argument factory (a job file names "
+                                    "'package.module:function')", describe(self.model))
+        return TorchModel.bind(self.model, tuple(X.shape[1:]), task=self.task, seed=self.seed)
+
+    def _check_parts(self, parts: Sequence[Any]) -> list[tuple[NDArray[Any], NDArray[Any]]]:
         from islands.hfl.torch.training import _as_features, _as_targets
 
-        if not isinstance(self.model, ModelSpec):
-            raise invalid_parameter("model", "FederatedModel", "an islands.hfl.ModelSpec",
-                                    describe(self.model))
         if not isinstance(parts, Sequence) or len(parts) == 0:
             raise ValidationError("fit needs a non-empty list of (X, y) parts, one per client")
         out = []
+        model: Any = None
         for k, part in enumerate(parts):
             if not (isinstance(part, tuple | list) and len(part) == 2):
                 raise ValidationError(f"part {k} must be an (X, y) pair; got {describe(part)}")
@@ -419,6 +429,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                     raise invalid_parameter(
                         f"parts[{k}][{j}]", "FederatedModel.fit",
                         "an array with one row per sample" + hint, describe(part[j]))
+            if model is None:  # a user's module takes the shape of the first part's rows
+                model = self.model_ = self._bind_model(X)
             if len(X) == 0:
                 raise ValidationError(f"client {k} has no data (part {k} is empty)")
             if len(X) != len(y):
@@ -427,14 +439,14 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             if self.task == "classification":
                 if y.dtype.kind not in "iu":
                     raise ValidationError(f"part {k}: y must hold integer class labels")
-                bad = np.setdiff1d(np.unique(y), np.arange(self.model.n_outputs))
+                bad = np.setdiff1d(np.unique(y), np.arange(model.n_outputs))
                 if bad.size:
                     raise ValidationError(
                         f"part {k}: labels {bad.tolist()} are outside the model's "
-                        f"{self.model.n_outputs} classes")
+                        f"{model.n_outputs} classes")
             # every row, the local evaluation rows (APFL's) included, before the first message
-            X = _as_features(X, self.model, f"parts[{k}][0]", "FederatedModel.fit")
-            y = _as_targets(y, len(X), self.task, self.model.n_outputs, f"parts[{k}][1]",
+            X = _as_features(X, model, f"parts[{k}][0]", "FederatedModel.fit")
+            y = _as_targets(y, len(X), self.task, model.n_outputs, f"parts[{k}][1]",
                             "FederatedModel.fit")
             out.append((X, y))
         return out
@@ -474,6 +486,10 @@ class FederatedModel(FederatedEstimator[HflConfig]):
 
         self._validate()
         data = self._check_parts(parts)
+        if self.sample_dp is not None:  # a layer DP-SGD cannot train, named before any message
+            from islands.hfl.torch.dpsgd import check_private
+
+            check_private(self.model_.build(self.seed), "FederatedModel's sample_dp")
         names = [f"client-{k + 1}" for k in range(len(data))] if names is None else _names(
             names, len(data))
         strategy = FedAvg() if self.strategy is None else self.strategy
@@ -503,14 +519,14 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         if self.checkpoint is not None:
             settings = shaping_settings(
                 seed=self.seed, task=self.task, eval_fraction=self.eval_fraction,
-                strategy=strategy, model=self.model, sample_dp=self.sample_dp,
+                strategy=strategy, model=self.model_, sample_dp=self.sample_dp,
                 rows={name: rows_digest(X, y) for name, (X, y) in zip(names, data, strict=True)},
                 extra=self.settings)
         resume = self._resuming(settings)
         # the settings each retrained coalition starts from (a run may change its strategy)
         template = (copy.deepcopy(strategy) if contribution is not None
                     and "retrain" in (contribution.methods or ()) else None)
-        pool = ModulePool(self.model)
+        pool = ModulePool(self.model_)
         active = len(names) if self.concurrency is None else min(len(names), self.concurrency)
         with contextlib.ExitStack() as stack:
             if self.backend == "ray":
@@ -556,7 +572,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
 
         def make() -> FederatedModel:
             return FederatedModel(
-                self.model, copy.deepcopy(template), epochs=self.epochs, task=self.task,
+                self.model_, copy.deepcopy(template), epochs=self.epochs, task=self.task,
                 eval_fraction=self.eval_fraction, seed=self.seed,
                 concurrency=self.concurrency, timeout=self.timeout, threads=self.threads,
                 backend=self.backend, ray_address=self.ray_address)
@@ -591,7 +607,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed, k))
             # every row trains (no local evaluation): the checked part itself, not a copy
             X_tr, y_tr = (X, y) if len(ev) == 0 else (X[tr], y[tr])
-            learners.append(TorchLearner(self.model, X_tr, y_tr, X[ev], y[ev],
+            learners.append(TorchLearner(self.model_, X_tr, y_tr, X[ev], y[ev],
                                          task=self.task, seed=client_seed(self.seed, k),
                                          pool=pool, dp=self.sample_dp))
         # only the pool's threads call torch (each OS thread that does keeps ~0.6 MB)
@@ -608,13 +624,13 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         checked = []  # every client's rows checked before Ray starts: errors come first
         for k, (X, y) in enumerate(data):
             tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed, k))
-            checked.append(check_client_data(self.model, self.task, X[tr], y[tr], X[ev],
+            checked.append(check_client_data(self.model_, self.task, X[tr], y[tr], X[ev],
                                              y[ev]))
         stack.enter_context(ray_session(self.ray_address))
         threads = self.threads if isinstance(self.threads, int) else (
             1 if self.threads == "auto" else None)
         workers = stack.enter_context(RayWorkerPool(
-            self.model, workers=active, task=self.task, threads=threads, dp=self.sample_dp,
+            self.model_, workers=active, task=self.task, threads=threads, dp=self.sample_dp,
             timeout=self.timeout))
         log.info("training on %d Ray workers (pids %s)", workers.size, workers.pids)
         pending = deque(checked)
@@ -638,11 +654,11 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         from islands.hfl.torch.models import flat_parameters
         from islands.hfl.torch.training import Trainer
 
-        initial = flat_parameters(self.model.build(self.seed))
+        initial = flat_parameters(self.model_.build(self.seed))
         scorer = None
         if test is not None:
             X_test, y_test = np.asarray(test[0]), np.asarray(test[1])
-            scorer = Trainer(self.model, X_test, y_test, task=self.task, pool=pool)
+            scorer = Trainer(self.model_, X_test, y_test, task=self.task, pool=pool)
 
         tracker = None
         if contribution is not None:
@@ -749,13 +765,13 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         params = {"epochs": self.epochs, "task": self.task, "seed": self.seed,
                   "eval_fraction": self.eval_fraction, "concurrency": self.concurrency,
                   "backend": self.backend, "clients": len(names), "strategy": repr(strategy),
-                  "model": self.model.describe(), "parameters": self.model.n_params()}
+                  "model": self.model_.describe(), "parameters": self.model_.n_params()}
         return Tracker(config, "runs", run_label("FederatedModel"), params), True
 
     def _summary(self, history: list[EpochRecord]) -> dict[str, Any]:
         """Return the final model as the results show it (no weights): metrics, size, cost."""
-        out: dict[str, Any] = {"model": self.model.describe(),
-                               "parameters": self.model.n_params(),
+        out: dict[str, Any] = {"model": self.model_.describe(),
+                               "parameters": self.model_.n_params(),
                                "rounds": len(self.rounds_), "aggregations": self.aggregations_,
                                "bytes": self.transcript_.total_bytes,
                                "seconds": self.wall_time_}
@@ -779,18 +795,39 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         else:
             X_val, y_val = cfg.validation
             assert cfg.metric is not None  # resolved by fit
-            utility = ServerValidation(self.model, X_val, y_val, task=self.task,
+            utility = ServerValidation(self.model_, X_val, y_val, task=self.task,
                                        metric=cfg.metric, pool=pool)
         return ContributionTracker(cfg, names, utility, initial, seed=self.seed)
 
     def _report(self, y: NDArray[Any], pred: NDArray[Any]) -> dict[str, Any]:
         if self.task == "classification":
-            return classification_report(y, pred, self.model.n_outputs).to_dict()
+            return classification_report(y, pred, self.model_.n_outputs).to_dict()
         return regression_report(y, pred).to_dict()
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "params_"):
             raise ValidationError("this FederatedModel is not fitted yet; call fit first")
+
+    def export(self) -> Any:
+        """Return the trained model as a ``torch.nn.Module`` in eval mode.
+
+        A user's module comes back as its own class, with the trained parameters and the
+        averaged buffers (frozen parameters and integer buffers as in the initial model);
+        a :class:`~islands.hfl.torch.models.ModelSpec` as an ``nn.Sequential``.
+        """
+        self._check_fitted()
+        return self.model_.export(self.params_)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the trained model's state dict to ``path`` (``torch.save``, written whole).
+
+        It loads with ``module.load_state_dict(torch.load(path, weights_only=True))`` into
+        the module that was trained (or :meth:`export`'s).
+        """
+        from islands.hfl.torch.models import state_bytes
+        from islands.reporting import write_bytes
+
+        write_bytes(os.fspath(path), state_bytes(self.export()))
 
     def predict(self, X: ArrayLike) -> NDArray[Any]:
         """Class labels (classification) or values (regression) for the rows of ``X``."""
@@ -799,7 +836,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         self._check_fitted()
         X = np.asarray(X)
         dummy = np.zeros(1, dtype=np.int64 if self.task == "classification" else np.float32)
-        trainer = Trainer(self.model, X[:1], dummy, task=self.task, pool=self._scorer_pool)
+        trainer = Trainer(self.model_, X[:1], dummy, task=self.task, pool=self._scorer_pool)
         return trainer.predict(self.params_, X)
 
     def score(self, X: ArrayLike, y: ArrayLike) -> dict[str, Any]:

@@ -87,6 +87,7 @@ the accuracy and τ curves as PNG.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import logging
 import math
@@ -356,11 +357,14 @@ def prepare(job: Job) -> Prepared:
         y, y_test = full.y[tr], full.y[te]
         divisor = 1.0
         image = (1, *full.image_shape) if full.image_shape else None
+    model = ModelConfig.model_validate(job.model)
+    # standardised rows are float32, normalised as the loader does; a user's module takes
+    # the pixels in [0, 1] too (as load_fashion_mnist normalises them)
+    if (d.standardize or model.factory is not None) and divisor != 1.0:
+        X = (X / divisor).astype(np.float32)
+        X_test = (X_test / divisor).astype(np.float32)
+        divisor = 1.0
     if d.standardize:
-        if divisor != 1.0:  # standardised rows are float32, normalised as the loader does
-            X = (X / divisor).astype(np.float32)
-            X_test = (X_test / divisor).astype(np.float32)
-            divisor = 1.0
         # statistics of the pooled training rows: in a deployment these are the sums
         # Σx, Σx², n that a secure sum (islands.securesum) gives without pooling rows
         mu, sd = X.mean(axis=0), X.std(axis=0)  # float32, as X
@@ -406,15 +410,16 @@ def prepare(job: Job) -> Prepared:
         if len(rows) == 0:
             raise JobError(f"[partition] client {k + 1} gets no rows; change the partition")
 
-    model = ModelConfig.model_validate(job.model)
     kind = model.kind
-    if kind == "cnn":
-        if image is None:
-            raise JobError(f"[model] kind 'cnn' needs an image data set; {name} is tabular")
-        input_shape: tuple[int, ...] = image
-    else:
-        input_shape = (int(X.shape[1]),)
-    spec = model.spec(input_shape, 1 if regression else n_classes, input_divisor=divisor)
+    if kind == "cnn" and image is None:
+        raise JobError(f"[model] kind 'cnn' needs an image data set; {name} is tabular")
+    # a cnn and a user's module see images as (C, H, W); the built-in mlp and linear, rows
+    input_shape: tuple[int, ...] = (image if image is not None and kind in ("cnn", None)
+                                    else (int(X.shape[1]),))
+    if input_shape != tuple(X.shape[1:]):
+        X, X_test = X.reshape(len(X), *input_shape), X_test.reshape(len(X_test), *input_shape)
+    spec = model.make_model(input_shape, 1 if regression else n_classes, task=job.task,
+                       seed=job.seed, where=f"job file {job.source}", input_divisor=divisor)
     parts = [(X[rows], y[rows]) for rows in idx]
     summary = {"train_rows": len(y), "test_rows": len(y_test),
                "client_rows": [len(r) for r in idx]}
@@ -594,6 +599,8 @@ class HflJobResult:
     tracking: dict[str, Any] | None = None
     privacy_against_server: PrivacySpent | None = None
     epsilon_against_server: list[float | None] = field(default_factory=list)
+    model_state: builtins.bytes | None = field(default=None, repr=False)
+    """The trained model's state dict (``model.pt``; not in results.json)."""
 
     @property
     def task(self) -> str:
@@ -792,6 +799,7 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
         local_accuracy=[r.accuracy for r in fl.rounds_],
         federated_seconds=fl.wall_time_,
         contribution=fl.contribution_,
+        model_state=_state_bytes(fl),
         baseline=baseline, dev_avg=gap, wall_time_s=time.perf_counter() - t0)
 
 
@@ -949,10 +957,19 @@ def _ridge_closed_form(X: NDArray[Any], y: NDArray[Any], X_test: NDArray[Any],
         test=regression_report(y_test, pred).to_dict(), lam=lam)
 
 
+def _state_bytes(fl: FederatedModel) -> bytes:
+    from islands.hfl.torch.models import state_bytes  # torch
+
+    return state_bytes(fl.export())
+
+
 # --------------------------------------------------------------------------- outputs
 def write_outputs(result: HflJobResult, out: str | Path, *,
                   json_path: str | Path | None = None) -> list[Path]:
-    """Write ``results.json`` and the curves (``accuracy.png``, ``tau.png``) into ``out``.
+    """Write ``results.json``, the curves (``accuracy.png``, ``tau.png``) and ``model.pt``.
+
+    ``model.pt`` is the trained model's state dict: :func:`islands.hfl.load_model` (or
+    ``torch.load(path, weights_only=True)``) loads it into the model the job names.
 
     The files are one set (:class:`~islands.reporting.ResultSet`): staged, renamed into
     place together and listed in ``manifest.json``, which says complete once they all
@@ -969,6 +986,8 @@ def write_outputs(result: HflJobResult, out: str | Path, *,
     key = "r2" if regression else "accuracy"
     label = "test R²" if regression else "test accuracy"
     with write_results(result, out, json_path) as files:
+        if result.model_state is not None:
+            files.add_bytes("model.pt", result.model_state)
         fig = new_figure()
         ax = fig.subplots()
         hist = result.history

@@ -99,8 +99,14 @@ def _common(dep: Deployment, fed: _Federated
     """Return the model spec, strategy, sample-level DP, checkpoint folder and settings."""
     job = fed.job
     classification = job.task == "classification"
-    spec = ModelConfig.model_validate(job.model).spec(
-        fed.shape, int(fed.classes) if classification and fed.classes else 1)
+    model = ModelConfig.model_validate(job.model)
+    if model.factory is not None:
+        # each party would build its own copy: not until the parties compare the initial
+        # model's digest at the join (a frozen backbone never travels)
+        raise JobError(f"{dep.where} [hfl.model]: a 'factory' model is trained by job files "
+                       "and FederatedModel; a deployed federation takes a built-in 'kind' "
+                       "for now")
+    spec = model.spec(fed.shape, int(fed.classes) if classification and fed.classes else 1)
     strategy = build_strategy(job)
     sample_dp = job.protection.sample_dp()
     ckpt = dep.output.with_name(dep.output.name + ".checkpoints") if fed.checkpoint else None

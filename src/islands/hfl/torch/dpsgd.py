@@ -43,8 +43,11 @@ DP-SGD shares the update rule of the non-private trainer exactly.
 Caveats, stated plainly: the training loss is not covered by the guarantee, so it is not
 reported (NaN); a client's accuracy on its *local evaluation* rows is reported to APFL's
 server and is not protected either (those rows are not trained on, but they are the
-client's data); floating-point noise has the caveats of Mironov (2012); batch-norm
-layers would break per-sample independence (the models here have none).
+client's data); floating-point noise has the caveats of Mironov (2012). A user's model
+(:class:`~islands.hfl.torch.user.TorchModel`) is checked up front (:func:`check_private`):
+a layer Opacus refuses (batch norm, which makes each row's output depend on its batch)
+or cannot clip per sample is named, and so is any buffer that would travel (it would
+leave the client without noise).
 
 References
 ----------
@@ -69,11 +72,17 @@ from numpy.typing import NDArray
 from islands.aggregation.protect import SampleDP
 from islands.crypto.prg import csprng_normal, csprng_uniform
 from islands.errors import ValidationError, invalid_parameter
-from islands.hfl.torch.models import _flat_tensor, _load_checked, _params_of
+from islands.hfl.torch.models import (
+    _buffers_of,
+    _flat_tensor,
+    _load_checked,
+    _params_of,
+    flat_parameters,
+)
 from islands.hfl.torch.training import Position, Trainer, TrainOutcome, _as_float
 from islands.validation import describe
 
-__all__ = ["PrivateTrainer", "poisson_sample"]
+__all__ = ["PrivateTrainer", "check_private", "poisson_sample"]
 
 # GradSampleModule's full backward hooks warn when the input needs no gradient (ours
 # never does); the per-sample gradients are right all the same
@@ -89,6 +98,41 @@ def poisson_sample(n: int, rate: float) -> NDArray[np.int64]:
         raise invalid_parameter("rate", "poisson_sample", "a float in (0, 1]", rate)
     out: NDArray[np.int64] = np.flatnonzero(csprng_uniform(int(n)) < rate).astype(np.int64)
     return out
+
+
+def check_private(module: torch.nn.Module, owner: str = "sample_dp") -> None:
+    """Refuse a model DP-SGD cannot train privately, naming the layer or buffer.
+
+    Opacus's :class:`~opacus.validators.ModuleValidator` judges each layer (batch norm is
+    refused: a row's output depends on the other rows of its batch; any other layer gets
+    its per-sample gradients from Opacus's rules or functorch); and no buffer may
+    travel, since a buffer written by the forward pass would carry the rows unnoised.
+
+    Raises
+    ------
+    ValidationError
+        Naming the first layer or buffer that fails, and why.
+    """
+    from opacus.validators import ModuleValidator  # type: ignore[import-untyped]
+
+    for name, layer in module.named_modules():
+        if next(layer.children(), None) is not None:
+            continue
+        errors = ModuleValidator.validate(layer, strict=False)
+        if errors:
+            reason = str(errors[0]).split(". ")[0]
+            raise ValidationError(
+                f"DP-SGD ({owner}) cannot train layer {name or '(root)'!r} "
+                f"({type(layer).__name__}): {reason}. Replace it (GroupNorm or LayerNorm "
+                "for a batch norm) or train without sample-level DP")
+    prefixes = {id(sub): prefix for prefix, sub in module.named_modules()}
+    buffers = [f"{prefixes[id(owner_)]}.{name}".lstrip(".")
+               for owner_, name in _buffers_of(module)]
+    if buffers:
+        raise ValidationError(
+            f"DP-SGD ({owner}) cannot train a model whose buffers travel ({', '.join(buffers)}): "
+            "a buffer the forward pass writes would leave the client without noise; "
+            "register it with persistent=False or train without sample-level DP")
 
 
 class PrivateTrainer:
@@ -119,6 +163,7 @@ class PrivateTrainer:
             raise invalid_parameter("dp", "PrivateTrainer", "a SampleDP", describe(dp))
         self.trainer, self.dp = trainer, dp
         self._module = trainer.spec.build(0)
+        check_private(self._module)
         self._wrapped = GradSampleModuleFastGradientClipping(
             self._module, batch_first=True, loss_reduction="sum", max_grad_norm=dp.clip,
             use_ghost_clipping=True)
@@ -185,7 +230,7 @@ class PrivateTrainer:
                     noise = torch.from_numpy(csprng_normal(summed.numel(), std)).to(summed.dtype)
                     g = (summed + noise) / st.batch_size
                     buf = st.apply(flat, g, buf, anchor)
-            out = flat.numpy().copy()
+            out = flat_parameters(self._module)
         if not np.isfinite(out).all():
             raise ValidationError("DP-SGD diverged (non-finite parameters); lower lr or clip")
         end = start.advance(st.steps, st.steps_per_epoch)

@@ -49,8 +49,12 @@ __all__ = [
     "ModelKind",
     "ModelSpec",
     "ModulePool",
+    "check_model",
     "flat_parameters",
+    "lay_out",
     "load_flat",
+    "state_bytes",
+    "travel_size",
 ]
 
 ModelKind = Literal["mlp", "cnn", "linear"]
@@ -62,6 +66,8 @@ _CNN_HIDDEN = 128
 _FLOAT32 = np.finfo(np.float32)
 _FLAT_ATTR = "_islands_flat"
 _PARAMS_ATTR = "_islands_params"
+_BUFFERS_ATTR = "_islands_buffers"
+_RESETS_ATTR = "_islands_resets"
 
 
 def _int_tuple(value: Any, *, min_len: int, max_len: int | None = None) -> bool:
@@ -208,6 +214,18 @@ class ModelSpec:
         setattr(module, _PARAMS_ATTR, tuple(params))  # walking the module tree is slow
         return module
 
+    def n_trainable(self) -> int:
+        """Return the number of trained values (every parameter travels: ``n_params``)."""
+        return self.n_params()
+
+    def export(self, params: Any) -> nn.Module:
+        """Return a plain module (own tensors, no flat layout) holding ``params``, in eval mode."""
+        module = nn.Sequential(*self._layers())
+        laid = self.empty()
+        load_flat(laid, params)
+        module.load_state_dict({k: v.clone() for k, v in laid.state_dict().items()})
+        return module.eval()
+
     def build(self, seed: int) -> nn.Module:
         """Build the model with PyTorch's default initialisation, drawn from ``seed``.
 
@@ -287,41 +305,103 @@ class _InputDivisor(nn.Module):
 
 
 def _flat_of(module: nn.Module) -> torch.Tensor | None:
-    """Return the flat tensor that ``module``'s parameters view, if built here."""
+    """Return the flat tensor that ``module``'s trainable parameters view, if laid out here."""
     flat = getattr(module, _FLAT_ATTR, None)
     return flat if isinstance(flat, torch.Tensor) else None
 
 
 def _params_of(module: nn.Module) -> tuple[nn.Parameter, ...]:
-    """Return ``module``'s parameters in order (cached for modules built here)."""
+    """Return ``module``'s travelling (trainable) parameters in order.
+
+    Cached for modules laid out here (:func:`lay_out`); any other module: every parameter.
+    """
     cached = getattr(module, _PARAMS_ATTR, None)
     return cached if isinstance(cached, tuple) else tuple(module.parameters())
 
 
+def _buffers_of(module: nn.Module) -> tuple[tuple[nn.Module, str], ...]:
+    """Return the (owner, name) of each buffer that travels after the parameters."""
+    cached = getattr(module, _BUFFERS_ATTR, None)
+    return cached if isinstance(cached, tuple) else ()
+
+
+def lay_out(module: nn.Module, buffers: tuple[tuple[nn.Module, str], ...] = (),
+            resets: tuple[tuple[nn.Module, str, torch.Tensor], ...] = ()) -> nn.Module:
+    """Lay ``module``'s trainable parameters out as views into one flat ``float32`` tensor.
+
+    The travelling vector is then that tensor followed by ``buffers`` (each flattened),
+    so :func:`load_flat` and :func:`flat_parameters` are single copies of the parameters
+    and an optimiser step is one vector-wide update. Frozen parameters (no gradient)
+    keep their values and never travel. ``resets`` are buffers set back to the given
+    value at every load (integer counters that must not be averaged).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        A CPU module whose trainable parameters are ``float32`` (changed in place).
+    buffers : tuple of (module, name)
+        The floating-point buffers that travel, in order.
+    resets : tuple of (module, name, tensor)
+        Buffers reset to ``tensor`` at every load.
+
+    Returns
+    -------
+    torch.nn.Module
+        ``module``.
+    """
+    params = tuple(p for p in module.parameters() if p.requires_grad)
+    flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32)
+    offset = 0
+    for p in params:
+        size = p.numel()
+        with torch.no_grad():
+            flat[offset : offset + size].copy_(p.detach().reshape(-1))
+        p.data = flat[offset : offset + size].view(p.shape)
+        offset += size
+    setattr(module, _FLAT_ATTR, flat)
+    setattr(module, _PARAMS_ATTR, params)  # walking the module tree is slow
+    setattr(module, _BUFFERS_ATTR, tuple(buffers))
+    setattr(module, _RESETS_ATTR, tuple(resets))
+    return module
+
+
 def _flat_tensor(module: nn.Module) -> torch.Tensor:
-    """Return the flat tensor behind a module built by :class:`ModelSpec`, or raise."""
+    """Return the flat tensor behind a module laid out by :func:`lay_out`, or raise."""
     flat = _flat_of(module)
     if flat is None:
         raise ValidationError(
-            "The 'module' parameter must be built by ModelSpec (its parameters views into "
-            f"one flat tensor). Got {type(module).__name__} instead."
+            "The 'module' parameter must be built by ModelSpec or TorchModel (its parameters "
+            f"views into one flat tensor). Got {type(module).__name__} instead."
         )
     return flat
 
 
 def flat_parameters(module: nn.Module) -> NDArray[np.float32]:
-    """Return a ``float32`` copy of ``module``'s parameters as one flat vector.
+    """Return a ``float32`` copy of what ``module`` sends: its travelling vector.
 
-    The order is ``module.parameters()``, each parameter flattened row-major; works for
-    any module, and is a single copy for modules built by :class:`ModelSpec`.
+    The trainable parameters in ``module.parameters()`` order, each flattened row-major,
+    then the travelling buffers of a :class:`~islands.hfl.torch.user.TorchModel`'s module
+    (none for a :class:`ModelSpec`'s). Works for any module (every parameter, no
+    buffer), and is a single copy for modules built by :class:`ModelSpec`.
     """
     flat = _flat_of(module)
-    if flat is None:
-        with torch.no_grad():
+    buffers = _buffers_of(module)
+    with torch.no_grad():
+        if flat is None:
             parts = [p.detach().reshape(-1).to(torch.float32) for p in _params_of(module)]
             flat = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float32)
+        if buffers:
+            # gathered by name: a module may replace a buffer rather than update it in place
+            flat = torch.cat([flat, *(owner.get_buffer(name).detach().reshape(-1)
+                                      .to(torch.float32) for owner, name in buffers)])
     out: NDArray[np.float32] = flat.detach().numpy().copy()
     return out
+
+
+def travel_size(module: nn.Module) -> int:
+    """Return the length of ``module``'s travelling vector (:func:`flat_parameters`)."""
+    return (sum(p.numel() for p in _params_of(module))
+            + sum(owner.get_buffer(name).numel() for owner, name in _buffers_of(module)))
 
 
 def _check_vector(vector: Any, expected: int, name: str, owner: str) -> NDArray[np.float32]:
@@ -343,7 +423,7 @@ def _check_vector(vector: Any, expected: int, name: str, owner: str) -> NDArray[
 
 
 def load_flat(module: nn.Module, vector: Any) -> None:
-    """Copy a flat vector into ``module``'s parameters (the inverse of :func:`flat_parameters`).
+    """Copy a travelling vector into ``module`` (the inverse of :func:`flat_parameters`).
 
     Parameters
     ----------
@@ -355,12 +435,10 @@ def load_flat(module: nn.Module, vector: Any) -> None:
     Raises
     ------
     ValidationError
-        If the length is not the module's number of parameters, or a value is not
-        finite (also after rounding to ``float32``).
+        If the length is not the module's travelling size, or a value is not finite
+        (also after rounding to ``float32``).
     """
-    params = _params_of(module)
-    expected = sum(p.numel() for p in params)
-    _load_checked(module, _check_vector(vector, expected, "vector", "load_flat"))
+    _load_checked(module, _check_vector(vector, travel_size(module), "vector", "load_flat"))
 
 
 def _load_checked(module: nn.Module, values: NDArray[np.float32]) -> None:
@@ -369,7 +447,10 @@ def _load_checked(module: nn.Module, values: NDArray[np.float32]) -> None:
     flat = _flat_of(module)
     with torch.no_grad():
         if flat is not None:
-            np.copyto(flat.numpy(), values)  # numpy copy: fine for read-only input
+            n = flat.numel()
+            np.copyto(flat.numpy(), values[:n])  # numpy copy: fine for read-only input
+            tensor = torch.tensor(values[n:]) if values.size > n else None
+            offset = 0
         else:
             tensor = torch.tensor(values)
             offset = 0
@@ -377,8 +458,40 @@ def _load_checked(module: nn.Module, values: NDArray[np.float32]) -> None:
                 size = p.numel()
                 p.copy_(tensor[offset : offset + size].view(p.shape))
                 offset += size
+        for owner, name in _buffers_of(module):
+            assert tensor is not None
+            buffer = owner.get_buffer(name)
+            size = buffer.numel()
+            buffer.copy_(tensor[offset : offset + size].view(buffer.shape))
+            offset += size
+        for owner, name, initial in getattr(module, _RESETS_ATTR, ()):
+            owner.get_buffer(name).copy_(initial)
     for p in params:
         p.grad = None
+
+
+def state_bytes(module: nn.Module) -> bytes:
+    """Return ``module``'s state dict as ``torch.save`` writes it (own tensors, no views).
+
+    It loads with ``torch.load(..., weights_only=True)``: tensors only, no code.
+    """
+    import io
+
+    buffer = io.BytesIO()
+    torch.save({k: v.detach().clone() for k, v in module.state_dict().items()}, buffer)
+    return buffer.getvalue()
+
+
+def check_model(model: Any, name: str, owner: str) -> Any:
+    """Return ``model`` if it is a ModelSpec or a bound TorchModel, else raise.
+
+    The error names ``name`` of ``owner``.
+    """
+    from islands.hfl.torch.user import TorchModel
+
+    if not isinstance(model, ModelSpec | TorchModel):
+        raise invalid_parameter(name, owner, "a ModelSpec or a TorchModel", describe(model))
+    return model
 
 
 class ModulePool:
@@ -404,10 +517,8 @@ class ModulePool:
     1
     """
 
-    def __init__(self, spec: ModelSpec):
-        if not isinstance(spec, ModelSpec):
-            raise invalid_parameter("spec", "ModulePool", "a ModelSpec", describe(spec))
-        self.spec = spec
+    def __init__(self, spec: Any):
+        self.spec = check_model(spec, "spec", "ModulePool")
         self._lock = threading.Lock()
         self._idle: list[nn.Module] = []
         self._created = 0

@@ -52,6 +52,8 @@ from islands.hfl.torch.models import (
     _flat_tensor,
     _load_checked,
     _params_of,
+    check_model,
+    flat_parameters,
 )
 from islands.validation import (
     FLOAT32_LIMIT_REASON,
@@ -193,7 +195,7 @@ class TrainOutcome:
     ----------
     params : ndarray of shape (n_params,), float32
         The trained flat parameter vector (a fresh array).
-    momentum : ndarray of shape (n_params,), float32, or None
+    momentum : ndarray of shape (n_trainable,), float32, or None
         The momentum buffer after the last step, to hand to the next call; None when
         momentum is 0.
     loss : float
@@ -318,8 +320,9 @@ class Trainer:
 
     Parameters
     ----------
-    spec : ModelSpec
-        The model.
+    spec : ModelSpec or TorchModel
+        The model (a built-in architecture, or a user's module:
+        :class:`~islands.hfl.torch.user.TorchModel`).
     X : array-like of shape (n, *spec.input_shape) or (n, prod(input_shape))
         The party's features, finite. Kept as a float32 tensor that shares memory with
         ``X`` when it already is writable C-contiguous float32 (it is never written).
@@ -340,7 +343,10 @@ class Trainer:
     n : int
         The number of rows.
     n_params : int
-        The length of the flat parameter vector.
+        The length of the travelling vector (trainable parameters, then the buffers
+        that travel: none for a ModelSpec).
+    n_trainable : int
+        The trainable parameters, the length of a momentum buffer.
 
     Notes
     -----
@@ -359,8 +365,7 @@ class Trainer:
         pool: ModulePool | None = None,
     ):
         owner = "Trainer"
-        if not isinstance(spec, ModelSpec):
-            raise invalid_parameter("spec", owner, "a ModelSpec", describe(spec))
+        check_model(spec, "spec", owner)
         if task not in _TASKS:
             raise invalid_parameter("task", owner, "'classification' or 'regression'", task)
         if task == "regression" and spec.n_outputs != 1:
@@ -380,6 +385,7 @@ class Trainer:
         self.pool = pool
         self.n = int(features.shape[0])
         self.n_params = spec.n_params()
+        self.n_trainable = spec.n_trainable()
         self._X = torch.from_numpy(features)
         self._y = torch.from_numpy(targets)
         self._perm: tuple[int, NDArray[np.int64]] | None = None
@@ -446,7 +452,7 @@ class Trainer:
             λ ≥ 0, added to the gradient as λ·w (L2 regularisation λ/2·‖w‖²).
         prox_mu : float, default=0.0
             μ ≥ 0, the FedProx proximal term μ/2·‖w − w₀‖² (gradient μ·(w − w₀)).
-        momentum_buffer : array-like of shape (n_params,) or None, default=None
+        momentum_buffer : array-like of shape (n_trainable,) or None, default=None
             The buffer a previous call returned (not modified). None starts a fresh
             buffer (v = g on the first step). Must be None when momentum is 0.
 
@@ -462,6 +468,7 @@ class Trainer:
         pos = start
         with self.pool.borrow() as module:
             _load_checked(module, st.params)
+            module.train()
             flat = _flat_tensor(module)
             anchor = flat.clone() if st.prox_mu > 0.0 else None
             tensors = _params_of(module)
@@ -480,7 +487,7 @@ class Trainer:
                 pos = Position(pos.epoch, pos.step + 1) if pos.step + 1 < spe else Position(
                     pos.epoch + 1, 0
                 )
-            out_params: NDArray[np.float32] = flat.numpy().copy()
+            out_params = flat_parameters(module)
         out_buf: NDArray[np.float32] | None = None if buf is None else buf.numpy()
         return TrainOutcome(out_params, out_buf, losses / st.steps, st.steps, pos)
 
@@ -515,7 +522,8 @@ class Trainer:
                     "momentum_buffer", owner, "None when momentum is 0", describe(momentum_buffer)
                 )
             buf = torch.from_numpy(
-                _check_vector(momentum_buffer, self.n_params, "momentum_buffer", owner).copy()
+                _check_vector(momentum_buffer, self.n_trainable, "momentum_buffer",
+                              owner).copy()
             )
         return StepSettings(w0, steps, b, spe, lr, m, wd, mu, buf)
 
@@ -546,6 +554,7 @@ class Trainer:
         chunks = []
         with self.pool.borrow() as module, torch.no_grad():
             _load_checked(module, w)
+            module.eval()
             for lo in range(0, features.shape[0], _PREDICT_ROWS):
                 out = module(_as_float(features[lo : lo + _PREDICT_ROWS]))
                 if self.task == "classification":
@@ -582,6 +591,7 @@ class Trainer:
         total = 0.0
         with self.pool.borrow() as module, torch.no_grad():
             _load_checked(module, w)
+            module.eval()
             for lo in range(0, self.n, _PREDICT_ROWS):
                 xb = _as_float(self._X[lo : lo + _PREDICT_ROWS])
                 yb = self._y[lo : lo + _PREDICT_ROWS]
