@@ -191,6 +191,9 @@ class SampleDPConfig(_DPCommon):
     OWNER = "SampleDP"
 
 
+_PLAIN_MAX_ABS_DOC = ("The largest magnitude of a model parameter in an upload: a client "
+                      "refuses to upload beyond it, and the server leaves out an upload "
+                      "beyond it as malformed.")
 _F_DOC = ("f, the Byzantine (arbitrary, colluding) clients a round must tolerate; a round "
           "with fewer clients than the rule needs for f is refused.")
 
@@ -201,7 +204,7 @@ class MedianConfig(ProtocolConfig):
     OWNER = "MedianAggregator"
 
     f: int = setting(1, "an int >= 1", _F_DOC + " The median needs n >= 2f+1.", ge=1)
-    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _MAX_ABS_DOC, gt=0,
+    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _PLAIN_MAX_ABS_DOC, gt=0,
                              allow_inf_nan=False)
 
 
@@ -214,7 +217,7 @@ class TrimmedMeanConfig(ProtocolConfig):
                           "β, the fraction removed at each end of every coordinate "
                           "(⌊βn⌋ values each side; a round where that is 0 is refused).",
                           gt=0, lt=0.5)
-    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _MAX_ABS_DOC, gt=0,
+    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _PLAIN_MAX_ABS_DOC, gt=0,
                              allow_inf_nan=False)
 
 
@@ -226,7 +229,7 @@ class KrumConfig(ProtocolConfig):
     f: int = setting(1, "an int >= 1", _F_DOC + " Krum needs n >= 2f+3.", ge=1)
     m: int = setting(1, "an int >= 1", "Updates selected and averaged: 1 is Krum, more is "
                      "Multi-Krum (a round needs m <= n - f).", ge=1)
-    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _MAX_ABS_DOC, gt=0,
+    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _PLAIN_MAX_ABS_DOC, gt=0,
                              allow_inf_nan=False)
 
 
@@ -239,7 +242,7 @@ class NormBoundConfig(ProtocolConfig):
                               "M: each update w_k - w_global is clipped to L2 norm <= M "
                               "before the mean (no default: it depends on the model).",
                               gt=0, allow_inf_nan=False)
-    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _MAX_ABS_DOC, gt=0,
+    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _PLAIN_MAX_ABS_DOC, gt=0,
                              allow_inf_nan=False)
 
 
