@@ -111,7 +111,8 @@ def test_the_docs_table_lists_every_setting_with_its_default() -> None:
     for name, config in SECTIONS.items():
         for key, info in config.model_fields.items():
             default = info.default
-            shown = ("unset" if default is None else f"`{str(default).lower()}`"
+            shown = ("required" if info.is_required() else "unset" if default is None
+                     else f"`{str(default).lower()}`"
                      if isinstance(default, bool) else f"`{default!r}`".replace("'", '"'))
             row = f"| `[{name}]` | `{key}` | {shown} |"
             assert row in text, row

@@ -9,6 +9,9 @@
 - :mod:`islands.aggregation.homomorphic`: CKKS and packed Paillier aggregation;
 - :mod:`islands.aggregation.keys`: dealing one shared secret key through a server that
   must never see it;
+- :mod:`islands.aggregation.robust`: robust rules against poisoning clients (coordinate-
+  wise median and trimmed mean, Krum and Multi-Krum, norm bounding), which need single
+  updates and so are refused under the protections that hide them;
 - :mod:`islands.aggregation.protect`: the chaos permutation and client-level DP that
   wrap any aggregator, the stack a job's ``protect = [...]`` names, and the sample-level
   DP (DP-SGD) settings.
@@ -36,6 +39,12 @@ from islands.aggregation.protect import (
     build_aggregator,
     build_sample_dp,
 )
+from islands.aggregation.robust import (
+    KrumAggregator,
+    MedianAggregator,
+    NormBoundAggregator,
+    TrimmedMeanAggregator,
+)
 from islands.aggregation.secagg import SecureAggregation
 
 __all__ = [
@@ -47,11 +56,15 @@ __all__ = [
     "ChaosPermutation",
     "ClientDP",
     "ClientHalf",
+    "KrumAggregator",
     "MeanAggregator",
+    "MedianAggregator",
+    "NormBoundAggregator",
     "PaillierAggregator",
     "SampleDP",
     "SecureAggregation",
     "ServerHalf",
+    "TrimmedMeanAggregator",
     "build_aggregator",
     "build_sample_dp",
 ]

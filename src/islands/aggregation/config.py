@@ -23,14 +23,19 @@ from islands.config import ProtocolConfig, setting
 from islands.crypto.ckks import CKKSParams
 
 __all__ = [
+    "ROBUST",
     "SECTIONS",
     "AdditiveConfig",
     "ChaosConfig",
     "CkksConfig",
     "ClientDPConfig",
+    "KrumConfig",
+    "MedianConfig",
+    "NormBoundConfig",
     "PaillierAggConfig",
     "SampleDPConfig",
     "SecAggConfig",
+    "TrimmedMeanConfig",
 ]
 
 _FRAC_BITS = "an int in [8, 48]"
@@ -186,6 +191,70 @@ class SampleDPConfig(_DPCommon):
     OWNER = "SampleDP"
 
 
+_PLAIN_MAX_ABS_DOC = ("The largest magnitude of a model parameter in an upload: a client "
+                      "refuses to upload beyond it, and the server leaves out an upload "
+                      "beyond it as malformed.")
+_F_DOC = ("f, the Byzantine (arbitrary, colluding) clients a round must tolerate; a round "
+          "with fewer clients than the rule needs for f is refused.")
+
+
+class MedianConfig(ProtocolConfig):
+    """Coordinate-wise median (Yin et al. 2018): ``protect = ["median"]``, ``[median]``."""
+
+    OWNER = "MedianAggregator"
+
+    f: int = setting(1, "an int >= 1", _F_DOC + " The median needs n >= 2f+1.", ge=1)
+    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _PLAIN_MAX_ABS_DOC, gt=0,
+                             allow_inf_nan=False)
+
+
+class TrimmedMeanConfig(ProtocolConfig):
+    """Coordinate-wise trimmed mean (Yin et al. 2018): ``["trimmed-mean"]``, ``[trimmed-mean]``."""
+
+    OWNER = "TrimmedMeanAggregator"
+
+    beta: float = setting(0.1, "a float in (0, 0.5)",
+                          "β, the fraction removed at each end of every coordinate "
+                          "(⌊βn⌋ values each side; a round where that is 0 is refused).",
+                          gt=0, lt=0.5)
+    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _PLAIN_MAX_ABS_DOC, gt=0,
+                             allow_inf_nan=False)
+
+
+class KrumConfig(ProtocolConfig):
+    """Krum and Multi-Krum (Blanchard et al. 2017): ``["krum"]``, ``[krum]``."""
+
+    OWNER = "KrumAggregator"
+
+    f: int = setting(1, "an int >= 1", _F_DOC + " Krum needs n >= 2f+3.", ge=1)
+    m: int = setting(1, "an int >= 1", "Updates selected and averaged: 1 is Krum, more is "
+                     "Multi-Krum (a round needs m <= n - f).", ge=1)
+    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _PLAIN_MAX_ABS_DOC, gt=0,
+                             allow_inf_nan=False)
+
+
+class NormBoundConfig(ProtocolConfig):
+    """Norm bounding (Sun et al. 2019): ``["norm-bound"]``, ``[norm-bound]``."""
+
+    OWNER = "NormBoundAggregator"
+
+    max_norm: float = setting(..., "a float in (0, inf)",
+                              "M: each update w_k - w_global is clipped to L2 norm <= M "
+                              "before the mean (no default: it depends on the model).",
+                              gt=0, allow_inf_nan=False)
+    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _PLAIN_MAX_ABS_DOC, gt=0,
+                             allow_inf_nan=False)
+
+
+ROBUST: dict[str, type[ProtocolConfig]] = {
+    "median": MedianConfig,
+    "trimmed-mean": TrimmedMeanConfig,
+    "krum": KrumConfig,
+    "norm-bound": NormBoundConfig,
+}
+"""The robust rules against poisoning clients: base aggregators that need single updates."""
+
+
 SECTIONS: dict[str, type[ProtocolConfig]] = {
     "secagg": SecAggConfig,
     "additive": AdditiveConfig,
@@ -194,6 +263,7 @@ SECTIONS: dict[str, type[ProtocolConfig]] = {
     "chaos": ChaosConfig,
     "dp": ClientDPConfig,
     "dp-sgd": SampleDPConfig,
+    **ROBUST,
 }
 """Each protection's name and configuration; a file's section of that name is read into it."""
 

@@ -8,7 +8,13 @@ aggregation, additive sharing, CKKS, Paillier) and with each other, and
   (default: the plain mean);
 * ``"chaos"`` permutes every upload's coordinates first (APFL's CKKS over a chaos
   permutation is ``["ckks", "chaos"]``);
-* ``"dp"`` clips and noises the update before anything else.
+* ``"dp"`` clips and noises the update before anything else;
+* or, instead of a base that hides updates, one robust rule against poisoning clients
+  (``"median"``, ``"trimmed-mean"``, ``"krum"``, ``"norm-bound"``,
+  :mod:`islands.aggregation.robust`), which needs every update on its own: it is refused
+  with the hiding bases and with ``"chaos"``, and composes with ``"dp"`` with local noise
+  (each client clips and noises its own update; the rule post-processes them, so the
+  accountant's ε, that of each noised update, still holds).
 
 Chaos permutation (APFL §3.2, ALGORITHMS.md §3): the clients share a logistic-map key
 (x₀, λ) dealt by the first client (:mod:`islands.aggregation.keys`) and permute their model by
@@ -89,9 +95,15 @@ from islands.aggregation.base import (
     ServerHalf,
     ServerLink,
 )
-from islands.aggregation.config import SECTIONS, ClientDPConfig, SampleDPConfig
+from islands.aggregation.config import ROBUST, SECTIONS, ClientDPConfig, SampleDPConfig
 from islands.aggregation.homomorphic import CKKSAggregator, PaillierAggregator
 from islands.aggregation.keys import KeyReceiver, deal_key
+from islands.aggregation.robust import (
+    KrumAggregator,
+    MedianAggregator,
+    NormBoundAggregator,
+    TrimmedMeanAggregator,
+)
 from islands.aggregation.secagg import (
     SecAggClient,
     SecAggServer,
@@ -186,6 +198,21 @@ def _secagg_threshold(agg: Aggregator) -> float | int | None:
     return None
 
 
+def _robust_refusal(rule: str, protection: str) -> str:
+    """Say why robust rule ``rule`` cannot run under ``protection``."""
+    what = {"secagg": "secure aggregation shows the server only the sum",
+            "additive": "additive sharing shows the server only the sum",
+            "ckks": "under CKKS the server holds only ciphertexts and their sum",
+            "paillier": "under Paillier the server holds only ciphertexts and their sum",
+            "chaos": "the chaos permutation runs only over a base that hides the updates "
+                     "(secure aggregation, additive sharing, CKKS or Paillier)"}[protection]
+    return (f"the robust rule {rule!r} needs every client's update on its own (it ranks, "
+            f"trims or clips single updates), but {what}: the server never sees single "
+            f"updates there, so {rule!r} cannot be combined with {protection!r}; choose "
+            "between protecting the updates from the server and screening them for "
+            "poisoning")
+
+
 # --------------------------------------------------------------------------- chaos
 def _chaos_secret() -> tuple[bytes, bytes]:
     key = chaos.generate_chaos_key()
@@ -210,6 +237,8 @@ class ChaosPermutation:
 
     def __init__(self, inner: Aggregator | None = None) -> None:
         base = _base_name(inner)
+        if base in ROBUST:
+            raise ValidationError(_robust_refusal(base, "chaos"))
         if inner is None or base not in HIDING_BASES:
             raise ValidationError(
                 f"the chaos permutation does not hide the coordinates on its own (the "
@@ -480,6 +509,11 @@ class _DPServer:
         out = self.inner.setup(link, clients)
         self.clients = len(out)
         return out
+
+    def set_global(self, params: Vector | None) -> None:
+        """Pass the round's global model to an inner half that uses it (norm bounding)."""
+        if hasattr(self.inner, "set_global"):
+            self.inner.set_global(params)
 
     def set_sampling_rate(self, rate: float | None) -> None:
         """Claim amplification by sampling at ``rate`` (None: q = 1).
@@ -786,7 +820,7 @@ class SampleAccount:
 
 
 # --------------------------------------------------------------------------- jobs
-BASES = ("mean", "secagg", "additive", "ckks", "paillier")
+BASES = ("mean", "secagg", "additive", "ckks", "paillier", *ROBUST)
 WRAPPERS = ("chaos", "dp")
 SAMPLE_LEVEL = ("dp-sgd",)
 
@@ -798,7 +832,8 @@ class Protection:
     Attributes
     ----------
     names
-        Among ``secagg``, ``additive``, ``ckks``, ``paillier`` (at most one base),
+        Among ``secagg``, ``additive``, ``ckks``, ``paillier``, the robust rules
+        ``median``, ``trimmed-mean``, ``krum``, ``norm-bound`` (at most one base),
         ``chaos``, ``dp`` and ``dp-sgd``, in the order given.
     settings
         The configuration (:data:`~islands.aggregation.config.SECTIONS`) of each named
@@ -884,6 +919,14 @@ class Protection:
             agg = CKKSAggregator(**self._kwargs("ckks"))
         elif base == "paillier":
             agg = PaillierAggregator(**self._kwargs("paillier"))
+        elif base == "median":
+            agg = MedianAggregator(**self._kwargs("median"))
+        elif base == "trimmed-mean":
+            agg = TrimmedMeanAggregator(**self._kwargs("trimmed-mean"))
+        elif base == "krum":
+            agg = KrumAggregator(**self._kwargs("krum"))
+        elif base == "norm-bound":
+            agg = NormBoundAggregator(**self._kwargs("norm-bound"))
         else:
             agg = MeanAggregator()
         if "chaos" in self.names:
@@ -905,6 +948,10 @@ def _check_names(protect: Sequence[str]) -> tuple[str, ...]:
                               f"{list(BASES[1:] + WRAPPERS + SAMPLE_LEVEL)}")
     if len(set(names)) != len(names):
         raise ValidationError(f"protect lists a protection twice: {names}")
+    robust = [n for n in names if n in ROBUST]
+    hiding = [n for n in names if n in (*HIDING_BASES, "chaos")]
+    if robust and hiding:
+        raise ValidationError(_robust_refusal(robust[0], hiding[0]))
     bases = [n for n in names if n in BASES]
     if len(bases) > 1:
         raise ValidationError(f"protect names two base aggregators {bases}; choose one")
@@ -924,8 +971,10 @@ def build_aggregator(protect: Sequence[str], options: Mapping[str, Mapping[str, 
     Parameters
     ----------
     protect
-        Names among ``secagg``, ``additive``, ``ckks``, ``paillier`` (at most one),
-        ``chaos`` and ``dp``, in any order; ``dp-sgd`` is allowed and left to
+        Names among ``secagg``, ``additive``, ``ckks``, ``paillier``, ``median``,
+        ``trimmed-mean``, ``krum``, ``norm-bound`` (at most one base; a robust rule is
+        refused with the four before it and with ``chaos``), ``chaos`` and ``dp``, in
+        any order; ``dp-sgd`` is allowed and left to
         :func:`build_sample_dp` (it changes training, not aggregation).
     options
         Keyword arguments per name, e.g. ``{"dp": {"clip": 1.0}, "secagg":
@@ -934,6 +983,7 @@ def build_aggregator(protect: Sequence[str], options: Mapping[str, Mapping[str, 
     Raises
     ------
     ValidationError
-        For an unknown name, two bases, a repeated name, or options of a name not used.
+        For an unknown name, two bases, a repeated name, options of a name not used, or
+        a robust rule with a protection that hides single updates (saying why).
     """
     return Protection.build(protect, options).aggregator()

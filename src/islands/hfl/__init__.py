@@ -4,7 +4,10 @@
   time in mini-batch steps, dropouts, checkpoints);
 - :mod:`islands.hfl.strategy`: :class:`FedAvg`, :class:`APFL`, :class:`FedProx`;
 - :mod:`islands.aggregation`: aggregators and protections (plain mean, secure
-  aggregation, additive sharing, CKKS, Paillier, chaos, DP), a package of their own;
+  aggregation, additive sharing, CKKS, Paillier, chaos, DP) and the robust rules
+  against poisoning (median, trimmed mean, Krum, norm bound), a package of their own;
+- :mod:`islands.hfl.poisoning`: poisoning clients for simulations (sign flipping,
+  scaling, "a little is enough");
 - :mod:`islands.hfl.maths`: FedAvg weights, APFL's batch and interval rules;
 - :mod:`islands.hfl.metrics`: accuracy, macro precision/recall/F1, Dev_avg;
 - :mod:`islands.hfl.torch`: PyTorch models (built in, or the user's own module:
@@ -21,6 +24,12 @@
 from typing import Any
 
 from islands.aggregation.base import Aggregator, MeanAggregator
+from islands.aggregation.robust import (
+    KrumAggregator,
+    MedianAggregator,
+    NormBoundAggregator,
+    TrimmedMeanAggregator,
+)
 from islands.hfl.estimator import EpochRecord, FederatedModel
 from islands.hfl.protocol import client, server
 from islands.hfl.strategy import APFL, FedAvg, FedProx, LocalConfig, Strategy
@@ -32,11 +41,15 @@ __all__ = [
     "FedAvg",
     "FedProx",
     "FederatedModel",
+    "KrumAggregator",
     "LocalConfig",
     "MeanAggregator",
+    "MedianAggregator",
     "ModelSpec",
+    "NormBoundAggregator",
     "Strategy",
     "TorchModel",
+    "TrimmedMeanAggregator",
     "client",
     "load_model",
     "server",

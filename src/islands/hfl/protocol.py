@@ -593,6 +593,8 @@ def server(
             break
         config = strategy.local_config(rnd)
         evaluate = strategy.needs_evaluation(rnd)
+        if hasattr(half, "set_global"):  # robust norm bounding clips against it
+            half.set_global(plain)
         agg = half.start(link, round=rnd, clients=chosen,
                          weights={c: float(counts[c]) for c in chosen}, dim=dim)
         _drain(link, dropouts, available)
