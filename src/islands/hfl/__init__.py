@@ -3,6 +3,8 @@
 - :mod:`islands.hfl.protocol`: the server and client roles (models as flat vectors,
   time in mini-batch steps, dropouts, checkpoints);
 - :mod:`islands.hfl.strategy`: :class:`FedAvg`, :class:`APFL`, :class:`FedProx`;
+- :mod:`islands.hfl.server_opt`: server optimisers (:class:`FedAvgM`, :class:`FedAdam`,
+  :class:`FedYogi`, :class:`FedAdagrad`) a strategy is given;
 - :mod:`islands.aggregation`: aggregators and protections (plain mean, secure
   aggregation, additive sharing, CKKS, Paillier, chaos, DP) and the robust rules
   against poisoning (median, trimmed mean, Krum, norm bound), a package of their own;
@@ -32,14 +34,19 @@ from islands.aggregation.robust import (
 )
 from islands.hfl.estimator import EpochRecord, FederatedModel
 from islands.hfl.protocol import client, server
+from islands.hfl.server_opt import FedAdagrad, FedAdam, FedAvgM, FedYogi
 from islands.hfl.strategy import APFL, FedAvg, FedProx, LocalConfig, Strategy
 
 __all__ = [
     "APFL",
     "Aggregator",
     "EpochRecord",
+    "FedAdagrad",
+    "FedAdam",
     "FedAvg",
+    "FedAvgM",
     "FedProx",
+    "FedYogi",
     "FederatedModel",
     "KrumAggregator",
     "LocalConfig",

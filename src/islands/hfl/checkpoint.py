@@ -14,7 +14,8 @@ value and new. The rule for what shapes the model:
 
 - **blocks a resume**: ``seed``, ``task``, ``eval_fraction``, the model (every field of
   its :class:`~islands.hfl.torch.models.ModelSpec`), the strategy and each of its
-  parameters, the aggregator with its protections and their settings, DP-SGD's settings,
+  parameters, its server optimiser and each of its parameters, the aggregator with its
+  protections and their settings, DP-SGD's settings,
   the clients' names, the data (the rows each client holds, by digest; a job's ``[data]``
   and ``[partition]`` by name, its ``protect`` and protection sections);
 - **does not**: where and how the run goes — the output and checkpoint folders, the job's
@@ -171,8 +172,9 @@ def shaping_settings(*, seed: int, task: str, eval_fraction: float, strategy: An
     seed, task, eval_fraction
         As :class:`~islands.hfl.FederatedModel` takes them.
     strategy
-        The strategy: its class, every parameter (:func:`strategy_settings`) and its
-        aggregator (``repr``, which names every protection and setting).
+        The strategy: its class, every parameter (:func:`strategy_settings`), its server
+        optimiser (``server_optimizer`` and ``server_optimizer.<name>``, when it has one)
+        and its aggregator (:func:`aggregator_settings`).
     model
         The :class:`~islands.hfl.torch.models.ModelSpec` (each field as ``model.<name>``),
         or a user's :class:`~islands.hfl.torch.user.TorchModel` (its class, factory and
@@ -194,6 +196,9 @@ def shaping_settings(*, seed: int, task: str, eval_fraction: float, strategy: An
     out: dict[str, Any] = {"seed": int(seed), "task": str(task),
                            "eval_fraction": float(eval_fraction)}
     out.update(strategy_settings(strategy))
+    optimizer = getattr(strategy, "server_optimizer", None)
+    if optimizer is not None:  # absent without one: earlier checkpoints stay resumable
+        out.update(_public(optimizer, "server_optimizer"))
     out.update(aggregator_settings(getattr(strategy, "aggregator", None)))
     out.update(_public(sample_dp, "dp-sgd") if sample_dp is not None else {"dp-sgd": None})
     if model is not None:
@@ -222,7 +227,7 @@ def strategy_settings(strategy: Any) -> dict[str, Any]:
     the mutable state a checkpoint restores (``get_state``) is left out.
     """
     state = set(getattr(strategy, "get_state", dict)() or {})
-    out = _public(strategy, "strategy", skip=state | {"aggregator"})
+    out = _public(strategy, "strategy", skip=state | {"aggregator", "server_optimizer"})
     local = getattr(strategy, "local_config", None)
     if callable(local):  # the optimiser's settings not already among the attributes
         for name, value in _public(local(1), "strategy", named=False).items():

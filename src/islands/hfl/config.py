@@ -8,6 +8,9 @@ constraint and doc line; its parts are their own configurations:
 - :data:`StrategyConfig` (``[strategy]``): :class:`FedAvgConfig`, :class:`FedProxConfig`
   or :class:`ApflConfig`, chosen by ``name``; an unset key keeps the strategy class's
   default, and the ranges are the class's own (checked when it is built);
+- :class:`ServerOptimizerConfig` (``[server_optimizer]``): the server's optimiser
+  (:mod:`islands.hfl.server_opt`), chosen by ``name``; an unset key keeps the optimiser
+  class's default, and the ranges are the class's own;
 - :class:`ContributionConfig` (``[contribution]``): :class:`ContributionSettings`, which
   :class:`~islands.hfl.contribution.Contribution` checks its parameters with, plus the
   file's ``validation`` and ``validation_samples``.
@@ -28,6 +31,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from islands.config import ProtocolConfig, setting
 from islands.errors import JobError, ValidationError, invalid_parameter
+from islands.hfl.server_opt import OPTIMIZERS, ServerOptimizer, server_optimizer
 from islands.hfl.strategy import SAMPLINGS
 
 __all__ = [
@@ -45,6 +49,7 @@ __all__ = [
     "HflFederationConfig",
     "ModelConfig",
     "PartitionConfig",
+    "ServerOptimizerConfig",
     "StrategyConfig",
     "infer_task",
     "strategy_config",
@@ -285,6 +290,40 @@ def strategy_config(table: Mapping[str, Any], where: str) -> FedAvgConfig | Apfl
     if stray:
         raise JobError(f"{where} {stray} do not apply to {name!r}; it takes {allowed}")
     return cls.from_table(table, where)
+
+
+_OPTIMIZER_NAMES = tuple(sorted(OPTIMIZERS))
+
+
+class ServerOptimizerConfig(ProtocolConfig):
+    """``[server_optimizer]``: the server's optimiser (:mod:`islands.hfl.server_opt`).
+
+    Numbers are only typed here: their ranges are the optimiser class's own, and a key
+    left out keeps its default (:meth:`build` refuses a key the named optimiser does not
+    take: ``momentum`` is FedAvgM's, ``beta2`` FedAdam's and FedYogi's).
+    """
+
+    OWNER: ClassVar[str] = "server_optimizer"
+
+    name: Literal[_OPTIMIZER_NAMES] = setting(  # type: ignore[valid-type]
+        ..., " or ".join(repr(n) for n in _OPTIMIZER_NAMES), "The server optimiser.")
+    lr: float | None = setting(None, "a number", "η, the server learning rate.",
+                               allow_inf_nan=True)
+    momentum: float | None = setting(None, "a number", "fedavgm: the server momentum β.",
+                                     allow_inf_nan=True)
+    beta1: float | None = setting(None, "a number", "The first moment's decay β1.",
+                                  allow_inf_nan=True)
+    beta2: float | None = setting(None, "a number",
+                                  "fedadam, fedyogi: the second moment's decay β2.",
+                                  allow_inf_nan=True)
+    tau: float | None = setting(None, "a number", "The adaptivity τ (not fedavgm).",
+                                allow_inf_nan=True)
+
+    def optimizer(self) -> ServerOptimizer:
+        """Return the optimiser, with the keys given (ValidationError out of its range)."""
+        given = {k: v for k, v in self.model_dump(exclude_unset=True).items()
+                 if k != "name" and v is not None}
+        return server_optimizer(self.name, **given)
 
 
 class DataConfig(ProtocolConfig):

@@ -38,6 +38,17 @@ FedAvg and FedProx also take ``fraction`` (clients per round) and ``sampling``:
 ``"fixed"`` (the default, reproducible from the job's seed) or ``"poisson"`` (a secret
 draw from the cryptographic generator, the only one client-level DP amplifies).
 
+A server optimiser (:mod:`islands.hfl.server_opt`, Reddi et al. 2021) turns each round's
+aggregate into the next global model, with any strategy; a key left out keeps the
+optimiser's default (not with ckks, paillier or chaos, which hide the aggregate)::
+
+    [server_optimizer]
+    name = "fedadam"             # fedavgm | fedadam | fedyogi | fedadagrad
+    lr = 0.01                    # η, the server learning rate
+    beta1 = 0.9                  # the first moment's decay (fedavgm: momentum = 0.9)
+    beta2 = 0.99                 # fedadam, fedyogi
+    tau = 0.001                  # the adaptivity τ (not fedavgm)
+
 Protections (:mod:`islands.aggregation.protect`) are a list, each with an optional section of
 options named after it::
 
@@ -125,6 +136,7 @@ from islands.hfl.config import (
     HflConfig,
     ModelConfig,
     PartitionConfig,
+    ServerOptimizerConfig,
     infer_task,
     strategy_config,
 )
@@ -138,6 +150,7 @@ from islands.hfl.estimator import (
 )
 from islands.hfl.metrics import classification_report, dev_avg, regression_report
 from islands.hfl.protocol import RoundRecord
+from islands.hfl.server_opt import check_composes
 from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
 from islands.reporting import new_figure, write_results
 from islands.tracking import Tracker, TrackingConfig, job_tracker
@@ -157,7 +170,7 @@ Callback = Callable[[RoundRecord, EpochRecord | None], None]
 
 _TOP = {"name", "seed", "epochs", "output", "baseline", "task", "concurrency", "timeout",
         "eval_fraction", "data", "partition", "model", "strategy", "protect", "backend",
-        "ray_address", "contribution", "tracking", *SECTIONS}
+        "ray_address", "contribution", "tracking", "server_optimizer", *SECTIONS}
 # the top-level keys that are HflConfig's; each section is its own configuration
 _SETTINGS = ("epochs", "seed", "task", "eval_fraction", "concurrency", "timeout", "backend",
              "ray_address")
@@ -167,6 +180,7 @@ _PARTITION = set(PartitionConfig.model_fields)
 _MODEL = set(ModelConfig.model_fields)
 _STRATEGY = set(STRATEGY_KEYS)
 _TRACKING = set(TrackingConfig.model_fields)
+_SERVER_OPTIMIZER = set(ServerOptimizerConfig.model_fields)
 
 
 
@@ -194,6 +208,7 @@ class Job:
     contribution: dict[str, Any] | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     tracking: dict[str, Any] | None = None
+    server_optimizer: dict[str, Any] | None = None
 
     @property
     def protect(self) -> list[str]:
@@ -206,7 +221,8 @@ class Job:
         for f in fields(self):
             if f.name == "protection":
                 out["protect"] = self.protect
-            elif ((f.name not in ("contribution", "tracking") or getattr(self, f.name) is not None)
+            elif ((f.name not in ("contribution", "tracking", "server_optimizer")
+                   or getattr(self, f.name) is not None)
                   and (f.name != "overrides" or self.overrides)):
                 out[f.name] = copy.deepcopy(getattr(self, f.name))
         out.update(self.protection.options())
@@ -252,6 +268,9 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     contribution = None
     if "contribution" in raw:
         contribution = _contribution_section(raw, where, protection, task)
+    server_optimizer = None
+    if "server_optimizer" in raw:
+        server_optimizer = _server_optimizer_section(raw, where, protection)
     tracking = None
     if "tracking" in raw:
         tracking = dict(TrackingConfig.from_table(
@@ -266,7 +285,7 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
         data=dict(raw["data"]), partition=dict(raw["partition"]), model=dict(raw["model"]),
         strategy=dict(raw["strategy"]), source=source, protection=protection,
         backend=settings.backend, ray_address=settings.ray_address,
-        contribution=contribution, tracking=tracking,
+        contribution=contribution, tracking=tracking, server_optimizer=server_optimizer,
     )
     try:  # a dry run: the strategy's own checks, before anything runs
         _make_strategy(job, None)
@@ -275,6 +294,21 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     except ValidationError as exc:
         raise JobError(f"{where} [strategy]: {exc}") from exc
     return job
+
+
+def _server_optimizer_section(raw: Mapping[str, Any], where: str,
+                              protection: Protection) -> dict[str, Any]:
+    """Check ``[server_optimizer]``: its values on the optimiser, and its protections."""
+    sec = f"{where} [server_optimizer]"
+    table = file_section(raw, "server_optimizer", _SERVER_OPTIMIZER, where)
+    try:
+        optimizer = ServerOptimizerConfig.from_table(table, sec).optimizer()
+        check_composes(protection.aggregator(), optimizer, f"protect = {list(protection.names)}")
+    except JobError:
+        raise
+    except ValidationError as exc:
+        raise JobError(f"{sec}: {exc}") from exc
+    return table
 
 
 def _contribution_section(raw: Mapping[str, Any], where: str, protection: Protection,
@@ -453,6 +487,9 @@ def _make_strategy(job: Job, aggregator: Any) -> Strategy:
     s: dict[str, Any] = config.kwargs()
     if aggregator is not None:
         s["aggregator"] = aggregator
+    if job.server_optimizer is not None:
+        s["server_optimizer"] = ServerOptimizerConfig.model_validate(
+            job.server_optimizer).optimizer()
     if config.name == "apfl":
         return APFL(**s)
     if isinstance(config, FedProxConfig):

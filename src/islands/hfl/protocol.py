@@ -58,6 +58,11 @@ under other settings before any message, and a client whose checkpoint is damage
 made under other settings refuses the start the same way, so the run stops naming it
 instead of going on without it.
 
+A strategy's ``server_optimizer`` (:mod:`islands.hfl.server_opt`) turns each round's
+revealed aggregate into the next global model, x_{t+1} = opt(x_t, aggregate), whose plain
+vector is then the global payload; its state (t, m, v) is checkpointed with the server's.
+It is refused, before any message, where the server cannot see the aggregate.
+
 References
 ----------
 .. [1] McMahan et al. "Communication-Efficient Learning of Deep Networks from
@@ -107,6 +112,7 @@ from islands.hfl.checkpoint import (
     with_settings,
 )
 from islands.hfl.maths import round_steps, weighted_accuracy
+from islands.hfl.server_opt import check_composes
 from islands.hfl.strategy import LocalConfig, Strategy
 from islands.runtime import Party, wire
 from islands.validation import check_float, check_int
@@ -494,6 +500,9 @@ def server(
     if contribution is not None:
         contribution.check_aggregator(strategy.aggregator)
     dim = params.size
+    optimizer = getattr(strategy, "server_optimizer", None)
+    check_composes(strategy.aggregator, optimizer, f"server {party.name!r}")
+    opt_state = None if optimizer is None else optimizer.init(dim)
     half = strategy.aggregator.server_half()
     if hasattr(half, "set_sampling_rate"):  # DP amplification only for secret cohorts
         half.set_sampling_rate(getattr(strategy, "secret_sampling_rate", None))
@@ -561,6 +570,8 @@ def server(
         aggregations = int(saved["aggregations"])
         available = [c for c in saved["available"] if c in available]
         strategy.set_state(saved["strategy"])
+        if optimizer is not None:
+            opt_state = optimizer.restore(saved.get("server_optimizer", {}), dim)
         half.set_state(saved.get("aggregator", {}))
         if budget is not None:
             budget.set_state(saved.get("sample_budget", {}))
@@ -631,7 +642,14 @@ def server(
             contribution.observe(rnd, plain, {c: uploads[c] for c in survivors},
                                  {c: agg.weights[c] for c in survivors})
         del uploads
-        plain = half.reveal(model)
+        start, plain = plain, half.reveal(model)
+        if optimizer is not None and opt_state is not None:
+            if start is None or plain is None:  # check_composes refused such aggregators
+                raise ProtocolError(f"round {rnd}: the server optimiser needs the plain "
+                                    "aggregate", party=party.name, step="aggregate")
+            plain, opt_state = optimizer.step(start, plain, opt_state)
+            model = plain
+        del start
         initial_model = False
         ups: list[Update] = [results[c] for c in survivors]
         w_surv = [counts[c] for c in survivors]
@@ -682,6 +700,7 @@ def server(
                 "epoch": epoch, "step": step, "aggregations": aggregations,
                 "available": available, "strategy": strategy.get_state(),
                 "aggregator": half.get_state(),
+                "server_optimizer": {} if opt_state is None else opt_state.to_dict(),
                 "sample_budget": {} if budget is None else budget.get_state(),
                 "contribution": {} if contribution is None else contribution.get_state(),
                 "records": _records_to_columns(records),

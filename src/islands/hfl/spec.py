@@ -4,8 +4,9 @@ The federation file's ``[hfl]`` section holds ``server`` (party name), ``feature
 input size, or a shape such as ``[1, 28, 28]`` for a cnn), ``classes`` (0 for
 regression), ``checkpoint`` (default true) and the job file's training keys and sections
 (``epochs``, ``seed``, ``task``, ``concurrency``, ``timeout``, ``eval_fraction``,
-``[hfl.model]``, ``[hfl.strategy]``, ``protect`` and the protection sections), checked by
-the job file's own code (:mod:`islands.hfl.job`), which builds
+``[hfl.model]``, ``[hfl.strategy]``, ``[hfl.server_optimizer]``, ``protect`` and the
+protection sections), checked by the job file's own code (:mod:`islands.hfl.job`), which
+builds
 :class:`~islands.hfl.config.HflConfig` and its parts. Without ``task`` the run is a
 classification (:func:`~islands.hfl.config.infer_task`); ``concurrency = "all"`` trains
 every client at once.
@@ -49,7 +50,7 @@ __all__ = ["SPEC", "hfl_job"]
 
 _OWN = set(HflFederationConfig.model_fields)
 _JOB = {"seed", "epochs", "task", "concurrency", "timeout", "eval_fraction", "model",
-        "strategy", "protect", *SECTIONS}
+        "strategy", "protect", "server_optimizer", *SECTIONS}
 
 
 def hfl_job(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> Job:

@@ -16,9 +16,12 @@ hook                       decides
 =========================  ==============================================================
 
 and an :class:`~islands.aggregation.base.Aggregator` it is given, which the server uses to
-combine the updates. :class:`FedAvg`, :class:`APFL` and :class:`FedProx` are built from
-the same parts: a batch rule (fixed, or APFL's eq. 26), an interval rule (fixed τ, or
-APFL's adaptive eq. 31) and a local optimiser configuration.
+combine the updates, and optionally a server optimiser (``server_optimizer``,
+:mod:`islands.hfl.server_opt`: FedAvgM, FedAdam, FedYogi, FedAdagrad) that turns the
+aggregate into the next global model. :class:`FedAvg`, :class:`APFL` and
+:class:`FedProx` are built from the same parts: a batch rule (fixed, or APFL's eq. 26),
+an interval rule (fixed τ, or APFL's adaptive eq. 31) and a local optimiser
+configuration.
 
 References
 ----------
@@ -42,6 +45,7 @@ import numpy as np
 from islands.aggregation.base import Aggregator, MeanAggregator
 from islands.errors import ValidationError, invalid_parameter
 from islands.hfl.maths import TauState, apfl_batch_sizes, update_tau
+from islands.hfl.server_opt import ServerOptimizer, check_composes
 from islands.validation import check_float, check_int, describe
 
 __all__ = ["APFL", "FedAvg", "FedProx", "LocalConfig", "Strategy", "check_client_rows"]
@@ -227,13 +231,18 @@ class FedAvg:
         How updates are combined (weights n_k).
     seed : int, default=0
         Seed of ``"fixed"`` client sampling.
+    server_optimizer : ServerOptimizer or None, default=None
+        The server's update from the aggregate (:mod:`islands.hfl.server_opt`); None:
+        the aggregate is the next global model. Refused over an aggregator that hides the
+        aggregate from the server (CKKS, Paillier, chaos).
     """
 
     def __init__(self, local_steps: int = 1, batch_size: int | None = 64, lr: float = 0.1,
                  momentum: float = 0.0, weight_decay: float = 0.0, fraction: float = 1.0,
                  min_clients: int = 1, evaluate: bool = False,
                  aggregator: Aggregator | None = None, seed: int = 0,
-                 sampling: str = "fixed") -> None:
+                 sampling: str = "fixed",
+                 server_optimizer: ServerOptimizer | None = None) -> None:
         owner = type(self).__name__
         self.tau = check_int(local_steps, "local_steps", owner, low=1)
         self.batch_size = (None if batch_size is None
@@ -248,6 +257,8 @@ class FedAvg:
         if sampling not in SAMPLINGS:
             raise invalid_parameter("sampling", owner, f"one of {SAMPLINGS}", sampling)
         self.sampling = sampling
+        self.server_optimizer = server_optimizer
+        check_composes(self.aggregator, server_optimizer, owner)
         self.name = "fedavg"
 
     @property
@@ -301,7 +312,7 @@ class FedAvg:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(local_steps={self.tau}, "
                 f"batch_size={self.batch_size}, lr={self.lr}, momentum={self.momentum}, "
-                f"aggregator={self.aggregator!r})")
+                f"aggregator={self.aggregator!r}{_opt_repr(self)})")
 
 
 class FedProx(FedAvg):
@@ -319,11 +330,12 @@ class FedProx(FedAvg):
                  lr: float = 0.1, momentum: float = 0.0, weight_decay: float = 0.0,
                  fraction: float = 1.0, min_clients: int = 1, evaluate: bool = False,
                  aggregator: Aggregator | None = None, seed: int = 0,
-                 sampling: str = "fixed") -> None:
+                 sampling: str = "fixed",
+                 server_optimizer: ServerOptimizer | None = None) -> None:
         super().__init__(local_steps=local_steps, batch_size=batch_size, lr=lr,
                          momentum=momentum, weight_decay=weight_decay, fraction=fraction,
                          min_clients=min_clients, evaluate=evaluate, aggregator=aggregator,
-                         seed=seed, sampling=sampling)
+                         seed=seed, sampling=sampling, server_optimizer=server_optimizer)
         self.mu = check_rate(mu, "mu", "FedProx")
         self._config = LocalConfig(lr=lr, momentum=momentum, weight_decay=weight_decay,
                                    prox_mu=self.mu)
@@ -365,6 +377,8 @@ class APFL:
     min_clients : int, default=1
     aggregator : Aggregator, default=MeanAggregator()
         APFL's own protection (CKKS over a chaos permutation) is an aggregator too.
+    server_optimizer : ServerOptimizer or None, default=None
+        As :class:`FedAvg`'s (not over CKKS or the chaos permutation).
 
     References
     ----------
@@ -375,7 +389,8 @@ class APFL:
     def __init__(self, tau: int = 15, phi: int = 5, batch_size: int = 512, mbs: bool = True,
                  adaptive: bool = True, client_batch_size: int | None = None, lr: float = 0.1,
                  momentum: float = 0.5, weight_decay: float = 0.0, min_clients: int = 1,
-                 aggregator: Aggregator | None = None) -> None:
+                 aggregator: Aggregator | None = None,
+                 server_optimizer: ServerOptimizer | None = None) -> None:
         self.tau0 = check_int(tau, "tau", "APFL", low=1)
         self.phi = check_int(phi, "phi", "APFL", low=1)
         self.batch_size = check_int(batch_size, "batch_size", "APFL", low=1)
@@ -387,6 +402,8 @@ class APFL:
         self._config = LocalConfig(lr=lr, momentum=momentum, weight_decay=weight_decay)
         self.min_clients = check_int(min_clients, "min_clients", "APFL", low=1)
         self.aggregator = MeanAggregator() if aggregator is None else aggregator
+        self.server_optimizer = server_optimizer
+        check_composes(self.aggregator, server_optimizer, "APFL")
         self.name = "apfl" if self.mbs else "apfl-no-mbs"
         self.state = TauState(tau=self.tau0)
 
@@ -438,4 +455,9 @@ class APFL:
         return (f"APFL(tau={self.tau0}, phi={self.phi}, batch_size={self.batch_size}, "
                 f"mbs={self.mbs}, adaptive={self.adaptive}, lr={self._config.lr}, "
                 f"momentum={self._config.momentum}, "
-                f"aggregator={self.aggregator!r})")
+                f"aggregator={self.aggregator!r}{_opt_repr(self)})")
+
+
+def _opt_repr(strategy: Any) -> str:
+    opt = getattr(strategy, "server_optimizer", None)
+    return "" if opt is None else f", server_optimizer={opt!r}"
