@@ -83,6 +83,21 @@ def test_ray_run_equals_the_in_process_run_bit_for_bit() -> None:
     assert remote.dropouts_ == [] and remote.client_failures_ == {}
 
 
+def test_a_users_module_with_batch_norm_on_ray_equals_the_in_process_run() -> None:
+    import torch
+    from torch import nn
+
+    parts = [(X.reshape(len(X), 1, 8, 8), y) for X, y in _digits(4)]
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                        nn.Flatten(), nn.Linear(256, 10))
+    strategy = FedAvg(local_steps=3, batch_size=16, lr=0.1, momentum=0.5)
+    runs = [FederatedModel(net, strategy, epochs=1, seed=4, threads=1, backend=backend)
+            .fit(parts) for backend in ("local", "ray")]
+    assert runs[0].params_.size == runs[0].model_.n_trainable() + 8  # with BN's statistics
+    np.testing.assert_array_equal(runs[1].params_, runs[0].params_)
+
+
 def test_uint8_rows_on_ray_train_the_model_of_float_rows() -> None:
     # digits' pixels are the integers 0..16: kept as uint8 with input_divisor=16 in the Ray
     # workers, the same model bit for bit as float32 rows divided beforehand, in-process

@@ -413,3 +413,74 @@ def re_search(pattern: str, text: str) -> bool:
     import re
 
     return re.search(pattern, text) is not None
+
+
+# ------------------------------------------------------------------ the examples
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _example_env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
+
+
+def test_the_frozen_backbone_example_runs_from_the_repository(tmp_path: Path) -> None:
+    root, env = ROOT, _example_env()
+    script = root / "examples" / "own-model" / "train_head.py"
+    head = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, text=True,
+                          capture_output=True, timeout=600)
+    assert head.returncode == 0, head.stderr[-3000:]
+    assert "1,290 trained parameters, 1,320 frozen; 1,290 values travel" in head.stdout
+    assert "the same predictions" in head.stdout
+
+
+def _has_fashion() -> bool:
+    from islands.data import find_fashion_mnist
+
+    return find_fashion_mnist() is not None
+
+
+@pytest.mark.skipif(not _has_fashion(), reason="dataset-fashion-mnist not installed")
+def test_the_resnet_job_example_runs_from_another_folder(tmp_path: Path) -> None:
+    root, env = ROOT, _example_env()
+    # from another folder: the job file's own folder holds the factory's module
+    job = subprocess.run([sys.executable, "-m", "islands.cli", "run",
+                          str(root / "examples" / "own-model" / "resnet.toml"),
+                          "--output", str(tmp_path / "out"), "--set", "epochs=1",
+                          "--set", "baseline=false", "--set", "data.train_samples=800"],
+                         cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, timeout=600)
+    assert job.returncode == 0, job.stdout[-3000:]
+    from islands.hfl import load_model
+
+    sys.path.insert(0, str(root / "examples" / "own-model"))
+    try:
+        module = load_model(tmp_path / "out" / "model.pt", "models:small_resnet")
+    finally:
+        sys.path.remove(str(root / "examples" / "own-model"))
+        sys.modules.pop("models", None)
+    assert module.head.out_features == 10
+
+
+def test_contribution_and_tracking_take_a_users_module(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from islands.hfl.contribution import Contribution
+
+    parts, X, y = _digits()
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.BatchNorm1d(16), nn.ReLU(),
+                        nn.Linear(16, 10))
+    behaviour = {"client-3": lambda learner: __import__(
+        "islands.hfl.torch.learner", fromlist=["FreeRider"]).FreeRider(learner)}
+    fm = FederatedModel(net, _strategy(), epochs=2,
+                        contribution=Contribution(validation=(X[:300], y[:300]),
+                                                  methods=("retrain", "loo")),
+                        tracking={"tensorboard": str(tmp_path / "tb")})
+    fm.fit(parts, behaviour=behaviour)
+    report = fm.contribution_
+    assert report is not None
+    # the free-rider contributes least (retraining with it adds nothing)
+    assert report.trainings == 6 and report.primary == "retrain"
+    assert report.clients[int(np.argmin(report.shares))] == "client-3"
+    assert fm.tracking_ is not None and Path(fm.tracking_["tensorboard"]).is_dir()

@@ -61,6 +61,7 @@ __all__ = [
     "ClientHalf",
     "MalformedUpdateError",
     "MeanAggregator",
+    "PlainClientHalf",
     "RoundAggregation",
     "ServerHalf",
     "ServerLink",
@@ -466,9 +467,9 @@ class MeanAggregator:
                                     max_abs)
         self.max_abs = float(max_abs)
 
-    def client_half(self) -> _MeanClient:
+    def client_half(self) -> PlainClientHalf:
         """Make a client half that uploads the model itself."""
-        return _MeanClient(self.max_abs)
+        return PlainClientHalf(self.max_abs)
 
     def server_half(self) -> _MeanServer:
         """Make a server half that sums the uploads, streaming."""
@@ -479,23 +480,31 @@ class MeanAggregator:
                 else f"MeanAggregator(max_abs={self.max_abs!r})")
 
 
-class _MeanClient:
-    def __init__(self, max_abs: float) -> None:
-        self.max_abs = max_abs
+class PlainClientHalf:
+    """A client half that uploads its plain model, checked against ``max_abs`` first.
+
+    ``name`` is the aggregator's, for messages (``"mean"``, ``"median"``, ...).
+    """
+
+    def __init__(self, max_abs: float, name: str = "mean") -> None:
+        self.max_abs, self.name = max_abs, name
 
     def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
-        raise unexpected_step(party, step, "mean")
+        """Refuse any phase message: a plain upload has no phases."""
+        raise unexpected_step(party, step, self.name)
 
     def open(self, payload: Any) -> Vector:
+        """Return the global model the server sent (plain)."""
         return np.asarray(payload)
 
     def payload(self, party: Party, *, server: str, round: int, params: Vector,
                 base: Vector, weight: float) -> Vector:
+        """Return ``params`` as the upload, refused beyond ``max_abs``."""
         peak = peak_abs(params)
         if not peak <= self.max_abs:
             raise ValidationError(
                 f"the update of client {party.name!r} reaches |value| {peak:.3g}, above the "
-                f"mean aggregator's max_abs={self.max_abs:.3g}")
+                f"{self.name} aggregator's max_abs={self.max_abs:.3g}")
         return params
 
 

@@ -55,12 +55,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from islands.aggregation.base import (
-    AggStep,
+    PlainClientHalf,
     PlainServerHalf,
     ServerLink,
     StreamingRound,
     check_update_vector,
-    unexpected_step,
 )
 from islands.aggregation.config import (
     MAX_ABS,
@@ -69,9 +68,7 @@ from islands.aggregation.config import (
     NormBoundConfig,
     TrimmedMeanConfig,
 )
-from islands.arrays import peak_abs
 from islands.errors import ProtocolError, ValidationError
-from islands.runtime import Party
 
 __all__ = [
     "KrumAggregator",
@@ -355,9 +352,9 @@ class _RobustRule:
         """Return the rule's aggregate of ``models`` (rows), ``base`` the round's model."""
         raise NotImplementedError
 
-    def client_half(self) -> _RobustClient:
+    def client_half(self) -> PlainClientHalf:
         """Make a client half that uploads the model itself (as the plain mean's)."""
-        return _RobustClient(self.name, self.max_abs)
+        return PlainClientHalf(self.max_abs, self.name)
 
     def server_half(self) -> _RobustServer:
         """Make a server half that keeps every update of the round, then applies the rule."""
@@ -531,26 +528,6 @@ class NormBoundAggregator(_RobustRule):
                 f"server {server!r}: norm bounding needs the round's global model, which "
                 "the server did not give its aggregator", party=server, step="aggregate")
         return norm_bounded_mean(models, base, self.max_norm)
-
-
-class _RobustClient:
-    def __init__(self, name: str, max_abs: float) -> None:
-        self.name, self.max_abs = name, max_abs
-
-    def on_step(self, party: Party, *, server: str, step: AggStep) -> Any:
-        raise unexpected_step(party, step, self.name)
-
-    def open(self, payload: Any) -> Vector:
-        return np.asarray(payload)
-
-    def payload(self, party: Party, *, server: str, round: int, params: Vector,
-                base: Vector, weight: float) -> Vector:
-        peak = peak_abs(params)
-        if not peak <= self.max_abs:
-            raise ValidationError(
-                f"the update of client {party.name!r} reaches |value| {peak:.3g}, above the "
-                f"{self.name} aggregator's max_abs={self.max_abs:.3g}")
-        return params
 
 
 class _RobustServer(PlainServerHalf):

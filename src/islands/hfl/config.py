@@ -161,12 +161,14 @@ class ModelConfig(ProtocolConfig):
                          input_divisor=input_divisor, **sizes)
 
     def make_model(self, input_shape: tuple[int, ...], n_outputs: int, *, task: str,
-                   seed: int, where: str, input_divisor: float = 1.0) -> Any:
+                   seed: int, where: str, input_divisor: float = 1.0,
+                   folder: str | None = None) -> Any:
         """Return the model: :meth:`spec` for a ``kind``, a bound ``TorchModel`` for a factory.
 
         A factory's module gets the rows as the data holds them (images as (n, C, H, W),
         already divided by ``input_divisor``'s 255 by the caller); its output width must
-        be ``n_outputs``.
+        be ``n_outputs``. ``folder`` (the job file's) is searched for the factory's module
+        when it is found nowhere else.
 
         Raises
         ------
@@ -179,7 +181,7 @@ class ModelConfig(ProtocolConfig):
 
         try:
             model = TorchModel.bind(self.factory, input_shape, task=task, seed=seed,
-                                    kwargs=self.args, owner=f"{where} [model]")
+                                    kwargs=self.args, owner=f"{where} [model]", folder=folder)
         except ValidationError as exc:
             raise JobError(f"{where} [model]: {exc}") from None
         if model.n_outputs != n_outputs:

@@ -65,6 +65,7 @@ from islands.hfl.protocol import (
 )
 from islands.hfl.ray_backend import RayWorkerPool, check_client_data, ray_session
 from islands.hfl.strategy import FedAvg, Strategy, check_client_rows
+from islands.reporting import write_bytes
 from islands.runtime import Role, Transcript, run_local
 from islands.runtime.cores import usable_cores
 from islands.runtime.threads import torch_threads
@@ -825,7 +826,6 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         the module that was trained (or :meth:`export`'s).
         """
         from islands.hfl.torch.models import state_bytes
-        from islands.reporting import write_bytes
 
         write_bytes(os.fspath(path), state_bytes(self.export()))
 

@@ -452,8 +452,10 @@ def prepare(job: Job) -> Prepared:
                                     else (int(X.shape[1]),))
     if input_shape != tuple(X.shape[1:]):
         X, X_test = X.reshape(len(X), *input_shape), X_test.reshape(len(X_test), *input_shape)
+    folder = str(Path(job.source).parent) if job.source and Path(job.source).is_file() else None
     spec = model.make_model(input_shape, 1 if regression else n_classes, task=job.task,
-                       seed=job.seed, where=f"job file {job.source}", input_divisor=divisor)
+                            seed=job.seed, where=f"job file {job.source}",
+                            input_divisor=divisor, folder=folder)
     parts = [(X[rows], y[rows]) for rows in idx]
     summary = {"train_rows": len(y), "test_rows": len(y_test),
                "client_rows": [len(r) for r in idx]}

@@ -39,27 +39,18 @@ from numpy.typing import NDArray
 
 from islands.arrays import Vector
 from islands.errors import ValidationError, invalid_parameter
-from islands.hfl.protocol import LocalOutcome
+from islands.hfl.protocol import LocalOutcome, WrappedLearner
 from islands.hfl.strategy import LocalConfig
 from islands.validation import check_float, check_int
 
 __all__ = ["LittleIsEnough", "Scaling", "SignFlipping", "alie_z_max"]
 
 
-class _Attacker:
-    """A learner around ``inner``: its counts and evaluation, an honest update to corrupt."""
+class _Attacker(WrappedLearner):
+    """A learner around ``inner``: its counts and evaluation, an honest update to corrupt.
 
-    inner: Any
-
-    @property
-    def n_train(self) -> int:
-        """Training samples (``inner``'s: the attacker claims its weight)."""
-        return int(self.inner.n_train)
-
-    @property
-    def n_eval(self) -> int:
-        """Local evaluation samples (``inner``'s)."""
-        return int(self.inner.n_eval)
+    It claims ``inner``'s weight.
+    """
 
     def evaluate(self, params: Vector) -> float:
         """Return the inner learner's evaluation."""

@@ -409,6 +409,27 @@ class Learner(Protocol):
         """Accuracy (or the task's score) of ``params`` on the local evaluation data."""
 
 
+class WrappedLearner:
+    """A learner around ``inner`` that reports ``inner``'s sample counts (composition).
+
+    The base of the learners that change how another one runs or what it uploads
+    (:class:`~islands.hfl.torch.learner.PooledLearner`, the free-rider, the poisoning
+    clients of :mod:`islands.hfl.poisoning`).
+    """
+
+    inner: Any
+
+    @property
+    def n_train(self) -> int:
+        """Training samples (``inner``'s)."""
+        return int(self.inner.n_train)
+
+    @property
+    def n_eval(self) -> int:
+        """Local evaluation samples (``inner``'s)."""
+        return int(self.inner.n_eval)
+
+
 # --------------------------------------------------------------------------- server
 def _check_vector(params: Any, dim: int | None, what: str) -> Vector:
     vec = np.asarray(params)

@@ -330,7 +330,17 @@ class FedAdagrad(_Adaptive):
 
 
 @dataclass(frozen=True, kw_only=True)
-class FedYogi(_Adaptive):
+class _SecondMomentDecay(_Adaptive):
+    """FedYogi's and FedAdam's settings: the paper's β1, β2, τ and a server lr."""
+
+    lr: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.99
+    tau: float = 1e-3
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedYogi(_SecondMomentDecay):
     """FedYogi (Reddi et al. 2021, Algorithm 2): v_t = v_{t−1} − (1 − β2)Δ_t² sign(v_{t−1} − Δ_t²).
 
     Parameters
@@ -347,11 +357,6 @@ class FedYogi(_Adaptive):
     .. [1] Reddi et al. "Adaptive Federated Optimization". ICLR 2021.
     """
 
-    lr: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.99
-    tau: float = 1e-3
-
     name = "fedyogi"
 
     def _second(self, v: F64, delta: F64) -> F64:
@@ -359,7 +364,7 @@ class FedYogi(_Adaptive):
 
 
 @dataclass(frozen=True, kw_only=True)
-class FedAdam(_Adaptive):
+class FedAdam(_SecondMomentDecay):
     """FedAdam (Reddi et al. 2021, Algorithm 2): v_t = β2·v_{t−1} + (1 − β2)·Δ_t².
 
     Parameters
@@ -375,11 +380,6 @@ class FedAdam(_Adaptive):
     ----------
     .. [1] Reddi et al. "Adaptive Federated Optimization". ICLR 2021.
     """
-
-    lr: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.99
-    tau: float = 1e-3
 
     name = "fedadam"
 

@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 from islands.aggregation.protect import SampleAccount, SampleDP
 from islands.arrays import Vector
 from islands.errors import invalid_parameter
-from islands.hfl.protocol import LocalOutcome
+from islands.hfl.protocol import LocalOutcome, WrappedLearner
 from islands.hfl.strategy import LocalConfig
 from islands.hfl.torch.dpsgd import PrivateTrainer
 from islands.hfl.torch.models import ModelSpec, ModulePool
@@ -146,23 +146,7 @@ class TorchLearner:
         return value
 
 
-class _Wrapping:
-    """A learner around ``inner`` that reports ``inner``'s sample counts."""
-
-    inner: Any
-
-    @property
-    def n_train(self) -> int:
-        """Training samples (``inner``'s)."""
-        return int(self.inner.n_train)
-
-    @property
-    def n_eval(self) -> int:
-        """Local evaluation samples (``inner``'s)."""
-        return int(self.inner.n_eval)
-
-
-class PooledLearner(_Wrapping):
+class PooledLearner(WrappedLearner):
     """Run another learner's calls on a shared, bounded thread pool (composition).
 
     The client role's thread hands each ``train``/``evaluate`` call to ``executor`` and
@@ -215,7 +199,7 @@ class PooledLearner(_Wrapping):
         return None if spent is None else spent()
 
 
-class FreeRider(_Wrapping):
+class FreeRider(WrappedLearner):
     """A client that trains nothing: it uploads the global model it was sent.
 
     For simulations of contribution measurement (:mod:`islands.hfl.contribution`): it

@@ -482,14 +482,27 @@ def state_bytes(module: nn.Module) -> bytes:
     return buffer.getvalue()
 
 
+_MODEL_TYPES: list[type] = []
+"""The model kinds a trainer takes: :class:`ModelSpec`, and
+:class:`~islands.hfl.torch.user.TorchModel` once its module is loaded (it registers
+itself: no TorchModel exists before)."""
+
+
+def register_model_type(kind: type) -> None:
+    """Let trainers and pools take models of ``kind`` (``empty``, ``n_params``, ...)."""
+    if kind not in _MODEL_TYPES:
+        _MODEL_TYPES.append(kind)
+
+
+register_model_type(ModelSpec)
+
+
 def check_model(model: Any, name: str, owner: str) -> Any:
     """Return ``model`` if it is a ModelSpec or a bound TorchModel, else raise.
 
     The error names ``name`` of ``owner``.
     """
-    from islands.hfl.torch.user import TorchModel
-
-    if not isinstance(model, ModelSpec | TorchModel):
+    if not isinstance(model, tuple(_MODEL_TYPES)):
         raise invalid_parameter(name, owner, "a ModelSpec or a TorchModel", describe(model))
     return model
 

@@ -33,11 +33,14 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib
+import importlib.util
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,7 +49,13 @@ from numpy.typing import NDArray
 from torch import nn
 
 from islands.errors import ValidationError, invalid_parameter
-from islands.hfl.torch.models import flat_parameters, lay_out
+from islands.hfl.torch.models import (
+    ModelSpec,
+    flat_parameters,
+    lay_out,
+    load_flat,
+    register_model_type,
+)
 from islands.validation import describe
 
 __all__ = ["TorchModel", "import_factory", "load_model"]
@@ -55,8 +64,12 @@ _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _CHECK_ROWS = 2
 
 
-def import_factory(name: str, owner: str = "TorchModel") -> Callable[..., Any]:
+def import_factory(name: str, owner: str = "TorchModel",
+                   folder: str | os.PathLike[str] | None = None) -> Callable[..., Any]:
     """Import the factory ``"package.module:function"`` on this machine and return it.
+
+    With ``folder`` (a job file's), a module found nowhere else is looked up there too:
+    the folder joins ``sys.path``, as a script's own folder does when Python runs it.
 
     Raises
     ------
@@ -68,6 +81,11 @@ def import_factory(name: str, owner: str = "TorchModel") -> Callable[..., Any]:
         raise invalid_parameter("factory", owner, "a name 'package.module:function'",
                                 describe(name))
     module_name, _, attr = name.partition(":")
+    top = module_name.split(".")[0]
+    where = None if folder is None else os.fspath(Path(folder).resolve())
+    if (where is not None and where not in sys.path and importlib.util.find_spec(top) is None
+            and ((Path(where) / f"{top}.py").is_file() or (Path(where) / top).is_dir())):
+        sys.path.insert(0, where)
     try:
         target: Any = importlib.import_module(module_name)
     except Exception as exc:  # an import runs the module's code: any error is the user's
@@ -150,7 +168,8 @@ class TorchModel:
     @classmethod
     def bind(cls, model: Any, input_shape: tuple[int, ...], *, task: str = "classification",
              seed: int = 0, kwargs: Mapping[str, Any] | None = None,
-             owner: str = "FederatedModel") -> TorchModel:
+             owner: str = "FederatedModel",
+             folder: str | os.PathLike[str] | None = None) -> TorchModel:
         """Bind a module or factory to examples of ``input_shape`` and check it.
 
         Parameters
@@ -170,6 +189,8 @@ class TorchModel:
             A factory's keyword arguments (plain values).
         owner : str
             Who asks, for the messages.
+        folder : path or None
+            Where a factory's module may also be (a job file's folder: :func:`import_factory`).
 
         Raises
         ------
@@ -181,7 +202,8 @@ class TorchModel:
         factory_name: str | None = None
         if isinstance(model, str):
             factory_name = model
-            module = _seeded_call(import_factory(model, owner), kwargs, seed, repr(model))
+            module = _seeded_call(import_factory(model, owner, folder), kwargs, seed,
+                                  repr(model))
         elif isinstance(model, nn.Module):
             if kwargs:
                 raise invalid_parameter("kwargs", owner, "empty for an nn.Module (they are a "
@@ -278,13 +300,14 @@ class TorchModel:
         The copy is a plain module again (no flat layout): save it with
         ``torch.save(module.state_dict(), path)``.
         """
-        from islands.hfl.torch.models import load_flat
-
         laid = self.empty()
         load_flat(laid, params)
         out = copy.deepcopy(self.module)
         out.load_state_dict({k: v.clone() for k, v in laid.state_dict().items()})
         return out.eval()
+
+
+register_model_type(TorchModel)
 
 
 def _owner_of(module: nn.Module, name: str) -> tuple[nn.Module, str]:
@@ -354,8 +377,6 @@ def load_model(path: str | os.PathLike[str], model: Any) -> nn.Module:
         If the file is not a state dict, or its entries do not match the model's
         (the missing and unexpected names listed).
     """
-    from islands.hfl.torch.models import ModelSpec
-
     if isinstance(model, ModelSpec):
         module: nn.Module = nn.Sequential(*model._layers())
     elif isinstance(model, nn.Module):
