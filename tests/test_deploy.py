@@ -671,3 +671,77 @@ def test_a_party_process_leaves_without_the_interpreters_teardown(tmp_path: Path
     np.testing.assert_array_equal(np.load(tmp_path / "out/a/total.npy"), 2 * np.arange(3.0))
     assert (tmp_path / "exit-handlers").read_text() == "ran"
     assert (tmp_path / "teardown").read_bytes() == b""
+
+
+# ---------------------------------------------------------------- a user's model, deployed
+USER_MODELS = """
+import torch
+from torch import nn
+
+def net(width=16, classes=10):
+    return nn.Sequential(nn.Linear(64, width), nn.BatchNorm1d(width), nn.ReLU(),
+                         nn.Linear(width, classes))
+
+def frozen(width=16, classes=10):
+    model = net(width, classes)
+    nn.init.constant_(model[0].weight, 0.01)  # a "pretrained" first layer, frozen
+    model[0].requires_grad_(False)
+    return model
+"""
+
+
+def _user_models(folder: Path, code: str = USER_MODELS) -> dict[str, str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "deployed_models.py").write_text(code)
+    return {"PYTHONPATH": os.pathsep.join([str(folder), SRC])}
+
+
+def test_a_factory_model_across_processes_equals_in_process(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from islands.hfl import FederatedModel
+    from islands.hfl.strategy import FedAvg
+
+    parts = _digits_clients(tmp_path)
+    env = _user_models(tmp_path / "code")
+    options = {**HFL, "epochs": 1, "protect": ["secagg"],
+               "model": {"factory": "deployed_models:net", "args": {"width": 12}}}
+    files = write_federation(tmp_path, "hfl", _hfl_parties(3), options=options)
+    assert_ok(wait_parties(start_parties(files, env={**ENV, **env}), files, 120))
+    import sys as _sys
+
+    _sys.path.insert(0, str(tmp_path / "code"))
+    try:
+        import deployed_models  # type: ignore[import-not-found]
+
+        from islands.aggregation.secagg import SecureAggregation
+
+        fl = FederatedModel(lambda: deployed_models.net(width=12),
+                            FedAvg(local_steps=4, batch_size=32, lr=0.1, seed=3,
+                                   aggregator=SecureAggregation()),
+                            epochs=1, seed=3, threads=1)
+        fl.fit(parts, names=[f"c{k}" for k in range(len(parts))])
+    finally:
+        _sys.path.remove(str(tmp_path / "code"))
+        _sys.modules.pop("deployed_models", None)
+    # the trained parameters and the batch-norm statistics, as in one process
+    np.testing.assert_array_equal(np.load(tmp_path / "out/server/params.npy"), fl.params_)
+    assert fl.params_.size == 64 * 12 + 12 + 12 * 2 + 12 * 10 + 10 + 2 * 12
+
+
+def test_parties_that_built_different_initial_models_never_start(tmp_path: Path) -> None:
+    # each party builds the factory's module from its own code; a frozen layer never
+    # travels, so one that differs (another version of the package) would go unnoticed
+    pytest.importorskip("torch")
+    _digits_clients(tmp_path, clients=2)
+    same = _user_models(tmp_path / "a")
+    other = _user_models(tmp_path / "b", USER_MODELS.replace("0.01)", "0.02)"))
+    options = {**HFL, "epochs": 1,
+               "model": {"factory": "deployed_models:frozen", "args": {"width": 12}}}
+    files = write_federation(tmp_path, "hfl", _hfl_parties(2), options=options,
+                             settings={"connect_timeout": 20.0})
+    procs = start_parties(files, env={**ENV, **same}, only=["server", "c0"])
+    procs.update(start_parties(files, env={**ENV, **other}, only=["c1"]))
+    done = wait_parties(procs, files, 120)
+    assert all(f.returncode != 0 for f in done.values())
+    log = " ".join(" ".join(f.log.split()) for f in done.values())
+    assert "'hfl.model (built here)'" in log and "install the same code at every party" in log

@@ -392,23 +392,6 @@ def test_a_job_files_bad_factory_is_named_before_training(
         prepare(parse_job(raw, source="job.toml"))
 
 
-def test_a_federation_file_names_that_a_factory_model_is_not_deployed_yet() -> None:
-    from islands.errors import JobError
-    from islands.hfl.spec import _common, _Federated, hfl_job
-
-    options = {"server": "s", "features": 4, "classes": 2,
-               "model": {"factory": "user_models_t:small_cnn"},
-               "strategy": {"name": "fedavg"}}
-    job = hfl_job(options, "federation file f.toml [hfl]", ("s", "a", "b"))
-    fed = _Federated(job, "s", ("a", "b"), (4,), 2, False)
-
-    class Dep:
-        where = "party 's'"
-        resume = False
-    with pytest.raises(JobError, match=r"a deployed federation takes a built-in 'kind'"):
-        _common(Dep(), fed)  # type: ignore[arg-type]
-
-
 def re_search(pattern: str, text: str) -> bool:
     import re
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +119,10 @@ class Prepared:
     description: str
     tolerate: tuple[str, ...] = ()
     """Peers whose failure leaves this party's result complete (a server's clients)."""
+    derived: Mapping[str, str] = field(default_factory=dict)
+    """Settings this party built on its own machine from the federation file, which every
+    party must hold alike (an HFL factory model's initial state, as a digest): compared at
+    the hello with the file's own keys, and named when they differ."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ error, the step and the run ID; no data).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -201,10 +202,11 @@ def run_configured(config: PartyConfig, *, resume: bool = False,
         raise
     t0 = time.monotonic()
     try:
+        digest, fields = _with_derived(fed.digest, fed.fields, prepared.derived)
         with _threads(config.threads):
             run = run_party(config.name, prepared.role, fed.parties, tls=config.tls,
                             insecure=config.insecure, listen=config.listen,
-                            digest=fed.digest, fields=fed.fields, timeout=fed.timeout,
+                            digest=digest, fields=fields, timeout=fed.timeout,
                             connect_timeout=fed.connect_timeout, liveness=fed.liveness,
                             max_message=fed.max_message, tolerate=prepared.tolerate,
                             on_ready=on_ready)
@@ -233,6 +235,20 @@ def run_configured(config: PartyConfig, *, resume: bool = False,
     if failed.exists():
         failed.unlink()
     return record
+
+
+def _with_derived(digest: str, fields: Mapping[str, str], derived: Mapping[str, str]
+                  ) -> tuple[str, dict[str, str]]:
+    """Fold what a party derived from the federation file into the hello's digest and keys.
+
+    Parties that built different things from the same file (another version of a model
+    factory's package) then differ at the hello, naming the derived key.
+    """
+    if not derived:
+        return digest, dict(fields)
+    text = json.dumps(sorted(derived.items()))
+    combined = hashlib.sha256(f"{digest}\n{text}".encode()).hexdigest()
+    return combined, {**fields, **derived}
 
 
 def _tell_peers(config: PartyConfig, exc: BaseException, what: str) -> None:

@@ -45,6 +45,7 @@ from islands.protocols import (
     party_key,
     save_json,
 )
+from islands.runtime.transport import DERIVED_SUFFIX
 
 __all__ = ["SPEC", "hfl_job"]
 
@@ -100,14 +101,11 @@ def _common(dep: Deployment, fed: _Federated
     """Return the model spec, strategy, sample-level DP, checkpoint folder and settings."""
     job = fed.job
     classification = job.task == "classification"
-    model = ModelConfig.model_validate(job.model)
-    if model.factory is not None:
-        # each party would build its own copy: not until the parties compare the initial
-        # model's digest at the join (a frozen backbone never travels)
-        raise JobError(f"{dep.where} [hfl.model]: a 'factory' model is trained by job files "
-                       "and FederatedModel; a deployed federation takes a built-in 'kind' "
-                       "for now")
-    spec = model.spec(fed.shape, int(fed.classes) if classification and fed.classes else 1)
+    # a factory's module is built here, from this machine's code: its digest joins the
+    # hello's keys (_derived), so parties that built different initial models never start
+    spec = ModelConfig.model_validate(job.model).make_model(
+        fed.shape, int(fed.classes) if classification and fed.classes else 1, task=job.task,
+        seed=job.seed, where=f"{dep.where} [hfl]")
     strategy = build_strategy(job)
     sample_dp = job.protection.sample_dp()
     ckpt = dep.output.with_name(dep.output.name + ".checkpoints") if fed.checkpoint else None
@@ -119,6 +117,12 @@ def _common(dep: Deployment, fed: _Federated
                                 strategy=strategy, model=spec, sample_dp=sample_dp,
                                 extra=protection_settings(job))
     return spec, strategy, sample_dp, ckpt, settings
+
+
+def _derived(spec: Any) -> dict[str, str]:
+    """Return the hello key of a factory model's initial state (none for a built-in one)."""
+    digest = getattr(spec, "digest", None)
+    return {} if digest is None else {f"hfl.model{DERIVED_SUFFIX}": str(digest)[:16]}
 
 
 def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
@@ -157,7 +161,7 @@ def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
         return summary
 
     protect = f" under {'+'.join(job.protect)}" if job.protect else ""
-    return Prepared(role=role, write=write, tolerate=fed.clients,
+    return Prepared(role=role, write=write, tolerate=fed.clients, derived=_derived(spec),
                     description=f"{job.strategy['name']} server for {len(fed.clients)} "
                                 f"clients{protect}")
 
@@ -215,7 +219,7 @@ def _bind_client(dep: Deployment, fed: _Federated) -> Prepared:
         save_json(out / "result.json", summary)
         return summary
 
-    return Prepared(role=role, write=write,
+    return Prepared(role=role, write=write, derived=_derived(spec),
                     tolerate=tuple(c for c in fed.clients if c != dep.party),
                     description=f"{job.strategy['name']} client {k + 1}/{len(fed.clients)} "
                                 f"with {len(tr)} training rows")

@@ -83,7 +83,7 @@ from islands.runtime.party import DEFAULT_TIMEOUT, Party, check_party_names
 from islands.runtime.runner import PartyInputError
 from islands.runtime.tls import TlsFiles, check_tls
 from islands.runtime.transcript import Transcript
-from islands.runtime.transport import RunCancelled
+from islands.runtime.transport import DERIVED_SUFFIX, RunCancelled
 
 __all__ = ["GrpcTransport", "PartyRun", "check_address", "free_ports", "is_loopback",
            "loopback_addresses", "refuse_start", "run_party"]
@@ -626,9 +626,13 @@ class GrpcTransport:
         if len(keys) > 12:
             shown += f" and {len(keys) - 12} more"
         which = f"; the keys that differ: {shown}" if keys else ""
+        built = [k for k in keys if k.endswith(DERIVED_SUFFIX)]
+        also = (f" ({', '.join(repr(k) for k in built)}: built on each machine from the "
+                "file, e.g. a model factory's initial state: install the same code at "
+                "every party)" if built else "")
         return (f"the federation files of {self.name!r} and {other!r} differ (digest "
                 f"{self.digest[:12]} at {self.name!r}, {digest[:12]} at {other!r}){which}. "
-                "Every party must be started with the same federation file.")
+                f"Every party must be started with the same federation file{also}.")
 
     def _refusal_notice(self, reason: str) -> bytes:
         return _pack({"run": "", "sender": self.name, "state": "failed", "step": "hello",

@@ -16,7 +16,11 @@ from typing import Literal, Protocol
 
 from islands.errors import DeadlockError, PeerFailedError, PeerTimeoutError, ProtocolError
 
-__all__ = ["MemoryTransport", "RunCancelled", "Transport"]
+DERIVED_SUFFIX = " (built here)"
+"""Ends the hello keys a party derived from the federation file on its own machine (a
+model factory's initial state): a deployed transport names them apart when they differ."""
+
+__all__ = ["DERIVED_SUFFIX", "MemoryTransport", "RunCancelled", "Transport"]
 
 
 class RunCancelled(ProtocolError):
