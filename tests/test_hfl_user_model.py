@@ -467,3 +467,112 @@ def test_contribution_and_tracking_take_a_users_module(tmp_path: Path) -> None:
     assert report.trainings == 6 and report.primary == "retrain"
     assert report.clients[int(np.argmin(report.shares))] == "client-3"
     assert fm.tracking_ is not None and Path(fm.tracking_["tensorboard"]).is_dir()
+
+
+# ------------------------------------------------------------------ FedBN
+def _shifted(n_clients: int = 3) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Digits under each client's own contrast and brightness (features shifted)."""
+    parts, _, _ = _digits(n_clients)
+    gains, offsets = [1.0, 0.4, 2.5, 1.5], [0.0, 0.5, -0.8, 0.2]
+    return [((X * gains[k] + offsets[k]).astype(np.float32), y)
+            for k, (X, y) in enumerate(parts)]
+
+
+def _fedbn(**kw: object) -> object:
+    from islands.hfl.strategy import FedBN
+
+    return FedBN(local_steps=4, batch_size=32, lr=0.05, momentum=0.9, **kw)  # type: ignore[arg-type]
+
+
+def test_fedbn_keeps_each_clients_batch_norm_at_home() -> None:
+    parts = _shifted()
+    fm = FederatedModel(_cnn(), _fedbn(), epochs=2, seed=0).fit(parts)
+    trainable = sum(p.numel() for p in _cnn().parameters())
+    # BN's weight and bias (4 + 4) and running statistics (4 + 4) never travel
+    assert fm.params_.shape == (trainable - 8,)
+    assert "16 values of local batchnorm layers stay" in fm.model_.describe()
+    states = fm.local_states_
+    assert sorted(states) == ["client-1", "client-2", "client-3"]
+    assert all(v.shape == (16,) for v in states.values())
+    assert not np.array_equal(states["client-1"], states["client-2"])
+    # each client's model is the shared weights under its own batch norm
+    own = fm.export(client="client-2")
+    np.testing.assert_array_equal(own.bn.running_mean.numpy(), states["client-2"][8:12])
+    with torch.no_grad():
+        pred = own(torch.from_numpy(parts[1][0])).argmax(1).numpy()
+    np.testing.assert_array_equal(pred, fm.predict(parts[1][0], client="client-2"))
+    with pytest.raises(ValidationError, match=r"'client' parameter of FederatedModel\.predict "
+                                              r"must be one of \['client-1'"):
+        fm.predict(parts[0][0])
+    plain = FederatedModel(_cnn(), _strategy(), epochs=1).fit(parts)
+    with pytest.raises(ValidationError, match="no layer stays local"):
+        plain.export(client="client-1")
+
+
+def test_fedbn_with_one_client_is_fedavg() -> None:
+    parts = _shifted(1)
+    bn = FederatedModel(_cnn(), _fedbn(), epochs=2, seed=1).fit(parts)
+    avg = FederatedModel(_cnn(), FedAvg(local_steps=4, batch_size=32, lr=0.05, momentum=0.9),
+                         epochs=2, seed=1).fit(parts)
+    np.testing.assert_array_equal(bn.predict(parts[0][0], client="client-1"),
+                                  avg.predict(parts[0][0]))
+    np.testing.assert_array_equal(bn.export(client="client-1").bn.running_var.numpy(),
+                                  avg.export().bn.running_var.numpy())
+
+
+def test_fedbn_resumes_with_each_clients_own_layers(tmp_path: Path) -> None:
+    parts = _shifted()
+    whole = FederatedModel(_cnn(), _fedbn(), epochs=2, seed=0).fit(parts)
+    FederatedModel(_cnn(), _fedbn(), epochs=1, seed=0, checkpoint=tmp_path).fit(parts)
+    resumed = FederatedModel(_cnn(), _fedbn(), epochs=2, seed=0, checkpoint=tmp_path,
+                             resume=True).fit(parts)
+    np.testing.assert_array_equal(resumed.params_, whole.params_)
+    for name, state in whole.local_states_.items():
+        np.testing.assert_array_equal(resumed.local_states_[name], state)
+
+
+@pytest.mark.parametrize(("model", "kw", "message"), [
+    (lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 10)), {},
+     r"FedBN keeps every batch-norm layer local, but the 'model' of FederatedModel has none"),
+    ("spec", {}, r"a torch\.nn\.Module with batch norm for FedBN"),
+    (_cnn, {"backend": "ray"}, r"'backend' parameter of FederatedModel must be 'local' with "
+     r"FedBN"),
+])
+def test_fedbn_refuses_what_it_cannot_train(model: object, kw: dict[str, object],
+                                            message: str) -> None:
+    from islands.hfl import ModelSpec
+
+    parts = _shifted()
+    if model == "spec":
+        model = ModelSpec("cnn", (1, 12, 12), 10)
+    with pytest.raises(ValidationError, match=message):
+        FederatedModel(model, _fedbn(), **kw).fit(parts)  # type: ignore[arg-type]
+
+
+def test_a_fedbn_job_file(tmp_path: Path) -> None:
+    out = _run_job(tmp_path, 'factory = "user_models:small_cnn"').args  # write the module
+    del out
+    job = (tmp_path / "job.toml").read_text().replace('name = "fedavg"', 'name = "fedbn"')
+    (tmp_path / "job.toml").write_text(job)
+    import json
+    import os
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{tmp_path}", "COLUMNS": "200"}
+    run = subprocess.run([sys.executable, "-m", "islands.cli", "run", str(tmp_path / "job.toml"),
+                          "--overwrite"], env=env, text=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, timeout=600, check=False)
+    assert run.returncode == 0, run.stdout[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["strategy"].startswith("FedBN(")
+    assert "local batchnorm layers stay" in results["data"]["model"]
+    assert results["history"][-1]["test"]["clients_averaged"] == 3
+    assert {p.name for p in (tmp_path / "out").glob("model*.pt")} == {
+        "model.client-1.pt", "model.client-2.pt", "model.client-3.pt"}
+    bad = job.replace('factory = "user_models:small_cnn"', 'kind = "mlp"')
+    (tmp_path / "job.toml").write_text(bad)
+    run = subprocess.run([sys.executable, "-m", "islands.cli", "run", str(tmp_path / "job.toml"),
+                          "--overwrite"], env=env, text=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, timeout=600, check=False)
+    assert run.returncode != 0 and "FedBN keeps batch-norm layers local; the built-in 'mlp' " \
+        "has none" in " ".join(run.stdout.split())

@@ -44,6 +44,7 @@ __all__ = [
     "ContributionSettings",
     "DataConfig",
     "FedAvgConfig",
+    "FedBNConfig",
     "FedProxConfig",
     "HflConfig",
     "HflFederationConfig",
@@ -162,13 +163,13 @@ class ModelConfig(ProtocolConfig):
 
     def make_model(self, input_shape: tuple[int, ...], n_outputs: int, *, task: str,
                    seed: int, where: str, input_divisor: float = 1.0,
-                   folder: str | None = None) -> Any:
+                   folder: str | None = None, local_layers: str | None = None) -> Any:
         """Return the model: :meth:`spec` for a ``kind``, a bound ``TorchModel`` for a factory.
 
         A factory's module gets the rows as the data holds them (images as (n, C, H, W),
         already divided by ``input_divisor``'s 255 by the caller); its output width must
         be ``n_outputs``. ``folder`` (the job file's) is searched for the factory's module
-        when it is found nowhere else.
+        when it is found nowhere else; ``local_layers`` stay with each client (FedBN).
 
         Raises
         ------
@@ -176,12 +177,17 @@ class ModelConfig(ProtocolConfig):
             Naming ``where`` and what is wrong with the factory or its model.
         """
         if self.factory is None:
+            if local_layers is not None:
+                raise JobError(f"{where} [model]: FedBN keeps batch-norm layers local; the "
+                               f"built-in {self.kind!r} has none (name a 'factory' with batch "
+                               "norm, or train with fedavg)")
             return self.spec(input_shape, n_outputs, input_divisor)
         from islands.hfl.torch.user import TorchModel  # torch
 
         try:
             model = TorchModel.bind(self.factory, input_shape, task=task, seed=seed,
-                                    kwargs=self.args, owner=f"{where} [model]", folder=folder)
+                                    kwargs=self.args, owner=f"{where} [model]", folder=folder,
+                                    local_layers=local_layers)
         except ValidationError as exc:
             raise JobError(f"{where} [model]: {exc}") from None
         if model.n_outputs != n_outputs:
@@ -245,6 +251,18 @@ class FedProxConfig(FedAvgConfig):
                                allow_inf_nan=True)
 
 
+class FedBNConfig(FedAvgConfig):
+    """``[strategy] name = "fedbn"`` (:class:`~islands.hfl.strategy.FedBN`).
+
+    It needs a model with batch norm, from ``[model] factory``.
+    """
+
+    OWNER: ClassVar[str] = "FedBN"
+
+    name: Literal["fedbn"] = setting("fedbn", "'fedbn'",  # type: ignore[assignment]
+                                     "The strategy.")
+
+
 class ApflConfig(_StrategyBase):
     """``[strategy] name = "apfl"`` (:class:`~islands.hfl.strategy.APFL`)."""
 
@@ -261,10 +279,12 @@ class ApflConfig(_StrategyBase):
         None, "an int >= 1", "A fixed mini-batch size for every client.")
 
 
-StrategyConfig = Annotated[FedAvgConfig | FedProxConfig | ApflConfig, Field(discriminator="name")]
+StrategyConfig = Annotated[FedAvgConfig | FedProxConfig | FedBNConfig | ApflConfig,
+                           Field(discriminator="name")]
 """One strategy's settings, chosen by ``name``."""
 _STRATEGIES: dict[str, type[FedAvgConfig] | type[ApflConfig]] = {
-    "fedavg": FedAvgConfig, "apfl": ApflConfig, "fedprox": FedProxConfig}
+    "fedavg": FedAvgConfig, "apfl": ApflConfig, "fedprox": FedProxConfig,
+    "fedbn": FedBNConfig}
 STRATEGY_KEYS: list[str] = sorted(set().union(*(c.model_fields for c in _STRATEGIES.values())))
 """Every key a ``[strategy]`` table may hold (each strategy takes some of them)."""
 
@@ -286,7 +306,7 @@ def strategy_config(table: Mapping[str, Any], where: str) -> FedAvgConfig | Apfl
     name = table["name"]
     cls = _STRATEGIES.get(name) if isinstance(name, str) else None
     if cls is None:
-        raise JobError(f"{where}: 'name' must be 'fedavg', 'apfl' or 'fedprox'; got {name!r}")
+        raise JobError(f"{where}: 'name' must be one of {sorted(_STRATEGIES)}; got {name!r}")
     allowed = sorted(set(cls.model_fields) - {"name"})
     stray = sorted(set(table) - set(cls.model_fields))
     if stray:

@@ -303,6 +303,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         The largest sample-level (ε, δ) of any client (with ``sample_dp``), or None.
     workers_ : int
         Threads (``"local"``) or Ray workers (``"ray"``) that ran the local training.
+    local_states_ : dict
+        Under FedBN, each client's own layers (its batch norm) by name; else empty.
     contribution_ : ContributionReport or None
         Each client's scores and reward share (with ``contribution``), else None.
     tracking_ : dict or None
@@ -392,6 +394,11 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         tracking = self._tracking_config()
         if tracking is not None:
             tracking.check_installed()
+        if self.backend == "ray" and getattr(self.strategy, "local_layers", None):
+            raise invalid_parameter("backend", owner, f"'local' with "
+                                    f"{type(self.strategy).__name__} (each client's batch norm "
+                                    "stays in its learner; Ray's workers hold no client)",
+                                    "ray")
         if self.backend == "ray" and importlib.util.find_spec("ray") is None:
             raise ImportError("The 'backend' parameter of FederatedModel is 'ray', but Ray "
                               "is not installed: pip install 'islands[ray]'")
@@ -401,13 +408,20 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         from islands.hfl.torch.models import ModelSpec
         from islands.hfl.torch.user import TorchModel
 
+        local = getattr(self.strategy, "local_layers", None)  # FedBN's batch norm
         if isinstance(self.model, ModelSpec | TorchModel):
+            if local is not None and getattr(self.model, "local_layers", None) != local:
+                raise invalid_parameter(
+                    "model", "FederatedModel", f"a torch.nn.Module with batch norm for "
+                    f"{type(self.strategy).__name__} (it keeps each client's batch norm)",
+                    describe(self.model))
             return self.model
         if isinstance(self.model, str):  # files name factories; Python passes the function
             raise invalid_parameter("model", "FederatedModel", "a ModelSpec, a torch.nn.Module "
                                     "or a zero-argument factory (a job file names "
                                     "'package.module:function')", describe(self.model))
-        return TorchModel.bind(self.model, tuple(X.shape[1:]), task=self.task, seed=self.seed)
+        return TorchModel.bind(self.model, tuple(X.shape[1:]), task=self.task, seed=self.seed,
+                               local_layers=local)
 
     def _check_parts(self, parts: Sequence[Any]) -> list[tuple[NDArray[Any], NDArray[Any]]]:
         from islands.hfl.torch.training import _as_features, _as_targets
@@ -616,6 +630,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         # its thread until it finishes, and must not delay the clients that follow
         executor = ThreadPoolExecutor(max_workers=2 * active, thread_name_prefix="islands-train")
         stack.callback(executor.shutdown, wait=False, cancel_futures=True)
+        self._torch_learners = learners  # FedBN: each holds its client's local layers
         return [PooledLearner(learner, executor, timeout=float(self.timeout))
                 for learner in learners], active
 
@@ -681,7 +696,10 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                     # evaluation opens it as the first client would: the test set and the
                     # user stand on the clients' side here, never on the server's
                     params = halves[0].open(payload)
-                    metrics = self._report(y_test, scorer.predict(params, X_test))
+                    if self._local_layers():
+                        metrics = self._personal_report(scorer, params, X_test, y_test)
+                    else:
+                        metrics = self._report(y_test, scorer.predict(params, X_test))
                 epoch_rec = EpochRecord(
                     epoch=record.epoch, rounds=record.round,
                     aggregations=record.round, tau=record.tau,
@@ -745,6 +763,9 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         self.wall_time_ = run.wall_time
         self.client_names_ = names
         self._scorer_pool = pool
+        self.local_states_ = ({name: learner.local_state for name, learner
+                               in zip(names, self._torch_learners, strict=True)}
+                              if self._local_layers() else {})
         self.contribution_ = None  # with 'retrain': fit completes the report
         if tracker is not None and "retrain" not in tracker.methods:
             self.contribution_ = tracker.report()
@@ -805,40 +826,92 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             return classification_report(y, pred, self.model_.n_outputs).to_dict()
         return regression_report(y, pred).to_dict()
 
+    def _local_layers(self) -> str | None:
+        """Return what stays with each client (FedBN's "batchnorm"), or None."""
+        return getattr(getattr(self, "model_", None), "local_layers", None)
+
+    def _personal_report(self, scorer: Any, params: Vector, X: Any, y: Any) -> dict[str, Any]:
+        """Score ``(X, y)`` with every client's own model (FedBN) and average each metric."""
+        states = [learner.local_state for learner in self._torch_learners]
+        reports = [self._report(y, scorer.predict(params, X, local=state)) for state in states]
+        out: dict[str, Any] = {}
+        for key, value in reports[0].items():
+            values = [r[key] for r in reports]
+            if isinstance(value, int | float):
+                out[key] = float(np.mean(values))
+            elif isinstance(value, list) and all(isinstance(v, int | float) for v in value):
+                out[key] = np.mean(np.asarray(values, dtype=np.float64), axis=0).tolist()
+        out["clients_averaged"] = len(reports)
+        return out
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "params_"):
             raise ValidationError("this FederatedModel is not fitted yet; call fit first")
 
-    def export(self) -> Any:
+    def _client_local(self, client: str | None, owner: str) -> Any:
+        """Return ``client``'s local layers (FedBN), None without local layers."""
+        if self._local_layers() is None:
+            if client is not None:
+                raise invalid_parameter("client", owner, "None: every client holds the same "
+                                        "model (no layer stays local)", client)
+            return None
+        if client not in self.local_states_:
+            raise invalid_parameter(
+                "client", owner, f"one of {sorted(self.local_states_)}: under "
+                f"{type(self.strategy).__name__} each client keeps its own batch norm, so "
+                "the model is a client's", describe(client))
+        return self.local_states_[client]
+
+    def export(self, client: str | None = None) -> Any:
         """Return the trained model as a ``torch.nn.Module`` in eval mode.
 
         A user's module comes back as its own class, with the trained parameters and the
         averaged buffers (frozen parameters and integer buffers as in the initial model);
-        a :class:`~islands.hfl.torch.models.ModelSpec` as an ``nn.Sequential``.
+        a :class:`~islands.hfl.torch.models.ModelSpec` as an ``nn.Sequential``. Under
+        FedBN name the ``client`` whose model (with its own batch norm) to export.
         """
         self._check_fitted()
-        return self.model_.export(self.params_)
+        local = self._client_local(client, "FederatedModel.export")
+        if local is None:
+            return self.model_.export(self.params_)
+        return self.model_.export(self.params_, local)
 
-    def save(self, path: str | os.PathLike[str]) -> None:
+    def save(self, path: str | os.PathLike[str], client: str | None = None) -> None:
         """Write the trained model's state dict to ``path`` (``torch.save``, written whole).
 
         It loads with ``module.load_state_dict(torch.load(path, weights_only=True))`` into
-        the module that was trained (or :meth:`export`'s).
+        the module that was trained (or :meth:`export`'s); ``client`` as for :meth:`export`.
         """
         from islands.hfl.torch.models import state_bytes
 
-        write_bytes(os.fspath(path), state_bytes(self.export()))
+        write_bytes(os.fspath(path), state_bytes(self.export(client)))
 
-    def predict(self, X: ArrayLike) -> NDArray[Any]:
-        """Class labels (classification) or values (regression) for the rows of ``X``."""
+    def predict(self, X: ArrayLike, client: str | None = None) -> NDArray[Any]:
+        """Class labels (classification) or values (regression) for the rows of ``X``.
+
+        Under FedBN name the ``client`` whose model (its own batch norm) predicts.
+        """
         from islands.hfl.torch.training import Trainer
 
         self._check_fitted()
+        local = self._client_local(client, "FederatedModel.predict")
         X = np.asarray(X)
         dummy = np.zeros(1, dtype=np.int64 if self.task == "classification" else np.float32)
         trainer = Trainer(self.model_, X[:1], dummy, task=self.task, pool=self._scorer_pool)
-        return trainer.predict(self.params_, X)
+        return trainer.predict(self.params_, X, local)
 
-    def score(self, X: ArrayLike, y: ArrayLike) -> dict[str, Any]:
-        """Metrics of the final model on ``(X, y)`` (see :mod:`islands.hfl.metrics`)."""
-        return self._report(np.asarray(y), self.predict(X))
+    def score(self, X: ArrayLike, y: ArrayLike, client: str | None = None) -> dict[str, Any]:
+        """Metrics of the final model on ``(X, y)`` (see :mod:`islands.hfl.metrics`).
+
+        Under FedBN, of ``client``'s model; without a client, each metric averaged over
+        every client's own model (``clients_averaged`` says how many).
+        """
+        if client is None and self._local_layers() is not None:
+            from islands.hfl.torch.training import Trainer
+
+            self._check_fitted()
+            X_arr, y_arr = np.asarray(X), np.asarray(y)
+            scorer = Trainer(self.model_, X_arr[:1], y_arr[:1], task=self.task,
+                             pool=self._scorer_pool)
+            return self._personal_report(scorer, self.params_, X_arr, y_arr)
+        return self._report(np.asarray(y), self.predict(X, client))

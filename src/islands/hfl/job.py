@@ -132,6 +132,7 @@ from islands.hfl.config import (
     STRATEGY_KEYS,
     ContributionConfig,
     DataConfig,
+    FedBNConfig,
     FedProxConfig,
     HflConfig,
     ModelConfig,
@@ -151,7 +152,7 @@ from islands.hfl.estimator import (
 from islands.hfl.metrics import classification_report, dev_avg, regression_report
 from islands.hfl.protocol import RoundRecord
 from islands.hfl.server_opt import check_composes
-from islands.hfl.strategy import APFL, FedAvg, FedProx, Strategy
+from islands.hfl.strategy import APFL, FedAvg, FedBN, FedProx, Strategy
 from islands.reporting import new_figure, write_results
 from islands.tracking import Tracker, TrackingConfig, job_tracker
 from islands.validation import file_section, read_job, table_value
@@ -453,9 +454,10 @@ def prepare(job: Job) -> Prepared:
     if input_shape != tuple(X.shape[1:]):
         X, X_test = X.reshape(len(X), *input_shape), X_test.reshape(len(X_test), *input_shape)
     folder = str(Path(job.source).parent) if job.source and Path(job.source).is_file() else None
+    local = FedBN.local_layers if job.strategy.get("name") == "fedbn" else None
     spec = model.make_model(input_shape, 1 if regression else n_classes, task=job.task,
                             seed=job.seed, where=f"job file {job.source}",
-                            input_divisor=divisor, folder=folder)
+                            input_divisor=divisor, folder=folder, local_layers=local)
     parts = [(X[rows], y[rows]) for rows in idx]
     summary = {"train_rows": len(y), "test_rows": len(y_test),
                "client_rows": [len(r) for r in idx]}
@@ -496,6 +498,8 @@ def _make_strategy(job: Job, aggregator: Any) -> Strategy:
         return APFL(**s)
     if isinstance(config, FedProxConfig):
         return FedProx(**s, seed=job.seed)
+    if isinstance(config, FedBNConfig):
+        return FedBN(**s, seed=job.seed)
     return FedAvg(**s, seed=job.seed)
 
 
@@ -638,8 +642,9 @@ class HflJobResult:
     tracking: dict[str, Any] | None = None
     privacy_against_server: PrivacySpent | None = None
     epsilon_against_server: list[float | None] = field(default_factory=list)
-    model_state: builtins.bytes | None = field(default=None, repr=False)
-    """The trained model's state dict (``model.pt``; not in results.json)."""
+    model_files: dict[str, builtins.bytes] = field(default_factory=dict, repr=False)
+    """The trained model's state dict by file name (``model.pt``; under FedBN one per
+    client, ``model.<client>.pt``); not in results.json."""
 
     @property
     def task(self) -> str:
@@ -838,7 +843,7 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
         local_accuracy=[r.accuracy for r in fl.rounds_],
         federated_seconds=fl.wall_time_,
         contribution=fl.contribution_,
-        model_state=_state_bytes(fl),
+        model_files=_model_files(fl),
         baseline=baseline, dev_avg=gap, wall_time_s=time.perf_counter() - t0)
 
 
@@ -996,10 +1001,14 @@ def _ridge_closed_form(X: NDArray[Any], y: NDArray[Any], X_test: NDArray[Any],
         test=regression_report(y_test, pred).to_dict(), lam=lam)
 
 
-def _state_bytes(fl: FederatedModel) -> bytes:
+def _model_files(fl: FederatedModel) -> dict[str, bytes]:
+    """Return ``model.pt``, or under FedBN each client's ``model.<client>.pt``."""
     from islands.hfl.torch.models import state_bytes  # torch
 
-    return state_bytes(fl.export())
+    if not fl.local_states_:
+        return {"model.pt": state_bytes(fl.export())}
+    return {f"model.{name}.pt": state_bytes(fl.export(client=name))
+            for name in fl.local_states_}
 
 
 # --------------------------------------------------------------------------- outputs
@@ -1008,7 +1017,8 @@ def write_outputs(result: HflJobResult, out: str | Path, *,
     """Write ``results.json``, the curves (``accuracy.png``, ``tau.png``) and ``model.pt``.
 
     ``model.pt`` is the trained model's state dict: :func:`islands.hfl.load_model` (or
-    ``torch.load(path, weights_only=True)``) loads it into the model the job names.
+    ``torch.load(path, weights_only=True)``) loads it into the model the job names; under
+    FedBN each client's model is its own, ``model.<client>.pt``.
 
     The files are one set (:class:`~islands.reporting.ResultSet`): staged, renamed into
     place together and listed in ``manifest.json``, which says complete once they all
@@ -1025,8 +1035,8 @@ def write_outputs(result: HflJobResult, out: str | Path, *,
     key = "r2" if regression else "accuracy"
     label = "test R²" if regression else "test accuracy"
     with write_results(result, out, json_path) as files:
-        if result.model_state is not None:
-            files.add_bytes("model.pt", result.model_state)
+        for name, data in result.model_files.items():
+            files.add_bytes(name, data)
         fig = new_figure()
         ax = fig.subplots()
         hist = result.history

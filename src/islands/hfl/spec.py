@@ -101,12 +101,13 @@ def _common(dep: Deployment, fed: _Federated
     """Return the model spec, strategy, sample-level DP, checkpoint folder and settings."""
     job = fed.job
     classification = job.task == "classification"
+    strategy = build_strategy(job)
     # a factory's module is built here, from this machine's code: its digest joins the
     # hello's keys (_derived), so parties that built different initial models never start
     spec = ModelConfig.model_validate(job.model).make_model(
         fed.shape, int(fed.classes) if classification and fed.classes else 1, task=job.task,
-        seed=job.seed, where=f"{dep.where} [hfl]")
-    strategy = build_strategy(job)
+        seed=job.seed, where=f"{dep.where} [hfl]",
+        local_layers=getattr(strategy, "local_layers", None))
     sample_dp = job.protection.sample_dp()
     ckpt = dep.output.with_name(dep.output.name + ".checkpoints") if fed.checkpoint else None
     if ckpt is not None:

@@ -30,6 +30,8 @@ References
 .. [2] Zhang Ze-Hui et al. "Adaptive privacy-preserving federated learning" (APFL),
    Acta Automatica Sinica 2023, §3.3 and §5.
 .. [3] Li et al. "Federated Optimization in Heterogeneous Networks" (FedProx). MLSys 2020.
+.. [4] X. Li, M. Jiang, X. Zhang, M. Kamp, Q. Dou. "FedBN: Federated Learning on Non-IID
+   Features via Local Batch Normalization". ICLR 2021.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from islands.hfl.maths import TauState, apfl_batch_sizes, update_tau
 from islands.hfl.server_opt import ServerOptimizer, check_composes
 from islands.validation import check_float, check_int, describe
 
-__all__ = ["APFL", "FedAvg", "FedProx", "LocalConfig", "Strategy", "check_client_rows"]
+__all__ = ["APFL", "FedAvg", "FedBN", "FedProx", "LocalConfig", "Strategy", "check_client_rows"]
 
 
 @dataclass(frozen=True)
@@ -343,6 +345,42 @@ class FedProx(FedAvg):
 
     def __repr__(self) -> str:
         return f"FedProx(mu={self.mu}, " + super().__repr__().split("(", 1)[1]
+
+
+class FedBN(FedAvg):
+    """FedAvg with every batch-norm layer kept local (FedBN, Li et al. [4]_).
+
+    Each client keeps its batch-norm layers' weights and running statistics, trained on
+    its own rows and never sent; every other parameter is averaged as in FedAvg (under
+    the aggregator's protection). For clients whose features are shifted (another
+    scanner, contrast or rotation), each keeps the normalisation of its own
+    distribution. Needs a user's model with batch norm
+    (:class:`~islands.hfl.torch.user.TorchModel`); the model each client ends with is its
+    own (``FederatedModel.export(client=...)``).
+
+    Parameters
+    ----------
+    **FedAvg parameters
+        As :class:`FedAvg`.
+    """
+
+    local_layers = "batchnorm"
+    """The layers that stay with each client (:data:`~islands.hfl.torch.user.LOCAL_LAYERS`)."""
+
+    def __init__(self, local_steps: int = 1, batch_size: int | None = 64, lr: float = 0.1,
+                 momentum: float = 0.0, weight_decay: float = 0.0, fraction: float = 1.0,
+                 min_clients: int = 1, evaluate: bool = False,
+                 aggregator: Aggregator | None = None, seed: int = 0,
+                 sampling: str = "fixed",
+                 server_optimizer: ServerOptimizer | None = None) -> None:
+        super().__init__(local_steps=local_steps, batch_size=batch_size, lr=lr,
+                         momentum=momentum, weight_decay=weight_decay, fraction=fraction,
+                         min_clients=min_clients, evaluate=evaluate, aggregator=aggregator,
+                         seed=seed, sampling=sampling, server_optimizer=server_optimizer)
+        self.name = "fedbn"
+
+    def __repr__(self) -> str:
+        return "FedBN(" + super().__repr__().split("(", 1)[1]
 
 
 class APFL:

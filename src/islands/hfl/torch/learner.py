@@ -75,6 +75,9 @@ class TorchLearner:
             self._private = PrivateTrainer(self.trainer, dp)
             self._account = SampleAccount(dp, len(y))
         self._n_train = len(y)
+        initial_local = getattr(spec, "initial_local", None)
+        self._n_local = 0 if initial_local is None else int(initial_local().size)
+        self.local_state: Any = None  # the client's local layers after its last call
         self._eval = None
         if X_eval is not None and y_eval is not None and len(y_eval) > 0:
             # checked like the training rows: a NaN here must not turn into a dropout later
@@ -106,12 +109,29 @@ class TorchLearner:
             return self._train_private(params, epoch=epoch, step=step, steps=steps,
                                        batch_size=batch_size, config=config,
                                        momentum=momentum)
+        local, buffer = self._unpack(momentum)
         out = self.trainer.train(
             params, start=Position(epoch=epoch, step=step), steps=steps,
             batch_size=batch_size, lr=config.lr, momentum=config.momentum,
             weight_decay=config.weight_decay, prox_mu=config.prox_mu,
-            momentum_buffer=momentum)
-        return LocalOutcome(params=out.params, momentum=out.momentum, loss=float(out.loss))
+            momentum_buffer=buffer, local=local)
+        carried = out.momentum
+        if self._n_local:
+            self.local_state = out.local
+            carried = out.local if out.momentum is None else np.concatenate(
+                [out.local, out.momentum])
+        return LocalOutcome(params=out.params, momentum=carried, loss=float(out.loss))
+
+    def _unpack(self, carried: Vector | None) -> tuple[Vector | None, Vector | None]:
+        """Split what the client role carries between calls: local layers, momentum buffer.
+
+        With local layers (FedBN) the role's per-client vector holds them first, then the
+        momentum buffer if any: it is checkpointed and handed back as the buffer is.
+        """
+        if not self._n_local or carried is None:
+            return None, carried
+        rest = carried[self._n_local:]
+        return carried[: self._n_local], (rest if rest.size else None)
 
     def _train_private(self, params: Vector, *, epoch: int, step: int, steps: int,
                        batch_size: int, config: LocalConfig,
@@ -139,7 +159,7 @@ class TorchLearner:
         if self._eval is None:
             return float("nan")
         X, y = self._eval
-        value = float(self.trainer.evaluate(params, X, y))
+        value = float(self.trainer.evaluate(params, X, y, self.local_state))
         if self.trainer.task == "regression":
             var = float(np.var(np.asarray(y, dtype=np.float64)))
             return 1.0 - value / var if var > 0 else -value

@@ -53,6 +53,8 @@ __all__ = [
     "flat_parameters",
     "lay_out",
     "load_flat",
+    "load_local",
+    "local_state",
     "state_bytes",
     "travel_size",
 ]
@@ -68,6 +70,7 @@ _FLAT_ATTR = "_islands_flat"
 _PARAMS_ATTR = "_islands_params"
 _BUFFERS_ATTR = "_islands_buffers"
 _RESETS_ATTR = "_islands_resets"
+_LOCAL_ATTR = "_islands_local"  # (number of trainable values that travel, local buffers)
 
 
 def _int_tuple(value: Any, *, min_len: int, max_len: int | None = None) -> bool:
@@ -326,14 +329,21 @@ def _buffers_of(module: nn.Module) -> tuple[tuple[nn.Module, str], ...]:
 
 
 def lay_out(module: nn.Module, buffers: tuple[tuple[nn.Module, str], ...] = (),
-            resets: tuple[tuple[nn.Module, str, torch.Tensor], ...] = ()) -> nn.Module:
+            resets: tuple[tuple[nn.Module, str, torch.Tensor], ...] = (),
+            local: tuple[nn.Parameter, ...] = (),
+            local_buffers: tuple[tuple[nn.Module, str], ...] = ()) -> nn.Module:
     """Lay ``module``'s trainable parameters out as views into one flat ``float32`` tensor.
 
-    The travelling vector is then that tensor followed by ``buffers`` (each flattened),
-    so :func:`load_flat` and :func:`flat_parameters` are single copies of the parameters
-    and an optimiser step is one vector-wide update. Frozen parameters (no gradient)
-    keep their values and never travel. ``resets`` are buffers set back to the given
-    value at every load (integer counters that must not be averaged).
+    The travelling vector is then that tensor's travelling part followed by ``buffers``
+    (each flattened), so :func:`load_flat` and :func:`flat_parameters` are single copies
+    of the parameters and an optimiser step is one vector-wide update. Frozen parameters
+    (no gradient) keep their values and never travel. ``resets`` are buffers set back to
+    the given value at every load (integer counters that must not be averaged).
+
+    ``local`` parameters (FedBN's batch-norm weights) are trained but stay with each
+    client: they sit last in the flat tensor, after the travelling ones, and with
+    ``local_buffers`` form the client's local state (:func:`local_state`,
+    :func:`load_local`).
 
     Parameters
     ----------
@@ -343,13 +353,20 @@ def lay_out(module: nn.Module, buffers: tuple[tuple[nn.Module, str], ...] = (),
         The floating-point buffers that travel, in order.
     resets : tuple of (module, name, tensor)
         Buffers reset to ``tensor`` at every load.
+    local : tuple of Parameter
+        Trainable parameters that stay with the client.
+    local_buffers : tuple of (module, name)
+        Buffers that stay with the client.
 
     Returns
     -------
     torch.nn.Module
         ``module``.
     """
-    params = tuple(p for p in module.parameters() if p.requires_grad)
+    kept = {id(p) for p in local}
+    travel = tuple(p for p in module.parameters() if p.requires_grad and id(p) not in kept)
+    params = travel + tuple(p for p in module.parameters() if p.requires_grad
+                            and id(p) in kept)
     flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32)
     offset = 0
     for p in params:
@@ -362,7 +379,57 @@ def lay_out(module: nn.Module, buffers: tuple[tuple[nn.Module, str], ...] = (),
     setattr(module, _PARAMS_ATTR, params)  # walking the module tree is slow
     setattr(module, _BUFFERS_ATTR, tuple(buffers))
     setattr(module, _RESETS_ATTR, tuple(resets))
+    setattr(module, _LOCAL_ATTR, (sum(p.numel() for p in travel), tuple(local_buffers)))
     return module
+
+
+def _travelling(module: nn.Module, flat: torch.Tensor) -> torch.Tensor:
+    """Return the part of the flat tensor that travels (all of it without local layers)."""
+    cached = getattr(module, _LOCAL_ATTR, None)
+    return flat if cached is None or cached[0] == flat.numel() else flat[: cached[0]]
+
+
+def local_state(module: nn.Module) -> NDArray[np.float32]:
+    """Return a copy of the part of a laid-out module that stays with its client.
+
+    Its local trainable parameters (last in the flat tensor), then its local buffers;
+    empty for a module without local layers.
+    """
+    cached = getattr(module, _LOCAL_ATTR, None)
+    flat = _flat_of(module)
+    if cached is None or flat is None:
+        return np.zeros(0, dtype=np.float32)
+    n, buffers = cached
+    with torch.no_grad():
+        parts = [flat[n:], *(owner.get_buffer(name).detach().reshape(-1).to(torch.float32)
+                             for owner, name in buffers)]
+        out: NDArray[np.float32] = torch.cat(parts).numpy().copy()
+    return out
+
+
+def load_local(module: nn.Module, values: NDArray[np.float32]) -> None:
+    """Copy a client's local state (:func:`local_state`) back into a laid-out module."""
+    cached = getattr(module, _LOCAL_ATTR, None)
+    flat = _flat_of(module)
+    if cached is None or flat is None:
+        if values.size:
+            raise ValidationError("this model has no local layers to load a state into")
+        return
+    n, buffers = cached
+    expected = flat.numel() - n + sum(owner.get_buffer(name).numel()
+                                      for owner, name in buffers)
+    if values.shape != (expected,):
+        raise invalid_parameter("values", "load_local", f"a vector of {expected} values "
+                                "(the local layers' state)", describe(values))
+    tensor = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32).copy())
+    with torch.no_grad():
+        flat[n:].copy_(tensor[: flat.numel() - n])
+        offset = flat.numel() - n
+        for owner, name in buffers:
+            buffer = owner.get_buffer(name)
+            size = buffer.numel()
+            buffer.copy_(tensor[offset : offset + size].view(buffer.shape))
+            offset += size
 
 
 def _flat_tensor(module: nn.Module) -> torch.Tensor:
@@ -386,6 +453,8 @@ def flat_parameters(module: nn.Module) -> NDArray[np.float32]:
     """
     flat = _flat_of(module)
     buffers = _buffers_of(module)
+    if flat is not None:
+        flat = _travelling(module, flat)
     with torch.no_grad():
         if flat is None:
             parts = [p.detach().reshape(-1).to(torch.float32) for p in _params_of(module)]
@@ -400,8 +469,10 @@ def flat_parameters(module: nn.Module) -> NDArray[np.float32]:
 
 def travel_size(module: nn.Module) -> int:
     """Return the length of ``module``'s travelling vector (:func:`flat_parameters`)."""
-    return (sum(p.numel() for p in _params_of(module))
-            + sum(owner.get_buffer(name).numel() for owner, name in _buffers_of(module)))
+    flat = _flat_of(module)
+    params = (sum(p.numel() for p in _params_of(module)) if flat is None
+              else _travelling(module, flat).numel())
+    return params + sum(owner.get_buffer(name).numel() for owner, name in _buffers_of(module))
 
 
 def _check_vector(vector: Any, expected: int, name: str, owner: str) -> NDArray[np.float32]:
@@ -447,8 +518,8 @@ def _load_checked(module: nn.Module, values: NDArray[np.float32]) -> None:
     flat = _flat_of(module)
     with torch.no_grad():
         if flat is not None:
-            n = flat.numel()
-            np.copyto(flat.numpy(), values[:n])  # numpy copy: fine for read-only input
+            n = _travelling(module, flat).numel()
+            np.copyto(flat.numpy()[:n], values[:n])  # numpy copy: fine for read-only input
             tensor = torch.tensor(values[n:]) if values.size > n else None
             offset = 0
         else:

@@ -35,7 +35,7 @@ All arithmetic is ``float32``. The number of intra-op threads is the caller's bu
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -54,6 +54,8 @@ from islands.hfl.torch.models import (
     _params_of,
     check_model,
     flat_parameters,
+    load_local,
+    local_state,
 )
 from islands.validation import (
     FLOAT32_LIMIT_REASON,
@@ -205,6 +207,9 @@ class TrainOutcome:
         The number of steps run.
     end : Position
         The position after the last step, where the next call should start.
+    local : ndarray, float32
+        The client's local layers after the steps (FedBN's batch norm: the state that
+        never travels), to hand to the next call; empty without local layers.
     """
 
     params: NDArray[np.float32]
@@ -212,6 +217,7 @@ class TrainOutcome:
     loss: float
     steps: int
     end: Position
+    local: NDArray[np.float32] = field(default_factory=lambda: np.zeros(0, np.float32))
 
 
 @dataclass
@@ -431,6 +437,7 @@ class Trainer:
         weight_decay: float = 0.0,
         prox_mu: float = 0.0,
         momentum_buffer: Any = None,
+        local: Any = None,
     ) -> TrainOutcome:
         """Run ``steps`` SGD steps from ``params``, starting at mini-batch ``start``.
 
@@ -455,6 +462,9 @@ class Trainer:
         momentum_buffer : array-like of shape (n_trainable,) or None, default=None
             The buffer a previous call returned (not modified). None starts a fresh
             buffer (v = g on the first step). Must be None when momentum is 0.
+        local : array-like or None, default=None
+            The client's local layers (a previous call's ``local``); None: the initial
+            model's. Only for a model with local layers (FedBN).
 
         Returns
         -------
@@ -468,6 +478,7 @@ class Trainer:
         pos = start
         with self.pool.borrow() as module:
             _load_checked(module, st.params)
+            self._load_local(module, local)
             module.train()
             flat = _flat_tensor(module)
             anchor = flat.clone() if st.prox_mu > 0.0 else None
@@ -488,8 +499,18 @@ class Trainer:
                     pos.epoch + 1, 0
                 )
             out_params = flat_parameters(module)
+            out_local = local_state(module)
         out_buf: NDArray[np.float32] | None = None if buf is None else buf.numpy()
-        return TrainOutcome(out_params, out_buf, losses / st.steps, st.steps, pos)
+        return TrainOutcome(out_params, out_buf, losses / st.steps, st.steps, pos, out_local)
+
+    def _load_local(self, module: nn.Module, local: Any) -> None:
+        """Load a client's local layers (the initial model's when None) into ``module``."""
+        if local is None:
+            initial = getattr(self.spec, "initial_local", None)
+            if initial is not None:
+                load_local(module, initial())
+            return
+        load_local(module, np.asarray(local, dtype=np.float32))
 
     def settings(self, params: Any, *, start: Position, steps: int, batch_size: int,
                  lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
@@ -548,12 +569,13 @@ class Trainer:
             return F.cross_entropy(out, yb, reduction=reduction)
         return F.mse_loss(out.reshape(-1), yb, reduction=reduction)
 
-    def _outputs(self, params: Any, X: Any, owner: str) -> torch.Tensor:
+    def _outputs(self, params: Any, X: Any, owner: str, local: Any = None) -> torch.Tensor:
         w = _check_vector(params, self.n_params, "params", owner)
         features = torch.from_numpy(_as_features(X, self.spec, "X", owner))
         chunks = []
         with self.pool.borrow() as module, torch.no_grad():
             _load_checked(module, w)
+            self._load_local(module, local)
             module.eval()
             for lo in range(0, features.shape[0], _PREDICT_ROWS):
                 out = module(_as_float(features[lo : lo + _PREDICT_ROWS]))
@@ -563,8 +585,10 @@ class Trainer:
                     chunks.append(out.reshape(-1))
         return torch.cat(chunks)
 
-    def predict(self, params: Any, X: Any) -> NDArray[Any]:
+    def predict(self, params: Any, X: Any, local: Any = None) -> NDArray[Any]:
         """Predict with the model ``params`` on ``X``, 4096 rows at a time.
+
+        ``local``: a client's local layers (FedBN), None for the initial model's.
 
         Returns
         -------
@@ -572,7 +596,7 @@ class Trainer:
             Class labels (int64, the argmax of the outputs) for classification, the
             float32 outputs for regression.
         """
-        out: NDArray[Any] = self._outputs(params, X, "Trainer.predict").numpy()
+        out: NDArray[Any] = self._outputs(params, X, "Trainer.predict", local).numpy()
         return out
 
     def score_own(self, params: Any, metric: Literal["accuracy", "loss"]) -> float:
@@ -591,6 +615,7 @@ class Trainer:
         total = 0.0
         with self.pool.borrow() as module, torch.no_grad():
             _load_checked(module, w)
+            self._load_local(module, None)
             module.eval()
             for lo in range(0, self.n, _PREDICT_ROWS):
                 xb = _as_float(self._X[lo : lo + _PREDICT_ROWS])
@@ -601,10 +626,10 @@ class Trainer:
                     total += float(self.loss(module, xb, yb, reduction="sum").item())
         return total / self.n if metric == "accuracy" else -total / self.n
 
-    def evaluate(self, params: Any, X: Any, y: Any) -> float:
+    def evaluate(self, params: Any, X: Any, y: Any, local: Any = None) -> float:
         """Return the accuracy (classification) or the mean squared error (regression)."""
         owner = "Trainer.evaluate"
-        pred = self.predict(params, X)
+        pred = self.predict(params, X, local)
         target = _as_targets(y, pred.shape[0], self.task, self.spec.n_outputs, "y", owner)
         if self.task == "classification":
             return float(np.mean(pred == target))

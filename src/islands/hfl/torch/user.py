@@ -54,6 +54,8 @@ from islands.hfl.torch.models import (
     flat_parameters,
     lay_out,
     load_flat,
+    load_local,
+    local_state,
     register_model_type,
 )
 from islands.validation import describe
@@ -161,6 +163,11 @@ class TorchModel:
     _buffers: tuple[str, ...] = ()
     _resets: tuple[str, ...] = ()
     _digest: str = ""
+    local_layers: str | None = None
+    _local_params: tuple[str, ...] = ()
+    _local_buffers: tuple[str, ...] = ()
+    _initial_local: NDArray[np.float32] = field(
+        default_factory=lambda: np.zeros(0, np.float32), repr=False)
 
     input_divisor = 1.0
     """No scaling of the inputs: a user's module does its own preprocessing."""
@@ -169,7 +176,8 @@ class TorchModel:
     def bind(cls, model: Any, input_shape: tuple[int, ...], *, task: str = "classification",
              seed: int = 0, kwargs: Mapping[str, Any] | None = None,
              owner: str = "FederatedModel",
-             folder: str | os.PathLike[str] | None = None) -> TorchModel:
+             folder: str | os.PathLike[str] | None = None,
+             local_layers: str | None = None) -> TorchModel:
         """Bind a module or factory to examples of ``input_shape`` and check it.
 
         Parameters
@@ -191,6 +199,9 @@ class TorchModel:
             Who asks, for the messages.
         folder : path or None
             Where a factory's module may also be (a job file's folder: :func:`import_factory`).
+        local_layers : {"batchnorm"} or None
+            Layers whose parameters and buffers stay with each client (FedBN: every batch
+            norm); None: everything trainable travels.
 
         Raises
         ------
@@ -223,17 +234,22 @@ class TorchModel:
                                   f"({exc!r}); every party trains private copies") from exc
         shape = tuple(int(v) for v in input_shape)
         _check_parameters(module, owner)
+        local_params, local_buffers = _local_parts(module, local_layers, owner)
         state = set(module.state_dict())
         buffers: list[str] = []
         resets: list[str] = []
         for name, buffer in module.named_buffers():
-            if name not in state:
-                continue  # non-persistent: never travels
+            if name not in state or name in local_buffers:
+                continue  # non-persistent (never travels) or the client's own
             (buffers if buffer.is_floating_point() else resets).append(name)
         n_outputs = _check_forward(module, shape, task, owner)
-        return cls(module=module, input_shape=shape, n_outputs=n_outputs,
-                   factory=factory_name, kwargs=kwargs, _buffers=tuple(buffers),
-                   _resets=tuple(resets), _digest=_state_digest(module))
+        bound = cls(module=module, input_shape=shape, n_outputs=n_outputs,
+                    factory=factory_name, kwargs=kwargs, _buffers=tuple(buffers),
+                    _resets=tuple(resets), _digest=_state_digest(module),
+                    local_layers=local_layers, _local_params=local_params,
+                    _local_buffers=local_buffers)
+        object.__setattr__(bound, "_initial_local", local_state(bound.empty()))
+        return bound
 
     @property
     def input_size(self) -> int:
@@ -251,7 +267,13 @@ class TorchModel:
         buffers = tuple(_owner_of(module, name) for name in self._buffers)
         resets = tuple((*_owner_of(module, name), module.get_buffer(name).detach().clone())
                        for name in self._resets)
-        return lay_out(module, buffers, resets)
+        return lay_out(module, buffers, resets,
+                       local=tuple(module.get_parameter(n) for n in self._local_params),
+                       local_buffers=tuple(_owner_of(module, n) for n in self._local_buffers))
+
+    def initial_local(self) -> NDArray[np.float32]:
+        """Return the initial model's local layers (empty without local layers)."""
+        return self._initial_local
 
     def build(self, seed: int = 0) -> nn.Module:
         """Return the initial model (``seed`` is unused: the model is the one bound)."""
@@ -267,8 +289,9 @@ class TorchModel:
 
     def n_params(self) -> int:
         """Return the length of the travelling vector: trainable values, then buffers."""
-        return self.n_trainable() + sum(self.module.get_buffer(name).numel()
-                                        for name in self._buffers)
+        kept = sum(self.module.get_parameter(n).numel() for n in self._local_params)
+        return self.n_trainable() - kept + sum(self.module.get_buffer(name).numel()
+                                               for name in self._buffers)
 
     def travelling_buffers(self) -> tuple[str, ...]:
         """Return the names of the buffers that travel after the parameters."""
@@ -277,11 +300,14 @@ class TorchModel:
     def describe(self) -> str:
         """Return a one-line description, e.g. ``"Net (user model: 1,234 trained ...)"``."""
         frozen = sum(p.numel() for p in self.module.parameters() if not p.requires_grad)
-        buffered = self.n_params() - self.n_trainable()
+        kept = self._initial_local.size
+        buffered = sum(self.module.get_buffer(n).numel() for n in self._buffers)
         source = f" from {self.factory}" if self.factory else ""
         parts = [f"{self.n_trainable():,} trained parameters"]
         if frozen:
             parts.append(f"{frozen:,} frozen")
+        if kept:
+            parts.append(f"{kept:,} values of local {self.local_layers} layers stay")
         if buffered:
             parts.append(f"{buffered:,} buffer values")
         return (f"{type(self.module).__name__} (user model{source}: {', '.join(parts)}; "
@@ -294,14 +320,17 @@ class TorchModel:
                 "model.input_shape": self.input_shape, "model.n_outputs": self.n_outputs,
                 "model.digest": self.digest}
 
-    def export(self, params: Any) -> nn.Module:
+    def export(self, params: Any, local: Any = None) -> nn.Module:
         """Return a copy of the model holding ``params`` (a travelling vector), in eval mode.
 
-        The copy is a plain module again (no flat layout): save it with
+        ``local``: a client's local layers (FedBN), None for the initial model's. The
+        copy is a plain module again (no flat layout): save it with
         ``torch.save(module.state_dict(), path)``.
         """
         laid = self.empty()
         load_flat(laid, params)
+        load_local(laid, self._initial_local if local is None
+                   else np.asarray(local, dtype=np.float32))
         out = copy.deepcopy(self.module)
         out.load_state_dict({k: v.clone() for k, v in laid.state_dict().items()})
         return out.eval()
@@ -313,6 +342,34 @@ register_model_type(TorchModel)
 def _owner_of(module: nn.Module, name: str) -> tuple[nn.Module, str]:
     prefix, _, leaf = name.rpartition(".")
     return (module.get_submodule(prefix) if prefix else module), leaf
+
+
+LOCAL_LAYERS: tuple[str, ...] = ("batchnorm",)
+"""What ``local_layers`` may name: ``"batchnorm"``, every batch-norm layer (FedBN)."""
+
+
+def _local_parts(module: nn.Module, local_layers: str | None, owner: str
+                 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Return the names of the parameters and float buffers that stay with each client."""
+    if local_layers is None:
+        return (), ()
+    if local_layers not in LOCAL_LAYERS:
+        raise invalid_parameter("local_layers", owner, f"None or one of {LOCAL_LAYERS}",
+                                describe(local_layers))
+    layers = [(name, layer) for name, layer in module.named_modules()
+              if isinstance(layer, nn.modules.batchnorm._BatchNorm)]
+    if not layers:
+        raise ValidationError(f"FedBN keeps every batch-norm layer local, but the 'model' of "
+                              f"{owner} has none: train it with FedAvg")
+    params: list[str] = []
+    buffers: list[str] = []
+    for name, layer in layers:
+        prefix = f"{name}." if name else ""
+        params += [prefix + n for n, p in layer.named_parameters(recurse=False)
+                   if p.requires_grad]
+        buffers += [prefix + n for n, b in layer.named_buffers(recurse=False)
+                    if b.is_floating_point()]
+    return tuple(params), tuple(buffers)
 
 
 def _check_parameters(module: nn.Module, owner: str) -> None:
