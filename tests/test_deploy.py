@@ -155,7 +155,7 @@ def _in_process(parts: list[Any], epochs: int, aggregator: Any = None) -> np.nda
     spec = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(16,))
     fl = FederatedModel(spec, FedAvg(local_steps=4, batch_size=32, lr=0.1, seed=3,
                                      aggregator=aggregator),
-                        epochs=epochs, seed=3, threads=1)
+                        epochs=epochs, random_state=3, threads=1)
     fl.fit(parts, names=[f"c{k}" for k in range(len(parts))])
     return np.asarray(fl.params_)
 
