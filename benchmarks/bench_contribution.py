@@ -156,7 +156,8 @@ def fit(parts: list[tuple[np.ndarray, np.ndarray]], epochs: int,
 
     fl = FederatedModel(mlp_spec(), FedAvg(local_steps=TAU, batch_size=BATCH, lr=LR,
                                            momentum=MOMENTUM),
-                        epochs=epochs, eval_fraction=0.0, seed=SEED, contribution=contribution)
+                        epochs=epochs, eval_fraction=0.0, random_state=SEED,
+                        contribution=contribution)
     seconds, _ = once(lambda: fl.fit(parts))
     return seconds, fl
 

@@ -185,7 +185,7 @@ def _model(fed: Federation, rounds: int, contribution: Contribution | None = Non
            ) -> FederatedModel:
     spec = ModelSpec("mlp", (fed.parts[0][0].shape[1],), 10, hidden=(HIDDEN,))
     strategy = FedAvg(local_steps=LOCAL_STEPS, batch_size=None, lr=LR, momentum=0.0)
-    return FederatedModel(spec, strategy, epochs=rounds, seed=fed.seed, eval_fraction=0.0,
+    return FederatedModel(spec, strategy, epochs=rounds, random_state=fed.seed, eval_fraction=0.0,
                           concurrency=None, threads=1, contribution=contribution)
 
 

@@ -72,7 +72,7 @@ def run(method: str, seed: int, rows: int, epochs: int, data: tuple[Any, ...]
     initial = cnn()
     strategy = FedBN(**LOCAL) if method == "fedbn" else FedAvg(**LOCAL)  # type: ignore[arg-type]
     t0 = time.perf_counter()
-    fm = FederatedModel(initial, strategy, epochs=epochs, seed=seed, eval_fraction=0.0)
+    fm = FederatedModel(initial, strategy, epochs=epochs, random_state=seed, eval_fraction=0.0)
     fm.fit(parts)
     accs = []
     for k, (Xk, yk) in enumerate(tests):

@@ -75,7 +75,7 @@ def run(name: str, lr: float | None, seed: int, data: tuple[Any, ...], epochs: i
     evaluation = (X[held], y[held]) if validation else (Xt, yt)
     t0 = time.perf_counter()
     fm = FederatedModel(spec, FedAvg(**LOCAL, server_optimizer=opt), epochs=epochs,
-                        seed=seed, eval_fraction=0).fit(parts, test=evaluation)
+                        random_state=seed, eval_fraction=0).fit(parts, test=evaluation)
     curve = [float(h.test["accuracy"]) for h in fm.history_]
     return {"method": name, "lr": lr, "seed": seed, "accuracy": curve[-1], "curve": curve,
             "rounds": fm.aggregations_, "seconds": time.perf_counter() - t0}

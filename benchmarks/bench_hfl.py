@@ -259,7 +259,7 @@ def bench_overhead(kind: str, rows: int, threads: int, repeats: int) -> dict[str
 
     def fl(th: int | str, data: list[tuple[np.ndarray, np.ndarray]]) -> Any:
         strategy = FedAvg(local_steps=1, batch_size=FL_BATCH, lr=LR, momentum=MOMENTUM)
-        return FederatedModel(spec, strategy, epochs=1, seed=0, eval_fraction=0.0,
+        return FederatedModel(spec, strategy, epochs=1, random_state=0, eval_fraction=0.0,
                               threads=th).fit(data)  # type: ignore[arg-type]
 
     def cl(Xc: np.ndarray, yc: np.ndarray) -> Any:

@@ -213,7 +213,7 @@ def child(backend: str, n_clients: int, rounds: int, pixels: str = "float32"
             stack.enter_context(ray_session())  # the fit then finds Ray running
             ray_init_s = time.perf_counter() - t0
         strategy = FedAvg(local_steps=n_min // batch, batch_size=batch, lr=LR)
-        fm = FederatedModel(spec, strategy, epochs=rounds, seed=0, eval_fraction=0.0,
+        fm = FederatedModel(spec, strategy, epochs=rounds, random_state=0, eval_fraction=0.0,
                             concurrency=CONCURRENCY, threads="auto", backend=backend)
         t0 = time.perf_counter()
         fm.fit(parts)

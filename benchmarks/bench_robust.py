@@ -91,7 +91,7 @@ def accuracy(d: dict[str, Any], aggregator: Any, behaviour: dict[str, Any] | Non
              epochs: int, seed: int) -> float:
     fl = FederatedModel(ModelSpec("linear", (d["features"],), 10),
                         FedAvg(local_steps=2, batch_size=16, lr=0.3, aggregator=aggregator),
-                        epochs=epochs, seed=seed, concurrency=None)
+                        epochs=epochs, random_state=seed, concurrency=None)
     fl.fit(d["parts"], behaviour=behaviour)
     X, y = d["test"]
     return float(np.mean(fl.predict(X) == y))

@@ -265,7 +265,7 @@ def _hfl_fit(part0: tuple[Any, Any]) -> Any:
 
     spec, parts = _hfl_parts()
     return FederatedModel(spec, APFL(tau=2, phi=2, batch_size=8), epochs=1,
-                          eval_fraction=0.25, seed=0).fit([part0, parts[1]])
+                          eval_fraction=0.25, random_state=0).fit([part0, parts[1]])
 
 
 @pytest.mark.parametrize("row", range(40))
@@ -298,7 +298,7 @@ def test_hfl_regression_targets_beyond_float32_limit() -> None:
     _, parts = _hfl_parts()
     y = np.zeros(40)
     y[7] = 1e20
-    fl = FederatedModel(spec, FedAvg(batch_size=8), task="regression", epochs=1, seed=0)
+    fl = FederatedModel(spec, FedAvg(batch_size=8), task="regression", epochs=1, random_state=0)
     with pytest.raises(ValidationError, match=r"'parts\[0\]\[1\]'.*at most 8\.8e\+12.*row 7"):
         fl.fit([(parts[0][0], y), (parts[1][0], np.zeros(40))])
 
@@ -359,7 +359,7 @@ def test_hfl_fit_with_a_dropout_warns_naming_client_round_and_reason() -> None:
     from islands.hfl import FedAvg, FederatedModel
 
     spec, parts = _hfl_parts()
-    fl = FederatedModel(spec, FedAvg(batch_size=8, min_clients=1), epochs=1, seed=0)
+    fl = FederatedModel(spec, FedAvg(batch_size=8, min_clients=1), epochs=1, random_state=0)
     with pytest.warns(UserWarning, match=r"clients were left out.*client-2: malformed update "
                       r"in round\(s\) 1 \(.+\)") as record:
         fl.fit(parts, behaviour={"client-2": _NaNLearner})

@@ -853,7 +853,7 @@ def _fit(digits: dict[str, Any], contribution: Contribution, *, clients: int = 4
          strategy: Any = None, seed: int = 1, epochs: int = 2,
          **kw: Any) -> FederatedModel:
     strategy = strategy or FedAvg(local_steps=2, batch_size=32, lr=0.2)
-    fl = FederatedModel(SPEC, strategy, epochs=epochs, seed=seed, contribution=contribution,
+    fl = FederatedModel(SPEC, strategy, epochs=epochs, random_state=seed, contribution=contribution,
                         concurrency=None, **kw)
     return fl.fit(parts or digits["parts"][:clients], behaviour=behaviour)
 
@@ -1058,7 +1058,7 @@ def test_resumed_run_reports_the_contribution_of_an_uninterrupted_one(
 
     def model(**kw: Any) -> FederatedModel:
         return FederatedModel(SPEC, FedAvg(local_steps=1, batch_size=30, lr=0.2), epochs=1,
-                              seed=2, contribution=Contribution(
+                              random_state=2, contribution=Contribution(
                                   digits["val"], methods=ALL, metric="loss",
                                   min_permutations=5, max_permutations=20), **kw)
 
@@ -1138,7 +1138,7 @@ def test_coalition_trainer_trains_coalitions_of_a_federation(
 
     def make() -> FederatedModel:
         return FederatedModel(SPEC, FedAvg(local_steps=1, batch_size=25, lr=0.3), epochs=1,
-                              seed=4)
+                              random_state=4)
 
     train = coalition_trainer(make, parts, utility, behaviour={"client-3": FreeRider})
     v0 = train(())

@@ -39,7 +39,7 @@ LARGE, TWIN_A, TWIN_B, SMALL, SHUFFLED, RIDER = range(6)
 
 def _model(contribution: Contribution | None = None) -> FederatedModel:
     return FederatedModel(SPEC, FedAvg(local_steps=2, batch_size=None, lr=0.5, momentum=0.0),
-                          epochs=ROUNDS, seed=0, eval_fraction=0.0, concurrency=None,
+                          epochs=ROUNDS, random_state=0, eval_fraction=0.0, concurrency=None,
                           threads=1, contribution=contribution)
 
 

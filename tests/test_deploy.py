@@ -155,7 +155,7 @@ def _in_process(parts: list[Any], epochs: int, aggregator: Any = None) -> np.nda
     spec = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(16,))
     fl = FederatedModel(spec, FedAvg(local_steps=4, batch_size=32, lr=0.1, seed=3,
                                      aggregator=aggregator),
-                        epochs=epochs, seed=3, threads=1)
+                        epochs=epochs, random_state=3, threads=1)
     fl.fit(parts, names=[f"c{k}" for k in range(len(parts))])
     return np.asarray(fl.params_)
 
@@ -718,7 +718,7 @@ def test_a_factory_model_across_processes_equals_in_process(tmp_path: Path) -> N
         fl = FederatedModel(lambda: deployed_models.net(width=12),
                             FedAvg(local_steps=4, batch_size=32, lr=0.1, seed=3,
                                    aggregator=SecureAggregation()),
-                            epochs=1, seed=3, threads=1)
+                            epochs=1, random_state=3, threads=1)
         fl.fit(parts, names=[f"c{k}" for k in range(len(parts))])
     finally:
         _sys.path.remove(str(tmp_path / "code"))

@@ -271,7 +271,7 @@ def test_resume_ends_with_exactly_the_model_of_an_uninterrupted_run(tmp_path: Pa
     parts = [(X[:50], y[:50]), (X[50:], y[50:])]
 
     def model(**kw: Any) -> FederatedModel:
-        return FederatedModel(SPEC, APFL(tau=3, phi=2, batch_size=10), epochs=3, seed=4,
+        return FederatedModel(SPEC, APFL(tau=3, phi=2, batch_size=10), epochs=3, random_state=4,
                               **kw)
 
     whole = model().fit(parts)
@@ -302,11 +302,12 @@ def test_estimator_reports_history_and_bytes() -> None:
     X, y = _blobs(300)
     parts = [(X[:150], y[:150]), (X[150:], y[150:])]
     fm = FederatedModel(SPEC, FedAvg(local_steps=5, batch_size=10, lr=0.2), epochs=3,
-                        seed=1).fit(parts, test=(X, y))
+                        random_state=1).fit(parts, test=(X, y))
     assert len(fm.history_) == 3 and fm.history_[-1].test["accuracy"] > 0.8
     assert fm.aggregations_ == 3 * math.ceil((135 // 10) / 5)
     assert fm.transcript_.totals("tag")["update"].messages == 2 * fm.aggregations_
-    assert fm.score(X, y)["accuracy"] == pytest.approx(fm.history_[-1].test["accuracy"])
+    assert fm.metrics(X, y) == fm.history_[-1].test  # the last epoch's model is the final
+    assert fm.score(X, y) == fm.history_[-1].test["accuracy"]
     assert fm.predict(X[:5]).shape == (5,)
 
 
@@ -383,7 +384,7 @@ def test_in_process_training_runs_on_a_pool_of_concurrency_threads(
     X, y = _blobs(240)
     parts = [(X[k::12], y[k::12]) for k in range(12)]
     fm = FederatedModel(SPEC, FedAvg(local_steps=2, batch_size=5), concurrency=3,
-                        seed=1).fit(parts)
+                        random_state=1).fit(parts)
     assert fm.workers_ == 3 and fm.aggregations_ >= 2
     assert 1 <= len(seen) <= 3 and all(n.startswith("islands-train") for n in seen), seen
 
@@ -443,7 +444,7 @@ def test_fit_without_local_evaluation_trains_on_the_checked_rows_as_a_copy_would
     parts = [_blobs(40, seed=s) for s in (1, 2, 3)]
     before = [X.copy() for X, _ in parts]
     strategy = FedAvg(local_steps=2, batch_size=8, lr=0.1, momentum=0.5)
-    fm = FederatedModel(SPEC, strategy, epochs=2, seed=3, eval_fraction=0.0,
+    fm = FederatedModel(SPEC, strategy, epochs=2, random_state=3, eval_fraction=0.0,
                         threads=1).fit(parts)
     names = [f"client-{k + 1}" for k in range(3)]
     roles: dict[str, Any] = {"server": partial(
@@ -473,13 +474,13 @@ def test_a_federation_on_uint8_pixels_trains_the_model_of_float32_pixels() -> No
     scaled = ModelSpec(kind="cnn", input_shape=(1, 12, 12), n_outputs=3, channels=(2, 4),
                        input_divisor=255)
     strategy = FedAvg(local_steps=2, batch_size=8, lr=0.2, momentum=0.5)
-    runs = [FederatedModel(s, strategy, epochs=2, seed=1, eval_fraction=0.25,
+    runs = [FederatedModel(s, strategy, epochs=2, random_state=1, eval_fraction=0.25,
                            threads=1).fit(parts, test=parts[0])
             for s, parts in ((spec, partsf), (scaled, parts8))]
     np.testing.assert_array_equal(runs[0].params_, runs[1].params_)
     tests = [[e.test["accuracy"] for e in r.history_] for r in runs]
     assert tests[0] == tests[1] and len(tests[0]) == 2
-    assert runs[0].score(*partsf[0]) == runs[1].score(*parts8[0])
+    assert runs[0].metrics(*partsf[0]) == runs[1].metrics(*parts8[0])
 
 
 def test_an_idle_client_holds_no_model_between_rounds() -> None:

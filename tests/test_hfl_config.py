@@ -60,9 +60,10 @@ def test_concurrency_all_in_a_file_means_every_client() -> None:
 def test_estimator_and_file_share_defaults_and_limits() -> None:
     sig = inspect.signature(FederatedModel)
     cfg = HflConfig()
-    for name in ("epochs", "seed", "eval_fraction", "concurrency", "timeout", "backend",
+    for name in ("epochs", "eval_fraction", "concurrency", "timeout", "backend",
                  "ray_address"):
         assert sig.parameters[name].default == getattr(cfg, name), name
+    assert sig.parameters["random_state"].default == cfg.seed  # files' seed is random_state
     job = parse_job(BASE)
     assert (job.epochs, job.seed, job.eval_fraction, job.concurrency, job.timeout) == (
         cfg.epochs, cfg.seed, cfg.eval_fraction, cfg.concurrency, cfg.timeout)
@@ -148,7 +149,7 @@ def test_federated_model_follows_scikit_learns_parameter_conventions() -> None:
     assert set(params) == set(inspect.signature(FederatedModel).parameters)
     copy = clone(model)
     assert copy is not model and copy.get_params()["epochs"] == 3
-    assert model.set_params(seed=4) is model and model.seed == 4
+    assert model.set_params(random_state=4) is model and model.random_state == 4
     with pytest.raises(ValidationError, match="FederatedModel has no parameter 'seeds'"):
         model.set_params(seeds=4)
     assert repr(model).startswith("FederatedModel(model='spec', strategy=FedAvg(")

@@ -200,7 +200,7 @@ def test_estimator_records_a_malformed_client(tmp_path: Path) -> None:
     X, y = _blobs(300)
     parts = [(X[i::3], y[i::3]) for i in range(3)]
     fl = FederatedModel(SPEC, FedAvg(local_steps=2, batch_size=10, lr=0.2, min_clients=2),
-                        epochs=2, seed=1)
+                        epochs=2, random_state=1)
     with pytest.warns(UserWarning, match=r"client-2: malformed update"):
         fl.fit(parts, behaviour={"client-2": partial(_BadLearner, kind="huge")})
     assert [(d.client, d.reason) for d in fl.dropouts_] == [("client-2", "malformed update")]

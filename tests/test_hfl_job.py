@@ -415,7 +415,7 @@ def test_resumed_run_values_clients_as_the_uninterrupted_one(tmp_path: Path) -> 
 
     def model(epochs: int, checkpoint: Path | None, resume: bool = False) -> FederatedModel:
         return FederatedModel(spec, FedAvg(local_steps=3, batch_size=32, lr=0.1,
-                                           momentum=0.5), epochs=epochs, seed=1,
+                                           momentum=0.5), epochs=epochs, random_state=1,
                               checkpoint=checkpoint, resume=resume,
                               contribution=Contribution(val, methods=("gtg", "or", "loo")))
 

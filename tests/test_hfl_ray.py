@@ -63,7 +63,7 @@ def _fit(backend: str, parts: list[tuple[np.ndarray, np.ndarray]], **kw: Any) ->
     test = kw.pop("test", None)
     strategy = FedAvg(local_steps=3, batch_size=16, lr=0.1, momentum=0.5, evaluate=True)
     # the same torch threads on both sides: the arithmetic is then the same
-    return FederatedModel(SPEC, strategy, epochs=1, seed=4, threads=1, backend=backend,
+    return FederatedModel(SPEC, strategy, epochs=1, random_state=4, threads=1, backend=backend,
                           **kw).fit(parts, test=test)
 
 
@@ -92,7 +92,7 @@ def test_a_users_module_with_batch_norm_on_ray_equals_the_in_process_run() -> No
     net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
                         nn.Flatten(), nn.Linear(256, 10))
     strategy = FedAvg(local_steps=3, batch_size=16, lr=0.1, momentum=0.5)
-    runs = [FederatedModel(net, strategy, epochs=1, seed=4, threads=1, backend=backend)
+    runs = [FederatedModel(net, strategy, epochs=1, random_state=4, threads=1, backend=backend)
             .fit(parts) for backend in ("local", "ray")]
     assert runs[0].params_.size == runs[0].model_.n_trainable() + 8  # with BN's statistics
     np.testing.assert_array_equal(runs[1].params_, runs[0].params_)
@@ -108,9 +108,9 @@ def test_uint8_rows_on_ray_train_the_model_of_float_rows() -> None:
     compact = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(16,),
                         input_divisor=16)
     strategy = FedAvg(local_steps=3, batch_size=16, lr=0.1, momentum=0.5, evaluate=True)
-    local = FederatedModel(SPEC, strategy, epochs=1, seed=4, threads=1).fit(
+    local = FederatedModel(SPEC, strategy, epochs=1, random_state=4, threads=1).fit(
         [((X[k::4] / 16).astype(np.float32), y[k::4]) for k in range(4)])
-    remote = FederatedModel(compact, strategy, epochs=1, seed=4, threads=1,
+    remote = FederatedModel(compact, strategy, epochs=1, random_state=4, threads=1,
                             backend="ray").fit([(X8[k::4], y[k::4]) for k in range(4)])
     np.testing.assert_array_equal(remote.params_, local.params_)
     assert [r.accuracy for r in remote.rounds_] == [r.accuracy for r in local.rounds_]

@@ -233,7 +233,8 @@ def test_fedavgm_beta0_lr1_equals_fedavg_bitwise_with_torch_training() -> None:
 
     def fit(opt: Any) -> np.ndarray:
         strategy = FedProx(mu=0.01, local_steps=2, batch_size=8, lr=0.1, server_optimizer=opt)
-        return np.asarray(FederatedModel(spec, strategy, epochs=2, seed=3).fit(parts).params_)
+        fm = FederatedModel(spec, strategy, epochs=2, random_state=3)
+        return np.asarray(fm.fit(parts).params_)
 
     np.testing.assert_array_equal(fit(FedAvgM(lr=1.0, momentum=0.0)), fit(None))
 
@@ -252,7 +253,7 @@ def test_resume_is_exact_and_another_optimiser_or_rate_is_refused(tmp_path: Path
     def model(opt: Any = None, **kw: Any) -> FederatedModel:
         opt = FedAdam(lr=0.02) if opt is None else opt
         strategy = FedAvg(local_steps=3, batch_size=10, lr=0.1, server_optimizer=opt)
-        return FederatedModel(spec, strategy, epochs=3, seed=4, **kw)
+        return FederatedModel(spec, strategy, epochs=3, random_state=4, **kw)
 
     whole = model().fit(parts)
 
@@ -273,7 +274,7 @@ def test_resume_is_exact_and_another_optimiser_or_rate_is_refused(tmp_path: Path
             model(other, checkpoint=tmp_path, resume=True).fit(parts)
     without = FedAvg(local_steps=3, batch_size=10, lr=0.1)
     with pytest.raises(ValidationError, match=r'server_optimizer: "FedAdam" → \(none\)'):
-        FederatedModel(spec, without, epochs=3, seed=4, checkpoint=tmp_path,
+        FederatedModel(spec, without, epochs=3, random_state=4, checkpoint=tmp_path,
                        resume=True).fit(parts)
     resumed = model(checkpoint=tmp_path, resume=True).fit(parts)
     np.testing.assert_array_equal(resumed.params_, whole.params_)

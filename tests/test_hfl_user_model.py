@@ -66,7 +66,7 @@ def test_a_users_module_trains_and_its_batch_norm_statistics_travel() -> None:
     parts, X, y = _digits()
     net = _cnn()
     before = {k: v.clone() for k, v in net.state_dict().items()}
-    fm = FederatedModel(net, _strategy(), epochs=3, seed=0).fit(parts, test=(X, y))
+    fm = FederatedModel(net, _strategy(), epochs=3, random_state=0).fit(parts, test=(X, y))
     model = fm.model_
     assert isinstance(model, TorchModel)
     trainable = sum(p.numel() for p in net.parameters())
@@ -112,9 +112,9 @@ def test_a_factory_is_called_with_the_seed_and_gives_the_same_model_for_the_same
     def factory() -> nn.Module:
         return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
 
-    a = FederatedModel(factory, _strategy(), seed=3).fit(parts)
-    b = FederatedModel(factory, _strategy(), seed=3).fit(parts)
-    c = FederatedModel(factory, _strategy(), seed=4).fit(parts)
+    a = FederatedModel(factory, _strategy(), random_state=3).fit(parts)
+    b = FederatedModel(factory, _strategy(), random_state=3).fit(parts)
+    c = FederatedModel(factory, _strategy(), random_state=4).fit(parts)
     np.testing.assert_array_equal(a.params_, b.params_)
     assert a.model_.digest == b.model_.digest != c.model_.digest
 
@@ -131,14 +131,14 @@ PROTECTIONS = [
 @pytest.fixture(scope="module")
 def plain_run() -> FederatedModel:
     parts, _, _ = _digits()
-    return FederatedModel(_cnn(), _strategy(), epochs=1, seed=0).fit(parts)
+    return FederatedModel(_cnn(), _strategy(), epochs=1, random_state=0).fit(parts)
 
 
 @pytest.mark.parametrize(("name", "make", "atol"), PROTECTIONS, ids=[p[0] for p in PROTECTIONS])
 def test_every_protection_covers_a_users_module(name: str, make: object, atol: float,
                                                 plain_run: FederatedModel) -> None:
     parts, _, _ = _digits()
-    fm = FederatedModel(_cnn(), _strategy(make()), epochs=1, seed=0).fit(parts)  # type: ignore[operator]
+    fm = FederatedModel(_cnn(), _strategy(make()), epochs=1, random_state=0).fit(parts)  # type: ignore[operator]
     # the protected sum is the plain mean up to fixed-point or CKKS rounding: parameters
     # and batch-norm statistics alike travel under the protection
     assert fm.params_.shape == plain_run.params_.shape
@@ -149,7 +149,7 @@ def test_client_level_dp_covers_a_users_module() -> None:
     parts, _, _ = _digits()
     fm = FederatedModel(_cnn(), _strategy(ClientDP(MeanAggregator(), clip=5.0,
                                                    noise_multiplier=0.5)),
-                        epochs=1, seed=0).fit(parts)
+                        epochs=1, random_state=0).fit(parts)
     assert fm.privacy_ is not None and np.isfinite(fm.privacy_[0])
     assert np.isfinite(fm.params_).all()
 
@@ -222,8 +222,8 @@ def test_a_users_module_trains_exactly_as_the_same_built_in_model(task: str) -> 
                          nn.Linear(16, outputs))
     user.load_state_dict(spec.build(5).state_dict())  # the built-in's initial model
     strategy = FedAvg(local_steps=3, batch_size=16, lr=0.05, momentum=0.9)
-    built_in = FederatedModel(spec, strategy, epochs=2, seed=5, task=task).fit(parts)
-    own = FederatedModel(user, strategy, epochs=2, seed=5, task=task).fit(parts)
+    built_in = FederatedModel(spec, strategy, epochs=2, random_state=5, task=task).fit(parts)
+    own = FederatedModel(user, strategy, epochs=2, random_state=5, task=task).fit(parts)
     np.testing.assert_array_equal(own.params_, built_in.params_)
     np.testing.assert_array_equal(own.predict(X), built_in.predict(X))
 
@@ -231,12 +231,12 @@ def test_a_users_module_trains_exactly_as_the_same_built_in_model(task: str) -> 
 def test_resume_of_a_users_module_ends_where_the_whole_run_ends_and_another_is_refused(
         tmp_path: Path) -> None:
     parts, _, _ = _digits()
-    whole = FederatedModel(_cnn(), _strategy(), epochs=2, seed=0).fit(parts)
-    FederatedModel(_cnn(), _strategy(), epochs=1, seed=0, checkpoint=tmp_path).fit(parts)
+    whole = FederatedModel(_cnn(), _strategy(), epochs=2, random_state=0).fit(parts)
+    FederatedModel(_cnn(), _strategy(), epochs=1, random_state=0, checkpoint=tmp_path).fit(parts)
     with pytest.raises(ValidationError, match=r"model\.digest"):
-        FederatedModel(_cnn(seed=1), _strategy(), epochs=2, seed=0, checkpoint=tmp_path,
+        FederatedModel(_cnn(seed=1), _strategy(), epochs=2, random_state=0, checkpoint=tmp_path,
                        resume=True).fit(parts)
-    resumed = FederatedModel(_cnn(), _strategy(), epochs=2, seed=0, checkpoint=tmp_path,
+    resumed = FederatedModel(_cnn(), _strategy(), epochs=2, random_state=0, checkpoint=tmp_path,
                              resume=True).fit(parts)
     np.testing.assert_array_equal(resumed.params_, whole.params_)
 
@@ -486,7 +486,7 @@ def _fedbn(**kw: object) -> object:
 
 def test_fedbn_keeps_each_clients_batch_norm_at_home() -> None:
     parts = _shifted()
-    fm = FederatedModel(_cnn(), _fedbn(), epochs=2, seed=0).fit(parts)
+    fm = FederatedModel(_cnn(), _fedbn(), epochs=2, random_state=0).fit(parts)
     trainable = sum(p.numel() for p in _cnn().parameters())
     # BN's weight and bias (4 + 4) and running statistics (4 + 4) never travel
     assert fm.params_.shape == (trainable - 8,)
@@ -511,9 +511,9 @@ def test_fedbn_keeps_each_clients_batch_norm_at_home() -> None:
 
 def test_fedbn_with_one_client_is_fedavg() -> None:
     parts = _shifted(1)
-    bn = FederatedModel(_cnn(), _fedbn(), epochs=2, seed=1).fit(parts)
+    bn = FederatedModel(_cnn(), _fedbn(), epochs=2, random_state=1).fit(parts)
     avg = FederatedModel(_cnn(), FedAvg(local_steps=4, batch_size=32, lr=0.05, momentum=0.9),
-                         epochs=2, seed=1).fit(parts)
+                         epochs=2, random_state=1).fit(parts)
     np.testing.assert_array_equal(bn.predict(parts[0][0], client="client-1"),
                                   avg.predict(parts[0][0]))
     np.testing.assert_array_equal(bn.export(client="client-1").bn.running_var.numpy(),
@@ -522,9 +522,9 @@ def test_fedbn_with_one_client_is_fedavg() -> None:
 
 def test_fedbn_resumes_with_each_clients_own_layers(tmp_path: Path) -> None:
     parts = _shifted()
-    whole = FederatedModel(_cnn(), _fedbn(), epochs=2, seed=0).fit(parts)
-    FederatedModel(_cnn(), _fedbn(), epochs=1, seed=0, checkpoint=tmp_path).fit(parts)
-    resumed = FederatedModel(_cnn(), _fedbn(), epochs=2, seed=0, checkpoint=tmp_path,
+    whole = FederatedModel(_cnn(), _fedbn(), epochs=2, random_state=0).fit(parts)
+    FederatedModel(_cnn(), _fedbn(), epochs=1, random_state=0, checkpoint=tmp_path).fit(parts)
+    resumed = FederatedModel(_cnn(), _fedbn(), epochs=2, random_state=0, checkpoint=tmp_path,
                              resume=True).fit(parts)
     np.testing.assert_array_equal(resumed.params_, whole.params_)
     for name, state in whole.local_states_.items():

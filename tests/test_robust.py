@@ -415,7 +415,7 @@ def _accuracy(digits: dict[str, Any], aggregator: Any = None,
     # linear softmax on digits: 10 epochs of 4 rounds each, about half a second a run
     fl = FederatedModel(ModelSpec("linear", (64,), 10),
                         FedAvg(local_steps=2, batch_size=16, lr=0.3, aggregator=aggregator),
-                        epochs=epochs, seed=0, concurrency=None)
+                        epochs=epochs, random_state=0, concurrency=None)
     fl.fit(digits["parts"], behaviour=behaviour)
     X, y = digits["test"]
     return float(np.mean(fl.predict(X) == y))

@@ -155,14 +155,14 @@ def test_federated_model_resume_with_another_lr_model_or_data_is_refused(
 
     def model(lr: float = 0.1, spec: ModelSpec = SPEC, **kw: Any) -> FederatedModel:
         return FederatedModel(spec, FedAvg(local_steps=2, batch_size=10, lr=lr, momentum=0.9),
-                              epochs=3, seed=4, checkpoint=tmp_path, **kw)
+                              epochs=3, random_state=4, checkpoint=tmp_path, **kw)
 
     def kill(record: Any, epoch: Any) -> None:
         if record.round == 5:
             raise _Killed
 
     whole = FederatedModel(SPEC, FedAvg(local_steps=2, batch_size=10, lr=0.1, momentum=0.9),
-                           epochs=3, seed=4).fit(parts)
+                           epochs=3, random_state=4).fit(parts)
     with pytest.raises(ProtocolError, match="_Killed"):
         model(callback=kill).fit(parts)
     stopped = load_checkpoint(tmp_path / "server.ckpt")["round"]
@@ -180,7 +180,7 @@ def test_federated_model_resume_with_another_lr_model_or_data_is_refused(
         model(resume=True).fit(other)
     with pytest.raises(ValidationError, match=r"seed: 4 → 5"):
         FederatedModel(SPEC, FedAvg(local_steps=2, batch_size=10, lr=0.1, momentum=0.9),
-                       epochs=3, seed=5, checkpoint=tmp_path, resume=True).fit(parts)
+                       epochs=3, random_state=5, checkpoint=tmp_path, resume=True).fit(parts)
     assert load_checkpoint(tmp_path / "server.ckpt")["round"] == stopped  # nothing trained
 
     # the same settings (another timeout and concurrency) end with the uninterrupted model

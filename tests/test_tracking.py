@@ -167,7 +167,7 @@ def _estimator_run(tracking: Any) -> Any:
     X = (X / 16).astype(np.float32)
     parts = [(X[:300], y[:300]), (X[300:600], y[300:600])]
     spec = ModelSpec("mlp", (64,), 10, hidden=(8,))
-    return FederatedModel(spec, epochs=1, seed=1, threads=1, concurrency=1,
+    return FederatedModel(spec, epochs=1, random_state=1, threads=1, concurrency=1,
                           tracking=tracking).fit(parts, test=(X[1500:], y[1500:]))
 
 

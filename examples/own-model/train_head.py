@@ -46,7 +46,7 @@ fm = FederatedModel(model, FedAvg(local_steps=10, batch_size=32, lr=0.1,
                                   aggregator=SecureAggregation()), epochs=5)
 fm.fit(parts, test=(X[test], y[test]))
 print(fm.model_.describe())
-print(f"test accuracy: {fm.score(X[test], y[test])['accuracy']:.3f}")
+print(f"test accuracy: {fm.score(X[test], y[test]):.3f}")
 
 fm.save("head-model.pt")
 again = load_model("head-model.pt", head_model(Backbone()))

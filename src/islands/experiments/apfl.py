@@ -350,9 +350,9 @@ def _run(out: Path, s: _Settings, say: Progress, start: float) -> ReproductionRe
                     f"({record.round} aggregations)")
 
         fm = FederatedModel(spec, _strategy(row, s.batch, plan.even_batch, lr),
-                            epochs=s.epochs, seed=s.seed, eval_fraction=0.1,
+                            epochs=s.epochs, random_state=s.seed, eval_fraction=0.1,
                             callback=tick).fit(parts, test=(X_test, y_test))
-        rep = fm.score(X_test, y_test)
+        rep = fm.metrics(X_test, y_test)
         # a round that closes an epoch has already counted it
         epochs = [r.epoch if r.epoch_end else r.epoch + 1 for r in fm.rounds_]
         taus = [r.tau for r in fm.rounds_]

@@ -236,7 +236,7 @@ def _model_factory(s: _Settings, spec: Any) -> Callable[..., Any]:
         # FedAvg with batches proportional to the clients' rows: APFL's eq. 26 at a fixed τ
         strategy = APFL(tau=s.tau, batch_size=s.batch, adaptive=False, lr=s.lr,
                         momentum=s.momentum)
-        return FederatedModel(spec, strategy, epochs=s.epochs, seed=s.seed,
+        return FederatedModel(spec, strategy, epochs=s.epochs, random_state=s.seed,
                               eval_fraction=0.0, threads=s.n_threads or "auto",
                               contribution=contribution, callback=callback)
 
@@ -438,7 +438,7 @@ def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
         same_model = bool(np.array_equal(fm.params_, fm_renorm.params_))
         say(f"retraining all {2 ** n - 1} coalitions")
         retrain = _retrain(make, spec, data, names, behaviour, say)
-    test = fm.score(*data["test"])
+    test = fm.metrics(*data["test"])
     counts = [int(fm.counts_[c]) for c in names]
     clients = [ContributionClient(
         name=c, role=ROLES[k], rows=counts[k], aggregation_weight=counts[k] / sum(counts),

@@ -351,7 +351,7 @@ def hfl_part(s: Settings) -> PartResult:
     bytes_by_run: dict[str, int] = {}
     for label, strategy in runs.items():
         s.say(f"{label}: 3 clients (classes 0-3, 4-6, 7-9), {epochs} epochs")
-        fm = FederatedModel(spec, strategy, epochs=epochs, seed=s.seed).fit(
+        fm = FederatedModel(spec, strategy, epochs=epochs, random_state=s.seed).fit(
             parts, test=(test.X, test.y))
         curves[label] = [float(e.test.get("accuracy", float("nan"))) for e in fm.history_]
         bytes_by_run[label] = int(fm.transcript_.total_bytes)
@@ -525,7 +525,7 @@ def ftl_part(s: Settings) -> PartResult:
     parts = [(Xd[c], labels[c]) for c in chunks]
     spec = _model_spec()("mlp", (64,), 10, hidden=(32,))
     fm = FederatedModel(spec, FedAvg(local_steps=5, batch_size=32), epochs=2 if s.quick else 4,
-                        seed=s.seed, eval_fraction=0.0,
+                        random_state=s.seed, eval_fraction=0.0,
                         contribution=Contribution((Xd[val], digits.y[val]),
                                                   methods=("gtg", "loo")))
     fm.fit(parts)

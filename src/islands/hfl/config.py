@@ -20,6 +20,10 @@ constraint and doc line; its parts are their own configurations:
 (:mod:`islands.hfl.job`) and a federation file's ``[hfl]`` section (:mod:`islands.hfl.spec`)
 build it from their tables. ``task`` defaults to None, resolved by :func:`infer_task`.
 In files, ``concurrency = "all"`` stands for None (every client at once).
+
+Files name the run's seed ``seed``; the estimator's parameter is ``random_state``, as
+every islands estimator's, and an int ``random_state`` is that seed itself
+(:func:`resolve_seed`): a file's ``seed = 4`` and ``random_state=4`` train the same model.
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
+import numpy as np
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from islands.config import ProtocolConfig, setting
 from islands.errors import JobError, ValidationError, invalid_parameter
 from islands.hfl.server_opt import OPTIMIZERS, ServerOptimizer, server_optimizer
 from islands.hfl.strategy import SAMPLINGS
+from islands.validation import check_random_state, describe, is_int
 
 __all__ = [
     "DATASETS",
@@ -53,6 +59,7 @@ __all__ = [
     "ServerOptimizerConfig",
     "StrategyConfig",
     "infer_task",
+    "resolve_seed",
     "strategy_config",
 ]
 
@@ -68,6 +75,32 @@ _REGRESSION_DATASETS = ("diabetes",)
 
 SEED_MAX = 2**63 - 1
 """The largest seed (PyTorch's generator and NumPy's int64 take no more)."""
+
+
+
+def resolve_seed(random_state: Any, owner: str) -> int:
+    """Return the run's seed that a ``random_state`` stands for.
+
+    An int in [0, :data:`SEED_MAX`] is the seed itself (what ``seed`` was, and a file's
+    ``seed`` is); a :class:`numpy.random.Generator` gives one draw from its stream (so
+    each call advances it); None a draw from fresh operating-system entropy.
+
+    Raises
+    ------
+    ValidationError
+        Naming ``random_state`` and ``owner``, for anything else (a negative or too large
+        int, a bool, a float).
+    """
+    if is_int(random_state):
+        if 0 <= random_state <= SEED_MAX:
+            return int(random_state)
+    elif random_state is None or isinstance(random_state, np.random.Generator):
+        rng = check_random_state(random_state, owner)
+        return int(rng.integers(0, SEED_MAX, endpoint=True))
+    raise invalid_parameter("random_state", owner,
+                            f"an int in [0, {SEED_MAX}], a numpy.random.Generator or None",
+                            describe(random_state))
+
 
 Task = Literal["classification", "regression"]
 _PositiveInt = Annotated[int, Field(ge=1)]

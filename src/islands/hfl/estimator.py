@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -39,9 +39,9 @@ from islands.aggregation.base import MeanAggregator
 from islands.aggregation.protect import SampleDP, can_retrain
 from islands.arrays import Vector
 from islands.errors import IslandsError, ValidationError, invalid_parameter
-from islands.estimator import FederatedEstimator
+from islands.estimator import FederatedEstimator, accepts_renamed
 from islands.hfl.checkpoint import check_resume, rows_digest, shaping_settings
-from islands.hfl.config import HflConfig
+from islands.hfl.config import HflConfig, resolve_seed
 from islands.hfl.contribution import (
     ClientValidation,
     Contribution,
@@ -200,6 +200,12 @@ def _names(names: Any, parts: int) -> list[str]:
 class FederatedModel(FederatedEstimator[HflConfig]):
     """Horizontal federated training of a PyTorch model (FedAvg, APFL, FedProx, ...).
 
+    After ``model`` and ``strategy`` the parameters are keyword-only, in five groups:
+    training (``epochs``, ``task``, ``eval_fraction``, ``random_state``), protections
+    (``sample_dp``), execution (``backend``, ``ray_address``, ``concurrency``,
+    ``threads``, ``timeout``), state (``checkpoint``, ``resume``) and observation
+    (``callback``, ``tracking``, ``keep_payloads``, ``contribution``, ``settings``).
+
     Parameters
     ----------
     model : ModelSpec
@@ -211,32 +217,14 @@ class FederatedModel(FederatedEstimator[HflConfig]):
     task : {"classification", "regression"}, default="classification"
     eval_fraction : float, default=0.1
         Share of each client's rows kept back as its local evaluation data.
-    seed : int, default=0
-        Seeds the initial model, the local splits and every client's batch order.
-    concurrency : int or None, default=8
-        Clients training at the same time (None: all).
-    timeout : float, default=600.0
-        Seconds the server waits for one client's update before leaving it out.
-    checkpoint : path or None
-        Folder for the server's and clients' checkpoint files. Each carries the settings
-        that shape the model (the seed, task, ``eval_fraction``, the model, the strategy
-        and its aggregator with every parameter, ``sample_dp``, the clients' names and
-        a digest of each client's rows, and ``settings``).
-    resume : bool, default=False
-        Continue the run checkpointed in ``checkpoint`` (starts afresh if there is none).
-        Refused at ``fit``, before any training, when a checkpoint was made under other
-        settings (each named, old → new), is damaged (the client and file named), or
-        has trained more epochs than ``epochs``; the other parameters (``epochs``
-        raised, ``concurrency``, ``timeout``, ``threads``, ``backend``, ...) may change.
-    threads : int, "auto" or None, default="auto"
-        torch intra-op threads while training: "auto" shares the cores among the clients
-        that train at once (with ``backend="ray"``: 1 in each worker, which holds one
-        CPU; an int sets every worker's threads).
-    keep_payloads : bool, default=False
-        Keep every message's bytes in ``transcript_`` (for audits).
-    callback : callable or None
-        ``callback(record: RoundRecord, epoch: EpochRecord | None)`` after every round
-        (``epoch`` set at the end of an epoch): progress bars, logging.
+    random_state : int, numpy.random.Generator or None, default=0
+        Seeds the initial model, the local splits and every client's batch order. An int
+        is the run's seed itself (the same int, the same model bit for bit; a job or
+        federation file's ``seed``); a Generator gives one draw per ``fit`` and None one
+        from fresh entropy (see :func:`~islands.hfl.config.resolve_seed`); ``seed_`` is
+        the seed the fit ran with. Give an int to ``resume`` a run: the checkpoints
+        hold the seed, and another one is refused. Formerly ``seed`` (still taken, with
+        a ``FutureWarning``).
     sample_dp : SampleDP or None
         Train every client with DP-SGD under these settings (sample-level differential
         privacy, :mod:`islands.hfl.torch.dpsgd`); the server accounts each client's budget.
@@ -252,6 +240,37 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         cluster (``"auto"``, ``"host:6379"``, ``"ray://host:10001"``), on whose nodes
         islands must be installed. If Ray is already initialised in this process, that
         instance is used.
+    concurrency : int or None, default=8
+        Clients training at the same time (None: all).
+    threads : int, "auto" or None, default="auto"
+        torch intra-op threads while training: "auto" shares the cores among the clients
+        that train at once (with ``backend="ray"``: 1 in each worker, which holds one
+        CPU; an int sets every worker's threads).
+    timeout : float, default=600.0
+        Seconds the server waits for one client's update before leaving it out.
+    checkpoint : path or None
+        Folder for the server's and clients' checkpoint files. Each carries the settings
+        that shape the model (the seed, task, ``eval_fraction``, the model, the strategy
+        and its aggregator with every parameter, ``sample_dp``, the clients' names and
+        a digest of each client's rows, and ``settings``).
+    resume : bool, default=False
+        Continue the run checkpointed in ``checkpoint`` (starts afresh if there is none).
+        Refused at ``fit``, before any training, when a checkpoint was made under other
+        settings (each named, old → new), is damaged (the client and file named), or
+        has trained more epochs than ``epochs``; the other parameters (``epochs``
+        raised, ``concurrency``, ``timeout``, ``threads``, ``backend``, ...) may change.
+    callback : callable or None
+        ``callback(record: RoundRecord, epoch: EpochRecord | None)`` after every round
+        (``epoch`` set at the end of an epoch): progress bars, logging.
+    tracking : TrackingConfig, dict, Tracker or None
+        Log every round (τ, loss, local accuracy, ε spent, bytes), each epoch's test
+        metrics and the final model's summary to TensorBoard and/or MLflow
+        (:mod:`islands.tracking`, ``pip install 'islands[tracking]'``), e.g.
+        ``{"tensorboard": True}``: event files under ``runs/<run name>``, an MLflow
+        store in ``./mlruns``. An open :class:`~islands.tracking.Tracker` is logged to
+        and left open for its owner. ``tracking_`` says where the run went.
+    keep_payloads : bool, default=False
+        Keep every message's bytes in ``transcript_`` (for audits).
     contribution : Contribution or None
         Value every client's contribution (:mod:`islands.hfl.contribution`); the
         result is ``contribution_``. ``"retrain"`` (the default up to 8 clients:
@@ -260,13 +279,6 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         exact per-round Shapley, one-round reconstruction, leave-one-out) value each
         round from its plain uploads and are refused with an aggregator that hides
         single updates.
-    tracking : TrackingConfig, dict, Tracker or None
-        Log every round (τ, loss, local accuracy, ε spent, bytes), each epoch's test
-        metrics and the final model's summary to TensorBoard and/or MLflow
-        (:mod:`islands.tracking`, ``pip install 'islands[tracking]'``), e.g.
-        ``{"tensorboard": True}``: event files under ``runs/<run name>``, an MLflow
-        store in ``./mlruns``. An open :class:`~islands.tracking.Tracker` is logged to
-        and left open for its owner. ``tracking_`` says where the run went.
     settings : mapping or None
         Further named settings that shaped ``parts`` and are not parameters here (a
         job's data set and partition): plain values, recorded in the checkpoints with
@@ -280,6 +292,9 @@ class FederatedModel(FederatedEstimator[HflConfig]):
     ----------
     params_ : numpy.ndarray
         The final global model as a flat float32 vector.
+    seed_ : int
+        The run's seed: ``random_state`` itself when it is an int, else the one drawn
+        from it (``random_state=seed_`` trains the same model again).
     rounds_ : list of RoundRecord
     history_ : list of EpochRecord
     aggregations_ : int
@@ -313,36 +328,55 @@ class FederatedModel(FederatedEstimator[HflConfig]):
 
     Config = HflConfig
 
-    def __init__(self, model: Any, strategy: Strategy | None = None, *, epochs: int = 1,
-                 task: Task = "classification", eval_fraction: float = 0.1, seed: int = 0,
-                 concurrency: int | None = 8, timeout: float = 600.0,
-                 checkpoint: str | os.PathLike[str] | None = None, resume: bool = False,
-                 threads: int | Literal["auto"] | None = "auto",
-                 keep_payloads: bool = False,
-                 callback: Callable[[RoundRecord, EpochRecord | None], None] | None = None,
-                 sample_dp: SampleDP | None = None, backend: Backend = "local",
-                 ray_address: str | None = None, contribution: Any = None,
-                 tracking: TrackingConfig | Mapping[str, Any] | Tracker | None = None,
-                 settings: Mapping[str, Any] | None = None,
-                 ) -> None:
+    renamed: ClassVar[Mapping[str, str]] = {"seed": "random_state"}
+
+    @accepts_renamed
+    def __init__(
+        self,
+        model: Any,
+        strategy: Strategy | None = None,
+        *,
+        # training
+        epochs: int = 1,
+        task: Task = "classification",
+        eval_fraction: float = 0.1,
+        random_state: int | np.random.Generator | None = 0,
+        # protections
+        sample_dp: SampleDP | None = None,
+        # execution
+        backend: Backend = "local",
+        ray_address: str | None = None,
+        concurrency: int | None = 8,
+        threads: int | Literal["auto"] | None = "auto",
+        timeout: float = 600.0,
+        # state
+        checkpoint: str | os.PathLike[str] | None = None,
+        resume: bool = False,
+        # observation
+        callback: Callable[[RoundRecord, EpochRecord | None], None] | None = None,
+        tracking: TrackingConfig | Mapping[str, Any] | Tracker | None = None,
+        keep_payloads: bool = False,
+        contribution: Any = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
         self.model = model
         self.strategy = strategy
         self.epochs = epochs
         self.task = task
         self.eval_fraction = eval_fraction
-        self.seed = seed
-        self.concurrency = concurrency
-        self.timeout = timeout
-        self.checkpoint = checkpoint
-        self.resume = resume
-        self.threads = threads
-        self.keep_payloads = keep_payloads
-        self.callback = callback
+        self.random_state = random_state
         self.sample_dp = sample_dp
         self.backend = backend
         self.ray_address = ray_address
-        self.contribution = contribution
+        self.concurrency = concurrency
+        self.threads = threads
+        self.timeout = timeout
+        self.checkpoint = checkpoint
+        self.resume = resume
+        self.callback = callback
         self.tracking = tracking
+        self.keep_payloads = keep_payloads
+        self.contribution = contribution
         self.settings = settings
 
     def _tracking_config(self) -> TrackingConfig | None:
@@ -359,7 +393,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         owner = "FederatedModel"
         # the settings files share (one default and constraint each); the model, strategy
         # and contribution are objects here, checked as such
-        config = HflConfig.build(owner, epochs=self.epochs, seed=self.seed, task=self.task,
+        config = HflConfig.build(owner, epochs=self.epochs, task=self.task,
                                  eval_fraction=self.eval_fraction,
                                  concurrency=self.concurrency, timeout=self.timeout,
                                  backend=self.backend, ray_address=self.ray_address)
@@ -402,6 +436,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         if self.backend == "ray" and importlib.util.find_spec("ray") is None:
             raise ImportError("The 'backend' parameter of FederatedModel is 'ray', but Ray "
                               "is not installed: pip install 'islands[ray]'")
+        # last: a Generator's stream advances only for a fit that passed every check
+        self.seed_ = resolve_seed(self.random_state, owner)
 
     def _bind_model(self, X: NDArray[Any]) -> Any:
         """Return the model to train: a ModelSpec as given, a user's module bound to X's rows."""
@@ -420,7 +456,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             raise invalid_parameter("model", "FederatedModel", "a ModelSpec, a torch.nn.Module "
                                     "or a zero-argument factory (a job file names "
                                     "'package.module:function')", describe(self.model))
-        return TorchModel.bind(self.model, tuple(X.shape[1:]), task=self.task, seed=self.seed,
+        return TorchModel.bind(self.model, tuple(X.shape[1:]), task=self.task, seed=self.seed_,
                                local_layers=local)
 
     def _check_parts(self, parts: Sequence[Any]) -> list[tuple[NDArray[Any], NDArray[Any]]]:
@@ -504,7 +540,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         if self.sample_dp is not None:  # a layer DP-SGD cannot train, named before any message
             from islands.hfl.torch.dpsgd import check_private
 
-            check_private(self.model_.build(self.seed), "FederatedModel's sample_dp")
+            check_private(self.model_.build(self.seed_), "FederatedModel's sample_dp")
         names = [f"client-{k + 1}" for k in range(len(data))] if names is None else _names(
             names, len(data))
         strategy = FedAvg() if self.strategy is None else self.strategy
@@ -512,7 +548,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         # them before it joins, then every count as the server checks them at the joins
         counts = {}
         for k, (name, (_, y)) in enumerate(zip(names, data, strict=True)):
-            tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed, k))
+            tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed_, k))
             check_client_rows(strategy, name, len(tr), len(names), eval_rows=len(ev))
             counts[name] = len(tr)
         strategy.setup(counts)
@@ -533,7 +569,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         settings = None
         if self.checkpoint is not None:
             settings = shaping_settings(
-                seed=self.seed, task=self.task, eval_fraction=self.eval_fraction,
+                seed=self.seed_, task=self.task, eval_fraction=self.eval_fraction,
                 strategy=strategy, model=self.model_, sample_dp=self.sample_dp,
                 rows={name: rows_digest(X, y) for name, (X, y) in zip(names, data, strict=True)},
                 extra=self.settings)
@@ -588,7 +624,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         def make() -> FederatedModel:
             return FederatedModel(
                 self.model_, copy.deepcopy(template), epochs=self.epochs, task=self.task,
-                eval_fraction=self.eval_fraction, seed=self.seed,
+                eval_fraction=self.eval_fraction, random_state=self.seed_,
                 concurrency=self.concurrency, timeout=self.timeout, threads=self.threads,
                 backend=self.backend, ray_address=self.ray_address)
 
@@ -619,11 +655,11 @@ class FederatedModel(FederatedEstimator[HflConfig]):
 
         learners = []
         for k, (X, y) in enumerate(data):
-            tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed, k))
+            tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed_, k))
             # every row trains (no local evaluation): the checked part itself, not a copy
             X_tr, y_tr = (X, y) if len(ev) == 0 else (X[tr], y[tr])
             learners.append(TorchLearner(self.model_, X_tr, y_tr, X[ev], y[ev],
-                                         task=self.task, seed=client_seed(self.seed, k),
+                                         task=self.task, seed=client_seed(self.seed_, k),
                                          pool=pool, dp=self.sample_dp))
         # only the pool's threads call torch (each OS thread that does keeps ~0.6 MB)
         # twice the clients that train at once: a straggler the server gave up on keeps
@@ -639,7 +675,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         """Learners whose calls run in Ray workers (started here, stopped on exit)."""
         checked = []  # every client's rows checked before Ray starts: errors come first
         for k, (X, y) in enumerate(data):
-            tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed, k))
+            tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed_, k))
             checked.append(check_client_data(self.model_, self.task, X[tr], y[tr], X[ev],
                                              y[ev]))
         stack.enter_context(ray_session(self.ray_address))
@@ -655,7 +691,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         for k, name in enumerate(names):
             X, y, X_ev, y_ev = pending.popleft()  # let go of it: the object store has it
             learners.append(workers.learner(name, X, y, X_ev, y_ev,
-                                            seed=client_seed(self.seed, k), checked=True))
+                                            seed=client_seed(self.seed_, k), checked=True))
         return learners, workers.size
 
     def _run(self, learners: list[Any], names: list[str], strategy: Strategy, pool: Any,
@@ -670,7 +706,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         from islands.hfl.torch.models import flat_parameters
         from islands.hfl.torch.training import Trainer
 
-        initial = flat_parameters(self.model_.build(self.seed))
+        initial = flat_parameters(self.model_.build(self.seed_))
         scorer = None
         if test is not None:
             X_test, y_test = np.asarray(test[0]), np.asarray(test[1])
@@ -784,7 +820,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         config = self._tracking_config()
         if config is None or not config.enabled:
             return None, False
-        params = {"epochs": self.epochs, "task": self.task, "seed": self.seed,
+        params = {"epochs": self.epochs, "task": self.task, "seed": self.seed_,
                   "eval_fraction": self.eval_fraction, "concurrency": self.concurrency,
                   "backend": self.backend, "clients": len(names), "strategy": repr(strategy),
                   "model": self.model_.describe(), "parameters": self.model_.n_params()}
@@ -819,7 +855,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             assert cfg.metric is not None  # resolved by fit
             utility = ServerValidation(self.model_, X_val, y_val, task=self.task,
                                        metric=cfg.metric, pool=pool)
-        return ContributionTracker(cfg, names, utility, initial, seed=self.seed)
+        return ContributionTracker(cfg, names, utility, initial, seed=self.seed_)
 
     def _report(self, y: NDArray[Any], pred: NDArray[Any]) -> dict[str, Any]:
         if self.task == "classification":
@@ -900,11 +936,14 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         trainer = Trainer(self.model_, X[:1], dummy, task=self.task, pool=self._scorer_pool)
         return trainer.predict(self.params_, X, local)
 
-    def score(self, X: ArrayLike, y: ArrayLike, client: str | None = None) -> dict[str, Any]:
-        """Metrics of the final model on ``(X, y)`` (see :mod:`islands.hfl.metrics`).
+    def metrics(self, X: ArrayLike, y: ArrayLike, client: str | None = None) -> dict[str, Any]:
+        """Every metric of the final model on ``(X, y)``, by name (:mod:`islands.hfl.metrics`).
 
-        Under FedBN, of ``client``'s model; without a client, each metric averaged over
-        every client's own model (``clients_averaged`` says how many).
+        Classification: ``accuracy``, macro ``precision``, ``recall`` and ``f1``,
+        ``per_class_accuracy`` and ``confusion``; regression: ``mse``, ``rmse``, ``mae``
+        and ``r2``. The same dict as each epoch's ``history_[i].test``. Under FedBN, of
+        ``client``'s model; without a client, each metric averaged over every client's own
+        model (``clients_averaged`` says how many).
         """
         if client is None and self._local_layers() is not None:
             from islands.hfl.torch.training import Trainer
@@ -915,3 +954,13 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                              pool=self._scorer_pool)
             return self._personal_report(scorer, self.params_, X_arr, y_arr)
         return self._report(np.asarray(y), self.predict(X, client))
+
+    def score(self, X: ArrayLike, y: ArrayLike, client: str | None = None) -> float:
+        """Return one number for ``(X, y)``, higher is better (scikit-learn's ``score``).
+
+        The accuracy for a classification and R² for a regression, as scikit-learn's
+        classifiers and regressors give; :meth:`metrics` has the others (``client`` as
+        there).
+        """
+        return float(self.metrics(X, y, client)["accuracy" if self.task == "classification"
+                                                else "r2"])

@@ -794,7 +794,7 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
             rows = np.sort(rows[: c["validation_samples"]])
             contribution = _contribution_config(c, (X_all[rows], y_all[rows]))
     fl = FederatedModel(prep.spec, strategy, epochs=job.epochs, task=job.task,  # type: ignore[arg-type]
-                        eval_fraction=job.eval_fraction, seed=job.seed,
+                        eval_fraction=job.eval_fraction, random_state=job.seed,
                         concurrency=job.concurrency, timeout=job.timeout,
                         checkpoint=checkpoints, resume=resume, callback=on_round,
                         sample_dp=job.protection.sample_dp(),
@@ -803,7 +803,7 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
                         tracking=tracker, settings=job_settings(job))
     fl.fit(prep.parts, test=prep.test)
     X_test, y_test = prep.test
-    final = fl.score(X_test, y_test)
+    final = fl.metrics(X_test, y_test)
     totals_sent = fl.transcript_.totals("sender")
     totals_recv = fl.transcript_.totals("receiver")
     per_round = [r.seconds for r in fl.rounds_]

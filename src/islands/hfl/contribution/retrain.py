@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.errors import ValidationError, invalid_parameter
+from islands.hfl.config import resolve_seed
 from islands.hfl.contribution.maths import MAX_EXACT_PLAYERS, exact_shapley, leave_one_out
 from islands.validation import check_int, describe
 
@@ -125,7 +126,7 @@ def coalition_trainer(make_model: Callable[[], Any], parts: Sequence[tuple[Any, 
     ----------
     make_model
         Makes a fresh, unfitted :class:`~islands.hfl.FederatedModel` (the same
-        settings and seed for every coalition, any protection).
+        settings and int ``random_state`` for every coalition, any protection).
     parts
         Every client's ``(X, y)``.
     utility
@@ -144,7 +145,8 @@ def coalition_trainer(make_model: Callable[[], Any], parts: Sequence[tuple[Any, 
     def train(members: tuple[int, ...]) -> float:
         model = make_model()
         if not members:
-            return float(utility(model.model.initial_params(model.seed)))
+            seed = resolve_seed(model.random_state, "coalition_trainer's make_model")
+            return float(utility(model.model.initial_params(seed)))
         chosen = [names[k] for k in members]
         model.fit([parts[k] for k in members], names=chosen,
                   behaviour={c: f for c, f in behaviour.items() if c in chosen})
