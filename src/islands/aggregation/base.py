@@ -365,7 +365,8 @@ def ring_encode(params: Vector, weight: float, *, frac_bits: int, headroom: int,
     if not peak <= max_abs:
         raise ValidationError(f"{who}'s update reaches |value| {peak:.3g}, above the "
                               f"aggregator's max_abs={max_abs:.3g}")
-    scaled = float(weight) * np.asarray(params, dtype=np.float64)
+    # float64 products of the float32 values (exact conversions), without a float64 copy
+    scaled = np.multiply(params, float(weight), dtype=np.float64)
     try:
         return encode_fixed(scaled, frac_bits=frac_bits, headroom=headroom)
     except ValidationError as exc:
@@ -410,9 +411,9 @@ def ring_mean(total: NDArray[np.uint64], *, frac_bits: int, weight: float, uploa
     """
     limit = ring_limit(uploads, headroom)
     signed = np.asarray(total).view(np.int64)
-    outside = (signed > limit) | (signed < -limit)
-    if outside.any():
-        i = int(np.argmax(outside))
+    # a maximum and a minimum first: no mask the size of the model unless one is outside
+    if signed.size and (int(signed.max()) > limit or int(signed.min()) < -limit):
+        i = int(np.argmax((signed > limit) | (signed < -limit)))
         scale = float(2**frac_bits)
         raise ProtocolError(
             f"{where}: the decoded sum reaches |Σ p·w| = {abs(float(signed[i])) / scale:.4g} "
@@ -420,7 +421,8 @@ def ring_mean(total: NDArray[np.uint64], *, frac_bits: int, weight: float, uploa
             f"uploads can sum to (each |p·w| < 2^{63 - frac_bits}/{headroom}): an upload "
             f"was outside the encoding's range, and the mean is not released",
             party=party, step=step)
-    mean = decode_fixed(total, frac_bits=frac_bits) / weight
+    mean = decode_fixed(total, frac_bits=frac_bits)
+    mean /= weight  # in place: decode_fixed's array is ours
     # each upload's rounding is at most 2^-(f+1), so in-range uploads stay within this
     room = max_abs + uploads * 2.0 ** -(frac_bits + 1) / weight
     peak = peak_abs(mean)
@@ -520,6 +522,10 @@ class _MeanServer(PlainServerHalf):
         return np.asarray(payload)
 
 
+_TERM = 1 << 16
+"""Values per block of the plain mean's products (a 512 kB buffer, whatever the model)."""
+
+
 class _MeanRound(StreamingRound):
     def __init__(self, server: str, clients: Sequence[str], weights: Mapping[str, float],
                  dim: int, max_abs: float) -> None:
@@ -527,7 +533,8 @@ class _MeanRound(StreamingRound):
         self._dim = dim
         self._max_abs = max_abs
         self._total = np.zeros(dim, dtype=np.float64)
-        self._term = np.empty(dim, dtype=np.float64)
+        # the products p·w go through a block of _TERM values, not a model-sized buffer
+        self._term = np.empty(min(dim, _TERM), dtype=np.float64)
 
     def add(self, client: str, payload: Any) -> None:
         self.expect(client)
@@ -535,9 +542,20 @@ class _MeanRound(StreamingRound):
                                   max_abs=self._max_abs)
         w = self.admit(client)
         # in float64: a Python float times a float32 array would round to float32
-        np.multiply(vec, w, out=self._term, dtype=np.float64)
-        self._total += self._term
+        for lo in range(0, self._dim, _TERM):
+            hi = min(lo + _TERM, self._dim)
+            term = self._term[:hi - lo]
+            np.multiply(vec[lo:hi], w, out=term, dtype=np.float64)
+            self._total[lo:hi] += term
 
     def finish(self, survivors: Sequence[str]) -> Vector:
         weight = self.check_survivors(survivors)
-        return (self._total / weight).astype(np.float32)
+        # the float64 quotients block by block, each rounded to float32 as it comes: the
+        # same values as (total / weight).astype(float32), without a model-sized float64
+        out = np.empty(self._dim, dtype=np.float32)
+        for lo in range(0, self._dim, _TERM):
+            hi = min(lo + _TERM, self._dim)
+            term = self._term[:hi - lo]
+            np.divide(self._total[lo:hi], weight, out=term)
+            out[lo:hi] = term
+        return out

@@ -624,10 +624,10 @@ class SecAggClient:
         n = x.size
         x += expand(self._b, n, label=b"secagg self")
         peers = {v: self._keys[v][1] for v in self._u2 if v != party.name}
-        if peers:
-            x += pairwise_mask(party.name, self._s, peers, n,
-                               context=_round_context(self._session, self.round),
-                               label=b"secagg input")
+        if peers:  # added into x stream by stream: no mask-sized array besides x
+            pairwise_mask(party.name, self._s, peers, n,
+                          context=_round_context(self._session, self.round),
+                          label=b"secagg input", out=x)
         self.stage = ClientStage.MASKED
         return x
 
@@ -866,8 +866,8 @@ class SecAggRound(StreamingRound):
                     party=self.server, step="unmask")
             # v's mask restricted to the survivors is exactly minus the survivors' terms
             # for their pairs with v: adding it back removes them
-            total += pairwise_mask(v, key, {u: self.keys[u][1] for u in u3}, self.dim,
-                                   context=context, label=b"secagg input")
+            pairwise_mask(v, key, {u: self.keys[u][1] for u in u3}, self.dim,
+                          context=context, label=b"secagg input", out=total)
         self.stage = ServerStage.DONE
         return ring_mean(total, frac_bits=self.frac_bits, weight=weight, uploads=len(u3),
                          max_abs=self.max_abs,

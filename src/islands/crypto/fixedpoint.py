@@ -101,7 +101,11 @@ def round_scaled(
             raise fail(worst, float(arr.flat[worst]))
         if limit is not None and int(np.rint(top * scale)) >= limit:
             raise fail(worst, float(arr.flat[worst]))
-    out: NDArray[np.float64] = np.rint(arr * scale)
+    out: NDArray[np.float64] = arr * scale
+    if isinstance(out, np.ndarray):
+        np.rint(out, out=out)  # in place: the product is ours, and one temporary less
+    else:  # a 0-d input gives a numpy scalar, rounded as such
+        out = np.rint(out)
     return out
 
 
@@ -131,7 +135,8 @@ def quantize(
 
 def dequantize(q: ArrayLike, frac_bits: int) -> NDArray[np.float64]:
     """Return q·2^-f as float64 (exact up to float64's 53-bit significand)."""
-    out: NDArray[np.float64] = np.asarray(q).astype(np.float64) / float(2 ** int(frac_bits))
+    out: NDArray[np.float64] = np.asarray(q).astype(np.float64)
+    out /= float(2 ** int(frac_bits))  # in place: one temporary the size of q less
     return out
 
 

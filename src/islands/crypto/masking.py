@@ -66,6 +66,7 @@ from numpy.typing import NDArray
 
 from islands.crypto.prg import SEED_BYTES, expand
 from islands.errors import ValidationError, invalid_parameter
+from islands.validation import describe
 
 __all__ = ["PUBLIC_KEY_BYTES", "MaskingKey", "generate_key", "pair_seed", "pairwise_mask"]
 
@@ -192,6 +193,7 @@ def pairwise_mask(
     *,
     context: bytes,
     label: bytes,
+    out: NDArray[np.uint64] | None = None,
 ) -> NDArray[np.uint64]:
     """Compute this party's mask: pairwise PRG streams that cancel over all parties.
 
@@ -217,18 +219,24 @@ def pairwise_mask(
     label
         Which vector of the run this mask is for. Never mask two different vectors with
         the same ``(context, label)``: their difference would leak.
+    out
+        A C-contiguous uint64 array of shape (n,) to add the mask to, in place (modulo
+        2^64), instead of returning a new one: masking a model then needs no array the
+        size of the mask besides one stream at a time. Left untouched if an argument is
+        refused.
 
     Returns
     -------
     ndarray of uint64, shape (n,)
-        Add it (uint64 wrap-around) to the fixed-point encoding of the input.
+        The mask, to add (uint64 wrap-around) to the fixed-point encoding of the input;
+        with ``out``, ``out`` plus the mask (``out`` itself).
 
     Raises
     ------
     ValidationError
         If a name is empty or not a str, ``own_name`` is among the peers, there are no
-        peers, ``n`` is negative, or a peer's public key is malformed or low-order (the
-        message names the peer).
+        peers, ``n`` is negative, ``out`` is not a uint64 array of shape (n,), or a peer's
+        public key is malformed or low-order (the message names the peer).
 
     References
     ----------
@@ -255,6 +263,12 @@ def pairwise_mask(
         raise invalid_parameter("context", "pairwise_mask", "bytes", type(context).__name__)
     if not isinstance(label, bytes):
         raise invalid_parameter("label", "pairwise_mask", "bytes", type(label).__name__)
+    if out is not None and not (isinstance(out, np.ndarray) and out.dtype == np.uint64
+                                and out.shape == (int(n),) and out.flags.c_contiguous
+                                and out.flags.writeable):
+        raise invalid_parameter("out", "pairwise_mask",
+                                f"None or a writable C-contiguous uint64 array of shape ({n},)",
+                                describe(out))
     # derive every seed before expanding any stream, so bad input fails fast
     seeds: list[tuple[bool, bytes]] = []
     for peer in sorted(peer_publics):
@@ -262,7 +276,7 @@ def pairwise_mask(
         pair_context = _encode_names(context, low, high)
         seed = _pair_seed(own, peer_publics[peer], pair_context, "pairwise_mask", f"peer {peer!r}")
         seeds.append((own_name < peer, seed))
-    mask = np.zeros(int(n), dtype=np.uint64)
+    mask = np.zeros(int(n), dtype=np.uint64) if out is None else out
     for add, seed in seeds:
         stream = expand(seed, int(n), label=label)
         if add:

@@ -662,7 +662,9 @@ def server(
         if contribution is not None and uploads is not None and plain is not None:
             contribution.observe(rnd, plain, {c: uploads[c] for c in survivors},
                                  {c: agg.weights[c] for c in survivors})
-        del uploads
+        # the round's accumulator (a model-sized sum, or CKKS's ciphertexts) goes now, not
+        # when the next round's replaces it: it would live through the next round's training
+        del uploads, agg
         start, plain = plain, half.reveal(model)
         if optimizer is not None and opt_state is not None:
             if start is None or plain is None:  # check_composes refused such aggregators
@@ -1067,6 +1069,10 @@ def client(
                                 f"the new model of client {party.name!r}")
             payload = own.payload(party, server=server, round=msg.round, params=new,
                                   base=params, weight=float(msg.weight))
+            # the new model goes before the upload is encoded, where the payload is another
+            # array (masked, encrypted): the encoding is a copy of the payload
+            loss = outcome.loss
+            del new, outcome
         except ValidationError as exc:
             # an honest client never uploads what it cannot encode: it leaves the run and
             # says why, so the server records a malformed update, not a crash
@@ -1075,12 +1081,10 @@ def client(
             raise ValidationError(f"client {party.name!r} cannot upload its update of round "
                                   f"{msg.round} and leaves the run: {exc}") from exc
         party.send(server, "update", Update(round=msg.round, payload=payload,
-                                            steps=msg.steps, loss=outcome.loss,
-                                            accuracy=accuracy))
-        # msg.params is a view of the received buffer: let go of it and of the new model
-        # (``new`` and ``payload`` may be that same array) before waiting, or every idle
-        # client holds a model or two
-        del msg, params, outcome, payload, new
+                                            steps=msg.steps, loss=loss, accuracy=accuracy))
+        # msg.params is a view of the received buffer: let go of it and of the upload
+        # before waiting, or every idle client holds a model or two
+        del msg, params, payload
 
 
 def _resume_state(name: str, resumed_from: int, stored: dict[str, Any] | None,

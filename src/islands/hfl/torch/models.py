@@ -453,6 +453,7 @@ def flat_parameters(module: nn.Module) -> NDArray[np.float32]:
     """
     flat = _flat_of(module)
     buffers = _buffers_of(module)
+    fresh = flat is None or bool(buffers)  # a tensor of our own: no second copy
     if flat is not None:
         flat = _travelling(module, flat)
     with torch.no_grad():
@@ -463,7 +464,8 @@ def flat_parameters(module: nn.Module) -> NDArray[np.float32]:
             # gathered by name: a module may replace a buffer rather than update it in place
             flat = torch.cat([flat, *(owner.get_buffer(name).detach().reshape(-1)
                                       .to(torch.float32) for owner, name in buffers)])
-    out: NDArray[np.float32] = flat.detach().numpy().copy()
+    arr = flat.detach().numpy()
+    out: NDArray[np.float32] = arr if fresh else arr.copy()
     return out
 
 
