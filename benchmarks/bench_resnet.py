@@ -116,7 +116,7 @@ def child(config: str, clients: int, rounds: int, concurrency: int) -> dict[str,
 
     fm = FederatedModel(net, FedAvg(aggregator=aggregator, local_steps=1, batch_size=ROWS,
                                     lr=0.01),
-                        epochs=rounds, eval_fraction=0.0, seed=0, concurrency=concurrency,
+                        epochs=rounds, eval_fraction=0.0, random_state=0, concurrency=concurrency,
                         timeout=3600.0, callback=on_round)
     import gc
 
