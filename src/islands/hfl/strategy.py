@@ -239,6 +239,9 @@ class FedAvg:
         aggregate from the server (CKKS, Paillier, chaos).
     """
 
+    strategy_name = "fedavg"
+    """The name files give the strategy (``[strategy] name``)."""
+
     def __init__(self, local_steps: int = 1, batch_size: int | None = 64, lr: float = 0.1,
                  momentum: float = 0.0, weight_decay: float = 0.0, fraction: float = 1.0,
                  min_clients: int = 1, evaluate: bool = False,
@@ -261,7 +264,7 @@ class FedAvg:
         self.sampling = sampling
         self.server_optimizer = server_optimizer
         check_composes(self.aggregator, server_optimizer, owner)
-        self.name = "fedavg"
+        self.name = self.strategy_name
 
     @property
     def secret_sampling_rate(self) -> float | None:
@@ -366,18 +369,7 @@ class FedBN(FedAvg):
 
     local_layers = "batchnorm"
     """The layers that stay with each client (:data:`~islands.hfl.torch.user.LOCAL_LAYERS`)."""
-
-    def __init__(self, local_steps: int = 1, batch_size: int | None = 64, lr: float = 0.1,
-                 momentum: float = 0.0, weight_decay: float = 0.0, fraction: float = 1.0,
-                 min_clients: int = 1, evaluate: bool = False,
-                 aggregator: Aggregator | None = None, seed: int = 0,
-                 sampling: str = "fixed",
-                 server_optimizer: ServerOptimizer | None = None) -> None:
-        super().__init__(local_steps=local_steps, batch_size=batch_size, lr=lr,
-                         momentum=momentum, weight_decay=weight_decay, fraction=fraction,
-                         min_clients=min_clients, evaluate=evaluate, aggregator=aggregator,
-                         seed=seed, sampling=sampling, server_optimizer=server_optimizer)
-        self.name = "fedbn"
+    strategy_name = "fedbn"
 
     def __repr__(self) -> str:
         return "FedBN(" + super().__repr__().split("(", 1)[1]
