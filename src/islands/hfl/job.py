@@ -640,6 +640,10 @@ class HflJobResult:
     epsilon_against_server: list[float | None] = field(default_factory=list)
     model_state: builtins.bytes | None = field(default=None, repr=False)
     """The trained model's state dict (``model.pt``; not in results.json)."""
+    model_onnx: builtins.bytes | None = field(default=None, repr=False)
+    """The trained model as ONNX (``model.onnx``; not in results.json)."""
+    onnx_skipped: str | None = None
+    """Why ``model.onnx`` was not written (results.json's ``onnx_skipped``), or None."""
 
     @property
     def task(self) -> str:
@@ -675,6 +679,8 @@ class HflJobResult:
             out["dev_avg"] = self.dev_avg
         if self.tracking is not None:
             out["tracking"] = self.tracking
+        if self.onnx_skipped is not None:
+            out["onnx_skipped"] = self.onnx_skipped
         out["wall_time_s"] = self.wall_time_s
         return out
 
@@ -797,6 +803,7 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
                         ray_address=job.ray_address, contribution=contribution,
                         tracking=tracker, settings=job_settings(job))
     fl.fit(prep.parts, test=prep.test)
+    onnx, onnx_skipped = _onnx_bytes(fl)
     X_test, y_test = prep.test
     final = fl.score(X_test, y_test)
     totals_sent = fl.transcript_.totals("sender")
@@ -812,7 +819,7 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
     return HflJobResult(
         job=job,
         data={"dataset": prep.dataset, **prep.summary, "model": prep.spec.describe(),
-              "parameters": prep.spec.n_params()},
+              "parameters": prep.spec.n_params(), **_model_shape(prep.spec)},
         strategy=repr(strategy), workers=fl.workers_, metrics=final,
         aggregations=fl.aggregations_, rounds=len(fl.rounds_),
         steps_per_epoch=fl.steps_per_epoch_, batch_sizes=fl.batch_sizes_,
@@ -838,7 +845,7 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
         local_accuracy=[r.accuracy for r in fl.rounds_],
         federated_seconds=fl.wall_time_,
         contribution=fl.contribution_,
-        model_state=_state_bytes(fl),
+        model_state=_state_bytes(fl), model_onnx=onnx, onnx_skipped=onnx_skipped,
         baseline=baseline, dev_avg=gap, wall_time_s=time.perf_counter() - t0)
 
 
@@ -1002,13 +1009,32 @@ def _state_bytes(fl: FederatedModel) -> bytes:
     return state_bytes(fl.export())
 
 
+def _model_shape(spec: Any) -> dict[str, Any]:
+    """Return what rebuilds the job's model with the data's shape (``islands export``)."""
+    return {"input_shape": list(spec.input_shape), "n_outputs": spec.n_outputs,
+            "input_divisor": spec.input_divisor}
+
+
+def _onnx_bytes(fl: FederatedModel) -> tuple[bytes | None, str | None]:
+    """Return the trained model as ONNX, or None and why not (never raises for the model)."""
+    from islands.hfl.torch.onnx_export import ModelExportError, onnx_bytes  # torch
+
+    try:
+        return onnx_bytes(fl.export(), fl.model_.input_shape), None
+    except (ImportError, ModelExportError) as exc:
+        return None, str(exc)
+
+
 # --------------------------------------------------------------------------- outputs
 def write_outputs(result: HflJobResult, out: str | Path, *,
                   json_path: str | Path | None = None) -> list[Path]:
-    """Write ``results.json``, the curves (``accuracy.png``, ``tau.png``) and ``model.pt``.
+    """Write ``results.json``, ``accuracy.png``, ``tau.png``, ``model.pt``, ``model.onnx``.
 
     ``model.pt`` is the trained model's state dict: :func:`islands.hfl.load_model` (or
     ``torch.load(path, weights_only=True)``) loads it into the model the job names.
+    ``model.onnx`` is the same model for onnxruntime
+    (:mod:`islands.hfl.torch.onnx_export`), written where torch can export it and the
+    ``export`` extra is installed; otherwise results.json's ``onnx_skipped`` says why.
 
     The files are one set (:class:`~islands.reporting.ResultSet`): staged, renamed into
     place together and listed in ``manifest.json``, which says complete once they all
@@ -1027,6 +1053,8 @@ def write_outputs(result: HflJobResult, out: str | Path, *,
     with write_results(result, out, json_path) as files:
         if result.model_state is not None:
             files.add_bytes("model.pt", result.model_state)
+        if result.model_onnx is not None:
+            files.add_bytes("model.onnx", result.model_onnx)
         fig = new_figure()
         ax = fig.subplots()
         hist = result.history
