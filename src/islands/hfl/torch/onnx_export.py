@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
+import io
 import logging
 import re
 import warnings
@@ -54,16 +55,18 @@ def missing_packages() -> list[str]:
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """Silence torch's exporter (its warnings and log lines) while it runs.
+    """Silence torch's exporter (its warnings, log lines and printed graphs) while it runs.
 
     Torch's loggers write to stderr with handlers of their own; the root ``torch``
-    logger's level decides for them all. A failure is still raised, with its reason.
+    logger's level decides for them all. A failed trace also prints its graph to stdout.
+    A failure is still raised, with its reason.
     """
     logger = logging.getLogger("torch")
     level = logger.level
     logger.setLevel(logging.CRITICAL)
     try:
-        with warnings.catch_warnings():
+        with (warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()),
+              contextlib.redirect_stderr(io.StringIO())):
             warnings.simplefilter("ignore")
             yield
     finally:
