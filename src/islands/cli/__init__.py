@@ -10,7 +10,8 @@ scca|pca|vfl|ftl|apfl|contribution`` (a paper's experiments as a report), ``isla
 (a federation's CA and party certificates), ``islands party --config FILE`` (one
 organisation's party of a deployed federation, over gRPC with mutual TLS) and ``islands
 protocols`` (the protocols a federation can run, from :mod:`islands.protocols`) and
-``islands report RUN_DIR`` (a run folder as one self-contained HTML page).
+``islands report RUN_DIR`` (a run folder as one self-contained HTML page) and ``islands
+export RUN_DIR`` (a horizontal run's trained model as a torch or ONNX file).
 
 Each command group is one module of this package; importing them registers their commands
 on :data:`app`, in the order ``islands --help`` lists them. The cli is the top layer and
@@ -30,7 +31,7 @@ from islands.cli.common import app
 # isort: off
 # importing a module registers its commands: this order is `islands --help`'s order
 from islands.cli import info, run, deploy, audit, reproduce  # noqa: F401
-from islands.cli import report  # noqa: F401
+from islands.cli import report, export  # noqa: F401
 # isort: on
 
 __all__ = ["app", "main"]

@@ -39,6 +39,8 @@ OPTIONAL_PARTS: dict[str, tuple[str, str]] = {
     "ray": ("ray", "large simulations"),
     "pyarrow": ("pyarrow", "Parquet data files"),
     "matplotlib": ("matplotlib", "plots in experiment reports"),
+    "onnxscript": ("onnxscript", "model.onnx (torch's ONNX exporter; with onnx)"),
+    "onnxruntime": ("onnxruntime", "running model.onnx without PyTorch"),
 }
 
 

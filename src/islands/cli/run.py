@@ -181,6 +181,9 @@ def _run_horizontal(job_file: Path, *, resume: bool, output: Path | None,
         _exit_past_busy_roles(130)
         raise typer.Exit(130)
     _summarise_job(result)
+    if result.onnx_skipped is not None:
+        console.print(f"[yellow]warning: model.onnx not written: {escape(result.onnx_skipped)}"
+                      "[/] (model.pt is; results.json's onnx_skipped says why)", soft_wrap=True)
     try:
         written = write_outputs(result, out, json_path=json_path)
     except OutputError as exc:

@@ -912,15 +912,44 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             return self.model_.export(self.params_)
         return self.model_.export(self.params_, local)
 
-    def save(self, path: str | os.PathLike[str], client: str | None = None) -> None:
-        """Write the trained model's state dict to ``path`` (``torch.save``, written whole).
+    def save(self, path: str | os.PathLike[str], format: str = "torch",
+             client: str | None = None) -> None:
+        """Write the trained model to ``path``, whole (a temporary file, then a rename).
 
-        It loads with ``module.load_state_dict(torch.load(path, weights_only=True))`` into
-        the module that was trained (or :meth:`export`'s); ``client`` as for :meth:`export`.
+        Parameters
+        ----------
+        path : path
+            The file to write.
+        format : {"torch", "onnx"}
+            ``"torch"``: the state dict (``torch.save``); it loads with
+            ``module.load_state_dict(torch.load(path, weights_only=True))`` into the
+            module that was trained (or :meth:`export`'s). ``"onnx"``: an ONNX model
+            (input ``input``, float32 rows of any count; output ``output``) for
+            onnxruntime, needing the ``export`` extra
+            (:mod:`islands.hfl.torch.onnx_export`).
+        client : str or None
+            Under FedBN, the client whose model (its own batch norm) to write.
+
+        Raises
+        ------
+        ValidationError
+            If ``format`` is neither.
+        ModelExportError
+            If torch cannot export the model to ONNX, with its reason.
         """
-        from islands.hfl.torch.models import state_bytes
+        if format not in ("torch", "onnx"):
+            raise invalid_parameter("format", "FederatedModel.save", "'torch' or 'onnx'",
+                                    describe(format))
+        self._check_fitted()
+        if format == "onnx":
+            from islands.hfl.torch.onnx_export import onnx_bytes
 
-        write_bytes(os.fspath(path), state_bytes(self.export(client)))
+            data = onnx_bytes(self.export(client), self.model_.input_shape)
+        else:
+            from islands.hfl.torch.models import state_bytes
+
+            data = state_bytes(self.export(client))
+        write_bytes(os.fspath(path), data)
 
     def predict(self, X: ArrayLike, client: str | None = None) -> NDArray[Any]:
         """Class labels (classification) or values (regression) for the rows of ``X``.

@@ -643,8 +643,10 @@ class HflJobResult:
     privacy_against_server: PrivacySpent | None = None
     epsilon_against_server: list[float | None] = field(default_factory=list)
     model_files: dict[str, builtins.bytes] = field(default_factory=dict, repr=False)
-    """The trained model's state dict by file name (``model.pt``; under FedBN one per
-    client, ``model.<client>.pt``); not in results.json."""
+    """The trained model by file name (``model.pt`` and ``model.onnx``; under FedBN each
+    client's state dict, ``model.<client>.pt``); not in results.json."""
+    onnx_skipped: str | None = None
+    """Why ``model.onnx`` was not written (results.json's ``onnx_skipped``), or None."""
 
     @property
     def task(self) -> str:
@@ -680,6 +682,8 @@ class HflJobResult:
             out["dev_avg"] = self.dev_avg
         if self.tracking is not None:
             out["tracking"] = self.tracking
+        if self.onnx_skipped is not None:
+            out["onnx_skipped"] = self.onnx_skipped
         out["wall_time_s"] = self.wall_time_s
         return out
 
@@ -802,6 +806,7 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
                         ray_address=job.ray_address, contribution=contribution,
                         tracking=tracker, settings=job_settings(job))
     fl.fit(prep.parts, test=prep.test)
+    onnx, onnx_skipped = _onnx_bytes(fl)
     X_test, y_test = prep.test
     final = fl.metrics(X_test, y_test)
     totals_sent = fl.transcript_.totals("sender")
@@ -817,7 +822,7 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
     return HflJobResult(
         job=job,
         data={"dataset": prep.dataset, **prep.summary, "model": prep.spec.describe(),
-              "parameters": prep.spec.n_params()},
+              "parameters": prep.spec.n_params(), **_model_shape(prep.spec)},
         strategy=repr(strategy), workers=fl.workers_, metrics=final,
         aggregations=fl.aggregations_, rounds=len(fl.rounds_),
         steps_per_epoch=fl.steps_per_epoch_, batch_sizes=fl.batch_sizes_,
@@ -843,7 +848,7 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
         local_accuracy=[r.accuracy for r in fl.rounds_],
         federated_seconds=fl.wall_time_,
         contribution=fl.contribution_,
-        model_files=_model_files(fl),
+        model_files=_model_files(fl, onnx), onnx_skipped=onnx_skipped,
         baseline=baseline, dev_avg=gap, wall_time_s=time.perf_counter() - t0)
 
 
@@ -1001,24 +1006,47 @@ def _ridge_closed_form(X: NDArray[Any], y: NDArray[Any], X_test: NDArray[Any],
         test=regression_report(y_test, pred).to_dict(), lam=lam)
 
 
-def _model_files(fl: FederatedModel) -> dict[str, bytes]:
-    """Return ``model.pt``, or under FedBN each client's ``model.<client>.pt``."""
+def _model_files(fl: FederatedModel, onnx: bytes | None) -> dict[str, bytes]:
+    """Return ``model.pt`` (and ``model.onnx``), or under FedBN each ``model.<client>.pt``."""
     from islands.hfl.torch.models import state_bytes  # torch
 
-    if not fl.local_states_:
-        return {"model.pt": state_bytes(fl.export())}
-    return {f"model.{name}.pt": state_bytes(fl.export(client=name))
-            for name in fl.local_states_}
+    if fl.local_states_:
+        return {f"model.{name}.pt": state_bytes(fl.export(client=name))
+                for name in fl.local_states_}
+    return {"model.pt": state_bytes(fl.export()),
+            **({} if onnx is None else {"model.onnx": onnx})}
+
+
+def _model_shape(spec: Any) -> dict[str, Any]:
+    """Return what rebuilds the job's model with the data's shape (``islands export``)."""
+    return {"input_shape": list(spec.input_shape), "n_outputs": spec.n_outputs,
+            "input_divisor": spec.input_divisor}
+
+
+def _onnx_bytes(fl: FederatedModel) -> tuple[bytes | None, str | None]:
+    """Return the trained model as ONNX, or None and why not (never raises for the model)."""
+    from islands.hfl.torch.onnx_export import ModelExportError, onnx_bytes  # torch
+
+    if fl.local_states_:
+        return None, ("FedBN: each client's model is its own (model.<client>.pt); "
+                      "FederatedModel.save(path, format='onnx', client=...) writes one")
+    try:
+        return onnx_bytes(fl.export(), fl.model_.input_shape), None
+    except (ImportError, ModelExportError) as exc:
+        return None, str(exc)
 
 
 # --------------------------------------------------------------------------- outputs
 def write_outputs(result: HflJobResult, out: str | Path, *,
                   json_path: str | Path | None = None) -> list[Path]:
-    """Write ``results.json``, the curves (``accuracy.png``, ``tau.png``) and ``model.pt``.
+    """Write ``results.json``, ``accuracy.png``, ``tau.png``, ``model.pt``, ``model.onnx``.
 
     ``model.pt`` is the trained model's state dict: :func:`islands.hfl.load_model` (or
     ``torch.load(path, weights_only=True)``) loads it into the model the job names; under
-    FedBN each client's model is its own, ``model.<client>.pt``.
+    FedBN each client's model is its own, ``model.<client>.pt``. ``model.onnx`` is the
+    same model for onnxruntime (:mod:`islands.hfl.torch.onnx_export`), written where torch
+    can export it and the ``export`` extra is installed; otherwise results.json's
+    ``onnx_skipped`` says why.
 
     The files are one set (:class:`~islands.reporting.ResultSet`): staged, renamed into
     place together and listed in ``manifest.json``, which says complete once they all

@@ -76,8 +76,13 @@ from islands.tracking import TrackingConfig, job_tracker
 from islands.validation import file_section, read_job, read_toml, table_value
 from islands.vfl import maths
 from islands.vfl.config import RENAMED, VflConfig, describe_he, draw_seed
-from islands.vfl.estimator import VerticalLinearRegression, VerticalLogisticRegression
+from islands.vfl.estimator import (
+    VerticalLinearRegression,
+    VerticalLogisticRegression,
+    _passive_names,
+)
 from islands.vfl.keys import insecure_key_note
+from islands.vfl.parts import ModelPart
 from islands.vfl.protocol import Clock
 
 __all__ = ["JobError", "VerticalJob", "VerticalJobResult", "is_vertical", "load_vertical_job",
@@ -239,11 +244,10 @@ def _split_columns(width: int, b: int, passive: int) -> list[NDArray[np.intp]]:
     return [*np.array_split(rest, passive), np.arange(b)]
 
 
-def _standardise(train: NDArray[np.float64], test: NDArray[np.float64]
-                 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def _scaling(train: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Return a party's standardisation of its columns: its training rows' mean and std."""
     mean, std = train.mean(axis=0), train.std(axis=0)
-    std = np.where(std > 0, std, 1.0)
-    return (train - mean) / std, (test - mean) / std
+    return mean, np.where(std > 0, std, 1.0)
 
 
 def _own_ids(n: int, party: int, seed: int) -> tuple[NDArray[np.intp], list[str]]:
@@ -288,6 +292,8 @@ class VerticalJobResult:
     max_abs_diff_to_centralised_gd: float | None
     wall_time_s: float
     tracking: dict[str, Any] | None = None
+    parts: list[ModelPart] = field(default_factory=list, repr=False)
+    """Each party's part of the trained model (``party-<name>.json``; not in results.json)."""
 
     def to_json(self) -> dict[str, Any]:
         """Return ``results.json``: the keys and order it has always had.
@@ -380,8 +386,9 @@ def _run_vertical(job: VerticalJob, progress: Callable[[str], None] | None
         X, y, test_size=job.data["test_fraction"], random_state=job.seed,
         stratify=y if logistic else None)
     cols = _split_columns(X.shape[1], b, job.parties["passive"])
-    parts_tr, parts_te = zip(*(_standardise(x_tr[:, c], x_te[:, c]) for c in cols),
-                             strict=True)
+    scaling = [_scaling(x_tr[:, c]) for c in cols]
+    parts_tr, parts_te = zip(*(((x_tr[:, c] - m) / s, (x_te[:, c] - m) / s)
+                               for c, (m, s) in zip(cols, scaling, strict=True)), strict=True)
     y_mean, y_std = (0.0, 1.0) if logistic else (float(y_tr.mean()), float(y_tr.std()))
     target = y_tr if logistic else (y_tr - y_mean) / y_std
     kind = VerticalLogisticRegression if logistic else VerticalLinearRegression
@@ -437,6 +444,20 @@ def _run_vertical(job: VerticalJob, progress: Callable[[str], None] | None
         lossless = float(np.max(np.abs(got - np.concatenate(ref_thetas))))
     epoch_s = est.epoch_seconds_
     epochs = max(est.n_epochs_, 1)
+    coefs = [est.coef_a_] if isinstance(est.coef_a_, np.ndarray) else list(est.coef_a_)
+    names = _passive_names(len(coefs))
+    model_parts = [ModelPart(party=name, role="passive", objective=config.objective,
+                             weights=np.asarray(w, dtype=np.float64), mean=m, scale=s,
+                             columns=[int(v) for v in c])
+                   for name, w, c, (m, s) in zip(names, coefs, cols[:-1], scaling[:-1],
+                                                 strict=True)]
+    model_parts.append(ModelPart(
+        party="B", role="active", objective=config.objective,
+        weights=np.asarray(est.coef_b_, dtype=np.float64), mean=scaling[-1][0],
+        scale=scaling[-1][1], columns=[int(v) for v in cols[-1]], intercept=est.intercept_,
+        target_mean=y_mean, target_scale=y_std,
+        classes=([_plain(v) for v in est.classes_]
+                 if isinstance(est, VerticalLogisticRegression) else None)))
     return VerticalJobResult(
         job=job, settings=config,
         train_rows=int(block_b.shape[0]) if est.ids_ is None else len(est.ids_),
@@ -450,12 +471,22 @@ def _run_vertical(job: VerticalJob, progress: Callable[[str], None] | None
         bytes=est.transcript_.total_bytes,
         bytes_by_tag={t: v.nbytes for t, v in est.transcript_.totals("tag").items()},
         aligned_ids=None if est.ids_ is None else len(est.ids_),
-        max_abs_diff_to_centralised_gd=lossless, wall_time_s=time.perf_counter() - start)
+        max_abs_diff_to_centralised_gd=lossless, wall_time_s=time.perf_counter() - start,
+        parts=model_parts)
+
+
+def _plain(value: Any) -> Any:
+    """Return a class label as a plain JSON value (a numpy scalar as Python's)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def write_vertical_outputs(result: VerticalJobResult, out: str | Path, *,
                            json_path: str | Path | None = None) -> list[Path]:
-    """Write ``results.json`` and ``loss.png`` (loss per epoch) into ``out``, as one set.
+    """Write ``results.json``, ``loss.png`` and each party's ``party-<name>.json``, as one set.
+
+    Each party's file is its part of the trained model (:class:`~islands.vfl.parts.ModelPart`:
+    its weights and standardisation, B's intercept and the target's scale or classes): in
+    a deployment each party writes its own; here, one process simulates them all.
 
     See :func:`islands.hfl.job.write_outputs`: staged, renamed together, ``manifest.json``
     last; an :class:`~islands.errors.OutputError` names the file and leaves the previous
@@ -471,4 +502,6 @@ def write_vertical_outputs(result: VerticalJobResult, out: str | Path, *,
         ax.set_title(f"{result.job.name}: {result.settings.objective} regression")
         ax.grid(alpha=0.3)
         files.add_figure("loss.png", fig)
+        for part in result.parts:
+            files.add_json(f"party-{part.party}.json", part.to_json())
     return files.published
