@@ -144,7 +144,7 @@ def _bn_for_digits() -> nn.Module:
 def test_federated_model_saves_onnx_and_torch(tmp_path: Path) -> None:
     parts, X, _ = _digits()
     fm = FederatedModel(_bn_for_digits(), FedAvg(local_steps=3, batch_size=32, lr=0.1),
-                        epochs=1, seed=0)
+                        epochs=1, random_state=0)
     fm.fit(parts)
     fm.save(tmp_path / "m.onnx", format="onnx")
     fm.save(tmp_path / "m.pt")
