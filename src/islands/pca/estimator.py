@@ -30,6 +30,7 @@ from islands.pca.protocol import (
     PublisherResult,
     SiteResult,
     centring_of,
+    check_ring_range,
     publisher,
     site,
 )
@@ -201,6 +202,10 @@ class FederatedPCA(FederatedEstimator[PcaSettings]):
                 f"guarantee (epsilon_ = inf): {config.dp_void_reason}. Use it only to "
                 "reproduce published results; mode='secure' keeps the guarantee.",
                 UserWarning, stacklevel=2)
+        if config.mode == "secure":  # each site checks its own too; here in order, site1 first
+            for src in sources:
+                if src.n_rows is not None:  # known before a pass (arrays, NPY, Parquet)
+                    check_ring_range(src.n_rows, src.name, config)
         roles: dict[str, Role] = {
             name: partial(site, source=src, config=config)
             for name, src in zip(names, sources, strict=True)

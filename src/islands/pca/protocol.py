@@ -89,7 +89,8 @@ from islands.pca import maths
 from islands.runtime import Party, wire
 
 __all__ = ["MODES", "Components", "Mask", "Mean", "Noise", "PcaConfig", "PublisherResult",
-           "SiteResult", "centring_of", "elfedpca_noise", "publisher", "site"]
+           "SiteResult", "centring_of", "check_ring_range", "elfedpca_noise", "publisher",
+           "site"]
 
 Mode = Literal["plain", "elfedpca", "secure", "dpdispca", "central"]
 MODES: tuple[Mode, ...] = ("plain", "elfedpca", "secure", "dpdispca", "central")
@@ -404,7 +405,7 @@ RING_TAIL = 10.0
 A normal draw beyond 10 s.d. has probability about 1.5e-23."""
 
 
-def _check_ring_range(rows: int, name: str, config: PcaConfig) -> None:
+def check_ring_range(rows: int, name: str, config: PcaConfig) -> None:
     """Refuse, before anything is sent, a site whose values the secure mode's ring cannot add.
 
     Each site encodes its column sums of unit rows plus its share of the mean's noise and
@@ -458,7 +459,7 @@ def site(party: Party, source: BlockSource, *, config: PcaConfig) -> SiteResult:
                 if config.centring == "released" and config.epsilon is not None
                 and config.delta is not None else None)
     if config.mode == "secure":
-        _check_ring_range(rows, party.name, config)
+        check_ring_range(rows, party.name, config)
 
     # ---- pass 1: joint centring
     session = b""
