@@ -19,7 +19,7 @@ from islands.aggregation.base import MeanAggregator
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl import FedAvg, FederatedModel
 from islands.hfl.checkpoint import load_checkpoint
-from islands.hfl.protocol import LocalOutcome, client, server
+from islands.hfl.protocol import LocalOutcome, WrappedLearner, client, server
 from islands.runtime import run_local
 
 torch = pytest.importorskip("torch")
@@ -50,19 +50,11 @@ def _forge(params: Any, kind: str) -> Any:
     return bad
 
 
-class _BadLearner:
+class _BadLearner(WrappedLearner):
     """A client whose training returns a malformed model (its own checks catch it)."""
 
     def __init__(self, inner: Any, kind: str) -> None:
         self.inner, self.kind = inner, kind
-
-    @property
-    def n_train(self) -> int:
-        return int(self.inner.n_train)
-
-    @property
-    def n_eval(self) -> int:
-        return int(self.inner.n_eval)
 
     def evaluate(self, params: Any) -> float:
         return float(self.inner.evaluate(params))

@@ -132,8 +132,6 @@ from islands.hfl.config import (
     STRATEGY_KEYS,
     ContributionConfig,
     DataConfig,
-    FedBNConfig,
-    FedProxConfig,
     HflConfig,
     ModelConfig,
     PartitionConfig,
@@ -454,7 +452,7 @@ def prepare(job: Job) -> Prepared:
     if input_shape != tuple(X.shape[1:]):
         X, X_test = X.reshape(len(X), *input_shape), X_test.reshape(len(X_test), *input_shape)
     folder = str(Path(job.source).parent) if job.source and Path(job.source).is_file() else None
-    local = FedBN.local_layers if job.strategy.get("name") == "fedbn" else None
+    local = getattr(build_strategy(job), "local_layers", None)  # FedBN's batch norm
     spec = model.make_model(input_shape, 1 if regression else n_classes, task=job.task,
                             seed=job.seed, where=f"job file {job.source}",
                             input_divisor=divisor, folder=folder, local_layers=local)
@@ -496,11 +494,13 @@ def _make_strategy(job: Job, aggregator: Any) -> Strategy:
             job.server_optimizer).optimizer()
     if config.name == "apfl":
         return APFL(**s)
-    if isinstance(config, FedProxConfig):
-        return FedProx(**s, seed=job.seed)
-    if isinstance(config, FedBNConfig):
-        return FedBN(**s, seed=job.seed)
-    return FedAvg(**s, seed=job.seed)
+    # the FedAvg family draws its "fixed" cohorts from the job's seed
+    return _FEDAVG_FAMILY[config.name](**s, seed=job.seed)
+
+
+_FEDAVG_FAMILY: dict[str, type[FedAvg]] = {cls.strategy_name: cls
+                                            for cls in (FedAvg, FedProx, FedBN)}
+"""The strategies a ``[strategy] name`` builds that take FedAvg's parameters."""
 
 
 # --------------------------------------------------------------------------- running

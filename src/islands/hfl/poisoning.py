@@ -66,7 +66,26 @@ def _scale(value: Any, owner: str) -> float:
     return check_float(value, "scale", owner, low=0.0, low_inclusive=False)
 
 
-class SignFlipping(_Attacker):
+class _Magnified(_Attacker):
+    """Upload w_global + direction·s·Δ: the honest update Δ magnified by s (and reversed)."""
+
+    direction = 1.0
+
+    def __init__(self, inner: Any, scale: float = 10.0) -> None:
+        self.inner = inner
+        self.scale = _scale(scale, type(self).__name__)
+
+    def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
+              config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
+        """Train honestly, then upload the magnified update (the honest loss is reported)."""
+        out, delta = self._honest(params, epoch=epoch, step=step, steps=steps,
+                                  batch_size=batch_size, config=config, momentum=momentum)
+        bad = np.asarray(params, np.float64) + self.direction * self.scale * delta
+        return LocalOutcome(params=bad.astype(np.float32), momentum=out.momentum,
+                            loss=out.loss)
+
+
+class SignFlipping(_Magnified):
     """Upload w_global − s·Δ: the honest update reversed and magnified.
 
     Parameters
@@ -77,21 +96,10 @@ class SignFlipping(_Attacker):
         s > 0.
     """
 
-    def __init__(self, inner: Any, scale: float = 10.0) -> None:
-        self.inner = inner
-        self.scale = _scale(scale, "SignFlipping")
-
-    def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
-              config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
-        """Train honestly, then return w_global − s·Δ (the honest loss is reported)."""
-        out, delta = self._honest(params, epoch=epoch, step=step, steps=steps,
-                                  batch_size=batch_size, config=config, momentum=momentum)
-        bad = np.asarray(params, np.float64) - self.scale * delta
-        return LocalOutcome(params=bad.astype(np.float32), momentum=out.momentum,
-                            loss=out.loss)
+    direction = -1.0
 
 
-class Scaling(_Attacker):
+class Scaling(_Magnified):
     """Upload w_global + s·Δ: the honest update magnified (boosting).
 
     Parameters
@@ -101,19 +109,6 @@ class Scaling(_Attacker):
     scale : float, default=10.0
         s > 0.
     """
-
-    def __init__(self, inner: Any, scale: float = 10.0) -> None:
-        self.inner = inner
-        self.scale = _scale(scale, "Scaling")
-
-    def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
-              config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
-        """Train honestly, then return w_global + s·Δ."""
-        out, delta = self._honest(params, epoch=epoch, step=step, steps=steps,
-                                  batch_size=batch_size, config=config, momentum=momentum)
-        bad = np.asarray(params, np.float64) + self.scale * delta
-        return LocalOutcome(params=bad.astype(np.float32), momentum=out.momentum,
-                            loss=out.loss)
 
 
 def alie_z_max(n: int, f: int) -> float:

@@ -331,6 +331,8 @@ class FedProx(FedAvg):
         As :class:`FedAvg`.
     """
 
+    strategy_name = "fedprox"
+
     def __init__(self, mu: float = 0.01, local_steps: int = 1, batch_size: int | None = 64,
                  lr: float = 0.1, momentum: float = 0.0, weight_decay: float = 0.0,
                  fraction: float = 1.0, min_clients: int = 1, evaluate: bool = False,
@@ -344,7 +346,6 @@ class FedProx(FedAvg):
         self.mu = check_rate(mu, "mu", "FedProx")
         self._config = LocalConfig(lr=lr, momentum=momentum, weight_decay=weight_decay,
                                    prox_mu=self.mu)
-        self.name = "fedprox"
 
     def __repr__(self) -> str:
         return f"FedProx(mu={self.mu}, " + super().__repr__().split("(", 1)[1]
