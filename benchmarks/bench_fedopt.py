@@ -1,14 +1,17 @@
-"""Server optimisers against FedAvg on label-skewed Fashion-MNIST (issue 38, FedOpt).
+"""Server optimisers and SCAFFOLD against FedAvg on label-skewed Fashion-MNIST (issue 38).
 
 FedAvg, FedAvgM, FedAdam, FedYogi and FedAdagrad (:mod:`islands.hfl.server_opt`, Reddi
-et al. 2021, Algorithm 2) train the same federation, measured side by side in one run:
+et al. 2021, Algorithm 2) and SCAFFOLD (:mod:`islands.hfl.scaffold`, Karimireddy et al.
+2020, option II, global step 1) train the same federation, measured side by side in one
+run:
 
 - data: 10,000 Fashion-MNIST training rows (a random subset drawn from the seed) split
   over 10 clients with a Dirichlet(α = 0.1) label skew (``partition_dirichlet``, each
   client at least 100 rows); 2,000 test rows; every client trains on all its rows
   (``eval_fraction=0``);
 - model: MLP 784-64-10; clients: FedAvg's local SGD, τ = 10 steps of batch 10 at lr 0.05,
-  no momentum, the same for every method (the methods differ only at the server);
+  no momentum, the same for every method (the server optimisers differ only at the
+  server; SCAFFOLD adds its control variates to the same local steps, no tuning);
 - time: ``--epochs`` epochs (an epoch is S = min_k ⌊n_k/10⌋ local steps, so about three
   rounds an epoch at this skew), the same rounds for every method;
 - server learning rate: as the paper does, each optimiser's η is picked from a small
@@ -19,7 +22,8 @@ et al. 2021, Algorithm 2) train the same federation, measured side by side in on
   seed), the final test accuracy of each method: mean, min–max, standard deviation, and
   each optimiser's difference to FedAvg paired by seed.
 
-Target (issue 38): FedAdam's mean test accuracy above FedAvg's over the 3 seeds.
+Target (issue 38): FedAdam's and SCAFFOLD's mean test accuracy above FedAvg's over the 3
+seeds.
 
     python benchmarks/bench_fedopt.py [--epochs 15] [--seeds 0,1,2] [--quick] [--json OUT]
                                       [--blas-threads N]
@@ -38,7 +42,7 @@ import numpy as np
 from common import finish, limit_threads, source_digest, verdict
 from islands.data.datasets import load_fashion_mnist
 from islands.data.partition import partition_dirichlet
-from islands.hfl import FedAvg, FederatedModel, ModelSpec
+from islands.hfl import FedAvg, FederatedModel, ModelSpec, Scaffold
 from islands.hfl.server_opt import server_optimizer
 
 CLIENTS, ALPHA, TRAIN, TEST, VALIDATION = 10, 0.1, 10_000, 2_000, 2_000
@@ -51,6 +55,7 @@ GRIDS: dict[str, list[float]] = {  # half decades, as the paper's grid
     "fedadagrad": [0.01, 0.03, 0.1, 0.3],
 }
 FIXED: dict[str, dict[str, float]] = {"fedavgm": {"momentum": 0.9}, "fedadagrad": {"beta1": 0.0}}
+METHODS = ["fedavg", *GRIDS, "scaffold"]
 
 
 def load() -> tuple[Any, Any, Any, Any]:
@@ -70,11 +75,16 @@ def run(name: str, lr: float | None, seed: int, data: tuple[Any, ...], epochs: i
     parts = [(X[rows[p]], y[rows[p]])
              for p in partition_dirichlet(y[rows], CLIENTS, ALPHA, min_size=100,
                                           random_state=seed)]
-    opt = None if name == "fedavg" else server_optimizer(name, lr=lr, **FIXED.get(name, {}))
+    if name == "scaffold":
+        strategy: FedAvg = Scaffold(**LOCAL)
+    else:
+        opt = None if name == "fedavg" else server_optimizer(name, lr=lr,
+                                                              **FIXED.get(name, {}))
+        strategy = FedAvg(**LOCAL, server_optimizer=opt)
     spec = ModelSpec("mlp", (784,), 10, hidden=(64,))
     evaluation = (X[held], y[held]) if validation else (Xt, yt)
     t0 = time.perf_counter()
-    fm = FederatedModel(spec, FedAvg(**LOCAL, server_optimizer=opt), epochs=epochs,
+    fm = FederatedModel(spec, strategy, epochs=epochs,
                         random_state=seed, eval_fraction=0).fit(parts, test=evaluation)
     curve = [float(h.test["accuracy"]) for h in fm.history_]
     return {"method": name, "lr": lr, "seed": seed, "accuracy": curve[-1], "curve": curve,
@@ -98,7 +108,8 @@ def main() -> None:
 
     chosen: dict[str, float] = {}
     tuning: list[dict[str, Any]] = []
-    print(f"FedOpt on Fashion-MNIST, Dirichlet α={ALPHA}, {CLIENTS} clients, {epochs} epochs")
+    print(f"FedOpt and SCAFFOLD on Fashion-MNIST, Dirichlet α={ALPHA}, {CLIENTS} clients, "
+          f"{epochs} epochs")
     for name, grid in GRIDS.items():
         if args.quick:
             chosen[name] = server_optimizer(name).lr  # type: ignore[attr-defined]
@@ -112,7 +123,7 @@ def main() -> None:
 
     results: list[dict[str, Any]] = []
     for seed in seeds:
-        for name in ["fedavg", *GRIDS]:
+        for name in METHODS:
             results.append(run(name, chosen.get(name), seed, data, epochs, validation=False))
     digests.add(source_digest(["hfl", "aggregation", "data"]))
 
@@ -122,7 +133,7 @@ def main() -> None:
           f"seeds {seeds}:")
     print(f"  {'method':<11}{'η':>7}  {'mean':>7}  {'min–max':>15}  {'std':>6}  "
           f"{'Δ vs FedAvg (per seed)':>28}")
-    for name in ["fedavg", *GRIDS]:
+    for name in METHODS:
         accs = [r["accuracy"] for r in results if r["method"] == name]
         diffs = [r["accuracy"] - base[r["seed"]] for r in results if r["method"] == name]
         summary[name] = {"lr": chosen.get(name), "mean": statistics.fmean(accs),
@@ -134,9 +145,13 @@ def main() -> None:
         print(f"  {name:<11}{lr:>7}  {s['mean']:7.4f}  {s['min']:.4f}–{s['max']:.4f}  "
               f"{s['std']:6.4f}  " + ("" if name == "fedavg" else
                                       " ".join(f"{d:+.4f}" for d in diffs)))
-    met = summary["fedadam"]["mean"] > summary["fedavg"]["mean"]
-    print(f"\ntarget FedAdam mean > FedAvg mean: {summary['fedadam']['mean']:.4f} vs "
-          f"{summary['fedavg']['mean']:.4f} ({verdict(met)})")
+    met = True
+    for name, label in (("fedadam", "FedAdam"), ("scaffold", "SCAFFOLD")):
+        ok = summary[name]["mean"] > summary["fedavg"]["mean"]
+        met = met and ok
+        print(f"\ntarget {label} mean > FedAvg mean: {summary[name]['mean']:.4f} vs "
+              f"{summary['fedavg']['mean']:.4f} ({verdict(ok)})", end="")
+    print()
     print(f"wall time {time.perf_counter() - t_start:.0f} s")
     finish("fedopt", argparse.Namespace(**vars(args)), digests,
            {"epochs": epochs, "seeds": seeds, "chosen_lr": chosen, "tuning": tuning,

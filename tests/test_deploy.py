@@ -147,14 +147,15 @@ def _hfl_parties(clients: int) -> dict[str, dict[str, Any]]:
             **{f"c{k}": {"data": f"c{k}.npy", "threads": 1} for k in range(clients)}}
 
 
-def _in_process(parts: list[Any], epochs: int, aggregator: Any = None) -> np.ndarray:
+def _in_process(parts: list[Any], epochs: int, aggregator: Any = None,
+                strategy: Any = None) -> np.ndarray:
     from islands.hfl import FederatedModel
     from islands.hfl.strategy import FedAvg
     from islands.hfl.torch.models import ModelSpec
 
     spec = ModelSpec(kind="mlp", input_shape=(64,), n_outputs=10, hidden=(16,))
-    fl = FederatedModel(spec, FedAvg(local_steps=4, batch_size=32, lr=0.1, seed=3,
-                                     aggregator=aggregator),
+    fl = FederatedModel(spec, (strategy or FedAvg)(local_steps=4, batch_size=32, lr=0.1,
+                                                   seed=3, aggregator=aggregator),
                         epochs=epochs, random_state=3, threads=1)
     fl.fit(parts, names=[f"c{k}" for k in range(len(parts))])
     return np.asarray(fl.params_)
@@ -170,6 +171,20 @@ def test_fedavg_three_clients_across_processes_equals_in_process(tmp_path: Path)
     np.testing.assert_array_equal(np.load(tmp_path / "out/c1/params.npy"), expected)
     server = json.loads((tmp_path / "out/server/result.json").read_text())
     assert server["dropouts"] == [] and server["aggregations"] > 0
+
+
+def test_scaffold_across_processes_equals_in_process(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from islands.hfl import Scaffold
+
+    parts = _digits_clients(tmp_path)
+    options = {**HFL, "epochs": 2, "strategy": {**HFL["strategy"], "name": "scaffold"}}
+    files = write_federation(tmp_path, "hfl", _hfl_parties(3), options=options)
+    assert_ok(run(files))
+    expected = _in_process(parts, 2, strategy=Scaffold)
+    # the model only: the control variate the global vector carries stays in the run
+    np.testing.assert_array_equal(np.load(tmp_path / "out/server/params.npy"), expected)
+    np.testing.assert_array_equal(np.load(tmp_path / "out/c2/params.npy"), expected)
 
 
 def test_secure_aggregation_across_processes_signs_with_the_tls_identities(

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from islands.aggregation.base import PlainServerHalf
 from islands.aggregation.keys import KeyAck
 from islands.crypto import ckks, mac
 from islands.errors import ProtocolError
@@ -234,7 +235,7 @@ class _ForwardingServer:
     def server_half(self) -> Any:
         inner = self.honest.server_half()
 
-        class Half:
+        class Half(PlainServerHalf):
             def setup(self, link: Any, clients: Any) -> Any:
                 return inner.setup(link, clients)
 

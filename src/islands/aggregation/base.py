@@ -230,6 +230,21 @@ class ServerHalf(Protocol):
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`get_state`."""
 
+    def set_global(self, params: Vector | None) -> None:
+        """Take the global model a round starts from (None where the server cannot see it)."""
+
+    def set_sampling_rate(self, rate: float | None) -> None:
+        """Take the strategy's secret sampling rate q (None: the cohort is not secret)."""
+
+    def spent(self) -> tuple[float, float] | None:
+        """Return the client-level (ε, δ) spent so far, or None without client-level DP."""
+
+    def spent_against_server(self) -> tuple[float, float] | None:
+        """Return the client-level (ε, δ) against the server, or None without it."""
+
+    def exhausted(self) -> bool:
+        """Whether another round would exceed a privacy budget."""
+
 
 class ClientHalf(Protocol):
     """A client's state for one run."""
@@ -340,7 +355,7 @@ class StreamingRound:
 
 
 class PlainServerHalf:
-    """Defaults for a server half: no set-up, nothing to checkpoint."""
+    """Defaults for a server half: no set-up, nothing to checkpoint, no privacy budget."""
 
     def setup(self, link: ServerLink, clients: Sequence[str]) -> list[str]:
         """No run-level set-up."""
@@ -352,6 +367,24 @@ class PlainServerHalf:
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Nothing to restore."""
+
+    def set_global(self, params: Vector | None) -> None:
+        """Ignore the global model: this half does not need it."""
+
+    def set_sampling_rate(self, rate: float | None) -> None:
+        """No accountant to tell."""
+
+    def spent(self) -> tuple[float, float] | None:
+        """No client-level DP: None."""
+        return None
+
+    def spent_against_server(self) -> tuple[float, float] | None:
+        """No client-level DP: None."""
+        return None
+
+    def exhausted(self) -> bool:
+        """No budget: never."""
+        return False
 
 
 def ring_encode(params: Vector, weight: float, *, frac_bits: int, headroom: int,

@@ -91,6 +91,7 @@ from islands.aggregation.base import (
     AggStep,
     ClientHalf,
     MeanAggregator,
+    PlainServerHalf,
     RoundAggregation,
     ServerHalf,
     ServerLink,
@@ -299,7 +300,7 @@ class _ChaosClient:
                                   base=chaos.permute(base, index), weight=weight)
 
 
-class _ChaosServer:
+class _ChaosServer(PlainServerHalf):
     def __init__(self, inner: ServerHalf) -> None:
         self.inner = inner
 
@@ -312,8 +313,16 @@ class _ChaosServer:
         return self.inner.start(link, round=round, clients=clients, weights=weights, dim=dim)
 
     def set_sampling_rate(self, rate: float | None) -> None:
-        if hasattr(self.inner, "set_sampling_rate"):
-            self.inner.set_sampling_rate(rate)
+        self.inner.set_sampling_rate(rate)
+
+    def spent(self) -> tuple[float, float] | None:
+        return self.inner.spent()
+
+    def spent_against_server(self) -> tuple[float, float] | None:
+        return self.inner.spent_against_server()
+
+    def exhausted(self) -> bool:
+        return self.inner.exhausted()
 
     def reveal(self, payload: Any) -> Vector | None:
         return None  # permuted: the server does not know which coordinate is which
@@ -493,7 +502,7 @@ class _DPClient:
                                   base=base, weight=weight)
 
 
-class _DPServer:
+class _DPServer(PlainServerHalf):
     def __init__(self, config: ClientDP) -> None:
         self.config = config
         self.inner = config.inner.server_half()
@@ -511,9 +520,8 @@ class _DPServer:
         return out
 
     def set_global(self, params: Vector | None) -> None:
-        """Pass the round's global model to an inner half that uses it (norm bounding)."""
-        if hasattr(self.inner, "set_global"):
-            self.inner.set_global(params)
+        """Pass the round's global model to the inner half (norm bounding uses it)."""
+        self.inner.set_global(params)
 
     def set_sampling_rate(self, rate: float | None) -> None:
         """Claim amplification by sampling at ``rate`` (None: q = 1).

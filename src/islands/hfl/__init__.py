@@ -2,7 +2,8 @@
 
 - :mod:`islands.hfl.protocol`: the server and client roles (models as flat vectors,
   time in mini-batch steps, dropouts, checkpoints);
-- :mod:`islands.hfl.strategy`: :class:`FedAvg`, :class:`APFL`, :class:`FedProx`;
+- :mod:`islands.hfl.strategy`: :class:`FedAvg`, :class:`APFL`, :class:`FedProx`,
+  :class:`FedBN`; :mod:`islands.hfl.scaffold`: :class:`Scaffold` (control variates);
 - :mod:`islands.hfl.server_opt`: server optimisers (:class:`FedAvgM`, :class:`FedAdam`,
   :class:`FedYogi`, :class:`FedAdagrad`) a strategy is given;
 - :mod:`islands.aggregation`: aggregators and protections (plain mean, secure
@@ -34,8 +35,9 @@ from islands.aggregation.robust import (
 )
 from islands.hfl.estimator import EpochRecord, FederatedModel
 from islands.hfl.protocol import client, server
+from islands.hfl.scaffold import Scaffold
 from islands.hfl.server_opt import FedAdagrad, FedAdam, FedAvgM, FedYogi
-from islands.hfl.strategy import APFL, FedAvg, FedProx, LocalConfig, Strategy
+from islands.hfl.strategy import APFL, FedAvg, FedBN, FedProx, LocalConfig, Strategy
 
 __all__ = [
     "APFL",
@@ -45,6 +47,7 @@ __all__ = [
     "FedAdam",
     "FedAvg",
     "FedAvgM",
+    "FedBN",
     "FedProx",
     "FedYogi",
     "FederatedModel",
@@ -54,6 +57,7 @@ __all__ = [
     "MedianAggregator",
     "ModelSpec",
     "NormBoundAggregator",
+    "Scaffold",
     "Strategy",
     "TorchModel",
     "TrimmedMeanAggregator",

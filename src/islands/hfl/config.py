@@ -56,6 +56,7 @@ __all__ = [
     "HflFederationConfig",
     "ModelConfig",
     "PartitionConfig",
+    "ScaffoldConfig",
     "ServerOptimizerConfig",
     "StrategyConfig",
     "infer_task",
@@ -296,6 +297,18 @@ class FedBNConfig(FedAvgConfig):
                                      "The strategy.")
 
 
+class ScaffoldConfig(FedAvgConfig):
+    """``[strategy] name = "scaffold"`` (:class:`~islands.hfl.scaffold.Scaffold`).
+
+    No ``[server_optimizer]``: SCAFFOLD's global step is 1.
+    """
+
+    OWNER: ClassVar[str] = "Scaffold"
+
+    name: Literal["scaffold"] = setting("scaffold", "'scaffold'",  # type: ignore[assignment]
+                                        "The strategy.")
+
+
 class ApflConfig(_StrategyBase):
     """``[strategy] name = "apfl"`` (:class:`~islands.hfl.strategy.APFL`)."""
 
@@ -312,12 +325,12 @@ class ApflConfig(_StrategyBase):
         None, "an int >= 1", "A fixed mini-batch size for every client.")
 
 
-StrategyConfig = Annotated[FedAvgConfig | FedProxConfig | FedBNConfig | ApflConfig,
-                           Field(discriminator="name")]
+StrategyConfig = Annotated[FedAvgConfig | FedProxConfig | FedBNConfig | ScaffoldConfig
+                           | ApflConfig, Field(discriminator="name")]
 """One strategy's settings, chosen by ``name``."""
 _STRATEGIES: dict[str, type[FedAvgConfig] | type[ApflConfig]] = {
     "fedavg": FedAvgConfig, "apfl": ApflConfig, "fedprox": FedProxConfig,
-    "fedbn": FedBNConfig}
+    "fedbn": FedBNConfig, "scaffold": ScaffoldConfig}
 STRATEGY_KEYS: list[str] = sorted(set().union(*(c.model_fields for c in _STRATEGIES.values())))
 """Every key a ``[strategy]`` table may hold (each strategy takes some of them)."""
 

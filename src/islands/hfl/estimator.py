@@ -64,6 +64,7 @@ from islands.hfl.protocol import (
     server,
 )
 from islands.hfl.ray_backend import RayWorkerPool, check_client_data, ray_session
+from islands.hfl.scaffold import client_learner, global_vector, model_part
 from islands.hfl.strategy import FedAvg, Strategy, check_client_rows
 from islands.reporting import write_bytes
 from islands.runtime import Role, Transcript, run_local
@@ -428,6 +429,12 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         tracking = self._tracking_config()
         if tracking is not None:
             tracking.check_installed()
+        if self.contribution is not None and getattr(self.strategy, "control_variates",
+                                                     False):
+            raise invalid_parameter("contribution", owner, f"None with "
+                                    f"{type(self.strategy).__name__} (its uploads carry "
+                                    "control variates, not models to value)",
+                                    describe(self.contribution))
         if self.backend == "ray" and getattr(self.strategy, "local_layers", None):
             raise invalid_parameter("backend", owner, f"'local' with "
                                     f"{type(self.strategy).__name__} (each client's batch norm "
@@ -706,7 +713,11 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         from islands.hfl.torch.models import flat_parameters
         from islands.hfl.torch.training import Trainer
 
-        initial = flat_parameters(self.model_.build(self.seed_))
+        n_params = self.model_.n_params()
+        model_only = flat_parameters(self.model_.build(self.seed_))
+        initial = global_vector(strategy, model_only, self.model_.n_trainable())
+        learners = [client_learner(strategy, learner, n_params, self.model_.n_trainable())
+                    for learner in learners]
         scorer = None
         if test is not None:
             X_test, y_test = np.asarray(test[0]), np.asarray(test[1])
@@ -714,7 +725,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
 
         tracker = None
         if contribution is not None:
-            tracker = self._tracker(contribution, learners, names, pool, initial)
+            tracker = self._tracker(contribution, learners, names, pool, model_only)
         history: list[EpochRecord] = []
         t0 = time.perf_counter()
 
@@ -731,7 +742,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                     # where the server cannot see the model (CKKS, Paillier, chaos), the
                     # evaluation opens it as the first client would: the test set and the
                     # user stand on the clients' side here, never on the server's
-                    params = halves[0].open(payload)
+                    params = model_part(strategy, halves[0].open(payload), n_params)
                     if self._local_layers():
                         metrics = self._personal_report(scorer, params, X_test, y_test)
                     else:
@@ -776,8 +787,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                 logger.close(failed=True)
             raise
         result: ServerResult = run.results["server"]
-        self.params_: Vector = (result.params if result.params is not None
-                        else halves[0].open(result.payload))
+        self.params_: Vector = model_part(strategy, result.params if result.params is not None
+                                          else halves[0].open(result.payload), n_params)
         self.stopped_ = result.stopped
         self.privacy_ = result.privacy
         self.privacy_against_server_ = result.privacy_against_server

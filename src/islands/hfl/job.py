@@ -149,6 +149,7 @@ from islands.hfl.estimator import (
 )
 from islands.hfl.metrics import classification_report, dev_avg, regression_report
 from islands.hfl.protocol import RoundRecord
+from islands.hfl.scaffold import Scaffold
 from islands.hfl.server_opt import check_composes
 from islands.hfl.strategy import APFL, FedAvg, FedBN, FedProx, Strategy
 from islands.reporting import new_figure, write_results
@@ -499,7 +500,7 @@ def _make_strategy(job: Job, aggregator: Any) -> Strategy:
 
 
 _FEDAVG_FAMILY: dict[str, type[FedAvg]] = {cls.strategy_name: cls
-                                            for cls in (FedAvg, FedProx, FedBN)}
+                                            for cls in (FedAvg, FedProx, FedBN, Scaffold)}
 """The strategies a ``[strategy] name`` builds that take FedAvg's parameters."""
 
 

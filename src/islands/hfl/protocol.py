@@ -9,7 +9,8 @@ tag         direction         payload
 ``task``    server → client   :class:`Start`: the round the server resumes after (0: fresh)
 ``join``    client → server   :class:`Ready` (the same round) or :class:`Refusal`
 ``task``    server → client   :class:`Task`: round, global vector, position in the epoch,
-                              local steps τ, batch size, optimiser; or :class:`Finish`
+                              local steps τ, batch size, optimiser, the round's share
+                              |S|/N of the available clients; or :class:`Finish`
 ``update``  client → server   :class:`Update`: the aggregator's payload for the new local
                               model, the local loss, and (when asked) the local accuracy
                               of the global model the round started from; or
@@ -201,6 +202,7 @@ class Task:
     evaluate: bool
     weight: float = 1.0
     initial: bool = False
+    share: float = field(default=1.0, metadata={"gt": 0, "le": 1})
 
 
 @wire.register(name="hfl.Update")
@@ -460,6 +462,10 @@ def server(
 ) -> ServerResult:
     """Run the FL server: ``epochs`` epochs of rounds, as the strategy directs.
 
+    The run goes in the steps of :class:`ServerRun`: the clients join, then each round
+    is configured, trained and aggregated, and checkpointed, until the epochs are done
+    or a budget stops it.
+
     Parameters
     ----------
     party
@@ -506,240 +512,431 @@ def server(
     -------
     ServerResult
     """
-    params = _check_vector(initial, None, "the initial model")
-    epochs = check_int(epochs, "epochs", "server", low=1)
-    clients = list(clients)
-    if not clients:
-        raise ValidationError("the server needs at least one client")
-    if concurrency is not None:
-        concurrency = check_int(concurrency, "concurrency", "server", low=1)
-    client_timeout = check_float(client_timeout, "client_timeout", "server", low=0.0,
-                                 low_inclusive=False)
-    if resume and checkpoint is None:
-        raise ValidationError("resume=True needs the 'checkpoint' folder to resume from")
-    min_clients = int(getattr(strategy, "min_clients", 1))
-    if contribution is not None:
-        contribution.check_aggregator(strategy.aggregator)
-    dim = params.size
-    optimizer = getattr(strategy, "server_optimizer", None)
-    check_composes(strategy.aggregator, optimizer, f"server {party.name!r}")
-    opt_state = None if optimizer is None else optimizer.init(dim)
-    half = strategy.aggregator.server_half()
-    if hasattr(half, "set_sampling_rate"):  # DP amplification only for secret cohorts
-        half.set_sampling_rate(getattr(strategy, "secret_sampling_rate", None))
-    link = ServerLink(party, client_timeout)
-    ckpt_path = None if checkpoint is None else Path(checkpoint) / SERVER_FILE
-    saved: dict[str, Any] | None = None
-    if resume and ckpt_path is not None:
-        saved = load_checkpoint(ckpt_path)
-        if saved.get("clients") != clients or int(saved.get("dim", -1)) != dim:
-            raise ValidationError(
-                f"the checkpoint in {checkpoint} is of another federation (clients "
-                f"{saved.get('clients')}, {saved.get('dim')} parameters)")
-        if settings is not None:
-            check_settings(saved, settings, ckpt_path)
-        check_epochs(saved, epochs, ckpt_path)
-        if half.reveal(saved["params"]) is None:
-            raise ValidationError(
-                f"cannot resume under the {strategy.aggregator.name} aggregator: the saved "
-                "model is encrypted or permuted under keys of the interrupted run, which "
-                "are not checkpointed")
-    resumed_from = 0 if saved is None else int(saved["round"])
-
-    # -- joins: a client that fails before joining is a dropout of round 0
-    counts: dict[str, int] = {}
-    dropouts: list[DropoutEvent] = []
-    for name in clients:
-        try:
-            join = party.recv(name, "join", timeout=client_timeout)
-        except (PeerFailedError, PeerTimeoutError) as exc:
-            dropouts.append(_dropout(0, name, exc, "join"))
-            continue
-        if not isinstance(join, Join):
-            raise ProtocolError(f"client {name!r} sent a malformed join: {join!r}",
-                                party=party.name, step="join")
-        counts[name] = int(join.n_train)
-    _agree_on_start(party, counts, resumed_from, client_timeout, dropouts)
-    if saved is None and ckpt_path is not None:
-        # a fresh run agreed on: an old run's state, which the clients have just replaced
-        # with theirs, must not be resumed with them if this run stops before round 1
-        ckpt_path.unlink(missing_ok=True)
-    if len(counts) < min_clients:
-        raise ProtocolError(
-            f"only {len(counts)} of {len(clients)} clients joined; the strategy needs at "
-            f"least min_clients={min_clients}", party=party.name, step="join")
-    batch_sizes = strategy.setup(counts)
-    steps_per_epoch = min(counts[c] // batch_sizes[c] for c in counts)
-    budget = None if sample_dp is None else SampleBudget(sample_dp, counts, batch_sizes)
-
-    available = half.setup(link, list(counts))
-    _drain(link, dropouts, available)
-    if len(available) < min_clients:
-        raise ProtocolError(
-            f"only {len(available)} clients finished the {strategy.aggregator.name} "
-            f"aggregator's set-up; the strategy needs at least min_clients={min_clients}",
-            party=party.name, step="setup")
-    model: Any = params  # the global payload; the plain initial model until round 1
-    plain: Vector | None = params
-    initial_model = True
-    records: list[RoundRecord] = []
-    rnd = epoch = step = aggregations = 0
-    no_loss: set[str] = set()  # clients already reported for a non-finite loss
-    if saved is not None:
-        model = plain = np.array(half.reveal(saved["params"]), dtype=np.float32)
-        rnd, epoch, step = int(saved["round"]), int(saved["epoch"]), int(saved["step"])
-        aggregations = int(saved["aggregations"])
-        available = [c for c in saved["available"] if c in available]
-        strategy.set_state(saved["strategy"])
-        if optimizer is not None:
-            opt_state = optimizer.restore(saved.get("server_optimizer", {}), dim)
-        half.set_state(saved.get("aggregator", {}))
-        if budget is not None:
-            budget.set_state(saved.get("sample_budget", {}))
-        if contribution is not None:
-            contribution.set_state(saved.get("contribution", {}))
-        records = _records_from_columns(saved["records"])
-        dropouts = [DropoutEvent(**d) for d in saved["dropouts"]] + dropouts
-
-    stopped = None
-    while epoch < epochs:
-        if _exhausted(half):
-            stopped = "privacy budget"
-            log.warning("stopping before round %d: another round would exceed the target "
-                        "epsilon", rnd + 1)
+    run = ServerRun(party, clients=clients, strategy=strategy, initial=initial,
+                    epochs=epochs, concurrency=concurrency, client_timeout=client_timeout,
+                    checkpoint=checkpoint, resume=resume, on_round=on_round,
+                    sample_dp=sample_dp, contribution=contribution, settings=settings)
+    run.join()
+    while run.epoch < run.epochs:
+        record = run.round()
+        if record is None:
             break
+        run.save()
+    return run.finish(send_final=send_final)
+
+
+@dataclass(frozen=True)
+class ServerCheckpoint:
+    """What the server writes after every aggregation, to resume exactly (typed).
+
+    Saved as a map (:meth:`to_state`) by :func:`~islands.hfl.checkpoint.save_checkpoint`;
+    the optional states are empty maps when the run has no such part.
+    """
+
+    clients: list[str]
+    dim: int
+    params: Any
+    round: int
+    epoch: int
+    step: int
+    aggregations: int
+    available: list[str]
+    strategy: dict[str, Any]
+    aggregator: dict[str, Any]
+    records: list[RoundRecord]
+    dropouts: list[DropoutEvent]
+    server_optimizer: dict[str, Any] = field(default_factory=dict)
+    sample_budget: dict[str, Any] = field(default_factory=dict)
+    contribution: dict[str, Any] = field(default_factory=dict)
+
+    def to_state(self) -> dict[str, Any]:
+        """Return the map a checkpoint file holds (records as columns)."""
+        return {"clients": self.clients, "dim": self.dim, "params": self.params,
+                "round": self.round, "epoch": self.epoch, "step": self.step,
+                "aggregations": self.aggregations, "available": self.available,
+                "strategy": self.strategy, "aggregator": self.aggregator,
+                "server_optimizer": self.server_optimizer,
+                "sample_budget": self.sample_budget, "contribution": self.contribution,
+                "records": _records_to_columns(self.records),
+                "dropouts": [asdict(d) for d in self.dropouts]}
+
+    @classmethod
+    def from_state(cls, saved: Mapping[str, Any]) -> ServerCheckpoint:
+        """Read :meth:`to_state`'s map (older files: optional parts missing are empty)."""
+        return cls(clients=list(saved["clients"]), dim=int(saved["dim"]),
+                   params=saved["params"], round=int(saved["round"]),
+                   epoch=int(saved["epoch"]), step=int(saved["step"]),
+                   aggregations=int(saved["aggregations"]),
+                   available=list(saved["available"]), strategy=dict(saved["strategy"]),
+                   aggregator=dict(saved.get("aggregator", {})),
+                   records=_records_from_columns(saved["records"]),
+                   dropouts=[DropoutEvent(**d) for d in saved["dropouts"]],
+                   server_optimizer=dict(saved.get("server_optimizer", {})),
+                   sample_budget=dict(saved.get("sample_budget", {})),
+                   contribution=dict(saved.get("contribution", {})))
+
+
+class ServerRun:
+    """One run of the server role, in steps.
+
+    :meth:`join`, then :meth:`round` and :meth:`save` per round, then :meth:`finish`
+    (:func:`server` runs them in order; see it for the parameters).
+    A round is three steps, as Flower splits one: :meth:`configure` (the cohort, the
+    local optimiser, the aggregator's round set-up), :meth:`fit` (tasks out, updates in,
+    streamed into the aggregate) and :meth:`aggregate` (the new global model, the server
+    optimiser, the strategy's observation, the round's record). The optional parts are
+    explicit members, each None when the run has none: ``optimizer`` (the strategy's
+    server optimiser), ``budget`` (DP-SGD's sample-level accounting), ``contribution``
+    (the round observer), ``checkpoint`` (the server's file).
+    """
+
+    def __init__(self, party: Party, *, clients: Sequence[str], strategy: Strategy,
+                 initial: Vector, epochs: int, concurrency: int | None = 8,
+                 client_timeout: float = 600.0,
+                 checkpoint: str | os.PathLike[str] | None = None, resume: bool = False,
+                 on_round: Callable[[RoundRecord, Any], None] | None = None,
+                 sample_dp: SampleDP | None = None,
+                 contribution: RoundObserver | None = None,
+                 settings: Mapping[str, Any] | None = None) -> None:
+        params = _check_vector(initial, None, "the initial model")
+        self.party = party
+        self.epochs = check_int(epochs, "epochs", "server", low=1)
+        self.clients = list(clients)
+        if not self.clients:
+            raise ValidationError("the server needs at least one client")
+        self.concurrency = (None if concurrency is None
+                            else check_int(concurrency, "concurrency", "server", low=1))
+        self.client_timeout = check_float(client_timeout, "client_timeout", "server",
+                                          low=0.0, low_inclusive=False)
+        if resume and checkpoint is None:
+            raise ValidationError("resume=True needs the 'checkpoint' folder to resume from")
+        self.strategy = strategy
+        self.min_clients = int(strategy.min_clients)
+        self.contribution = contribution
+        if contribution is not None:
+            contribution.check_aggregator(strategy.aggregator)
+        self.dim = params.size
+        self.optimizer = strategy.server_optimizer
+        check_composes(strategy.aggregator, self.optimizer, f"server {party.name!r}")
+        self.opt_state = None if self.optimizer is None else self.optimizer.init(self.dim)
+        self.half = strategy.aggregator.server_half()
+        # DP amplification only for secret cohorts
+        self.half.set_sampling_rate(strategy.secret_sampling_rate)
+        self.link = ServerLink(party, self.client_timeout)
+        self.on_round = on_round
+        self.sample_dp = sample_dp
+        self.settings = settings
+        self.checkpoint = None if checkpoint is None else Path(checkpoint) / SERVER_FILE
+        self.saved: ServerCheckpoint | None = None
+        if resume and self.checkpoint is not None:
+            self.saved = self._load(Path(checkpoint))  # type: ignore[arg-type]
+        self.resumed_from = 0 if self.saved is None else self.saved.round
+        # the run's state: the global payload (the plain initial model until round 1)
+        self.model: Any = params
+        self.plain: Vector | None = params
+        self.initial_model = True
+        self.records: list[RoundRecord] = []
+        self.dropouts: list[DropoutEvent] = []
+        self.rnd = self.epoch = self.step = self.aggregations = 0
+        self.counts: dict[str, int] = {}
+        self.available: list[str] = []
+        self.batch_sizes: dict[str, int] = {}
+        self.steps_per_epoch = 0
+        self.budget: SampleBudget | None = None
+        self.stopped: str | None = None
+        self.no_loss: set[str] = set()  # clients already reported for a non-finite loss
+
+    def _load(self, folder: Path) -> ServerCheckpoint:
+        """Read the server's checkpoint and refuse one this run cannot resume from."""
+        assert self.checkpoint is not None
+        raw = load_checkpoint(self.checkpoint)
+        if raw.get("clients") != self.clients or int(raw.get("dim", -1)) != self.dim:
+            raise ValidationError(
+                f"the checkpoint in {folder} is of another federation (clients "
+                f"{raw.get('clients')}, {raw.get('dim')} parameters)")
+        if self.settings is not None:
+            check_settings(raw, self.settings, self.checkpoint)
+        check_epochs(raw, self.epochs, self.checkpoint)
+        if self.half.reveal(raw["params"]) is None:
+            raise ValidationError(
+                f"cannot resume under the {self.strategy.aggregator.name} aggregator: the "
+                "saved model is encrypted or permuted under keys of the interrupted run, "
+                "which are not checkpointed")
+        return ServerCheckpoint.from_state(raw)
+
+    # ------------------------------------------------------------------ join
+    def join(self) -> None:
+        """Take the joins, agree on the start, set up the aggregator, restore a resume.
+
+        A client that fails before joining is a dropout of round 0.
+        """
+        party = self.party
+        for name in self.clients:
+            try:
+                join = party.recv(name, "join", timeout=self.client_timeout)
+            except (PeerFailedError, PeerTimeoutError) as exc:
+                self.dropouts.append(_dropout(0, name, exc, "join"))
+                continue
+            if not isinstance(join, Join):
+                raise ProtocolError(f"client {name!r} sent a malformed join: {join!r}",
+                                    party=party.name, step="join")
+            self.counts[name] = int(join.n_train)
+        _agree_on_start(party, self.counts, self.resumed_from, self.client_timeout,
+                        self.dropouts)
+        if self.saved is None and self.checkpoint is not None:
+            # a fresh run agreed on: an old run's state, which the clients have just
+            # replaced with theirs, must not be resumed with them if this run stops
+            # before round 1
+            self.checkpoint.unlink(missing_ok=True)
+        if len(self.counts) < self.min_clients:
+            raise ProtocolError(
+                f"only {len(self.counts)} of {len(self.clients)} clients joined; the "
+                f"strategy needs at least min_clients={self.min_clients}",
+                party=party.name, step="join")
+        self.batch_sizes = self.strategy.setup(self.counts)
+        self.steps_per_epoch = min(self.counts[c] // self.batch_sizes[c] for c in self.counts)
+        if self.sample_dp is not None:
+            self.budget = SampleBudget(self.sample_dp, self.counts, self.batch_sizes)
+        self.available = self.half.setup(self.link, list(self.counts))
+        _drain(self.link, self.dropouts, self.available)
+        if len(self.available) < self.min_clients:
+            raise ProtocolError(
+                f"only {len(self.available)} clients finished the "
+                f"{self.strategy.aggregator.name} aggregator's set-up; the strategy needs "
+                f"at least min_clients={self.min_clients}", party=party.name, step="setup")
+        if self.saved is not None:
+            self._restore(self.saved)
+
+    def _restore(self, saved: ServerCheckpoint) -> None:
+        """Continue from ``saved``: the model, the position and every part's state."""
+        self.model = self.plain = np.array(self.half.reveal(saved.params), dtype=np.float32)
+        self.rnd, self.epoch, self.step = saved.round, saved.epoch, saved.step
+        self.aggregations = saved.aggregations
+        self.available = [c for c in saved.available if c in self.available]
+        self.strategy.set_state(saved.strategy)
+        if self.optimizer is not None:
+            self.opt_state = self.optimizer.restore(saved.server_optimizer, self.dim)
+        self.half.set_state(saved.aggregator)
+        if self.budget is not None:
+            self.budget.set_state(saved.sample_budget)
+        if self.contribution is not None:
+            self.contribution.set_state(saved.contribution)
+        self.records = list(saved.records)
+        self.dropouts = list(saved.dropouts) + self.dropouts
+
+    # ------------------------------------------------------------------ a round
+    def round(self) -> RoundRecord | None:
+        """Run the next round: configure, fit, aggregate; None if a budget stops the run."""
+        if self.half.exhausted():
+            self.stopped = "privacy budget"
+            log.warning("stopping before round %d: another round would exceed the target "
+                        "epsilon", self.rnd + 1)
+            return None
         t0 = time.perf_counter()
-        rnd += 1
-        tau = strategy.local_steps()
-        steps = round_steps(tau, step, steps_per_epoch)
-        chosen = strategy.select(rnd, available)
-        if len(chosen) < min_clients:
+        plan = self.configure()
+        if plan is None:
+            return None
+        results = self.fit(plan)
+        return self.aggregate(plan, results, t0)
+
+    def configure(self) -> _RoundPlan | None:
+        """Choose the round's clients, its steps and optimiser, and open its aggregation.
+
+        Returns None, the round not counted, when its DP-SGD steps would take a client
+        past the target ε.
+        """
+        party = self.party
+        rnd = self.rnd + 1
+        tau = self.strategy.local_steps()
+        steps = round_steps(tau, self.step, self.steps_per_epoch)
+        chosen = self.strategy.select(rnd, self.available)
+        if len(chosen) < self.min_clients:
             raise ProtocolError(
                 f"round {rnd}: {len(chosen)} clients available, fewer than "
-                f"min_clients={min_clients}", party=party.name, step="task")
-        if budget is not None and budget.would_exceed(chosen, steps):
-            rnd -= 1
-            stopped = "privacy budget"
+                f"min_clients={self.min_clients}", party=party.name, step="task")
+        if self.budget is not None and self.budget.would_exceed(chosen, steps):
+            self.stopped = "privacy budget"
             log.warning("stopping before round %d: its %d DP-SGD steps would take a client "
-                        "past the target epsilon", rnd + 1, steps)
-            break
-        config = strategy.local_config(rnd)
-        evaluate = strategy.needs_evaluation(rnd)
-        if hasattr(half, "set_global"):  # robust norm bounding clips against it
-            half.set_global(plain)
-        agg = half.start(link, round=rnd, clients=chosen,
-                         weights={c: float(counts[c]) for c in chosen}, dim=dim)
-        _drain(link, dropouts, available)
+                        "past the target epsilon", rnd, steps)
+            return None
+        self.rnd = rnd
+        config = self.strategy.local_config(rnd)
+        evaluate = self.strategy.needs_evaluation(rnd)
+        self.half.set_global(self.plain)  # robust norm bounding clips against it
+        agg = self.half.start(self.link, round=rnd, clients=chosen,
+                              weights={c: float(self.counts[c]) for c in chosen},
+                              dim=self.dim)
+        _drain(self.link, self.dropouts, self.available)
         participants = list(agg.participants)
-        if len(participants) < min_clients:
+        if len(participants) < self.min_clients:
             raise ProtocolError(
                 f"round {rnd}: {len(participants)} clients left after the aggregator's "
-                f"set-up, fewer than min_clients={min_clients}", party=party.name,
+                f"set-up, fewer than min_clients={self.min_clients}", party=party.name,
                 step="setup")
-        uploads: dict[str, Any] | None = None if contribution is None else {}
-        results = _run_round(party, participants, rnd, model, initial_model, epoch, step,
-                             steps, batch_sizes, config, evaluate, agg,
-                             concurrency or len(participants), client_timeout, uploads)
-        if budget is not None:  # a client that dropped out may still have trained
-            budget.step(participants, steps)
+        share = len(participants) / len(set(self.available) | set(participants))
+        return _RoundPlan(tau=tau, steps=steps, chosen=chosen, participants=participants,
+                          config=config, evaluate=evaluate, agg=agg, share=share)
+
+    def fit(self, plan: _RoundPlan) -> dict[str, Any]:
+        """Send the tasks and take the updates into the aggregate; drop the lost clients.
+
+        Returns each participant's :class:`Update` (without its payload) or why it is
+        missing.
+        """
+        uploads: dict[str, Any] | None = None if self.contribution is None else {}
+        assert plan.agg is not None  # released by aggregate() only
+        results = _run_round(self.party, plan.participants, self.rnd, self.model,
+                             self.initial_model, self.epoch, self.step, plan.steps,
+                             self.batch_sizes, plan.config, plan.evaluate, plan.agg,
+                             self.concurrency or len(plan.participants),
+                             self.client_timeout, uploads, plan.share)
+        plan.uploads = uploads
+        if self.budget is not None:  # a client that dropped out may still have trained
+            self.budget.step(plan.participants, plan.steps)
         lost = _failures(results)
         for name, why in lost:
-            dropouts.append(DropoutEvent(rnd, name, why.reason, detail=why.detail))
-            log.warning("round %d: client %r left out (%s)%s", rnd, name, why.reason,
+            self.dropouts.append(DropoutEvent(self.rnd, name, why.reason, detail=why.detail))
+            log.warning("round %d: client %r left out (%s)%s", self.rnd, name, why.reason,
                         f": {why.detail}" if why.detail else "")
             # a client that failed or sent a malformed update is not asked again
-            if why.reason != "timeout" and name in available:
-                available.remove(name)
-        survivors = [c for c in participants if isinstance(results.get(c), Update)]
-        if len(survivors) < min_clients:
+            if why.reason != "timeout" and name in self.available:
+                self.available.remove(name)
+        survivors = [c for c in plan.participants if isinstance(results.get(c), Update)]
+        if len(survivors) < self.min_clients:
             left = ", ".join(f"{name!r}: {why.reason}" for name, why in lost)
             raise ProtocolError(
-                f"round {rnd}: only {len(survivors)} of {len(chosen)} clients returned an "
-                f"update, fewer than min_clients={min_clients} (left out: {left})",
-                party=party.name, step="update")
-        model = agg.finish(survivors)
-        _drain(link, dropouts, available)
-        if contribution is not None and uploads is not None and plain is not None:
-            contribution.observe(rnd, plain, {c: uploads[c] for c in survivors},
-                                 {c: agg.weights[c] for c in survivors})
+                f"round {self.rnd}: only {len(survivors)} of {len(plan.chosen)} clients "
+                f"returned an update, fewer than min_clients={self.min_clients} (left out: "
+                f"{left})", party=self.party.name, step="update")
+        plan.survivors = survivors
+        return results
+
+    def aggregate(self, plan: _RoundPlan, results: dict[str, Any], t0: float) -> RoundRecord:
+        """Finish the aggregate into the next global model; record and report the round."""
+        rnd, survivors = self.rnd, plan.survivors
+        agg = plan.agg
+        assert agg is not None  # released below only
+        self.model = agg.finish(survivors)
+        _drain(self.link, self.dropouts, self.available)
+        if self.contribution is not None and plan.uploads is not None \
+                and self.plain is not None:
+            self.contribution.observe(rnd, self.plain,
+                                      {c: plan.uploads[c] for c in survivors},
+                                      {c: agg.weights[c] for c in survivors})
         # the round's accumulator (a model-sized sum, or CKKS's ciphertexts) goes now, not
         # when the next round's replaces it: it would live through the next round's training
-        del uploads, agg
-        start, plain = plain, half.reveal(model)
-        if optimizer is not None and opt_state is not None:
-            if start is None or plain is None:  # check_composes refused such aggregators
+        plan.uploads = None
+        plan.agg = None
+        del agg
+        start, self.plain = self.plain, self.half.reveal(self.model)
+        if self.optimizer is not None and self.opt_state is not None:
+            if start is None or self.plain is None:  # check_composes refused such aggregators
                 raise ProtocolError(f"round {rnd}: the server optimiser needs the plain "
-                                    "aggregate", party=party.name, step="aggregate")
-            plain, opt_state = optimizer.step(start, plain, opt_state)
-            model = plain
+                                    "aggregate", party=self.party.name, step="aggregate")
+            self.plain, self.opt_state = self.optimizer.step(start, self.plain, self.opt_state)
+            self.model = self.plain
         del start
-        initial_model = False
+        self.initial_model = False
         ups: list[Update] = [results[c] for c in survivors]
-        w_surv = [counts[c] for c in survivors]
+        w_surv = [self.counts[c] for c in survivors]
         accuracy = None
-        if evaluate:
+        if plan.evaluate:
             scored = [(u.accuracy, n) for u, n in zip(ups, w_surv, strict=True)
                       if not math.isnan(u.accuracy)]
             if scored:
                 accuracy = weighted_accuracy([a for a, _ in scored], [n for _, n in scored])
-        strategy.observe(rnd, accuracy)
-        # a client that trained nothing (a free-rider) reports no loss (NaN); any
-        # non-finite loss is left out of the round's mean, and said so
-        finite = [(u.loss, n) for u, n in zip(ups, w_surv, strict=True)
+        self.strategy.observe(rnd, accuracy)
+        loss = self._mean_loss(survivors, ups, w_surv)
+        self.step += plan.steps
+        epoch_end = self.step == self.steps_per_epoch
+        if epoch_end:
+            self.epoch, self.step = self.epoch + 1, 0
+        self.aggregations += 1
+        spent, against = self.half.spent(), self.half.spent_against_server()
+        record = RoundRecord(round=rnd, epoch=self.epoch, step=self.step, tau=plan.tau,
+                             steps=plan.steps, clients=len(plan.chosen),
+                             survivors=len(survivors), accuracy=accuracy, loss=loss,
+                             seconds=time.perf_counter() - t0, epoch_end=epoch_end,
+                             epsilon=None if spent is None else spent[0],
+                             sample_epsilon=(None if self.budget is None
+                                             else self.budget.spent()[0]),
+                             epsilon_against_server=None if against is None else against[0])
+        self.records.append(record)
+        # the round's observer first: a checkpoint then means its round was seen whole
+        # (a caller keeping per-round results beside it never lags behind it)
+        if self.on_round is not None:
+            if isinstance(self.model, np.ndarray):
+                self.model = self.model.view()
+                self.model.flags.writeable = False
+            self.on_round(record, self.model)
+        return record
+
+    def _mean_loss(self, survivors: list[str], ups: list[Update], weights: list[int]) -> float:
+        """Return the survivors' mean local loss, weighted by n_k, over the finite ones.
+
+        A client that trained nothing (a free-rider) reports no loss (NaN); any non-finite
+        loss is left out of the mean, and said so (once per client at warning level: a
+        free-rider would repeat it every round).
+        """
+        finite = [(u.loss, n) for u, n in zip(ups, weights, strict=True)
                   if math.isfinite(u.loss)]
         for name, u in zip(survivors, ups, strict=True):
             if not math.isfinite(u.loss):
-                # once per client at warning level: a free-rider would repeat it every round
-                level = logging.DEBUG if name in no_loss else logging.WARNING
-                no_loss.add(name)
+                level = logging.DEBUG if name in self.no_loss else logging.WARNING
+                self.no_loss.add(name)
                 log.log(level, "round %d: client %r reported a loss of %s, left out of the "
-                        "round's mean loss", rnd, name, u.loss)
-        loss = (float(np.average([v for v, _ in finite], weights=[n for _, n in finite]))
+                        "round's mean loss", self.rnd, name, u.loss)
+        return (float(np.average([v for v, _ in finite], weights=[n for _, n in finite]))
                 if finite else math.nan)
-        step += steps
-        epoch_end = step == steps_per_epoch
-        if epoch_end:
-            epoch, step = epoch + 1, 0
-        aggregations += 1
-        spent, against = _spent(half), _spent_against_server(half)
-        record = RoundRecord(round=rnd, epoch=epoch, step=step, tau=tau, steps=steps,
-                             clients=len(chosen), survivors=len(survivors),
-                             accuracy=accuracy, loss=loss,
-                             seconds=time.perf_counter() - t0, epoch_end=epoch_end,
-                             epsilon=None if spent is None else spent[0],
-                             sample_epsilon=None if budget is None else budget.spent()[0],
-                             epsilon_against_server=None if against is None else against[0])
-        records.append(record)
-        # the round's observer first: a checkpoint then means its round was seen whole
-        # (a caller keeping per-round results beside it never lags behind it)
-        if on_round is not None:
-            if isinstance(model, np.ndarray):
-                model = model.view()
-                model.flags.writeable = False
-            on_round(record, model)
-        if ckpt_path is not None:
-            save_checkpoint(ckpt_path, with_settings({
-                "clients": clients, "dim": dim, "params": model, "round": rnd,
-                "epoch": epoch, "step": step, "aggregations": aggregations,
-                "available": available, "strategy": strategy.get_state(),
-                "aggregator": half.get_state(),
-                "server_optimizer": {} if opt_state is None else opt_state.to_dict(),
-                "sample_budget": {} if budget is None else budget.get_state(),
-                "contribution": {} if contribution is None else contribution.get_state(),
-                "records": _records_to_columns(records),
-                "dropouts": [asdict(d) for d in dropouts],
-            }, settings))
 
-    final = Finish(params=model if send_final else None, rounds=rnd)
-    for name in available:
-        party.send(name, "task", final)
-    return ServerResult(params=plain, rounds=records, aggregations=aggregations,
-                        dropouts=dropouts, batch_sizes=batch_sizes,
-                        steps_per_epoch=steps_per_epoch, counts=counts,
-                        resumed_from=resumed_from, payload=model, stopped=stopped,
-                        privacy=_spent(half),
-                        sample_privacy=None if budget is None else budget.spent(),
-                        privacy_against_server=_spent_against_server(half))
+    # ------------------------------------------------------------------ checkpoint, end
+    def state(self) -> ServerCheckpoint:
+        """Return the run's state after its latest round, as a checkpoint holds it."""
+        return ServerCheckpoint(
+            clients=self.clients, dim=self.dim, params=self.model, round=self.rnd,
+            epoch=self.epoch, step=self.step, aggregations=self.aggregations,
+            available=self.available, strategy=self.strategy.get_state(),
+            aggregator=self.half.get_state(),
+            server_optimizer={} if self.opt_state is None else self.opt_state.to_dict(),
+            sample_budget={} if self.budget is None else self.budget.get_state(),
+            contribution={} if self.contribution is None else self.contribution.get_state(),
+            records=self.records, dropouts=self.dropouts)
+
+    def save(self) -> None:
+        """Write the checkpoint atomically (nothing without a checkpoint folder)."""
+        if self.checkpoint is not None:
+            save_checkpoint(self.checkpoint, with_settings(self.state().to_state(),
+                                                           self.settings))
+
+    def finish(self, *, send_final: bool = True) -> ServerResult:
+        """Send :class:`Finish` to the clients still in the run; return the result."""
+        final = Finish(params=self.model if send_final else None, rounds=self.rnd)
+        for name in self.available:
+            self.party.send(name, "task", final)
+        return ServerResult(params=self.plain, rounds=self.records,
+                            aggregations=self.aggregations, dropouts=self.dropouts,
+                            batch_sizes=self.batch_sizes,
+                            steps_per_epoch=self.steps_per_epoch, counts=self.counts,
+                            resumed_from=self.resumed_from, payload=self.model,
+                            stopped=self.stopped, privacy=self.half.spent(),
+                            sample_privacy=None if self.budget is None else self.budget.spent(),
+                            privacy_against_server=self.half.spent_against_server())
+
+
+@dataclass
+class _RoundPlan:
+    """One round as :meth:`ServerRun.configure` set it up, filled in by :meth:`ServerRun.fit`."""
+
+    tau: int
+    steps: int
+    chosen: list[str]
+    participants: list[str]
+    config: LocalConfig
+    evaluate: bool
+    agg: RoundAggregation | None
+    share: float
+    survivors: list[str] = field(default_factory=list)
+    uploads: dict[str, Any] | None = None
 
 
 def _agree_on_start(party: Party, counts: dict[str, int], resumed_from: int,
@@ -781,21 +978,6 @@ def _drain(link: ServerLink, dropouts: list[DropoutEvent], available: list[str])
         if d.reason == "failed" and d.client in available:
             available.remove(d.client)
     link.dropouts.clear()
-
-
-def _spent(half: Any) -> tuple[float, float] | None:
-    spent = getattr(half, "spent", None)
-    return None if spent is None else spent()
-
-
-def _spent_against_server(half: Any) -> tuple[float, float] | None:
-    spent = getattr(half, "spent_against_server", None)
-    return None if spent is None else spent()
-
-
-def _exhausted(half: Any) -> bool:
-    exhausted = getattr(half, "exhausted", None)
-    return False if exhausted is None else bool(exhausted())
 
 
 _RECORD_FIELDS = ("round", "epoch", "step", "tau", "steps", "clients", "survivors",
@@ -872,7 +1054,7 @@ def _run_round(
     party: Party, chosen: list[str], rnd: int, params: Any, initial: bool, epoch: int,
     step: int, steps: int, batch_sizes: dict[str, int], config: LocalConfig, evaluate: bool,
     agg: RoundAggregation, concurrency: int, client_timeout: float,
-    uploads: dict[str, Any] | None = None,
+    uploads: dict[str, Any] | None = None, share: float = 1.0,
 ) -> dict[str, Any]:
     """Send tasks to at most ``concurrency`` clients at a time; take updates in order.
 
@@ -889,7 +1071,7 @@ def _run_round(
             round=rnd, params=params, epoch=epoch, step=step, steps=steps,
             batch_size=batch_sizes[name], lr=config.lr, momentum=config.momentum,
             weight_decay=config.weight_decay, prox_mu=config.prox_mu, evaluate=evaluate,
-            weight=agg.weights[name], initial=initial))
+            weight=agg.weights[name], initial=initial, share=share))
 
     for _ in range(min(concurrency, len(chosen))):
         dispatch()
@@ -1053,7 +1235,8 @@ def client(
         if msg.evaluate and learner.n_eval > 0:
             accuracy = float(learner.evaluate(params))
         config = LocalConfig(lr=msg.lr, momentum=msg.momentum,
-                             weight_decay=msg.weight_decay, prox_mu=msg.prox_mu)
+                             weight_decay=msg.weight_decay, prox_mu=msg.prox_mu,
+                             share=msg.share)
         outcome = learner.train(params, epoch=msg.epoch, step=msg.step, steps=msg.steps,
                                 batch_size=msg.batch_size, config=config, momentum=momentum)
         momentum = outcome.momentum

@@ -325,7 +325,7 @@ class HFLWorker:
             params, start=Position(epoch=epoch, step=step), steps=steps,
             batch_size=batch_size, lr=config.lr, momentum=config.momentum,
             weight_decay=config.weight_decay, prox_mu=config.prox_mu,
-            momentum_buffer=momentum)
+            momentum_buffer=momentum, correction=config.correction)
         return dp_out.params, dp_out.momentum, float(dp_out.loss)
 
     def evaluate(self, key: int, data: list[Any], seed: int, params: Vector) -> float:

@@ -34,6 +34,7 @@ from islands.hfl.config import HflFederationConfig, ModelConfig, infer_task
 from islands.hfl.estimator import client_seed, split_local_eval
 from islands.hfl.job import Job, build_strategy, parse_job, protection_settings
 from islands.hfl.protocol import ClientResult, ServerResult, client, server
+from islands.hfl.scaffold import client_learner, global_vector, model_part
 from islands.hfl.strategy import check_client_rows
 from islands.protocols import (
     Deployment,
@@ -131,7 +132,8 @@ def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
 
     spec, strategy, sample_dp, ckpt, settings = _common(dep, fed)
     job = fed.job
-    initial = flat_parameters(spec.build(job.seed))
+    initial = global_vector(strategy, flat_parameters(spec.build(job.seed)),
+                            spec.n_trainable())
     resuming = dep.resume and ckpt is not None and (ckpt / "server.ckpt").is_file()
     if dep.resume and not resuming:
         checkpoint = dep.output.with_name(dep.output.name + ".checkpoints")
@@ -145,7 +147,7 @@ def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
 
     def write(result: ServerResult, out: Path) -> dict[str, Any]:
         if result.params is not None:
-            np.save(out / "params.npy", result.params)
+            np.save(out / "params.npy", model_part(strategy, result.params, spec.n_params()))
         summary = {
             "role": "server", "aggregations": result.aggregations,
             "rounds": len(result.rounds), "resumed_from": result.resumed_from,
@@ -205,15 +207,16 @@ def _bind_client(dep: Deployment, fed: _Federated) -> Prepared:
         check_client_rows(strategy, dep.party, len(tr), len(fed.clients), eval_rows=len(ev))
     except ValidationError as exc:
         raise JobError(f"party file {dep.source}: {exc}") from None
-    learner = TorchLearner(spec, X[tr], labels[tr], X[ev], labels[ev], task=job.task,
-                           seed=seed, dp=sample_dp)
+    learner = client_learner(strategy, TorchLearner(spec, X[tr], labels[tr], X[ev], labels[ev],
+                                                    task=job.task, seed=seed, dp=sample_dp),
+                             spec.n_params(), spec.n_trainable())
     role = partial(client, server=fed.server, learner=learner,
                    aggregator=strategy.aggregator, checkpoint=ckpt, resume=dep.resume,
                    settings=settings)
 
     def write(result: ClientResult, out: Path) -> dict[str, Any]:
         if result.params is not None:
-            np.save(out / "params.npy", result.params)
+            np.save(out / "params.npy", model_part(strategy, result.params, spec.n_params()))
         summary = {"role": "client", "rounds_trained": result.rounds_trained,
                    "n_train": result.n_train, "n_eval": result.n_eval,
                    "losses": result.losses}

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -57,14 +57,21 @@ __all__ = ["APFL", "FedAvg", "FedBN", "FedProx", "LocalConfig", "Strategy", "che
 class LocalConfig:
     """The local optimiser every selected client runs this round.
 
-    Heavy-ball SGD, as ``torch.optim.SGD`` (dampening 0): g = ∇loss + λ·w + μ·(w − w_g),
-    v ← m·v + g, w ← w − lr·v, where w_g is the global model the round started from.
+    Heavy-ball SGD, as ``torch.optim.SGD`` (dampening 0): g = ∇loss + λ·w + μ·(w − w_g)
+    + δ, v ← m·v + g, w ← w − lr·v, where w_g is the global model the round started from
+    and δ a fixed drift correction (SCAFFOLD's c − c_i, set by the client's own
+    :class:`~islands.hfl.scaffold.ScaffoldLearner`, never sent).
+
+    ``share`` is the server's word on the round: the clients taking part over the clients
+    available, |S|/N (SCAFFOLD scales its control-variate step by it).
     """
 
     lr: float
     momentum: float = 0.0
     weight_decay: float = 0.0
     prox_mu: float = 0.0
+    share: float = 1.0
+    correction: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_rate(self.lr, "lr", "LocalConfig", low_inclusive=False)
@@ -74,6 +81,9 @@ class LocalConfig:
                                     self.momentum)
         check_rate(self.weight_decay, "weight_decay", "LocalConfig")
         check_rate(self.prox_mu, "prox_mu", "LocalConfig")
+        share = check_float(self.share, "share", "LocalConfig", low=0.0, low_inclusive=False)
+        if share > 1:
+            raise invalid_parameter("share", "LocalConfig", "a float in (0, 1]", self.share)
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -102,6 +112,14 @@ class Strategy(Protocol):
 
     name: str
     aggregator: Aggregator
+    min_clients: int
+    """Fewest surviving updates a round may aggregate."""
+    server_optimizer: ServerOptimizer | None
+    """The server's update from the aggregate, or None (the aggregate is the model)."""
+
+    @property
+    def secret_sampling_rate(self) -> float | None:
+        """Q for DP amplification by sampling, or None for a cohort that is not secret."""
 
     def setup(self, counts: Mapping[str, int]) -> dict[str, int]:
         """Return each client's mini-batch size given its training-sample count."""
@@ -241,6 +259,8 @@ class FedAvg:
 
     strategy_name = "fedavg"
     """The name files give the strategy (``[strategy] name``)."""
+    control_variates = False
+    """Whether control variates travel with the model (SCAFFOLD, :mod:`islands.hfl.scaffold`)."""
 
     def __init__(self, local_steps: int = 1, batch_size: int | None = 64, lr: float = 0.1,
                  momentum: float = 0.0, weight_decay: float = 0.0, fraction: float = 1.0,
@@ -417,6 +437,9 @@ class APFL:
        the defaults (τ₀ = 15, Φ = 5, b_CL = 512, lr 0.1, momentum 0.5).
     """
 
+    control_variates = False
+    """No control variates travel (see :attr:`FedAvg.control_variates`)."""
+
     def __init__(self, tau: int = 15, phi: int = 5, batch_size: int = 512, mbs: bool = True,
                  adaptive: bool = True, client_batch_size: int | None = None, lr: float = 0.1,
                  momentum: float = 0.5, weight_decay: float = 0.0, min_clients: int = 1,
@@ -437,6 +460,11 @@ class APFL:
         check_composes(self.aggregator, server_optimizer, "APFL")
         self.name = "apfl" if self.mbs else "apfl-no-mbs"
         self.state = TauState(tau=self.tau0)
+
+    @property
+    def secret_sampling_rate(self) -> float:
+        """Every client trains every round: q = 1."""
+        return 1.0
 
     def min_rows(self, clients: int) -> int:
         """Return the common batch without the rule; with it, 1 (eq. 26 needs every count)."""

@@ -201,7 +201,7 @@ class PrivateTrainer:
 
     def train(self, params: Any, *, start: Position, steps: int, batch_size: int, lr: float,
               momentum: float = 0.0, weight_decay: float = 0.0, prox_mu: float = 0.0,
-              momentum_buffer: Any = None) -> TrainOutcome:
+              momentum_buffer: Any = None, correction: Any = None) -> TrainOutcome:
         """Run ``steps`` DP-SGD steps from ``params``.
 
         Same arguments as :meth:`Trainer.train`; ``start`` only advances (the Poisson
@@ -216,7 +216,7 @@ class PrivateTrainer:
         st = self.trainer.settings(params, start=start, steps=steps, batch_size=batch_size,
                                    lr=lr, momentum=momentum, weight_decay=weight_decay,
                                    prox_mu=prox_mu, momentum_buffer=momentum_buffer,
-                                   owner="PrivateTrainer.train")
+                                   correction=correction, owner="PrivateTrainer.train")
         rate = self.dp.sampling_rate(st.batch_size, self.trainer.n)
         std = self.dp.noise_multiplier * self.dp.clip
         buf = st.momentum_buffer

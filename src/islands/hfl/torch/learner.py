@@ -114,7 +114,7 @@ class TorchLearner:
             params, start=Position(epoch=epoch, step=step), steps=steps,
             batch_size=batch_size, lr=config.lr, momentum=config.momentum,
             weight_decay=config.weight_decay, prox_mu=config.prox_mu,
-            momentum_buffer=buffer, local=local)
+            momentum_buffer=buffer, local=local, correction=config.correction)
         carried = out.momentum
         if self._n_local:
             self.local_state = out.local
@@ -142,7 +142,7 @@ class TorchLearner:
             params, start=Position(epoch=epoch, step=step), steps=steps,
             batch_size=batch_size, lr=config.lr, momentum=config.momentum,
             weight_decay=config.weight_decay, prox_mu=config.prox_mu,
-            momentum_buffer=momentum)
+            momentum_buffer=momentum, correction=config.correction)
         self._account.step(steps)
         return LocalOutcome(params=out.params, momentum=out.momentum, loss=float(out.loss))
 

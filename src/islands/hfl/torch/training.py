@@ -12,7 +12,8 @@ their updates agree step for step. Everything is a pure function of its inputs:
   over the batch, w the current and w₀ the starting parameters of the call (the global
   model)::
 
-      g = ∇L(w) + λ·w + μ·(w − w₀)        (weight decay λ, FedProx proximal term μ)
+      g = ∇L(w) + λ·w + μ·(w − w₀) + δ    (weight decay λ, FedProx proximal term μ,
+                                            SCAFFOLD's drift correction δ = c − c_i)
       v = g on the first step without a buffer, else v = m·v + g     (if m > 0)
       w = w − η·v   (or w − η·g if m = 0)
 
@@ -239,6 +240,7 @@ class StepSettings:
     weight_decay: float
     prox_mu: float
     momentum_buffer: torch.Tensor | None
+    correction: torch.Tensor | None = None
 
     def apply(self, flat: torch.Tensor, g: torch.Tensor, buf: torch.Tensor | None,
               anchor: torch.Tensor | None) -> torch.Tensor | None:
@@ -247,6 +249,8 @@ class StepSettings:
             g.add_(flat, alpha=self.weight_decay)
         if anchor is not None:
             g.add_(flat - anchor, alpha=self.prox_mu)
+        if self.correction is not None:
+            g.add_(self.correction)
         if self.momentum != 0.0:
             buf = g if buf is None else buf.mul_(self.momentum).add_(g)
             g = buf
@@ -438,6 +442,7 @@ class Trainer:
         prox_mu: float = 0.0,
         momentum_buffer: Any = None,
         local: Any = None,
+        correction: Any = None,
     ) -> TrainOutcome:
         """Run ``steps`` SGD steps from ``params``, starting at mini-batch ``start``.
 
@@ -465,6 +470,8 @@ class Trainer:
         local : array-like or None, default=None
             The client's local layers (a previous call's ``local``); None: the initial
             model's. Only for a model with local layers (FedBN).
+        correction : array-like of shape (n_trainable,) or None, default=None
+            δ, added to every step's gradient (SCAFFOLD's c − c_i); None: no correction.
 
         Returns
         -------
@@ -472,7 +479,8 @@ class Trainer:
         """
         st = self.settings(params, start=start, steps=steps, batch_size=batch_size, lr=lr,
                            momentum=momentum, weight_decay=weight_decay, prox_mu=prox_mu,
-                           momentum_buffer=momentum_buffer, owner="Trainer.train")
+                           momentum_buffer=momentum_buffer, correction=correction,
+                           owner="Trainer.train")
         b, spe, buf = st.batch_size, st.steps_per_epoch, st.momentum_buffer
         losses = 0.0
         pos = start
@@ -515,6 +523,7 @@ class Trainer:
     def settings(self, params: Any, *, start: Position, steps: int, batch_size: int,
                  lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
                  prox_mu: float = 0.0, momentum_buffer: Any = None,
+                 correction: Any = None,
                  owner: str = "Trainer.settings") -> StepSettings:
         """Check the arguments of :meth:`train` and return them as :class:`StepSettings`.
 
@@ -546,7 +555,9 @@ class Trainer:
                 _check_vector(momentum_buffer, self.n_trainable, "momentum_buffer",
                               owner).copy()
             )
-        return StepSettings(w0, steps, b, spe, lr, m, wd, mu, buf)
+        delta = None if correction is None else torch.from_numpy(
+            _check_vector(correction, self.n_trainable, "correction", owner).copy())
+        return StepSettings(w0, steps, b, spe, lr, m, wd, mu, buf, delta)
 
     @property
     def features(self) -> torch.Tensor:
