@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from islands.runtime.progress import ProgressUpdate
+from islands.progress import ProgressUpdate
 
 
 def collect_steps(messages: list[str]) -> Callable[[ProgressUpdate], None]:

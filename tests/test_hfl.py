@@ -29,7 +29,7 @@ from islands.hfl.maths import (
 )
 from islands.hfl.protocol import LocalOutcome, client, server
 from islands.runtime import run_local
-from islands.runtime.threads import torch_threads
+from islands.threads import torch_threads
 
 # ----------------------------------------------------------------------------- maths
 

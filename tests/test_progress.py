@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from islands.errors import ProtocolError, ValidationError
+from islands.progress import ProgressUpdate, task
 from islands.psi import intersect
-from islands.runtime.progress import ProgressUpdate, task
 
 
 class Recorder:
@@ -83,7 +83,7 @@ def test_ou_key_generation_reports_progress() -> None:
 
 
 def test_bars_draw_in_a_terminal_without_a_callback() -> None:
-    code = ("from islands.runtime.progress import task\n"
+    code = ("from islands.progress import task\n"
             "with task(True, 'keys', 2) as t:\n"
             "    t.advance(info='first')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -120,7 +120,7 @@ def test_a_jupyter_kernel_loads_a_run_and_displays_an_estimator(tiny_run: Path) 
         f"run = islands.load_run({str(tiny_run)!r})\n"
         "display(run)\n"
         "display(SwarmCCA(n_components=2))\n"
-        "from islands.runtime.progress import task\n"
+        "from islands.progress import task\n"
         "with task(True, 'keys', 2) as t:\n"
         "    t.advance(info='half')\n"
     )

@@ -34,7 +34,7 @@ from islands.runtime import (
     wire,
 )
 from islands.runtime.runner import running_roles
-from islands.runtime.threads import torch_threads
+from islands.threads import torch_threads
 
 
 def ping(party: Party, n: int) -> Any:

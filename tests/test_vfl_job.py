@@ -15,8 +15,8 @@ import pytest
 pytest.importorskip("sklearn")
 pytest.importorskip("phe")
 
+from islands.progress import ProgressUpdate
 from islands.runs import Reproduction, load_run
-from islands.runtime.progress import ProgressUpdate
 from islands.vfl.job import (
     JobError,
     VerticalJobResult,

@@ -39,8 +39,8 @@ from islands.cca.estimator import SwarmCCA
 from islands.cca.secure import FRAC_BITS, MASK_LABELS
 from islands.crypto import rns
 from islands.errors import ValidationError
+from islands.progress import ProgressOption, check_progress, task
 from islands.runtime import Record, Transcript
-from islands.runtime.progress import ProgressOption, check_progress, task
 
 __all__ = [
     "SccaAuditReport",
@@ -368,7 +368,7 @@ def audit_scca(
         same places, and :func:`simulation_check`.
     progress
         One step per stage (``True``: a bar; a callable gets each
-        :class:`~islands.runtime.progress.ProgressUpdate`).
+        :class:`~islands.progress.ProgressUpdate`).
     """
     sink = check_progress(progress, "audit_scca")
     X = np.asarray(X, dtype=np.float64)

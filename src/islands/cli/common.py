@@ -13,8 +13,8 @@ from rich.markup import escape
 
 from islands import __version__
 from islands.errors import IslandsError
+from islands.progress import ProgressOption, ProgressUpdate
 from islands.reporting import write_json
-from islands.runtime.progress import ProgressOption, ProgressUpdate
 
 __all__ = ["app", "console", "progress_option", "stop_on_error"]
 
@@ -82,7 +82,7 @@ def save_json(path: Path, obj: Any) -> None:
 def progress_option() -> ProgressOption:
     """Return how a command shows a long operation's progress.
 
-    On a terminal, the bars of :mod:`islands.runtime.progress` (``True``); elsewhere (a
+    On a terminal, the bars of :mod:`islands.progress` (``True``); elsewhere (a
     pipe, a CI log) a bar drawn once at the end says little, so each step's message is
     printed as one line instead.
     """

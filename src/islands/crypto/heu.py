@@ -89,7 +89,7 @@ from numpy.typing import NDArray
 
 from islands.crypto.processes import check_workers, chunks, run_in_workers
 from islands.errors import ProtocolError, ValidationError, invalid_parameter
-from islands.runtime.progress import ProgressOption, task
+from islands.progress import ProgressOption, task
 from islands.validation import describe
 
 try:
@@ -690,7 +690,7 @@ class OuKeyOwner:
         HEU threads when this is the process's first HEU object (None: the usable cores).
     progress
         Key generation's progress: False/None (default), True for a bar, or a callable
-        receiving each :class:`~islands.runtime.progress.ProgressUpdate`.
+        receiving each :class:`~islands.progress.ProgressUpdate`.
     """
 
     def __init__(self, key_bits: int, *, workers: int | None = None,

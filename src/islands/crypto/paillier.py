@@ -187,7 +187,7 @@ from phe import paillier
 
 from islands.crypto.fixedpoint import dequantize, quantize
 from islands.errors import ValidationError, invalid_parameter
-from islands.runtime.progress import ProgressOption, task
+from islands.progress import ProgressOption, task
 from islands.validation import check_int, describe, is_int
 
 __all__ = [
@@ -260,7 +260,7 @@ def generate_keypair(
         security, [4]_) is the default and the recommended minimum; 1024 is for tests.
     progress
         False/None (default), True for a progress bar, or a callable receiving each
-        :class:`~islands.runtime.progress.ProgressUpdate` (it sees the key size only).
+        :class:`~islands.progress.ProgressUpdate` (it sees the key size only).
 
     Returns
     -------

@@ -34,8 +34,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from islands.cores import usable_cores
 from islands.errors import ProtocolError, invalid_parameter
-from islands.runtime.cores import usable_cores
 from islands.validation import describe
 
 __all__ = [

@@ -36,8 +36,8 @@ from islands.deploy.protocols import prepare
 from islands.errors import IslandsError, JobError, ValidationError
 from islands.reporting import JsonRow
 from islands.runtime.grpc_transport import refuse_start, run_party
-from islands.runtime.threads import torch_threads
 from islands.runtime.tls import check_tls
+from islands.threads import torch_threads
 
 __all__ = ["REFUSAL_WINDOW", "PartyRecord", "run_configured", "run_party_file"]
 

@@ -55,7 +55,7 @@ from islands.hfl import APFL, FedAvg, FederatedModel
 from islands.hfl.estimator import client_seed, split_local_eval
 from islands.hfl.maths import apfl_batch_sizes
 from islands.hfl.metrics import classification_report, dev_avg
-from islands.runtime.progress import ProgressOption
+from islands.progress import ProgressOption
 from islands.validation import check_int
 
 __all__ = ["PAPER", "SENSITIVITY_LRS", "ApflRow", "Schedule", "reproduce_apfl", "schedule",
@@ -280,7 +280,7 @@ def reproduce_apfl(
         Seed of the subsets, the initial model and every batch order.
     progress
         False or None (silent), True (bars in a terminal or a notebook) or a callable
-        receiving each :class:`~islands.runtime.progress.ProgressUpdate` (its ``info``
+        receiving each :class:`~islands.progress.ProgressUpdate` (its ``info``
         is the step's message).
 
     Returns

@@ -83,9 +83,9 @@ from islands.hfl.contribution import (
 )
 from islands.hfl.contribution.report import LABELS, plot_contribution
 from islands.hfl.contribution.retrain import coalition_trainer, retrain_contributions
+from islands.progress import ProgressOption
 from islands.reporting import JsonRow
-from islands.runtime.progress import ProgressOption
-from islands.runtime.threads import torch_threads
+from islands.threads import torch_threads
 
 __all__ = ["ROLES", "ContributionClient", "RetrainScores", "reproduce_contribution"]
 
@@ -395,7 +395,7 @@ def reproduce_contribution(out_dir: str | Path = "reports/contribution", *,
         torch threads (None: the federation's ``"auto"``).
     progress
         False or None (silent), True (bars in a terminal or a notebook) or a callable
-        receiving each :class:`~islands.runtime.progress.ProgressUpdate` (its ``info``
+        receiving each :class:`~islands.progress.ProgressUpdate` (its ``info``
         is the step's message).
 
     Returns

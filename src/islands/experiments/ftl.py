@@ -63,8 +63,8 @@ from islands.experiments.report import (
     setup_run,
     write_json,
 )
+from islands.progress import ProgressOption
 from islands.reporting import JsonRow
-from islands.runtime.progress import ProgressOption
 from islands.vfl import FederatedTransferLearner
 from islands.vfl.ftl.config import FtlConfig, Plan
 from islands.vfl.ftl.protocol import make_net
@@ -501,7 +501,7 @@ def reproduce_ftl(out_dir: Path | str, *, quick: bool = False, random_state: int
         Seed of the splits, the networks' initial weights and the batch order.
     progress
         False or None (silent), True (bars in a terminal or a notebook) or a callable
-        receiving each :class:`~islands.runtime.progress.ProgressUpdate` (its ``info``
+        receiving each :class:`~islands.progress.ProgressUpdate` (its ``info``
         is the step's message).
 
     Returns

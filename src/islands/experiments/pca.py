@@ -83,7 +83,7 @@ from islands.experiments.report import (
 from islands.pca import maths
 from islands.pca.estimator import FederatedPCA
 from islands.pca.protocol import centring_of
-from islands.runtime.progress import ProgressOption
+from islands.progress import ProgressOption
 
 __all__ = [
     "BALANCES",
@@ -889,7 +889,7 @@ def reproduce_pca(
         every DP fit (which voids those fits' DP guarantee; the report says so).
     progress
         False or None (silent), True (bars in a terminal or a notebook) or a callable
-        receiving each :class:`~islands.runtime.progress.ProgressUpdate` (its ``info``
+        receiving each :class:`~islands.progress.ProgressUpdate` (its ``info``
         is the step's message).
     n_threads
         Threads the BLAS and OpenMP libraries may use (through ``threadpoolctl``);

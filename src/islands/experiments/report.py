@@ -4,9 +4,9 @@ JSON, Markdown and PNG writing live in :mod:`islands.reporting` (re-exported her
 Importing this module loads only NumPy; matplotlib is imported by :func:`new_figure`.
 
 Every ``reproduce_<name>`` function is wrapped by :func:`reports_progress`: its
-``progress`` argument is a :data:`~islands.runtime.progress.ProgressOption` (False/None
+``progress`` argument is a :data:`~islands.progress.ProgressOption` (False/None
 silent, True bars in a terminal or a notebook, a callable receiving each
-:class:`~islands.runtime.progress.ProgressUpdate`, whose ``info`` is the step's message),
+:class:`~islands.progress.ProgressUpdate`, whose ``info`` is the step's message),
 while the body keeps saying its steps as short strings (:attr:`RunSetup.say`).
 
 A reproduction's files are one set (:class:`~islands.reporting.ResultSet`): the body
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from islands.data import find_fashion_mnist
+from islands.progress import ProgressOption, Task, check_progress, task
 from islands.reporting import (
     ResultSet,
     markdown_table,
@@ -36,7 +37,6 @@ from islands.reporting import (
     to_jsonable,
     write_json,
 )
-from islands.runtime.progress import ProgressOption, Task, check_progress, task
 from islands.validation import check_int
 
 if TYPE_CHECKING:

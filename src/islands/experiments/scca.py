@@ -59,7 +59,7 @@ from islands.experiments.report import (
     two_datasets,
     write_json,
 )
-from islands.runtime.progress import ProgressOption
+from islands.progress import ProgressOption
 
 __all__ = [
     "CCA_FRACTION",
@@ -745,7 +745,7 @@ def reproduce_scca(
         Seed of the digits split, the classifiers and the draws of (c).
     progress
         False or None (silent), True (bars in a terminal or a notebook) or a callable
-        receiving each :class:`~islands.runtime.progress.ProgressUpdate` (its ``info``
+        receiving each :class:`~islands.progress.ProgressUpdate` (its ``info``
         is the step's message).
     n_threads
         Threads the BLAS and OpenMP libraries may use during the run (through

@@ -36,7 +36,7 @@ from islands.experiments.report import (
     setup_run,
     write_json,
 )
-from islands.runtime.progress import ProgressOption
+from islands.progress import ProgressOption
 from islands.vfl.job import VerticalJob, VerticalJobResult, run_vertical
 
 __all__ = ["reproduce_vfl"]
@@ -91,7 +91,7 @@ def reproduce_vfl(out_dir: Path | str, *, quick: bool = False, random_state: int
         Seed of the splits, the synthetic data and the batch order.
     progress
         False or None (silent), True (bars in a terminal or a notebook) or a callable
-        receiving each :class:`~islands.runtime.progress.ProgressUpdate` (its ``info``
+        receiving each :class:`~islands.progress.ProgressUpdate` (its ``info``
         is the step's message).
 
     Returns

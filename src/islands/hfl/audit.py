@@ -67,10 +67,10 @@ from islands.hfl.protocol import Task, Update, client, server
 from islands.hfl.strategy import FedAvg
 from islands.hfl.torch.learner import TorchLearner
 from islands.hfl.torch.models import ModelSpec, ModulePool
+from islands.progress import ProgressOption, check_progress, task
 from islands.reporting import new_figure, save_figure, write_json
 from islands.runtime import Record, Transcript, run_local
-from islands.runtime.progress import ProgressOption, check_progress, task
-from islands.runtime.threads import torch_threads
+from islands.threads import torch_threads
 from islands.validation import check_float, check_int, describe
 
 __all__ = [
@@ -441,7 +441,7 @@ def audit_gradients(
 
     progress : bool or callable, optional
         One step per protection (``True``: a bar; a callable gets each
-        :class:`~islands.runtime.progress.ProgressUpdate`).
+        :class:`~islands.progress.ProgressUpdate`).
 
     Returns
     -------

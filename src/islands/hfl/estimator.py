@@ -38,6 +38,7 @@ from numpy.typing import ArrayLike, NDArray
 from islands.aggregation.base import MeanAggregator
 from islands.aggregation.protect import SampleDP, can_retrain
 from islands.arrays import Vector
+from islands.cores import usable_cores
 from islands.errors import IslandsError, ValidationError, invalid_parameter
 from islands.estimator import FederatedEstimator, accepts_renamed
 from islands.hfl.checkpoint import check_resume, rows_digest, shaping_settings
@@ -68,8 +69,7 @@ from islands.hfl.scaffold import client_learner, global_vector, model_part
 from islands.hfl.strategy import FedAvg, Strategy, check_client_rows
 from islands.reporting import write_bytes
 from islands.runtime import Role, Transcript, run_local
-from islands.runtime.cores import usable_cores
-from islands.runtime.threads import torch_threads
+from islands.threads import torch_threads
 from islands.tracking import Tracker, TrackingConfig, run_label
 from islands.validation import describe
 

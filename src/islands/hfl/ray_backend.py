@@ -87,10 +87,10 @@ from numpy.typing import NDArray
 
 from islands.aggregation.protect import SampleAccount, SampleDP
 from islands.arrays import Vector
+from islands.cores import usable_cores
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl.protocol import LocalOutcome
 from islands.hfl.strategy import LocalConfig
-from islands.runtime.cores import usable_cores
 
 __all__ = [
     "HFLWorker",

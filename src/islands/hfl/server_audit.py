@@ -81,9 +81,9 @@ from islands.errors import IslandsError, ProtocolError, ValidationError
 from islands.hfl.protocol import Finish, LocalOutcome, Start, Task, client, server
 from islands.hfl.strategy import FedAvg
 from islands.privacy import PrivacyAccountant
+from islands.progress import ProgressOption, check_progress, task
 from islands.runtime import Transcript, run_local
 from islands.runtime.identity import Identity, make_identities
-from islands.runtime.progress import ProgressOption, check_progress, task
 
 __all__ = [
     "Attack",
@@ -1357,7 +1357,7 @@ def audit_server(progress: ProgressOption = None, *, only: str | None = None
     a leak with the error, so a broken audit never reads as a protection holding; a
     refusal by another check than the row names is reported as ``"OTHER CHECK"``.
     ``progress`` reports one step per attack (``True``: a bar; a callable gets each
-    :class:`~islands.runtime.progress.ProgressUpdate`). ``only`` keeps the rows whose
+    :class:`~islands.progress.ProgressUpdate`). ``only`` keeps the rows whose
     protection contains it (e.g. ``"ckks"``).
     """
     sink = check_progress(progress, "audit_server")

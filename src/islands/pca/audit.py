@@ -35,8 +35,8 @@ from islands.pca.protocol import (
     centring_of,
     elfedpca_noise,
 )
+from islands.progress import ProgressOption, check_progress, task
 from islands.runtime import Record
-from islands.runtime.progress import ProgressOption, check_progress, task
 
 __all__ = ["PcaAuditReport", "audit_pca", "recover_elfedpca_moments"]
 
@@ -118,7 +118,7 @@ def audit_pca(
     """Fit ``elfedpca`` and ``secure`` on the same sites and run site 1's attack on both.
 
     ``progress`` reports one step per mode (``True``: a bar; a callable gets each
-    :class:`~islands.runtime.progress.ProgressUpdate`).
+    :class:`~islands.progress.ProgressUpdate`).
     """
     progress = check_progress(progress, "audit_pca")
     arrays = [np.asarray(p, dtype=np.float64) for p in parts]

@@ -28,6 +28,7 @@ import islands.runtime as runtime
 from islands.crypto.processes import check_workers
 from islands.crypto.psi import Normalization, encode_ids
 from islands.errors import ProtocolError, ValidationError
+from islands.progress import ProgressOption, check_progress, task
 from islands.psi.config import (
     DEFAULT_ENGINE,
     DEFAULT_NORMALIZE,
@@ -53,7 +54,6 @@ from islands.psi.spu_engine import (
     free_loopback_hosts,
     new_link_id,
 )
-from islands.runtime.progress import ProgressOption, check_progress, task
 
 __all__ = ["DEFAULT_MAX_PEER_RATIO", "Alignment", "Engine", "PsiConfig", "align",
            "check_peer_limit", "initiator", "intersect", "responder"]
@@ -97,7 +97,7 @@ def align(ids_a: Any, ids_b: Any, *, workers: int | None = None,
         bounds the whole run.
     progress
         False/None (default), True for one bar per party, or a callable receiving each
-        :class:`~islands.runtime.progress.ProgressUpdate` (step names and counts only).
+        :class:`~islands.progress.ProgressUpdate` (step names and counts only).
 
     Returns
     -------

@@ -64,6 +64,7 @@ from islands.crypto.prg import csprng_uniform
 from islands.crypto.processes import check_workers
 from islands.crypto.psi import Normalization
 from islands.errors import ProtocolError, ValidationError
+from islands.progress import ProgressOption, task
 from islands.psi.config import (
     DEFAULT_ENGINE,
     DEFAULT_MAX_PEER_RATIO,
@@ -82,7 +83,6 @@ from islands.psi.spu_engine import (
 )
 from islands.runtime import Party, wire
 from islands.runtime.grpc_transport import check_address
-from islands.runtime.progress import ProgressOption, task
 
 __all__ = ["DEFAULT_MAX_PEER_RATIO", "Alignment", "Hello", "SpuHello", "check_peer_limit",
            "initiator", "responder"]
@@ -428,7 +428,7 @@ def initiator(party: Party, *, peer: str, ids: Any, workers: int | None = None,
         responder's (each listens on its own); both parties must give the same.
     progress
         False/None (default), True for a bar, or a callable receiving each
-        :class:`~islands.runtime.progress.ProgressUpdate`: four steps (hello, own IDs
+        :class:`~islands.progress.ProgressUpdate`: four steps (hello, own IDs
         blinded, the peer's IDs blinded, matched), with counts only.
 
     Returns

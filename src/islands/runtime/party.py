@@ -16,9 +16,9 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from islands.cores import SETTLE, CoreShare
 from islands.errors import ProtocolError, ValidationError, WireError
 from islands.runtime import wire
-from islands.runtime.cores import SETTLE, CoreShare
 from islands.runtime.identity import Identity
 from islands.runtime.transcript import Transcript
 from islands.runtime.transport import Transport
@@ -252,7 +252,7 @@ class Party:
         several parties in one process and shares the cores out (``blas_threads=
         "auto"``), the block gets all of them once the others are inside :meth:`recv`,
         waiting up to ``settle`` seconds for them to get there
-        (:class:`islands.runtime.cores.CoreShare`); elsewhere it changes nothing. Yields
+        (:class:`islands.cores.CoreShare`); elsewhere it changes nothing. Yields
         whether the cores were lent.
         """
         if self._cores is None:

@@ -26,8 +26,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from islands.cores import CoreShare, usable_cores
 from islands.errors import PeerFailedError, ProtocolError, ValidationError
-from islands.runtime.cores import CoreShare, usable_cores
 from islands.runtime.identity import make_identities
 from islands.runtime.party import DEFAULT_TIMEOUT, Party, check_party_names
 from islands.runtime.transcript import Transcript
