@@ -159,3 +159,68 @@ def test_a_buffered_models_vector_is_handed_out_without_aliasing_the_module() ->
         load_flat(module, np.zeros_like(values))  # and the module's: the vector keeps its own
         np.testing.assert_array_equal(again, values)
         assert again.dtype == np.float32 and again.flags.writeable
+
+
+# ------------------------------------------------ no model-sized temporaries (tracemalloc)
+# numpy reports its buffers to tracemalloc, so the traced peak of a call counts every
+# array it made: a vector of n uint64 is 8n bytes, a block of the streams 1 MiB.
+N = 1 << 20  # 8 MiB as uint64, 4 MiB as float32: well above one block
+
+
+def _traced_peak(fn: object) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        fn()  # type: ignore[operator]
+        return tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_stream_is_added_in_place_a_block_at_a_time() -> None:
+    from islands.crypto.prg import add_expanded, expand
+
+    seed = bytes(range(32))
+    x = np.random.default_rng(6).integers(0, 2**63, N + 3, dtype=np.uint64)
+    stream = expand(seed, x.size, label=b"t")
+    out = x.copy()
+    peak = _traced_peak(lambda: add_expanded(seed, out, label=b"t"))
+    np.testing.assert_array_equal(out, x + stream)
+    assert peak <= (1 << 20) + 4096  # the 1 MiB block, never 8·n bytes
+    add_expanded(seed, out, label=b"t", subtract=True)
+    np.testing.assert_array_equal(out, x)
+
+
+def test_a_mask_of_many_peers_needs_no_mask_sized_array() -> None:
+    names = ["a", "b", "c", "d", "e"]
+    keys = _keys(names)
+    publics = {v: keys[v].public for v in names if v != "c"}  # type: ignore[attr-defined]
+    out = np.zeros(N, dtype=np.uint64)
+    peak = _traced_peak(lambda: pairwise_mask(
+        "c", keys["c"], publics, N, context=CONTEXT, label=b"m", out=out))  # type: ignore[arg-type]
+    assert peak <= (1 << 20) + 64 * 1024  # one block (four streams used to be 4·8·n)
+
+
+def test_ring_encode_in_blocks_equals_the_whole_vector_and_allocates_only_its_output() -> None:
+    params = np.random.default_rng(7).normal(size=N + 5).astype(np.float32)
+    weight = 0.3
+    got: list[np.ndarray] = []
+    peak = _traced_peak(lambda: got.append(ring_encode(
+        params, weight, frac_bits=32, headroom=10, who="c", max_abs=1e6)))
+    scaled = np.multiply(params, weight, dtype=np.float64)
+    np.testing.assert_array_equal(got[0], encode_fixed(scaled, frac_bits=32, headroom=10))
+    out_bytes = 8 * params.size
+    # the output and blocks of 2^16 values: before, the float64 products, the scaled
+    # values and the int64 numerators were each as large as the output
+    assert peak <= out_bytes + 2 * 1024 * 1024
+
+
+def test_ring_encode_names_the_value_out_of_range_as_the_whole_vector_did() -> None:
+    params = np.zeros(3 * base._TERM, dtype=np.float32)
+    params[2 * base._TERM + 9] = -7.0e5  # in the third block; the range is 8.39e4 here
+    with pytest.raises(ValidationError, match=r"client 'c''s update is outside the "
+                       r"fixed-point range .*Got -7e\+05 at row 131081 instead"):
+        ring_encode(params, 1.0, frac_bits=40, headroom=100, who="client 'c'", max_abs=1e6)

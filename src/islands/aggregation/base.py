@@ -398,12 +398,31 @@ def ring_encode(params: Vector, weight: float, *, frac_bits: int, headroom: int,
     if not peak <= max_abs:
         raise ValidationError(f"{who}'s update reaches |value| {peak:.3g}, above the "
                               f"aggregator's max_abs={max_abs:.3g}")
-    # float64 products of the float32 values (exact conversions), without a float64 copy
-    scaled = np.multiply(params, float(weight), dtype=np.float64)
+    values = np.asarray(params)
+    w = float(weight)
     try:
-        return encode_fixed(scaled, frac_bits=frac_bits, headroom=headroom)
-    except ValidationError as exc:
-        raise ValidationError(f"{who}'s update is outside the fixed-point range ({exc})") from exc
+        # rounding is monotone, so the largest |p·w| is the product of the largest |p| and
+        # |w|: if that one encodes, every value does, and the vector is encoded a block
+        # at a time (no model-sized float64 products, scaled values or int64 numerators);
+        # otherwise the whole vector is, for the error that names the offending value
+        encode_fixed(np.multiply(np.array([peak], dtype=values.dtype), abs(w),
+                                 dtype=np.float64), frac_bits=frac_bits, headroom=headroom)
+    except ValidationError:
+        scaled = np.multiply(values, w, dtype=np.float64)
+        try:
+            return encode_fixed(scaled, frac_bits=frac_bits, headroom=headroom)
+        except ValidationError as exc:
+            raise ValidationError(
+                f"{who}'s update is outside the fixed-point range ({exc})") from exc
+    flat = values.reshape(-1)
+    out = np.empty(flat.size, dtype=np.uint64)
+    term = np.empty(min(flat.size, _TERM), dtype=np.float64)
+    for lo in range(0, flat.size, _TERM):
+        hi = min(lo + _TERM, flat.size)
+        # float64 products of the float32 values (exact conversions), as whole-vector ones
+        np.multiply(flat[lo:hi], w, out=term[:hi - lo], dtype=np.float64)
+        out[lo:hi] = encode_fixed(term[:hi - lo], frac_bits=frac_bits, headroom=headroom)
+    return out.reshape(values.shape)
 
 
 def ring_limit(uploads: int, headroom: int) -> int:

@@ -125,7 +125,7 @@ from islands.aggregation.config import MAX_ABS, SecAggConfig
 from islands.crypto import shamir
 from islands.crypto.envelope import open_sealed, pair_context, seal
 from islands.crypto.masking import MaskingKey, generate_key, pairwise_mask
-from islands.crypto.prg import expand
+from islands.crypto.prg import add_expanded
 from islands.errors import ProtocolError, ValidationError, invalid_parameter
 from islands.runtime import Party, wire
 from islands.validation import is_int
@@ -622,9 +622,9 @@ class SecAggClient:
                         max_abs=self.max_abs,
                         who=f"secure aggregation: client {party.name!r}")
         n = x.size
-        x += expand(self._b, n, label=b"secagg self")
+        add_expanded(self._b, x, label=b"secagg self")
         peers = {v: self._keys[v][1] for v in self._u2 if v != party.name}
-        if peers:  # added into x stream by stream: no mask-sized array besides x
+        if peers:  # added into x a block at a time: no mask-sized array besides x
             pairwise_mask(party.name, self._s, peers, n,
                           context=_round_context(self._session, self.round),
                           label=b"secagg input", out=x)
@@ -851,7 +851,7 @@ class SecAggRound(StreamingRound):
             shares = [_share_from(x, answers[c].b[u], repr(c)) for x, c in zip(xs, holders,
                                                                                 strict=True)]
             b = shamir.combine(shares, KEY_BYTES, coefficients=coefficients)
-            total -= expand(b, self.dim, label=b"secagg self")
+            add_expanded(b, total, label=b"secagg self", subtract=True)
         context = _round_context(self.session, self.round)
         for v in dropped:
             shares = [_share_from(x, answers[c].s[v], repr(c)) for x, c in zip(xs, holders,

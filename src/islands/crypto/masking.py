@@ -64,7 +64,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from numpy.typing import NDArray
 
-from islands.crypto.prg import SEED_BYTES, expand
+from islands.crypto.prg import SEED_BYTES, add_expanded
 from islands.errors import ValidationError, invalid_parameter
 from islands.validation import describe
 
@@ -277,10 +277,6 @@ def pairwise_mask(
         seed = _pair_seed(own, peer_publics[peer], pair_context, "pairwise_mask", f"peer {peer!r}")
         seeds.append((own_name < peer, seed))
     mask = np.zeros(int(n), dtype=np.uint64) if out is None else out
-    for add, seed in seeds:
-        stream = expand(seed, int(n), label=label)
-        if add:
-            mask += stream
-        else:
-            mask -= stream
+    for add, seed in seeds:  # a block of each stream at a time: no mask-sized temporary
+        add_expanded(seed, mask, label=label, subtract=not add)
     return mask

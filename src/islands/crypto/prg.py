@@ -65,8 +65,10 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from numpy.typing import NDArray
 
 from islands.errors import invalid_parameter
+from islands.validation import describe
 
-__all__ = ["SEED_BYTES", "csprng_normal", "csprng_uniform", "expand", "keyed_normal"]
+__all__ = ["SEED_BYTES", "add_expanded", "csprng_normal", "csprng_uniform", "expand",
+           "keyed_normal"]
 
 SEED_BYTES = 32
 """Length of a PRG seed and of a ChaCha20 key, in bytes."""
@@ -142,6 +144,12 @@ def expand(seed: bytes, n: int, *, label: bytes) -> NDArray[np.uint64]:
     ----------
     .. [1] RFC 8439 (ChaCha20) and RFC 5869 (HKDF).
     """
+    key = _stream_key(seed, label, "expand")
+    return _keystream(key, _check_count(n, "n", "expand"))
+
+
+def _stream_key(seed: Any, label: Any, owner: str) -> bytes:
+    """Check ``seed`` and ``label``; return the ChaCha20 key HKDF derives from them."""
     if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
         got = (
             f"{type(seed).__name__} of length {len(seed)}"
@@ -149,12 +157,61 @@ def expand(seed: bytes, n: int, *, label: bytes) -> NDArray[np.uint64]:
             else type(seed).__name__
         )
         # the seed itself is secret: only its type and length go into the message
-        raise invalid_parameter("seed", "expand", "32 bytes", got)
+        raise invalid_parameter("seed", owner, "32 bytes", got)
     if not isinstance(label, bytes):
-        raise invalid_parameter("label", "expand", "bytes", type(label).__name__)
-    count = _check_count(n, "n", "expand")
+        raise invalid_parameter("label", owner, "bytes", type(label).__name__)
     key = HKDF(algorithm=hashes.SHA256(), length=SEED_BYTES, salt=None, info=_PRG_INFO + label)
-    return _keystream(key.derive(seed), count)
+    return key.derive(seed)
+
+
+def add_expanded(seed: bytes, out: NDArray[np.uint64], *, label: bytes,
+                 subtract: bool = False) -> NDArray[np.uint64]:
+    """Add (or subtract) ``expand(seed, out.size, label=label)`` to ``out`` in place, mod 2^64.
+
+    The stream goes through a 1 MiB block, never a whole ``out``-sized array: masking a
+    model with many streams then needs no memory besides the model's.
+
+    Parameters
+    ----------
+    seed, label
+        As for :func:`expand`.
+    out
+        A writable C-contiguous 1-D uint64 array, ``out.size < 2**35``.
+    subtract
+        Subtract the stream instead of adding it.
+
+    Returns
+    -------
+    ndarray
+        ``out``.
+
+    Raises
+    ------
+    ValidationError
+        As :func:`expand`, or if ``out`` is not such an array (then left untouched).
+    """
+    key = _stream_key(seed, label, "add_expanded")
+    if not (isinstance(out, np.ndarray) and out.dtype == np.uint64 and out.ndim == 1
+            and out.flags.c_contiguous and out.flags.writeable):
+        raise invalid_parameter("out", "add_expanded",
+                                "a writable C-contiguous 1-D uint64 array", describe(out))
+    n = _check_count(out.size, "out.size", "add_expanded")
+    block = np.empty(max(1, min(n, _CHUNK_BYTES // 8)), dtype="<u8")
+    view = block.data.cast("B")
+    encryptor = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
+    zeros = memoryview(_ZEROS)
+    step = block.size
+    for lo in range(0, n, step):
+        hi = min(lo + step, n)
+        # the stream continues across calls: block k holds words [lo, hi) of expand's
+        encryptor.update_into(zeros[: 8 * (hi - lo)], view[: 8 * (hi - lo)])
+        words = block[: hi - lo].astype(np.uint64, copy=False)
+        if subtract:
+            out[lo:hi] -= words
+        else:
+            out[lo:hi] += words
+    encryptor.finalize()
+    return out
 
 
 def csprng_uniform(shape: int | tuple[int, ...]) -> NDArray[np.float64]:

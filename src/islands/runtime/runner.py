@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from islands.cores import CoreShare, usable_cores
 from islands.errors import PeerFailedError, ProtocolError, ValidationError
+from islands.runtime.allocator import large_buffers_to_os
 from islands.runtime.identity import make_identities
 from islands.runtime.party import DEFAULT_TIMEOUT, Party, check_party_names
 from islands.runtime.transcript import Transcript
@@ -92,6 +93,10 @@ def run_local(
 ) -> RunResult:
     """Run a protocol's roles in threads of this process and wait for all of them.
 
+    The first run fixes the C allocator's mmap threshold for the process (glibc only),
+    so that the buffers the role threads free go back to the OS instead of staying in
+    each thread's arena (:mod:`islands.runtime.allocator`).
+
     Parameters
     ----------
     roles
@@ -152,6 +157,8 @@ def run_local(
             "keep_payloads=True, but the transcript given was made with keep_payloads=False"
         )
 
+    # every role a thread with its own malloc arena: large buffers must not stay in them
+    large_buffers_to_os()
     transport = MemoryTransport(names)
     identities = make_identities(names)
     limit = _blas_threads(blas_threads, len(names))

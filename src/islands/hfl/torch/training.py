@@ -325,6 +325,22 @@ def _as_targets(
     return np.array(arr, dtype=np.float32)  # a private copy
 
 
+def _flat_grads(tensors: tuple[nn.Parameter, ...], grad: torch.Tensor) -> torch.Tensor:
+    """Make each parameter's ``.grad`` a view into ``grad`` (laid out as the flat tensor).
+
+    Backpropagation then adds every layer's gradient into ``grad`` in place as soon as
+    it is computed: the step's gradient is one model-sized tensor, where
+    ``torch.autograd.grad`` returns one tensor per layer that a concatenation copies
+    into a second.
+    """
+    offset = 0
+    for p in tensors:
+        size = p.numel()
+        p.grad = grad[offset : offset + size].view(p.shape)
+        offset += size
+    return grad
+
+
 class Trainer:
     """Mini-batch SGD of one model on one party's rows, deterministic and stateless.
 
@@ -491,21 +507,27 @@ class Trainer:
             flat = _flat_tensor(module)
             anchor = flat.clone() if st.prox_mu > 0.0 else None
             tensors = _params_of(module)
+            g = _flat_grads(tensors, torch.empty_like(flat))
             for _ in range(st.steps):
                 perm = self._epoch_order(pos.epoch)
                 idx = torch.from_numpy(perm[pos.step * b : (pos.step + 1) * b])
+                g.fill_(-0.0)  # -0 + x is x for every x, -0 and +0 included
                 with torch.enable_grad():
                     loss = self._loss(module, _as_float(self._X.index_select(0, idx)),
                                       self._y.index_select(0, idx))
-                    grads = torch.autograd.grad(loss, tensors)
+                    loss.backward(inputs=list(tensors))
                 with torch.no_grad():
-                    g = torch.cat([gi.reshape(-1) for gi in grads])
                     buf = st.apply(flat, g, buf, anchor)
+                    if buf is g:  # the first momentum step keeps the gradient as its buffer
+                        g = _flat_grads(tensors, torch.empty_like(flat))
                 losses += float(loss.item())
                 # inline rather than Position.advance: no re-validation on the hot path
                 pos = Position(pos.epoch, pos.step + 1) if pos.step + 1 < spe else Position(
                     pos.epoch + 1, 0
                 )
+            for p in tensors:  # the gradient goes before the copy of the parameters
+                p.grad = None
+            del g
             out_params = flat_parameters(module)
             out_local = local_state(module)
         out_buf: NDArray[np.float32] | None = None if buf is None else buf.numpy()
