@@ -98,6 +98,17 @@ def test_a_users_module_with_batch_norm_on_ray_equals_the_in_process_run() -> No
     np.testing.assert_array_equal(runs[1].params_, runs[0].params_)
 
 
+def test_a_users_loss_trains_in_the_workers_as_in_process() -> None:
+    import torch
+
+    parts = _digits(4)
+    loss = torch.nn.CrossEntropyLoss(label_smoothing=0.2)
+    local = _fit("local", parts, loss=loss)
+    remote = _fit("ray", parts, loss=loss)
+    np.testing.assert_array_equal(remote.params_, local.params_)
+    assert np.abs(remote.params_ - _fit("local", parts).params_).max() > 1e-4  # it counted
+
+
 def test_uint8_rows_on_ray_train_the_model_of_float_rows() -> None:
     # digits' pixels are the integers 0..16: kept as uint8 with input_divisor=16 in the Ray
     # workers, the same model bit for bit as float32 rows divided beforehand, in-process

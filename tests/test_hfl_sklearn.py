@@ -28,11 +28,12 @@ SPEC = ModelSpec(kind="mlp", input_shape=(6,), n_outputs=3, hidden=(8,))
 # the groups of the signature, in order: training, protections, execution, state,
 # observation (the class docstring names them)
 GROUPS = [["model", "strategy"],
-          ["epochs", "task", "eval_fraction", "random_state"],
+          ["epochs", "task", "loss", "eval_fraction", "random_state"],
           ["sample_dp"],
           ["backend", "ray_address", "concurrency", "threads", "timeout"],
           ["checkpoint", "resume"],
-          ["callback", "tracking", "keep_payloads", "contribution", "settings"]]
+          ["callback", "tracking", "keep_payloads", "contribution", "settings",
+           "extra_metrics"]]
 ORDER = [name for group in GROUPS for name in group]
 
 
@@ -67,11 +68,12 @@ def test_signature_reads_in_groups_and_get_params_follows_it() -> None:
     assert list(FederatedModel(SPEC).get_params()) == ORDER
     # every default as before the regrouping (random_state's is seed's, the files' seed)
     assert {name: params[name].default for name in ORDER[1:]} == {
-        "strategy": None, "epochs": 1, "task": "classification", "eval_fraction": 0.1,
+        "strategy": None, "epochs": 1, "task": "classification", "loss": None,
+        "eval_fraction": 0.1,
         "random_state": 0, "sample_dp": None, "backend": "local", "ray_address": None,
         "concurrency": 8, "threads": "auto", "timeout": 600.0, "checkpoint": None,
         "resume": False, "callback": None, "tracking": None, "keep_payloads": False,
-        "contribution": None, "settings": None}
+        "contribution": None, "settings": None, "extra_metrics": None}
     assert params["random_state"].default == HflConfig().seed
 
 

@@ -327,19 +327,26 @@ def _summarise_job(result: HflJobResult) -> None:
     """One screen: the federated model against its baseline, and what the run cost."""
     keys = (("mse", "rmse", "mae", "r2") if result.task == "regression"
             else ("accuracy", "precision", "recall", "f1"))
+    # the job's [model] metrics after the report's own
+    keys += tuple(k for k in result.job.model.get("metrics", ())
+                  if k not in keys and isinstance(result.metrics.get(k), int | float))
     table = Table(title=f"{result.job.name}: test metrics")
     table.add_column("model")
     for key in keys:
         table.add_column(key, justify="right")
     table.add_column("aggregations", justify="right")
-    table.add_row(f"federated ({result.job.strategy['name']})",
-                  *(f"{result.metrics[k]:.4f}" for k in keys), str(result.aggregations))
+
+    def cells(metrics: dict[str, Any]) -> list[str]:
+        return [f"{metrics[k]:.4f}" if k in metrics else "–" for k in keys]
+
+    table.add_row(f"federated ({result.job.strategy['name']})", *cells(result.metrics),
+                  str(result.aggregations))
     base = result.baseline
     closed = None if base is None else base.closed_form
     if base is not None:
-        table.add_row("centralised", *(f"{base.metrics[k]:.4f}" for k in keys), "–")
+        table.add_row("centralised", *cells(base.metrics), "–")
         if closed is not None:
-            table.add_row("closed-form ridge", *(f"{closed.test[k]:.4f}" for k in keys), "–")
+            table.add_row("closed-form ridge", *cells(closed.test), "–")
     console.print(table)
     facts = [f"{result.rounds} rounds, {result.seconds_per_round.mean * 1000:.1f} ms "
              f"per round, {result.bytes.total / 1e6:.1f} MB on the wire"]

@@ -12,7 +12,9 @@
 - :mod:`islands.hfl.poisoning`: poisoning clients for simulations (sign flipping,
   scaling, "a little is enough");
 - :mod:`islands.hfl.maths`: FedAvg weights, APFL's batch and interval rules;
-- :mod:`islands.hfl.metrics`: accuracy, macro precision/recall/F1, Dev_avg;
+- :mod:`islands.hfl.metrics`: accuracy, macro precision/recall/F1, Dev_avg, and the
+  user's extra metrics (scikit-learn's by name, or the user's functions);
+- :mod:`islands.hfl.named`: imports ``"package.module:function"`` names on each machine;
 - :mod:`islands.hfl.torch`: PyTorch models (built in, or the user's own module:
   :class:`TorchModel`, :func:`load_model`), local SGD, DP-SGD and the learners
   (imported only when used: ``import islands.hfl`` does not load torch);

@@ -13,15 +13,16 @@ Every checkpoint the roles write carries the settings that shape the model
 value and new. The rule for what shapes the model:
 
 - **blocks a resume**: ``seed``, ``task``, ``eval_fraction``, the model (every field of
-  its :class:`~islands.hfl.torch.models.ModelSpec`), the strategy and each of its
-  parameters, its server optimiser and each of its parameters, the aggregator with its
-  protections and their settings, DP-SGD's settings,
+  its :class:`~islands.hfl.torch.models.ModelSpec`), a user's loss (by name), the
+  strategy and each of its parameters, its server optimiser and each of its parameters,
+  the aggregator with its protections and their settings, DP-SGD's settings,
   the clients' names, the data (the rows each client holds, by digest; a job's ``[data]``
   and ``[partition]`` by name, its ``protect`` and protection sections);
 - **does not**: where and how the run goes — the output and checkpoint folders, the job's
   ``name``, ``baseline``, ``concurrency``, ``timeout``, ``backend``, ``ray_address``,
-  ``threads``, ``tracking``, progress and callbacks, a Fashion-MNIST ``path`` (the rows'
-  digests still catch other files); ``contribution`` is checked by its own tracker;
+  ``threads``, ``tracking``, progress and callbacks, the extra metrics, a Fashion-MNIST
+  ``path`` (the rows' digests still catch other files); ``contribution`` is checked by
+  its own tracker;
 - ``epochs`` is how far the run goes: a resume may keep or raise it (the run then ends
   with the model of an uninterrupted run of that many epochs) but not set it below the
   epochs the checkpoint has already trained.
@@ -162,7 +163,7 @@ def rows_digest(X: Any, y: Any) -> str:
 
 
 def shaping_settings(*, seed: int, task: str, eval_fraction: float, strategy: Any,
-                     model: Any = None, sample_dp: Any = None,
+                     model: Any = None, sample_dp: Any = None, loss: str | None = None,
                      rows: Mapping[str, str] | None = None,
                      extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Return the settings that shape a run's model, by name, for its checkpoints.
@@ -182,6 +183,10 @@ def shaping_settings(*, seed: int, task: str, eval_fraction: float, strategy: An
         (a check made before the data gives its shape).
     sample_dp
         DP-SGD's settings, or None.
+    loss
+        The name of a user's loss (:attr:`~islands.hfl.torch.loss.UserLoss.name`), as
+        ``loss``; None (the task's loss) leaves the key out, so that checkpoints made
+        before losses could be chosen stay resumable.
     rows
         Each client's :func:`rows_digest`, by name (as ``rows.<name>``).
     extra
@@ -201,6 +206,8 @@ def shaping_settings(*, seed: int, task: str, eval_fraction: float, strategy: An
         out.update(_public(optimizer, "server_optimizer"))
     out.update(aggregator_settings(getattr(strategy, "aggregator", None)))
     out.update(_public(sample_dp, "dp-sgd") if sample_dp is not None else {"dp-sgd": None})
+    if loss is not None:
+        out["loss"] = str(loss)
     if model is not None:
         if callable(getattr(model, "shaping", None)):  # a user's module: its digest and all
             out.update(model.shaping())

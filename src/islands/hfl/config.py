@@ -36,6 +36,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from islands.config import ProtocolConfig, setting
 from islands.errors import JobError, ValidationError, invalid_parameter
+from islands.hfl.named import NAME_PATTERN
 from islands.hfl.server_opt import OPTIMIZERS, ServerOptimizer, server_optimizer
 from islands.hfl.strategy import SAMPLINGS
 from islands.validation import check_random_state, describe, is_int
@@ -146,7 +147,9 @@ class ModelConfig(ProtocolConfig):
     ``factory``, a user's function ``"package.module:function"`` that returns an
     ``nn.Module``, called with ``args`` as keyword arguments (each party imports it on its
     own machine; :class:`~islands.hfl.torch.user.TorchModel`). :meth:`make_model` makes
-    either.
+    either. With either, ``loss`` names the clients' loss function
+    (:mod:`islands.hfl.torch.loss`; each client imports it) and ``metrics`` the extra
+    test metrics of the results (:func:`islands.hfl.metrics.resolve_metrics`).
     """
 
     OWNER: ClassVar[str] = "ModelSpec"
@@ -162,9 +165,16 @@ class ModelConfig(ProtocolConfig):
     factory: str | None = setting(
         None, "a name 'package.module:function'",
         "A user's function returning the torch.nn.Module to train (imported by each party).",
-        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+        pattern=NAME_PATTERN)
     args: dict[str, Any] = setting(
         {}, "a table of plain values", "The factory's keyword arguments.")
+    loss: str | None = setting(
+        None, "a name 'package.module:function'",
+        "The clients' loss fn(outputs, targets) (None: cross-entropy or squared error).",
+        pattern=NAME_PATTERN)
+    metrics: Annotated[tuple[str, ...], BeforeValidator(_as_tuple)] = setting(
+        (), "a list of metric names",
+        "Extra test metrics: scikit-learn names ('f1_macro') or 'package.module:function'.")
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:

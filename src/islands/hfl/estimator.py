@@ -56,7 +56,12 @@ from islands.hfl.contribution.retrain import (
     coalition_trainer,
     retrain_contributions,
 )
-from islands.hfl.metrics import classification_report, regression_report
+from islands.hfl.metrics import (
+    classification_report,
+    extra_metrics,
+    regression_report,
+    resolve_metrics,
+)
 from islands.hfl.protocol import (
     DropoutEvent,
     RoundRecord,
@@ -202,10 +207,11 @@ class FederatedModel(FederatedEstimator[HflConfig]):
     """Horizontal federated training of a PyTorch model (FedAvg, APFL, FedProx, ...).
 
     After ``model`` and ``strategy`` the parameters are keyword-only, in five groups:
-    training (``epochs``, ``task``, ``eval_fraction``, ``random_state``), protections
-    (``sample_dp``), execution (``backend``, ``ray_address``, ``concurrency``,
+    training (``epochs``, ``task``, ``loss``, ``eval_fraction``, ``random_state``),
+    protections (``sample_dp``), execution (``backend``, ``ray_address``, ``concurrency``,
     ``threads``, ``timeout``), state (``checkpoint``, ``resume``) and observation
-    (``callback``, ``tracking``, ``keep_payloads``, ``contribution``, ``settings``).
+    (``callback``, ``tracking``, ``keep_payloads``, ``contribution``, ``settings``,
+    ``extra_metrics``).
 
     Parameters
     ----------
@@ -216,6 +222,14 @@ class FederatedModel(FederatedEstimator[HflConfig]):
     epochs : int, default=1
         Epochs of local mini-batch steps.
     task : {"classification", "regression"}, default="classification"
+    loss : callable, str or None, default=None
+        The clients' loss ``fn(outputs, targets)``: a 0-dimensional tensor, the mean over
+        the batch, from the model's outputs ((b, classes) logits, or (b,) for a
+        regression) and the targets (int64 labels, or float32 values), e.g.
+        ``torch.nn.CrossEntropyLoss(label_smoothing=0.1)``; or its name
+        ``"package.module:function"``. Checked at ``fit`` on two rows before any message;
+        under ``sample_dp`` it is called on each row alone (:mod:`islands.hfl.torch.loss`).
+        None: cross-entropy (classification) or mean squared error (regression).
     eval_fraction : float, default=0.1
         Share of each client's rows kept back as its local evaluation data.
     random_state : int, numpy.random.Generator or None, default=0
@@ -284,6 +298,16 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         Further named settings that shaped ``parts`` and are not parameters here (a
         job's data set and partition): plain values, recorded in the checkpoints with
         the estimator's own and compared on ``resume`` the same way.
+    extra_metrics : sequence of str, mapping or None
+        Metrics :meth:`metrics` (and each epoch's test metrics) add to the report, by
+        name: a list of names (a classification's ``"balanced_accuracy"``,
+        ``"f1_macro"``, ``"f1_micro"``, ``"f1_weighted"``, ``"precision_weighted"``,
+        ``"recall_weighted"``, ``"cohen_kappa"``, ``"matthews_corrcoef"``; a
+        regression's ``"median_ae"``, ``"max_error"``, ``"explained_variance"``,
+        ``"mape"``, from ``sklearn.metrics``; or ``"package.module:function"``), or a
+        mapping of names to functions ``fn(y_true, y_pred) -> float`` on numpy arrays
+        (labels, or values). A name the report already has (``"r2"``, ``"mae"``) is kept
+        as it is. Checked at ``fit`` (each called once on the first client's labels).
 
     Every parameter is stored as given and checked at ``fit``; ``get_params`` and
     ``set_params`` follow scikit-learn's conventions
@@ -293,6 +317,9 @@ class FederatedModel(FederatedEstimator[HflConfig]):
     ----------
     params_ : numpy.ndarray
         The final global model as a flat float32 vector.
+    loss_ : UserLoss or None
+        The clients' loss as checked (:class:`~islands.hfl.torch.loss.UserLoss`: the
+        function and its name), None for the task's.
     seed_ : int
         The run's seed: ``random_state`` itself when it is an int, else the one drawn
         from it (``random_state=seed_`` trains the same model again).
@@ -340,6 +367,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         # training
         epochs: int = 1,
         task: Task = "classification",
+        loss: Callable[..., Any] | str | None = None,
         eval_fraction: float = 0.1,
         random_state: int | np.random.Generator | None = 0,
         # protections
@@ -359,11 +387,13 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         keep_payloads: bool = False,
         contribution: Any = None,
         settings: Mapping[str, Any] | None = None,
+        extra_metrics: Sequence[str] | Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model
         self.strategy = strategy
         self.epochs = epochs
         self.task = task
+        self.loss = loss
         self.eval_fraction = eval_fraction
         self.random_state = random_state
         self.sample_dp = sample_dp
@@ -379,6 +409,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         self.keep_payloads = keep_payloads
         self.contribution = contribution
         self.settings = settings
+        self.extra_metrics = extra_metrics
 
     def _tracking_config(self) -> TrackingConfig | None:
         """Return ``tracking`` as a checked :class:`TrackingConfig` (None: no tracker)."""
@@ -400,6 +431,10 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                                  backend=self.backend, ray_address=self.ray_address)
         if config.task is None:  # files infer it from the data set; fit has no name to go by
             raise invalid_parameter("task", owner, "'classification' or 'regression'", None)
+        if not (self.loss is None or callable(self.loss) or isinstance(self.loss, str)):
+            raise invalid_parameter("loss", owner, "None, a callable fn(outputs, targets) or "
+                                    "a name 'package.module:function'", describe(self.loss))
+        self._metric_fns = resolve_metrics(self.extra_metrics, config.task, owner=owner)
         if self.sample_dp is not None and not isinstance(self.sample_dp, SampleDP):
             raise invalid_parameter("sample_dp", owner, "None or a SampleDP",
                                     describe(self.sample_dp))
@@ -548,6 +583,15 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             from islands.hfl.torch.dpsgd import check_private
 
             check_private(self.model_.build(self.seed_), "FederatedModel's sample_dp")
+        from islands.hfl.torch.loss import bind_loss
+
+        self.loss_ = bind_loss(self.loss, self.model_, self.task,
+                               per_sample=self.sample_dp is not None)
+        if self._metric_fns:  # a metric that fails fails now, before any message
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                y0 = data[0][1][:64]
+                extra_metrics(self._metric_fns, y0, y0)
         names = [f"client-{k + 1}" for k in range(len(data))] if names is None else _names(
             names, len(data))
         strategy = FedAvg() if self.strategy is None else self.strategy
@@ -578,6 +622,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             settings = shaping_settings(
                 seed=self.seed_, task=self.task, eval_fraction=self.eval_fraction,
                 strategy=strategy, model=self.model_, sample_dp=self.sample_dp,
+                loss=None if self.loss_ is None else self.loss_.name,
                 rows={name: rows_digest(X, y) for name, (X, y) in zip(names, data, strict=True)},
                 extra=self.settings)
         resume = self._resuming(settings)
@@ -633,7 +678,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                 self.model_, copy.deepcopy(template), epochs=self.epochs, task=self.task,
                 eval_fraction=self.eval_fraction, random_state=self.seed_,
                 concurrency=self.concurrency, timeout=self.timeout, threads=self.threads,
-                backend=self.backend, ray_address=self.ray_address)
+                backend=self.backend, ray_address=self.ray_address, loss=self.loss_)
 
         coalition = coalition_trainer(make, data, tracker.utility, names=names,
                                       behaviour=behaviour)
@@ -667,7 +712,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             X_tr, y_tr = (X, y) if len(ev) == 0 else (X[tr], y[tr])
             learners.append(TorchLearner(self.model_, X_tr, y_tr, X[ev], y[ev],
                                          task=self.task, seed=client_seed(self.seed_, k),
-                                         pool=pool, dp=self.sample_dp))
+                                         pool=pool, dp=self.sample_dp, loss=self.loss_))
         # only the pool's threads call torch (each OS thread that does keeps ~0.6 MB)
         # twice the clients that train at once: a straggler the server gave up on keeps
         # its thread until it finishes, and must not delay the clients that follow
@@ -690,7 +735,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             1 if self.threads == "auto" else None)
         workers = stack.enter_context(RayWorkerPool(
             self.model_, workers=active, task=self.task, threads=threads, dp=self.sample_dp,
-            timeout=self.timeout))
+            timeout=self.timeout, loss=self.loss_))
         log.info("training on %d Ray workers (pids %s)", workers.size, workers.pids)
         pending = deque(checked)
         del checked
@@ -835,6 +880,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                   "eval_fraction": self.eval_fraction, "concurrency": self.concurrency,
                   "backend": self.backend, "clients": len(names), "strategy": repr(strategy),
                   "model": self.model_.describe(), "parameters": self.model_.n_params()}
+        if self.loss_ is not None:
+            params["loss"] = self.loss_.name
         return Tracker(config, "runs", run_label("FederatedModel"), params), True
 
     def _summary(self, history: list[EpochRecord]) -> dict[str, Any]:
@@ -865,13 +912,16 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             X_val, y_val = cfg.validation
             assert cfg.metric is not None  # resolved by fit
             utility = ServerValidation(self.model_, X_val, y_val, task=self.task,
-                                       metric=cfg.metric, pool=pool)
+                                       metric=cfg.metric, pool=pool, loss=self.loss_)
         return ContributionTracker(cfg, names, utility, initial, seed=self.seed_)
 
     def _report(self, y: NDArray[Any], pred: NDArray[Any]) -> dict[str, Any]:
         if self.task == "classification":
-            return classification_report(y, pred, self.model_.n_outputs).to_dict()
-        return regression_report(y, pred).to_dict()
+            out = classification_report(y, pred, self.model_.n_outputs).to_dict()
+        else:
+            out = regression_report(y, pred).to_dict()
+        out.update(extra_metrics(getattr(self, "_metric_fns", {}), y, pred))
+        return out
 
     def _local_layers(self) -> str | None:
         """Return what stays with each client (FedBN's "batchnorm"), or None."""
@@ -981,7 +1031,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
 
         Classification: ``accuracy``, macro ``precision``, ``recall`` and ``f1``,
         ``per_class_accuracy`` and ``confusion``; regression: ``mse``, ``rmse``, ``mae``
-        and ``r2``. The same dict as each epoch's ``history_[i].test``. Under FedBN, of
+        and ``r2``; then each of ``extra_metrics`` by its name. The same dict as each
+        epoch's ``history_[i].test``. Under FedBN, of
         ``client``'s model; without a client, each metric averaged over every client's own
         model (``clients_averaged`` says how many).
         """

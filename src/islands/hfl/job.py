@@ -23,8 +23,11 @@ strategy and its parameters, the epochs, the seed and an output folder::
     groups = "0-3,4-6,7-9"
 
     [model]
-    kind = "mlp"                 # mlp | cnn | linear
+    kind = "mlp"                 # mlp | cnn | linear (or factory = "package.module:function")
     hidden = [200]
+    loss = "losses:smoothed"     # the clients' loss fn(outputs, targets) (optional; each
+                                 # client imports it, the job file's folder searched too)
+    metrics = ["f1_macro", "balanced_accuracy"]   # extra test metrics (optional)
 
     [strategy]
     name = "apfl"                # fedavg | apfl | fedprox
@@ -147,7 +150,14 @@ from islands.hfl.estimator import (
     client_seed,
     split_local_eval,
 )
-from islands.hfl.metrics import classification_report, dev_avg, regression_report
+from islands.hfl.metrics import (
+    classification_report,
+    dev_avg,
+    extra_metrics,
+    regression_report,
+    resolve_metrics,
+)
+from islands.hfl.named import is_name
 from islands.hfl.protocol import RoundRecord
 from islands.hfl.scaffold import Scaffold
 from islands.hfl.server_opt import check_composes
@@ -264,6 +274,11 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     top = {k: raw[k] for k in _SETTINGS if k in raw}
     settings = HflConfig.from_table({**top, "model": model, "strategy": strategy}, where)
     task = infer_task(settings.task, data.name)
+    try:  # the named metrics against the task now; a function's name is imported by prepare
+        resolve_metrics([m for m in model.metrics if not is_name(m)], task,
+                        owner=f"{where} [model]", param="metrics")
+    except ValidationError as exc:
+        raise JobError(f"{where} [model]: {exc}") from None
     protection = Protection.from_table(raw, where)  # every value checked before anything runs
     contribution = None
     if "contribution" in raw:
@@ -354,6 +369,10 @@ class Prepared:
     n_classes: int
     dataset: str
     summary: dict[str, Any] = field(default_factory=dict)
+    loss: Any = None
+    """The user's loss, checked (a :class:`~islands.hfl.torch.loss.UserLoss`), or None."""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    """The extra test metrics by name (:func:`~islands.hfl.metrics.resolve_metrics`)."""
 
 
 def _subset(n: int, size: int | None, rng: np.random.Generator) -> NDArray[np.intp]:
@@ -457,13 +476,30 @@ def prepare(job: Job) -> Prepared:
     spec = model.make_model(input_shape, 1 if regression else n_classes, task=job.task,
                             seed=job.seed, where=f"job file {job.source}",
                             input_divisor=divisor, folder=folder, local_layers=local)
+    loss, metrics = _loss_and_metrics(job, model, spec, folder)
     parts = [(X[rows], y[rows]) for rows in idx]
     summary = {"train_rows": len(y), "test_rows": len(y_test),
                "client_rows": [len(r) for r in idx]}
     if not regression:
         summary["client_classes"] = [sorted(np.unique(y[r]).tolist()) for r in idx]
     return Prepared(parts=parts, test=(X_test, y_test), spec=spec, n_classes=n_classes,
-                    dataset=name, summary=summary)
+                    dataset=name, summary=summary, loss=loss, metrics=metrics)
+
+
+def _loss_and_metrics(job: Job, model: ModelConfig, spec: Any, folder: str | None
+                      ) -> tuple[Any, dict[str, Any]]:
+    """Import and check ``[model] loss`` (on ``spec``) and ``metrics``, before any training."""
+    from islands.hfl.torch.loss import bind_loss  # torch
+
+    where = f"job file {job.source} [model]"
+    try:
+        loss = bind_loss(model.loss, spec, job.task, owner=where, folder=folder,
+                         per_sample=job.protection.sample_dp() is not None)
+        metrics = resolve_metrics(model.metrics, job.task, owner=where, param="metrics",
+                                  folder=folder)
+    except ValidationError as exc:
+        raise JobError(f"{where}: {exc}") from None
+    return loss, metrics
 
 
 # the partition functions' parameters, by the [partition] key that gives them
@@ -805,7 +841,8 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
                         sample_dp=job.protection.sample_dp(),
                         backend=job.backend,  # type: ignore[arg-type]
                         ray_address=job.ray_address, contribution=contribution,
-                        tracking=tracker, settings=job_settings(job))
+                        tracking=tracker, settings=job_settings(job), loss=prep.loss,
+                        extra_metrics=prep.metrics)
     fl.fit(prep.parts, test=prep.test)
     onnx, onnx_skipped = _onnx_bytes(fl)
     X_test, y_test = prep.test
@@ -918,7 +955,9 @@ def check_resumable(job: Job, output: str | Path) -> bool:
                        f"the run in {output} cannot be resumed: start it afresh")
     settings = shaping_settings(seed=job.seed, task=job.task, eval_fraction=job.eval_fraction,
                                 strategy=build_strategy(job),
-                                sample_dp=job.protection.sample_dp(), extra=job_settings(job))
+                                sample_dp=job.protection.sample_dp(),
+                                loss=ModelConfig.model_validate(job.model).loss,
+                                extra=job_settings(job))
     try:
         check_resume(folder, settings, epochs=job.epochs, partial=True)
     except ValidationError as exc:
@@ -958,12 +997,14 @@ def _baseline(job: Job, prep: Prepared, strategy: Strategy, fl: FederatedModel,
     history: list[dict[str, Any]] = []
     scorer = Trainer(prep.spec, X_test, y_test, task=job.task)  # type: ignore[arg-type]
 
-    def each_epoch(index: int, params: NDArray[np.float32]) -> None:
-        epoch = index + 1  # train_centralised counts epochs from 0
-        pred = scorer.predict(params, X_test)
+    def report(pred: NDArray[Any]) -> dict[str, Any]:
         metrics = (classification_report(y_test, pred, prep.n_classes).to_dict()
                    if job.task == "classification" else regression_report(y_test, pred).to_dict())
-        history.append({"epoch": epoch, "test": metrics})
+        return {**metrics, **extra_metrics(prep.metrics, y_test, pred)}
+
+    def each_epoch(index: int, params: NDArray[np.float32]) -> None:
+        epoch = index + 1  # train_centralised counts epochs from 0
+        history.append({"epoch": epoch, "test": report(scorer.predict(params, X_test))})
         if progress is not None:
             progress(epoch, job.epochs)
 
@@ -971,10 +1012,8 @@ def _baseline(job: Job, prep: Prepared, strategy: Strategy, fl: FederatedModel,
     params, losses = train_centralised(
         prep.spec, X, y, epochs=job.epochs, batch_size=batch, lr=cfg.lr, momentum=cfg.momentum,
         weight_decay=cfg.weight_decay, task=job.task, seed=job.seed,  # type: ignore[arg-type]
-        init_seed=job.seed, callback=each_epoch)
-    pred = scorer.predict(params, X_test)
-    metrics = (classification_report(y_test, pred, prep.n_classes).to_dict()
-               if job.task == "classification" else regression_report(y_test, pred).to_dict())
+        init_seed=job.seed, callback=each_epoch, loss=prep.loss)
+    metrics = report(scorer.predict(params, X_test))
     seconds = time.perf_counter() - t0
     closed = None
     if job.task == "regression" and job.model["kind"] == "linear":

@@ -5,6 +5,13 @@ per-class recall), following scikit-learn's ``zero_division=0`` convention for c
 that are never predicted or never present; the APFL paper's fairness measure
 :func:`dev_avg`. Regression: MSE, RMSE, MAE and R² (scikit-learn's conventions).
 
+A user's extra metrics (``FederatedModel(extra_metrics=...)``, a file's ``[model]
+metrics``): :func:`resolve_metrics` turns names of scikit-learn metrics
+(:data:`CLASSIFICATION_METRICS`, :data:`REGRESSION_METRICS`), names
+``"package.module:function"`` and the user's own functions into callables
+``fn(y_true, y_pred) -> float`` on numpy arrays (class labels, or real values);
+:func:`extra_metrics` computes them.
+
 References
 ----------
 .. [1] Zhang Ze-Hui et al. "Adaptive privacy-preserving federated learning" (APFL),
@@ -14,6 +21,10 @@ References
 
 from __future__ import annotations
 
+import functools
+import numbers
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,15 +32,58 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.errors import ValidationError, invalid_parameter
+from islands.hfl.named import import_callable, is_name
 from islands.validation import check_int, check_labels, describe
 
 __all__ = [
+    "CLASSIFICATION_METRICS",
+    "REGRESSION_METRICS",
+    "REPORTED",
     "ClassificationMetrics",
     "RegressionMetrics",
     "classification_report",
     "dev_avg",
+    "extra_metrics",
     "regression_report",
+    "resolve_metrics",
 ]
+
+Metric = Callable[[NDArray[Any], NDArray[Any]], Any]
+"""``fn(y_true, y_pred)``: a real number from the true and the predicted targets."""
+
+CLASSIFICATION_METRICS: Mapping[str, tuple[str, Mapping[str, Any]]] = {
+    "balanced_accuracy": ("balanced_accuracy_score", {}),
+    "f1_macro": ("f1_score", {"average": "macro", "zero_division": 0}),
+    "f1_micro": ("f1_score", {"average": "micro", "zero_division": 0}),
+    "f1_weighted": ("f1_score", {"average": "weighted", "zero_division": 0}),
+    "precision_weighted": ("precision_score", {"average": "weighted", "zero_division": 0}),
+    "recall_weighted": ("recall_score", {"average": "weighted", "zero_division": 0}),
+    "cohen_kappa": ("cohen_kappa_score", {}),
+    "matthews_corrcoef": ("matthews_corrcoef", {}),
+}
+"""The named extra metrics of a classification: ``sklearn.metrics`` function and arguments.
+
+On the predicted labels. scikit-learn's averages run over the labels present in
+``y_true`` or ``y_pred``; the report's own ``precision``, ``recall`` and ``f1`` over
+every class of the model.
+"""
+
+REGRESSION_METRICS: Mapping[str, tuple[str, Mapping[str, Any]]] = {
+    "median_ae": ("median_absolute_error", {}),
+    "max_error": ("max_error", {}),
+    "explained_variance": ("explained_variance_score", {}),
+    "mape": ("mean_absolute_percentage_error", {}),
+}
+"""The named extra metrics of a regression: ``sklearn.metrics`` function and arguments."""
+
+REPORTED: Mapping[str, tuple[str, ...]] = {
+    "classification": ("accuracy", "precision", "recall", "f1", "per_class_accuracy",
+                       "confusion"),
+    "regression": ("mse", "rmse", "mae", "r2"),
+}
+"""The metrics every report has, by task: asked for by name, they are simply kept."""
+
+_RESERVED = ("clients_averaged",)  # FedBN's averaged report adds it
 
 
 @dataclass(frozen=True)
@@ -231,3 +285,125 @@ def regression_report(y_true: Any, y_pred: Any) -> RegressionMetrics:
     return RegressionMetrics(
         mse=mse, rmse=float(np.sqrt(mse)), mae=float(np.mean(np.abs(residual))), r2=r2
     )
+
+
+def _sklearn_metric(function: str, kwargs: Mapping[str, Any],
+                    y_true: NDArray[Any], y_pred: NDArray[Any]) -> Any:
+    from sklearn import metrics  # imported on first use: import islands stays light
+
+    return getattr(metrics, function)(y_true, y_pred, **kwargs)
+
+
+def resolve_metrics(metrics: Any, task: str, *, owner: str = "FederatedModel",
+                    param: str = "extra_metrics",
+                    folder: str | os.PathLike[str] | None = None) -> dict[str, Metric]:
+    """Return the extra metrics asked for, by name, as callables ``fn(y_true, y_pred)``.
+
+    Parameters
+    ----------
+    metrics : sequence of str, mapping or None
+        Names: one of the task's :data:`CLASSIFICATION_METRICS` or
+        :data:`REGRESSION_METRICS` (computed by ``sklearn.metrics``), one the report
+        already has (:data:`REPORTED`: kept, nothing added) or ``"package.module:function"``
+        (imported here; the name is the key). A mapping gives each of the user's own
+        functions its name (a value may also be one of those names).
+    task : {"classification", "regression"}
+        Which named metrics apply.
+    owner, param : str
+        Who asks and the parameter, for the messages.
+    folder : path or None
+        A job file's folder, searched for a named function's module.
+
+    Returns
+    -------
+    dict
+        Name → callable; empty for None.
+
+    Raises
+    ------
+    ValidationError
+        Naming ``param`` and the entry: an unknown name (the known ones listed), a name
+        of the other task, a duplicate, a value that is not callable, or a key that
+        would replace one of the report's own metrics.
+    """
+    if metrics is None:
+        return {}
+    other_task = "regression" if task == "classification" else "classification"
+    named = CLASSIFICATION_METRICS if task == "classification" else REGRESSION_METRICS
+    other = {**(REGRESSION_METRICS if task == "classification" else CLASSIFICATION_METRICS),
+             **dict.fromkeys(REPORTED[other_task])}
+    reported = REPORTED[task]
+    known = sorted(named) + list(reported)
+
+    def lookup(name: str) -> Metric | None:
+        if name in named:
+            function, kwargs = named[name]
+            return functools.partial(_sklearn_metric, function, dict(kwargs))
+        if name in reported:
+            return None
+        if is_name(name):
+            return import_callable(name, param=param, owner=owner, folder=folder)
+        why = f" ({name!r} is a metric of a {other_task})" if name in other else ""
+        raise invalid_parameter(param, owner, f"names among {known} for a {task}, or "
+                                f"'package.module:function'{why}", name)
+
+    out: dict[str, Metric] = {}
+    if isinstance(metrics, Mapping):
+        for key, value in metrics.items():
+            if not isinstance(key, str) or not key or key in reported or key in _RESERVED:
+                raise invalid_parameter(
+                    param, owner, f"a mapping whose keys are new names (not among the "
+                    f"report's own {list(reported)})", describe(key))
+            if isinstance(value, str):
+                fn = lookup(value)
+                if fn is None:
+                    raise invalid_parameter(param, owner, f"values other than the report's "
+                                            f"own {list(reported)} under a new name", value)
+            elif callable(value):
+                fn = value
+            else:
+                raise invalid_parameter(param, owner, "a mapping of names to callables "
+                                        "fn(y_true, y_pred) or metric names",
+                                        f"{key!r}: {describe(value)!r}")
+            out[key] = fn
+        return out
+    if isinstance(metrics, str) or not isinstance(metrics, Sequence):
+        raise invalid_parameter(param, owner, "None, a list of metric names or a mapping "
+                                "of names to callables fn(y_true, y_pred)", describe(metrics))
+    seen: set[str] = set()
+    for name in metrics:
+        if not isinstance(name, str):
+            raise invalid_parameter(param, owner, "a list of metric names (strings)",
+                                    describe(name))
+        if name in seen:
+            raise invalid_parameter(param, owner, "a list that names each metric once", name)
+        seen.add(name)
+        fn = lookup(name)
+        if fn is not None:
+            out[name] = fn
+    return out
+
+
+def extra_metrics(metrics: Mapping[str, Metric], y_true: Any, y_pred: Any) -> dict[str, float]:
+    """Compute each metric on ``(y_true, y_pred)`` (numpy arrays) as a float, by name.
+
+    Raises
+    ------
+    ValidationError
+        Naming the metric that fails or returns other than a real number.
+    """
+    truth, pred = np.asarray(y_true), np.asarray(y_pred)
+    out: dict[str, float] = {}
+    for name, fn in metrics.items():
+        try:
+            value = fn(truth, pred)
+        except Exception as exc:
+            raise ValidationError(f"The metric {name!r} failed on {truth.size} rows: "
+                                  f"{exc!r}") from exc
+        scalar = value.item() if isinstance(value, np.ndarray | np.generic) and np.ndim(
+            value) == 0 else value
+        if isinstance(scalar, bool) or not isinstance(scalar, numbers.Real):
+            raise ValidationError(f"The metric {name!r} must return a real number; it "
+                                  f"returned {describe(value)!r}")
+        out[name] = float(scalar)
+    return out

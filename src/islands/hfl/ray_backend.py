@@ -263,10 +263,12 @@ class HFLWorker:
         DP-SGD settings: train through a :class:`~islands.hfl.torch.dpsgd.PrivateTrainer`.
     fetch_timeout
         Seconds to wait for a client's rows from the object store.
+    loss
+        The user's loss (a checked :class:`~islands.hfl.torch.loss.UserLoss`), or None.
     """
 
     def __init__(self, spec: Any, task: str, threads: int | None, dp: SampleDP | None,
-                 fetch_timeout: float) -> None:
+                 fetch_timeout: float, loss: Any = None) -> None:
         import torch
 
         from islands.hfl.torch.models import ModulePool
@@ -276,6 +278,7 @@ class HFLWorker:
         self.spec = spec
         self.task = task
         self.dp = dp
+        self.loss = loss
         self.fetch_timeout = float(fetch_timeout)
         self.pool = ModulePool(spec)
         self.clients: dict[int, tuple[Any, Any]] = {}
@@ -300,7 +303,7 @@ class HFLWorker:
                 self.spec, np.array(X), np.array(y),
                 None if X_eval is None else np.array(X_eval),
                 None if y_eval is None else np.array(y_eval),
-                task=self.task, seed=seed, pool=self.pool)
+                task=self.task, seed=seed, pool=self.pool, loss=self.loss)
             private = None
             if self.dp is not None:
                 from islands.hfl.torch.dpsgd import PrivateTrainer
@@ -390,6 +393,9 @@ class RayWorkerPool:
         DP-SGD settings for every client, or None.
     timeout
         Seconds any ``ray.get`` waits: a worker's start, a client's call.
+    loss
+        The user's loss (a checked :class:`~islands.hfl.torch.loss.UserLoss`, sent to the
+        workers with the model), or None for the task's.
 
     Raises
     ------
@@ -402,7 +408,7 @@ class RayWorkerPool:
 
     def __init__(self, spec: Any, *, workers: int, task: str = "classification",
                  threads: int | None = 1, dp: SampleDP | None = None,
-                 timeout: float = 600.0) -> None:
+                 timeout: float = 600.0, loss: Any = None) -> None:
         ray = import_ray()
         self.spec = spec
         self.task = task
@@ -417,7 +423,7 @@ class RayWorkerPool:
         cls = _remote_worker_class()
         self.actors: list[Any] = [
             cls.options(num_cpus=1, max_restarts=MAX_RESTARTS, max_task_retries=0).remote(
-                spec, task, threads, dp, self.timeout)
+                spec, task, threads, dp, self.timeout, loss)
             for _ in range(count)]
         self._lock = threading.Lock()
         self._shared: tuple[Vector, Any] | None = None

@@ -11,8 +11,13 @@ builds
 classification (:func:`~islands.hfl.config.infer_task`); ``concurrency = "all"`` trains
 every client at once.
 
+``[hfl.model] loss = "package.module:function"`` is the clients' loss: each client imports
+it on its own machine and checks it before it connects (the server never calls it). Its
+name is compared at the hello with every other key of the federation file; the code behind
+it is each client's. ``[hfl.model] metrics`` is refused: no party holds a test set.
+
 Each party's checkpoints record the settings that shape the model (the section's seed,
-task, model, strategy and protections; a client's also a digest of its rows): ``--resume``
+task, model, loss, strategy and protections; a client's also a digest of its rows): ``--resume``
 after any of them changed is refused, the server's before it connects, a client's at
 the start, which stops the server naming it (:mod:`islands.hfl.checkpoint`).
 """
@@ -75,6 +80,9 @@ def hfl_job(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) ->
                partition={"kind": "iid", "clients": len(parties) - 1}, baseline=False)
     # without 'task' (and no data set to infer it from) the config's rule gives classification
     raw.setdefault("task", infer_task(None))
+    if isinstance(options["model"], Mapping) and options["model"].get("metrics"):
+        raise JobError(f"{where} [hfl.model]: 'metrics' are test metrics of a job run "
+                       "(islands run); in a deployment no party holds a test set")
     return parse_job(raw, source=where.removeprefix("federation file "))
 
 
@@ -117,7 +125,7 @@ def _common(dep: Deployment, fed: _Federated
         raise JobError(f"{dep.where}: resuming needs checkpoint = true")
     settings = shaping_settings(seed=job.seed, task=job.task, eval_fraction=job.eval_fraction,
                                 strategy=strategy, model=spec, sample_dp=sample_dp,
-                                extra=protection_settings(job))
+                                loss=job.model.get("loss"), extra=protection_settings(job))
     return spec, strategy, sample_dp, ckpt, settings
 
 
@@ -169,6 +177,18 @@ def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
                                 f"clients{protect}")
 
 
+def _client_loss(dep: Deployment, job: Job, spec: Any, sample_dp: Any) -> Any:
+    """Import and check the federation's ``[hfl.model] loss`` here (None: the task's)."""
+    from islands.hfl.torch.loss import bind_loss  # torch
+
+    where = f"{dep.where} [hfl.model]"
+    try:
+        return bind_loss(job.model.get("loss"), spec, job.task, owner=where,
+                         per_sample=sample_dp is not None)
+    except ValidationError as exc:
+        raise JobError(f"{where}: {exc}") from None
+
+
 def _client_data(dep: Deployment, fed: _Federated) -> tuple[np.ndarray, np.ndarray]:
     """Read a client's features and labels (the last column, or its labels file)."""
     name = dep.party
@@ -207,9 +227,10 @@ def _bind_client(dep: Deployment, fed: _Federated) -> Prepared:
         check_client_rows(strategy, dep.party, len(tr), len(fed.clients), eval_rows=len(ev))
     except ValidationError as exc:
         raise JobError(f"party file {dep.source}: {exc}") from None
-    learner = client_learner(strategy, TorchLearner(spec, X[tr], labels[tr], X[ev], labels[ev],
-                                                    task=job.task, seed=seed, dp=sample_dp),
-                             spec.n_params(), spec.n_trainable())
+    torch_learner = TorchLearner(spec, X[tr], labels[tr], X[ev], labels[ev], task=job.task,
+                                 seed=seed, dp=sample_dp,
+                                 loss=_client_loss(dep, job, spec, sample_dp))
+    learner = client_learner(strategy, torch_learner, spec.n_params(), spec.n_trainable())
     role = partial(client, server=fed.server, learner=learner,
                    aggregator=strategy.aggregator, checkpoint=ckpt, resume=dep.resume,
                    settings=settings)

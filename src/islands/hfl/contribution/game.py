@@ -76,19 +76,23 @@ class ServerValidation:
     task
         ``"classification"`` or ``"regression"``.
     metric
-        ``"accuracy"`` (classification only) or ``"loss"`` (minus cross-entropy or
-        minus the mean squared error).
+        ``"accuracy"`` (classification only) or ``"loss"`` (minus cross-entropy, minus
+        the mean squared error, or minus the user's ``loss``).
     pool
         A :class:`~islands.hfl.torch.models.ModulePool` of ``spec`` to borrow modules from.
+    loss
+        The user's loss the clients train with (:mod:`islands.hfl.torch.loss`), which
+        ``"loss"`` then is; None: the task's.
     """
 
     def __init__(self, spec: Any, X: Any, y: Any, *, task: str = "classification",
-                 metric: str = "accuracy", pool: Any = None) -> None:
+                 metric: str = "accuracy", pool: Any = None, loss: Any = None) -> None:
         from islands.hfl.torch.training import Trainer
 
         if len(np.asarray(y)) == 0:
             raise ValidationError("the contribution's validation set is empty")
-        self.trainer = Trainer(spec, X, y, task=task, pool=pool)  # type: ignore[arg-type]
+        self.trainer = Trainer(spec, X, y, task=task, pool=pool,  # type: ignore[arg-type]
+                               loss=loss)
         if metric not in ("accuracy", "loss") or (metric == "accuracy"
                                                   and task != "classification"):
             raise invalid_parameter("metric", "ServerValidation",

@@ -4,6 +4,7 @@
   modules, models as flat vectors;
 - :mod:`islands.hfl.torch.training`: local mini-batch SGD (FedAvg, APFL, FedProx steps)
   and the centralised baseline;
+- :mod:`islands.hfl.torch.loss`: a user's loss function in place of the task's;
 - :mod:`islands.hfl.torch.dpsgd`: sample-level DP (DP-SGD) training;
 - :mod:`islands.hfl.torch.learner`: the clients' local training as the roles call it
   (:class:`TorchLearner`, :class:`PooledLearner`, the :class:`FreeRider` of the

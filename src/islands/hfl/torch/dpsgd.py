@@ -6,7 +6,8 @@ local step
 1. draws a **Poisson sample** of the client's n rows, each row independently with
    probability q = b/n (b the client's batch size, so b rows are expected; a step may
    see more, fewer or none);
-2. considers the **per-sample gradient** gᵢ of the loss of each sampled row and
+2. considers the **per-sample gradient** gᵢ of the loss of each sampled row (a user's
+   loss, :mod:`islands.hfl.torch.loss`, is called on each row alone) and
 3. clips each to L2 ≤ C: ḡᵢ = gᵢ · min(1, C/‖gᵢ‖). Opacus [2]_ does both without
    forming one gradient per row (:class:`GradSampleModuleFastGradientClipping`, Li et
    al.'s ghost clipping [3]_): hooks on ``Linear`` and ``Conv2d`` turn the first

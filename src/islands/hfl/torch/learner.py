@@ -34,6 +34,7 @@ from islands.errors import invalid_parameter
 from islands.hfl.protocol import LocalOutcome, WrappedLearner
 from islands.hfl.strategy import LocalConfig
 from islands.hfl.torch.dpsgd import PrivateTrainer
+from islands.hfl.torch.loss import UserLoss
 from islands.hfl.torch.models import ModelSpec, ModulePool
 from islands.hfl.torch.training import Position, Trainer, _as_features, _as_targets
 
@@ -61,13 +62,17 @@ class TorchLearner:
     dp
         Train with DP-SGD (:mod:`islands.hfl.torch.dpsgd`) under these settings; the learner
         accounts its own budget and refuses a call that would exceed ``target_epsilon``.
+    loss
+        The user's loss (:mod:`islands.hfl.torch.loss`), None for the task's.
     """
 
     def __init__(self, spec: ModelSpec, X: NDArray[Any], y: NDArray[Any],
                  X_eval: NDArray[Any] | None = None, y_eval: NDArray[Any] | None = None, *,
                  task: str = "classification", seed: int = 0,
-                 pool: ModulePool | None = None, dp: SampleDP | None = None) -> None:
-        self.trainer = Trainer(spec, X, y, task=task, seed=seed, pool=pool)  # type: ignore[arg-type]
+                 pool: ModulePool | None = None, dp: SampleDP | None = None,
+                 loss: UserLoss | None = None) -> None:
+        self.trainer = Trainer(spec, X, y, task=task, seed=seed, pool=pool,  # type: ignore[arg-type]
+                               loss=loss)
         self.dp = dp
         self._private: Any = None
         self._account: SampleAccount | None = None

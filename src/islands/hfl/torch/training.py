@@ -8,9 +8,9 @@ their updates agree step for step. Everything is a pure function of its inputs:
   (:func:`batch_indices`); an epoch has ⌊n/b⌋ steps, the last partial batch is dropped
   (:func:`steps_per_epoch`). Training from position (epoch, step) therefore draws the
   same batches whoever asks, whatever happened before.
-* **Update.** With loss L (mean cross-entropy, or mean squared error for regression)
-  over the batch, w the current and w₀ the starting parameters of the call (the global
-  model)::
+* **Update.** With loss L (mean cross-entropy, or mean squared error for regression, or
+  the user's loss: :mod:`islands.hfl.torch.loss`) over the batch, w the current and w₀
+  the starting parameters of the call (the global model)::
 
       g = ∇L(w) + λ·w + μ·(w − w₀) + δ    (weight decay λ, FedProx proximal term μ,
                                             SCAFFOLD's drift correction δ = c − c_i)
@@ -46,6 +46,7 @@ from numpy.typing import NDArray
 from torch import nn
 
 from islands.errors import invalid_parameter
+from islands.hfl.torch.loss import UserLoss, bind_loss
 from islands.hfl.torch.models import (
     ModelSpec,
     ModulePool,
@@ -363,6 +364,10 @@ class Trainer:
     pool : ModulePool or None, default=None
         Where to borrow modules from; share one pool between many trainers of the same
         spec so that only as many modules exist as train at once. None: a private pool.
+    loss : UserLoss, callable or None, default=None
+        The user's loss ``fn(outputs, targets)`` in place of the task's
+        (:mod:`islands.hfl.torch.loss`); a callable is checked here with
+        :func:`~islands.hfl.torch.loss.bind_loss`. None: cross-entropy or squared error.
 
     Attributes
     ----------
@@ -389,6 +394,7 @@ class Trainer:
         task: Task = "classification",
         seed: int = 0,
         pool: ModulePool | None = None,
+        loss: UserLoss | Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     ):
         owner = "Trainer"
         check_model(spec, "spec", owner)
@@ -412,12 +418,16 @@ class Trainer:
         self.n = int(features.shape[0])
         self.n_params = spec.n_params()
         self.n_trainable = spec.n_trainable()
+        self.user_loss = loss if isinstance(loss, UserLoss) or loss is None else bind_loss(
+            loss, spec, task, owner=owner)
         self._X = torch.from_numpy(features)
         self._y = torch.from_numpy(targets)
         self._perm: tuple[int, NDArray[np.int64]] | None = None
 
     def __repr__(self) -> str:
-        return f"Trainer({self.spec.describe()}, n={self.n}, task={self.task!r}, seed={self.seed})"
+        loss = "" if self.user_loss is None else f", loss={self.user_loss.name!r}"
+        return (f"Trainer({self.spec.describe()}, n={self.n}, task={self.task!r}, "
+                f"seed={self.seed}{loss})")
 
     def steps_per_epoch(self, batch_size: int) -> int:
         """Return ⌊n/b⌋, the full mini-batches in one epoch of this party's rows."""
@@ -515,7 +525,7 @@ class Trainer:
                 with torch.enable_grad():
                     loss = self._loss(module, _as_float(self._X.index_select(0, idx)),
                                       self._y.index_select(0, idx))
-                    loss.backward(inputs=list(tensors))
+                    torch.autograd.backward(loss, inputs=list(tensors))
                 with torch.no_grad():
                     buf = st.apply(flat, g, buf, anchor)
                     if buf is g:  # the first momentum step keeps the gradient as its buffer
@@ -596,8 +606,21 @@ class Trainer:
 
     def loss(self, module: nn.Module, xb: torch.Tensor, yb: torch.Tensor,
              reduction: str = "mean") -> torch.Tensor:
-        """Return the task's loss of ``module`` on a batch (cross-entropy or squared error)."""
+        """Return the loss of ``module`` on a batch: the user's, or the task's.
+
+        ``reduction``: ``"mean"``, ``"sum"`` or ``"none"`` (each row's loss). A user's
+        loss gives the mean; its sum is b times the mean and its rows' losses are its
+        values on each row alone (:meth:`UserLoss.per_sample`).
+        """
         out = module(xb)
+        user = self.user_loss
+        if user is not None:
+            if self.task == "regression":
+                out = out.reshape(-1)
+            if reduction == "none":
+                return user.per_sample(out, yb)
+            value = user(out, yb)
+            return value * out.shape[0] if reduction == "sum" else value
         if self.task == "classification":
             return F.cross_entropy(out, yb, reduction=reduction)
         return F.mse_loss(out.reshape(-1), yb, reduction=reduction)
@@ -636,8 +659,8 @@ class Trainer:
         """Score ``params`` on this trainer's own rows (checked once, at construction).
 
         ``"accuracy"``: the share of rows whose argmax is the label (classification);
-        ``"loss"``: minus the mean loss (cross-entropy, or squared error), so that
-        higher is better either way.
+        ``"loss"``: minus the mean loss (cross-entropy, squared error or the user's
+        loss), so that higher is better either way.
         """
         owner = "Trainer.score_own"
         if metric not in ("accuracy", "loss"):
@@ -684,6 +707,7 @@ def train_centralised(
     seed: int = 0,
     init_seed: int = 0,
     callback: Callable[[int, NDArray[np.float32]], None] | None = None,
+    loss: UserLoss | Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[NDArray[np.float32], list[float]]:
     """Train on pooled data: the centralised-learning (CL) baseline.
 
@@ -711,6 +735,8 @@ def train_centralised(
     callback : callable or None, default=None
         Called as ``callback(epoch, params)`` after each epoch, ``epoch`` counting from
         0 (the :attr:`Position.epoch` just completed), ``params`` a fresh flat copy.
+    loss : UserLoss, callable or None, default=None
+        The user's loss, as in :class:`Trainer` (None: the task's).
 
     Returns
     -------
@@ -720,7 +746,7 @@ def train_centralised(
         The mean training loss of each epoch.
     """
     epochs = check_int(epochs, "epochs", "train_centralised", low=1)
-    trainer = Trainer(spec, X, y, task=task, seed=seed)
+    trainer = Trainer(spec, X, y, task=task, seed=seed, loss=loss)
     spe = trainer.steps_per_epoch(batch_size)
     params = spec.initial_params(init_seed)
     buf: NDArray[np.float32] | None = None

@@ -32,15 +32,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib
-import importlib.util
 import math
 import os
-import re
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,6 +44,7 @@ from numpy.typing import NDArray
 from torch import nn
 
 from islands.errors import ValidationError, invalid_parameter
+from islands.hfl.named import import_callable
 from islands.hfl.torch.models import (
     ModelSpec,
     flat_parameters,
@@ -62,7 +58,6 @@ from islands.validation import describe
 
 __all__ = ["TorchModel", "import_factory", "load_model"]
 
-_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _CHECK_ROWS = 2
 
 
@@ -70,8 +65,8 @@ def import_factory(name: str, owner: str = "TorchModel",
                    folder: str | os.PathLike[str] | None = None) -> Callable[..., Any]:
     """Import the factory ``"package.module:function"`` on this machine and return it.
 
-    With ``folder`` (a job file's), a module found nowhere else is looked up there too:
-    the folder joins ``sys.path``, as a script's own folder does when Python runs it.
+    :func:`islands.hfl.named.import_callable` with ``param="factory"``: with ``folder`` (a
+    job file's), a module found nowhere else is looked up there too.
 
     Raises
     ------
@@ -79,32 +74,7 @@ def import_factory(name: str, owner: str = "TorchModel",
         If the name is malformed, the module cannot be imported here or has no such
         callable (each party imports the factory itself: it must be installed there).
     """
-    if not isinstance(name, str) or not _FACTORY.match(name):
-        raise invalid_parameter("factory", owner, "a name 'package.module:function'",
-                                describe(name))
-    module_name, _, attr = name.partition(":")
-    top = module_name.split(".")[0]
-    where = None if folder is None else os.fspath(Path(folder).resolve())
-    if (where is not None and where not in sys.path and importlib.util.find_spec(top) is None
-            and ((Path(where) / f"{top}.py").is_file() or (Path(where) / top).is_dir())):
-        sys.path.insert(0, where)
-    try:
-        target: Any = importlib.import_module(module_name)
-    except Exception as exc:  # an import runs the module's code: any error is the user's
-        raise ValidationError(
-            f"The 'factory' parameter of {owner} names {name!r}, but module "
-            f"{module_name!r} cannot be imported on this machine ({exc!r}); each party "
-            "imports the factory itself, so it must be installed or on PYTHONPATH "
-            "at every party") from None
-    for part in attr.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            raise ValidationError(f"The 'factory' parameter of {owner} names {name!r}, but "
-                                  f"{module_name!r} has no attribute {attr!r}")
-    if not callable(target):
-        raise ValidationError(f"The 'factory' parameter of {owner} names {name!r}, which is "
-                              f"not callable ({describe(target)})")
-    return target  # type: ignore[no-any-return]
+    return import_callable(name, param="factory", owner=owner, folder=folder)
 
 
 def _seeded_call(factory: Callable[..., Any], kwargs: Mapping[str, Any], seed: int,
