@@ -41,7 +41,7 @@ from islands.arrays import Vector
 from islands.cores import usable_cores
 from islands.errors import IslandsError, ValidationError, invalid_parameter
 from islands.estimator import FederatedEstimator, accepts_renamed
-from islands.hfl.checkpoint import check_resume, rows_digest, shaping_settings
+from islands.hfl.checkpoint import check_resume, rows_digest
 from islands.hfl.config import HflConfig, resolve_seed
 from islands.hfl.contribution import (
     ClientValidation,
@@ -62,6 +62,7 @@ from islands.hfl.metrics import (
     regression_report,
     resolve_metrics,
 )
+from islands.hfl.plan import TrainingPlan
 from islands.hfl.protocol import (
     DropoutEvent,
     RoundRecord,
@@ -70,7 +71,6 @@ from islands.hfl.protocol import (
     server,
 )
 from islands.hfl.ray_backend import RayWorkerPool, check_client_data, ray_session
-from islands.hfl.scaffold import client_learner, global_vector, model_part
 from islands.hfl.strategy import FedAvg, Strategy, check_client_rows
 from islands.reporting import write_bytes
 from islands.runtime import Role, Transcript, run_local
@@ -320,6 +320,9 @@ class FederatedModel(FederatedEstimator[HflConfig]):
     loss_ : UserLoss or None
         The clients' loss as checked (:class:`~islands.hfl.torch.loss.UserLoss`: the
         function and its name), None for the task's.
+    plan_ : TrainingPlan
+        What the server and every client trained with: the bound model, the strategy
+        with its protections, DP-SGD and the loss (:class:`~islands.hfl.plan.TrainingPlan`).
     seed_ : int
         The run's seed: ``random_state`` itself when it is an int, else the one drawn
         from it (``random_state=seed_`` trains the same model again).
@@ -617,12 +620,14 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             raise invalid_parameter("behaviour", "FederatedModel.fit",
                                     "a mapping of client names to callables",
                                     stray or describe(behaviour))
+        # the plan every client and the server are given, built once from what fit checked
+        plan = self.plan_ = TrainingPlan(model=self.model_, strategy=strategy, task=self.task,
+                                         seed=self.seed_, sample_dp=self.sample_dp,
+                                         loss=self.loss_)
         settings = None
         if self.checkpoint is not None:
-            settings = shaping_settings(
-                seed=self.seed_, task=self.task, eval_fraction=self.eval_fraction,
-                strategy=strategy, model=self.model_, sample_dp=self.sample_dp,
-                loss=None if self.loss_ is None else self.loss_.name,
+            settings = plan.settings(
+                eval_fraction=self.eval_fraction,
                 rows={name: rows_digest(X, y) for name, (X, y) in zip(names, data, strict=True)},
                 extra=self.settings)
         resume = self._resuming(settings)
@@ -633,12 +638,12 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         active = len(names) if self.concurrency is None else min(len(names), self.concurrency)
         with contextlib.ExitStack() as stack:
             if self.backend == "ray":
-                learners, workers = self._ray_learners(stack, data, names, active)
+                learners, workers = self._ray_learners(stack, plan, data, names, active)
             else:
-                learners, workers = self._local_learners(stack, data, pool, active)
+                learners, workers = self._local_learners(stack, plan, data, pool, active)
             learners = [behaviour[name](learner) if name in behaviour else learner
                         for name, learner in zip(names, learners, strict=True)]
-            tracker = self._run(learners, names, strategy, pool, active, test, contribution,
+            tracker = self._run(learners, names, plan, pool, active, test, contribution,
                                 settings, resume)
         self.workers_ = workers
         if tracker is not None and template is not None:
@@ -700,19 +705,19 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         result = retrain_contributions(train, n, method="exact", progress=progress)
         return replace(result, trainings=result.trainings - 1)  # N is the run itself
 
-    def _local_learners(self, stack: contextlib.ExitStack, data: list[tuple[NDArray[Any],
-                        NDArray[Any]]], pool: Any, active: int) -> tuple[list[Any], int]:
+    def _local_learners(self, stack: contextlib.ExitStack, plan: TrainingPlan,
+                        data: list[tuple[NDArray[Any], NDArray[Any]]], pool: Any,
+                        active: int) -> tuple[list[Any], int]:
         """TorchLearners whose calls run on a pool of ``active`` threads."""
-        from islands.hfl.torch.learner import PooledLearner, TorchLearner
+        from islands.hfl.torch.learner import PooledLearner
 
         learners = []
         for k, (X, y) in enumerate(data):
             tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed_, k))
             # every row trains (no local evaluation): the checked part itself, not a copy
             X_tr, y_tr = (X, y) if len(ev) == 0 else (X[tr], y[tr])
-            learners.append(TorchLearner(self.model_, X_tr, y_tr, X[ev], y[ev],
-                                         task=self.task, seed=client_seed(self.seed_, k),
-                                         pool=pool, dp=self.sample_dp, loss=self.loss_))
+            learners.append(plan.learner(X_tr, y_tr, X[ev], y[ev],
+                                         seed=client_seed(self.seed_, k), pool=pool))
         # only the pool's threads call torch (each OS thread that does keeps ~0.6 MB)
         # twice the clients that train at once: a straggler the server gave up on keeps
         # its thread until it finishes, and must not delay the clients that follow
@@ -722,20 +727,21 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         return [PooledLearner(learner, executor, timeout=float(self.timeout))
                 for learner in learners], active
 
-    def _ray_learners(self, stack: contextlib.ExitStack, data: list[tuple[NDArray[Any],
-                      NDArray[Any]]], names: list[str], active: int) -> tuple[list[Any], int]:
+    def _ray_learners(self, stack: contextlib.ExitStack, plan: TrainingPlan,
+                      data: list[tuple[NDArray[Any], NDArray[Any]]], names: list[str],
+                      active: int) -> tuple[list[Any], int]:
         """Learners whose calls run in Ray workers (started here, stopped on exit)."""
         checked = []  # every client's rows checked before Ray starts: errors come first
         for k, (X, y) in enumerate(data):
             tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed_, k))
-            checked.append(check_client_data(self.model_, self.task, X[tr], y[tr], X[ev],
+            checked.append(check_client_data(plan.model, plan.task, X[tr], y[tr], X[ev],
                                              y[ev]))
         stack.enter_context(ray_session(self.ray_address))
         threads = self.threads if isinstance(self.threads, int) else (
             1 if self.threads == "auto" else None)
         workers = stack.enter_context(RayWorkerPool(
-            self.model_, workers=active, task=self.task, threads=threads, dp=self.sample_dp,
-            timeout=self.timeout, loss=self.loss_))
+            plan.model, workers=active, task=plan.task, threads=threads, dp=plan.sample_dp,
+            timeout=self.timeout, loss=plan.loss))
         log.info("training on %d Ray workers (pids %s)", workers.size, workers.pids)
         pending = deque(checked)
         del checked
@@ -746,7 +752,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                                             seed=client_seed(self.seed_, k), checked=True))
         return learners, workers.size
 
-    def _run(self, learners: list[Any], names: list[str], strategy: Strategy, pool: Any,
+    def _run(self, learners: list[Any], names: list[str], plan: TrainingPlan, pool: Any,
              active: int, test: tuple[ArrayLike, ArrayLike] | None,
              contribution: Contribution | None, settings: dict[str, Any] | None,
              resume: bool) -> ContributionTracker | None:
@@ -755,14 +761,10 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         Returns the contribution tracker (None without ``contribution``): with
         ``retrain`` among its methods, :meth:`fit` completes its report.
         """
-        from islands.hfl.torch.models import flat_parameters
         from islands.hfl.torch.training import Trainer
 
-        n_params = self.model_.n_params()
-        model_only = flat_parameters(self.model_.build(self.seed_))
-        initial = global_vector(strategy, model_only, self.model_.n_trainable())
-        learners = [client_learner(strategy, learner, n_params, self.model_.n_trainable())
-                    for learner in learners]
+        strategy = plan.strategy
+        initial = plan.initial()
         scorer = None
         if test is not None:
             X_test, y_test = np.asarray(test[0]), np.asarray(test[1])
@@ -770,11 +772,13 @@ class FederatedModel(FederatedEstimator[HflConfig]):
 
         tracker = None
         if contribution is not None:
-            tracker = self._tracker(contribution, learners, names, pool, model_only)
+            tracker = self._tracker(contribution, learners, names, pool,
+                                    plan.model_part(initial))
+        learners = [plan.client(learner) for learner in learners]
         history: list[EpochRecord] = []
         t0 = time.perf_counter()
 
-        aggregator = getattr(strategy, "aggregator", MeanAggregator())
+        aggregator = plan.aggregator
         halves = [aggregator.client_half() for _ in names]
         transcript = Transcript(keep_payloads=self.keep_payloads)
         logger, own_logger = self._open_tracker(strategy, names)
@@ -787,7 +791,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                     # where the server cannot see the model (CKKS, Paillier, chaos), the
                     # evaluation opens it as the first client would: the test set and the
                     # user stand on the clients' side here, never on the server's
-                    params = model_part(strategy, halves[0].open(payload), n_params)
+                    params = plan.model_part(halves[0].open(payload))
                     if self._local_layers():
                         metrics = self._personal_report(scorer, params, X_test, y_test)
                     else:
@@ -832,8 +836,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                 logger.close(failed=True)
             raise
         result: ServerResult = run.results["server"]
-        self.params_: Vector = model_part(strategy, result.params if result.params is not None
-                                          else halves[0].open(result.payload), n_params)
+        self.params_: Vector = plan.model_part(result.params if result.params is not None
+                                               else halves[0].open(result.payload))
         self.stopped_ = result.stopped
         self.privacy_ = result.privacy
         self.privacy_against_server_ = result.privacy_against_server

@@ -158,6 +158,7 @@ from islands.hfl.metrics import (
     resolve_metrics,
 )
 from islands.hfl.named import is_name
+from islands.hfl.plan import TrainingPlan
 from islands.hfl.protocol import RoundRecord
 from islands.hfl.scaffold import Scaffold
 from islands.hfl.server_opt import check_composes
@@ -168,8 +169,8 @@ from islands.validation import file_section, read_job, table_value
 
 __all__ = ["BaselineResult", "HflJobResult", "Job", "PrivacySpent", "RidgeComparison",
            "RoundSeconds", "Traffic", "can_resume", "check_resumable", "check_trackers",
-           "job_settings", "load_job", "parse_job", "protection_settings", "run_job",
-           "write_outputs"]
+           "job_plan", "job_settings", "load_job", "parse_job", "protection_settings",
+           "run_job", "write_outputs"]
 
 log = logging.getLogger(__name__)
 HISTORY_FILE = "history.ckpt"
@@ -361,18 +362,48 @@ def _contribution_config(table: Mapping[str, Any], validation: Any) -> Any:
 # --------------------------------------------------------------------------- building
 @dataclass
 class Prepared:
-    """A job's data, divided between clients, and the pieces built from the job."""
+    """A job's data, divided between clients, and the plan built from the job (once)."""
 
     parts: list[tuple[NDArray[Any], NDArray[Any]]]
     test: tuple[NDArray[Any], NDArray[Any]]
-    spec: Any
+    plan: TrainingPlan
     n_classes: int
     dataset: str
     summary: dict[str, Any] = field(default_factory=dict)
-    loss: Any = None
-    """The user's loss, checked (a :class:`~islands.hfl.torch.loss.UserLoss`), or None."""
     metrics: dict[str, Any] = field(default_factory=dict)
     """The extra test metrics by name (:func:`~islands.hfl.metrics.resolve_metrics`)."""
+
+    @property
+    def spec(self) -> Any:
+        """The model (the plan's)."""
+        return self.plan.model
+
+    @property
+    def loss(self) -> Any:
+        """The user's loss, checked (a :class:`~islands.hfl.torch.loss.UserLoss`), or None."""
+        return self.plan.loss
+
+
+def job_plan(job: Job, input_shape: tuple[int, ...], n_outputs: int, *, where: str,
+             input_divisor: float = 1.0, folder: str | None = None) -> TrainingPlan:
+    """Build the job's :class:`~islands.hfl.plan.TrainingPlan`, each piece once.
+
+    The strategy (with its protections and server optimiser), then the model it trains.
+    The loss is named (``loss_name``), not bound: a party that trains binds it
+    (``dataclasses.replace(plan, loss=...)``).
+
+    Raises
+    ------
+    JobError
+        A factory that cannot be imported or built, or a model that does not fit the data.
+    """
+    strategy = build_strategy(job)
+    model = ModelConfig.model_validate(job.model)
+    built = model.make_model(input_shape, n_outputs, task=job.task, seed=job.seed,
+                             where=where, input_divisor=input_divisor, folder=folder,
+                             local_layers=getattr(strategy, "local_layers", None))
+    return TrainingPlan(model=built, strategy=strategy, task=job.task, seed=job.seed,
+                        sample_dp=job.protection.sample_dp(), loss_name=model.loss)
 
 
 def _subset(n: int, size: int | None, rng: np.random.Generator) -> NDArray[np.intp]:
@@ -472,18 +503,17 @@ def prepare(job: Job) -> Prepared:
     if input_shape != tuple(X.shape[1:]):
         X, X_test = X.reshape(len(X), *input_shape), X_test.reshape(len(X_test), *input_shape)
     folder = str(Path(job.source).parent) if job.source and Path(job.source).is_file() else None
-    local = getattr(build_strategy(job), "local_layers", None)  # FedBN's batch norm
-    spec = model.make_model(input_shape, 1 if regression else n_classes, task=job.task,
-                            seed=job.seed, where=f"job file {job.source}",
-                            input_divisor=divisor, folder=folder, local_layers=local)
-    loss, metrics = _loss_and_metrics(job, model, spec, folder)
+    plan = job_plan(job, input_shape, 1 if regression else n_classes,
+                    where=f"job file {job.source}", input_divisor=divisor, folder=folder)
+    loss, metrics = _loss_and_metrics(job, model, plan.model, folder)
+    plan = replace(plan, loss=loss)
     parts = [(X[rows], y[rows]) for rows in idx]
     summary = {"train_rows": len(y), "test_rows": len(y_test),
                "client_rows": [len(r) for r in idx]}
     if not regression:
         summary["client_classes"] = [sorted(np.unique(y[r]).tolist()) for r in idx]
-    return Prepared(parts=parts, test=(X_test, y_test), spec=spec, n_classes=n_classes,
-                    dataset=name, summary=summary, loss=loss, metrics=metrics)
+    return Prepared(parts=parts, test=(X_test, y_test), plan=plan, n_classes=n_classes,
+                    dataset=name, summary=summary, metrics=metrics)
 
 
 def _loss_and_metrics(job: Job, model: ModelConfig, spec: Any, folder: str | None
@@ -816,8 +846,8 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
             history.append({**asdict(epoch), "seconds": offset + epoch.seconds})
             save_checkpoint(checkpoints / HISTORY_FILE, {"history": history})
 
-
-    strategy = build_strategy(job)
+    plan = prep.plan
+    strategy = plan.strategy
     contribution = None
     if job.contribution is not None:
         c = job.contribution
@@ -834,14 +864,15 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
                                "test rows to draw the server's validation rows from")
             rows = np.sort(rows[: c["validation_samples"]])
             contribution = _contribution_config(c, (X_all[rows], y_all[rows]))
-    fl = FederatedModel(prep.spec, strategy, epochs=job.epochs, task=job.task,  # type: ignore[arg-type]
-                        eval_fraction=job.eval_fraction, random_state=job.seed,
+    # the plan's pieces as built: the estimator binds nothing again
+    fl = FederatedModel(plan.model, strategy, epochs=job.epochs, task=plan.task,  # type: ignore[arg-type]
+                        eval_fraction=job.eval_fraction, random_state=plan.seed,
                         concurrency=job.concurrency, timeout=job.timeout,
                         checkpoint=checkpoints, resume=resume, callback=on_round,
-                        sample_dp=job.protection.sample_dp(),
+                        sample_dp=plan.sample_dp,
                         backend=job.backend,  # type: ignore[arg-type]
                         ray_address=job.ray_address, contribution=contribution,
-                        tracking=tracker, settings=job_settings(job), loss=prep.loss,
+                        tracking=tracker, settings=job_settings(job), loss=plan.loss,
                         extra_metrics=prep.metrics)
     fl.fit(prep.parts, test=prep.test)
     onnx, onnx_skipped = _onnx_bytes(fl)

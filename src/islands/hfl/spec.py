@@ -25,7 +25,7 @@ the start, which stops the server naming it (:mod:`islands.hfl.checkpoint`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -34,12 +34,12 @@ import numpy as np
 
 from islands.aggregation.config import SECTIONS
 from islands.errors import JobError, ValidationError
-from islands.hfl.checkpoint import check_resume, rows_digest, shaping_settings
-from islands.hfl.config import HflFederationConfig, ModelConfig, infer_task
+from islands.hfl.checkpoint import check_resume, rows_digest
+from islands.hfl.config import HflFederationConfig, infer_task
 from islands.hfl.estimator import client_seed, split_local_eval
-from islands.hfl.job import Job, build_strategy, parse_job, protection_settings
+from islands.hfl.job import Job, job_plan, parse_job, protection_settings
+from islands.hfl.plan import TrainingPlan
 from islands.hfl.protocol import ClientResult, ServerResult, client, server
-from islands.hfl.scaffold import client_learner, global_vector, model_part
 from islands.hfl.strategy import check_client_rows
 from islands.protocols import (
     Deployment,
@@ -106,27 +106,21 @@ def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) 
 
 
 def _common(dep: Deployment, fed: _Federated
-            ) -> tuple[Any, Any, Any, Path | None, dict[str, Any]]:
-    """Return the model spec, strategy, sample-level DP, checkpoint folder and settings."""
+            ) -> tuple[TrainingPlan, Path | None, dict[str, Any]]:
+    """Return the federation's training plan, the checkpoint folder and the settings."""
     job = fed.job
     classification = job.task == "classification"
-    strategy = build_strategy(job)
     # a factory's module is built here, from this machine's code: its digest joins the
     # hello's keys (_derived), so parties that built different initial models never start
-    spec = ModelConfig.model_validate(job.model).make_model(
-        fed.shape, int(fed.classes) if classification and fed.classes else 1, task=job.task,
-        seed=job.seed, where=f"{dep.where} [hfl]",
-        local_layers=getattr(strategy, "local_layers", None))
-    sample_dp = job.protection.sample_dp()
+    plan = job_plan(job, fed.shape, int(fed.classes) if classification and fed.classes
+                    else 1, where=f"{dep.where} [hfl]")
     ckpt = dep.output.with_name(dep.output.name + ".checkpoints") if fed.checkpoint else None
     if ckpt is not None:
         ckpt.mkdir(parents=True, exist_ok=True)
     if dep.resume and ckpt is None:
         raise JobError(f"{dep.where}: resuming needs checkpoint = true")
-    settings = shaping_settings(seed=job.seed, task=job.task, eval_fraction=job.eval_fraction,
-                                strategy=strategy, model=spec, sample_dp=sample_dp,
-                                loss=job.model.get("loss"), extra=protection_settings(job))
-    return spec, strategy, sample_dp, ckpt, settings
+    settings = plan.settings(eval_fraction=job.eval_fraction, extra=protection_settings(job))
+    return plan, ckpt, settings
 
 
 def _derived(spec: Any) -> dict[str, str]:
@@ -136,12 +130,9 @@ def _derived(spec: Any) -> dict[str, str]:
 
 
 def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
-    from islands.hfl.torch.models import flat_parameters  # torch
-
-    spec, strategy, sample_dp, ckpt, settings = _common(dep, fed)
+    plan, ckpt, settings = _common(dep, fed)
     job = fed.job
-    initial = global_vector(strategy, flat_parameters(spec.build(job.seed)),
-                            spec.n_trainable())
+    initial = plan.initial()
     resuming = dep.resume and ckpt is not None and (ckpt / "server.ckpt").is_file()
     if dep.resume and not resuming:
         checkpoint = dep.output.with_name(dep.output.name + ".checkpoints")
@@ -149,13 +140,14 @@ def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
                        f"{checkpoint}")
     if resuming:  # before any connection: the settings, the epochs, a damaged file
         check_resume(ckpt, settings, epochs=job.epochs)  # type: ignore[arg-type]
-    role = partial(server, clients=list(fed.clients), strategy=strategy, initial=initial,
+    role = partial(server, clients=list(fed.clients), strategy=plan.strategy, initial=initial,
                    epochs=job.epochs, concurrency=job.concurrency, client_timeout=job.timeout,
-                   checkpoint=ckpt, resume=resuming, sample_dp=sample_dp, settings=settings)
+                   checkpoint=ckpt, resume=resuming, sample_dp=plan.sample_dp,
+                   settings=settings)
 
     def write(result: ServerResult, out: Path) -> dict[str, Any]:
         if result.params is not None:
-            np.save(out / "params.npy", model_part(strategy, result.params, spec.n_params()))
+            np.save(out / "params.npy", plan.model_part(result.params))
         summary = {
             "role": "server", "aggregations": result.aggregations,
             "rounds": len(result.rounds), "resumed_from": result.resumed_from,
@@ -172,19 +164,19 @@ def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
         return summary
 
     protect = f" under {'+'.join(job.protect)}" if job.protect else ""
-    return Prepared(role=role, write=write, tolerate=fed.clients, derived=_derived(spec),
+    return Prepared(role=role, write=write, tolerate=fed.clients, derived=_derived(plan.model),
                     description=f"{job.strategy['name']} server for {len(fed.clients)} "
                                 f"clients{protect}")
 
 
-def _client_loss(dep: Deployment, job: Job, spec: Any, sample_dp: Any) -> Any:
+def _client_loss(dep: Deployment, plan: TrainingPlan) -> Any:
     """Import and check the federation's ``[hfl.model] loss`` here (None: the task's)."""
     from islands.hfl.torch.loss import bind_loss  # torch
 
     where = f"{dep.where} [hfl.model]"
     try:
-        return bind_loss(job.model.get("loss"), spec, job.task, owner=where,
-                         per_sample=sample_dp is not None)
+        return bind_loss(plan.loss_name, plan.model, plan.task, owner=where,
+                         per_sample=plan.sample_dp is not None)
     except ValidationError as exc:
         raise JobError(f"{where}: {exc}") from None
 
@@ -214,9 +206,7 @@ def _client_data(dep: Deployment, fed: _Federated) -> tuple[np.ndarray, np.ndarr
 
 
 def _bind_client(dep: Deployment, fed: _Federated) -> Prepared:
-    from islands.hfl.torch.learner import TorchLearner  # torch
-
-    spec, strategy, sample_dp, ckpt, settings = _common(dep, fed)
+    plan, ckpt, settings = _common(dep, fed)
     job = fed.job
     X, labels = _client_data(dep, fed)
     settings = {**settings, "clients": [dep.party], f"rows.{dep.party}": rows_digest(X, labels)}
@@ -224,27 +214,25 @@ def _bind_client(dep: Deployment, fed: _Federated) -> Prepared:
     seed = client_seed(job.seed, k)
     tr, ev = split_local_eval(len(labels), job.eval_fraction, seed)
     try:  # before anything is sent: the server would refuse it at the joins
-        check_client_rows(strategy, dep.party, len(tr), len(fed.clients), eval_rows=len(ev))
+        check_client_rows(plan.strategy, dep.party, len(tr), len(fed.clients),
+                          eval_rows=len(ev))
     except ValidationError as exc:
         raise JobError(f"party file {dep.source}: {exc}") from None
-    torch_learner = TorchLearner(spec, X[tr], labels[tr], X[ev], labels[ev], task=job.task,
-                                 seed=seed, dp=sample_dp,
-                                 loss=_client_loss(dep, job, spec, sample_dp))
-    learner = client_learner(strategy, torch_learner, spec.n_params(), spec.n_trainable())
-    role = partial(client, server=fed.server, learner=learner,
-                   aggregator=strategy.aggregator, checkpoint=ckpt, resume=dep.resume,
-                   settings=settings)
+    plan = replace(plan, loss=_client_loss(dep, plan))  # this party trains: its loss bound
+    learner = plan.client(plan.learner(X[tr], labels[tr], X[ev], labels[ev], seed=seed))
+    role = partial(client, server=fed.server, learner=learner, aggregator=plan.aggregator,
+                   checkpoint=ckpt, resume=dep.resume, settings=settings)
 
     def write(result: ClientResult, out: Path) -> dict[str, Any]:
         if result.params is not None:
-            np.save(out / "params.npy", model_part(strategy, result.params, spec.n_params()))
+            np.save(out / "params.npy", plan.model_part(result.params))
         summary = {"role": "client", "rounds_trained": result.rounds_trained,
                    "n_train": result.n_train, "n_eval": result.n_eval,
                    "losses": result.losses}
         save_json(out / "result.json", summary)
         return summary
 
-    return Prepared(role=role, write=write, derived=_derived(spec),
+    return Prepared(role=role, write=write, derived=_derived(plan.model),
                     tolerate=tuple(c for c in fed.clients if c != dep.party),
                     description=f"{job.strategy['name']} client {k + 1}/{len(fed.clients)} "
                                 f"with {len(tr)} training rows")
