@@ -374,7 +374,7 @@ class NoopLearner:
               config: Any, momentum: Any) -> Any:
         from islands.hfl.protocol import LocalOutcome
 
-        return LocalOutcome(params=params + np.float32(0.001), momentum=None, loss=0.0)
+        return LocalOutcome(params=params + np.float32(0.001), state=None, loss=0.0)
 
     def evaluate(self, params: Any) -> float:
         return float("nan")

@@ -205,7 +205,7 @@ class _Noop:
     def train(self, params: Any, **kw: Any) -> Any:
         from islands.hfl.protocol import LocalOutcome
 
-        return LocalOutcome(params=params + np.float32(0.001), momentum=None, loss=0.0)
+        return LocalOutcome(params=params + np.float32(0.001), state=None, loss=0.0)
 
     def evaluate(self, params: Any) -> float:
         return 0.0

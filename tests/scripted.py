@@ -24,7 +24,7 @@ class ScriptedLearner:
         return 0
 
     def train(self, params: Any, **kw: Any) -> LocalOutcome:
-        return LocalOutcome(params=(0.5 * params + self.v).astype(np.float32), momentum=None,
+        return LocalOutcome(params=(0.5 * params + self.v).astype(np.float32), state=None,
                             loss=0.0)
 
     def evaluate(self, params: Any) -> float:  # pragma: no cover - n_eval = 0

@@ -351,7 +351,7 @@ class _NaNLearner:
         out = self.inner.train(params, **kw)
         bad = np.array(out.params, copy=True)
         bad[0] = np.nan
-        return LocalOutcome(params=bad, momentum=out.momentum, loss=out.loss)
+        return LocalOutcome(params=bad, state=out.state, loss=out.loss)
 
 
 def test_hfl_fit_with_a_dropout_warns_naming_client_round_and_reason() -> None:

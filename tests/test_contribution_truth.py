@@ -148,7 +148,7 @@ def test_free_rider_with_noise_uploads_the_global_model_plus_that_noise() -> Non
         FreeRider(object(), noise=-1.0)
     params = np.linspace(-1, 1, 20_000, dtype=np.float32)
     kw: dict[str, Any] = {"epoch": 0, "step": 0, "steps": 1, "batch_size": 1,
-                          "config": LocalConfig(lr=0.1), "momentum": None}
+                          "config": LocalConfig(lr=0.1), "state": None}
     assert np.array_equal(FreeRider(object()).train(params, **kw).params, params)
     out = FreeRider(object(), noise=1e-3, seed=3).train(params, **kw).params
     # 20,000 draws: the sample std is within 2% of σ with overwhelming probability

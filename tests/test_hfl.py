@@ -498,7 +498,7 @@ def test_an_idle_client_holds_no_model_between_rounds() -> None:
             alive.extend(ref() is not None for ref in seen)
             out = np.asarray(params, dtype=np.float32) + np.float32(0.5)
             seen.append(weakref.ref(out))
-            return LocalOutcome(params=out, momentum=None, loss=0.0)
+            return LocalOutcome(params=out, state=None, loss=0.0)
 
         def evaluate(self, params: Any) -> float:
             return float("nan")

@@ -60,7 +60,7 @@ class Still:
     n_train, n_eval = 10, 0
 
     def train(self, params: Any, **kw: Any) -> LocalOutcome:
-        return LocalOutcome(params=np.asarray(params, np.float32).copy(), momentum=None,
+        return LocalOutcome(params=np.asarray(params, np.float32).copy(), state=None,
                             loss=0.0)
 
     def evaluate(self, params: Any) -> float:  # pragma: no cover - n_eval = 0

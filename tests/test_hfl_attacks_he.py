@@ -197,7 +197,7 @@ class _Recorder:
         from islands.hfl.protocol import LocalOutcome
 
         return LocalOutcome(params=(params + 0.1 * (self.k + 1)).astype(np.float32),
-                            momentum=None, loss=1.0)
+                            state=None, loss=1.0)
 
     def evaluate(self, params: Any) -> float:
         self.seen.append(np.array(params))

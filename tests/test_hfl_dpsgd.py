@@ -156,17 +156,17 @@ def test_the_learner_refuses_to_overspend(digits) -> None:
     learner = TorchLearner(spec, X[:500], y[:500], dp=dp)
     config = LocalConfig(lr=0.1)
     w = spec.initial_params(0)
-    learner.train(w, epoch=0, step=0, steps=5, batch_size=10, config=config, momentum=None)
+    learner.train(w, epoch=0, step=0, steps=5, batch_size=10, config=config, state=None)
     eps, delta = learner.spent()
     want = PrivacyAccountant(1.0, sampling_rate=10 / 500, delta=1e-5)
     want.step(5)
     assert eps == pytest.approx(want.epsilon()) and delta == 1e-5
     with pytest.raises(ValidationError, match="batch size changed"):
         learner.train(w, epoch=0, step=0, steps=1, batch_size=20, config=config,
-                      momentum=None)
+                      state=None)
     with pytest.raises(ValidationError, match="past its target epsilon"):
         learner.train(w, epoch=0, step=0, steps=10_000, batch_size=10, config=config,
-                      momentum=None)
+                      state=None)
     assert TorchLearner(spec, X[:50], y[:50]).spent() is None
 
 

@@ -61,7 +61,7 @@ class _BadLearner(WrappedLearner):
 
     def train(self, params: Any, **kw: Any) -> LocalOutcome:
         out = self.inner.train(params, **kw)
-        return LocalOutcome(params=_forge(out.params, self.kind), momentum=out.momentum,
+        return LocalOutcome(params=_forge(out.params, self.kind), state=out.state,
                             loss=out.loss)
 
 

@@ -238,7 +238,7 @@ def test_a_worker_that_does_not_answer_in_time_is_a_timeout() -> None:
         pool.timeout = 1e-4  # no call comes back that fast
         with pytest.raises(WorkerTimeoutError, match=r"client 'c0'.* within"):
             learner.train(SPEC.initial_params(0), epoch=0, step=0, steps=1, batch_size=8,
-                          config=LocalConfig(lr=0.1), momentum=None)
+                          config=LocalConfig(lr=0.1), state=None)
 
 
 def test_a_timed_out_call_does_not_hold_up_the_next_client() -> None:
@@ -249,15 +249,15 @@ def test_a_timed_out_call_does_not_hold_up_the_next_client() -> None:
         other = pool.learner("c1", X[:64], y[:64], seed=1)
         p0 = SPEC.initial_params(0)
         other.train(p0, epoch=0, step=0, steps=1, batch_size=8, config=LocalConfig(lr=0.1),
-                    momentum=None)  # the worker is warm
+                    state=None)  # the worker is warm
         pool.timeout = 1.0
         with pytest.raises(WorkerTimeoutError):
             slow.train(p0, epoch=0, step=0, steps=200_000, batch_size=16,
-                       config=LocalConfig(lr=0.1), momentum=None)
+                       config=LocalConfig(lr=0.1), state=None)
         pool.timeout = 60
         t0 = time.monotonic()
         out = other.train(p0, epoch=0, step=0, steps=1, batch_size=8,
-                          config=LocalConfig(lr=0.1), momentum=None)
+                          config=LocalConfig(lr=0.1), state=None)
         # the abandoned call alone would run for minutes; a restarted worker takes seconds
         assert time.monotonic() - t0 < 30
         assert np.all(np.isfinite(out.params))
@@ -269,15 +269,15 @@ def test_dp_sgd_keeps_the_budget_in_the_driver() -> None:
     with RayWorkerPool(SPEC, workers=1, threads=1, dp=dp, timeout=120) as pool:
         learner = pool.learner("c0", X, y, seed=0)
         out = learner.train(SPEC.initial_params(0), epoch=0, step=0, steps=2, batch_size=32,
-                            config=LocalConfig(lr=0.1), momentum=None)
+                            config=LocalConfig(lr=0.1), state=None)
         assert np.all(np.isfinite(out.params))
         local = TorchLearner(SPEC, X, y, seed=0, dp=dp)
         local.train(SPEC.initial_params(0), epoch=0, step=0, steps=2, batch_size=32,
-                    config=LocalConfig(lr=0.1), momentum=None)
+                    config=LocalConfig(lr=0.1), state=None)
         assert learner.spent() == local.spent() and learner.spent()[0] > 0
         with pytest.raises(ValidationError, match="past its target epsilon"):
             learner.train(out.params, epoch=0, step=2, steps=100_000, batch_size=32,
-                          config=LocalConfig(lr=0.1), momentum=None)
+                          config=LocalConfig(lr=0.1), state=None)
 
 
 JOB = """

@@ -119,21 +119,21 @@ def test_the_first_round_is_fedavg_and_the_uploads_carry_the_clients_control() -
     x = flat_parameters(spec.build(0))
     config = LocalConfig(lr=0.1, share=0.5)
     out = learner.train(np.concatenate([x, np.zeros_like(x)]), epoch=0, step=0, steps=2,
-                        batch_size=10, config=config, momentum=None)
+                        batch_size=10, config=config, state=None)
     plain = inner.train(x, epoch=0, step=0, steps=2, batch_size=10, config=config,
-                        momentum=None)
+                        state=None)
     n = x.size
     np.testing.assert_array_equal(out.params[:n], plain.params)
     c_i = (x - plain.params) / np.float32(0.2)
-    np.testing.assert_allclose(out.momentum, c_i, rtol=1e-6)
+    np.testing.assert_allclose(out.state, c_i, rtol=1e-6)
     np.testing.assert_allclose(out.params[n:], 0.5 * c_i, rtol=1e-6)
     # the next call corrects by c − c_i: a zero global control pulls against c_i
     again = learner.train(np.concatenate([x, np.zeros_like(x)]), epoch=0, step=0, steps=2,
-                          batch_size=10, config=config, momentum=out.momentum)
+                          batch_size=10, config=config, state=out.state)
     assert not np.allclose(again.params[:n], plain.params)
     with pytest.raises(ValidationError, match="model and its control variate"):
         learner.train(x, epoch=0, step=0, steps=1, batch_size=10, config=config,
-                      momentum=None)
+                      state=None)
 
 
 PROTECTIONS = [
@@ -212,7 +212,7 @@ def test_resume_restores_each_clients_control_variate(tmp_path: Path) -> None:
     with pytest.raises(ProtocolError, match="Killed"):
         model(checkpoint=tmp_path, callback=kill_at_round_3).fit(parts)
     state = load_checkpoint(tmp_path / "client-1.ckpt")
-    assert state["momenta"][-1].size == 2 * 650  # c_i, then the momentum buffer
+    assert state["states"][-1].size == 2 * 650  # c_i, then the momentum buffer
     resumed = model(checkpoint=tmp_path, resume=True).fit(parts)
     np.testing.assert_array_equal(resumed.params_, whole.params_)
     with pytest.raises(ValidationError, match="strategy"):

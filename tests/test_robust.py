@@ -331,7 +331,7 @@ class _Fixed:
         self.delta = delta
 
     def train(self, params: np.ndarray, **kw: Any) -> LocalOutcome:
-        return LocalOutcome(params=(params + self.delta).astype(np.float32), momentum=None,
+        return LocalOutcome(params=(params + self.delta).astype(np.float32), state=None,
                             loss=0.5)
 
     def evaluate(self, params: np.ndarray) -> float:
@@ -340,7 +340,7 @@ class _Fixed:
 
 def _train(learner: Any, params: np.ndarray, step: int = 0) -> np.ndarray:
     return learner.train(params, epoch=0, step=step, steps=1, batch_size=1,
-                         config=LocalConfig(lr=0.1), momentum=None).params
+                         config=LocalConfig(lr=0.1), state=None).params
 
 
 def test_sign_flipping_and_scaling_upload_what_they_say() -> None:

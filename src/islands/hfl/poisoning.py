@@ -76,12 +76,12 @@ class _Magnified(_Attacker):
         self.scale = _scale(scale, type(self).__name__)
 
     def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
-              config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
+              config: LocalConfig, state: Vector | None) -> LocalOutcome:
         """Train honestly, then upload the magnified update (the honest loss is reported)."""
         out, delta = self._honest(params, epoch=epoch, step=step, steps=steps,
-                                  batch_size=batch_size, config=config, momentum=momentum)
+                                  batch_size=batch_size, config=config, state=state)
         bad = np.asarray(params, np.float64) + self.direction * self.scale * delta
-        return LocalOutcome(params=bad.astype(np.float32), momentum=out.momentum,
+        return LocalOutcome(params=bad.astype(np.float32), state=out.state,
                             loss=out.loss)
 
 
@@ -228,13 +228,13 @@ class _Colluder(_Attacker):
         self.inner, self.coalition = inner, coalition
 
     def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
-              config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
+              config: LocalConfig, state: Vector | None) -> LocalOutcome:
         out, delta = self._honest(params, epoch=epoch, step=step, steps=steps,
-                                  batch_size=batch_size, config=config, momentum=momentum)
+                                  batch_size=batch_size, config=config, state=state)
         key = (int(epoch), int(step))
         self.coalition.report(key, delta)
         bad = np.asarray(params, np.float64) + self.coalition.shift(key)
-        return LocalOutcome(params=bad.astype(np.float32), momentum=out.momentum,
+        return LocalOutcome(params=bad.astype(np.float32), state=out.state,
                             loss=out.loss)
 
 
@@ -243,8 +243,8 @@ class _Watched(_Attacker):
         self.inner, self.coalition = inner, coalition
 
     def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
-              config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
+              config: LocalConfig, state: Vector | None) -> LocalOutcome:
         out, delta = self._honest(params, epoch=epoch, step=step, steps=steps,
-                                  batch_size=batch_size, config=config, momentum=momentum)
+                                  batch_size=batch_size, config=config, state=state)
         self.coalition.report((int(epoch), int(step)), delta)
         return out

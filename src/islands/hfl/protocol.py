@@ -28,7 +28,8 @@ model in the clear (it is public: a seeded initialisation).
 Time is counted in mini-batch steps. An epoch has S = min_k ⌊n_k/b_k⌋ steps (with APFL's
 batch rule every client's data then lasts one epoch); a round runs τ steps, cut short at
 the end of an epoch, so every epoch ends with an aggregation. Clients keep their
-momentum buffer from round to round (their local optimiser runs on).
+learner's state from round to round (a momentum buffer: their local optimiser runs on;
+FedBN's local layers; SCAFFOLD's control variate).
 
 The server sends tasks to at most ``concurrency`` clients at once and takes their
 updates in a fixed order, adding each to a streaming aggregate, so at most
@@ -46,13 +47,13 @@ upload a model it cannot encode (NaN, or beyond its aggregator's range). Such a 
 not asked again.
 
 With ``checkpoint`` set, the server writes its state atomically after every aggregation
-and each client writes its own (its momentum buffer) to its own file; ``resume=True``
+and each client writes its own (its learner's state) to its own file; ``resume=True``
 continues from there and, with the same seeds, ends with exactly the model of an
 uninterrupted run. The server's first message (:class:`Start`) names the round it
 resumes after; every client checks it against its own state (its checkpoint when it
 resumes, round 0 when it does not) and refuses a mismatch, and the server then stops
 with that client's reason: a client restarted without ``resume`` (or the server without
-it) would otherwise silently train on with a lost momentum buffer. Every checkpoint
+it) would otherwise silently train on with a lost state. Every checkpoint
 carries the settings that shape the model (``settings``,
 :func:`~islands.hfl.checkpoint.shaping_settings`): the server refuses to resume one made
 under other settings before any message, and a client whose checkpoint is damaged or was
@@ -368,10 +369,15 @@ class ClientResult:
 # --------------------------------------------------------------------------- learner
 @dataclass(frozen=True)
 class LocalOutcome:
-    """What a learner returns from local training."""
+    """What a learner returns from local training.
+
+    ``state`` is what the learner carries to its next call, the client role keeping (and
+    checkpointing) it in between: a momentum buffer, FedBN's local layers, SCAFFOLD's
+    control variate, or None. It never leaves the client.
+    """
 
     params: Vector
-    momentum: Vector | None
+    state: Vector | None
     loss: float
 
 
@@ -404,8 +410,12 @@ class Learner(Protocol):
         """Local evaluation samples (0: the client cannot report an accuracy)."""
 
     def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
-              config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
-        """Run ``steps`` mini-batch steps from ``(epoch, step)`` starting at ``params``."""
+              config: LocalConfig, state: Vector | None) -> LocalOutcome:
+        """Run ``steps`` mini-batch steps from ``(epoch, step)`` starting at ``params``.
+
+        ``state`` is the :attr:`LocalOutcome.state` of the learner's previous call (None
+        at the first).
+        """
 
     def evaluate(self, params: Vector) -> float:
         """Accuracy (or the task's score) of ``params`` on the local evaluation data."""
@@ -1142,7 +1152,7 @@ def client(
         A client half made by the caller (``aggregator.client_half()``), to keep a
         handle on it (a simulation that opens encrypted models for evaluation).
     checkpoint
-        Folder for this client's state file (``<name>.ckpt``): its momentum buffer after
+        Folder for this client's state file (``<name>.ckpt``): its learner's state after
         each of its last two rounds.
     resume
         Load that state to continue a run whose server resumes; the client refuses (and
@@ -1193,7 +1203,7 @@ def client(
     try:
         if unusable is not None:
             raise ProtocolError(unusable, party=party.name, step="join")
-        momentum, saved = _resume_state(party.name, start.resumed_from, stored, resume)
+        state, saved = _resume_state(party.name, start.resumed_from, stored, resume)
     except ProtocolError as exc:
         party.send(server, "join", Refusal(round=0, reason=RESUME_MISMATCH, detail=str(exc)))
         raise
@@ -1238,14 +1248,14 @@ def client(
                              weight_decay=msg.weight_decay, prox_mu=msg.prox_mu,
                              share=msg.share)
         outcome = learner.train(params, epoch=msg.epoch, step=msg.step, steps=msg.steps,
-                                batch_size=msg.batch_size, config=config, momentum=momentum)
-        momentum = outcome.momentum
+                                batch_size=msg.batch_size, config=config, state=state)
+        state = outcome.state
         trained += 1
         losses.append(outcome.loss)
         if ckpt_path is not None:
             rounds = [*list(saved["rounds"])[-1:], msg.round]
-            momenta = [*list(saved["momenta"])[-1:], momentum]
-            saved = {"rounds": rounds, "momenta": momenta}
+            states = [*list(saved["states"])[-1:], state]
+            saved = {"rounds": rounds, "states": states}
             save_checkpoint(ckpt_path, with_settings(saved, settings))
         try:
             new = _check_vector(outcome.params, params.size,
@@ -1272,18 +1282,19 @@ def client(
 
 def _resume_state(name: str, resumed_from: int, stored: dict[str, Any] | None,
                   resume: bool) -> tuple[Vector | None, dict[str, Any]]:
-    """Return the momentum buffer to resume after round ``resumed_from`` and the state to keep.
+    """Return the learner's state to resume after round ``resumed_from`` and what to keep.
 
     ``stored`` is the client's checkpoint (None when it does not resume or has none).
-    A client keeps its buffer after each of its last two rounds; it resumes from the
-    latest at or before the server's round (None if it had not trained yet).
+    A client keeps its learner's state after each of its last two rounds; it resumes from
+    the latest at or before the server's round (None if it had not trained yet).
+    Checkpoints written before the state was generic name it ``momenta``.
 
     Raises
     ------
     ProtocolError
         If that state is not the one the server resumes from, naming both rounds.
     """
-    empty: dict[str, Any] = {"rounds": [], "momenta": []}
+    empty: dict[str, Any] = {"rounds": [], "states": []}
     if stored is None:
         if resumed_from > 0:
             why = ("it has no checkpoint to resume from" if resume
@@ -1294,10 +1305,10 @@ def _resume_state(name: str, resumed_from: int, stored: dict[str, Any] | None,
                 "its checkpoint", party=name, step="join")
         return None, empty
     rounds = [int(r) for r in stored.get("rounds", [])]
-    momenta = list(stored.get("momenta", []))
-    if len(momenta) != len(rounds):
+    states = list(stored.get("states", stored.get("momenta", [])))
+    if len(states) != len(rounds):
         raise ProtocolError(f"client {name!r}: its checkpoint is damaged (rounds {rounds}, "
-                            f"{len(momenta)} momentum buffers)", party=name, step="join")
+                            f"{len(states)} states)", party=name, step="join")
     if resumed_from == 0:
         if rounds:
             raise ProtocolError(
@@ -1307,13 +1318,13 @@ def _resume_state(name: str, resumed_from: int, stored: dict[str, Any] | None,
         return None, empty
     earlier = [r for r in rounds if r <= resumed_from]
     if not earlier:
-        if len(rounds) > 1:  # it trained before the later of the two: its buffer is lost
+        if len(rounds) > 1:  # it trained before the later of the two: its state is lost
             raise ProtocolError(
                 f"client {name!r} holds the state of rounds {rounds}, none at or before round "
                 f"{resumed_from}, after which the server resumes", party=name, step="join")
         return None, empty
     k = rounds.index(max(earlier))
-    value = momenta[k]
-    momentum = None if value is None else np.array(value, dtype=np.float32)
+    value = states[k]
+    state = None if value is None else np.array(value, dtype=np.float32)
     # rounds after the server's were lost with it and will be trained again
-    return momentum, {"rounds": [rounds[k]], "momenta": [value]}
+    return state, {"rounds": [rounds[k]], "states": [value]}

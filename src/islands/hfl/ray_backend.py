@@ -33,9 +33,9 @@ threads are light (they wait); the torch work happens in the workers.
   cached the client (the first call, or after the worker restarted).
 * **Models.** A round's global model is the same for every client, so the pool puts it
   in the object store once (compared bit for bit with the last one put) and every call
-  passes the reference. The trained model, the momentum buffer and the loss come back
-  as the call's result; the momentum buffer stays with the client role, as in the
-  in-process simulator (where it is checkpointed).
+  passes the reference. The trained model, the learner's state (its momentum buffer)
+  and the loss come back as the call's result; the state stays with the client role,
+  as in the in-process simulator (where it is checkpointed).
 * **Identical results.** A worker runs the same :class:`TorchLearner` code on the
   same rows with the same seeds, and a :class:`~islands.hfl.torch.training.Trainer`'s batch
   order depends only on (seed, epoch, step), so a learner rebuilt in a worker (or
@@ -315,20 +315,20 @@ class HFLWorker:
 
     def train(self, key: int, data: list[Any], seed: int, params: Vector, epoch: int,
               step: int, steps: int, batch_size: int, config: LocalConfig,
-              momentum: Vector | None) -> tuple[Vector, Vector | None, float]:
-        """Run a client's local steps; return (model, momentum buffer, loss)."""
+              state: Vector | None) -> tuple[Vector, Vector | None, float]:
+        """Run a client's local steps; return (model, its state for the next call, loss)."""
         from islands.hfl.torch.training import Position
 
         learner, private = self._client(key, data, seed)
         if private is None:
             out = learner.train(params, epoch=epoch, step=step, steps=steps,
-                                batch_size=batch_size, config=config, momentum=momentum)
-            return out.params, out.momentum, float(out.loss)
+                                batch_size=batch_size, config=config, state=state)
+            return out.params, out.state, float(out.loss)
         dp_out = private.train(
             params, start=Position(epoch=epoch, step=step), steps=steps,
             batch_size=batch_size, lr=config.lr, momentum=config.momentum,
             weight_decay=config.weight_decay, prox_mu=config.prox_mu,
-            momentum_buffer=momentum, correction=config.correction)
+            momentum_buffer=state, correction=config.correction)
         return dp_out.params, dp_out.momentum, float(dp_out.loss)
 
     def evaluate(self, key: int, data: list[Any], seed: int, params: Vector) -> float:
@@ -625,7 +625,7 @@ class RayLearner:
         return actors[self.slot]
 
     def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
-              config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
+              config: LocalConfig, state: Vector | None) -> LocalOutcome:
         """Run the local steps in the client's worker (see :meth:`TorchLearner.train`).
 
         Raises
@@ -641,13 +641,13 @@ class RayLearner:
         actor = self._actor()
         ref = actor.train.remote(
             self.key, [self.data], self.seed, self.pool.share(params), epoch, step, steps,
-            batch_size, config, momentum)
+            batch_size, config, state)
         new, buf, loss = self.pool.wait(ref, "train", self.name, actor)
         if self._account is not None:
             self._account.step(steps)
         # copies: what ray.get returns are read-only views of the object store
         return LocalOutcome(params=np.array(new, dtype=np.float32),
-                            momentum=None if buf is None else np.array(buf, dtype=np.float32),
+                            state=None if buf is None else np.array(buf, dtype=np.float32),
                             loss=float(loss))
 
     def evaluate(self, params: Vector) -> float:

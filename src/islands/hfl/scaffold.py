@@ -158,22 +158,22 @@ class ScaffoldLearner(WrappedLearner):
         return params[: self.n_params], params[self.n_params:]
 
     def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
-              config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
+              config: LocalConfig, state: Vector | None) -> LocalOutcome:
         """Run ``inner``'s steps with the correction; return [y, c-part] and [c_i⁺, state]."""
         x, c = self._split(params)
         k = self.n_trainable
-        if momentum is None:
+        if state is None:
             c_i, rest = np.zeros(k, np.float32), None
         else:
-            c_i, rest = momentum[:k], (momentum[k:] if momentum.size > k else None)
+            c_i, rest = state[:k], (state[k:] if state.size > k else None)
         out = self.inner.train(x, epoch=epoch, step=step, steps=steps, batch_size=batch_size,
-                               config=replace(config, correction=c - c_i), momentum=rest)
+                               config=replace(config, correction=c - c_i), state=rest)
         y = out.params
         c_new = c_i - c + (x[:k] - y[:k]) / np.float32(steps * config.lr)
         upload = np.concatenate([y, c + np.float32(config.share) * (c_new - c_i)])
-        carried = c_new if out.momentum is None else np.concatenate([c_new, out.momentum])
+        carried = c_new if out.state is None else np.concatenate([c_new, out.state])
         return LocalOutcome(params=upload.astype(np.float32, copy=False),
-                            momentum=carried.astype(np.float32, copy=False), loss=out.loss)
+                            state=carried.astype(np.float32, copy=False), loss=out.loss)
 
     def evaluate(self, params: Vector) -> float:
         """Score the model part with ``inner``."""

@@ -819,7 +819,7 @@ class _Zero:
     n_train, n_eval = 100, 0
 
     def train(self, params: Any, **kw: Any) -> Any:
-        return LocalOutcome(params=np.asarray(params, np.float32).copy(), momentum=None,
+        return LocalOutcome(params=np.asarray(params, np.float32).copy(), state=None,
                             loss=0.0)
 
     def evaluate(self, params: Any) -> float:

@@ -101,8 +101,10 @@ class TorchLearner:
         return 0 if self._eval is None else len(self._eval[1])
 
     def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
-              config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
+              config: LocalConfig, state: Vector | None) -> LocalOutcome:
         """Run the local steps (see :meth:`~islands.hfl.torch.training.Trainer.train`).
+
+        ``state``: the previous call's, the local layers (FedBN) then the momentum buffer.
 
         Raises
         ------
@@ -113,8 +115,8 @@ class TorchLearner:
         if self._private is not None:
             return self._train_private(params, epoch=epoch, step=step, steps=steps,
                                        batch_size=batch_size, config=config,
-                                       momentum=momentum)
-        local, buffer = self._unpack(momentum)
+                                       buffer=state)
+        local, buffer = self._unpack(state)
         out = self.trainer.train(
             params, start=Position(epoch=epoch, step=step), steps=steps,
             batch_size=batch_size, lr=config.lr, momentum=config.momentum,
@@ -125,7 +127,7 @@ class TorchLearner:
             self.local_state = out.local
             carried = out.local if out.momentum is None else np.concatenate(
                 [out.local, out.momentum])
-        return LocalOutcome(params=out.params, momentum=carried, loss=float(out.loss))
+        return LocalOutcome(params=out.params, state=carried, loss=float(out.loss))
 
     def _unpack(self, carried: Vector | None) -> tuple[Vector | None, Vector | None]:
         """Split what the client role carries between calls: local layers, momentum buffer.
@@ -140,16 +142,16 @@ class TorchLearner:
 
     def _train_private(self, params: Vector, *, epoch: int, step: int, steps: int,
                        batch_size: int, config: LocalConfig,
-                       momentum: Vector | None) -> LocalOutcome:
+                       buffer: Vector | None) -> LocalOutcome:
         assert self._account is not None
         self._account.check(batch_size, steps)
         out = self._private.train(
             params, start=Position(epoch=epoch, step=step), steps=steps,
             batch_size=batch_size, lr=config.lr, momentum=config.momentum,
             weight_decay=config.weight_decay, prox_mu=config.prox_mu,
-            momentum_buffer=momentum, correction=config.correction)
+            momentum_buffer=buffer, correction=config.correction)
         self._account.step(steps)
-        return LocalOutcome(params=out.params, momentum=out.momentum, loss=float(out.loss))
+        return LocalOutcome(params=out.params, state=out.momentum, loss=float(out.loss))
 
     def spent(self) -> tuple[float, float] | None:
         """Return this client's sample-level (ε, δ) so far, or None without DP-SGD."""
@@ -205,11 +207,11 @@ class PooledLearner(WrappedLearner):
                 from None
 
     def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
-              config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
+              config: LocalConfig, state: Vector | None) -> LocalOutcome:
         """Run ``inner.train`` on the pool and return its outcome (or raise its error)."""
         future = self.executor.submit(self.inner.train, params, epoch=epoch, step=step,
                                       steps=steps, batch_size=batch_size, config=config,
-                                      momentum=momentum)
+                                      state=state)
         outcome: LocalOutcome = self._result(future, "training")
         return outcome
 
@@ -252,12 +254,12 @@ class FreeRider(WrappedLearner):
         self._rng = np.random.default_rng(seed)
 
     def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
-              config: LocalConfig, momentum: Vector | None) -> LocalOutcome:
+              config: LocalConfig, state: Vector | None) -> LocalOutcome:
         """Return ``params`` (plus the noise; loss reported as NaN: nothing was trained)."""
         out = np.array(params, dtype=np.float32)
         if self.noise > 0:
             out += self._rng.normal(0.0, self.noise, out.shape).astype(np.float32)
-        return LocalOutcome(params=out, momentum=momentum, loss=float("nan"))
+        return LocalOutcome(params=out, state=state, loss=float("nan"))
 
     def evaluate(self, params: Vector) -> float:
         """Return the inner learner's evaluation."""
