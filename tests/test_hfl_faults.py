@@ -368,3 +368,14 @@ def test_islands_party_server_resumed_alone_is_refused_by_the_clients(tmp_path: 
                 f"but the server resumes after round {rnd}") in server_log
         assert "would start from round 0" in " ".join(done[name].log.split())
     assert not (tmp_path / "out/server").exists()
+
+
+def test_a_client_checkpoint_written_before_the_generic_state_still_resumes() -> None:
+    from islands.hfl.protocol import _resume_state
+
+    buf = np.arange(5, dtype=np.float32)
+    state, keep = _resume_state("c1", 3, {"rounds": [2, 3], "momenta": [buf - 1, buf]}, True)
+    np.testing.assert_array_equal(state, buf)
+    assert keep["rounds"] == [3] and np.array_equal(keep["states"][0], buf)
+    state, _ = _resume_state("c1", 2, {"rounds": [2, 3], "states": [buf - 1, buf]}, True)
+    np.testing.assert_array_equal(state, buf - 1)
