@@ -509,6 +509,29 @@ def test_fedbn_keeps_each_clients_batch_norm_at_home() -> None:
         plain.export(client="client-1")
 
 
+def test_fedbn_on_ray_equals_in_process() -> None:
+    pytest.importorskip("ray")
+    parts = _shifted()
+
+    def net() -> nn.Module:  # of torch's classes only: a Ray worker cannot import this file
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                             nn.Flatten(), nn.Linear(256, 10))
+
+    local = FederatedModel(net(), _fedbn(evaluate=True), epochs=2, random_state=0,
+                           eval_fraction=0.2).fit(parts)
+    ray = FederatedModel(net(), _fedbn(evaluate=True), epochs=2, random_state=0,
+                         eval_fraction=0.2, backend="ray").fit(parts)
+    np.testing.assert_array_equal(ray.params_, local.params_)
+    assert sorted(ray.local_states_) == sorted(local.local_states_)
+    for name, state in local.local_states_.items():
+        np.testing.assert_array_equal(ray.local_states_[name], state)
+    # each client evaluated its own model in its worker, as in process
+    assert [r.accuracy for r in ray.rounds_] == [r.accuracy for r in local.rounds_]
+    np.testing.assert_array_equal(ray.predict(parts[2][0], client="client-3"),
+                                  local.predict(parts[2][0], client="client-3"))
+
+
 def test_fedbn_with_one_client_is_fedavg() -> None:
     parts = _shifted(1)
     bn = FederatedModel(_cnn(), _fedbn(), epochs=2, random_state=1).fit(parts)
@@ -535,8 +558,6 @@ def test_fedbn_resumes_with_each_clients_own_layers(tmp_path: Path) -> None:
     (lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 10)), {},
      r"FedBN keeps every batch-norm layer local, but the 'model' of FederatedModel has none"),
     ("spec", {}, r"a torch\.nn\.Module with batch norm for FedBN"),
-    (_cnn, {"backend": "ray"}, r"'backend' parameter of FederatedModel must be 'local' with "
-     r"FedBN"),
 ])
 def test_fedbn_refuses_what_it_cannot_train(model: object, kw: dict[str, object],
                                             message: str) -> None:

@@ -473,11 +473,6 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                                     f"{type(self.strategy).__name__} (its uploads carry "
                                     "control variates, not models to value)",
                                     describe(self.contribution))
-        if self.backend == "ray" and getattr(self.strategy, "local_layers", None):
-            raise invalid_parameter("backend", owner, f"'local' with "
-                                    f"{type(self.strategy).__name__} (each client's batch norm "
-                                    "stays in its learner; Ray's workers hold no client)",
-                                    "ray")
         if self.backend == "ray" and importlib.util.find_spec("ray") is None:
             raise ImportError("The 'backend' parameter of FederatedModel is 'ray', but Ray "
                               "is not installed: pip install 'islands[ray]'")
@@ -723,7 +718,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         # its thread until it finishes, and must not delay the clients that follow
         executor = ThreadPoolExecutor(max_workers=2 * active, thread_name_prefix="islands-train")
         stack.callback(executor.shutdown, wait=False, cancel_futures=True)
-        self._torch_learners = learners  # FedBN: each holds its client's local layers
+        self._local_holders = learners  # FedBN: each holds its client's local layers
         return [PooledLearner(learner, executor, timeout=float(self.timeout))
                 for learner in learners], active
 
@@ -750,6 +745,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             X, y, X_ev, y_ev = pending.popleft()  # let go of it: the object store has it
             learners.append(workers.learner(name, X, y, X_ev, y_ev,
                                             seed=client_seed(self.seed_, k), checked=True))
+        self._local_holders = learners  # FedBN: the driver keeps each client's local layers
         return learners, workers.size
 
     def _run(self, learners: list[Any], names: list[str], plan: TrainingPlan, pool: Any,
@@ -860,7 +856,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         self.client_names_ = names
         self._scorer_pool = pool
         self.local_states_ = ({name: learner.local_state for name, learner
-                               in zip(names, self._torch_learners, strict=True)}
+                               in zip(names, self._local_holders, strict=True)}
                               if self._local_layers() else {})
         self.contribution_ = None  # with 'retrain': fit completes the report
         if tracker is not None and "retrain" not in tracker.methods:
@@ -933,7 +929,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
 
     def _personal_report(self, scorer: Any, params: Vector, X: Any, y: Any) -> dict[str, Any]:
         """Score ``(X, y)`` with every client's own model (FedBN) and average each metric."""
-        states = [learner.local_state for learner in self._torch_learners]
+        states = [learner.local_state for learner in self._local_holders]
         reports = [self._report(y, scorer.predict(params, X, local=state)) for state in states]
         out: dict[str, Any] = {}
         for key, value in reports[0].items():

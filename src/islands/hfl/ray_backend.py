@@ -606,6 +606,9 @@ class RayLearner:
         self._n_train = int(n_train)
         self._n_eval = int(n_eval)
         self._account = None if dp is None else SampleAccount(dp, n_train)
+        initial_local = getattr(pool.spec, "initial_local", None)
+        self._n_local = 0 if initial_local is None else int(initial_local().size)
+        self.local_state: Any = None  # FedBN: the client's local layers after its last call
 
     @property
     def n_train(self) -> int:
@@ -645,6 +648,8 @@ class RayLearner:
         new, buf, loss = self.pool.wait(ref, "train", self.name, actor)
         if self._account is not None:
             self._account.step(steps)
+        if self._n_local and buf is not None:  # the state leads with the local layers
+            self.local_state = np.array(buf[: self._n_local], dtype=np.float32)
         # copies: what ray.get returns are read-only views of the object store
         return LocalOutcome(params=np.array(new, dtype=np.float32),
                             state=None if buf is None else np.array(buf, dtype=np.float32),
