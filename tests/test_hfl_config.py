@@ -125,9 +125,9 @@ def test_the_federation_section_builds_the_same_configs() -> None:
                     where, ("s", "a", "b"))
     assert (fed.shape, fed.classes, fed.checkpoint, fed.clients) == ((1, 8, 8), 3, True,
                                                                     ("a", "b"))
-    assert fed.job.task == "classification" and fed.job.concurrency is None
+    assert fed.training.task == "classification" and fed.run.concurrency is None
     assert _settings({**base, "features": 4, "task": "regression"}, where,
-                     ("s", "a", "b")).job.task == "regression"
+                     ("s", "a", "b")).training.task == "regression"
     for bad, message in [({"features": [], "classes": 3}, "'features' must be the input size"),
                          ({"features": True, "classes": 3}, "'features' must be the input"),
                          ({"features": 4, "classes": 1}, "'classes' must be an int >= 2"),

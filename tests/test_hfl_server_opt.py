@@ -359,13 +359,13 @@ def test_a_bad_job_section_is_refused_naming_it(table: dict[str, Any], extra: di
 
 
 def test_a_federation_file_takes_the_section() -> None:
-    from islands.hfl.spec import hfl_job
+    from islands.hfl.spec import hfl_training
 
     options = {"server": "s", "features": 4, "classes": 2, "model": {"kind": "linear"},
                "strategy": {"name": "fedprox", "mu": 0.1},
                "server_optimizer": {"name": "fedyogi", "lr": 0.03}}
-    job = hfl_job(options, "federation file f.toml [hfl]", ("s", "a", "b"))
-    assert build_strategy(job).server_optimizer == FedYogi(lr=0.03)  # type: ignore[attr-defined]
+    training, _ = hfl_training(options, "federation file f.toml [hfl]", ("s", "a", "b"))
+    assert training.build_strategy().server_optimizer == FedYogi(lr=0.03)
 
 
 def test_default_aggregator_composes() -> None:

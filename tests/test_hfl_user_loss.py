@@ -422,18 +422,18 @@ def test_a_job_files_bad_loss_or_metric_is_named_before_training(
 
 
 def test_a_federation_file_takes_a_loss_and_refuses_metrics() -> None:
-    from islands.hfl.spec import hfl_job
+    from islands.hfl.spec import hfl_training
 
     options: dict[str, Any] = {
         "server": "s", "features": 64, "classes": 10, "epochs": 1,
         "model": {"kind": "mlp", "loss": "user_losses:smoothed"},
         "strategy": {"name": "fedavg"}}
-    assert hfl_job(options, "federation file f.toml", ("s", "a", "b")).model["loss"] == (
-        "user_losses:smoothed")
+    training, _ = hfl_training(options, "federation file f.toml", ("s", "a", "b"))
+    assert training.model.loss == "user_losses:smoothed"
     options["model"] = {**options["model"], "metrics": ["f1_macro"]}
     with pytest.raises(JobError, match=r"\[hfl\.model\]: 'metrics' are test metrics of a job "
                                        r"run"):
-        hfl_job(options, "federation file f.toml", ("s", "a", "b"))
+        hfl_training(options, "federation file f.toml", ("s", "a", "b"))
 
 
 DEPLOYED_LOSS = '''

@@ -21,7 +21,7 @@ from islands.aggregation.config import SECTIONS
 from islands.aggregation.protect import Protection
 from islands.errors import JobError, ValidationError
 from islands.hfl.job import parse_job
-from islands.hfl.spec import hfl_job
+from islands.hfl.spec import hfl_training
 
 CLASSES = {"secagg": SecureAggregation, "additive": AdditiveSharing, "ckks": CKKSAggregator,
            "paillier": PaillierAggregator, "dp": ClientDP, "dp-sgd": SampleDP}
@@ -66,7 +66,7 @@ def test_python_job_file_and_federation_file_refuse_a_value_alike(
     options = {"server": "s", "features": 64, "classes": 10, "model": {"kind": "linear"},
                "strategy": {"name": "fedavg"}, "protect": [name], name: {key: value}}
     with pytest.raises(JobError) as fed_error:
-        hfl_job(options, "federation file f.toml [hfl]", ("s", "a", "b", "c"))
+        hfl_training(options, "federation file f.toml [hfl]", ("s", "a", "b", "c"))
     assert f"[hfl] [{name}]: '{key}' must be {expected}" in str(fed_error.value)
 
 

@@ -284,11 +284,11 @@ def test_job_and_federation_sections_build_the_rules_with_their_settings() -> No
     job = parse_job({**base, "protect": ["krum"], "krum": {"f": 2, "m": 4}})
     agg = build_strategy(job).aggregator
     assert isinstance(agg, KrumAggregator) and (agg.f, agg.m) == (2, 4)
-    assert protection_settings(job) == {"protect": ["krum"], "krum.f": 2, "krum.m": 4,
+    assert protection_settings(job.protection) == {"protect": ["krum"], "krum.f": 2, "krum.m": 4,
                                         "krum.max_abs": 1e6}
     job = parse_job({**base, "protect": ["median"]})
     assert isinstance(build_strategy(job).aggregator, MedianAggregator)
-    assert protection_settings(job) == {"protect": ["median"], "median.f": 1,
+    assert protection_settings(job.protection) == {"protect": ["median"], "median.f": 1,
                                         "median.max_abs": 1e6}
     assert "median" in SECTIONS and "trimmed-mean" in SECTIONS
     with pytest.raises(JobError, match=r"\[trimmed-mean\]: 'beta' must be a float in "
@@ -305,7 +305,7 @@ def test_job_and_federation_sections_build_the_rules_with_their_settings() -> No
                      "features": 4, "classes": 3, "protect": ["trimmed-mean"],
                      "trimmed-mean": {"beta": 0.2}},
                     "federation file f.toml [hfl]", ("s", "a", "b", "c", "d", "e"))
-    agg = build_strategy(fed.job).aggregator
+    agg = fed.training.build_strategy().aggregator
     assert isinstance(agg, TrimmedMeanAggregator) and agg.beta == 0.2
 
 

@@ -133,8 +133,10 @@ from islands.hfl.checkpoint import (
 )
 from islands.hfl.config import (
     STRATEGY_KEYS,
+    ApflConfig,
     ContributionConfig,
     DataConfig,
+    FedAvgConfig,
     HflConfig,
     ModelConfig,
     PartitionConfig,
@@ -167,10 +169,27 @@ from islands.reporting import new_figure, write_results
 from islands.tracking import Tracker, TrackingConfig, job_tracker
 from islands.validation import file_section, read_job, table_value
 
-__all__ = ["BaselineResult", "HflJobResult", "Job", "PrivacySpent", "RidgeComparison",
-           "RoundSeconds", "Traffic", "can_resume", "check_resumable", "check_trackers",
-           "job_plan", "job_settings", "load_job", "parse_job", "protection_settings",
-           "run_job", "write_outputs"]
+__all__ = [
+    "BaselineResult",
+    "HflJobResult",
+    "Job",
+    "PrivacySpent",
+    "RidgeComparison",
+    "RoundSeconds",
+    "Traffic",
+    "Training",
+    "can_resume",
+    "check_resumable",
+    "check_trackers",
+    "job_plan",
+    "job_settings",
+    "load_job",
+    "parse_job",
+    "protection_settings",
+    "read_training",
+    "run_job",
+    "write_outputs",
+]
 
 log = logging.getLogger(__name__)
 HISTORY_FILE = "history.ckpt"
@@ -220,6 +239,8 @@ class Job:
     overrides: dict[str, Any] = field(default_factory=dict)
     tracking: dict[str, Any] | None = None
     server_optimizer: dict[str, Any] | None = None
+    training: Training | None = field(default=None, compare=False, repr=False)
+    """The training sections, checked and typed once (:func:`read_training`)."""
 
     @property
     def protect(self) -> list[str]:
@@ -230,6 +251,8 @@ class Job:
         """Return the job as plain values, as the file has them (and ``source``)."""
         out: dict[str, Any] = {}
         for f in fields(self):
+            if f.name == "training":
+                continue
             if f.name == "protection":
                 out["protect"] = self.protect
             elif ((f.name not in ("contribution", "tracking", "server_optimizer")
@@ -266,27 +289,16 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     data = DataConfig.from_table(file_section(raw, "data", _DATA, where), f"{where} [data]")
     PartitionConfig.from_table(file_section(raw, "partition", _PARTITION, where),
                                f"{where} [partition]")
-    model = ModelConfig.from_table(file_section(raw, "model", _MODEL, where), f"{where} [model]")
-    strategy = strategy_config(file_section(raw, "strategy", _STRATEGY, where),
-                               f"{where} [strategy]")
     if raw.get("ray_address") is not None and raw.get("backend", "local") != "ray":
         raise JobError(f"{where}: 'ray_address' is only used with backend = \"ray\"; got "
                        f"backend = {raw.get('backend', 'local')!r}")
-    top = {k: raw[k] for k in _SETTINGS if k in raw}
-    settings = HflConfig.from_table({**top, "model": model, "strategy": strategy}, where)
-    task = infer_task(settings.task, data.name)
-    try:  # the named metrics against the task now; a function's name is imported by prepare
-        resolve_metrics([m for m in model.metrics if not is_name(m)], task,
-                        owner=f"{where} [model]", param="metrics")
-    except ValidationError as exc:
-        raise JobError(f"{where} [model]: {exc}") from None
-    protection = Protection.from_table(raw, where)  # every value checked before anything runs
+    training, settings = read_training(raw, where, dataset=data.name)
+    task, protection = training.task, training.protection
     contribution = None
     if "contribution" in raw:
         contribution = _contribution_section(raw, where, protection, task)
-    server_optimizer = None
-    if "server_optimizer" in raw:
-        server_optimizer = _server_optimizer_section(raw, where, protection)
+    server_optimizer = (None if training.server_optimizer is None
+                        else dict(raw["server_optimizer"]))
     tracking = None
     if "tracking" in raw:
         tracking = dict(TrackingConfig.from_table(
@@ -302,29 +314,119 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
         strategy=dict(raw["strategy"]), source=source, protection=protection,
         backend=settings.backend, ray_address=settings.ray_address,
         contribution=contribution, tracking=tracking, server_optimizer=server_optimizer,
+        training=training,
     )
+    return job
+
+
+@dataclass(frozen=True)
+class Training:
+    """The sections of a job file (or a federation file's ``[hfl]``) that shape training.
+
+    Checked once by :func:`read_training` and kept typed: the strategy and the plan are
+    built from these, never from the file's tables again.
+    """
+
+    model: ModelConfig
+    strategy: FedAvgConfig | ApflConfig
+    protection: Protection
+    server_optimizer: ServerOptimizerConfig | None
+    seed: int
+    task: str
+
+    def build_strategy(self, *, protected: bool = True) -> Strategy:
+        """Build the strategy with its parameters (defaults as each class's).
+
+        ``protected``: with the protections' aggregator (False: the plain mean, a dry run
+        of the strategy's own checks).
+        """
+        s: dict[str, Any] = self.strategy.kwargs()
+        if protected and self.protection.names:
+            s["aggregator"] = self.protection.aggregator()
+        if self.server_optimizer is not None:
+            s["server_optimizer"] = self.server_optimizer.optimizer()
+        if self.strategy.name == "apfl":
+            return APFL(**s)
+        # the FedAvg family draws its "fixed" cohorts from the run's seed
+        return _FEDAVG_FAMILY[self.strategy.name](**s, seed=self.seed)
+
+    def plan(self, input_shape: tuple[int, ...], n_outputs: int, *, where: str,
+             input_divisor: float = 1.0, folder: str | None = None) -> TrainingPlan:
+        """Build the :class:`~islands.hfl.plan.TrainingPlan`, each piece once.
+
+        The strategy (with its protections and server optimiser), then the model it
+        trains. The loss is named (``loss_name``), not bound: a party that trains binds
+        it (``dataclasses.replace(plan, loss=...)``).
+
+        Raises
+        ------
+        JobError
+            A factory that cannot be imported or built, or a model that does not fit the
+            data.
+        """
+        strategy = self.build_strategy()
+        built = self.model.make_model(input_shape, n_outputs, task=self.task, seed=self.seed,
+                                      where=where, input_divisor=input_divisor,
+                                      folder=folder,
+                                      local_layers=getattr(strategy, "local_layers", None))
+        return TrainingPlan(model=built, strategy=strategy, task=self.task, seed=self.seed,
+                            sample_dp=self.protection.sample_dp(), loss_name=self.model.loss)
+
+
+def read_training(raw: Mapping[str, Any], where: str, *, dataset: str | None
+                  ) -> tuple[Training, HflConfig]:
+    """Check the training sections of a job or federation file, once.
+
+    ``[model]``, ``[strategy]``, the run's settings (seed, epochs, task, ...), ``protect``
+    with its sections and ``[server_optimizer]``; then a dry run of the strategy's own
+    checks. ``dataset`` (a job's ``[data] name``, None for a federation) infers the task
+    where the file does not give it.
+
+    Raises
+    ------
+    JobError
+        Naming ``where``, the section and the key.
+    """
+    model = ModelConfig.from_table(file_section(raw, "model", _MODEL, where), f"{where} [model]")
+    strategy = strategy_config(file_section(raw, "strategy", _STRATEGY, where),
+                               f"{where} [strategy]")
+    top = {k: raw[k] for k in _SETTINGS if k in raw}
+    settings = HflConfig.from_table({**top, "model": model, "strategy": strategy}, where)
+    task = infer_task(settings.task, dataset)
+    try:  # the named metrics against the task now; a function's name is imported by prepare
+        resolve_metrics([m for m in model.metrics if not is_name(m)], task,
+                        owner=f"{where} [model]", param="metrics")
+    except ValidationError as exc:
+        raise JobError(f"{where} [model]: {exc}") from None
+    protection = Protection.from_table(raw, where)  # every value checked before anything runs
+    server_optimizer = None
+    if "server_optimizer" in raw:
+        server_optimizer = _server_optimizer_section(raw, where, protection)
+    training = Training(model=model, strategy=strategy, protection=protection,
+                        server_optimizer=server_optimizer, seed=settings.seed, task=task)
     try:  # a dry run: the strategy's own checks, before anything runs
-        _make_strategy(job, None)
+        training.build_strategy(protected=False)
     except JobError as exc:
         raise JobError(f"{where} {exc}") from exc
     except ValidationError as exc:
         raise JobError(f"{where} [strategy]: {exc}") from exc
-    return job
+    return training, settings
 
 
 def _server_optimizer_section(raw: Mapping[str, Any], where: str,
-                              protection: Protection) -> dict[str, Any]:
+                              protection: Protection) -> ServerOptimizerConfig:
     """Check ``[server_optimizer]``: its values on the optimiser, and its protections."""
     sec = f"{where} [server_optimizer]"
     table = file_section(raw, "server_optimizer", _SERVER_OPTIMIZER, where)
     try:
-        optimizer = ServerOptimizerConfig.from_table(table, sec).optimizer()
-        check_composes(protection.aggregator(), optimizer, f"protect = {list(protection.names)}")
+        config = ServerOptimizerConfig.from_table(table, sec)
+        check_composes(protection.aggregator(), config.optimizer(),
+                       f"protect = {list(protection.names)}")
     except JobError:
         raise
     except ValidationError as exc:
         raise JobError(f"{sec}: {exc}") from exc
-    return table
+    return config
 
 
 def _contribution_section(raw: Mapping[str, Any], where: str, protection: Protection,
@@ -386,24 +488,15 @@ class Prepared:
 
 def job_plan(job: Job, input_shape: tuple[int, ...], n_outputs: int, *, where: str,
              input_divisor: float = 1.0, folder: str | None = None) -> TrainingPlan:
-    """Build the job's :class:`~islands.hfl.plan.TrainingPlan`, each piece once.
+    """Build the job's :class:`~islands.hfl.plan.TrainingPlan` (:meth:`Training.plan`)."""
+    return _training(job).plan(input_shape, n_outputs, where=where,
+                               input_divisor=input_divisor, folder=folder)
 
-    The strategy (with its protections and server optimiser), then the model it trains.
-    The loss is named (``loss_name``), not bound: a party that trains binds it
-    (``dataclasses.replace(plan, loss=...)``).
 
-    Raises
-    ------
-    JobError
-        A factory that cannot be imported or built, or a model that does not fit the data.
-    """
-    strategy = build_strategy(job)
-    model = ModelConfig.model_validate(job.model)
-    built = model.make_model(input_shape, n_outputs, task=job.task, seed=job.seed,
-                             where=where, input_divisor=input_divisor, folder=folder,
-                             local_layers=getattr(strategy, "local_layers", None))
-    return TrainingPlan(model=built, strategy=strategy, task=job.task, seed=job.seed,
-                        sample_dp=job.protection.sample_dp(), loss_name=model.loss)
+def _training(job: Job) -> Training:
+    if job.training is None:  # parse_job makes every Job with its training
+        raise JobError(f"job {job.name!r} was not made by parse_job: no checked training")
+    return job.training
 
 
 def _subset(n: int, size: int | None, rng: np.random.Generator) -> NDArray[np.intp]:
@@ -441,7 +534,7 @@ def prepare(job: Job) -> Prepared:
         y, y_test = full.y[tr], full.y[te]
         divisor = 1.0
         image = (1, *full.image_shape) if full.image_shape else None
-    model = ModelConfig.model_validate(job.model)
+    model = _training(job).model
     # standardised rows are float32, normalised as the loader does; a user's module takes
     # the pixels in [0, 1] too (as load_fashion_mnist normalises them)
     if (d.standardize or model.factory is not None) and divisor != 1.0:
@@ -548,21 +641,7 @@ def _partition_error(job: Job, n_rows: int, exc: ValidationError) -> JobError:
 
 def build_strategy(job: Job) -> Strategy:
     """Build the strategy the job names, with its parameters (defaults as each class's)."""
-    return _make_strategy(job, job.protection.aggregator() if job.protect else None)
-
-
-def _make_strategy(job: Job, aggregator: Any) -> Strategy:
-    config = strategy_config(job.strategy, "[strategy]")
-    s: dict[str, Any] = config.kwargs()
-    if aggregator is not None:
-        s["aggregator"] = aggregator
-    if job.server_optimizer is not None:
-        s["server_optimizer"] = ServerOptimizerConfig.model_validate(
-            job.server_optimizer).optimizer()
-    if config.name == "apfl":
-        return APFL(**s)
-    # the FedAvg family draws its "fixed" cohorts from the job's seed
-    return _FEDAVG_FAMILY[config.name](**s, seed=job.seed)
+    return _training(job).build_strategy()
 
 
 _FEDAVG_FAMILY: dict[str, type[FedAvg]] = {cls.strategy_name: cls
@@ -932,15 +1011,15 @@ def can_resume(job: Job) -> bool:
     return not set(job.protect) & set(_NO_RESUME)
 
 
-def protection_settings(job: Job) -> dict[str, Any]:
+def protection_settings(protection: Protection) -> dict[str, Any]:
     """Return ``protect`` and every protection's settings (defaults filled in), by section.
 
     A protection without its section has its defaults: ``[dp] clip = 1.0`` and no
     ``[dp]`` are the same settings.
     """
-    out: dict[str, Any] = {"protect": job.protect}
-    for name in job.protect:
-        config = job.protection.settings.get(name) or SECTIONS[name].model_validate({})
+    out: dict[str, Any] = {"protect": list(protection.names)}
+    for name in protection.names:
+        config = protection.settings.get(name) or SECTIONS[name].model_validate({})
         out.update({f"{name}.{k}": v for k, v in config.model_dump(mode="json").items()})
     return out
 
@@ -957,7 +1036,7 @@ def job_settings(job: Job) -> dict[str, Any]:
     part = PartitionConfig.model_validate(job.partition).model_dump(
         mode="json", exclude={"min_samples"})
     return {**{f"data.{k}": v for k, v in data.items()},
-            **{f"partition.{k}": v for k, v in part.items()}, **protection_settings(job)}
+            **{f"partition.{k}": v for k, v in part.items()}, **protection_settings(job.protection)}
 
 
 def check_resumable(job: Job, output: str | Path) -> bool:
@@ -987,7 +1066,7 @@ def check_resumable(job: Job, output: str | Path) -> bool:
     settings = shaping_settings(seed=job.seed, task=job.task, eval_fraction=job.eval_fraction,
                                 strategy=build_strategy(job),
                                 sample_dp=job.protection.sample_dp(),
-                                loss=ModelConfig.model_validate(job.model).loss,
+                                loss=_training(job).model.loss,
                                 extra=job_settings(job))
     try:
         check_resume(folder, settings, epochs=job.epochs, partial=True)

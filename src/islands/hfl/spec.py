@@ -5,9 +5,10 @@ input size, or a shape such as ``[1, 28, 28]`` for a cnn), ``classes`` (0 for
 regression), ``checkpoint`` (default true) and the job file's training keys and sections
 (``epochs``, ``seed``, ``task``, ``concurrency``, ``timeout``, ``eval_fraction``,
 ``[hfl.model]``, ``[hfl.strategy]``, ``[hfl.server_optimizer]``, ``protect`` and the
-protection sections), checked by the job file's own code (:mod:`islands.hfl.job`), which
-builds
-:class:`~islands.hfl.config.HflConfig` and its parts. Without ``task`` the run is a
+protection sections), checked by the job file's own code
+(:func:`~islands.hfl.job.read_training`, no data section needed), which gives the typed
+:class:`~islands.hfl.job.Training` and :class:`~islands.hfl.config.HflConfig`; every party
+builds its :class:`~islands.hfl.plan.TrainingPlan` from them once. Without ``task`` the run is a
 classification (:func:`~islands.hfl.config.infer_task`); ``concurrency = "all"`` trains
 every client at once.
 
@@ -35,9 +36,9 @@ import numpy as np
 from islands.aggregation.config import SECTIONS
 from islands.errors import JobError, ValidationError
 from islands.hfl.checkpoint import check_resume, rows_digest
-from islands.hfl.config import HflFederationConfig, infer_task
+from islands.hfl.config import HflConfig, HflFederationConfig
 from islands.hfl.estimator import client_seed, split_local_eval
-from islands.hfl.job import Job, job_plan, parse_job, protection_settings
+from islands.hfl.job import Training, protection_settings, read_training
 from islands.hfl.plan import TrainingPlan
 from islands.hfl.protocol import ClientResult, ServerResult, client, server
 from islands.hfl.strategy import check_client_rows
@@ -53,20 +54,26 @@ from islands.protocols import (
 )
 from islands.runtime.transport import DERIVED_SUFFIX
 
-__all__ = ["SPEC", "hfl_job"]
+__all__ = ["SPEC", "hfl_training"]
 
 _OWN = set(HflFederationConfig.model_fields)
 _JOB = {"seed", "epochs", "task", "concurrency", "timeout", "eval_fraction", "model",
         "strategy", "protect", "server_optimizer", *SECTIONS}
 
 
-def hfl_job(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> Job:
-    """Check the federation's ``[hfl]`` section as a job's training sections.
+def hfl_training(options: Mapping[str, Any], where: str, parties: tuple[str, ...]
+                 ) -> tuple[Training, HflConfig]:
+    """Check the federation's ``[hfl]`` training keys and sections, as a job's.
 
-    The model, strategy and protection keys are exactly those of a job file
-    (:mod:`islands.hfl.job`) and are checked by the same code; the job's ``[data]`` and
-    ``[partition]``, which in a deployment each client's own file replaces, are filled
-    with inert values only to pass that check.
+    The model, strategy, protection and server-optimiser keys, and the run's settings,
+    are exactly those of a job file and are checked by the same code
+    (:func:`~islands.hfl.job.read_training`); without a data set, the task is
+    classification unless ``task`` says otherwise.
+
+    Returns
+    -------
+    Training, HflConfig
+        The typed training sections and the run's settings.
     """
     extra = sorted(set(options) - _OWN - _JOB)
     if extra:
@@ -75,20 +82,16 @@ def hfl_job(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) ->
     for key in ("model", "strategy"):
         if key not in options:
             raise JobError(f"{where}: missing section [hfl.{key}]")
-    raw = {k: v for k, v in options.items() if k in _JOB}
-    raw.update(name="federation", data={"name": "digits"},
-               partition={"kind": "iid", "clients": len(parties) - 1}, baseline=False)
-    # without 'task' (and no data set to infer it from) the config's rule gives classification
-    raw.setdefault("task", infer_task(None))
     if isinstance(options["model"], Mapping) and options["model"].get("metrics"):
         raise JobError(f"{where} [hfl.model]: 'metrics' are test metrics of a job run "
                        "(islands run); in a deployment no party holds a test set")
-    return parse_job(raw, source=where.removeprefix("federation file "))
+    return read_training({k: v for k, v in options.items() if k in _JOB}, where, dataset=None)
 
 
 @dataclass(frozen=True)
 class _Federated:
-    job: Job
+    training: Training
+    run: HflConfig
     server: str
     clients: tuple[str, ...]
     shape: tuple[int, ...]
@@ -97,29 +100,30 @@ class _Federated:
 
 
 def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> _Federated:
-    job = hfl_job(options, where, parties)
+    training, run = hfl_training(options, where, parties)
     own = HflFederationConfig.from_table({k: v for k, v in options.items() if k in _OWN}, where)
-    if job.task == "classification" and own.classes is None:
+    if training.task == "classification" and own.classes is None:
         raise JobError(f"{where}: a classification task needs 'classes' (the number of labels)")
-    return _Federated(job, own.server, tuple(p for p in parties if p != own.server),
+    return _Federated(training, run, own.server, tuple(p for p in parties if p != own.server),
                       own.shape, own.classes, own.checkpoint)
 
 
 def _common(dep: Deployment, fed: _Federated
             ) -> tuple[TrainingPlan, Path | None, dict[str, Any]]:
     """Return the federation's training plan, the checkpoint folder and the settings."""
-    job = fed.job
-    classification = job.task == "classification"
+    training = fed.training
+    classification = training.task == "classification"
     # a factory's module is built here, from this machine's code: its digest joins the
     # hello's keys (_derived), so parties that built different initial models never start
-    plan = job_plan(job, fed.shape, int(fed.classes) if classification and fed.classes
-                    else 1, where=f"{dep.where} [hfl]")
+    plan = training.plan(fed.shape, int(fed.classes) if classification and fed.classes
+                         else 1, where=f"{dep.where} [hfl]")
     ckpt = dep.output.with_name(dep.output.name + ".checkpoints") if fed.checkpoint else None
     if ckpt is not None:
         ckpt.mkdir(parents=True, exist_ok=True)
     if dep.resume and ckpt is None:
         raise JobError(f"{dep.where}: resuming needs checkpoint = true")
-    settings = plan.settings(eval_fraction=job.eval_fraction, extra=protection_settings(job))
+    settings = plan.settings(eval_fraction=fed.run.eval_fraction,
+                             extra=protection_settings(training.protection))
     return plan, ckpt, settings
 
 
@@ -131,7 +135,7 @@ def _derived(spec: Any) -> dict[str, str]:
 
 def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
     plan, ckpt, settings = _common(dep, fed)
-    job = fed.job
+    run = fed.run
     initial = plan.initial()
     resuming = dep.resume and ckpt is not None and (ckpt / "server.ckpt").is_file()
     if dep.resume and not resuming:
@@ -139,9 +143,9 @@ def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
         raise JobError(f"party {dep.party!r}: --resume, but no server checkpoint in "
                        f"{checkpoint}")
     if resuming:  # before any connection: the settings, the epochs, a damaged file
-        check_resume(ckpt, settings, epochs=job.epochs)  # type: ignore[arg-type]
+        check_resume(ckpt, settings, epochs=run.epochs)  # type: ignore[arg-type]
     role = partial(server, clients=list(fed.clients), strategy=plan.strategy, initial=initial,
-                   epochs=job.epochs, concurrency=job.concurrency, client_timeout=job.timeout,
+                   epochs=run.epochs, concurrency=run.concurrency, client_timeout=run.timeout,
                    checkpoint=ckpt, resume=resuming, sample_dp=plan.sample_dp,
                    settings=settings)
 
@@ -163,9 +167,10 @@ def _bind_server(dep: Deployment, fed: _Federated) -> Prepared:
         save_json(out / "result.json", summary)
         return summary
 
-    protect = f" under {'+'.join(job.protect)}" if job.protect else ""
+    names = fed.training.protection.names
+    protect = f" under {'+'.join(names)}" if names else ""
     return Prepared(role=role, write=write, tolerate=fed.clients, derived=_derived(plan.model),
-                    description=f"{job.strategy['name']} server for {len(fed.clients)} "
+                    description=f"{fed.training.strategy.name} server for {len(fed.clients)} "
                                 f"clients{protect}")
 
 
@@ -197,7 +202,7 @@ def _client_data(dep: Deployment, fed: _Federated) -> tuple[np.ndarray, np.ndarr
         raise JobError(f"party {name!r}: its data has {X.shape[1]} feature columns; the "
                        f"federation's model takes {width} (features = {shown!r})")
     X = X.astype(np.float32).reshape(len(X), *fed.shape)
-    if fed.job.task != "classification":
+    if fed.training.task != "classification":
         return X, y.astype(np.float32)
     classes = int(fed.classes or 0)
     if not np.all(y == np.round(y)) or y.min() < 0 or y.max() >= classes:
@@ -207,12 +212,11 @@ def _client_data(dep: Deployment, fed: _Federated) -> tuple[np.ndarray, np.ndarr
 
 def _bind_client(dep: Deployment, fed: _Federated) -> Prepared:
     plan, ckpt, settings = _common(dep, fed)
-    job = fed.job
     X, labels = _client_data(dep, fed)
     settings = {**settings, "clients": [dep.party], f"rows.{dep.party}": rows_digest(X, labels)}
     k = fed.clients.index(dep.party)
-    seed = client_seed(job.seed, k)
-    tr, ev = split_local_eval(len(labels), job.eval_fraction, seed)
+    seed = client_seed(plan.seed, k)
+    tr, ev = split_local_eval(len(labels), fed.run.eval_fraction, seed)
     try:  # before anything is sent: the server would refuse it at the joins
         check_client_rows(plan.strategy, dep.party, len(tr), len(fed.clients),
                           eval_rows=len(ev))
@@ -234,7 +238,7 @@ def _bind_client(dep: Deployment, fed: _Federated) -> Prepared:
 
     return Prepared(role=role, write=write, derived=_derived(plan.model),
                     tolerate=tuple(c for c in fed.clients if c != dep.party),
-                    description=f"{job.strategy['name']} client {k + 1}/{len(fed.clients)} "
+                    description=f"{fed.training.strategy.name} client {k + 1}/{len(fed.clients)} "
                                 f"with {len(tr)} training rows")
 
 
