@@ -49,6 +49,12 @@ encoded, the upload's wire copy (2·M) and the server's received copy (2·M) whi
 is added. At ``--concurrency 8`` each of the 8 clients in flight holds its received
 model, a pooled module and a gradient or its upload and wire copy (4–5·M each): the
 target of (clients + 3)·M holds for clients that take their turns one at a time.
+
+CKKS (``--only mean,ckks --rounds 1 --concurrency 1``, 10 clients, round 1 with the
+key dealing): 245 s a round against the plain mean's 4.9 s in the same run (50×), peak
+3.13 GB = 70·M. A CKKS ciphertext of 8,192 slots carries 8,192 values in about 12 times
+their float32 size, so the server's encrypted running sum, the upload being added and
+its wire copy are each of the order of 12·M (no target was set for CKKS).
 """
 
 from __future__ import annotations
