@@ -229,6 +229,16 @@ def test_vertical_logistic_regression_across_processes_equals_in_process(
     assert theta_b[-1] == ref.intercept_
     c = json.loads((tmp_path / "out/C/result.json").read_text())
     assert c["epoch_losses"] == pytest.approx(ref.loss_history_, abs=0)
+    # each party wrote its own part; with them the inference flow of docs/vfl.md scores
+    # new rows as the model trained in process does
+    from islands.vfl.parts import ModelPart, combine
+
+    part_a = ModelPart.load(tmp_path / "out/A/party-A.json")
+    part_b = ModelPart.load(tmp_path / "out/B/party-B.json")
+    assert (part_a.role, part_b.role, part_b.classes) == ("passive", "active", [0.0, 1.0])
+    prob = combine([part_a.partial_score(x_a), part_b.partial_score(x_b)], part_b)
+    z = x_a @ ref.coef_a_ + x_b @ ref.coef_b_ + ref.intercept_
+    np.testing.assert_allclose(prob, 1 / (1 + np.exp(-z)), rtol=1e-12)
 
 
 def _wait_for(path: Path, procs: dict[str, subprocess.Popen[str]], timeout: float) -> None:

@@ -49,6 +49,7 @@ from islands.vfl.federation import (
     passive_party,
 )
 from islands.vfl.keys import party_security
+from islands.vfl.parts import ModelPart
 from islands.vfl.protocol import Plan
 
 __all__ = ["SPEC"]
@@ -145,8 +146,23 @@ def _check_range(dep: Deployment, X: np.ndarray, fed: _Federated) -> None:
 
 
 def _write_model(dep: Deployment, role: str, model: Any, ids: list[Any] | None,
-                 out: Path, extra: Mapping[str, Any]) -> dict[str, Any]:
+                 out: Path, extra: Mapping[str, Any], *, objective: str,
+                 classes: list[Any] | None = None) -> dict[str, Any]:
+    """Write the party's weights (``theta.npy``) and its model part (``party-<name>.json``).
+
+    The part (:class:`~islands.vfl.parts.ModelPart`) is what the inference flow of
+    ``docs/vfl.md`` reads: a deployed party trains on its columns as given (no
+    standardisation: mean 0, scale 1), the active party's last weight is its intercept.
+    """
     np.save(out / "theta.npy", model.theta)
+    theta = np.asarray(model.theta, dtype=np.float64)
+    weights = theta[:-1] if role == "active" else theta
+    ModelPart(party=dep.party, role=role, objective=objective, weights=weights,
+              mean=np.zeros(weights.size), scale=np.ones(weights.size),
+              columns=list(range(weights.size)),
+              intercept=float(theta[-1]) if role == "active" else 0.0,
+              classes=classes if role == "active" and objective == "logistic" else None,
+              ).save(out / f"party-{dep.party}.json")
     summary: dict[str, Any] = {
         "role": role, "epochs": model.epochs,
         "features": int(model.theta.size) - (role == "active"),
@@ -184,7 +200,8 @@ def _bind_passive(dep: Deployment, fed: _Federated) -> Prepared:
 
     def write(result: PassiveResult, out: Path) -> dict[str, Any]:
         return _write_model(dep, "passive", result.model, result.ids, out,
-                            {**({"scored": result.scored} if fed.psi else {}), **security})
+                            {**({"scored": result.scored} if fed.psi else {}), **security},
+                            objective=fed.model)
 
     role = partial(passive_party, X=X, ids=ids, coordinator=fed.coordinator,
                    active=fed.active, plan=fed.plan, psi=fed.psi)
@@ -266,7 +283,8 @@ def _bind_active(dep: Deployment, fed: _Federated) -> Prepared:
         if result.query:
             extra["predicted"] = len(result.query)
             _write_predictions(out / "predictions.csv", result, fed.model, classes)
-        return _write_model(dep, "active", result.model, result.ids, out, extra)
+        return _write_model(dep, "active", result.model, result.ids, out, extra,
+                            objective=fed.model, classes=classes)
 
     role = partial(active_party, X=X, y=y, ids=ids, coordinator=fed.coordinator,
                    passive=list(fed.passive), plan=fed.plan, psi=fed.psi, query=query)
