@@ -446,6 +446,25 @@ def test_the_resnet_job_example_runs_from_another_folder(tmp_path: Path) -> None
     assert module.head.out_features == 10
 
 
+@pytest.mark.skipif(not _has_fashion(), reason="dataset-fashion-mnist not installed")
+def test_the_resnet_fedbn_job_example_writes_each_clients_model(tmp_path: Path) -> None:
+    root, env = ROOT, _example_env()
+    job = subprocess.run([sys.executable, "-m", "islands.cli", "run",
+                          str(root / "examples" / "own-model" / "resnet-fedbn.toml"),
+                          "--output", str(tmp_path / "out"), "--set", "epochs=1",
+                          "--set", "baseline=false", "--set", "data.train_samples=800"],
+                         cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, timeout=600)
+    assert job.returncode == 0, job.stdout[-3000:]
+    import json
+
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["strategy"].startswith("FedBN(")
+    assert results["history"][-1]["test"]["clients_averaged"] == 4
+    assert {p.name for p in (tmp_path / "out").glob("model.*.pt")} == {
+        f"model.client-{k}.pt" for k in range(1, 5)}
+
+
 def test_contribution_and_tracking_take_a_users_module(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
     from islands.hfl.contribution import Contribution
