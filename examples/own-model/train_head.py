@@ -48,9 +48,11 @@ fm.fit(parts, test=(X[test], y[test]))
 print(fm.model_.describe())
 print(f"test accuracy: {fm.score(X[test], y[test]):.3f}")
 
-fm.save("head-model.pt")
-again = load_model("head-model.pt", head_model(Backbone()))
+out = Path("runs") / "own-model"
+out.mkdir(parents=True, exist_ok=True)
+fm.save(out / "head-model.pt")
+again = load_model(out / "head-model.pt", head_model(Backbone()))
 with torch.no_grad():
     pred = again(torch.from_numpy(X[test])).argmax(1).numpy()
 assert (pred == fm.predict(X[test])).all()
-print("saved to head-model.pt and loaded back: the same predictions")
+print(f"saved to {out / 'head-model.pt'} and loaded back: the same predictions")

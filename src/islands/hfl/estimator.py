@@ -472,7 +472,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             raise invalid_parameter("contribution", owner, f"None with "
                                     f"{type(self.strategy).__name__} (its uploads carry "
                                     "control variates, not models to value)",
-                                    describe(self.contribution))
+                                    type(self.contribution).__name__)
         if self.backend == "ray" and importlib.util.find_spec("ray") is None:
             raise ImportError("The 'backend' parameter of FederatedModel is 'ray', but Ray "
                               "is not installed: pip install 'islands[ray]'")

@@ -297,6 +297,10 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     contribution = None
     if "contribution" in raw:
         contribution = _contribution_section(raw, where, protection, task)
+        if training.build_strategy(protected=False).control_variates:
+            raise JobError(f"{where} [contribution]: the {training.strategy.name!r} strategy's "
+                           "uploads carry control variates, not models to value; remove "
+                           "[contribution] or choose another strategy")
     server_optimizer = (None if training.server_optimizer is None
                         else dict(raw["server_optimizer"]))
     tracking = None
@@ -409,7 +413,9 @@ def read_training(raw: Mapping[str, Any], where: str, *, dataset: str | None
     except JobError as exc:
         raise JobError(f"{where} {exc}") from exc
     except ValidationError as exc:
-        raise JobError(f"{where} [strategy]: {exc}") from exc
+        section = ("[server_optimizer]" if "'server_optimizer' parameter" in str(exc)
+                   else "[strategy]")
+        raise JobError(f"{where} {section}: {exc}") from exc
     return training, settings
 
 

@@ -71,9 +71,11 @@ class Scaffold(FedAvg):
     Parameters
     ----------
     **FedAvg parameters
-        As :class:`~islands.hfl.strategy.FedAvg`, but no ``server_optimizer``: SCAFFOLD's
-        global step is 1 here, and a server optimiser would move the control variate
-        with the model.
+        As :class:`~islands.hfl.strategy.FedAvg`, but ``momentum`` 0 (the paper's local
+        steps are plain SGD: under heavy-ball momentum option II's (x − y)/(K·η) is about
+        the gradient over 1 − m, and the control variates' recursion diverges) and no
+        ``server_optimizer`` (SCAFFOLD's global step is 1 here; a server optimiser would
+        move the control variate with the model).
     """
 
     strategy_name = "scaffold"
@@ -91,6 +93,11 @@ class Scaffold(FedAvg):
                 "server_optimizer", "Scaffold", "None (SCAFFOLD's global step is 1: a "
                 "server optimiser would move the control variate with the model)",
                 describe(server_optimizer))
+        if momentum != 0:
+            raise invalid_parameter(
+                "momentum", "Scaffold", "0 (SCAFFOLD's local steps are plain SGD: with "
+                "momentum (x - y)/(K·lr) is not the clients' gradient and the control "
+                "variates diverge)", describe(momentum))
         super().__init__(local_steps=local_steps, batch_size=batch_size, lr=lr,
                          momentum=momentum, weight_decay=weight_decay, fraction=fraction,
                          min_clients=min_clients, evaluate=evaluate, aggregator=aggregator,

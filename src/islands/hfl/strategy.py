@@ -116,6 +116,8 @@ class Strategy(Protocol):
     """Fewest surviving updates a round may aggregate."""
     server_optimizer: ServerOptimizer | None
     """The server's update from the aggregate, or None (the aggregate is the model)."""
+    control_variates: bool
+    """Whether control variates travel with the model (SCAFFOLD)."""
 
     @property
     def secret_sampling_rate(self) -> float | None:
