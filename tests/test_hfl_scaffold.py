@@ -296,3 +296,19 @@ lr = 0.1
     assert refused.returncode != 0
     assert "[contribution]: the 'scaffold' strategy's uploads carry control variates" in (
         " ".join(refused.stdout.split())) and "Traceback" not in refused.stdout
+
+
+@pytest.mark.parametrize("share", [0.0, -0.5, 1.5, float("nan"), float("inf")])
+def test_a_task_with_a_share_outside_zero_to_one_never_reaches_a_client(share: float) -> None:
+    """A deviating server's share is refused where the task is decoded, before any training."""
+    from islands.errors import WireError
+    from islands.hfl.protocol import Task
+    from islands.runtime import wire
+
+    task = Task(round=1, params=np.zeros(4, np.float32), epoch=0, step=0, steps=1,
+                batch_size=1, lr=0.1, momentum=0.0, weight_decay=0.0, prox_mu=0.0,
+                evaluate=False, share=share)
+    with pytest.raises(WireError, match="share"):
+        wire.decode(wire.encode(task))
+    honest = Task(**{**task.__dict__, "share": 0.25})
+    assert wire.decode(wire.encode(honest)).share == 0.25

@@ -424,17 +424,22 @@ def _has_fashion() -> bool:
     return find_fashion_mnist() is not None
 
 
-@pytest.mark.skipif(not _has_fashion(), reason="dataset-fashion-mnist not installed")
-def test_the_resnet_job_example_runs_from_another_folder(tmp_path: Path) -> None:
-    root, env = ROOT, _example_env()
-    # from another folder: the job file's own folder holds the factory's module
+def _run_own_model_example(name: str, tmp_path: Path) -> None:
+    """Run ``examples/own-model/<name>`` shortened, from ``tmp_path`` (another folder)."""
     job = subprocess.run([sys.executable, "-m", "islands.cli", "run",
-                          str(root / "examples" / "own-model" / "resnet.toml"),
+                          str(ROOT / "examples" / "own-model" / name),
                           "--output", str(tmp_path / "out"), "--set", "epochs=1",
                           "--set", "baseline=false", "--set", "data.train_samples=800"],
-                         cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
+                         cwd=tmp_path, env=_example_env(), text=True, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, timeout=600)
     assert job.returncode == 0, job.stdout[-3000:]
+
+
+@pytest.mark.skipif(not _has_fashion(), reason="dataset-fashion-mnist not installed")
+def test_the_resnet_job_example_runs_from_another_folder(tmp_path: Path) -> None:
+    root = ROOT
+    # from another folder: the job file's own folder holds the factory's module
+    _run_own_model_example("resnet.toml", tmp_path)
     from islands.hfl import load_model
 
     sys.path.insert(0, str(root / "examples" / "own-model"))
@@ -448,14 +453,7 @@ def test_the_resnet_job_example_runs_from_another_folder(tmp_path: Path) -> None
 
 @pytest.mark.skipif(not _has_fashion(), reason="dataset-fashion-mnist not installed")
 def test_the_resnet_fedbn_job_example_writes_each_clients_model(tmp_path: Path) -> None:
-    root, env = ROOT, _example_env()
-    job = subprocess.run([sys.executable, "-m", "islands.cli", "run",
-                          str(root / "examples" / "own-model" / "resnet-fedbn.toml"),
-                          "--output", str(tmp_path / "out"), "--set", "epochs=1",
-                          "--set", "baseline=false", "--set", "data.train_samples=800"],
-                         cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, timeout=600)
-    assert job.returncode == 0, job.stdout[-3000:]
+    _run_own_model_example("resnet-fedbn.toml", tmp_path)
     import json
 
     results = json.loads((tmp_path / "out" / "results.json").read_text())

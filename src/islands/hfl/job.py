@@ -297,7 +297,7 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
     contribution = None
     if "contribution" in raw:
         contribution = _contribution_section(raw, where, protection, task)
-        if training.build_strategy(protected=False).control_variates:
+        if training.strategy_class().control_variates:
             raise JobError(f"{where} [contribution]: the {training.strategy.name!r} strategy's "
                            "uploads carry control variates, not models to value; remove "
                            "[contribution] or choose another strategy")
@@ -349,10 +349,14 @@ class Training:
             s["aggregator"] = self.protection.aggregator()
         if self.server_optimizer is not None:
             s["server_optimizer"] = self.server_optimizer.optimizer()
-        if self.strategy.name == "apfl":
-            return APFL(**s)
-        # the FedAvg family draws its "fixed" cohorts from the run's seed
-        return _FEDAVG_FAMILY[self.strategy.name](**s, seed=self.seed)
+        cls = self.strategy_class()
+        if issubclass(cls, FedAvg):  # the FedAvg family draws "fixed" cohorts from the seed
+            return cls(**s, seed=self.seed)
+        return cls(**s)
+
+    def strategy_class(self) -> type[APFL] | type[FedAvg]:
+        """Return the class ``[strategy] name`` names (its class attributes, unbuilt)."""
+        return APFL if self.strategy.name == "apfl" else _FEDAVG_FAMILY[self.strategy.name]
 
     def plan(self, input_shape: tuple[int, ...], n_outputs: int, *, where: str,
              input_divisor: float = 1.0, folder: str | None = None) -> TrainingPlan:

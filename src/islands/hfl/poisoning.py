@@ -181,18 +181,18 @@ class LittleIsEnough:
         """Reports a round waits for: the colluders plus the watched clients."""
         return self.colluders + self._watched
 
-    def wrap(self, inner: Any) -> _Colluder:
+    def wrap(self, inner: Any) -> _Member:
         """Return a colluding learner around ``inner`` (at most ``colluders`` of them)."""
         if self._members >= self.colluders:
             raise ValidationError(f"LittleIsEnough was made for {self.colluders} colluders; "
                                   "a further one would never be waited for")
         self._members += 1
-        return _Colluder(inner, self)
+        return _Member(inner, self, colludes=True)
 
-    def watch(self, inner: Any) -> _Watched:
+    def watch(self, inner: Any) -> _Member:
         """Return ``inner`` unchanged in behaviour, its honest updates shown to the coalition."""
         self._watched += 1
-        return _Watched(inner, self)
+        return _Member(inner, self, colludes=False)
 
     def report(self, key: tuple[int, int], delta: NDArray[np.float64]) -> None:
         """Add one honest update of the round ``key`` = (epoch, step)."""
@@ -223,28 +223,20 @@ class LittleIsEnough:
         return np.asarray(stacked.mean(axis=0) - self.z * stacked.std(axis=0), np.float64)
 
 
-class _Colluder(_Attacker):
-    def __init__(self, inner: Any, coalition: LittleIsEnough) -> None:
-        self.inner, self.coalition = inner, coalition
+class _Member(_Attacker):
+    """A coalition member: it reports its honest update; a colluder uploads the shift."""
+
+    def __init__(self, inner: Any, coalition: LittleIsEnough, *, colludes: bool) -> None:
+        self.inner, self.coalition, self.colludes = inner, coalition, colludes
 
     def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
               config: LocalConfig, state: Vector | None) -> LocalOutcome:
+        """Train honestly and report the update; a colluder then uploads w + μ − z·σ."""
         out, delta = self._honest(params, epoch=epoch, step=step, steps=steps,
                                   batch_size=batch_size, config=config, state=state)
         key = (int(epoch), int(step))
         self.coalition.report(key, delta)
+        if not self.colludes:
+            return out
         bad = np.asarray(params, np.float64) + self.coalition.shift(key)
-        return LocalOutcome(params=bad.astype(np.float32), state=out.state,
-                            loss=out.loss)
-
-
-class _Watched(_Attacker):
-    def __init__(self, inner: Any, coalition: LittleIsEnough) -> None:
-        self.inner, self.coalition = inner, coalition
-
-    def train(self, params: Vector, *, epoch: int, step: int, steps: int, batch_size: int,
-              config: LocalConfig, state: Vector | None) -> LocalOutcome:
-        out, delta = self._honest(params, epoch=epoch, step=step, steps=steps,
-                                  batch_size=batch_size, config=config, state=state)
-        self.coalition.report((int(epoch), int(step)), delta)
-        return out
+        return LocalOutcome(params=bad.astype(np.float32), state=out.state, loss=out.loss)
