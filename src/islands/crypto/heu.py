@@ -534,6 +534,79 @@ class OuCipher:
                 "fewer fixed-point bits)")
 
     # ------------------------------------------------------------------ wire
+    def bucket_sums(self, cts: Any, order: NDArray[np.int8], groups: Sequence[NDArray[np.int8]],
+                    buckets: int, *, per: int = 1, shift_bits: int = 0) -> list[Any]:
+        """Per group of rows, per column of ``order`` and bucket, the sum of the ciphertexts.
+
+        ``order[i, j]`` is the bucket (0 … ``buckets`` − 1) of row i in column j and each
+        group a 0/1 row mask; returns one column of ``buckets``·columns ciphertexts per
+        group, column-major (bucket b of column j at j·buckets + b).
+
+        Built on HEU's ``batch_feature_wise_bucket_sum`` (one addition per row, column and
+        group), with two columns at a time when the rows outnumber the buckets' pairs
+        (:data:`PAIR_ROWS`): the rows of each bucket of the first column form the groups of
+        a sum over the second, so one addition per row gives the joint sums of both, and
+        each column's own sums follow from buckets² more additions. That halves the work
+        of wide matrices; a product of ciphertexts is one group element however it is
+        formed, so the result is the same. With ``per`` > 1 each column's buckets are
+        compressed (:meth:`compress`, blocks of ``buckets``) into ⌈buckets/per⌉
+        ciphertexts. With ``workers`` > 1 the columns are split over the worker processes
+        (module docstring).
+        """
+        rows, cols = order.shape
+        if cts.rows != rows or cts.cols != 1 or order.dtype != np.int8 or not 1 <= buckets <= 127:
+            raise ValidationError(f"OuCipher.bucket_sums: {cts.rows} ciphertexts for an order "
+                                  f"map of shape {order.shape} ({order.dtype}), {buckets} buckets")
+        masks = [np.ascontiguousarray(g, dtype=np.int8).reshape(1, rows) for g in groups]
+        if not masks:
+            return []
+        pairs = rows >= PAIR_ROWS * buckets * buckets
+        step = 2 if pairs else 1
+        units = -(-cols // step)
+        parts = [(a * step, min(cols, b * step))
+                 for a, b in chunks(units, min(self.workers, rows * cols // PARALLEL_ENTRIES))]
+        if len(parts) == 1:
+            return _bucket_sums(self, cts, np.ascontiguousarray(order), masks, buckets, pairs,
+                                per, shift_bits)
+        blob = bytes(cts.serialize())
+        out = run_in_workers(_bucket_part, [
+            (self.public_key, blob, np.ascontiguousarray(order[:, a:b]), masks, buckets, pairs,
+             per, shift_bits) for a, b in parts], self.workers, owner="OuCipher")
+        return [self.concat([hnp.CiphertextArray.load_from(part[k]) for part in out])
+                for k in range(len(masks))]
+
+    def compress(self, cts: Any, per: int, shift_bits: int, block: int | None = None) -> Any:
+        """Pack runs of ``per`` ciphertexts into one: Enc(Σ_j m_j·2^(j·shift_bits)).
+
+        Runs stay within blocks of ``block`` consecutive ciphertexts (None: one block), the
+        last run of a block shorter when ``per`` does not divide it, so a block of b
+        values becomes ⌈b/per⌉ ciphertexts. Horner's rule: one scalar multiplication by
+        2^shift_bits per ciphertext (SecureBoost+'s cipher compression). The caller keeps
+        every packed plaintext within the key's bound.
+        """
+        count = cts.rows
+        if per == 1:
+            return cts
+        if (per * shift_bits) - 1 > self.plaintext_bits:
+            raise ValidationError(f"OuCipher.compress: {per} values of {shift_bits} bits exceed "
+                                  f"the key's {self.plaintext_bits}-bit plaintexts")
+        size = count if block is None else block
+        if size < 1 or count % size:
+            raise ValidationError(f"OuCipher.compress: {count} ciphertexts in blocks of {size}")
+        runs = -(-size // per)
+        starts = [b * size + r * per for b in range(count // size) for r in range(runs)]
+        ends = [min(st + per, (st // size + 1) * size) for st in starts]
+        if any(en - st < per for st, en in zip(starts, ends, strict=True)):
+            # a short run's missing digits are 0: index ``count`` is an encryption of 0
+            cts = self.concat([cts, self._encryptor.encrypt(self._plain([0]))])
+        factor = self._kit.array(np.array([[1 << shift_bits]] * len(starts), dtype=object))
+        acc = None
+        for j in reversed(range(per)):
+            column = self.take(cts, [st + j if st + j < en else count
+                                     for st, en in zip(starts, ends, strict=True)])
+            acc = column if acc is None else self._ev.add(self._ev.mul(acc, factor), column)
+        return acc
+
     def to_bytes(self, cts: Any) -> bytes:
         """Key fingerprint followed by HEU's serialisation of the column."""
         return self.fingerprint + bytes(cts.serialize())
@@ -634,6 +707,9 @@ def lengthen(cipher: OuCipher, cts: Any, exponents: Sequence[int] | None = None)
 PARALLEL_ENCRYPT = 64
 """Fewest values an :meth:`OuCipher.encrypt` call splits over worker processes."""
 
+PAIR_ROWS = 2
+"""Rows per pair of buckets from which :meth:`OuCipher.bucket_sums` sums two columns at once."""
+
 PARALLEL_ENTRIES = 2048
 """Fewest ciphertext multiply-accumulates a weighted sum (rows × columns of weights) or a
 product (rows × columns of weights × columns of the matrix) splits over workers."""
@@ -671,6 +747,52 @@ def _products_part(public_key: bytes, column: bytes, rows: int, cols: int,
     cipher = _worker_cipher(public_key)
     matrix = cipher.as_matrix(hnp.CiphertextArray.load_from(column), rows, cols)
     return bytes(cipher.as_column(cipher.products(matrix, weights)).serialize())
+
+
+def _bucket_sums(cipher: OuCipher, cts: Any, order: NDArray[np.int8],
+                 masks: list[NDArray[np.int8]], buckets: int, pairs: bool, per: int = 1,
+                 shift_bits: int = 0) -> list[Any]:
+    """:meth:`OuCipher.bucket_sums` in this process (``pairs``: two columns at a time)."""
+    ev = cipher._ev
+    rows, cols = order.shape
+    if not pairs or cols < 2:
+        sums = list(ev.batch_feature_wise_bucket_sum(cts, masks, order, buckets, False))
+        return [cipher.compress(x, per, shift_bits, buckets) for x in sums]
+    # the flattened joint sums (bucket a of the first column, b of the second) at
+    # a·buckets + b: their marginals are one more bucket sum over two index columns
+    cells = np.arange(buckets * buckets)
+    marginal = np.ascontiguousarray(np.stack([cells // buckets, cells % buckets], axis=1)
+                                    .astype(np.int8))
+    one = [np.ones((1, buckets * buckets), dtype=np.int8)]
+    per_group: list[list[Any]] = [[] for _ in masks]
+    for a in range(0, cols - 1, 2):
+        first = order[:, a]
+        inside = [first == b for b in range(buckets)]
+        sub = [np.ascontiguousarray((mask[0] & side).astype(np.int8).reshape(1, rows))
+               for mask in masks for side in inside]
+        joint = ev.batch_feature_wise_bucket_sum(
+            cts, sub, np.ascontiguousarray(order[:, a + 1:a + 2]), buckets, False)
+        for k in range(len(masks)):
+            flat = cipher.concat(joint[k * buckets:(k + 1) * buckets])
+            per_group[k].append(ev.batch_feature_wise_bucket_sum(flat, one, marginal,
+                                                                 buckets, False)[0])
+    if cols % 2:
+        last = ev.batch_feature_wise_bucket_sum(cts, masks, np.ascontiguousarray(order[:, -1:]),
+                                                buckets, False)
+        for k in range(len(masks)):
+            per_group[k].append(last[k])
+    return [cipher.compress(cipher.concat(parts), per, shift_bits, buckets)
+            for parts in per_group]
+
+
+def _bucket_part(public_key: bytes, cts: bytes, order: NDArray[np.int8],
+                 masks: list[NDArray[np.int8]], buckets: int, pairs: bool, per: int,
+                 shift_bits: int) -> list[bytes]:
+    """Worker side of :meth:`OuCipher.bucket_sums` for some columns of the order map."""
+    cipher = _worker_cipher(public_key)
+    sums = _bucket_sums(cipher, hnp.CiphertextArray.load_from(cts), order, masks, buckets, pairs,
+                        per, shift_bits)
+    return [bytes(s.serialize()) for s in sums]
 
 
 def _best_window(rows: int, bits: int) -> int:

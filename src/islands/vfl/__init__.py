@@ -11,6 +11,9 @@ Organisations that hold different features of the same people train one model
   (labels) and the passive parties A_1 … A_k, and of federated inference (Table 2).
 - :class:`FederatedTransferLearner` (:mod:`islands.vfl.ftl`): federated transfer
   learning, B's labels teaching A across different features and few shared rows.
+- :class:`SecureBoostClassifier`, :class:`SecureBoostRegressor`
+  (:mod:`islands.vfl.secureboost`): gradient-boosted trees whose gradients travel
+  encrypted and whose thresholds stay with the party owning each feature.
 - :mod:`islands.vfl.maths`: the objectives, fixed-point arithmetic and the centralised
   references the protocol is tested against.
 """
@@ -18,6 +21,7 @@ Organisations that hold different features of the same people train one model
 from islands.vfl.estimator import VerticalLinearRegression, VerticalLogisticRegression
 from islands.vfl.ftl import FederatedTransferLearner
 from islands.vfl.protocol import Plan
+from islands.vfl.secureboost.estimator import SecureBoostClassifier, SecureBoostRegressor
 
-__all__ = ["FederatedTransferLearner", "Plan", "VerticalLinearRegression",
-           "VerticalLogisticRegression"]
+__all__ = ["FederatedTransferLearner", "Plan", "SecureBoostClassifier", "SecureBoostRegressor",
+           "VerticalLinearRegression", "VerticalLogisticRegression"]

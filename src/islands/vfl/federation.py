@@ -55,7 +55,8 @@ from islands.vfl.protocol import (
 )
 
 __all__ = ["ActiveResult", "Alignment", "CoordinatorOutcome", "PassiveResult", "PsiSettings",
-           "active_party", "coordinator_party", "passive_party"]
+           "active_party", "align_active", "align_passive", "coordinator_party",
+           "passive_party"]
 
 
 
@@ -153,15 +154,60 @@ def passive_party(party: Party, X: Any, ids: Sequence[Any] | None, *, coordinato
         return PassiveResult(passive(party, x, coordinator=coordinator, active=active,
                                      plan=plan), None)
     own = _id_list(ids)
-    party.recv(active, "turn", timeout=psi.timeout)
-    pair: Alignment = initiator(party, peer=active, ids=own, workers=workers,
-                                **psi.roles(party.name, active))
-    keep = _keep(party, active, len(pair.ids), psi.timeout)
-    model = passive(party, x[pair.rows[keep]], coordinator=coordinator, active=active,
-                    plan=plan)
+    aligned, rows = align_passive(party, own, active=active, psi=psi, workers=workers)
+    model = passive(party, x[rows], coordinator=coordinator, active=active, plan=plan)
     scored = (inference_party(party, x, model.theta, coordinator=coordinator,
                               ids=psi.lookup(own)) if psi.inference else 0)
-    return PassiveResult(model, [pair.ids[int(i)] for i in keep], scored)
+    return PassiveResult(model, aligned, scored)
+
+
+def align_passive(party: Party, ids: list[Any], *, active: str, psi: PsiSettings,
+                  workers: int | None = None) -> tuple[list[Any], NDArray[np.int64]]:
+    """Run a passive party's side of alignment.
+
+    Returns the IDs every party shares, in the agreed order, and the positions of their
+    rows in this party's data.
+    """
+    party.recv(active, "turn", timeout=psi.timeout)
+    pair: Alignment = initiator(party, peer=active, ids=ids, workers=workers,
+                                **psi.roles(party.name, active))
+    keep = _keep(party, active, len(pair.ids), psi.timeout)
+    return [pair.ids[int(i)] for i in keep], pair.rows[keep]
+
+
+def align_active(party: Party, ids: list[Any], *, passive: Sequence[str], psi: PsiSettings,
+                 entered: NDArray[np.int64] | None = None, workers: int | None = None
+                 ) -> tuple[list[Any], NDArray[np.int64]]:
+    """Run the active party's side of alignment, with every passive party in turn.
+
+    ``entered``: positions of the rows whose IDs enter PSI (None: all). Returns the IDs
+    every party shares, in the agreed order, and the positions of their rows here.
+
+    Raises
+    ------
+    ValidationError
+        When the parties share no ID across all of them.
+    """
+    labelled = np.arange(len(ids)) if entered is None else entered
+    own = [ids[int(i)] for i in labelled]
+    pairs = []
+    for turn, name in enumerate(passive):
+        party.send(name, "turn", turn)
+        pairs.append(responder(party, peer=name, ids=own, workers=workers,
+                               **psi.roles(name, party.name)))
+    common = set(pairs[0].ids)
+    for pair in pairs[1:]:
+        common &= set(pair.ids)
+    if not common:  # the data's fault, as PSI's own empty intersection
+        raise ValidationError("the parties share no ID across all of them")
+    # every pairwise list is sorted by the same rule, so each keeps the common IDs in
+    # the same order as the first
+    for name, pair in zip(passive, pairs, strict=True):
+        party.send(name, "keep", np.asarray([i for i, v in enumerate(pair.ids) if v in common],
+                                            dtype=np.int64))
+    order = [v for v in pairs[0].ids if v in common]
+    row_of = {v: int(labelled[r]) for v, r in zip(pairs[0].ids, pairs[0].rows, strict=True)}
+    return order, np.asarray([row_of[v] for v in order], dtype=np.int64)
 
 
 def active_party(party: Party, X: Any, y: Any, ids: Sequence[Any] | None, *,
@@ -191,26 +237,8 @@ def active_party(party: Party, X: Any, y: Any, ids: Sequence[Any] | None, *,
         model = active(party, x, target, coordinator=coordinator, passive=passive, plan=plan)
         return ActiveResult(model, None, [], np.zeros(0))
     own = _id_list(ids)
-    labelled = np.flatnonzero(np.isfinite(target))
-    entered = [own[int(i)] for i in labelled]
-    pairs = []
-    for turn, name in enumerate(passive):
-        party.send(name, "turn", turn)
-        pairs.append(responder(party, peer=name, ids=entered, workers=workers,
-                               **psi.roles(name, party.name)))
-    common = set(pairs[0].ids)
-    for pair in pairs[1:]:
-        common &= set(pair.ids)
-    if not common:  # the data's fault, as PSI's own empty intersection
-        raise ValidationError("the parties share no ID across all of them")
-    # every pairwise list is sorted by the same rule, so each keeps the common IDs in
-    # the same order as the first
-    for name, pair in zip(passive, pairs, strict=True):
-        party.send(name, "keep", np.asarray([i for i, v in enumerate(pair.ids) if v in common],
-                                            dtype=np.int64))
-    order = [v for v in pairs[0].ids if v in common]
-    row_of = {v: int(labelled[r]) for v, r in zip(pairs[0].ids, pairs[0].rows, strict=True)}
-    rows = np.asarray([row_of[v] for v in order], dtype=np.int64)
+    order, rows = align_active(party, own, passive=passive, psi=psi,
+                               entered=np.flatnonzero(np.isfinite(target)), workers=workers)
     party.send(coordinator, "aligned", len(order))
     model = active(party, x[rows], target[rows], coordinator=coordinator, passive=passive,
                    plan=plan)

@@ -1,0 +1,14 @@
+"""SecureBoost: gradient-boosted trees across vertically partitioned parties.
+
+Cheng et al., "SecureBoost: A Lossless Federated Learning Framework" (IEEE Intelligent
+Systems 2021), with SecureBoost+'s engineering (Chen et al. 2021). Modules: ``maths``
+(bins, losses, gains, tree growth), ``packing`` (gradient–hessian packing, cipher
+compression), ``config`` (the settings), ``protocol`` (the roles), ``model`` (what each
+party keeps), ``reference`` (the plaintext reference), ``federation`` (alignment,
+training and inference as one run), ``estimator`` (the user API).
+"""
+
+from islands.vfl.secureboost.config import BoostConfig
+from islands.vfl.secureboost.estimator import SecureBoostClassifier, SecureBoostRegressor
+
+__all__ = ["BoostConfig", "SecureBoostClassifier", "SecureBoostRegressor"]
