@@ -14,6 +14,7 @@ none of them (``import islands`` stays light).
 
 from __future__ import annotations
 
+import csv
 import importlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -55,6 +56,7 @@ REGISTRY: dict[str, str] = {
     "vfl": "islands.vfl.spec:SPEC",
     "psi": "islands.psi.spec:SPEC",
     "ftl": "islands.vfl.ftl.spec:SPEC",
+    "secureboost": "islands.vfl.secureboost.spec:SPEC",
 }
 """Protocol name → ``module:attribute`` of its :class:`ProtocolSpec`."""
 
@@ -234,9 +236,56 @@ def party_ids(dep: Deployment, protocol: str, *, rows: int | None = None,
     return ids
 
 
-def load_table(path: Path, *, what: str, block_size: int | None = None) -> np.ndarray:
-    """Read a whole CSV, NPY or Parquet file of numbers as a float64 matrix."""
+def load_table(path: Path, *, what: str, block_size: int | None = None,
+               missing: bool = False) -> np.ndarray:
+    """Read a whole CSV, NPY or Parquet file of numbers as a float64 matrix.
+
+    With ``missing``, an empty CSV cell (or ``nan``, ``NA``) reads as NaN, for protocols
+    that learn from missing values (SecureBoost); otherwise it is an error naming it.
+    """
+    if missing and path.suffix.lower() in (".csv", ".txt"):
+        return _load_with_missing(path, what)
     return _load(str(path), path, what, block_size)
+
+
+_MISSING_CELLS = frozenset({"", "nan", "na", "n/a", "null"})
+
+
+def _load_with_missing(path: Path, what: str) -> np.ndarray:
+    """Read a CSV file of numbers and missing cells (a first non-numeric line: a header)."""
+    rows: list[list[float]] = []
+    width = None
+    for number, line in enumerate(_read_text(path, what).splitlines(), start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        cells = next(csv.reader([text]))
+        values: list[float] = []
+        for column, cell in enumerate(cells, start=1):
+            cell = cell.strip()
+            if cell.lower() in _MISSING_CELLS:
+                values.append(float("nan"))
+                continue
+            try:
+                values.append(float(cell))
+            except ValueError:
+                if not rows and width is None:  # the header
+                    values = []
+                    break
+                raise ValidationError(f"Line {number} of {str(path)!r} ({what}): cell {column} "
+                                      f"is {cell!r}, which is neither a number nor empty "
+                                      "(missing)") from None
+        if not values:
+            width = len(cells)
+            continue
+        if width is not None and len(values) != width:
+            raise ValidationError(f"Line {number} of {str(path)!r} ({what}) has {len(values)} "
+                                  f"values, but the file has {width} columns")
+        width = len(values)
+        rows.append(values)
+    if not rows:
+        raise ValidationError(f"{what} ({path}) holds no rows")
+    return np.asarray(rows, dtype=np.float64)
 
 
 def load_array(path: Path, *, what: str) -> np.ndarray:

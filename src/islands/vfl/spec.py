@@ -52,7 +52,7 @@ from islands.vfl.keys import party_security
 from islands.vfl.parts import ModelPart
 from islands.vfl.protocol import Plan
 
-__all__ = ["SPEC"]
+__all__ = ["SPEC", "psi_settings"]
 
 _PARTY_KEYS = ("coordinator", "active")
 _ALIGNMENT_KEYS = ("psi", "normalize", "spu")
@@ -80,8 +80,13 @@ class _Federated:
         return party_security(self.config.he, self.config.key_bits, party)
 
 
-def _psi(options: Mapping[str, Any], config: VflConfig, where: str,
-         data_parties: tuple[str, ...]) -> PsiSettings | None:
+def psi_settings(options: Mapping[str, Any], config: Any, where: str,
+                 data_parties: tuple[str, ...], section: str = "vfl") -> PsiSettings | None:
+    """Read a vertical section's alignment keys (``psi``, ``normalize``, ``spu``).
+
+    ``config`` holds the PSI limits and engine (``max_peer_size``, ``max_peer_ratio``,
+    ``psi_engine``); ``section`` names the section in messages. None without ``psi``.
+    """
     if not table_value(options, "psi", (bool,), where, False):
         for key in ("normalize", "max_peer_size", "max_peer_ratio", "psi_engine", "spu"):
             if key in options:
@@ -93,9 +98,9 @@ def _psi(options: Mapping[str, Any], config: VflConfig, where: str,
     engine = config.psi_engine
     hosts = options.get("spu")
     if engine == "dh" and hosts is not None:
-        raise JobError(f"{where}: [vfl.spu] applies only with psi_engine = 'spu'")
+        raise JobError(f"{where}: [{section}.spu] applies only with psi_engine = 'spu'")
     if engine == "spu":
-        hosts = spu_addresses(hosts, sorted(data_parties), where, "vfl.spu",
+        hosts = spu_addresses(hosts, sorted(data_parties), where, f"{section}.spu",
                               "psi_engine = 'spu'")
     return PsiSettings(normalize=None if form == "none" else form,
                        max_peer_size=config.max_peer_size,
@@ -122,7 +127,7 @@ def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) 
         {k: v for k, v in options.items() if k not in (*_PARTY_KEYS, *_ALIGNMENT_KEYS)},
         where)
     return _Federated(c_name, b_name, passives, config,
-                      _psi(options, config, where, (b_name, *passives)))
+                      psi_settings(options, config, where, (b_name, *passives)))
 
 
 def _features(dep: Deployment, fed: _Federated) -> tuple[np.ndarray, list[str] | None]:

@@ -186,9 +186,14 @@ class Finish:
 @wire.register(name="sboost.Infer")
 @dataclass(frozen=True)
 class Infer:
-    """Rows (positions in the passive party's data) to answer every record for."""
+    """Rows to answer every record for.
+
+    Positions in the passive party's data, or IDs (a deployed federation's inference
+    stage sends them, as vertical regression's Table 2 does).
+    """
 
     rows: NDArray[np.int64] = field(metadata={"ndim": 1})
+    ids: list[Any] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -604,34 +609,54 @@ def _parted(msg: Splits, state: dict[str, Any], codes: NDArray[np.int8], edges: 
 # ---------------------------------------------------------------------------- inference
 
 
-def serve_inference(party: Party, X: Any, table: LookupTable, *, active: str) -> int:
+def serve_inference(party: Party, X: Any, table: LookupTable, *, active: str,
+                    ids: Sequence[Any] | None = None) -> int:
     """Answer the active party's inference: for every record, which asked rows go left.
 
-    Returns the number of rows answered.
+    With ``ids`` (the IDs of X's rows) the active party asks by ID, otherwise by
+    position. Returns the number of rows answered.
     """
     x = check_features(X, "X", f"party {party.name!r}")
     ask = party.recv(active, "infer")
-    if (not isinstance(ask, Infer) or (ask.rows.size and (
-            ask.rows.min() < 0 or ask.rows.max() >= x.shape[0]))):
-        raise ProtocolError(f"party {active!r} asked for rows this party does not hold",
-                            party=party.name, step="infer")
-    rows = x[ask.rows]
+    if not isinstance(ask, Infer):
+        raise ProtocolError(f"party {active!r} sent no inference request", party=party.name,
+                            step="infer")
+    if ids is not None:
+        where = {v: i for i, v in enumerate(ids)}
+        unknown = [v for v in ask.ids if v not in where]
+        if unknown or ask.rows.size:
+            raise ProtocolError(f"party {active!r} asked for IDs this party does not hold "
+                                f"({unknown[:3]!r})", party=party.name, step="infer")
+        positions = np.asarray([where[v] for v in ask.ids], dtype=np.int64)
+    else:
+        positions = ask.rows
+        if ask.ids or (positions.size and (positions.min() < 0
+                                           or positions.max() >= x.shape[0])):
+            raise ProtocolError(f"party {active!r} asked for rows this party does not hold",
+                                party=party.name, step="infer")
+    rows = x[positions]
     bits = np.stack([table.goes_left(r, rows) for r in range(len(table.records))]) \
         if table.records else np.zeros((0, rows.shape[0]), dtype=bool)
     party.send(active, "decisions", bits)
-    return int(ask.rows.size)
+    return int(positions.size)
 
 
 def infer(party: Party, X: Any, model: TreeModel, table: LookupTable, *,
-          passive: Sequence[str], rows: Mapping[str, Any] | None = None) -> Array:
+          passive: Sequence[str], rows: Mapping[str, Any] | None = None,
+          ids: Sequence[Any] | None = None) -> Array:
     """Score rows across the parties; returns the raw scores (rows × outputs).
 
     ``rows[name]`` are the positions in passive party ``name``'s data of the rows of X
-    (default: the same positions).
+    (default: the same positions); or ``ids``, the rows' IDs, which every passive party
+    looks up among its own.
     """
-    x = check_features(X, "X", f"party {party.name!r}")
+    x = (np.zeros((0, np.shape(X)[1])) if np.shape(X)[0] == 0   # nothing to score
+         else check_features(X, "X", f"party {party.name!r}"))
     answers: dict[int, NDArray[np.bool_]] = {0: np.zeros(0, dtype=bool)}
     for name in passive:
+        if ids is not None:
+            party.send(name, "infer", Infer(np.zeros(0, dtype=np.int64), list(ids)))
+            continue
         positions = np.arange(x.shape[0]) if rows is None else np.asarray(rows[name], np.int64)
         party.send(name, "infer", Infer(positions.astype(np.int64)))
     for i, name in enumerate(passive, start=1):
