@@ -24,7 +24,7 @@ from islands.vfl.keys import (
 )
 from islands.vfl.secureboost.maths import MAX_BINS, Objective, Params, Sampling
 
-__all__ = ["BoostConfig", "describe_he"]
+__all__ = ["BoostConfig", "WoeConfig", "describe_he"]
 
 
 def describe_he(he: str, key_bits: int) -> str:
@@ -149,3 +149,29 @@ class BoostConfig(ProtocolConfig):
         """Return a one-line description for reports."""
         return {"he": describe_he(self.he, self.key_bits), "trees": self.n_estimators,
                 "depth": self.max_depth, "bins": self.max_bins}
+
+
+class WoeConfig(ProtocolConfig):
+    """The plan of a federated WOE/IV run (:mod:`~islands.vfl.secureboost.woe`).
+
+    BoostConfig's binning and encryption settings, the ones every party compares before
+    any data moves.
+    """
+
+    OWNER: ClassVar[str] = "information_values"
+
+    max_bins: int = setting(32, f"an int in [2, {MAX_BINS}]",
+                            "Quantile bins per feature (plus one for missing values).",
+                            ge=2, le=MAX_BINS)
+    he: Literal["ou", "none"] = setting(
+        "ou", "'ou' or 'none'",
+        "Homomorphic encryption of the labels: 'ou' (Okamoto-Uchiyama on HEU, needs "
+        "sf-heu); 'none' sends them in the clear: a baseline for tests and benchmarks, it "
+        "protects nothing.")
+    insecure_keys: bool = insecure_keys_setting()
+    key_bits: int = key_bits_setting("Size of the active party's OU modulus n = p²q.")
+
+    @field_validator("key_bits")
+    @classmethod
+    def _key_floor(cls, value: int, info: ValidationInfo) -> int:
+        return check_key_floor(value, info.data.get("insecure_keys"))
