@@ -385,3 +385,18 @@ def test_a_script_without_a_main_guard_trains_on_worker_processes(tmp_path: Path
     assert done.returncode == 0, done.stderr[-2000:]
     accuracy = float(done.stdout.split("accuracy")[-1])
     assert accuracy > 0.8
+
+
+@needs_heu
+def test_the_docs_example_runs_as_a_user_runs_it(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "vfl.md").read_text(encoding="utf-8")
+    section = text.split("## Gradient-boosted trees: SecureBoost", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "example.py"
+    script.write_text(code + "\nprint('auc-proxy', round(float(((proba[:, 1] > 0.5) == y)"
+                             ".mean()), 3))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.split("auc-proxy")[-1]) > 0.95
