@@ -5,7 +5,8 @@ Systems 2021), with SecureBoost+'s engineering (Chen et al. 2021). Modules: ``ma
 (bins, losses, gains, tree growth), ``packing`` (gradient–hessian packing, cipher
 compression), ``config`` (the settings), ``protocol`` (the roles), ``model`` (what each
 party keeps), ``reference`` (the plaintext reference), ``federation`` (alignment,
-training and inference as one run), ``estimator`` (the user API).
+training and inference as one run), ``estimator`` (the user API), ``audit`` (what a
+passive party infers of the labels, measured).
 """
 
 from islands.vfl.secureboost.config import BoostConfig
