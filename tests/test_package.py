@@ -170,7 +170,8 @@ def test_every_reproduction_command_passes_its_options(
 
 
 @pytest.mark.parametrize("command", [["audit", "scca"],
-                                     ["audit", "pca", "--dataset", "fashion_mnist"]])
+                                     ["audit", "pca", "--dataset", "fashion_mnist"],
+                                     ["audit", "secureboost", "--data", "fashion_mnist"]])
 def test_audits_say_in_one_line_when_fashion_mnist_is_missing(
         command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ISLANDS_FASHION_MNIST", str(tmp_path / "nowhere"))

@@ -4,8 +4,8 @@ Commands: ``islands --version``, ``islands info`` (which optional parts and data
 installed), ``islands demo`` (every protocol family on real data, with its audits, written
 to ``runs/demo/``; ``islands demo securesum``: a three-party secure sum with its
 transcript), ``islands run JOB.toml`` (a federated training job), ``islands contribution``
-(each client's share of a finished run), ``islands audit scca|server|pca|gradients`` (what
-each protocol's parties recover from each other), ``islands reproduce
+(each client's share of a finished run), ``islands audit scca|server|pca|gradients|secureboost``
+(what each protocol's parties recover from each other), ``islands reproduce
 scca|pca|vfl|ftl|apfl|contribution`` (a paper's experiments as a report), ``islands certs``
 (a federation's CA and party certificates), ``islands party --config FILE`` (one
 organisation's party of a deployed federation, over gRPC with mutual TLS) and ``islands

@@ -6,7 +6,8 @@ Systems 2021), with SecureBoost+'s engineering (Chen et al. 2021). Modules: ``ma
 compression), ``config`` (the settings), ``protocol`` (the roles), ``model`` (what each
 party keeps), ``reference`` (the plaintext reference), ``federation`` (alignment,
 training and inference as one run), ``estimator`` (the user API), ``woe`` (weight of
-evidence and information value across the parties, a feature-selection step).
+evidence and information value across the parties, a feature-selection step), ``audit``
+(what a passive party infers of the labels, measured).
 """
 
 from islands.vfl.secureboost.config import BoostConfig
