@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,8 @@ def reference(blocks: list[Any], y: Any, config: BoostConfig, classes: int = 2,
                          rounds=config.n_estimators, max_bins=config.max_bins,
                          seed=config.seed, sampling=config.sampling(), train=train,
                          early_stopping_rounds=config.early_stopping_rounds,
-                         allowed=config.allowed if config.hardened() else None,
+                         allowed=(partial(config.allowed, parties=len(blocks))
+                                  if config.hardened() else None),
                          subtract=config.subtraction)
 
 
@@ -200,6 +201,7 @@ LOSSLESS = {
     "sampled": {"subsample": 0.7, "colsample_bytree": 0.6, "seed": 5},
     "goss": {"goss": True, "top_rate": 0.3, "other_rate": 0.2},
     "hardened": {"active_first_trees": 1, "active_top_levels": 1},
+    "mix": {"mix": True, "n_estimators": 4},
     "early-stopping": {"n_estimators": 6, "early_stopping_rounds": 1,
                        "validation_fraction": 0.3, "learning_rate": 1.0},
 }

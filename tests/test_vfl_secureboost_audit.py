@@ -180,7 +180,8 @@ def test_the_cli_prints_the_table_and_writes_json(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "first tree" in result.output and "test AUC" in result.output
     saved = json.loads(out.read_text())
-    assert saved["dataset"] == "breast_cancer" and len(saved["settings"]) == 4
+    assert saved["dataset"] == "breast_cancer" and len(saved["settings"]) == 5
+    assert saved["settings"][4]["mix"] is True and "mix" in result.output
     faithful, hardened = saved["settings"][0], saved["settings"][1]
     assert faithful["curve"][0]["accuracy"] > saved["prior_accuracy"] + 0.2
     assert hardened["curve"][0]["accuracy"] == saved["prior_accuracy"]

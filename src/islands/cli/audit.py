@@ -305,29 +305,30 @@ def audit_secureboost_command(
                                    max_depth=depth, known_fraction=known,
                                    top_levels=top_levels, seed=seed, dataset=data.name,
                                    progress=progress_option())
-    short = {(0, 0): "faithful", (1, 0): "first tree",
-             (0, top_levels): f"top {top_levels} level{'s' if top_levels > 1 else ''}",
-             (1, top_levels): "both"}
+    short = {(0, 0, False): "faithful", (1, 0, False): "first tree",
+             (0, top_levels, False): f"top {top_levels} level{'s' if top_levels > 1 else ''}",
+             (1, top_levels, False): "both", (0, 0, True): "mix"}
     table = Table(title=f"Passive party's accuracy/AUC on the "
                         f"{report.train_rows - report.known_labels} training rows whose "
                         f"label it does not know ({report.known_labels} known)")
     table.add_column("trees seen")
     for s in report.settings:
-        table.add_column(short[(s.active_first_trees, s.active_top_levels)], justify="right")
+        table.add_column(short[(s.active_first_trees, s.active_top_levels, s.mix)],
+                         justify="right")
     for i, point in enumerate(report.settings[0].curve):
         table.add_row(str(point.trees),
-                      *[f"{s.curve[i].accuracy:.3f}/{s.curve[i].auc:.3f}"
+                      *[f"{s.curve[i].accuracy:.3f}/{s.curve[i].auc:.2f}"
                         for s in report.settings])
     table.add_row("no label", *[
         "—" if s.zero_knowledge_accuracy is None
-        else f"{s.zero_knowledge_accuracy:.3f}≤{s.naming_upper_bound:.3f}"
+        else f"{s.zero_knowledge_accuracy:.2f}≤{s.naming_upper_bound:.2f}"
         for s in report.settings], end_section=True)
     hidden = []
     for s in report.settings:
         text = ", ".join(part for part in (
             f"{s.trees_hidden} tree{'s' if s.trees_hidden > 1 else ''}"
             if s.trees_hidden else "",
-            f"{s.levels_hidden} lv" if s.levels_hidden else "") if part) or "nothing"
+            f"{s.levels_hidden} lv" if s.levels_hidden else "") if part) or "none"
         hidden.append(text if s.hidden_as_planned else f"[bold red]{text} NOT AS PLANNED[/]")
     table.add_row("hidden", *hidden)
     table.add_row("test AUC", *[f"{s.test_auc:.4f}" for s in report.settings])

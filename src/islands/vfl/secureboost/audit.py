@@ -31,10 +31,12 @@ Attacks (each a pure function; the data are used only to score them):
   whose sizes add up closest to it. :func:`best_naming_accuracy` is the upper bound of
   any naming of those parts (a genie names each part by its true majority).
 
-The hardened settings, ``active_first_trees`` (FATE's complete secure tree) and
-``active_top_levels``, are audited the same way, with the model's test AUC for their
-accuracy cost. A tree kept from the passive party shows it nothing; top levels kept
-from it still show their partition in the next level's nodes.
+The hardened settings, ``active_first_trees`` (FATE's complete secure tree),
+``active_top_levels`` and ``mix`` (FATE's mix mode: each tree from one party's
+features), are audited the same way, with the model's test AUC for their accuracy cost.
+A tree kept from the passive party shows it nothing; top levels kept from it still show
+their partition in the next level's nodes; under ``mix`` it is shown only its own trees,
+whose partitions follow its own features.
 
 References
 ----------
@@ -418,7 +420,7 @@ class SettingReport:
     ----------
     name
         ``"faithful"``, ``"first tree active-only"``, ...
-    active_first_trees, active_top_levels
+    active_first_trees, active_top_levels, mix
         The hardening.
     curve
         :func:`co_membership_scores` on the rows whose label the attacker does not know,
@@ -443,6 +445,7 @@ class SettingReport:
     name: str
     active_first_trees: int
     active_top_levels: int
+    mix: bool
     curve: tuple[AttackPoint, ...]
     zero_knowledge_accuracy: float | None
     naming_upper_bound: float | None
@@ -537,8 +540,8 @@ def _scores(act: protocol.ActiveOutcome, pas: protocol.PassiveOutcome, active_x:
     return raw[:, 0]
 
 
-def _setting_name(first: int, top: int) -> str:
-    names = []
+def _setting_name(first: int, top: int, mix: bool = False) -> str:
+    names = ["trees by party (mix)"] if mix else []
     if first:
         names.append(f"first {'tree' if first == 1 else f'{first} trees'} active-only")
     if top:
@@ -552,10 +555,11 @@ def audit_secureboost(
     test_fraction: float = 0.3, seed: int = 0, dataset: str = "custom",
     progress: ProgressOption = None,
 ) -> SecureBoostAuditReport:
-    """Train SecureBoost four ways and attack the labels from the passive party's view.
+    """Train SecureBoost five ways and attack the labels from the passive party's view.
 
     The settings are the faithful protocol, ``active_first_trees=1`` (FATE's complete
-    secure tree), ``active_top_levels=top_levels`` and both. Each runs the real roles
+    secure tree), ``active_top_levels=top_levels``, both, and ``mix`` (each tree from
+    one party's features, FATE's mix mode). Each runs the real roles
     (``he="none"``: the same ``Level`` and ``Splits`` as under encryption) on the same
     training rows; the passive party's received messages are decoded
     (:func:`passive_view`) and attacked, and the model is scored on the held-out rows.
@@ -629,12 +633,13 @@ def audit_secureboost(
     codes = apply_bins(xp[train], edges, base.max_bins)
     marks = _checkpoints(n_estimators)
     reports = []
-    plans = [(0, 0), (1, 0), (0, top_levels), (1, top_levels)]
+    plans = [(0, 0, False), (1, 0, False), (0, top_levels, False), (1, top_levels, False),
+             (0, 0, True)]
     with task(progress, "audit secureboost", len(plans), owner=owner) as running:
-        for done, (first, top) in enumerate(plans):
-            name = _setting_name(first, top)
+        for done, (first, top, mix) in enumerate(plans):
+            name = _setting_name(first, top, mix)
             running.update(done, f"training and attacking: {name}")
-            config = base.replace(active_first_trees=first, active_top_levels=top)
+            config = base.replace(active_first_trees=first, active_top_levels=top, mix=mix)
             act, pas, received = _run(xp[train], xa[train], y_train, config)
             view = passive_view(received, PASSIVE, rows)
             parts = [finest_partition(t, codes, base.max_bins) for t in view.trees]
@@ -653,7 +658,8 @@ def audit_secureboost(
             raw = _scores(act, pas, xa[test], xp[test])
             y_test = labels[test]
             reports.append(SettingReport(
-                name=name, active_first_trees=first, active_top_levels=top, curve=curve,
+                name=name, active_first_trees=first, active_top_levels=top, mix=mix,
+                curve=curve,
                 zero_knowledge_accuracy=zk, naming_upper_bound=bound,
                 zero_knowledge_tree=None if split is None else split[0],
                 trees_hidden=sum(not t.shown for t in view.trees),

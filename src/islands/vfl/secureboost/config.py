@@ -94,10 +94,13 @@ class BoostConfig(ProtocolConfig):
                                 "histograms, the larger is the parent's minus it.")
     active_first_trees: int = setting(
         0, "an int >= 0", "Hardening: the first trees use the active party's features only "
-        "(FATE's complete secure tree for 1); passive parties see nothing of them.", ge=0)
+        "(FATE's complete secure tree for 1); passive parties see nothing of them, but "
+        "later trees leak as much (islands audit secureboost).", ge=0)
     active_top_levels: int = setting(
         0, "an int >= 0", "Hardening: the top levels of every tree split on the active "
-        "party's features only; passive parties learn nothing at those levels.", ge=0)
+        "party's features only; the first level a passive party takes part in still shows "
+        "it their partition, so this hides no instance space (islands audit secureboost).",
+        ge=0)
     max_peer_size: int | None = setting(
         None, "an int >= 1 or None",
         "With private alignment: the largest ID set a party accepts from the other; given, "
@@ -107,6 +110,10 @@ class BoostConfig(ProtocolConfig):
         "With private alignment and no max_peer_size: the limit is this times the party's "
         "own number of IDs; both None accept any size.", gt=0)
     psi_engine: Engine = engine_setting()
+    mix: bool = setting(
+        False, "a bool", "Hardening (FATE's mix mode): each tree splits on one party's "
+        "features, in turn (the active party's, then each passive party's); a passive party "
+        "is shown only its own trees, whose partitions follow its own features.")
     seed: int = setting(0, "an int in [0, inf)",
                         "Seed of the active party's row and column draws.", ge=0)
 
@@ -136,14 +143,20 @@ class BoostConfig(ProtocolConfig):
         """Return the loss for labels of ``classes`` classes."""
         return Objective(self.objective, classes if self.objective == "multiclass" else 1)
 
-    def allowed(self, tree: int, party: int, depth: int) -> bool:
-        """Return whether party ``party`` (0: active) may split at ``depth`` of tree ``tree``."""
+    def allowed(self, tree: int, party: int, depth: int, parties: int = 2) -> bool:
+        """Return whether party ``party`` (0: active) may split at ``depth`` of tree ``tree``.
+
+        ``parties`` counts the active party and the passive ones (``mix`` gives tree t to
+        party t mod parties).
+        """
+        if self.mix and party != tree % parties:
+            return False
         return party == 0 or (tree >= self.active_first_trees
                               and depth >= self.active_top_levels)
 
     def hardened(self) -> bool:
-        """Return whether any level of any tree is active-only."""
-        return self.active_first_trees > 0 or self.active_top_levels > 0
+        """Return whether any level of any tree is kept from some party."""
+        return self.active_first_trees > 0 or self.active_top_levels > 0 or self.mix
 
     def summary(self) -> dict[str, Any]:
         """Return a one-line description for reports."""

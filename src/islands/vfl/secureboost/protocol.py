@@ -33,9 +33,11 @@ parted     passive → active  :class:`Parted`: a record number per split and wh
 =========  ================  ===============================================================
 
 A passive party not allowed to split at a level (the hardened modes,
-``active_first_trees`` and ``active_top_levels``) gets a :class:`Level` without rows or
-nodes, and a tree it may not split at all comes without gradients: it learns nothing of
-those levels but their number.
+``active_first_trees``, ``active_top_levels`` and ``mix``) gets a :class:`Level` without rows or
+nodes, and a tree it may not split at all comes without gradients or rows. The first
+level it takes part in still sends it every row's node, so the partition the top levels
+made reaches it then; only a whole tree stays hidden (measured in
+:mod:`~islands.vfl.secureboost.audit`).
 
 What each party learns. The active party learns every bin's gradient and hessian sums of
 every passive feature (that is what it chooses splits from), the feature and bin index of
@@ -271,6 +273,10 @@ class _Federation(TreeSource):
                     if self.cipher is not None and config.compression else 1)
         self._shown: set[int] = set()
 
+    def allowed(self, tree: int, party: int, depth: int) -> bool:
+        """Whether ``party`` may split at ``depth`` of ``tree`` (the hardened modes)."""
+        return self.config.allowed(tree, party, depth, self.parties)
+
     # a tree ------------------------------------------------------------------
     def begin(self, tree: int, output: int, g: Ints, h: Ints, frac: int,
               sampled: NDArray[np.bool_], columns: Sequence[NDArray[np.bool_]]) -> None:
@@ -278,9 +284,10 @@ class _Federation(TreeSource):
         self._g, self._h = g.astype(np.float64), h.astype(np.float64)
         self._depth = 0
         rows = np.flatnonzero(sampled)
-        takes_part = any(self.config.allowed(tree, 1, d) for d in range(self.config.max_depth))
+        takes_part = [any(self.allowed(tree, i, d) for d in range(self.config.max_depth))
+                      for i in range(1, self.parties)]
         values: list[Any] = []
-        if takes_part:
+        if any(takes_part):
             if self.cipher is None:
                 values = [g[rows], h[rows]]
             elif self.config.packing:
@@ -290,8 +297,9 @@ class _Federation(TreeSource):
                           self.cipher.to_bytes(self.cipher.encrypt(h[rows].tolist()))]
         self._rows = rows
         for i, name in enumerate(self.names, start=1):
-            self.party.send(name, "boost", TreeStart(tree, rows if takes_part else rows[:0],
-                                                     columns[i], values))
+            shown = takes_part[i - 1]
+            self.party.send(name, "boost", TreeStart(tree, rows if shown else rows[:0],
+                                                     columns[i], values if shown else []))
 
     # a level -----------------------------------------------------------------
     def histograms(self, wanted: Mapping[int, Sequence[int]],
@@ -453,7 +461,7 @@ def active(party: Party, X: Any, y: Any, *, passive: Sequence[str], config: Boos
                     train=train, sampling=config.sampling(),
                     rng=np.random.default_rng(config.seed),
                     early_stopping_rounds=config.early_stopping_rounds,
-                    allowed=config.allowed if config.hardened() else None,
+                    allowed=source.allowed if config.hardened() else None,
                     subtract=config.subtraction, on_round=on_round)
     for name in passive:
         party.send(name, "boost", Finish(len(boosted.trees)))
