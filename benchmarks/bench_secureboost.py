@@ -240,7 +240,8 @@ def main() -> None:
                 "no compression": ({"compression": False}, args.workers),
                 "no subtraction": ({"subtraction": False}, args.workers),
                 "GOSS (0.2, 0.1)": ({"goss": True}, args.workers),
-                "one process": ({}, 1)}
+                "one process": ({}, 1),
+                "Paillier (DJN)": ({"he": "paillier"}, args.workers)}
     for name, (change, workers) in variants.items():
         config = BoostConfig.build(None, **{**base, "n_estimators": 3, "he": "ou", **change})
         _, _, times = _federate(blocks, yo, config, workers)

@@ -202,6 +202,7 @@ LOSSLESS = {
     "goss": {"goss": True, "top_rate": 0.3, "other_rate": 0.2},
     "hardened": {"active_first_trees": 1, "active_top_levels": 1},
     "mix": {"mix": True, "n_estimators": 4},
+    "paillier": {"he": "paillier", "n_estimators": 2},
     "early-stopping": {"n_estimators": 6, "early_stopping_rounds": 1,
                        "validation_fraction": 0.3, "learning_rate": 1.0},
 }
@@ -326,6 +327,26 @@ def test_a_passive_party_refuses_a_key_below_its_own_size() -> None:
              "A": lambda p: protocol.passive(p, blocks[1], active="B", config=large)}
     result = run_local(roles, timeout=60, tolerate=list(roles))
     assert "key_bits" in str(result.failures["A"])
+
+
+@needs_heu
+def test_a_passive_party_refuses_a_paillier_key_below_its_floor_and_a_stray_djn_base() -> None:
+    blocks, y = data(60, (2, 2))
+    mine = config(he="paillier", key_bits=2048, insecure_keys=False)
+    theirs = config(he="paillier")
+    roles = {"B": lambda p: protocol.active(p, blocks[0], y, passive=["A"], config=theirs),
+             "A": lambda p: protocol.passive(p, blocks[1], active="B", config=mine)}
+    result = run_local(roles, timeout=60, tolerate=list(roles))
+    assert "key_bits" in str(result.failures["A"])
+    plan = config(he="none")
+
+    def rogue(party: Any) -> None:
+        party.recv("A", "hello")
+        party.send("A", "setup", protocol.Setup(b"", plan.plan_text(), 7))
+
+    roles = {"B": rogue, "A": lambda p: protocol.passive(p, blocks[1], active="B", config=plan)}
+    result = run_local(roles, timeout=30, tolerate=list(roles))
+    assert "DJN base" in str(result.failures["A"])
 
 
 @needs_heu

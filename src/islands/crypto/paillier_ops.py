@@ -48,8 +48,8 @@ from islands.crypto import paillier
 from islands.crypto.processes import check_workers, chunks, run_in_workers
 from islands.errors import ValidationError
 
-__all__ = ["VectorCipher", "decrypt_many", "decrypt_signed", "modular_masks", "modular_unmask",
-           "weighted_products"]
+__all__ = ["VectorCipher", "bucket_sums", "decrypt_many", "decrypt_signed", "modular_masks",
+           "modular_unmask", "weighted_products"]
 
 _PARALLEL_ENCRYPT = 64  # encryptions below which a pool costs more than it saves
 _PARALLEL_ENTRIES = 4096  # multi-exponentiation entries (rows × columns), likewise
@@ -154,6 +154,57 @@ def weighted_products(public_key: phe_paillier.PaillierPublicKey, cts: Sequence[
             neg = neg * part[j][1] % n2
         out.append(pos if neg == 1 else pos * gmpy2.invert(neg, n2) % n2)
     return out
+
+
+def _bucket_chunk(n: int, cts: list[Any], order: NDArray[np.int8],
+                  groups: list[NDArray[np.bool_]], buckets: int, per: int,
+                  shift_bits: int) -> list[list[Any]]:
+    """Bucket products of some columns (worker side of :func:`bucket_sums`)."""
+    n2 = gmpy2.mpz(n) ** 2
+    shift = gmpy2.mpz(1) << shift_bits
+    runs = -(-buckets // per)
+    out: list[list[Any]] = []
+    for group in groups:
+        rows = np.flatnonzero(group)
+        column: list[Any] = []
+        for j in range(order.shape[1]):
+            acc = [gmpy2.mpz(1)] * buckets
+            for r, b in zip(rows.tolist(), order[rows, j].tolist(), strict=True):
+                acc[b] = acc[b] * cts[r] % n2
+            for k in range(runs):  # Horner: Enc(Σ_t m_t·2^(t·shift_bits)) per run
+                part = acc[k * per:(k + 1) * per]
+                value = part[-1]
+                for c in reversed(part[:-1]):
+                    value = gmpy2.powmod(value, shift, n2) * c % n2
+                column.append(value)
+        out.append(column)
+    return out
+
+
+def bucket_sums(cipher: VectorCipher, cts: Sequence[Any], order: NDArray[np.int8],
+                groups: Sequence[NDArray[Any]], buckets: int, *, per: int = 1,
+                shift_bits: int = 0) -> list[list[Any]]:
+    """Per group of rows, per column of ``order`` and bucket, Enc(Σ m) of the rows there.
+
+    The Paillier counterpart of :meth:`islands.crypto.heu.OuCipher.bucket_sums`: one
+    multiplication modulo n² per row, column and group, and with ``per`` > 1 each
+    column's buckets packed ``per`` to a ciphertext (Horner's rule, a power 2^shift_bits
+    per bucket: SecureBoost+'s cipher compression). Returns one list per group, column
+    by column. Columns are split over the worker processes (the loops hold the GIL).
+    """
+    rows, cols = order.shape
+    if len(cts) != rows or order.dtype != np.int8 or not 1 <= buckets <= 127:
+        raise ValidationError(f"bucket_sums: {len(cts)} ciphertexts for an order map of "
+                              f"shape {order.shape} ({order.dtype}), {buckets} buckets")
+    masks = [np.asarray(g, dtype=bool).reshape(rows) for g in groups]
+    parts = chunks(cols, min(cipher.workers, rows * cols // _PARALLEL_ENTRIES))
+    calls = [(cipher.n, list(cts), np.ascontiguousarray(order[:, lo:hi]), masks, buckets, per,
+              shift_bits) for lo, hi in parts]
+    if len(calls) == 1:
+        results = [_bucket_chunk(*calls[0])]
+    else:
+        results = run_in_workers(_bucket_chunk, calls, cipher.workers, owner="bucket_sums")
+    return [[c for part in results for c in part[k]] for k in range(len(masks))]
 
 
 def _decrypt_chunk(n: int, p: int, q: int, cts: list[Any]) -> list[int]:

@@ -31,6 +31,7 @@ def describe_he(he: str, key_bits: int) -> str:
     """Return the scheme in words, as summaries print it."""
     note = insecure_key_note(he, key_bits)
     return {"ou": f"{key_bits}-bit Okamoto-Uchiyama (HEU)",
+            "paillier": f"{key_bits}-bit Paillier (DJN)",
             "none": "no encryption (a baseline)"}[he] + (f" [INSECURE: {note}]" if note else "")
 
 
@@ -75,13 +76,14 @@ class BoostConfig(ProtocolConfig):
     validation_fraction: float = setting(
         0.1, "a float in (0, 0.5]", "With early stopping: share of the aligned rows the "
         "active party holds out for validation.", gt=0, le=0.5)
-    he: Literal["ou", "none"] = setting(
-        "ou", "'ou' or 'none'",
+    he: Literal["ou", "paillier", "none"] = setting(
+        "ou", "'ou', 'paillier' or 'none'",
         "Homomorphic encryption of the gradients: 'ou' (Okamoto-Uchiyama on HEU, needs "
-        "sf-heu); 'none' sends them in the clear: a baseline for benchmarks, it protects "
-        "nothing.")
+        "sf-heu), 'paillier' (islands' DJN Paillier: slower, in Python); 'none' sends them "
+        "in the clear: a baseline for benchmarks, it protects nothing.")
     insecure_keys: bool = insecure_keys_setting()
-    key_bits: int = key_bits_setting("Size of the active party's OU modulus n = p²q.")
+    key_bits: int = key_bits_setting("Size of the active party's modulus (OU's n = p²q, or "
+                                     "Paillier's n).")
     packing: bool = setting(True, "a bool",
                             "Pack each row's gradient and hessian into one plaintext "
                             "(SecureBoost+): half the encryptions and histogram work.")
@@ -182,7 +184,8 @@ class WoeConfig(ProtocolConfig):
         "sf-heu); 'none' sends them in the clear: a baseline for tests and benchmarks, it "
         "protects nothing.")
     insecure_keys: bool = insecure_keys_setting()
-    key_bits: int = key_bits_setting("Size of the active party's OU modulus n = p²q.")
+    key_bits: int = key_bits_setting("Size of the active party's modulus (OU's n = p²q, or "
+                                     "Paillier's n).")
 
     @field_validator("key_bits")
     @classmethod

@@ -66,7 +66,7 @@ from numpy.typing import NDArray
 
 from islands.arrays import Array
 from islands.config import check_same_plan
-from islands.crypto import heu
+from islands.crypto import heu, paillier, paillier_ops
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
 from islands.validation import as_float_array, check_values
@@ -121,10 +121,14 @@ class Hello:
 @wire.register(name="sboost.Setup")
 @dataclass(frozen=True)
 class Setup:
-    """The active party's OU public key (empty in the clear) and the plan text."""
+    """The active party's public key (empty in the clear) and the plan text.
+
+    With Paillier also the DJN base h_s (None: textbook randomness).
+    """
 
     public_key: bytes
     plan: str
+    djn_base: int | None = None
 
 
 @wire.register(name="sboost.TreeStart")
@@ -198,6 +202,91 @@ class Infer:
     ids: list[Any] = field(default_factory=list)
 
 
+# ---------------------------------------------------------------------------- Paillier
+
+
+class PaillierCipher:
+    """islands' DJN Paillier behind the calls the roles make of an OU cipher.
+
+    :mod:`islands.crypto.paillier_ops` for ``he="paillier"``, in place of
+    :class:`~islands.crypto.heu.OuCipher`. Plaintexts are residues modulo n read as
+    signed below n/2, so a packed plaintext holds n's bits less two.
+    """
+
+    def __init__(self, vector: paillier_ops.VectorCipher) -> None:
+        self.vector = vector
+        self.plaintext_bits = vector.n.bit_length() - 2
+
+    @classmethod
+    def from_setup(cls, setup: Setup, owner: str, min_bits: int,
+                   workers: int | None) -> PaillierCipher:
+        """Check the key (and DJN base) a passive party received; return its cipher."""
+        try:
+            public_key = paillier.public_key_from_bytes(setup.public_key, min_bits=min_bits)
+            base = (None if setup.djn_base is None
+                    else int(paillier.check_djn_base(public_key, setup.djn_base, owner)))
+        except ValidationError as exc:
+            raise ValidationError(f"{owner}: {exc}") from None
+        return cls(paillier_ops.VectorCipher(public_key, base, workers=workers))
+
+    def encrypt(self, values: Sequence[int]) -> list[Any]:
+        """Encrypt signed integers."""
+        return self.vector.encrypt(values)
+
+    def to_bytes(self, cts: Sequence[Any]) -> bytes:
+        """Serialise ciphertexts (key fingerprint first)."""
+        return self.vector.to_bytes(cts)
+
+    def from_bytes(self, blob: Any, count: int, name: str, owner: str) -> list[Any]:
+        """Parse and check exactly ``count`` ciphertexts."""
+        return self.vector.from_bytes(blob, count, name, owner)
+
+    def take(self, cts: Sequence[Any], indices: Sequence[int]) -> list[Any]:
+        """Return the ciphertexts at ``indices``."""
+        return [cts[i] for i in indices]
+
+    def concat(self, parts: Sequence[Sequence[Any]]) -> list[Any]:
+        """Return one list of the parts' ciphertexts, in order."""
+        return [c for part in parts for c in part]
+
+    def bucket_sums(self, cts: Sequence[Any], order: NDArray[np.int8],
+                    groups: Sequence[NDArray[Any]], buckets: int, *, per: int = 1,
+                    shift_bits: int = 0) -> list[list[Any]]:
+        """:func:`islands.crypto.paillier_ops.bucket_sums`."""
+        return paillier_ops.bucket_sums(self.vector, cts, order, groups, buckets, per=per,
+                                        shift_bits=shift_bits)
+
+
+class PaillierKey:
+    """The active party's DJN Paillier key pair, with range-checked signed decryption."""
+
+    def __init__(self, key_bits: int, *, workers: int | None = None) -> None:
+        self.public, self.private, self.djn_base = paillier.generate_djn_keypair(key_bits)
+        self.workers = workers
+
+    def public_bytes(self) -> bytes:
+        """Return the public key as sent."""
+        return paillier.public_key_to_bytes(self.public)
+
+    def cipher(self) -> PaillierCipher:
+        """Return the key owner's own cipher."""
+        return PaillierCipher(paillier_ops.VectorCipher(self.public, self.djn_base,
+                                                        workers=self.workers))
+
+    def decrypt(self, cts: Sequence[Any], range_bits: int, *, positive: bool, what: str,
+                sender: str, party: str | None = None, step: str | None = None) -> list[int]:
+        """Decrypt signed values that must lie in (−2^range_bits, 2^range_bits)."""
+        n = int(self.public.n)
+        values = [m - n if m > n // 2 else m
+                  for m in paillier_ops.decrypt_many(self.private, cts, workers=self.workers)]
+        bound = 1 << range_bits
+        if any(not -bound < v < bound or (positive and v <= 0) for v in values):
+            raise ProtocolError(f"{sender} sent {what} that decrypt outside the range the "
+                                f"protocol allows (|v| < 2^{range_bits}); refused",
+                                party=party, step=step)
+        return values
+
+
 # ---------------------------------------------------------------------------- inputs
 
 
@@ -261,7 +350,7 @@ class _Federation(TreeSource):
 
     def __init__(self, party: Party, names: Sequence[str], features: Sequence[int],
                  codes: NDArray[np.int8], edges: list[Array], config: BoostConfig,
-                 key: heu.OuKeyOwner | None) -> None:
+                 key: Any) -> None:
         self.party, self.names, self.config, self.key = party, list(names), config, key
         self.codes, self.edges = codes, edges
         self.parties = 1 + len(names)
@@ -446,10 +535,13 @@ def active(party: Party, X: Any, y: Any, *, passive: Sequence[str], config: Boos
             raise ProtocolError(f"party {name!r} holds {got} aligned rows; {party.name!r} "
                                 f"holds {x.shape[0]}", party=party.name, step="hello")
         hellos.append(hello)
-    key = None
+    key: Any = None
     if config.he == "ou":
         key = heu.OuKeyOwner(config.key_bits, workers=workers)
-    setup = Setup(key.public_bytes() if key is not None else b"", config.plan_text())
+    elif config.he == "paillier":
+        key = PaillierKey(config.key_bits, workers=workers)
+    setup = Setup(key.public_bytes() if key is not None else b"", config.plan_text(),
+                  getattr(key, "djn_base", None))
     for name in passive:
         party.send(name, "setup", setup)
     edges, codes = _binned(x, config.max_bins)
@@ -505,11 +597,17 @@ def passive(party: Party, X: Any, *, active: str, config: BoostConfig,
     if not isinstance(setup, Setup):
         raise ProtocolError(f"party {active!r} sent no setup", party=party.name, step="setup")
     check_same_plan(config.plan_text(), setup.plan, party=party.name, peer=active)
-    cipher = None
+    cipher: Any = None
+    min_bits = min_peer_key_bits(config.key_bits, config.insecure_keys)
+    where = f"{owner} (from {active!r})"
+    if config.he != "paillier" and setup.djn_base is not None:
+        raise ProtocolError(f"party {active!r} sent a DJN base for a plan without Paillier",
+                            party=party.name, step="setup")
     if config.he == "ou":
-        cipher = heu.OuCipher.from_public_bytes(
-            setup.public_key, owner=f"{owner} (from {active!r})",
-            min_bits=min_peer_key_bits(config.key_bits, config.insecure_keys), workers=workers)
+        cipher = heu.OuCipher.from_public_bytes(setup.public_key, owner=where,
+                                                min_bits=min_bits, workers=workers)
+    elif config.he == "paillier":
+        cipher = PaillierCipher.from_setup(setup, where, min_bits, workers)
     elif setup.public_key:
         raise ProtocolError(f"party {active!r} sent a key for a plan in the clear",
                             party=party.name, step="setup")
@@ -536,7 +634,7 @@ def passive(party: Party, X: Any, *, active: str, config: BoostConfig,
     return PassiveOutcome(table, edges)
 
 
-def _start(msg: TreeStart, codes: NDArray[np.int8], cipher: heu.OuCipher | None,
+def _start(msg: TreeStart, codes: NDArray[np.int8], cipher: Any,
            config: BoostConfig, owner: str, active: str, me: str) -> dict[str, Any]:
     rows, features = codes.shape
     sampled = msg.rows
@@ -573,7 +671,7 @@ def _node_of(msg: Level, rows: int, active: str, me: str) -> NDArray[np.int32]:
 
 
 def _histograms(state: dict[str, Any], nodes: list[int], buckets: int,
-                cipher: heu.OuCipher | None, per: int, config: BoostConfig) -> Any:
+                cipher: Any, per: int, config: BoostConfig) -> Any:
     sampled_nodes = state["node_of"][state["rows"]]
     order = state["order"]
     if cipher is None:
