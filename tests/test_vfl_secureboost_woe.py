@@ -87,12 +87,12 @@ def test_iv_strength_reads_the_usual_bands() -> None:
 # ---------------------------------------------------------------- the federation
 
 
-@needs_heu
-def test_encrypted_equals_the_clear_and_the_formulas_on_the_joined_data() -> None:
+@pytest.mark.parametrize("scheme", [pytest.param("ou", marks=needs_heu), "paillier"])
+def test_encrypted_equals_the_clear_and_the_formulas_on_the_joined_data(scheme: str) -> None:
     blocks, b, y = data()
     clear = information_values(blocks, b, y, max_bins=8, he="none")
     with pytest.warns(UserWarning, match="insecure"):
-        enc = information_values(blocks, b, y, max_bins=8, **OU)
+        enc = information_values(blocks, b, y, max_bins=8, **{**OU, "he": scheme})
     assert enc.parties == clear.parties == ("B", "A1", "A2")
     assert (enc.events, enc.nonevents) == (int(y.sum()), int((1 - y).sum()))
     for fe, fc in zip(enc.features, clear.features, strict=True):

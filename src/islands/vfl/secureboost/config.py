@@ -178,11 +178,11 @@ class WoeConfig(ProtocolConfig):
     max_bins: int = setting(32, f"an int in [2, {MAX_BINS}]",
                             "Quantile bins per feature (plus one for missing values).",
                             ge=2, le=MAX_BINS)
-    he: Literal["ou", "none"] = setting(
-        "ou", "'ou' or 'none'",
+    he: Literal["ou", "paillier", "none"] = setting(
+        "ou", "'ou', 'paillier' or 'none'",
         "Homomorphic encryption of the labels: 'ou' (Okamoto-Uchiyama on HEU, needs "
-        "sf-heu); 'none' sends them in the clear: a baseline for tests and benchmarks, it "
-        "protects nothing.")
+        "sf-heu), 'paillier' (islands' DJN Paillier); 'none' sends them in the clear: a "
+        "baseline for tests and benchmarks, it protects nothing.")
     insecure_keys: bool = insecure_keys_setting()
     key_bits: int = key_bits_setting("Size of the active party's modulus (OU's n = p²q, or "
                                      "Paillier's n).")

@@ -98,9 +98,12 @@ __all__ = [
     "Splits",
     "TreeStart",
     "active",
+    "binned",
     "check_features",
     "holdout",
     "infer",
+    "join_federation",
+    "open_federation",
     "passive",
     "serve_inference",
 ]
@@ -315,9 +318,74 @@ def holdout(rows: int, fraction: float, seed: int) -> NDArray[np.bool_]:
     return train
 
 
-def _binned(X: Array, max_bins: int) -> tuple[list[Array], NDArray[np.int8]]:
+def binned(X: Array, max_bins: int) -> tuple[list[Array], NDArray[np.int8]]:
+    """Return a party's bins: each feature's cut points and every value's bin (int8)."""
     edges = [bin_edges(X[:, j], max_bins) for j in range(X.shape[1])]
     return edges, apply_bins(X, edges, max_bins)
+
+
+def open_federation(party: Party, rows: int, *, passive: Sequence[str], config: Any,
+                    workers: int | None = None) -> tuple[list[Hello], Any]:
+    """Start the active party's side: every passive party's hello, the key, the setup.
+
+    Checks that each passive party holds ``rows`` aligned rows, makes the key ``config``
+    asks for (OU, Paillier or none) and sends every passive party the public key and
+    the plan text (``config.plan_text()``). Returns the hellos and the key (None in the
+    clear).
+    """
+    hellos = []
+    for name in passive:
+        hello = party.recv(name, "hello")
+        if not isinstance(hello, Hello) or hello.rows != rows:
+            got = hello.rows if isinstance(hello, Hello) else type(hello).__name__
+            raise ProtocolError(f"party {name!r} holds {got} aligned rows; {party.name!r} "
+                                f"holds {rows}", party=party.name, step="hello")
+        hellos.append(hello)
+    key: Any = None
+    if config.he == "ou":
+        key = heu.OuKeyOwner(config.key_bits, workers=workers)
+    elif config.he == "paillier":
+        key = PaillierKey(config.key_bits, workers=workers)
+    setup = Setup(key.public_bytes() if key is not None else b"", config.plan_text(),
+                  getattr(key, "djn_base", None))
+    for name in passive:
+        party.send(name, "setup", setup)
+    return hellos, key
+
+
+def join_federation(party: Party, X: Any, *, active: str, config: Any,
+                    workers: int | None = None
+                    ) -> tuple[list[Array], NDArray[np.int8], Any]:
+    """Start a passive party's side: bin its features, say hello, check the setup.
+
+    The active party's plan must equal ``config``'s and its key must be of the scheme
+    and at least the size this party's own ``config`` asks for (the active party may
+    ask for more protection, never less). Returns the bins' cut points, every row's
+    bins and the cipher (None in the clear).
+    """
+    owner = f"party {party.name!r}"
+    x = check_features(X, "X", owner)
+    edges, codes = binned(x, config.max_bins)
+    party.send(active, "hello", Hello(*x.shape))
+    setup = party.recv(active, "setup")
+    if not isinstance(setup, Setup):
+        raise ProtocolError(f"party {active!r} sent no setup", party=party.name, step="setup")
+    check_same_plan(config.plan_text(), setup.plan, party=party.name, peer=active)
+    min_bits = min_peer_key_bits(config.key_bits, config.insecure_keys)
+    where = f"{owner} (from {active!r})"
+    if config.he != "paillier" and setup.djn_base is not None:
+        raise ProtocolError(f"party {active!r} sent a DJN base for a plan without Paillier",
+                            party=party.name, step="setup")
+    cipher: Any = None
+    if config.he == "ou":
+        cipher = heu.OuCipher.from_public_bytes(setup.public_key, owner=where,
+                                                min_bits=min_bits, workers=workers)
+    elif config.he == "paillier":
+        cipher = PaillierCipher.from_setup(setup, where, min_bits, workers)
+    elif setup.public_key:
+        raise ProtocolError(f"party {active!r} sent a key for a plan in the clear",
+                            party=party.name, step="setup")
+    return edges, codes, cipher
 
 
 # ---------------------------------------------------------------------------- the active party
@@ -527,24 +595,9 @@ def active(party: Party, X: Any, y: Any, *, passive: Sequence[str], config: Boos
     check_values(labels, "y", owner)
     if labels.size != x.shape[0]:
         raise ValidationError(f"{owner}: y holds {labels.size} labels for {x.shape[0]} rows")
-    hellos = []
-    for name in passive:
-        hello = party.recv(name, "hello")
-        if not isinstance(hello, Hello) or hello.rows != x.shape[0]:
-            got = hello.rows if isinstance(hello, Hello) else type(hello).__name__
-            raise ProtocolError(f"party {name!r} holds {got} aligned rows; {party.name!r} "
-                                f"holds {x.shape[0]}", party=party.name, step="hello")
-        hellos.append(hello)
-    key: Any = None
-    if config.he == "ou":
-        key = heu.OuKeyOwner(config.key_bits, workers=workers)
-    elif config.he == "paillier":
-        key = PaillierKey(config.key_bits, workers=workers)
-    setup = Setup(key.public_bytes() if key is not None else b"", config.plan_text(),
-                  getattr(key, "djn_base", None))
-    for name in passive:
-        party.send(name, "setup", setup)
-    edges, codes = _binned(x, config.max_bins)
+    hellos, key = open_federation(party, x.shape[0], passive=passive, config=config,
+                                  workers=workers)
+    edges, codes = binned(x, config.max_bins)
     source = _Federation(party, passive, [h.features for h in hellos], codes, edges, config, key)
     train = (holdout(x.shape[0], config.validation_fraction, config.seed)
              if config.early_stopping_rounds is not None else np.ones(x.shape[0], dtype=bool))
@@ -588,29 +641,10 @@ def passive(party: Party, X: Any, *, active: str, config: BoostConfig,
         Worker processes for the encrypted histograms.
     """
     owner = f"party {party.name!r}"
-    x = check_features(X, "X", owner)
-    rows, features = x.shape
-    edges, codes = _binned(x, config.max_bins)
+    edges, codes, cipher = join_federation(party, X, active=active, config=config,
+                                           workers=workers)
+    rows = codes.shape[0]
     buckets = config.max_bins + 1
-    party.send(active, "hello", Hello(rows, features))
-    setup = party.recv(active, "setup")
-    if not isinstance(setup, Setup):
-        raise ProtocolError(f"party {active!r} sent no setup", party=party.name, step="setup")
-    check_same_plan(config.plan_text(), setup.plan, party=party.name, peer=active)
-    cipher: Any = None
-    min_bits = min_peer_key_bits(config.key_bits, config.insecure_keys)
-    where = f"{owner} (from {active!r})"
-    if config.he != "paillier" and setup.djn_base is not None:
-        raise ProtocolError(f"party {active!r} sent a DJN base for a plan without Paillier",
-                            party=party.name, step="setup")
-    if config.he == "ou":
-        cipher = heu.OuCipher.from_public_bytes(setup.public_key, owner=where,
-                                                min_bits=min_bits, workers=workers)
-    elif config.he == "paillier":
-        cipher = PaillierCipher.from_setup(setup, where, min_bits, workers)
-    elif setup.public_key:
-        raise ProtocolError(f"party {active!r} sent a key for a plan in the clear",
-                            party=party.name, step="setup")
     per = packing.per_plaintext(cipher.plaintext_bits) if cipher and config.compression else 1
     table = LookupTable()
     state: dict[str, Any] = {}

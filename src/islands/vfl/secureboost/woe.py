@@ -65,19 +65,24 @@ import numpy as np
 from numpy.typing import NDArray
 
 from islands.arrays import Array
-from islands.config import RunSettings, check_same_plan
+from islands.config import RunSettings
 from islands.crypto import heu
 from islands.crypto.processes import check_workers
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, Transcript, run_local, wire
 from islands.validation import as_float_array, check_values
 from islands.vfl.estimator import _passive_names
-from islands.vfl.keys import min_peer_key_bits, warn_insecure_keys
+from islands.vfl.keys import warn_insecure_keys
 from islands.vfl.secureboost import packing
 from islands.vfl.secureboost.config import WoeConfig
 from islands.vfl.secureboost.estimator import _blocks
-from islands.vfl.secureboost.maths import Ints, apply_bins, bin_edges
-from islands.vfl.secureboost.protocol import Hello, Setup, check_features
+from islands.vfl.secureboost.maths import Ints
+from islands.vfl.secureboost.protocol import (
+    binned,
+    check_features,
+    join_federation,
+    open_federation,
+)
 
 __all__ = [
     "SMOOTHING",
@@ -328,11 +333,6 @@ def _labels(y: Any, rows: int, owner: str) -> Ints:
     return labels.astype(np.int64)
 
 
-def _binned(x: Array, max_bins: int) -> tuple[list[Array], NDArray[np.int8]]:
-    edges = [bin_edges(x[:, j], max_bins) for j in range(x.shape[1])]
-    return edges, apply_bins(x, edges, max_bins)
-
-
 def active(party: Party, X: Any, y: Any, *, passive: Sequence[str], config: WoeConfig,
            workers: int | None = None) -> ActiveStats:
     """Play the active party: hold the labels and the key, compute every WOE and IV.
@@ -354,18 +354,8 @@ def active(party: Party, X: Any, y: Any, *, passive: Sequence[str], config: WoeC
     x = check_features(X, "X", owner)
     labels = _labels(y, x.shape[0], owner)
     E, N = int(labels.sum()), int(labels.size - labels.sum())
-    hellos = []
-    for name in passive:
-        hello = party.recv(name, "hello")
-        if not isinstance(hello, Hello) or hello.rows != x.shape[0]:
-            got = hello.rows if isinstance(hello, Hello) else type(hello).__name__
-            raise ProtocolError(f"party {name!r} holds {got} aligned rows; {me!r} holds "
-                                f"{x.shape[0]}", party=me, step="hello")
-        hellos.append(hello)
-    key = heu.OuKeyOwner(config.key_bits, workers=workers) if config.he == "ou" else None
-    setup = Setup(key.public_bytes() if key is not None else b"", config.plan_text())
-    for name in passive:
-        party.send(name, "setup", setup)
+    hellos, key = open_federation(party, x.shape[0], passive=passive, config=config,
+                                  workers=workers)
     cipher = None if key is None else key.cipher()
     if cipher is None:
         values: list[Any] = [labels, 1 - labels]
@@ -374,7 +364,7 @@ def active(party: Party, X: Any, y: Any, *, passive: Sequence[str], config: WoeC
     for name in passive:
         party.send(name, "labels", Labels(values))
     buckets = config.max_bins + 1
-    edges, codes = _binned(x, config.max_bins)
+    edges, codes = binned(x, config.max_bins)
     out = _features(me, *bin_counts(codes, labels, buckets), edges)
     per = packing.per_plaintext(cipher.plaintext_bits) if cipher is not None else 1
     for name, hello in zip(passive, hellos, strict=True):
@@ -440,22 +430,9 @@ def passive(party: Party, X: Any, *, active: str, config: WoeConfig,
         Worker processes for the encrypted sums.
     """
     me, owner = party.name, f"party {party.name!r}"
-    x = check_features(X, "X", owner)
-    rows, features = x.shape
-    edges, codes = _binned(x, config.max_bins)
-    party.send(active, "hello", Hello(rows, features))
-    setup = party.recv(active, "setup")
-    if not isinstance(setup, Setup):
-        raise ProtocolError(f"party {active!r} sent no setup", party=me, step="setup")
-    check_same_plan(config.plan_text(), setup.plan, party=me, peer=active)
-    cipher = None
-    if config.he == "ou":
-        cipher = heu.OuCipher.from_public_bytes(
-            setup.public_key, owner=f"{owner} (from {active!r})",
-            min_bits=min_peer_key_bits(config.key_bits, config.insecure_keys), workers=workers)
-    elif setup.public_key:
-        raise ProtocolError(f"party {active!r} sent a key for a plan in the clear",
-                            party=me, step="setup")
+    edges, codes, cipher = join_federation(party, X, active=active, config=config,
+                                           workers=workers)
+    rows = codes.shape[0]
     msg = party.recv(active, "labels")
     received = _read_labels(msg, rows, cipher, f"{owner} (from {active!r})", active, me)
     per = packing.per_plaintext(cipher.plaintext_bits) if cipher is not None else 1
