@@ -67,3 +67,69 @@ def test_the_example_trains_and_scores_as_the_estimator_does(tmp_path: Path) -> 
     # the bank's part names a passive split by record only; the threshold is the telco's
     assert "records" in telco and all(len(r) == 3 for r in telco["records"])
     assert all("threshold" not in json.dumps(t) for t in bank["model"]["trees"])
+
+
+def _federation(tmp_path: Path, options: dict[str, object], labels: list[str] | None = None,
+                **party_keys: dict[str, str]) -> dict[str, Path]:
+    from islands.deploy.local import write_federation
+
+    rng = np.random.default_rng(0)
+    for name in ("bank", "shop"):
+        rows = rng.normal(size=(30, 3))
+        text = "x1,x2,x3\n" + "\n".join(
+            ",".join("" if (i + j) % 7 == 0 else f"{v:.4f}" for j, v in enumerate(row))
+            for i, row in enumerate(rows))
+        (tmp_path / f"{name}.csv").write_text(text + "\n")
+        (tmp_path / f"{name}-ids.txt").write_text("".join(f"id{i}\n" for i in range(30)))
+    (tmp_path / "labels.txt").write_text("".join(
+        f"{v}\n" for v in (labels or [f"{i % 2}" for i in range(30)])))
+    parties: dict[str, dict[str, str]] = {"bank": {"data": "bank.csv", "labels": "labels.txt"},
+                                          "shop": {"data": "shop.csv"}}
+    for name, keys in party_keys.items():
+        parties[name] = {**parties[name], **keys}
+    return write_federation(tmp_path, "secureboost", parties, tls=False,
+                            options={"active": "bank", **options})
+
+
+def test_a_party_reads_empty_cells_as_missing_values(tmp_path: Path) -> None:
+    from islands.deploy.config import load_party_config
+    from islands.deploy.protocols import prepare
+
+    files = _federation(tmp_path, {"key_bits": 1024, "insecure_keys": True})
+    prepared = prepare(load_party_config(files["shop"]))
+    assert "3 columns" in prepared.description
+    X = load_table(tmp_path / "shop.csv", what="shop", missing=True)
+    assert X.shape == (30, 3) and int(np.isnan(X).sum()) == sum(
+        (i + j) % 7 == 0 for i in range(30) for j in range(3))
+
+
+@pytest.mark.parametrize(("options", "labels", "party", "message"), [
+    ({"objective": "multiclass"}, None, "bank", "needs at least 3 classes"),
+    ({"objective": "binary"}, [str(i % 3) for i in range(30)], "bank", "needs exactly 2"),
+    ({"objective": "regression"}, ["yes"] * 30, "bank", "numeric labels"),
+    ({}, ["" if i == 4 else "1" for i in range(30)], "bank", "every row needs a label"),
+    ({"max_bins": 500}, None, "shop", "'max_bins' must be"),
+    ({"key_bits": 1024}, None, "shop", "'key_bits' must be"),
+    ({"he": "rsa"}, None, "bank", "'he' must be"),
+    ({"coordinator": "bank"}, None, "shop", "unknown key"),
+    ({"normalize": "NFC"}, None, "shop", "'normalize' applies only with psi = true"),
+])
+def test_bad_federation_files_are_refused_before_any_connection(
+        tmp_path: Path, options: dict[str, object], labels: list[str] | None, party: str,
+        message: str) -> None:
+    from islands.deploy.config import load_party_config
+    from islands.deploy.protocols import prepare
+    from islands.errors import JobError
+
+    files = _federation(tmp_path, options, labels)
+    with pytest.raises(JobError, match=message):
+        prepare(load_party_config(files[party]))
+
+
+def test_a_bad_cell_is_named_with_its_line(tmp_path: Path) -> None:
+    from islands.errors import ValidationError
+
+    path = tmp_path / "x.csv"
+    path.write_text("a,b\n1,2\n3,oops\n")
+    with pytest.raises(ValidationError, match="Line 3 .* cell 2 is 'oops'"):
+        load_table(path, what="x", missing=True)
