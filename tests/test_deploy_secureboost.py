@@ -131,5 +131,5 @@ def test_a_bad_cell_is_named_with_its_line(tmp_path: Path) -> None:
 
     path = tmp_path / "x.csv"
     path.write_text("a,b\n1,2\n3,oops\n")
-    with pytest.raises(ValidationError, match="Line 3 .* cell 2 is 'oops'"):
+    with pytest.raises(ValidationError, match=r"Line 3 .* cell 2 is 'oops'"):
         load_table(path, what="x", missing=True)
