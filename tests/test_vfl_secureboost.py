@@ -423,3 +423,12 @@ def test_the_docs_example_runs_as_a_user_runs_it(tmp_path: Path) -> None:
                           timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     assert float(done.stdout.split("auc-proxy")[-1]) > 0.95
+
+
+def test_a_regression_target_too_wide_for_exact_histograms_is_refused_before_any_message(
+) -> None:
+    blocks, y = data(100, (2, 2), "regression")
+    with pytest.raises(ValidationError, match="y spans too wide a range"):
+        SecureBoostRegressor(n_estimators=1, he="none").fit(blocks[1], blocks[0], y * 1e13)
+    model = SecureBoostRegressor(n_estimators=2, he="none").fit(blocks[1], blocks[0], y * 1e9)
+    assert model.score(blocks[1], blocks[0], y * 1e9) > 0.3

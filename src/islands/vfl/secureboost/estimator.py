@@ -42,7 +42,12 @@ from islands.vfl.secureboost.config import BoostConfig
 from islands.vfl.secureboost.federation import ActiveResult, active_party, passive_party
 from islands.vfl.secureboost.maths import Boosted
 from islands.vfl.secureboost.model import LookupTable, TreeModel
-from islands.vfl.secureboost.protocol import check_features, infer, serve_inference
+from islands.vfl.secureboost.protocol import (
+    check_features,
+    check_target_range,
+    infer,
+    serve_inference,
+)
 
 __all__ = ["SecureBoostClassifier", "SecureBoostRegressor"]
 
@@ -344,11 +349,11 @@ class SecureBoostRegressor(_SecureBoost):
     def _encode(self, y: Any, rows: int) -> tuple[Array, str, int]:
         owner = type(self).__name__
         arr = as_float_array(y, "y", owner)
-        check_values(arr, "y", owner, max_abs=1e15,
-                     why="gradients are quantised to integers below 2^52")
+        check_values(arr, "y", owner)
         if arr.ndim != 1 or arr.shape[0] != rows:
             raise ValidationError(f"y must be 1-D with one value per row of X_b ({rows}); got "
                                   f"shape {arr.shape}")
+        check_target_range(arr, "regression", owner)
         return arr, "regression", 1
 
     def predict(self, X_a: Any, X_b: ArrayLike) -> Array:

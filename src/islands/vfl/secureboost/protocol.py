@@ -100,6 +100,7 @@ __all__ = [
     "active",
     "binned",
     "check_features",
+    "check_target_range",
     "holdout",
     "infer",
     "join_federation",
@@ -308,6 +309,23 @@ def check_features(X: Any, name: str, owner: str) -> Array:
                               f"least one row and one column. Got shape {arr.shape} instead.")
     check_values(np.where(np.isnan(arr), 0.0, arr), name, owner, max_abs=None)
     return arr
+
+
+TARGET_SPAN = 2.0**48
+"""Largest max|y − mean(y)| · rows a regression target may have: gradients are quantised
+so that every sum of them stays below 2^52 (:func:`~islands.vfl.secureboost.maths.quantise`),
+and a narrower span keeps at least 3 fraction bits."""
+
+
+def check_target_range(y: Array, objective: str, owner: str) -> None:
+    """Refuse a regression target too wide for exact integer histograms, naming ``y``."""
+    if objective != "regression" or y.size == 0:
+        return
+    span = float(np.max(np.abs(y - y.mean()))) * y.size
+    if span >= TARGET_SPAN:
+        raise ValidationError(f"{owner}: y spans too wide a range for SecureBoost's exact "
+                              f"histograms (max |y - mean| x rows = {span:.3g}; it must stay "
+                              f"below 2^48 = {TARGET_SPAN:.3g}): scale y first")
 
 
 def holdout(rows: int, fraction: float, seed: int) -> NDArray[np.bool_]:
@@ -595,6 +613,7 @@ def active(party: Party, X: Any, y: Any, *, passive: Sequence[str], config: Boos
     check_values(labels, "y", owner)
     if labels.size != x.shape[0]:
         raise ValidationError(f"{owner}: y holds {labels.size} labels for {x.shape[0]} rows")
+    check_target_range(labels, config.objective, owner)
     hellos, key = open_federation(party, x.shape[0], passive=passive, config=config,
                                   workers=workers)
     edges, codes = binned(x, config.max_bins)
