@@ -34,10 +34,17 @@ USER_CODE = textwrap.dedent("""
     model = VerticalLogisticRegression(epochs=1, random_state=0).fit(Xa, Xb, y)
     common = islands.psi.intersect([f"id{i}" for i in range(20000)],
                                    [f"id{i}" for i in range(10000, 30000)])
+    # SecureBoost under Paillier: 1,600 rows x 3 features take the pool's bucket products
+    from islands.vfl import SecureBoostClassifier
+    Xa, Xb = rng.normal(size=(1600, 3)), rng.normal(size=(1600, 2))
+    y = (Xa[:, 0] + Xb[:, 0] > 0).astype(int)
+    boost = SecureBoostClassifier(n_estimators=1, max_depth=2, he="paillier", workers=2,
+                                  random_state=0).fit(Xa, Xb, y)
     print("pools", sorted(processes._POOLS), "common", len(common),
-          "finite", bool(np.isfinite(model.coef_a_).all()))
+          "finite", bool(np.isfinite(model.coef_a_).all()),
+          "boost", boost.score(Xa, Xb, y) > 0.7)
 """)
-EXPECTED = "common 10000 finite True"
+EXPECTED = "common 10000 finite True boost True"
 
 
 def _env() -> dict[str, str]:
