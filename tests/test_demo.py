@@ -63,7 +63,7 @@ def test_demo_command_names_the_parts_for_an_unknown_one(tmp_path: Path) -> None
     run = _islands("--part", "pca,nope", cwd=tmp_path)
     assert run.returncode == 2
     said = " ".join((run.stdout + run.stderr).split())
-    assert "'nope'" in said and "scca, pca, hfl, vfl, ftl" in said
+    assert "'nope'" in said and "scca, pca, hfl, vfl, secureboost, ftl" in said
     assert not (tmp_path / "runs").exists()
 
 

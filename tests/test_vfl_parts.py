@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 
 from islands.errors import ValidationError
-from islands.vfl.job import _dataset, load_vertical_job, run_vertical, write_vertical_outputs
+from islands.vfl.job import (
+    load_vertical_job,
+    run_vertical,
+    vertical_dataset,
+    write_vertical_outputs,
+)
 from islands.vfl.parts import ModelPart, combine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +44,7 @@ def _snippet() -> str:
 def _test_rows(job: Any) -> tuple[np.ndarray, np.ndarray]:
     from sklearn.model_selection import train_test_split
 
-    X, y, _ = _dataset(job)
+    X, y, _ = vertical_dataset(job)
     logistic = job.model["kind"] == "logistic"
     _, x_te, _, y_te = train_test_split(X, y, test_size=job.data["test_fraction"],
                                         random_state=job.seed, stratify=y if logistic else None)
@@ -60,7 +65,7 @@ def test_the_docs_inference_snippet_gives_the_runs_own_predictions(tmp_path: Pat
     assert str(out) in code
     exec(compile(code, "docs/vfl.md", "exec"), namespace)
     y_hat = namespace["y_hat"]
-    X, _, _ = _dataset(job)
+    X, _, _ = vertical_dataset(job)
     assert y_hat.shape == (X.shape[0],)
     # the job's test rows: the inference protocol's predictions, rebuilt from the files
     x_te, y_te = _test_rows(job)

@@ -174,6 +174,8 @@ def _describe(results: Any, folder: Path) -> tuple[str, str]:
     job = results.get("job")
     if isinstance(job, Mapping):
         title = str(job.get("name", name))
+        if job.get("kind") == "secureboost":
+            return ("SecureBoost job (islands run)", title)
         if "loss_history" in results:
             return ("vertical federated learning job (islands run)", title)
         if "history" in results or "tau" in results:

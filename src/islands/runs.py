@@ -1,7 +1,7 @@
 """Read a finished run's folder back as typed results, for a notebook or a script.
 
-:func:`load_run` reads what ``islands run`` (horizontal and vertical jobs) and ``islands
-reproduce`` wrote: ``results.json`` (and a reproduction's ``report.md``). Its history
+:func:`load_run` reads what ``islands run`` (horizontal, vertical and SecureBoost jobs) and
+``islands reproduce`` wrote: ``results.json`` (and a reproduction's ``report.md``). Its history
 becomes a pandas DataFrame with :meth:`Run.history_frame` when pandas is installed (the
 ``notebook`` extra); nothing here needs pandas otherwise. Each result shows itself as a
 small HTML table in Jupyter (``_repr_html_``, :func:`islands.reporting.html_table`).
@@ -20,7 +20,7 @@ from islands.errors import DataNotFoundError, ValidationError
 from islands.hfl.contribution.tracker import ContributionReport
 from islands.reporting import check_result_set, html_table, short_text
 
-__all__ = ["HorizontalRun", "Reproduction", "Run", "VerticalRun", "load_run"]
+__all__ = ["HorizontalRun", "Reproduction", "Run", "SecureBoostRun", "VerticalRun", "load_run"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,17 @@ class VerticalRun(Run):
 
 
 @dataclass(frozen=True, repr=False)  # Run's short __repr__
+class SecureBoostRun(Run):
+    """A SecureBoost job (``kind = "secureboost"``); :attr:`history` has one row per tree.
+
+    Each row: ``tree``, ``train_loss``, the test metric after that tree (``test_auc`` or
+    ``test_r2``, and XGBoost's as ``xgboost_test_auc``) and ``seconds``.
+    """
+
+    kind = "secureboost"
+
+
+@dataclass(frozen=True, repr=False)  # Run's short __repr__
 class Reproduction(Run):
     """A reproduction (``islands reproduce NAME``); :attr:`history` is its first table.
 
@@ -118,7 +129,8 @@ def load_run(folder: str | Path) -> Run:
     Returns
     -------
     Run
-        A :class:`HorizontalRun`, :class:`VerticalRun` or :class:`Reproduction`.
+        A :class:`HorizontalRun`, :class:`VerticalRun`, :class:`SecureBoostRun` or
+        :class:`Reproduction`.
 
     Raises
     ------
@@ -152,14 +164,16 @@ def load_run(folder: str | Path) -> Run:
     if not isinstance(doc, dict):
         raise ValidationError(f"load_run: {file} holds a {type(doc).__name__}, not the "
                               "object of a run's results")
+    if isinstance(doc.get("job"), dict) and doc["job"].get("kind") == "secureboost":
+        return _secureboost(path, doc)
     if isinstance(doc.get("job"), dict) and "loss_history" in doc:
         return _vertical(path, doc)
     if isinstance(doc.get("job"), dict) and isinstance(doc.get("history"), list):
         return _horizontal(path, doc, file)
     if isinstance(doc.get("settings"), dict) and isinstance(doc.get("agreement"), list):
         return _reproduction(path, doc)
-    raise ValidationError(f"load_run: {file} is not the results of a known run (a horizontal "
-                          "or vertical job, or a reproduction); its keys are "
+    raise ValidationError(f"load_run: {file} is not the results of a known run (a horizontal, "
+                          "vertical or SecureBoost job, or a reproduction); its keys are "
                           f"{sorted(doc)[:12]}")
 
 
@@ -183,16 +197,31 @@ def _horizontal(path: Path, doc: dict[str, Any], file: Path) -> HorizontalRun:
                          results=doc, contribution=contribution)
 
 
+def _job_metrics(doc: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """Return a job's ``metrics`` with the figures ``keys`` of ``results.json`` after them."""
+    metrics = dict(doc["metrics"]) if isinstance(doc.get("metrics"), dict) else {}
+    metrics |= {key: doc[key] for key in keys if key in doc}
+    return metrics
+
+
 def _vertical(path: Path, doc: dict[str, Any]) -> VerticalRun:
     job = doc["job"]
-    metrics = dict(doc["metrics"]) if isinstance(doc.get("metrics"), dict) else {}
-    for key in ("epochs_run", "converged", "aligned_ids", "bytes", "wall_time_s"):
-        if key in doc:
-            metrics[key] = doc[key]
+    metrics = _job_metrics(doc, ("epochs_run", "converged", "aligned_ids", "bytes",
+                                 "wall_time_s"))
     losses = doc["loss_history"] if isinstance(doc["loss_history"], list) else []
     history = [{"epoch": i + 1, "loss": loss} for i, loss in enumerate(losses)]
     return VerticalRun(path=path, name=str(job.get("name", path.name)), settings=job,
                        metrics=metrics, history=history, results=doc)
+
+
+def _secureboost(path: Path, doc: dict[str, Any]) -> SecureBoostRun:
+    job = doc["job"]
+    metrics = _job_metrics(doc, ("trees_kept", "seconds_per_tree", "aligned_ids", "bytes",
+                                 "wall_time_s"))
+    rows = doc["per_tree"] if isinstance(doc.get("per_tree"), list) else []
+    return SecureBoostRun(path=path, name=str(job.get("name", path.name)), settings=job,
+                          metrics=metrics, history=[_flat(r) for r in rows
+                                                    if isinstance(r, Mapping)], results=doc)
 
 
 def _reproduction(path: Path, doc: dict[str, Any]) -> Reproduction:

@@ -1,7 +1,8 @@
 """``islands info`` (what this installation can use) and ``islands demo``.
 
 ``islands demo`` runs :mod:`islands.experiments.demo`'s parts (Swarm CCA, DP-PCA,
-horizontal FL, vertical FL, transfer learning and contribution) and writes their report;
+horizontal FL, vertical FL, SecureBoost, transfer learning and contribution) and writes
+their report;
 ``islands demo securesum`` is the three-party secure sum it showed before.
 """
 
@@ -103,7 +104,7 @@ def demo(
              "three-party secure sum.")] = "all",
     part: Annotated[list[str] | None, typer.Option(
         "--part", help="Run only this part (repeatable, or a comma list): scca, pca, hfl, "
-                       "vfl, ftl.")] = None,
+                       "vfl, secureboost, ftl.")] = None,
     out: Annotated[Path, typer.Option(
         help="Folder for results.json, report.md and the figures.")] = Path("runs/demo"),
     quick: Annotated[bool, typer.Option(

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from islands.hfl.contribution import ContributionReport
     from islands.hfl.job import HflJobResult
     from islands.vfl.job import VerticalJobResult
+    from islands.vfl.secureboost.job import SecureBoostJobResult
 
 __all__ = ["JOB_KINDS", "check_output", "contribution_command", "print_contribution",
            "run_command"]
@@ -235,16 +236,21 @@ def _interrupted_job(job: Any, job_file: Path, output: Path | None, out: Path,
                       f"run:\n  {escape(shlex.join(command))}", soft_wrap=True)
 
 
+def _refuse_resume(resume: bool, kind: str, job_file: Path) -> None:
+    """Exit 2 on --resume: only a horizontal job keeps checkpoints to continue from."""
+    if resume:
+        print_error(f"--resume continues a horizontal job from its checkpoints; the {kind} "
+                    f"job {job_file} keeps none: run it without --resume")
+        raise typer.Exit(2)
+
+
 def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
                   json_path: Path | None, overrides: list[str], overwrite: bool) -> None:
     """Run a vertical job (kind = "vertical"): alignment, encrypted training, test metrics."""
     from islands.vfl.config import describe_he
     from islands.vfl.job import load_vertical_job, run_vertical, write_vertical_outputs
 
-    if resume:
-        print_error(f"--resume continues a horizontal job from its checkpoints; the vertical "
-                    f"job {job_file} keeps none: run it without --resume")
-        raise typer.Exit(2)
+    _refuse_resume(resume, "vertical", job_file)
     with stop_on_error(2, also=(ImportError,)):
         job = load_vertical_job(job_file, overrides)
         settings = job.config()
@@ -265,6 +271,83 @@ def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
         written = write_vertical_outputs(result, out, json_path=json_path)
     _say_tracking(result.tracking)
     console.print("wrote " + ", ".join(escape(str(p)) for p in written))
+
+
+def _run_secureboost(job_file: Path, *, resume: bool, output: Path | None,
+                     json_path: Path | None, overrides: list[str], overwrite: bool) -> None:
+    """Run a SecureBoost job (kind = "secureboost"): trees with progress, XGBoost beside."""
+    from islands.progress import ProgressUpdate
+    from islands.vfl.secureboost.job import (
+        describe,
+        load_secureboost_job,
+        run_secureboost,
+        write_secureboost_outputs,
+    )
+
+    _refuse_resume(resume, "SecureBoost", job_file)
+    with stop_on_error(2, also=(ImportError,)):
+        job = load_secureboost_job(job_file, overrides)
+        settings = job.config()
+        job.check_data()  # missing data is said before anything runs
+        out = output if output is not None else Path(job.output)
+        check_output(out, json_path, resume=False, overwrite=overwrite)
+    console.print(f"job [bold]{escape(job.name)}[/]: {escape(describe(job, settings))}, "
+                  f"output {escape(str(out))}" + _set_text(job.overrides))
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bar, stop_on_error(1):
+        rows: dict[str, Any] = {}
+
+        def on_update(update: ProgressUpdate) -> None:
+            if update.task not in rows:
+                rows[update.task] = bar.add_task(update.task, total=update.total, info="")
+            bar.update(rows[update.task], completed=update.done, info=escape(update.info))
+
+        result = run_secureboost(job, progress=on_update)
+    _summarise_secureboost(result)
+    with stop_on_error(1):
+        written = write_secureboost_outputs(result, out, json_path=json_path)
+    console.print("wrote " + ", ".join(escape(str(p)) for p in written))
+
+
+def _summarise_secureboost(result: SecureBoostJobResult) -> None:
+    """One screen: SecureBoost against XGBoost on the same bins, then what the trees cost."""
+    keys = ["auc", "accuracy"] if result.metric == "auc" else ["r2", "mse"]
+    table = Table(title=f"{result.job.name}: SecureBoost vs XGBoost (same bins), test rows")
+    table.add_column("model")
+    for key in keys:
+        table.add_column(key, justify="right")
+    metrics = result.metrics
+    table.add_row("SecureBoost, federated", *(f"{metrics[k]:.4f}" for k in keys))
+    xgb = result.xgboost
+    if "skipped" in xgb:
+        table.add_row("XGBoost hist, joined data", *("–" for _ in keys))
+    else:
+        table.add_row("XGBoost hist, joined data", *(f"{metrics['xgboost_' + k]:.4f}"
+                                                      for k in keys))
+    console.print(table)
+    facts = [f"{len(result.per_tree)} trees, loss {result.per_tree[0]['train_loss']:.4f} → "
+             f"{result.per_tree[-1]['train_loss']:.4f}",
+             f"{result.seconds_per_tree:.2f} s per tree (the first, with keys and "
+             f"alignment: {result.per_tree[0]['seconds']:.1f} s)",
+             f"{result.bytes / 1e6:.2f} MB exchanged"]
+    if result.aligned_ids is not None:
+        facts.append(f"PSI aligned {result.aligned_ids} rows")
+    gains = result.gain_by_party()
+    total = sum(gains.values()) or 1.0
+    facts.append("gain by party " + ", ".join(f"{p} {100 * g / total:.0f}%"
+                                               for p, g in gains.items()))
+    console.print("; ".join(facts))
+    if "skipped" in xgb:
+        console.print(f"[yellow]XGBoost not compared: {escape(xgb['skipped'])}[/]",
+                      soft_wrap=True)
+    elif xgb["same_trees_expected"]:
+        console.print(f"largest test margin difference to XGBoost "
+                      f"{xgb['max_abs_margin_diff']:.2e} (the same trees)")
+    else:
+        console.print(f"XGBoost grows other trees here: {escape(xgb['why_not'])}")
+    if result.plot_skipped is not None:
+        console.print(f"[yellow]report.png not drawn: {escape(result.plot_skipped)}[/]")
 
 
 def _say_tracking(info: dict[str, Any] | None) -> None:
@@ -432,5 +515,6 @@ def print_contribution(report: ContributionReport) -> None:
 JOB_KINDS: dict[str, Callable[..., None]] = {
     "horizontal": _run_horizontal,
     "vertical": _run_vertical,
+    "secureboost": _run_secureboost,
 }
 """A job file's ``kind`` → the function that runs it (no ``kind``: horizontal)."""

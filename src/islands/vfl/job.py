@@ -1,5 +1,9 @@
 """Vertical job files for ``islands run``, and the runner ``islands reproduce vfl`` shares.
 
+The data sets, the split of their columns between the parties and each party's own IDs
+(:func:`load_dataset`, :func:`split_columns`, :func:`own_views`) serve the SecureBoost
+job (:mod:`islands.vfl.secureboost.job`) too.
+
 A vertical job is a TOML file with ``kind = "vertical"``::
 
     name = "vfl-breast-cancer"
@@ -85,8 +89,10 @@ from islands.vfl.keys import insecure_key_note
 from islands.vfl.parts import ModelPart
 from islands.vfl.protocol import Clock
 
-__all__ = ["JobError", "VerticalJob", "VerticalJobResult", "is_vertical", "load_vertical_job",
-           "parse_vertical_job", "run_vertical", "write_vertical_outputs"]
+__all__ = ["FASHION_ROWS", "FASHION_TOPS", "JobError", "VerticalJob", "VerticalJobResult",
+           "check_psi_keys", "id_of", "is_vertical", "job_header", "load_dataset",
+           "load_vertical_job", "own_ids", "own_views", "parse_vertical_job", "rows_of",
+           "run_vertical", "split_columns", "vertical_dataset", "write_vertical_outputs"]
 
 _TOP = {"name", "kind", "seed", "output", "data", "parties", "model", "tracking"}
 _DATA = {"name", "test_fraction", "rows"}
@@ -160,19 +166,42 @@ def is_vertical(path: str | Path) -> bool:
     return bool(raw.get("kind") == "vertical")
 
 
-def parse_vertical_job(raw: Mapping[str, Any], *, source: str = "<job>") -> VerticalJob:
-    """Check a parsed vertical job file; errors name the section and key."""
+def job_header(raw: Mapping[str, Any], kind: str, allowed: set[str], source: str
+               ) -> tuple[str, str, int, str]:
+    """Check a job file's top level: its keys, ``kind``, ``name``, ``seed`` and ``output``.
+
+    Keys outside ``allowed`` are refused; ``output`` defaults to ``runs/<name>``.
+
+    Returns
+    -------
+    tuple
+        Where errors say they are (``"job file <source>"``), the name, seed and output.
+    """
     where = f"job file {source}"
-    unknown = sorted(set(raw) - _TOP)
+    unknown = sorted(set(raw) - allowed)
     if unknown:
-        raise JobError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(_TOP)}")
-    if raw.get("kind") != "vertical":
-        raise JobError(f"{where}: kind must be 'vertical'")
+        raise JobError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    if raw.get("kind") != kind:
+        raise JobError(f"{where}: kind must be {kind!r}")
     name = table_value(raw, "name", (str,), where, None, lambda v: bool(v), "a non-empty string")
     if name is None:
         raise JobError(f"{where}: missing key 'name'")
     seed = table_value(raw, "seed", (int,), where, 0, lambda v: v >= 0, "an int >= 0")
-    output = table_value(raw, "output", (str,), where, f"runs/{name}")
+    return where, name, seed, table_value(raw, "output", (str,), where, f"runs/{name}")
+
+
+def check_psi_keys(section: Mapping[str, Any], psi: bool, keys: Sequence[str],
+                   where: str) -> None:
+    """Refuse the PSI settings ``keys`` in ``section`` when the job does not align by PSI."""
+    for key in keys:
+        if key in section and not psi:
+            raise JobError(f"{where}: {key!r} applies only with psi = true (it is a setting of "
+                           "the private set intersection that aligns the rows)")
+
+
+def parse_vertical_job(raw: Mapping[str, Any], *, source: str = "<job>") -> VerticalJob:
+    """Check a parsed vertical job file; errors name the section and key."""
+    where, name, seed, output = job_header(raw, "vertical", _TOP, source)
     pos_int = (lambda v: v >= 1, "an int >= 1")
     d = file_section(raw, "data", _DATA, where, required=False)
     dw = f"{where} [data]"
@@ -191,10 +220,7 @@ def parse_vertical_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Vert
     limits = VflConfig.from_file({k: p[k] for k in _PSI_KEYS if k in p}, pw,
                                  objective_key="kind")
     parties |= {k: getattr(limits, k) for k in _PSI_KEYS}
-    for key in _PSI_KEYS:
-        if key in p and not parties["psi"]:
-            raise JobError(f"{pw}: {key!r} applies only with psi = true (it is a setting of "
-                           "the private set intersection that aligns the rows)")
+    check_psi_keys(p, parties["psi"], _PSI_KEYS, pw)
     m = file_section(raw, "model", _MODEL, where, required=False, renamed=RENAMED)
     config = VflConfig.from_file(m, f"{where} [model]", objective_key="kind",
                                  extra={k: parties[k] for k in _PSI_KEYS})
@@ -210,34 +236,92 @@ def parse_vertical_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Vert
 # ----------------------------------------------------------------------------- data
 
 
-def _dataset(job: VerticalJob) -> tuple[NDArray[np.float64], NDArray[Any], int]:
-    """Rows, targets and B's column count."""
-    name = job.data["name"]
+FASHION_TOPS = (0, 2, 4, 6)
+"""Fashion-MNIST's tops (T-shirt/top, Pullover, Coat, Shirt): the positive class of the
+binary task the ``fashion_mnist`` data of a job sets."""
+FASHION_ROWS = 60_000
+"""Images in Fashion-MNIST's training split, the most a job's ``rows`` can ask for."""
+
+
+def load_dataset(name: str, *, regression: bool, seed: int, rows: int,
+                 b_features: int | None, a_features: int = 20
+                 ) -> tuple[NDArray[np.float64], NDArray[Any], int]:
+    """Return a job's rows, targets and B's column count (B holds the first columns).
+
+    Parameters
+    ----------
+    name
+        ``"breast_cancer"``, ``"diabetes"``, ``"synthetic"`` (a noisy linear target of
+        Gaussian columns, thresholded at 0 unless ``regression``) or ``"fashion_mnist"``
+        (the first ``rows`` training images, the left image halves' 392 pixels first,
+        then the right halves'; the label is 1 for :data:`FASHION_TOPS`, else 0).
+    regression
+        Synthetic data: a real target instead of 0/1 labels.
+    seed
+        Seeds the synthetic data.
+    rows
+        Rows of synthetic data, or Fashion-MNIST images to load.
+    b_features
+        B's columns; None: 20 (synthetic), 392 (fashion_mnist, the left halves) or a
+        third of the columns.
+    a_features
+        Synthetic data: the columns besides B's.
+
+    Raises
+    ------
+    JobError
+        When ``b_features`` leaves no column to the other parties.
+    DataNotFoundError
+        When Fashion-MNIST's files are not installed (the message says how to get them).
+    """
     if name == "synthetic":
-        b = job.parties["b_features"] or 20
-        width = b + job.parties["a_features"]
-        rng = np.random.default_rng([job.seed, 17])
-        X = rng.normal(size=(job.data["rows"], width))
+        b = b_features or 20
+        width = b + a_features
+        rng = np.random.default_rng([seed, 17])
+        X = rng.normal(size=(rows, width))
         coef = rng.normal(size=width) / np.sqrt(width)
         z = X @ coef + 0.3 * rng.normal(size=X.shape[0])
-        y: NDArray[Any] = ((z > 0).astype(np.int64) if job.model["kind"] == "logistic"
-                           else z)
-        return X, y, b
-    ds = load_sklearn(name)
-    if (name == "diabetes") != (job.model["kind"] == "linear"):
+        return X, (z if regression else (z > 0).astype(np.int64)), b
+    if name == "fashion_mnist":
+        from islands.data import load_fashion_mnist, split_image_views
+
+        ds = load_fashion_mnist(split="train", n_samples=rows)
+        assert ds.image_shape is not None
+        X = np.hstack(split_image_views(ds.X, ds.image_shape, how="left-right"))
+        y = np.isin(ds.y, FASHION_TOPS).astype(np.int64)
+        default = X.shape[1] // 2
+    else:
+        ds = load_sklearn(name)
+        X, y = np.asarray(ds.X, dtype=np.float64), np.asarray(ds.y)
+        default = X.shape[1] // 3
+    width = X.shape[1]
+    b = b_features or default
+    if not 1 <= b < width:
+        raise JobError(f"b_features must be in [1, {width - 1}] for {name}; got {b}")
+    return np.asarray(X, dtype=np.float64), y, b
+
+
+def vertical_dataset(job: VerticalJob) -> tuple[NDArray[np.float64], NDArray[Any], int]:
+    """Return a vertical job's rows, targets and B's column count (:func:`load_dataset`)."""
+    name = job.data["name"]
+    if name != "synthetic" and (name == "diabetes") != (job.model["kind"] == "linear"):
         raise JobError(f"job {job.name!r}: {name} is a "
                        f"{'regression' if name == 'diabetes' else 'classification'} data "
                        f"set; use model kind "
                        f"{'linear' if name == 'diabetes' else 'logistic'}")
-    width = ds.X.shape[1]
-    b = job.parties["b_features"] or width // 3
-    if not 1 <= b < width:
-        raise JobError(f"job {job.name!r}: b_features must be in [1, {width - 1}] for {name}")
-    return np.asarray(ds.X, dtype=np.float64), np.asarray(ds.y), b
+    try:
+        return load_dataset(name, regression=job.model["kind"] == "linear", seed=job.seed,
+                            rows=job.data["rows"], b_features=job.parties["b_features"],
+                            a_features=job.parties["a_features"])
+    except JobError as exc:
+        raise JobError(f"job {job.name!r}: {exc}") from None
 
 
-def _split_columns(width: int, b: int, passive: int) -> list[NDArray[np.intp]]:
-    """Column indices of A_1 … A_k, then B's (the first ``b`` columns)."""
+def split_columns(width: int, b: int, passive: int) -> list[NDArray[np.intp]]:
+    """Return the column indices of A_1 … A_k, then B's (the first ``b`` columns).
+
+    The columns after B's are shared out in order, as evenly as they go.
+    """
     rest = np.arange(b, width)
     if passive > rest.size:
         raise JobError(f"{passive} passive parties cannot share {rest.size} columns")
@@ -250,12 +334,46 @@ def _scaling(train: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[n
     return mean, np.where(std > 0, std, 1.0)
 
 
-def _own_ids(n: int, party: int, seed: int) -> tuple[NDArray[np.intp], list[str]]:
-    """Return a party's rows in its own order, 5% of them missing, and their IDs."""
+def own_ids(n: int, party: int, seed: int) -> tuple[NDArray[np.intp], list[str]]:
+    """Return a party's rows in its own order, 5% of them missing, and their IDs.
+
+    Simulates what a deployment has: every party lists its own people, in its own order,
+    and lacks some the others hold. Row i's ID is :func:`id_of` (i).
+    """
     rng = np.random.default_rng([seed, 101, party])
     keep = np.sort(rng.choice(n, size=n - max(1, n // 20), replace=False))
     order = rng.permutation(keep)
-    return order, [f"id-{i:07d}" for i in order]
+    return order, [id_of(i) for i in order]
+
+
+def id_of(row: int) -> str:
+    """Return the ID :func:`own_ids` gives row ``row``."""
+    return f"id-{row:07d}"
+
+
+def rows_of(ids: Sequence[str]) -> NDArray[np.intp]:
+    """Return the rows of IDs made by :func:`own_ids` (the inverse of :func:`id_of`)."""
+    return np.asarray([int(str(v)[3:]) for v in ids], dtype=np.intp)
+
+
+def own_views(blocks_a: Sequence[NDArray[np.float64]], block_b: NDArray[np.float64],
+              target: NDArray[Any], seed: int
+              ) -> tuple[list[NDArray[np.float64]], NDArray[np.float64], NDArray[Any],
+                         dict[str, Any]]:
+    """Give every party its own rows and IDs (:func:`own_ids`), as in a deployment.
+
+    Returns each passive party's rows, B's rows and targets, and the ``ids_a`` and
+    ``ids_b`` arguments of a vertical estimator's ``fit``, which align the rows by
+    private set intersection.
+    """
+    views = []
+    for k, block in enumerate([*blocks_a, np.column_stack([block_b, target])]):
+        rows, ids = own_ids(block.shape[0], k, seed)
+        views.append((block[rows], ids))
+    fit_args = {"ids_a": [v[1] for v in views[:-1]] if len(views) > 2 else views[0][1],
+                "ids_b": views[-1][1]}
+    b_view = views[-1][0]
+    return [v[0] for v in views[:-1]], b_view[:, :-1], b_view[:, -1], fit_args
 
 
 # ----------------------------------------------------------------------------- run
@@ -380,12 +498,12 @@ def _run_vertical(job: VerticalJob, progress: Callable[[str], None] | None
     say = progress or (lambda _m: None)
     start = time.perf_counter()
     config = job.config()
-    X, y, b = _dataset(job)
+    X, y, b = vertical_dataset(job)
     logistic = config.objective == "logistic"
     x_tr, x_te, y_tr, y_te = train_test_split(
         X, y, test_size=job.data["test_fraction"], random_state=job.seed,
         stratify=y if logistic else None)
-    cols = _split_columns(X.shape[1], b, job.parties["passive"])
+    cols = split_columns(X.shape[1], b, job.parties["passive"])
     scaling = [_scaling(x_tr[:, c]) for c in cols]
     parts_tr, parts_te = zip(*(((x_tr[:, c] - m) / s, (x_te[:, c] - m) / s)
                                for c, (m, s) in zip(cols, scaling, strict=True)), strict=True)
@@ -400,14 +518,8 @@ def _run_vertical(job: VerticalJob, progress: Callable[[str], None] | None
     if job.parties["psi"]:
         say("aligning rows by private set intersection"
             + (" on SecretFlow SPU's RR22" if config.psi_engine == "spu" else ""))
-        views = []
-        for k, block in enumerate([*blocks_a, np.column_stack([block_b, target])]):
-            rows, ids = _own_ids(block.shape[0], k, job.seed)
-            views.append((block[rows], ids))
-        blocks_a = [v[0] for v in views[:-1]]
-        block_b, target = views[-1][0][:, :-1], views[-1][0][:, -1]
-        fit_args = {"ids_a": [v[1] for v in views[:-1]] if len(views) > 2 else views[0][1],
-                    "ids_b": views[-1][1]}
+        blocks_a, block_b, target, fit_args = own_views(blocks_a, block_b, target,
+                                                        job.seed)
     say(f"training {config.objective} regression " + (
         "in the clear (he = 'none')" if config.he == "none" else
         f"under {describe_he(config.he, config.key_bits, config.djn)}"))

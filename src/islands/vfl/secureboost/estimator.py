@@ -19,6 +19,7 @@ HEU's encrypted bucket sums (:meth:`islands.crypto.heu.OuCipher.bucket_sums`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -248,7 +249,46 @@ class _SecureBoost(FederatedEstimator[BoostConfig]):
 
     def decision_function(self, X_a: Any, X_b: ArrayLike) -> Array:
         """Return the raw scores (margins) of aligned rows, by the inference protocol."""
+        raw = self._infer(X_a, X_b)
+        return raw[:, 0] if raw.shape[1] == 1 else raw
+
+    def staged_decision_function(self, X_a: Any, X_b: ArrayLike) -> Iterator[Array]:
+        """Return the raw scores after each round, from one run of the inference protocol.
+
+        The passive parties answer once, as for :meth:`decision_function`, and each
+        tree's leaf of every row is found once; the scores after round r are the
+        starting scores plus rounds 1 … r's leaves, added in the order
+        :meth:`decision_function` adds them, so the last equals it exactly. The same as
+        XGBoost's ``predict(..., output_margin=True, iteration_range=(0, r))``.
+
+        Returns
+        -------
+        Iterator
+            One array per round kept (:attr:`n_estimators_`): rows, or rows × classes
+            for more than two classes. The inference runs when this method is called.
+        """
         self._check_fitted()
+        model = self.model_
+        outputs = model.base.size
+        if not model.trees:
+            return iter(())
+        # every tree scored into its own column: one "round" of all the trees, base 0
+        flat = TreeModel(model.objective, np.zeros(len(model.trees) * outputs),
+                         [[tree for built in model.trees for tree in built]])
+        leaves = self._infer(X_a, X_b, flat).reshape(-1, len(model.trees), outputs)
+
+        def stages() -> Iterator[Array]:
+            raw = np.tile(np.asarray(model.base, dtype=np.float64), (leaves.shape[0], 1))
+            for r in range(leaves.shape[1]):
+                raw = raw + leaves[:, r, :]
+                yield raw[:, 0].copy() if outputs == 1 else raw.copy()
+
+        return stages()
+
+    def _infer(self, X_a: Any, X_b: ArrayLike, model: TreeModel | None = None) -> Array:
+        """Score rows by the protocol with ``model`` (default: the fitted one); rows × outputs."""
+        self._check_fitted()
+        model = self.model_ if model is None else model
         owner = type(self).__name__
         blocks = _blocks(X_a, "X_a", owner)
         (x_b,) = _blocks([X_b], "X_b", owner)
@@ -262,13 +302,13 @@ class _SecureBoost(FederatedEstimator[BoostConfig]):
             if x.shape != (x_b.shape[0], self.n_features_[name]):
                 raise ValidationError(f"{label} must have shape ({x_b.shape[0]}, "
                                       f"{self.n_features_[name]}); got {x.shape}")
-        roles: dict[str, Any] = {"B": partial(infer, X=x_b, model=self.model_,
+        roles: dict[str, Any] = {"B": partial(infer, X=x_b, model=model,
                                               table=self.tables_["B"], passive=names)}
         for name, x in zip(names, blocks, strict=True):
             roles[name] = partial(serve_inference, X=x, table=self.tables_[name], active="B")
         run = run_local(roles, timeout=self.timeout, blas_threads=None)
         raw: Array = run.results["B"]
-        return raw[:, 0] if raw.shape[1] == 1 else raw
+        return raw
 
     def feature_importances(self, kind: str = "gain") -> dict[str, Array]:
         """Return each party's feature importances: total split gain or split count.
