@@ -20,6 +20,7 @@ from rich.table import Table
 
 from islands.cli.common import app, console, print_error, stop_on_error
 from islands.errors import IslandsError, JobError, OutputError
+from islands.progress import ProgressUpdate
 from islands.reporting import MANIFEST, check_writable, previous_results
 from islands.runtime.runner import running_roles
 from islands.validation import read_toml
@@ -276,7 +277,6 @@ def _run_vertical(job_file: Path, *, resume: bool, output: Path | None,
 def _run_secureboost(job_file: Path, *, resume: bool, output: Path | None,
                      json_path: Path | None, overrides: list[str], overwrite: bool) -> None:
     """Run a SecureBoost job (kind = "secureboost"): trees with progress, XGBoost beside."""
-    from islands.progress import ProgressUpdate
     from islands.vfl.secureboost.job import (
         describe,
         load_secureboost_job,

@@ -73,7 +73,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from islands.data import load_sklearn
+from islands.data import load_fashion_mnist, load_sklearn, split_image_views
 from islands.errors import JobError
 from islands.reporting import new_figure, write_results
 from islands.tracking import TrackingConfig, job_tracker
@@ -283,8 +283,6 @@ def load_dataset(name: str, *, regression: bool, seed: int, rows: int,
         z = X @ coef + 0.3 * rng.normal(size=X.shape[0])
         return X, (z if regression else (z > 0).astype(np.int64)), b
     if name == "fashion_mnist":
-        from islands.data import load_fashion_mnist, split_image_views
-
         ds = load_fashion_mnist(split="train", n_samples=rows)
         assert ds.image_shape is not None
         X = np.hstack(split_image_views(ds.X, ds.image_shape, how="left-right"))

@@ -60,6 +60,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.stats import rankdata
 
 from islands.arrays import Array
+from islands.data import load_fashion_mnist, load_sklearn, split_image_views
 from islands.errors import ValidationError, invalid_parameter
 from islands.progress import ProgressOption, check_progress, task
 from islands.runtime import Record, run_local
@@ -374,8 +375,6 @@ def audit_data(name: str, *, n_samples: int = 5000, seed: int = 0) -> AuditData:
     images, the passive party holding the left half of each and the active party the
     right half, labelled 1 for upper-body garments (T-shirt/top, pullover, coat, shirt).
     """
-    from islands.data import load_fashion_mnist, load_sklearn, split_image_views
-
     if name == "breast_cancer":
         ds = load_sklearn("breast_cancer")
         return AuditData(name, ds.X[:, :15], ds.X[:, 15:], ds.y.astype(np.int64),

@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from islands.data import find_fashion_mnist
 from islands.errors import DataNotFoundError, JobError
 from islands.progress import ProgressUpdate, task
 from islands.reporting import new_figure, write_results
@@ -130,8 +131,6 @@ class SecureBoostJob:
 
     def check_data(self) -> None:
         """Raise DataNotFoundError, saying how to install it, when the data set is missing."""
-        from islands.data import find_fashion_mnist
-
         if self.data["name"] == "fashion_mnist" and find_fashion_mnist() is None:
             raise DataNotFoundError(
                 f"job file {self.source} [data]: name = 'fashion_mnist' needs Fashion-MNIST, "
