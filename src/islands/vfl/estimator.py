@@ -50,7 +50,7 @@ from islands.vfl.protocol import (
     inference_party,
 )
 
-__all__ = ["VerticalLinearRegression", "VerticalLogisticRegression"]
+__all__ = ["VerticalLinearRegression", "VerticalLogisticRegression", "passive_names"]
 
 
 def _blocks(X_a: Any, name: str, owner: str) -> list[Array]:
@@ -79,7 +79,8 @@ def _refuse_renamed(owner: str, params: dict[str, Any]) -> None:
         raise TypeError(f"{owner}.__init__() got an unexpected keyword argument {key!r}")
 
 
-def _passive_names(k: int) -> list[str]:
+def passive_names(k: int) -> list[str]:
+    """Return the names an estimator gives k passive parties: A, or A1 … Ak."""
     return ["A"] if k == 1 else [f"A{i + 1}" for i in range(k)]
 
 
@@ -243,7 +244,7 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
                                           f"{x_b.shape[0]}; without IDs the rows must be "
                                           "aligned already (pass ids_a and ids_b to align)")
         targets = self._encode_targets(y, x_b.shape[0])
-        names = _passive_names(len(blocks))
+        names = passive_names(len(blocks))
         # every party runs this check on its own too (islands.vfl.protocol); here it
         # comes first, with every party's count, before PSI
         features = {**{n: x.shape[1] for n, x in zip(names, blocks, strict=True)},
@@ -326,7 +327,7 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
             if x.shape[1] != c.size or x.shape[0] != x_b.shape[0]:
                 raise ValidationError(f"{label} must have shape ({x_b.shape[0]}, {c.size}); "
                                       f"got {x.shape}")
-        names = _passive_names(len(blocks))
+        names = passive_names(len(blocks))
         roles: dict[str, Any] = {
             "C": partial(inference_coordinator, query=np.arange(x_b.shape[0]),
                          parties=[*names, "B"]),

@@ -83,7 +83,7 @@ from islands.vfl.config import RENAMED, VflConfig, describe_he, draw_seed
 from islands.vfl.estimator import (
     VerticalLinearRegression,
     VerticalLogisticRegression,
-    _passive_names,
+    passive_names,
 )
 from islands.vfl.keys import insecure_key_note
 from islands.vfl.parts import ModelPart
@@ -555,7 +555,7 @@ def _run_vertical(job: VerticalJob, progress: Callable[[str], None] | None
     epoch_s = est.epoch_seconds_
     epochs = max(est.n_epochs_, 1)
     coefs = [est.coef_a_] if isinstance(est.coef_a_, np.ndarray) else list(est.coef_a_)
-    names = _passive_names(len(coefs))
+    names = passive_names(len(coefs))
     model_parts = [ModelPart(party=name, role="passive", objective=config.objective,
                              weights=np.asarray(w, dtype=np.float64), mean=m, scale=s,
                              columns=[int(v) for v in c])

@@ -36,7 +36,7 @@ from islands.psi.config import DEFAULT_ENGINE, DEFAULT_MAX_PEER_RATIO, DEFAULT_N
 from islands.runtime import Transcript, run_local
 from islands.validation import as_float_array, check_values
 from islands.vfl.config import draw_seed
-from islands.vfl.estimator import _passive_names
+from islands.vfl.estimator import passive_names
 from islands.vfl.federation import PsiSettings
 from islands.vfl.keys import warn_insecure_keys
 from islands.vfl.secureboost.config import BoostConfig
@@ -50,10 +50,11 @@ from islands.vfl.secureboost.protocol import (
     serve_inference,
 )
 
-__all__ = ["SecureBoostClassifier", "SecureBoostRegressor"]
+__all__ = ["SecureBoostClassifier", "SecureBoostRegressor", "party_blocks"]
 
 
-def _blocks(X_a: Any, name: str, owner: str) -> list[Array]:
+def party_blocks(X_a: Any, name: str, owner: str) -> list[Array]:
+    """Return one passive party's matrix, or a list of them, checked (NaN: missing)."""
     items = list(X_a) if isinstance(X_a, (list, tuple)) else [X_a]
     if not items:
         raise ValidationError(f"{name} must hold at least one passive party's features")
@@ -180,15 +181,15 @@ class _SecureBoost(FederatedEstimator[BoostConfig]):
             before any message is sent.
         """
         owner = type(self).__name__
-        blocks = _blocks(X_a, "X_a", owner)
-        (x_b,) = _blocks([X_b], "X_b", owner)
+        blocks = party_blocks(X_a, "X_a", owner)
+        (x_b,) = party_blocks([X_b], "X_b", owner)
         targets, objective, classes = self._encode(y, x_b.shape[0])
         config = self._config_for(objective)
         run_settings: RunSettings = RunSettings.build(owner, timeout=self.timeout,
                                                       keep_payloads=self.keep_payloads)
         if (ids_a is None) != (ids_b is None):
             raise ValidationError("give both ids_a and ids_b (private alignment) or neither")
-        names = _passive_names(len(blocks))
+        names = passive_names(len(blocks))
         lists: list[Any] = [None] * len(blocks)
         psi: PsiSettings | None = None
         if ids_a is None:
@@ -290,9 +291,9 @@ class _SecureBoost(FederatedEstimator[BoostConfig]):
         self._check_fitted()
         model = self.model_ if model is None else model
         owner = type(self).__name__
-        blocks = _blocks(X_a, "X_a", owner)
-        (x_b,) = _blocks([X_b], "X_b", owner)
-        names = _passive_names(len(blocks))
+        blocks = party_blocks(X_a, "X_a", owner)
+        (x_b,) = party_blocks([X_b], "X_b", owner)
+        names = passive_names(len(blocks))
         if len(blocks) != self.n_passive_:
             raise ValidationError(f"X_a must hold {self.n_passive_} passive parties' features; "
                                   f"got {len(blocks)}")
@@ -319,7 +320,7 @@ class _SecureBoost(FederatedEstimator[BoostConfig]):
         self._check_fitted()
         if kind not in ("gain", "split"):
             raise ValidationError(f"kind must be 'gain' or 'split'; got {kind!r}")
-        names = ["B", *_passive_names(self.n_passive_)]
+        names = ["B", *passive_names(self.n_passive_)]
         out = {n: np.zeros(self.n_features_[n]) for n in names}
         for built in self.model_.trees:
             for tree in built:

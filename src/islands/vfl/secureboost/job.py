@@ -76,7 +76,7 @@ from islands.progress import ProgressUpdate, task
 from islands.reporting import new_figure, write_results
 from islands.validation import file_section, read_job, table_value
 from islands.vfl.config import draw_seed
-from islands.vfl.estimator import _passive_names
+from islands.vfl.estimator import passive_names
 from islands.vfl.job import (
     FASHION_ROWS,
     check_psi_keys,
@@ -373,7 +373,7 @@ def run_secureboost(job: SecureBoostJob, *,
             record[f"xgboost_test_{metric}"] = score(xgb_stages[r])
         per_tree.append({**record, "seconds": float(seconds[r])})
 
-    names = [*_passive_names(len(cols) - 1), "B"]
+    names = [*passive_names(len(cols) - 1), "B"]
     columns = dict(zip(names, cols, strict=True))
     gains, splits = est.feature_importances("gain"), est.feature_importances("split")
     importance: dict[str, dict[str, list[Any]]] = {
@@ -477,7 +477,7 @@ def _trees_text(est: Any, columns: Mapping[str, NDArray[np.intp]]) -> str:
     Only this simulation, which plays every party, can print it: in a deployment the
     active party knows of a passive party's split only its owner and record number.
     """
-    names = ["B", *_passive_names(len(columns) - 1)]
+    names = ["B", *passive_names(len(columns) - 1)]
     lines = ["SecureBoost trees (columns numbered as the job loads the data; x < t goes left,",
              "a missing value as marked). Deployed, no party could print this: thresholds",
              "stay with the party that owns the feature.", ""]
@@ -508,7 +508,7 @@ def _node_lines(tree: Tree, i: int, depth: int, names: Sequence[str],
 
 def _parts(est: Any, columns: Mapping[str, NDArray[np.intp]]) -> dict[str, dict[str, Any]]:
     """Return each party's part of the model as a deployed party writes it, with its columns."""
-    passive = _passive_names(len(columns) - 1)
+    passive = passive_names(len(columns) - 1)
     classes = ([v.item() if isinstance(v, np.generic) else v for v in est.classes_]
                if hasattr(est, "classes_") else [])
     out: dict[str, dict[str, Any]] = {}

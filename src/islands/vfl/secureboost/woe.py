@@ -71,11 +71,11 @@ from islands.crypto.processes import check_workers
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, Transcript, run_local, wire
 from islands.validation import as_float_array, check_values
-from islands.vfl.estimator import _passive_names
+from islands.vfl.estimator import passive_names
 from islands.vfl.keys import warn_insecure_keys
 from islands.vfl.secureboost import packing
 from islands.vfl.secureboost.config import WoeConfig
-from islands.vfl.secureboost.estimator import _blocks
+from islands.vfl.secureboost.estimator import party_blocks
 from islands.vfl.secureboost.maths import Ints
 from islands.vfl.secureboost.protocol import (
     binned,
@@ -523,8 +523,8 @@ def information_values(X_a: Any, X_b: Any, y: Any, *, max_bins: int = 32, he: st
     >>> result.table()["iv"][:3], result.select(0.02)             # doctest: +SKIP
     """
     owner = "information_values"
-    blocks = _blocks(X_a, "X_a", owner)
-    (x_b,) = _blocks([X_b], "X_b", owner)
+    blocks = party_blocks(X_a, "X_a", owner)
+    (x_b,) = party_blocks([X_b], "X_b", owner)
     for i, x in enumerate(blocks):
         if x.shape[0] != x_b.shape[0]:
             label = "X_a" if len(blocks) == 1 else f"X_a[{i}]"
@@ -538,7 +538,7 @@ def information_values(X_a: Any, X_b: Any, y: Any, *, max_bins: int = 32, he: st
     warn_insecure_keys(config.he, config.key_bits, owner)
     if config.he == "ou":
         heu.require(owner)
-    names = _passive_names(len(blocks))
+    names = passive_names(len(blocks))
     roles: dict[str, Any] = {"B": partial(active, X=x_b, y=labels, passive=names,
                                           config=config, workers=workers)}
     for name, x in zip(names, blocks, strict=True):
