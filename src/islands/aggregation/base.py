@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -565,10 +565,20 @@ class PlainClientHalf:
 class _MeanServer(PlainServerHalf):
     def __init__(self, max_abs: float) -> None:
         self.max_abs = max_abs
+        # the float64 sum and the block of products, kept for the next round: a fresh
+        # model-sized buffer costs a page fault per 4 KiB page every round
+        # (islands.runtime.allocator), as much as the additions themselves
+        self._spare: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None
 
     def start(self, link: ServerLink, *, round: int, clients: Sequence[str],
               weights: Mapping[str, float], dim: int) -> _MeanRound:
-        return _MeanRound(link.name, clients, weights, dim, self.max_abs)
+        spare, self._spare = self._spare, None
+        if spare is None or spare[0].size != dim:
+            spare = (np.zeros(dim), np.empty(min(dim, _TERM)))
+        else:
+            spare[0].fill(0.0)
+        return _MeanRound(link.name, clients, weights, dim, self.max_abs, spare,
+                          lambda: setattr(self, "_spare", spare))
 
     def reveal(self, payload: Any) -> Vector:
         return np.asarray(payload)
@@ -580,13 +590,16 @@ _TERM = 1 << 16
 
 class _MeanRound(StreamingRound):
     def __init__(self, server: str, clients: Sequence[str], weights: Mapping[str, float],
-                 dim: int, max_abs: float) -> None:
+                 dim: int, max_abs: float,
+                 buffers: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
+                 release: Callable[[], None] | None = None) -> None:
         super().__init__(server, clients, weights)
         self._dim = dim
         self._max_abs = max_abs
-        self._total = np.zeros(dim, dtype=np.float64)
-        # the products p·w go through a block of _TERM values, not a model-sized buffer
-        self._term = np.empty(min(dim, _TERM), dtype=np.float64)
+        # the zeroed float64 sum and a block of _TERM values through which the products
+        # p·w go (not a model-sized buffer), given by the server half to reuse
+        self._total, self._term = buffers or (np.zeros(dim), np.empty(min(dim, _TERM)))
+        self._release = release
 
     def add(self, client: str, payload: Any) -> None:
         self.expect(client)
@@ -610,4 +623,6 @@ class _MeanRound(StreamingRound):
             term = self._term[:hi - lo]
             np.divide(self._total[lo:hi], weight, out=term)
             out[lo:hi] = term
+        if self._release is not None:
+            self._release()
         return out
