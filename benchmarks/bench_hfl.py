@@ -371,7 +371,7 @@ class NoopLearner:
     n_eval = 0
 
     def train(self, params: Any, *, epoch: int, step: int, steps: int, batch_size: int,
-              config: Any, momentum: Any) -> Any:
+              config: Any, state: Any) -> Any:
         from islands.hfl.protocol import LocalOutcome
 
         return LocalOutcome(params=params + np.float32(0.001), state=None, loss=0.0)
