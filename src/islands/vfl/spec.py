@@ -52,7 +52,8 @@ from islands.vfl.keys import party_security
 from islands.vfl.parts import ModelPart
 from islands.vfl.protocol import Plan
 
-__all__ = ["SPEC", "psi_settings"]
+__all__ = ["SPEC", "is_number", "label_classes", "label_text", "psi_settings",
+           "read_label_values", "read_party_data"]
 
 _PARTY_KEYS = ("coordinator", "active")
 _ALIGNMENT_KEYS = ("psi", "normalize", "spu")
@@ -130,16 +131,76 @@ def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) 
                       psi_settings(options, config, where, (b_name, *passives)))
 
 
-def _features(dep: Deployment, fed: _Federated) -> tuple[np.ndarray, list[str] | None]:
-    """Read a data party's rows (and IDs, with psi) and check their fixed-point range."""
-    X = load_table(dep.need("data", "vfl"), what=f"the data of party {dep.party!r}")
+def read_party_data(dep: Deployment, protocol: str, psi: PsiSettings | None, *,
+                    missing: bool = False) -> tuple[np.ndarray, list[str] | None]:
+    """Read a vertical party's rows and, with ``psi``, its IDs (one per row).
+
+    ``missing``: empty CSV cells read as NaN (:func:`~islands.protocols.load_table`).
+    Without ``psi`` the party file may give neither ``ids`` nor ``predict``.
+    """
+    X = load_table(dep.need("data", protocol), what=f"the data of party {dep.party!r}",
+                   missing=missing)
     ids = None
-    if fed.psi is not None:
-        ids = party_ids(dep, "vfl", rows=X.shape[0], normalize=fed.psi.normalize)
+    if psi is not None:
+        ids = party_ids(dep, protocol, rows=X.shape[0], normalize=psi.normalize)
     elif dep.ids is not None or dep.predict is not None:
         raise JobError(f"party file {dep.source}: 'ids' and 'predict' need psi = true in "
                        f"{dep.where}")
     return X, ids
+
+
+def read_label_values(dep: Deployment, X: np.ndarray, psi: PsiSettings | None
+                      ) -> tuple[np.ndarray, list[Any]]:
+    """Return the active party's features and one label per row (None: unknown).
+
+    Labels come from the last column of ``data`` (NaN: unknown), from an
+    NPY/CSV/Parquet ``labels`` file (every row labelled), or from a ``.txt`` labels file:
+    one label per line, numbers or class names, an empty line for a row whose outcome is
+    unknown (with ``psi = true``: not trained on, and it may be predicted).
+    """
+    name = dep.party
+    text: list[str | None] | None = None
+    if dep.labels is None:
+        X, raw = X[:, :-1], X[:, -1]
+    elif dep.labels.suffix == ".txt":
+        text = read_labels(dep.labels, what=f"the labels of party {name!r}")
+        raw = np.zeros(len(text))
+    else:
+        raw = load_column(dep.labels, what=f"the labels of party {name!r}")
+    if len(raw) != len(X):
+        raise JobError(f"party {name!r}: {len(X)} rows of features but {len(raw)} labels")
+    values: list[Any] = ([None if np.isnan(v) else v for v in raw.tolist()] if text is None
+                         else list(text))
+    if None in values and psi is None:
+        raise JobError(f"party {name!r}: every row needs a label when the rows are aligned "
+                       "already (psi = false); rows without one need psi = true")
+    return X, values
+
+
+def label_classes(known: list[Any]) -> tuple[bool, list[Any]]:
+    """Return whether the labels are all numbers, and the sorted classes they hold."""
+    numeric = all(is_number(v) for v in known)
+    return numeric, sorted({float(v) for v in known} if numeric else {str(v) for v in known})
+
+
+def is_number(value: Any) -> bool:
+    """Return whether ``value`` reads as a float."""
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def label_text(value: Any) -> str:
+    """Return a class label as a predictions file writes it (1.0 as 1)."""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
+def _features(dep: Deployment, fed: _Federated) -> tuple[np.ndarray, list[str] | None]:
+    return read_party_data(dep, "vfl", fed.psi)
 
 
 def _check_range(dep: Deployment, X: np.ndarray, fed: _Federated) -> None:
@@ -219,37 +280,20 @@ def _targets(dep: Deployment, X: np.ndarray, fed: _Federated
              ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
     """Return (features, targets, classes); a row with no label has target NaN.
 
-    Labels come from the last column of ``data``, from an NPY/CSV/Parquet ``labels`` file
-    (every row labelled), or from a ``.txt`` labels file: one label per line, numbers or
-    (logistic) class names, an empty line for a row whose outcome is unknown (with
-    ``psi = true``: not trained on, and it may be predicted).
+    The labels are read by :func:`read_label_values`.
     """
     name = dep.party
-    text: list[str | None] | None = None
-    if dep.labels is None:
-        X, raw = X[:, :-1], X[:, -1]
-    elif dep.labels.suffix == ".txt":
-        text = read_labels(dep.labels, what=f"the labels of party {name!r}")
-        raw = np.zeros(len(text))
-    else:
-        raw = load_column(dep.labels, what=f"the labels of party {name!r}")
-    if len(raw) != len(X):
-        raise JobError(f"party {name!r}: {len(X)} rows of features but {len(raw)} labels")
-    values: list[Any] = list(raw.tolist()) if text is None else list(text)
+    X, values = read_label_values(dep, X, fed.psi)
     known = [v for v in values if v is not None]
-    if len(known) < len(values) and fed.psi is None:
-        raise JobError(f"party {name!r}: every row needs a label when the rows are aligned "
-                       "already (psi = false); rows without one need psi = true")
     if fed.model == "linear":
         try:
             y = np.asarray([np.nan if v is None else float(v) for v in values])
         except ValueError:
             raise JobError(f"party {name!r}: linear regression needs numeric labels; "
-                           f"{dep.labels} holds {next(v for v in known if not _number(v))!r}"
+                           f"{dep.labels} holds {next(v for v in known if not is_number(v))!r}"
                            ) from None
         return X, y, []
-    numeric = all(_number(v) for v in known)
-    classes = sorted({float(v) for v in known} if numeric else {str(v) for v in known})
+    numeric, classes = label_classes(known)
     if len(classes) != 2:
         raise JobError(f"party {name!r}: logistic regression needs exactly two classes in "
                        f"the labels; got {len(classes)}")
@@ -258,14 +302,6 @@ def _targets(dep: Deployment, X: np.ndarray, fed: _Federated
                     (1.0 if (float(v) if numeric else str(v)) == positive else -1.0)
                     for v in values])
     return X, y, classes
-
-
-def _number(value: Any) -> bool:
-    try:
-        float(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _bind_active(dep: Deployment, fed: _Federated) -> Prepared:
@@ -309,15 +345,9 @@ def _write_predictions(path: Path, result: ActiveResult, model: str,
         z = result.scores
         p = 1.0 / (1.0 + np.exp(-z))
         lines = ["id,decision,probability,label"] + [
-            f"{i},{zi!r},{pi!r},{_label(classes[1] if zi > 0 else classes[0])}"
+            f"{i},{zi!r},{pi!r},{label_text(classes[1] if zi > 0 else classes[0])}"
             for i, zi, pi in zip(result.query, z.tolist(), p.tolist(), strict=True)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def _label(value: Any) -> str:
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else repr(value)
-    return str(value)
 
 
 SPEC = ProtocolSpec(

@@ -33,12 +33,8 @@ from islands.protocols import (
     ProtocolSpec,
     RoleSpec,
     check_section,
-    load_column,
-    load_table,
-    party_ids,
     party_key,
     read_ids,
-    read_labels,
     save_json,
 )
 from islands.vfl.federation import PsiSettings
@@ -50,7 +46,13 @@ from islands.vfl.secureboost.federation import (
     active_party,
     passive_party,
 )
-from islands.vfl.spec import psi_settings
+from islands.vfl.spec import (
+    label_classes,
+    label_text,
+    psi_settings,
+    read_label_values,
+    read_party_data,
+)
 
 __all__ = ["SPEC"]
 
@@ -83,50 +85,31 @@ def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) 
 
 
 def _features(dep: Deployment, fed: _Federated) -> tuple[np.ndarray, list[str] | None]:
-    X = load_table(dep.need("data", "secureboost"), what=f"the data of party {dep.party!r}",
-                   missing=True)
+    X, ids = read_party_data(dep, "secureboost", fed.psi, missing=True)
     if np.isinf(X).any():
         row, col = np.argwhere(np.isinf(X))[0]
         raise JobError(f"the data of party {dep.party!r} holds an infinite value at row {row}, "
                        f"column {col}; SecureBoost takes numbers, empty cells or NaN "
                        "(missing)")
-    ids = None
-    if fed.psi is not None:
-        ids = party_ids(dep, "secureboost", rows=X.shape[0], normalize=fed.psi.normalize)
-    elif dep.ids is not None or dep.predict is not None:
-        raise JobError(f"party file {dep.source}: 'ids' and 'predict' need psi = true in "
-                       f"{dep.where}")
     return X, ids
 
 
 def _labels(dep: Deployment, X: np.ndarray, fed: _Federated
             ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
-    """Return (features, targets, classes); NaN marks a row without a label."""
+    """Return (features, targets, classes); NaN marks a row without a label.
+
+    The labels are read by :func:`~islands.vfl.spec.read_label_values`.
+    """
     name, objective = dep.party, fed.config.objective
-    text: list[str | None] | None = None
-    if dep.labels is None:
-        X, raw = X[:, :-1], X[:, -1]
-    elif dep.labels.suffix == ".txt":
-        text = read_labels(dep.labels, what=f"the labels of party {name!r}")
-        raw = np.zeros(len(text))
-    else:
-        raw = load_column(dep.labels, what=f"the labels of party {name!r}")
-    if len(raw) != len(X):
-        raise JobError(f"party {name!r}: {len(X)} rows of features but {len(raw)} labels")
-    values: list[Any] = ([None if np.isnan(v) else v for v in raw.tolist()] if text is None
-                         else list(text))
+    X, values = read_label_values(dep, X, fed.psi)
     known = [v for v in values if v is not None]
-    if len(known) < len(values) and fed.psi is None:
-        raise JobError(f"party {name!r}: every row needs a label when the rows are aligned "
-                       "already (psi = false); rows without one need psi = true")
     if objective == "regression":
         try:
             y = np.asarray([np.nan if v is None else float(v) for v in values])
         except ValueError:
             raise JobError(f"party {name!r}: regression needs numeric labels") from None
         return X, y, []
-    numeric = all(_number(v) for v in known)
-    classes = sorted({float(v) for v in known} if numeric else {str(v) for v in known})
+    numeric, classes = label_classes(known)
     expected = "exactly 2" if objective == "binary" else "at least 3"
     if (objective == "binary") != (len(classes) == 2) or len(classes) < 2:
         raise JobError(f"party {name!r}: objective {objective!r} needs {expected} classes in "
@@ -135,20 +118,6 @@ def _labels(dep: Deployment, X: np.ndarray, fed: _Federated
     y = np.asarray([np.nan if v is None else code[float(v) if numeric else str(v)]
                     for v in values], dtype=np.float64)
     return X, y, classes
-
-
-def _number(value: Any) -> bool:
-    try:
-        float(value)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def _label(value: Any) -> str:
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else repr(value)
-    return str(value)
 
 
 def _bind_passive(dep: Deployment, fed: _Federated) -> Prepared:
@@ -238,13 +207,13 @@ def _write_predictions(path: Path, ids: list[str], raw: np.ndarray, proba: np.nd
         lines = ["id,prediction"] + [f"{i},{v!r}" for i, v in
                                      zip(ids, raw[:, 0].tolist(), strict=True)]
     elif objective == "binary":
-        lines = [f"id,p_{_label(classes[1])},label"] + [
-            f"{i},{p!r},{_label(classes[1] if p > 0.5 else classes[0])}"
+        lines = [f"id,p_{label_text(classes[1])},label"] + [
+            f"{i},{p!r},{label_text(classes[1] if p > 0.5 else classes[0])}"
             for i, p in zip(ids, proba.tolist(), strict=True)]
     else:
-        head = ",".join(f"p_{_label(c)}" for c in classes)
+        head = ",".join(f"p_{label_text(c)}" for c in classes)
         lines = [f"id,{head},label"] + [
-            f"{i},{','.join(repr(v) for v in row)},{_label(classes[int(np.argmax(row))])}"
+            f"{i},{','.join(repr(v) for v in row)},{label_text(classes[int(np.argmax(row))])}"
             for i, row in zip(ids, proba.tolist(), strict=True)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
