@@ -349,42 +349,116 @@ def test_a_passive_party_refuses_a_paillier_key_below_its_floor_and_a_stray_djn_
     assert "DJN base" in str(result.failures["A"])
 
 
+def _one_more(cts: Any, cipher: Any, value: int, at: int = 0) -> Any:
+    """The column with Enc(value) added to ciphertext ``at``."""
+    changed = cipher.add(cipher.take(cts, [at]), cipher.encrypt([value]))
+    parts = [cipher.take(cts, range(at)), changed, cipher.take(cts, range(at + 1, cts.rows))]
+    return cipher.concat([part for part in parts if part is changed or part.rows])
+
+
+def _forge(kind: str, cts: Any, cipher: Any) -> Any:
+    """A passive party's forgeries of its histogram column (2·buckets per node)."""
+    if kind == "one bin":
+        return _one_more(cts, cipher, 1 << packing.PAIR_SHIFT)
+    if kind == "gradient moved across features":  # the node's g total is kept per node
+        moved = _one_more(cts, cipher, 1 << packing.PAIR_SHIFT)
+        return _one_more(moved, cipher, -(1 << packing.PAIR_SHIFT), at=cts.rows - 1)
+    if kind == "hessian only":
+        return _one_more(cts, cipher, 1)
+    if kind == "beyond the range":  # OU's plaintext-overflow probe
+        return _one_more(cts, cipher, 1 << (cipher.plaintext_bits - 2))
+    if kind == "a ciphertext short":
+        return cipher.take(cts, range(cts.rows - 1))
+    if kind == "bins of another node":  # a splice: every bin summed twice
+        return cipher.add(cts, cts)
+    raise AssertionError(kind)
+
+
+FORGERIES = {"one bin": "do not add up", "gradient moved across features": "do not add up",
+             "hessian only": "do not add up", "beyond the range": "outside the range",
+             "a ciphertext short": "histograms must hold", "bins of another node": "do not add up"}
+
+
 @needs_heu
-def test_the_active_party_refuses_histograms_that_do_not_add_up(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("kind", "said"), FORGERIES.items(), ids=FORGERIES.keys())
+def test_the_active_party_refuses_forged_histograms(
+        monkeypatch: pytest.MonkeyPatch, kind: str, said: str) -> None:
     blocks, y = data(200, (2, 2))
     plan = config(compression=False)
     honest = protocol._histograms
 
-    def tampered(state: Any, nodes: Any, buckets: int, cipher: Any, per: int,
-                 cfg: Any) -> Any:
+    def forged(state: Any, nodes: Any, buckets: int, cipher: Any, per: int,
+               cfg: Any) -> Any:
         blob = honest(state, nodes, buckets, cipher, per, cfg)
         cts = cipher.from_bytes(blob, len(nodes) * 2 * buckets, "h", "t")
-        one = cipher.encrypt([1 << packing.PAIR_SHIFT])
-        return cipher.to_bytes(cipher.concat([cipher.add(cipher.take(cts, [0]), one),
-                                              cipher.take(cts, range(1, cts.rows))]))
+        return cipher.to_bytes(_forge(kind, cts, cipher))
 
-    monkeypatch.setattr(protocol, "_histograms", tampered)
+    monkeypatch.setattr(protocol, "_histograms", forged)
     roles = {"B": lambda p: protocol.active(p, blocks[0], y, passive=["A"], config=plan),
              "A": lambda p: protocol.passive(p, blocks[1], active="B", config=plan)}
     result = run_local(roles, timeout=60, tolerate=list(roles))
-    assert "do not add up" in str(result.failures["B"])
+    assert said in str(result.failures["B"])
 
 
-def test_a_passive_party_refuses_rows_outside_its_data() -> None:
+@needs_heu
+def test_the_active_party_refuses_histograms_under_another_key(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks, y = data(200, (2, 2))
+    plan = config(compression=False)
+    other = heu.OuKeyOwner(1024, workers=1).cipher()
+
+    def foreign(state: Any, nodes: Any, buckets: int, cipher: Any, per: int,
+                cfg: Any) -> Any:  # as many ciphertexts (2 features), under another key
+        return other.to_bytes(other.encrypt([0] * (len(nodes) * 2 * buckets)))
+
+    monkeypatch.setattr(protocol, "_histograms", foreign)
+    roles = {"B": lambda p: protocol.active(p, blocks[0], y, passive=["A"], config=plan),
+             "A": lambda p: protocol.passive(p, blocks[1], active="B", config=plan)}
+    result = run_local(roles, timeout=60, tolerate=list(roles))
+    assert "another public key" in str(result.failures["B"])
+
+
+_ROWS = np.arange(60)
+_VALUES = [np.zeros(60, np.int64)] * 2
+ROGUE_ACTIVE = {
+    "rows outside its data": ([protocol.TreeStart(0, np.array([5, 900]), np.ones(2, bool),
+                                                  _VALUES[:1] * 2)], "do not fit"),
+    "rows not ascending": ([protocol.TreeStart(0, np.array([7, 3]), np.ones(2, bool),
+                                               [np.zeros(2, np.int64)] * 2)], "do not fit"),
+    "columns of another width": ([protocol.TreeStart(0, _ROWS, np.ones(3, bool), _VALUES)],
+                                 "do not fit"),
+    "one gradient part": ([protocol.TreeStart(0, _ROWS, np.ones(2, bool), _VALUES[:1])],
+                          "gradient parts"),
+    "a level of other rows": ([protocol.TreeStart(0, _ROWS, np.ones(2, bool), _VALUES),
+                               protocol.Level(0, np.zeros(59, np.int32), [0])], "a level of"),
+    "a split on a feature it lacks": ([
+        protocol.TreeStart(0, _ROWS, np.ones(2, bool), _VALUES),
+        protocol.Level(0, np.zeros(60, np.int32), []), protocol.Splits([(0, 5, 1, False)])],
+        "cannot make"),
+    "a split on the missing bin": ([
+        protocol.TreeStart(0, _ROWS, np.ones(2, bool), _VALUES),
+        protocol.Level(0, np.zeros(60, np.int32), []), protocol.Splits([(0, 0, 32, False)])],
+        "cannot make"),
+    "a split before any level": ([protocol.Splits([(0, 0, 1, False)])], "cannot make"),
+}
+
+
+@pytest.mark.parametrize(("messages", "said"), ROGUE_ACTIVE.values(), ids=ROGUE_ACTIVE.keys())
+def test_a_passive_party_refuses_what_a_deviating_active_party_sends(
+        messages: list[Any], said: str) -> None:
     blocks, _ = data(60, (2, 2))
     plan = config(he="none")
 
     def rogue(party: Any) -> None:
         party.recv("A", "hello")
         party.send("A", "setup", protocol.Setup(b"", plan.plan_text()))
-        party.send("A", "boost", protocol.TreeStart(0, np.array([5, 900]), np.ones(2, bool),
-                                                    [np.zeros(2, np.int64)] * 2))
+        for message in messages:
+            party.send("A", "boost", message)
 
     roles = {"B": rogue, "A": lambda p: protocol.passive(p, blocks[1], active="B", config=plan)}
     result = run_local(roles, timeout=30, tolerate=list(roles))
     assert isinstance(result.failures["A"], ProtocolError)
-    assert "do not fit" in str(result.failures["A"])
+    assert said in str(result.failures["A"])
 
 
 # ---------------------------------------------------------------- as a user runs it
