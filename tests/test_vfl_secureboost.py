@@ -506,3 +506,12 @@ def test_a_regression_target_too_wide_for_exact_histograms_is_refused_before_any
         SecureBoostRegressor(n_estimators=1, he="none").fit(blocks[1], blocks[0], y * 1e13)
     model = SecureBoostRegressor(n_estimators=2, he="none").fit(blocks[1], blocks[0], y * 1e9)
     assert model.score(blocks[1], blocks[0], y * 1e9) > 0.3
+
+
+def test_ids_are_checked_as_psi_will_before_any_message() -> None:
+    blocks, y = data(40, (2, 2))
+    model = SecureBoostClassifier(n_estimators=1, he="none")
+    with pytest.raises(ValidationError, match="1 and '1' never match"):
+        model.fit(blocks[1], blocks[0], y, ids_a=list(range(40)), ids_b=[str(i) for i in range(40)])
+    with pytest.raises(ValidationError, match="ids_a has 39 IDs for 40 rows"):
+        model.fit(blocks[1], blocks[0], y, ids_a=list(range(39)), ids_b=list(range(40)))

@@ -50,7 +50,8 @@ from islands.vfl.protocol import (
     inference_party,
 )
 
-__all__ = ["VerticalLinearRegression", "VerticalLogisticRegression", "passive_names"]
+__all__ = ["VerticalLinearRegression", "VerticalLogisticRegression", "check_aligned_rows",
+           "check_party_ids", "passive_names"]
 
 
 def _blocks(X_a: Any, name: str, owner: str) -> list[Array]:
@@ -77,6 +78,41 @@ def _refuse_renamed(owner: str, params: dict[str, Any]) -> None:
         if key in RENAMED:
             raise ValidationError(f"{owner}: {key!r} {RENAMED[key]}")
         raise TypeError(f"{owner}.__init__() got an unexpected keyword argument {key!r}")
+
+
+def check_aligned_rows(blocks: list[Array], x_b: Array) -> None:
+    """Refuse passive matrices whose row counts differ from X_b's (no IDs to align by)."""
+    for i, x in enumerate(blocks):
+        if x.shape[0] != x_b.shape[0]:
+            label = "X_a" if len(blocks) == 1 else f"X_a[{i}]"
+            raise ValidationError(f"{label} has {x.shape[0]} rows but X_b has "
+                                  f"{x_b.shape[0]}; without IDs the rows must be "
+                                  "aligned already (pass ids_a and ids_b to align)")
+
+
+def check_party_ids(blocks: list[Array], x_b: Array, ids_a: Any, ids_b: Any,
+                    owner: str) -> list[Any]:
+    """Check every party's IDs as PSI will, before any message; return A's ID lists."""
+    lists = list(ids_a) if len(blocks) > 1 else [ids_a]
+    if len(lists) != len(blocks):
+        raise ValidationError(f"ids_a must hold one ID list per passive party "
+                              f"({len(blocks)}); got {len(lists)}")
+    for i, (ids, x) in enumerate(zip(lists, blocks, strict=True)):
+        if len(ids) != x.shape[0]:
+            raise ValidationError(f"ids_a{'' if len(blocks) == 1 else f'[{i}]'} has "
+                                  f"{len(ids)} IDs for {x.shape[0]} rows")
+    if len(ids_b) != x_b.shape[0]:
+        raise ValidationError(f"ids_b has {len(ids_b)} IDs for {x_b.shape[0]} rows of X_b")
+    kind_b = None
+    for i, ids in enumerate(lists):
+        label = "ids_a" if len(lists) == 1 else f"ids_a[{i}]"
+        _, kind = encode_ids(ids, label, owner, normalize=DEFAULT_NORMALIZE)
+        if kind_b is None:
+            _, kind_b = encode_ids(ids_b, "ids_b", owner, normalize=DEFAULT_NORMALIZE)
+        if kind != kind_b:
+            raise ValidationError(f"{owner}: {label} holds {kind} IDs but ids_b holds "
+                                  f"{kind_b} IDs; use one kind (1 and '1' never match)")
+    return lists
 
 
 def passive_names(k: int) -> list[str]:
@@ -171,31 +207,6 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
         hosts = free_loopback_hosts(len(parties))
         return {"engine": config.psi_engine, "spu": dict(zip(parties, hosts, strict=True))}
 
-    def _check_ids(self, blocks: list[Array], x_b: Array, ids_a: Any, ids_b: Any
-                   ) -> list[Any]:
-        """Check every party's IDs as PSI will, before any message; return A's ID lists."""
-        owner = type(self).__name__
-        lists = list(ids_a) if len(blocks) > 1 else [ids_a]
-        if len(lists) != len(blocks):
-            raise ValidationError(f"ids_a must hold one ID list per passive party "
-                                  f"({len(blocks)}); got {len(lists)}")
-        for i, (ids, x) in enumerate(zip(lists, blocks, strict=True)):
-            if len(ids) != x.shape[0]:
-                raise ValidationError(f"ids_a{'' if len(blocks) == 1 else f'[{i}]'} has "
-                                      f"{len(ids)} IDs for {x.shape[0]} rows")
-        if len(ids_b) != x_b.shape[0]:
-            raise ValidationError(f"ids_b has {len(ids_b)} IDs for {x_b.shape[0]} rows of X_b")
-        kind_b = None
-        for i, ids in enumerate(lists):
-            label = "ids_a" if len(lists) == 1 else f"ids_a[{i}]"
-            _, kind = encode_ids(ids, label, owner, normalize=DEFAULT_NORMALIZE)
-            if kind_b is None:
-                _, kind_b = encode_ids(ids_b, "ids_b", owner, normalize=DEFAULT_NORMALIZE)
-            if kind != kind_b:
-                raise ValidationError(f"{owner}: {label} holds {kind} IDs but ids_b holds "
-                                      f"{kind_b} IDs; use one kind (1 and '1' never match)")
-        return lists
-
     # ------------------------------------------------------------ API
     def fit(self, X_a: Any, X_b: ArrayLike, y: ArrayLike, ids_a: Any = None,
             ids_b: Any = None) -> Any:
@@ -237,12 +248,7 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
         if (ids_a is None) != (ids_b is None):
             raise ValidationError("give both ids_a and ids_b (private alignment) or neither")
         if ids_a is None:  # the parties' rows against each other first, then y against X_b
-            for i, x in enumerate(blocks):
-                if x.shape[0] != x_b.shape[0]:
-                    label = "X_a" if len(blocks) == 1 else f"X_a[{i}]"
-                    raise ValidationError(f"{label} has {x.shape[0]} rows but X_b has "
-                                          f"{x_b.shape[0]}; without IDs the rows must be "
-                                          "aligned already (pass ids_a and ids_b to align)")
+            check_aligned_rows(blocks, x_b)
         targets = self._encode_targets(y, x_b.shape[0])
         names = passive_names(len(blocks))
         # every party runs this check on its own too (islands.vfl.protocol); here it
@@ -256,7 +262,7 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
         if ids_a is None:
             maths.check_batch_rows(plan.batch_size, features, "B", owner, x_b.shape[0])
         else:
-            lists = self._check_ids(blocks, x_b, ids_a, ids_b)
+            lists = check_party_ids(blocks, x_b, ids_a, ids_b, owner)
             psi = PsiSettings(normalize=DEFAULT_NORMALIZE, max_peer_size=config.max_peer_size,
                               max_peer_ratio=config.max_peer_ratio,
                               timeout=run_settings.timeout, inference=False,

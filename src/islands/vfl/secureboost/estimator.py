@@ -36,7 +36,7 @@ from islands.psi.config import DEFAULT_ENGINE, DEFAULT_MAX_PEER_RATIO, DEFAULT_N
 from islands.runtime import Transcript, run_local
 from islands.validation import as_float_array, check_values
 from islands.vfl.config import draw_seed
-from islands.vfl.estimator import passive_names
+from islands.vfl.estimator import check_aligned_rows, check_party_ids, passive_names
 from islands.vfl.federation import PsiSettings
 from islands.vfl.keys import warn_insecure_keys
 from islands.vfl.secureboost.config import BoostConfig
@@ -193,21 +193,9 @@ class _SecureBoost(FederatedEstimator[BoostConfig]):
         lists: list[Any] = [None] * len(blocks)
         psi: PsiSettings | None = None
         if ids_a is None:
-            for i, x in enumerate(blocks):
-                if x.shape[0] != x_b.shape[0]:
-                    label = "X_a" if len(blocks) == 1 else f"X_a[{i}]"
-                    raise ValidationError(f"{label} has {x.shape[0]} rows but X_b has "
-                                          f"{x_b.shape[0]}; without IDs the rows must be "
-                                          "aligned already (pass ids_a and ids_b to align)")
+            check_aligned_rows(blocks, x_b)
         else:
-            lists = list(ids_a) if len(blocks) > 1 else [ids_a]
-            if len(lists) != len(blocks) or any(len(ids) != x.shape[0]
-                                                for ids, x in zip(lists, blocks, strict=False)):
-                raise ValidationError("ids_a must hold one ID per row of each passive party's "
-                                      "X_a")
-            if len(ids_b) != x_b.shape[0]:
-                raise ValidationError(f"ids_b has {len(ids_b)} IDs for {x_b.shape[0]} rows "
-                                      "of X_b")
+            lists = check_party_ids(blocks, x_b, ids_a, ids_b, owner)
             psi = PsiSettings(normalize=DEFAULT_NORMALIZE, max_peer_size=config.max_peer_size,
                               max_peer_ratio=config.max_peer_ratio,
                               timeout=run_settings.timeout, inference=False,
