@@ -30,7 +30,12 @@ change          mean, c=1    secagg, c=1  mean, c=8    secagg, c=8
 ==============  ===========  ===========  ===========  ===========
 before          11.8, 12.8   23.1, 25.9   49.1, 52.9   91.9, 95.5
 after           9.1, 10.1    10.9, 11.9   35.6, 37.0   44.2, 45.3
+issue 40        9.3, 10.5    11.6, 12.6   36.1, 39.5   46.2, 48.4
 ==============  ===========  ===========  ===========  ===========
+
+Issue 40 raised the mmap threshold to 1 MiB and the trim threshold to 4 MiB (a small
+model's vectors reused from the arenas, not faulted in anew at every step: see
+:mod:`islands.runtime.allocator`); the row above was measured on a loaded machine.
 
 What changed: glibc's mmap threshold fixed at 128 KiB by ``run_local``
 (:mod:`islands.runtime.allocator`; every client thread's arena had kept ~0.75·M after
