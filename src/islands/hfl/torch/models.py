@@ -205,14 +205,21 @@ class ModelSpec:
         """
         with torch.device("meta"):
             module = nn.Sequential(*self._layers())
-        module = module.to_empty(device="cpu")
-        params = list(module.parameters())
-        flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32)
+        # each meta parameter replaced by a view of the flat tensor, each buffer by its own
+        # tensor (Module.to_empty would import sympy, half a second, at the first call)
+        owned = [(sub, name, p) for sub in module.modules()
+                 for name, p in sub.named_parameters(recurse=False)]
+        flat = torch.zeros(sum(p.numel() for _, _, p in owned), dtype=torch.float32)
         offset = 0
-        for p in params:
+        for sub, name, p in owned:
             size = p.numel()
-            p.data = flat[offset : offset + size].view(p.shape)
+            sub._parameters[name] = nn.Parameter(flat[offset : offset + size].view(p.shape),
+                                                 requires_grad=p.requires_grad)
             offset += size
+        for sub in module.modules():
+            for name, b in list(sub.named_buffers(recurse=False)):
+                sub._buffers[name] = torch.zeros(b.shape, dtype=b.dtype)
+        params = list(module.parameters())
         setattr(module, _FLAT_ATTR, flat)
         setattr(module, _PARAMS_ATTR, tuple(params))  # walking the module tree is slow
         return module
