@@ -83,6 +83,7 @@ checks only look at the values msgpack already decoded.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import struct
 import types
 import typing
@@ -247,8 +248,8 @@ class _Encoder:
             return msgpack.ExtType(_EXT_SCALAR, _packb([dtype.str, raw]))
         wire_name = _names.get(t)
         if wire_name is not None:
-            fields = {f.name: self.prepare(getattr(obj, f.name), depth + 1)
-                      for f in dataclasses.fields(obj) if f.init}
+            fields = {name: self.prepare(getattr(obj, name), depth + 1)
+                      for name in _field_names(t, init=True)}
             return msgpack.ExtType(_EXT_MESSAGE, _packb([wire_name, fields]))
         raise WireError(_unsupported(obj))
 
@@ -572,6 +573,16 @@ def _constraint(key: str, limit: Any, hint: Any, owner: str) -> _Check:
     return check_bound
 
 
+@functools.cache
+def _field_names(klass: type[Any], *, init: bool) -> tuple[str, ...]:
+    """Return the names of a message class's fields (only those ``__init__`` takes when ``init``).
+
+    Cached per class: ``dataclasses.fields`` builds its tuple anew at every call, and
+    every message is encoded, summarised and decoded through this.
+    """
+    return tuple(f.name for f in dataclasses.fields(klass) if f.init or not init)
+
+
 def _field_checks(klass: type[Any], wire_name: str) -> tuple[tuple[str, _Check], ...]:
     """Compile the checks of every init field of a message class (see the module doc)."""
     hints = typing.get_type_hints(klass, include_extras=True)
@@ -721,8 +732,8 @@ class _Decoder:
         cls = _registry.get(name)
         if cls is None:
             raise WireError(f"unknown message type {_short(name)}")
-        expected = {f.name for f in dataclasses.fields(cls) if f.init}
-        if set(fields) != expected:
+        expected = _field_names(cls, init=True)
+        if fields.keys() != set(expected):
             raise WireError(
                 f"message {_short(name)} has fields {_short(sorted(fields))}, expected "
                 f"{sorted(expected)}"
@@ -896,7 +907,7 @@ def _summary(obj: Any, depth: int) -> str:
     name = _names.get(t)
     if name is not None:
         fields = ", ".join(
-            f"{f.name}={_summary(getattr(obj, f.name), depth + 1)}" for f in dataclasses.fields(obj)
+            f"{n}={_summary(getattr(obj, n), depth + 1)}" for n in _field_names(t, init=False)
         )
         return f"{t.__name__}({fields})"
     return t.__name__
