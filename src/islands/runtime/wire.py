@@ -83,7 +83,6 @@ checks only look at the values msgpack already decoded.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import struct
 import types
 import typing
@@ -573,14 +572,20 @@ def _constraint(key: str, limit: Any, hint: Any, owner: str) -> _Check:
     return check_bound
 
 
-@functools.cache
+_names_cache: dict[tuple[type[Any], bool], tuple[str, ...]] = {}
+
+
 def _field_names(klass: type[Any], *, init: bool) -> tuple[str, ...]:
     """Return the names of a message class's fields (only those ``__init__`` takes when ``init``).
 
     Cached per class: ``dataclasses.fields`` builds its tuple anew at every call, and
     every message is encoded, summarised and decoded through this.
     """
-    return tuple(f.name for f in dataclasses.fields(klass) if f.init or not init)
+    names = _names_cache.get((klass, init))
+    if names is None:
+        names = _names_cache[klass, init] = tuple(
+            f.name for f in dataclasses.fields(klass) if f.init or not init)
+    return names
 
 
 def _field_checks(klass: type[Any], wire_name: str) -> tuple[tuple[str, _Check], ...]:
