@@ -297,11 +297,11 @@ def check_parameters(n: int, corrupt: int, dropouts: int, k: int, t: int, *,
     if isinstance(k, bool) or not isinstance(k, int) or isinstance(t, bool) \
             or not isinstance(t, int):
         raise ValidationError("check_parameters: k and t must be ints")
-    if k < 2:
-        return f"k={k} neighbours; at least 2"
     complete = k >= n - 1
     if complete:
         k = n - 1
+    elif k < 2:
+        return f"k={k} neighbours; at least 2"
     elif k % 2:
         return f"k={k} neighbours is odd; a Harary graph below the complete one needs k even"
     if t > k + 1:

@@ -895,6 +895,12 @@ class SecAggPlusRound(StreamingRound):
                 f"{_colluders(cfg.corrupt_fraction, m)} colluders (corrupt_fraction="
                 f"{cfg.corrupt_fraction} of {m}) with dropout={cfg.dropout}, not even the "
                 "complete one; lower them, or use protect = ['secagg'] and its threshold")
+        corrupt, drops = _colluders(cfg.corrupt_fraction, m), _dropouts(cfg.dropout, n)
+        reason = harary.check_parameters(n, corrupt, drops, params.neighbours,
+                                         params.threshold, sigma=cfg.sigma)
+        if reason is not None:  # the overrides: its own clients would refuse them
+            raise self._fail("roster", f"parameters 'neighbours'/'threshold' do not protect "
+                             f"a round of {n} clients: {reason}")
         self.params = params
         self.names = u1
         self.index = {c: i for i, c in enumerate(u1)}
@@ -918,6 +924,8 @@ class SecAggPlusRound(StreamingRound):
                 continue
             self.nonces.append(r.nonce)
             self.roster_sigs[c] = r.sig
+        if len(missing) == len(u1):
+            raise self._fail("roster", f"none of the {n} clients accepted the roster")
         if not missing:
             self.graph = _draw(self.session, rnd, digest, u1, self.nonces, self.k)
         return missing
