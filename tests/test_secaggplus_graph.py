@@ -81,7 +81,7 @@ def test_the_seed_needs_every_reveal_and_binds_the_round() -> None:
     assert harary.graph_seed(bytes(16), 2, bytes(32), reveals) != base
     assert harary.graph_seed(bytes(16), 1, bytes(32), reveals[::-1]) != base
     with pytest.raises(ValueError, match="'reveals' parameter of graph_seed"):
-        harary.graph_seed(bytes(16), 1, bytes(32), reveals[:4] + [b"short"])
+        harary.graph_seed(bytes(16), 1, bytes(32), [*reveals[:4], b"short"])
 
 
 @pytest.mark.parametrize(("n", "k"), [(10, 4), (11, 6), (12, 11), (9, 8), (30, 12)])
