@@ -35,6 +35,7 @@ from islands.hfl.secaggplus_audit import (
     unsigned_survivors,
     weaker_parameters,
 )
+from islands.hfl.server_audit import DiesAtUpload
 from islands.runtime import run_local
 from scripted import ScriptedLearner
 
@@ -292,20 +293,7 @@ def _protocol(aggregator: Any, k: int, *, dies: set[str] | frozenset[str] = froz
     return run_local(roles, timeout=120, tolerate=[*names, "server"]), ups
 
 
-class _Dies:
-    """A client lost between its keys and its upload."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def on_step(self, party: Any, **kw: Any) -> Any:
-        return self.inner.on_step(party, **kw)
-
-    def open(self, payload: Any) -> Any:
-        return self.inner.open(payload)
-
-    def payload(self, party: Any, **kw: Any) -> Any:
-        raise RuntimeError("dies before uploading")
+_Dies = DiesAtUpload  # a client lost between its keys and its upload
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.1, 0.3])

@@ -296,23 +296,25 @@ def split_view() -> None:
     plus_split_view(fed, victim, uploads)
 
 
-def unsigned_survivors() -> None:
-    """Ask for shares on a survivor set the client did not sign."""
+def _signed_round() -> tuple[SecAggPlusFederation, bytes, dict[str, bytes]]:
+    """Run an honest round of TEN up to every client's signature on all of them."""
     fed = SecAggPlusFederation(TEN, corrupt_fraction=0.2)
     fed.open_round()
     bits = fed.bits(TEN)
     sigs = {c: fed.step(c, "consistency", sp.SecAggPlusSurvivors(bitmap=bits)).sig
             for c in TEN}
+    return fed, bits, sigs
+
+
+def unsigned_survivors() -> None:
+    """Ask for shares on a survivor set the client did not sign."""
+    fed, _, sigs = _signed_round()
     fed.step("c0", "unmask", fed.unmask_body("c0", fed.bits(TEN[:9]), sigs))
 
 
 def replayed_signatures() -> None:
     """Pass one neighbour's survivor signature off as another's."""
-    fed = SecAggPlusFederation(TEN, corrupt_fraction=0.2)
-    fed.open_round()
-    bits = fed.bits(TEN)
-    sigs = {c: fed.step(c, "consistency", sp.SecAggPlusSurvivors(bitmap=bits)).sig
-            for c in TEN}
+    fed, bits, sigs = _signed_round()
     near = [v for v in fed.closed["c0"] if v != "c0"]
     sigs[near[0]] = sigs[near[1]]
     fed.step("c0", "unmask", fed.unmask_body("c0", bits, sigs))
