@@ -36,7 +36,14 @@
    in the same run) as a share of the upload and the opening. Paillier's first upload
    also starts its background r^n pool, as in a run.
 
+   ``--plus 100,300,1000`` adds SecAgg+ (:mod:`islands.aggregation.secaggplus`, defaults
+   γ = .05, δ = .10) at 10% dropout beside the full graph (up to 300 clients: it is
+   quadratic) and the plain mean, in the same run, and prints the server CPU's log-log
+   slope from 300 to 1000 clients; ``--flower-python`` runs Flower's SecAgg+ for the same
+   round through ``peers/flower_secaggplus_round.py`` where that script exists.
+
     python benchmarks/bench_protect.py [--json OUT] [--quick] [--only 1,2,3,4] [--clients 100,500]
+        [--plus 100,300,1000] [--flower-python PATH]
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from functools import partial
@@ -237,14 +245,17 @@ class _Timed:
             self.cpu += time.thread_time() - t0
 
 
-def secagg_round(n: int, dim: int, dropout: float, secure: bool) -> dict[str, Any]:
+def secagg_round(n: int, dim: int, dropout: float, secure: bool | str) -> dict[str, Any]:
+    """One round; ``secure`` True is the full graph, "plus" SecAgg+, False the plain mean."""
     from islands.aggregation.base import MeanAggregator
     from islands.aggregation.secagg import SecureAggregation
+    from islands.aggregation.secaggplus import SecureAggregationPlus
     from islands.hfl import FedAvg
     from islands.hfl.protocol import client, server
     from islands.runtime import Transcript, run_local
 
-    agg: Any = SecureAggregation(threshold=0.5) if secure else MeanAggregator()
+    agg: Any = (SecureAggregationPlus(dropout=max(dropout, 0.1)) if secure == "plus"
+                else SecureAggregation(threshold=0.5) if secure else MeanAggregator())
     names = [f"c{i:03d}" for i in range(n)]
     drop = set(names[1::max(1, round(1 / dropout))][:round(dropout * n)]) if dropout else set()
     halves = {c: _Timed(agg.client_half(), c in drop) for c in names}
@@ -295,6 +306,69 @@ def bench_secagg(clients: list[int], dim: int) -> list[dict[str, Any]]:
                   f"(plain {fmt_s(plain['server_cpu_s'])}), client "
                   f"{fmt_s(sec['client_cpu_s'])}, wall {fmt_s(sec['wall_s'])}", flush=True)
     return rows
+
+
+def flower_secaggplus_round(python: str, n: int, dim: int, dropout: float
+                            ) -> dict[str, Any] | None:
+    """Run Flower's SecAgg+ for the same round in its own venv; None if not plugged in.
+
+    The hook for ``benchmarks/peers/flower_secaggplus_round.py`` (branch ``flower``):
+    it must print one JSON line {"wall_s": ..., "k": ..., "t": ...} for
+    ``--clients N --dim D --dropout F``.
+    """
+    import subprocess
+
+    script = Path(__file__).resolve().parent / "peers" / "flower_secaggplus_round.py"
+    if not script.exists():
+        return None
+    out = subprocess.run([python, str(script), "--clients", str(n), "--dim", str(dim),
+                          "--dropout", str(dropout)], capture_output=True, text=True,
+                         timeout=3600, check=True)
+    row: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return row
+
+
+def bench_secaggplus(clients: list[int], dim: int, dropout: float = 0.1,
+                     flower_python: str | None = None) -> list[dict[str, Any]]:
+    """SecAgg+ beside the full graph (up to 300 clients) and the plain mean, one run."""
+    rows = []
+    for n in clients:
+        row: dict[str, Any] = {"clients": n, "dim": dim, "dropout": dropout}
+        row["plain"] = secagg_round(n, dim, dropout, secure=False)
+        row["plus"] = secagg_round(n, dim, dropout, secure="plus")
+        row["full"] = secagg_round(n, dim, dropout, secure=True) if n <= 300 else None
+        row["flower"] = (flower_secaggplus_round(flower_python, n, dim, dropout)
+                         if flower_python else None)
+        rows.append(row)
+        full = row["full"]
+        print(f"  N={n} dropout={dropout:.0%}: SecAgg+ wall {fmt_s(row['plus']['wall_s'])} "
+              f"server {fmt_s(row['plus']['server_cpu_s'])} client "
+              f"{fmt_s(row['plus']['client_cpu_s'])}"
+              + (f"; full graph wall {fmt_s(full['wall_s'])}" if full else "")
+              + f"; plain wall {fmt_s(row['plain']['wall_s'])}", flush=True)
+    return rows
+
+
+def print_secaggplus(rows: list[dict[str, Any]]) -> None:
+    print(f"\n2+. SecAgg+ (sparse graph) beside the full graph and the plain mean, "
+          f"{rows[0]['dim']:,} parameters, {rows[0]['dropout']:.0%} dropout, one round")
+    head = ("N", "protocol", "wall", "server CPU", "client CPU", "sent/client")
+    print("".join(f"{h:>14}" for h in head))
+    for r in rows:
+        for name in ("plain", "plus", "full", "flower"):
+            x = r.get(name)
+            if not x:
+                continue
+            label = {"plain": "plain mean", "plus": "SecAgg+", "full": "full graph",
+                     "flower": "Flower SA+"}[name]
+            vals = (r["clients"], label, fmt_s(x["wall_s"]), fmt_s(x.get("server_cpu_s", 0.0)),
+                    fmt_s(x.get("client_cpu_s", 0.0)),
+                    fmt_bytes(x.get("bytes_sent_per_client", 0.0)))
+            print("".join(f"{v!s:>14}" for v in vals))
+    by_n = {r["clients"]: r["plus"]["server_cpu_s"] for r in rows}
+    if 300 in by_n and 1000 in by_n:
+        slope = math.log(by_n[1000] / by_n[300]) / math.log(1000 / 300)
+        print(f"SecAgg+ server CPU log-log slope 300 -> 1000: {slope:.2f} (target <= 1.2)")
 
 
 def print_secagg(rows: list[dict[str, Any]]) -> None:
@@ -447,6 +521,9 @@ def main() -> None:
     ap.add_argument("--only", default="1,2,3,4")
     ap.add_argument("--clients", default=None)
     ap.add_argument("--dim", type=int, default=100_000)
+    ap.add_argument("--plus", default=None, help="SecAgg+ rows for these N (e.g. 100,300,1000)")
+    ap.add_argument("--flower-python", default=None,
+                    help="Python of a venv with flwr, for peers/flower_secaggplus_round.py")
     args = ap.parse_args()
     only = {int(x) for x in args.only.split(",")}
     result: dict[str, Any] = {}
@@ -460,6 +537,11 @@ def main() -> None:
         rows = bench_secagg(clients, args.dim)
         print_secagg(rows)
         result["secagg"] = rows
+    if args.plus:
+        plus = bench_secaggplus([int(x) for x in args.plus.split(",")], args.dim,
+                                flower_python=args.flower_python)
+        print_secaggplus(plus)
+        result["secaggplus"] = plus
     if 3 in only:
         rows3 = bench_dpsgd(args.quick)
         print_dpsgd(rows3)

@@ -42,6 +42,19 @@ from islands.aggregation.secagg import (
     SecAggUnmask,
     SecureAggregation,
 )
+from islands.aggregation.secaggplus import (
+    SecAggPlusAdvertise,
+    SecAggPlusDelivery,
+    SecAggPlusEnvelopes,
+    SecAggPlusKeys,
+    SecAggPlusReveal,
+    SecAggPlusReveals,
+    SecAggPlusRoster,
+    SecAggPlusShares,
+    SecAggPlusSignature,
+    SecAggPlusSurvivors,
+    SecAggPlusUnmask,
+)
 from islands.errors import ProtocolError
 from islands.hfl import FedAvg
 from islands.hfl.protocol import Join, LocalOutcome, Start, client, server
@@ -51,7 +64,10 @@ DIM = 8
 BODIES = [SecAggAdvertise, SecAggKeys, SecAggKeyList, SecAggEnvelopes, SecAggDelivery,
           SecAggSurvivors, SecAggSignature, SecAggUnmask, SecAggShares, KeyHello, KeyOffer,
           KeyDealRequest, KeyDeal, KeyDelivery, KeyAck, DPNoiseRequest, AdditiveRoster,
-          AdditiveSumRequest, AdditivePartialSum]
+          AdditiveSumRequest, AdditivePartialSum, SecAggPlusAdvertise, SecAggPlusKeys,
+          SecAggPlusRoster, SecAggPlusReveal, SecAggPlusReveals, SecAggPlusEnvelopes,
+          SecAggPlusDelivery, SecAggPlusSurvivors, SecAggPlusSignature, SecAggPlusUnmask,
+          SecAggPlusShares]
 
 
 class Still:

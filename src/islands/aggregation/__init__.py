@@ -5,6 +5,8 @@
   messages every protection's phases travel in;
 - :mod:`islands.aggregation.secagg`: secure aggregation with dropout recovery
   (Bonawitz et al., CCS 2017);
+- :mod:`islands.aggregation.secaggplus`: SecAgg+ on a sparse random graph (Bell et al.,
+  CCS 2020), its graph and parameters in :mod:`islands.aggregation.harary`;
 - :mod:`islands.aggregation.additive`: additive secret sharing between the clients;
 - :mod:`islands.aggregation.homomorphic`: CKKS and packed Paillier aggregation;
 - :mod:`islands.aggregation.keys`: dealing one shared secret key through a server that
@@ -46,6 +48,7 @@ from islands.aggregation.robust import (
     TrimmedMeanAggregator,
 )
 from islands.aggregation.secagg import SecureAggregation
+from islands.aggregation.secaggplus import SecureAggregationPlus
 
 __all__ = [
     "AdditiveSharing",
@@ -63,6 +66,7 @@ __all__ = [
     "PaillierAggregator",
     "SampleDP",
     "SecureAggregation",
+    "SecureAggregationPlus",
     "ServerHalf",
     "TrimmedMeanAggregator",
     "build_aggregator",

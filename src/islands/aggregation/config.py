@@ -21,6 +21,7 @@ from pydantic import AfterValidator, model_validator
 
 from islands.config import ProtocolConfig, setting
 from islands.crypto.ckks import CKKSParams
+from islands.errors import invalid_parameter
 
 __all__ = [
     "ROBUST",
@@ -35,6 +36,7 @@ __all__ = [
     "PaillierAggConfig",
     "SampleDPConfig",
     "SecAggConfig",
+    "SecAggPlusConfig",
     "TrimmedMeanConfig",
 ]
 
@@ -74,6 +76,54 @@ class SecAggConfig(ProtocolConfig):
         "round needs t); set it when the strategy samples cohorts.", ge=2)
     max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _MAX_ABS_DOC, gt=0,
                              allow_inf_nan=False)
+
+
+class SecAggPlusConfig(ProtocolConfig):
+    """SecAgg+ (Bell et al. 2020): ``protect = ["secaggplus"]``, ``[secaggplus]``.
+
+    A bare TOML key (``secagg+`` would need quoting in every section header).
+    """
+
+    OWNER = "SecureAggregationPlus"
+
+    corrupt_fraction: float = setting(
+        0.05, "a float in [0, 0.5)", "γ: colluding clients protected against, as a fraction "
+        "of m (the federation's clients, or min_clients): C = ⌊γm⌋.", ge=0, lt=0.5)
+    dropout: float = setting(
+        0.10, "a float in [0, 0.5)", "δ: dropouts a round may have, as a fraction of its n "
+        "clients; fewer than n − ⌊δn⌋ survivors are refused.", ge=0, lt=0.5)
+    sigma: float = setting(40.0, "a float in [20, 128]", "Privacy fails with probability "
+                           "≤ 2^-sigma over the graph draw.", ge=20, le=128)
+    eta: float = setting(20.0, "a float in [1, 128]", "A round fails for lack of holders "
+                         "with probability ≤ 2^-eta.", ge=1, le=128)
+    min_clients: int | None = setting(
+        None, "an int >= 2", "The smallest round a client joins and the m its colluders "
+        "are counted against (unset: its federation, of which a round needs m − ⌊δm⌋).",
+        ge=2)
+    max_abs: float = setting(MAX_ABS, "a float in (0, inf)", _MAX_ABS_DOC, gt=0,
+                             allow_inf_nan=False)
+    frac_bits: int = setting(32, _FRAC_BITS, "Fixed-point fractional bits in Z_2^64.",
+                             ge=8, le=48)
+    neighbours: int | None = setting(
+        None, "an even int >= 2", "k the server proposes instead of the sparsest that "
+        "fits (every client still checks it).", ge=2)
+    threshold: int | None = setting(
+        None, "an int >= 2 (with neighbours)", "t the server proposes, at least the "
+        "least one for k (every client still checks it).", ge=2)
+    max_setups: int = setting(2, "an int in [1, 4]", "Set-ups a client accepts per round "
+                              "(a missing reveal restarts one).", ge=1, le=4)
+
+    @model_validator(mode="after")
+    def _overrides(self) -> SecAggPlusConfig:
+        owner = self.OWNER
+        if self.neighbours is not None and self.neighbours % 2:
+            raise invalid_parameter("neighbours", owner, "an even int >= 2 (a Harary graph "
+                                    "H(n, k))", self.neighbours)
+        if self.threshold is not None and (self.neighbours is None
+                                           or self.threshold > self.neighbours + 1):
+            raise invalid_parameter("threshold", owner, "an int in [2, neighbours + 1], "
+                                    "given with neighbours", self.threshold)
+        return self
 
 
 class AdditiveConfig(ProtocolConfig):
@@ -257,6 +307,7 @@ ROBUST: dict[str, type[ProtocolConfig]] = {
 
 SECTIONS: dict[str, type[ProtocolConfig]] = {
     "secagg": SecAggConfig,
+    "secaggplus": SecAggPlusConfig,
     "additive": AdditiveConfig,
     "ckks": CkksConfig,
     "paillier": PaillierAggConfig,

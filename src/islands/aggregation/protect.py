@@ -4,8 +4,8 @@ Both compose with every aggregator of :mod:`islands.aggregation` (plain mean, se
 aggregation, additive sharing, CKKS, Paillier) and with each other, and
 :func:`build_aggregator` builds the stack a job's ``protect = [...]`` names:
 
-* the base is at most one of ``"secagg"``, ``"additive"``, ``"ckks"``, ``"paillier"``
-  (default: the plain mean);
+* the base is at most one of ``"secagg"``, ``"secaggplus"`` (SecAgg+), ``"additive"``,
+  ``"ckks"``, ``"paillier"`` (default: the plain mean);
 * ``"chaos"`` permutes every upload's coordinates first (APFL's CKKS over a chaos
   permutation is ``["ckks", "chaos"]``);
 * ``"dp"`` clips and noises the update before anything else;
@@ -111,6 +111,11 @@ from islands.aggregation.secagg import (
     SecureAggregation,
     round_threshold,
 )
+from islands.aggregation.secaggplus import (
+    SecAggPlusClient,
+    SecAggPlusServer,
+    SecureAggregationPlus,
+)
 from islands.config import ProtocolConfig
 from islands.crypto import chaos
 from islands.errors import JobError, ProtocolError, ValidationError, invalid_parameter
@@ -143,7 +148,7 @@ __all__ = [
 Vector = NDArray[np.float32]
 
 
-HIDING_BASES = ("secagg", "additive", "ckks", "paillier")
+HIDING_BASES = ("secagg", "secaggplus", "additive", "ckks", "paillier")
 """Base aggregators that hide single updates' values from the server."""
 
 
@@ -176,7 +181,7 @@ def _base_name(agg: Aggregator | None) -> str:
     return str(getattr(_layers(agg)[-1], "name", type(agg).__name__))
 
 
-PAIRWISE_BASES = ("secagg", "additive")
+PAIRWISE_BASES = ("secagg", "secaggplus", "additive")
 """Bases whose rounds need at least two clients (masks or shares between them)."""
 
 
@@ -202,6 +207,7 @@ def _secagg_threshold(agg: Aggregator) -> float | int | None:
 def _robust_refusal(rule: str, protection: str) -> str:
     """Say why robust rule ``rule`` cannot run under ``protection``."""
     what = {"secagg": "secure aggregation shows the server only the sum",
+            "secaggplus": "SecAgg+ shows the server only the sum",
             "additive": "additive sharing shows the server only the sum",
             "ckks": "under CKKS the server holds only ciphertexts and their sum",
             "paillier": "under Paillier the server holds only ciphertexts and their sum",
@@ -388,7 +394,7 @@ class ClientDP:
                 f"the server every single update; use noise='local', or aggregate with "
                 f"one of {list(HIDING_BASES)}")
         threshold = _secagg_threshold(self.inner)
-        if threshold is None and self.guaranteed is None:
+        if threshold is None and self.guaranteed is None and base != "secaggplus":
             raise ValidationError(
                 f"ClientDP: noise='distributed' over {base!r} needs 'guaranteed', the "
                 "number of survivors the noise is calibrated for, held by every client "
@@ -446,6 +452,15 @@ class _DPClient:
                         f"round {rnd} before secure aggregation's set-up of that round",
                         party=party.name, step="dp-noise")
                 bound = int(t) if bound is None else min(bound, int(t))
+            if isinstance(layer, SecAggPlusClient):
+                # t is per neighbourhood; the round's guaranteed survivors are its floor
+                floor = layer.round_floor
+                if layer.round != rnd or floor < 1:
+                    raise ProtocolError(
+                        f"client {party.name!r}: the server {server!r} sent the noise of "
+                        f"round {rnd} before SecAgg+'s set-up of that round",
+                        party=party.name, step="dp-noise")
+                bound = floor if bound is None else min(bound, floor)
         if bound is None:  # refused when ClientDP is built
             raise ProtocolError(f"client {party.name!r} has no guaranteed number of "
                                 "survivors for distributed noise", party=party.name,
@@ -543,6 +558,8 @@ class _DPServer(PlainServerHalf):
                 t = round_threshold(layer.threshold, round_clients,
                                     federation=layer.federation,
                                     min_clients=layer.min_clients)
+            if isinstance(layer, SecAggPlusServer) and layer.floor:
+                t = layer.floor  # the survivors its clients require (start ran first)
         if cfg.guaranteed is not None:
             t = cfg.guaranteed if t is None else min(t, cfg.guaranteed)
         assert t is not None  # ClientDP refuses distributed noise without either
@@ -828,7 +845,7 @@ class SampleAccount:
 
 
 # --------------------------------------------------------------------------- jobs
-BASES = ("mean", "secagg", "additive", "ckks", "paillier", *ROBUST)
+BASES = ("mean", "secagg", "secaggplus", "additive", "ckks", "paillier", *ROBUST)
 WRAPPERS = ("chaos", "dp")
 SAMPLE_LEVEL = ("dp-sgd",)
 
@@ -840,7 +857,7 @@ class Protection:
     Attributes
     ----------
     names
-        Among ``secagg``, ``additive``, ``ckks``, ``paillier``, the robust rules
+        Among ``secagg``, ``secaggplus``, ``additive``, ``ckks``, ``paillier``, the robust rules
         ``median``, ``trimmed-mean``, ``krum``, ``norm-bound`` (at most one base),
         ``chaos``, ``dp`` and ``dp-sgd``, in the order given.
     settings
@@ -921,6 +938,8 @@ class Protection:
         agg: Aggregator
         if base == "secagg":
             agg = SecureAggregation(**self._kwargs("secagg"))
+        elif base == "secaggplus":
+            agg = SecureAggregationPlus(**self._kwargs("secaggplus"))
         elif base == "additive":
             agg = AdditiveSharing(**self._kwargs("additive"))
         elif base == "ckks":
@@ -979,7 +998,7 @@ def build_aggregator(protect: Sequence[str], options: Mapping[str, Mapping[str, 
     Parameters
     ----------
     protect
-        Names among ``secagg``, ``additive``, ``ckks``, ``paillier``, ``median``,
+        Names among ``secagg``, ``secaggplus``, ``additive``, ``ckks``, ``paillier``, ``median``,
         ``trimmed-mean``, ``krum``, ``norm-bound`` (at most one base; a robust rule is
         refused with the four before it and with ``chaos``), ``chaos`` and ``dp``, in
         any order; ``dp-sgd`` is allowed and left to

@@ -121,6 +121,7 @@ __all__ = [
     "Share",
     "chunk_count",
     "combine",
+    "combine_arrays",
     "combine_many",
     "lagrange_at_zero",
     "split",
@@ -609,3 +610,76 @@ def combine_many(share_sets: Sequence[Sequence[Share]], length: int) -> list[byt
         _from_chunks(chunks[i], length, f"combine_many (share_sets[{i}])")
         for i in range(chunks.shape[0])
     ]
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_lagrange(points: tuple[int, ...]) -> NDArray[np.int64]:
+    lam = lagrange_at_zero(points)
+    lam.flags.writeable = False
+    return lam
+
+
+def combine_arrays(points: Any, values: Any, length: int) -> list[bytes]:
+    """Reconstruct many ``length``-byte secrets, each from its own holders, in one pass.
+
+    The SecAgg+ server's case: every secret has its own t holders (its neighbourhood),
+    so :func:`combine_many`'s shared points do not apply, but most rows repeat the same
+    point tuple (the first t holders in offset order of a neighbourhood with nobody
+    missing). Rows are grouped by point tuple; each group's Lagrange coefficients are
+    computed once (and cached across calls) and the group is interpolated by one
+    integer matrix product. No :class:`Share` objects are built.
+
+    Parameters
+    ----------
+    points
+        ``(m, k)`` ints: row i holds the distinct points of secret i's shares.
+    values
+        ``(m, k, chunk_count(length))`` share values below :data:`PRIME`, in the order
+        of ``points``.
+    length
+        Length of every secret in bytes.
+
+    Returns
+    -------
+    list of bytes
+        The m secrets, in row order (with at least t shares per row; see :func:`combine`
+        for what fewer give).
+
+    Raises
+    ------
+    ValidationError
+        If the shapes disagree, a point is outside [1, p − 1] or repeated in a row, a
+        value is not below :data:`PRIME`, or a result is not a ``length``-byte secret
+        (naming the row).
+    """
+    length = check_int(length, "length", "combine_arrays", low=1)
+    xs = np.asarray(points)
+    ys = np.asarray(values)
+    chunks = chunk_count(length)
+    if (xs.ndim != 2 or xs.dtype.kind not in "iu" or ys.dtype.kind not in "iu"
+            or ys.shape != (*xs.shape, chunks) or xs.shape[1] < 1):
+        raise invalid_parameter(
+            "values", "combine_arrays",
+            f"an (m, k, {chunks}) int array matching points of shape (m, k)",
+            f"points {xs.shape}, values {ys.shape}")
+    if xs.size and (int(xs.min()) < 1 or int(xs.max()) >= PRIME):
+        raise invalid_parameter("points", "combine_arrays", f"ints in [1, {PRIME - 1}]",
+                                f"values in [{int(xs.min())}, {int(xs.max())}]")
+    if ys.size and int(ys.max()) >= PRIME:
+        raise invalid_parameter("values", "combine_arrays", f"share values below {PRIME}",
+                                int(ys.max()))
+    xs = xs.astype(np.int64)
+    ys = ys.astype(np.int64)
+    out: list[bytes] = [b""] * xs.shape[0]
+    groups, inverse = np.unique(xs, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    for g, row in enumerate(groups):
+        members = np.flatnonzero(inverse == g)
+        key = tuple(int(v) for v in row)
+        if len(set(key)) != len(key):
+            raise invalid_parameter("points", "combine_arrays", "distinct points per row",
+                                    f"row {int(members[0])} repeats a point")
+        result = _interpolate(_cached_lagrange(key), ys[members])
+        for i, m in enumerate(members.tolist()):
+            out[m] = _from_chunks(result[i], length, f"combine_arrays (row {m})")
+    return out

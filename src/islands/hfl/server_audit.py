@@ -78,6 +78,7 @@ from islands.crypto.envelope import open_sealed, pair_context, seal
 from islands.crypto.masking import MaskingKey, generate_key, pairwise_mask
 from islands.crypto.prg import expand
 from islands.errors import IslandsError, ProtocolError, ValidationError
+from islands.hfl import secaggplus_audit as plus
 from islands.hfl.protocol import Finish, LocalOutcome, Start, Task, client, server
 from islands.hfl.strategy import FedAvg
 from islands.privacy import PrivacyAccountant
@@ -1271,6 +1272,32 @@ ATTACKS: list[Attack] = [
     Attack("secagg", "list itself as one of the round's clients", _SERVER,
            "clients of the federation only", r"\['server'\] are not clients of this "
            r"federation", _secagg_sybil),
+    Attack("secaggplus", "propose k = 2, t = 2 to 10 clients configured against 2 colluders",
+           _SERVER, "each client's own (k, t) rule", r"do not protect a round of 10",
+           plus.weaker_parameters),
+    Attack("secaggplus", "leave 2 of 20 out and propose the (k, t) of 15% of the round",
+           _SERVER, "colluders counted against the federation, not the round",
+           r"against 3 colluders .*accepts k >= 8", plus.shrunk_round),
+    Attack("secaggplus", "put its own keys and nonce in a client's roster entry", _SERVER,
+           "neighbours verify the entry's roster signature",
+           r"'secagg\+ roster' signature of 'c1' does not verify", plus.forged_entry),
+    Attack("secaggplus", "reveal another nonce than a client committed to (steer the graph)",
+           _SERVER, "commit-then-reveal graph seed", r"does not open its commitment",
+           plus.bad_reveal),
+    Attack("secaggplus", "claim another graph (other neighbours' signatures)", _SERVER,
+           "each client draws the graph itself", r"not of this client's .* neighbours",
+           plus.other_graph),
+    Attack("secaggplus", "advertise a third set-up in one round", _SERVER,
+           "each client's max_setups", r"parameter 'max_setups' is 2", plus.third_setup),
+    Attack("secaggplus", "split a victim's holders between 'survived' and 'dropped', with 2 "
+           "colluding neighbours", _SERVER, "2t > k + 1 + colluders, t signatures per "
+           "neighbourhood", r"below the threshold t=|holds \d shares", plus.split_view),
+    Attack("secaggplus", "ask for shares on a survivor set the client did not sign", _SERVER,
+           "the signed survivor bitmap", r"not the set this client signed",
+           plus.unsigned_survivors),
+    Attack("secaggplus", "pass one neighbour's survivor signature off as another's", _SERVER,
+           "survivor signatures verified", r"signature of .* does not verify",
+           plus.replayed_signatures),
     Attack("ckks / paillier / chaos key", "seal a key it made for every client", _SERVER,
            "the dealer's envelope key signed with its identity",
            r"'ckks dealer' signature of 'c0' does not verify", _keys_server_made),

@@ -120,6 +120,7 @@ class IncompatibleAggregatorError(ValidationError):
 
 _WHY = {
     "secagg": "secure aggregation shows the server only the sum of the masked updates",
+    "secaggplus": "SecAgg+ shows the server only the sum of the masked updates",
     "additive": "additive sharing shows the server only the sum of the shares",
     "ckks": "under CKKS the server holds only ciphertexts and their encrypted sum",
     "paillier": "under Paillier the server holds only ciphertexts and their encrypted sum",

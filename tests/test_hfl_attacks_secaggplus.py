@@ -1,0 +1,346 @@
+"""A deviating server against SecAgg+ (issue 40): every attack the full graph refuses
+(``tests/test_hfl_attacks_secagg.py``), carried over, and SecAgg+'s own (the graph draw,
+the reveals, a neighbourhood shrunk below t), played on the exact messages honest
+clients exchange (:mod:`islands.hfl.secaggplus_audit`)."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pytest
+
+from islands.aggregation import harary
+from islands.aggregation import secaggplus as sp
+from islands.aggregation.base import MeanAggregator
+from islands.aggregation.secaggplus import SecureAggregationPlus
+from islands.crypto.prg import expand
+from islands.errors import ProtocolError, ValidationError
+from islands.hfl import FedAvg
+from islands.hfl.protocol import client, server
+from islands.hfl.secaggplus_audit import (
+    TEN,
+    SecAggPlusFederation,
+    bad_reveal,
+    forged_entry,
+    other_graph,
+    plus_split_view,
+    replayed_signatures,
+    shrunk_round,
+    split_view,
+    third_setup,
+    unsigned_survivors,
+    weaker_parameters,
+)
+from islands.hfl.server_audit import DiesAtUpload
+from islands.runtime import run_local
+from scripted import ScriptedLearner
+
+DIM = 6
+
+
+def fed(**config: Any) -> SecAggPlusFederation:
+    return SecAggPlusFederation(TEN, corrupt_fraction=0.2, **config)
+
+
+# --------------------------------------------------------------------------- (k, t), round
+def test_weaker_parameters_are_refused_before_any_share_leaves() -> None:
+    with pytest.raises(ProtocolError, match=r"refuses 'server'.s 'roster' message: parameters "
+                       r"'neighbours'/'threshold' \(k=2, t=2\) do not protect a round of 10 "
+                       r"clients against 2 colluders .*this client accepts k >= 6 with its "
+                       r"t >= 5"):
+        weaker_parameters()
+    f = fed()
+    k, t = f.honest_parameters(10)
+    roster = f.roster(f.advertise(), k, t - 1)  # the honest k, one t less
+    with pytest.raises(ProtocolError, match=rf"t={t - 1} for k={k} neighbours; at least {t}"):
+        f.step("c0", "roster", roster)
+    assert f.halves["c0"].stage.value == "advertised"  # nothing left it
+    # more protection is accepted: a larger k with its larger t
+    roster = f.roster(f.advertise(), 8, 6)
+    assert isinstance(f.step("c0", "roster", roster), sp.SecAggPlusReveal)
+
+
+def test_shrinking_the_round_raises_k_and_t() -> None:
+    # a federation of 20 at γ = 0.15: C = 3 colluders, counted against the 20 the client
+    # knows. A server that leaves 2 out and proposes what ⌊0.15 · 18⌋ = 2 colluders would
+    # need, (6, 5), is refused, and the refusal names the pair for 3: (8, 7)
+    assert harary.find_parameters(18, 2, 1) == harary.GraphParameters(6, 5, False)
+    with pytest.raises(ProtocolError, match=r"\(k=6, t=5\) do not protect a round of 18 "
+                       r"clients against 3 colluders \(corrupt_fraction=0.15 of its "
+                       r"federation of 20 clients\) .*accepts k >= 8 with its t >= 7"):
+        shrunk_round()
+
+
+def test_a_round_below_the_smallest_is_refused() -> None:
+    f = fed()  # δ = 0.1 of 10: a round needs 9
+    roster = f.roster(f.advertise(TEN[:8]), 7, 6)
+    with pytest.raises(ProtocolError, match=r"a round of 8 clients, fewer than the 9 accepted "
+                       r"\(its federation of 10 clients less its dropout=0.1"):
+        f.step("c0", "roster", roster)
+    g = SecAggPlusFederation(TEN, corrupt_fraction=0.2, min_clients=10)
+    roster = g.roster(g.advertise(TEN[:9]), 8, 7)
+    with pytest.raises(ProtocolError, match=r"fewer than the 10 accepted \(parameter "
+                       r"'min_clients'=10\)"):
+        g.step("c0", "roster", roster)
+
+
+def test_colluders_count_against_m_never_the_round() -> None:
+    # every round a client accepts meets (C) and (S) for C = ⌊γm⌋, whatever n the
+    # server shapes (exhaustive over m ≤ 60 and n ≤ m)
+    cfg = SecureAggregationPlus(corrupt_fraction=0.1, dropout=0.1).config
+    for m in range(4, 61, 4):
+        corrupt = sp._colluders(0.1, m)
+        for n in range(2, m + 1):
+            params = sp.client_parameters(cfg, n, m)
+            if params is None:
+                continue
+            k, t = params.neighbours, params.threshold
+            drops = sp._dropouts(0.1, n)
+            assert harary.check_parameters(n, corrupt, drops, k, t) is None, (m, n)
+            assert 2 * t > min(k + 1, n) + min(corrupt, k), (m, n, k, t)
+
+
+# --------------------------------------------------------------------------- roster
+def test_a_client_refuses_a_roster_with_other_keys_or_strangers() -> None:
+    f = fed()
+    keys = f.advertise()
+    mine = keys["c0"]
+    keys["c0"] = sp.SecAggPlusKeys(c=sp.generate_key().public, s=mine.s, commit=mine.commit)
+    with pytest.raises(ProtocolError, match="keys or a commitment that are not its own"):
+        f.step("c0", "roster", f.roster(keys))
+    f = fed()
+    keys = f.advertise()
+    keys["server"] = sp.SecAggPlusKeys(c=sp.generate_key().public,
+                                       s=sp.generate_key().public, commit=bytes(32))
+    with pytest.raises(ProtocolError, match=r"\['server'\] are not clients"):
+        f.step("c1", "roster", f.roster(keys))
+    f = fed()
+    keys = f.advertise()
+    keys["c2"] = sp.SecAggPlusKeys(c=keys["c3"].c, s=keys["c2"].s, commit=keys["c2"].commit)
+    with pytest.raises(ProtocolError, match="two clients present the same key"):
+        f.step("c1", "roster", f.roster(keys))
+
+
+def test_a_forged_roster_entry_is_refused_by_its_neighbours() -> None:
+    with pytest.raises(ProtocolError, match="'secagg\\+ roster' signature of 'c1' does not "
+                       "verify"):
+        forged_entry()
+
+
+def test_a_server_claiming_another_graph_is_refused() -> None:
+    with pytest.raises(ProtocolError, match="not of this client's 6 neighbours in the drawn "
+                       "graph"):
+        other_graph()
+
+
+def test_a_reveal_that_does_not_open_its_commitment_is_refused() -> None:
+    with pytest.raises(ProtocolError, match="the nonce of 'c3' does not open its commitment"):
+        bad_reveal()
+
+
+def test_a_missing_reveal_stops_the_roster_not_the_seed() -> None:
+    f = fed()
+    roster = f.roster(f.advertise())
+    reveals = {c: f.step(c, "roster", roster) for c in TEN}
+    everyone = f.draw(roster, reveals)
+    short = sp.SecAggPlusReveals(nonces=everyone.nonces[:-32],
+                                 signatures=f.neighbours_sigs(everyone, "c0").signatures)
+    with pytest.raises(ProtocolError, match="9 nonces for a roster of 10: the graph needs "
+                       "every client's"):
+        f.step("c0", "share-keys", short)
+
+
+def test_a_third_setup_in_one_round_is_refused() -> None:
+    with pytest.raises(ProtocolError, match="set-up 3 of one round; parameter 'max_setups' "
+                       "is 2"):
+        third_setup()
+    f = fed()
+    f.open_round()
+    with pytest.raises(ProtocolError, match="a new set-up of a round this client already "
+                       "uploaded in"):
+        f.step("c0", "advertise", sp.SecAggPlusAdvertise(session=secrets.token_bytes(16)))
+
+
+def test_the_graph_is_the_same_at_every_client_and_the_server() -> None:
+    f = fed()
+    f.open_round()
+    for c in TEN:
+        assert f.halves[c]._closed == f.closed[c]
+    # symmetric and k-regular
+    for c in TEN:
+        assert len(f.closed[c]) == f.k + 1
+        for v in f.closed[c]:
+            assert c in f.closed[v]
+
+
+# --------------------------------------------------------------------------- deliver
+def test_shrinking_a_neighbourhood_is_refused() -> None:
+    f = fed()
+    roster = f.roster(f.advertise())
+    reveals = {c: f.step(c, "roster", roster) for c in TEN}
+    everyone = f.draw(roster, reveals)
+    env = {c: f.step(c, "share-keys", f.neighbours_sigs(everyone, c)) for c in TEN}
+    near = f.closed["c0"]
+    few = [v for v in near if v == "c0"] + [v for v in near if v != "c0"][:f.t - 2]
+    with pytest.raises(ProtocolError, match=rf"{len(few)} of this client's neighbourhood "
+                       rf"shared keys, below the threshold t={f.t}"):
+        f.step("c0", "deliver", sp.SecAggPlusDelivery(shared=few, shares={
+            v: env[v].shares["c0"] for v in few if v != "c0"}))
+    outsider = next(c for c in TEN if c not in near)
+    with pytest.raises(ProtocolError, match="not inside this client's neighbourhood"):
+        f.step("c0", "deliver", sp.SecAggPlusDelivery(shared=[*near, outsider], shares={}))
+
+
+# --------------------------------------------------------------------------- survivors
+def test_a_survivor_set_below_the_floor_or_t_is_refused() -> None:
+    f = fed()
+    f.open_round()
+    two_gone = [c for c in f.u1 if c not in ("c8", "c9")]  # floor 9 of 10
+    with pytest.raises(ProtocolError, match=r"8 survivors of 10, below this client's floor 9"):
+        f.step("c0", "consistency", sp.SecAggPlusSurvivors(bitmap=f.bits(two_gone)))
+    with pytest.raises(ProtocolError, match="malformed survivor bitmap"):
+        f.step("c1", "consistency", sp.SecAggPlusSurvivors(bitmap=b"\xff\xff"))
+
+
+def test_unmasking_needs_the_set_the_client_signed() -> None:
+    with pytest.raises(ProtocolError, match="not the set this client signed"):
+        unsigned_survivors()
+    with pytest.raises(ProtocolError, match=r"signature of '.*' does not verify"):
+        replayed_signatures()
+
+
+def test_a_full_graph_signature_does_not_count_here() -> None:
+    # the purposes differ: a 'secagg survivors' signature on the same bytes is refused
+    f = fed()
+    f.open_round()
+    bits = f.bits(TEN)
+    sigs = {c: f.step(c, "consistency", sp.SecAggPlusSurvivors(bitmap=bits)).sig for c in TEN}
+    v = next(c for c in f.closed["c0"] if c != "c0")
+    sigs[v] = f.ids[v].sign("secagg survivors", sp._survivors_message(
+        f.session, 1, f.digest, bits))
+    with pytest.raises(ProtocolError, match=f"signature of '{v}' does not verify"):
+        f.step("c0", "unmask", f.unmask_body("c0", bits, sigs))
+
+
+def test_a_client_never_answers_unmask_twice() -> None:
+    f = fed()
+    f.open_round()
+    bits = f.bits(TEN)
+    sigs = {c: f.step(c, "consistency", sp.SecAggPlusSurvivors(bitmap=bits)).sig for c in TEN}
+    f.step("c0", "unmask", f.unmask_body("c0", bits, sigs))
+    with pytest.raises(ProtocolError, match="got 'unmask' of round 1 while at stage "
+                       "'unmasked'"):
+        f.step("c0", "unmask", f.unmask_body("c0", bits, sigs))
+
+
+def test_a_split_view_inside_one_neighbourhood_is_refused() -> None:
+    # two colluders next to the victim; its honest holders split between "survived" and
+    # "dropped": one side stays short of t signatures or of t shares
+    with pytest.raises(ProtocolError, match=r"below the threshold t=5|holds \d shares"):
+        split_view()
+
+
+def test_without_the_threshold_bound_the_split_view_reads_the_update(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the attack is real: clients that accept t = 3 for k = 6 with 2 colluders in the
+    # victim's neighbourhood (2t = 6 <= k + 1 + X = 9) let the server read its update
+    monkeypatch.setattr(harary, "least_threshold", lambda *a, **k: 3)
+    f = fed(neighbours=6, threshold=3)
+    uploads = f.open_round()
+    assert (f.k, f.t) == (6, 3)
+    victim = f.u1[0]
+    f.colluders = [c for c in f.closed[victim] if c != victim][:2]
+    read = plus_split_view(f, victim, uploads)
+    np.testing.assert_allclose(read, f.updates[victim], atol=2.0**-31)
+
+
+def test_an_honest_round_unmasks_exactly_the_sum() -> None:
+    f = fed()
+    uploads = f.open_round()
+    bits = f.bits(TEN)
+    sigs = {c: f.step(c, "consistency", sp.SecAggPlusSurvivors(bitmap=bits)).sig for c in TEN}
+    answers = {c: f.step(c, "unmask", f.unmask_body(c, bits, sigs)) for c in TEN}
+    total = sum(uploads.values(), np.zeros(DIM, dtype=np.uint64))
+    for u in TEN:
+        b = f.rebuild(u, {h: answers[h].b[u] for h in f.closed[u]})
+        total -= expand(b, DIM, label=sp._SELF)
+    got = total.view(np.int64).astype(np.float64) / 2.0**32
+    np.testing.assert_allclose(got, sum(u.astype(np.float64) for u in f.updates.values()),
+                               atol=1e-8)
+
+
+# --------------------------------------------------------------------------- runner
+def _protocol(aggregator: Any, k: int, *, dies: set[str] | frozenset[str] = frozenset(),
+              rounds: int = 1, halves: dict[str, Any] | None = None
+              ) -> tuple[Any, dict[str, Any]]:
+    rng = np.random.default_rng(5)
+    names = [f"c{i:02d}" for i in range(k)]
+    w0 = np.zeros(DIM, dtype=np.float32)
+    fedavg = FedAvg(local_steps=1, batch_size=None, aggregator=aggregator)
+    roles: dict[str, Any] = {"server": partial(server, clients=names, strategy=fedavg,
+                                               initial=w0, epochs=rounds,
+                                               client_timeout=30.0)}
+    ups = {}
+    for name in names:
+        ups[name] = rng.normal(size=DIM).astype(np.float32)
+        half = _Dies(aggregator.client_half()) if name in dies else (halves or {}).get(name)
+        roles[name] = partial(client, server="server", learner=ScriptedLearner(50, ups[name]),
+                              aggregator=aggregator, half=half, task_timeout=30.0)
+    return run_local(roles, timeout=120, tolerate=[*names, "server"]), ups
+
+
+_Dies = DiesAtUpload  # a client lost between its keys and its upload
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1, 0.3])
+def test_the_mean_equals_the_plain_mean(dropout: float) -> None:
+    n = 30
+    names = [f"c{i:02d}" for i in range(n)]
+    dies = set(names[1::max(1, round(1 / dropout))][:round(dropout * n)]) if dropout else set()
+    agg = SecureAggregationPlus(corrupt_fraction=0.05, dropout=max(dropout, 0.1))
+    run, _ = _protocol(agg, n, dies=dies)
+    plain, _ = _protocol(MeanAggregator(), n, dies=dies)
+    assert not run.failures.get("server"), run.failures
+    got, want = run.results["server"], plain.results["server"]
+    assert got.rounds[0].survivors == n - len(dies)
+    # each upload rounds to 2^-33: the mean is within 30 · 2^-33 of the exact one
+    np.testing.assert_allclose(got.params, want.params, atol=1e-6)
+
+
+class _DiesInARun(_Dies):
+    """A client that drops out if its position in the drawn graph is below ``run``."""
+
+    run = 6
+
+    def payload(self, party: Any, **kw: Any) -> Any:
+        if self.inner._graph.position[party.name] < self.run:
+            raise RuntimeError("dies before uploading")
+        return self.inner.payload(party, **kw)
+
+
+def test_dropping_below_t_in_one_neighbourhood_fails_clearly() -> None:
+    # k = 20, t = 16 (more than the rule asks) of 30 clients, up to 9 dropouts: 6
+    # dropouts in a run of the ring leave the clients there 15 holders of 21. The
+    # server names the client, its count and t, and releases no mean
+    agg = SecureAggregationPlus(corrupt_fraction=0.0, dropout=0.3, neighbours=20,
+                                threshold=16)
+    names = [f"c{i:02d}" for i in range(30)]
+    halves = {c: _DiesInARun(agg.client_half()) for c in names}
+    run, _ = _protocol(agg, 30, halves=halves)
+    exc = run.failures.get("server")
+    assert isinstance(exc, ProtocolError), run.failures
+    assert exc.step == "unmask"
+    assert re.search(r"(survivor|dropped client) 'c\d\d' has 15 surviving holders of its "
+                     r"shares in its neighbourhood, below the threshold t=16", str(exc)), exc
+    assert "server" not in run.results
+
+
+def test_a_too_small_federation_falls_back_to_the_complete_graph() -> None:
+    run, _ = _protocol(SecureAggregationPlus(), 3)
+    assert not run.failures
+    with pytest.raises(ValidationError, match="'corrupt_fraction' parameter"):
+        SecureAggregationPlus(corrupt_fraction=0.45, dropout=0.45, min_clients=3)
