@@ -171,3 +171,37 @@ def flower_secaggplus(python: str, n: int, dim: int, k: int | float, dropout: fl
     before uploading their masked vector."""
     args = [n, dim, k, "" if threshold is None else threshold, dropout, rounds]
     return run_peer(python, SECAGG_SCRIPT, args, timeout)
+
+
+def main() -> None:
+    """``python benchmarks/flower.py --flower-python PY {noop,fedavg,secaggplus} N ...``:
+    one peer run, its result as JSON on stdout (islands' PYTHONPATH for fedavg's data)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--flower-python", required=True, help="Python of Flower's venv")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=TIMEOUT)
+    ap.add_argument("peer", choices=("noop", "fedavg", "secaggplus"))
+    ap.add_argument("n", type=int, help="clients")
+    ap.add_argument("--dim", type=int, default=100_000, help="secaggplus: parameters")
+    ap.add_argument("--k", default="10", help="secaggplus: num_shares (0: plain FedAvg)")
+    ap.add_argument("--threshold", default=None, help="secaggplus: reconstruction_threshold")
+    ap.add_argument("--dropout", type=float, default=0.0, help="secaggplus: dropout fraction")
+    a = ap.parse_args()
+    py, kw = a.flower_python, {"rounds": a.rounds, "timeout": a.timeout}
+    if a.peer == "noop":
+        out = flower_noop(py, a.n, **kw)
+    elif a.peer == "fedavg":
+        out = flower_fedavg(py, a.n, **kw)
+    else:
+        def num(s: str) -> int | float:
+            return float(s) if "." in s else int(s)
+
+        out = flower_secaggplus(py, a.n, a.dim, num(a.k), a.dropout, **kw,
+                                threshold=None if a.threshold is None else num(a.threshold))
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
