@@ -165,12 +165,26 @@ def flower_secaggplus(python: str, n: int, dim: int, k: int | float, dropout: fl
                       *, threshold: int | float | None = None, rounds: int = 3,
                       timeout: float = TIMEOUT) -> dict[str, Any]:
     """Flower's SecAgg+ round (``SecAggPlusWorkflow`` + ``secaggplus_mod``): n clients ×
-    ``dim`` float32 parameters, no-op training, ``k`` shares (neighbours; a float is a
-    fraction of n), ``threshold`` shares to rebuild a key (default: Flower's example,
-    2/3 of k), ``dropout`` the fraction of clients that fail after sharing their keys,
-    before uploading their masked vector."""
+    ``dim`` float32 parameters, no-op training, ``k`` = Flower's ``num_shares`` (the client
+    and its k - 1 neighbours; an even int becomes k + 1, as Flower's server makes it; a
+    float is a fraction of n; 0 is plain FedAvg through the same workflow),
+    ``threshold`` shares to rebuild a key (default: 2/3 of the shares, the ratio of
+    Flower's example), ``dropout`` the fraction of clients that fail after sharing their
+    keys, before uploading their masked vector.
+
+    Rounds that Flower halted (some client kept fewer than ``threshold`` live neighbours)
+    are listed in ``halted_rounds`` and left out of ``per_round_s`` (mean of the completed
+    rounds after the first); PeerError if no round after the first completed."""
     args = [n, dim, k, "" if threshold is None else threshold, dropout, rounds]
-    return run_peer(python, SECAGG_SCRIPT, args, timeout)
+    out = run_peer(python, SECAGG_SCRIPT, args, timeout)
+    done = [s for r, s in enumerate(out["rounds_s"], 1)
+            if r > 1 and r not in out["halted_rounds"]]
+    if not done:
+        raise PeerError(f"Flower's SecAgg+ halted rounds {out['halted_rounds']} of "
+                        f"{out['rounds']} (n={n}, k={out['num_shares']}, threshold="
+                        f"{out['reconstruction_threshold']}, dropout={dropout}): {out}")
+    out["per_round_s"] = sum(done) / len(done)
+    return out
 
 
 def main() -> None:

@@ -11,14 +11,15 @@ workflow and the legacy ``FedAvg``; the clients are ``NumPyClient``s behind
     FLWR_TELEMETRY_ENABLED=0 /work/flwr-venv/bin/python flower_secaggplus_round.py \\
         N DIM [K [THRESHOLD [DROPOUT [ROUNDS]]]]
 
-K: ``num_shares`` (an int: that many shares, each client's neighbours; with a dot, a
-fraction of N; 0: no SecAgg+, plain FedAvg through the same workflow, the baseline; default
-10). THRESHOLD: ``reconstruction_threshold`` (int, or a fraction of K with a dot; empty
-or absent: 2/3 of K as a fraction, the ratio of Flower's example, 3 shares and 2 to
-rebuild). DROPOUT: fraction of the clients (the first ⌊DROPOUT·N⌋ partitions) that fail
-in the collect-masked-vectors stage, after sharing their keys and before uploading: their
-``fit`` raises, so the client replies with an error and the server rebuilds their keys
-from the survivors' shares (default 0). ROUNDS: default 3.
+K: ``num_shares`` (an int: that many shares, the client and its K - 1 neighbours; an even
+K becomes K + 1, as Flower's server does, whose clients would otherwise fail every round;
+with a dot, a fraction of N; 0: no SecAgg+, plain FedAvg through the same workflow, the
+baseline; default 10, so 11). THRESHOLD: ``reconstruction_threshold`` (int, or a
+fraction of K with a dot; empty or absent: 2/3 of K as a fraction, the ratio of Flower's
+example, 3 shares and 2 to rebuild). DROPOUT: fraction of the clients (the first
+⌊DROPOUT·N⌋ partitions) that fail in the collect-masked-vectors stage, after sharing their
+keys and before uploading: their ``fit`` raises, so the client replies with an error and
+the server rebuilds their keys from the survivors' shares (default 0). ROUNDS: default 3.
 
 It prints one line ``RESULT {json}``: seconds of each round (from ``configure_fit`` to the
 end of the fit workflow; round 1 includes Ray's start-up of the client actors), the rounds
@@ -50,7 +51,12 @@ def number(s: str) -> int | float:
 
 argv = sys.argv[1:] + [""] * 6
 N, DIM = int(argv[0]), int(argv[1])
-K = number(argv[2] or "10")
+K_ASKED = number(argv[2] or "10")
+# Flower's server turns an even int num_shares into the next odd number after sending the
+# even one to the clients, whose share_keys stage then fails (IndexError) on every client:
+# every round halts. Ask for the odd number it means to use (num_shares counts the client
+# itself: K = 11 is 10 neighbours).
+K = K_ASKED + 1 if isinstance(K_ASKED, int) and K_ASKED and K_ASKED % 2 == 0 else K_ASKED
 THRESHOLD = number(argv[3]) if argv[3] else 2 / 3
 DROPOUT = float(argv[4] or 0)
 ROUNDS = int(argv[5] or 3)
@@ -114,7 +120,8 @@ def main(grid: Grid, context: Context) -> None:
 run_simulation(server_app=server, client_app=client, num_supernodes=N, backend_name="ray")
 per_round = [round(marks[r][1] - marks[r][0], 3) for r in sorted(marks)]
 print("RESULT " + json.dumps({
-    "clients": N, "dim": DIM, "num_shares": K, "reconstruction_threshold": THRESHOLD,
+    "clients": N, "dim": DIM, "num_shares": K, "num_shares_asked": K_ASKED,
+    "reconstruction_threshold": THRESHOLD,
     "dropout": DROPOUT, "dropped": DROPPED, "rounds": ROUNDS, "secure": bool(K),
     "seconds_per_round": per_round, "halted_rounds": sorted(set(marks) - completed), **final,
     "script_seconds": round(time.perf_counter() - T0, 2)}))
