@@ -45,7 +45,12 @@ SAMPLE_EVERY = 0.5
 
 
 class PeerError(RuntimeError):
-    """A peer script failed, timed out, or printed no ``RESULT`` line."""
+    """A peer script failed, timed out, or printed no ``RESULT`` line; ``rounds`` holds the
+    ``ROUND`` lines it printed before (the rounds it finished)."""
+
+    def __init__(self, message: str, rounds: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.rounds = rounds or []
 
 
 def run_sampled(cmd: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
@@ -107,8 +112,11 @@ def run_peer(python: str | os.PathLike[str], script: str | os.PathLike[str],
         what = (f"timed out after {timeout:.0f} s" if proc["timed_out"]
                 else f"exit status {proc['rc']}" + ("" if out is None else " after RESULT")
                 if proc["rc"] != 0 else "no RESULT line")
+        rounds = [json.loads(line[6:]) for line in proc["stdout"].splitlines()
+                  if line.startswith("ROUND ")]
         tail = (proc["stderr"] or proc["stdout"])[-2000:]
-        raise PeerError(f"{' '.join(cmd)}: {what}; output ends:\n{tail}")
+        raise PeerError(f"{' '.join(cmd)}: {what}; rounds finished: {rounds}; output ends:\n"
+                        f"{tail}", rounds)
     per = [float(s) for s in out["seconds_per_round"]]
     out.update(rounds_s=per, per_round_s=sum(per[1:]) / len(per[1:]) if len(per) > 1
                else per[0], process_wall_s=proc["wall_s"],

@@ -65,11 +65,13 @@ def test_run_peer_time_out_kills_the_tree(tmp_path: Path) -> None:
         import subprocess, sys, time
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         open({str(pidfile)!r}, "w").write(str(child.pid))
+        print('ROUND {{"round": 1, "seconds": 7.5}}', flush=True)
         time.sleep(60)
     """)
     t0 = time.perf_counter()
-    with pytest.raises(flower.PeerError, match="timed out after 2 s"):
+    with pytest.raises(flower.PeerError, match="timed out after 2 s") as info:
         flower.run_peer(sys.executable, peer, [], timeout=2)
+    assert info.value.rounds == [{"round": 1, "seconds": 7.5}]
     assert time.perf_counter() - t0 < 30
     pid = int(pidfile.read_text())
     for _ in range(50):  # reaped by init once killed

@@ -18,10 +18,10 @@ client k owns rows offsets[k]:offsets[k+1]), ``X_test``, ``y_test`` and ``w0``..
 clients N is len(offsets) - 1. Options (after the path): ROUNDS (default 3), then
 ``key=value`` for lr, batch, epochs.
 
-It prints one line ``RESULT {json}``: seconds of each round (training and aggregation,
-from sending the round's instructions to the aggregate; round 1 includes Ray's start-up of
-the client actors), accuracy on the test set after each round (and of the initial model),
-and the whole-script time.
+It prints ``ROUND {json}`` as each round ends, then one line ``RESULT {json}``: seconds of
+each round (training and aggregation, from sending the round's instructions to the
+aggregate; round 1 includes Ray's start-up of the client actors), accuracy on the test set
+after each round (and of the initial model), and the whole-script time.
 """
 import json
 import os
@@ -105,6 +105,8 @@ class TimedFedAvg(FedAvg):
     def aggregate_train(self, rnd, replies):  # type: ignore[override]
         out = super().aggregate_train(rnd, replies)
         marks[rnd].append(time.perf_counter())
+        print("ROUND " + json.dumps({"round": rnd, "seconds": round(marks[rnd][1] - marks[rnd][0],
+                                                                   3)}), flush=True)
         return out
 
 

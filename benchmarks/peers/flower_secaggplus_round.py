@@ -21,14 +21,15 @@ example, 3 shares and 2 to rebuild). DROPOUT: fraction of the clients (the first
 keys and before uploading: their ``fit`` raises, so the client replies with an error and
 the server rebuilds their keys from the survivors' shares (default 0). ROUNDS: default 3.
 
-It prints one line ``RESULT {json}``: seconds of each round (from ``configure_fit`` to the
-end of the fit workflow; round 1 includes Ray's start-up of the client actors), the rounds
-that SecAgg+ halted (``halted_rounds``: Flower stops a round when some client keeps fewer
-than THRESHOLD live neighbours; that round's model is not updated), the results and
-failures of the last aggregated round, the largest error of the last aggregate against
-0.001 × the rounds aggregated, and the whole-script time. Each client weighs 1 example and
-``max_weight=1.0`` (Flower's default 1000 scales params by 1/1000 before its 2^22-level
-quantization over [-8, 8], leaving an error of ~1e-3 on these values; the cost is the same).
+It prints ``ROUND {json}`` as each round ends, then one line ``RESULT {json}``: seconds of
+each round (from ``configure_fit`` to the end of the fit workflow; round 1 includes Ray's
+start-up of the client actors), the rounds that SecAgg+ halted (``halted_rounds``: Flower
+stops a round when some client keeps fewer than THRESHOLD live neighbours; that round's
+model is not updated), the results and failures of the last aggregated round, the largest
+error of the last aggregate against 0.001 × the rounds aggregated, and the whole-script
+time. Each client weighs 1 example and ``max_weight=1.0`` (Flower's default 1000 scales
+params by 1/1000 before its 2^22-level quantization over [-8, 8], leaving an error of
+~1e-3 on these values; the cost is the same).
 """
 import json
 import sys
@@ -99,6 +100,9 @@ class TimedFedAvg(FedAvg):
 
     def configure_evaluate(self, server_round, parameters, client_manager):  # type: ignore[no-untyped-def]
         marks[server_round].append(time.perf_counter())  # after the fit workflow, halted or not
+        print("ROUND " + json.dumps({"round": server_round, "seconds": round(
+            marks[server_round][1] - marks[server_round][0], 3),
+            "halted": server_round not in completed}), flush=True)
         return super().configure_evaluate(server_round, parameters, client_manager)
 
 
