@@ -54,8 +54,9 @@ Three benchmarks (horizontal FL issue), each baseline measured in the same run:
    tree sampled every 0.5 s, as for Flower; n/a for a process gone before 3 samples).
    Targets at 1000 clients: <= 3 s per round, <= 0.5 GB, linear growth (log-log slope
    of s/round between the two largest N <= 1.1).
-   With ``--flower-python PATH`` the Flower peer (``shared/peers/flower_noop_round.py``,
-   Flower 1.41 simulation on Ray) runs for the same N in the same run, with
+   With ``--flower-python PATH`` the Flower peer (``benchmarks/peers/flower_noop_round.py``
+   through ``benchmarks/flower.py``, Flower 1.42 simulation on Ray, in its own venv:
+   ``benchmarks/peers/README.md``) runs for the same N in the same run, with
    ``FLWR_TELEMETRY_ENABLED=0`` and a 900 s limit, its memory the peak PSS summed over
    its process tree (Ray spawns workers); the table gives Flower / islands per round.
    Without it, Flower's published figures (2-core machine of this kind: 0.21, 1.33,
@@ -110,6 +111,7 @@ from common import (
     status_kb,
     verdict,
 )
+from flower import NOOP_SCRIPT, PeerError, flower_noop
 from islands.hfl.estimator import torch_threads
 
 TARGET_FL_CL = 1.3  # FL / CL, one epoch
@@ -523,18 +525,15 @@ def bench_scale(counts: tuple[int, ...], digests: set[str], pixels: str = "uint8
 
 # ---------------------------------------------------------------------------- 3
 def run_flower(python: str, script: Path, n: int) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["FLWR_TELEMETRY_ENABLED"] = "0"
-    proc = run_sampled([python, str(script), str(n), str(NOOP_ROUNDS)], env, CHILD_TIMEOUT)
-    out = parse_line(proc["stdout"], "RESULT ")
-    if proc["rc"] != 0 or out is None:
-        return {"clients": n, "error": f"rc {proc['rc']}, timed out {proc['timed_out']}: "
-                + (proc["stderr"] or proc["stdout"])[-1500:]}
-    per = [float(s) for s in out["seconds_per_round"]]
+    try:
+        f = flower_noop(python, n, NOOP_ROUNDS, script=script, timeout=CHILD_TIMEOUT)
+    except PeerError as exc:
+        return {"clients": n, "error": str(exc)[-1500:]}
+    per = f["rounds_s"]
     return {"clients": n, "rounds_s": per, "per_round_s": float(np.mean(per[1:])),
-            "script_s": float(out["script_seconds"]), "process_wall_s": proc["wall_s"],
-            "overhead_s": proc["wall_s"] - sum(per),
-            "pss_peak_bytes": proc["pss_peak_bytes"], "max_processes": proc["max_processes"]}
+            "script_s": float(f["script_seconds"]), "process_wall_s": f["process_wall_s"],
+            "overhead_s": f["process_wall_s"] - sum(per),
+            "pss_peak_bytes": f["pss_peak_bytes"], "max_processes": f["max_processes"]}
 
 
 def bench_noop(counts: tuple[int, ...], flower: str | None, script: Path,
@@ -677,10 +676,10 @@ def main() -> None:
                         help="client counts of 2 and 3 (default 10,100,1000; quick 10,100)")
     parser.add_argument("--torch-threads", type=int, default=0,
                         help="torch threads of both sides in 1 (default: usable cores)")
-    parser.add_argument("--flower-python", help="Python of a Flower 1.41 venv: run the peer")
-    parser.add_argument("--flower-script", type=Path,
-                        default=Path(__file__).resolve().parents[2] / "shared" / "peers"
-                        / "flower_noop_round.py", help="the Flower peer script")
+    parser.add_argument("--flower-python", help="Python of Flower's venv (benchmarks/peers/"
+                        "README.md): run the Flower peer")
+    parser.add_argument("--flower-script", type=Path, default=NOOP_SCRIPT,
+                        help="the Flower no-compute peer script")
     parser.add_argument("--blas-threads", type=int, default=0,
                         help="cap BLAS/OpenMP threads (default 0: the libraries' defaults)")
     parser.add_argument("--pixels", choices=("uint8", "float32"), default="uint8",
