@@ -308,24 +308,29 @@ def bench_secagg(clients: list[int], dim: int) -> list[dict[str, Any]]:
     return rows
 
 
+FLOWER_K = 10
+"""Flower's SecAgg+ neighbours in the comparison (``num_shares`` = 11: the client and 10)."""
+
+
 def flower_secaggplus_round(python: str, n: int, dim: int, dropout: float
-                            ) -> dict[str, Any] | None:
-    """Run Flower's SecAgg+ for the same round in its own venv; None if not plugged in.
+                            ) -> dict[str, Any]:
+    """Flower's SecAgg+ for the same round, in its own venv (``flower.flower_secaggplus``).
 
-    The hook for ``benchmarks/peers/flower_secaggplus_round.py`` (branch ``flower``):
-    it must print one JSON line {"wall_s": ..., "k": ..., "t": ...} for
-    ``--clients N --dim D --dropout F``.
+    k = :data:`FLOWER_K` neighbours, threshold Flower's example's 2/3 of the shares, the
+    dropped clients failing after sharing their keys; ``wall_s`` is Flower's seconds per
+    completed round after the first (Ray's start-up excluded). A run whose rounds all
+    halted is returned as ``{"error": ...}``.
     """
-    import subprocess
+    from flower import PeerError, flower_secaggplus
 
-    script = Path(__file__).resolve().parent / "peers" / "flower_secaggplus_round.py"
-    if not script.exists():
-        return None
-    out = subprocess.run([python, str(script), "--clients", str(n), "--dim", str(dim),
-                          "--dropout", str(dropout)], capture_output=True, text=True,
-                         timeout=3600, check=True)
-    row: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return row
+    rounds = 2 if n >= 1000 else 3
+    try:
+        out = flower_secaggplus(python, n, dim, FLOWER_K, dropout, rounds=rounds,
+                                timeout=1800)
+    except PeerError as exc:
+        return {"error": str(exc)[:300]}
+    return {"wall_s": out["per_round_s"], "k": FLOWER_K, "rounds_s": out["rounds_s"],
+            "halted_rounds": out["halted_rounds"], "pss_peak_bytes": out.get("pss_peak_bytes")}
 
 
 def bench_secaggplus(clients: list[int], dim: int, dropout: float = 0.1,
@@ -358,6 +363,9 @@ def print_secaggplus(rows: list[dict[str, Any]]) -> None:
         for name in ("plain", "plus", "full", "flower"):
             x = r.get(name)
             if not x:
+                continue
+            if "error" in x:
+                print(f"{r['clients']:>14}{'Flower SA+':>14}  failed: {x['error']}")
                 continue
             label = {"plain": "plain mean", "plus": "SecAgg+", "full": "full graph",
                      "flower": "Flower SA+"}[name]
