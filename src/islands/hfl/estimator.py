@@ -213,9 +213,9 @@ class FederatedModel(FederatedEstimator[HflConfig]):
     After ``model`` and ``strategy`` the parameters are keyword-only, in five groups:
     training (``epochs``, ``task``, ``loss``, ``eval_fraction``, ``random_state``),
     protections (``sample_dp``), execution (``backend``, ``ray_address``, ``concurrency``,
-    ``threads``, ``timeout``), state (``checkpoint``, ``resume``) and observation
-    (``callback``, ``tracking``, ``keep_payloads``, ``contribution``, ``settings``,
-    ``extra_metrics``).
+    ``threads``, ``batch_clients``, ``timeout``), state (``checkpoint``, ``resume``) and
+    observation (``callback``, ``tracking``, ``keep_payloads``, ``contribution``,
+    ``settings``, ``extra_metrics``).
 
     Parameters
     ----------

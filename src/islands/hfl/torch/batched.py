@@ -95,7 +95,8 @@ def batch_refusal(model: Any) -> str | None:
     model : ModelSpec or TorchModel
         The clients' model.
     """
-    if getattr(model, "initial_local", None) is not None:
+    initial_local = getattr(model, "initial_local", None)
+    if initial_local is not None and initial_local().size:
         return "the model has local layers (FedBN), which stay per client"
     module = model.empty()
     if next(module.buffers(), None) is not None:
@@ -142,12 +143,28 @@ def train_together(jobs: Sequence[BatchJob]) -> list[TrainOutcome]:
     return [out for chunk in _chunks(jobs, limit) for out in _train_chunk(chunk)]
 
 
+def _uniform(settings: Sequence[StepSettings]) -> bool:
+    """Whether one update serves every client: same steps and optimiser, no correction.
+
+    Then each parameter's (K, ...) block is updated by one call of
+    :meth:`StepSettings.apply` (the same arithmetic per value as K calls), with no copy
+    of the gradients into flat rows.
+    """
+    first = settings[0]
+    key = (first.steps, first.lr, first.momentum, first.weight_decay, first.prox_mu,
+           first.momentum_buffer is None)
+    return all(st.correction is None and key == (
+        st.steps, st.lr, st.momentum, st.weight_decay, st.prox_mu, st.momentum_buffer is None)
+        for st in settings)
+
+
 def _train_chunk(jobs: Sequence[BatchJob]) -> list[TrainOutcome]:
     """Train one chunk of clients (see :func:`train_together`)."""
     first = jobs[0].trainer
     k_all = len(jobs)
     b = jobs[0].settings.batch_size
     settings = [job.settings for job in jobs]
+    uniform = _uniform(settings)
     with first.pool.borrow() as module:
         names = {id(p): name for name, p in module.named_parameters()}
         layout = []
@@ -156,10 +173,21 @@ def _train_chunk(jobs: Sequence[BatchJob]) -> list[TrainOutcome]:
             layout.append((names[id(p)], offset, p.numel(), p.shape))
             offset += p.numel()
         module.train()
+
+        def blocks(flat: torch.Tensor) -> dict[str, torch.Tensor]:
+            """Each parameter's (K, *shape) view into a (K, P) tensor."""
+            return {name: flat[:, off:off + n].view(k_all, *shape)
+                    for name, off, n, shape in layout}
+
         w = torch.from_numpy(np.stack([st.params for st in settings]))  # (K, P), own copy
         anchors = w.clone() if any(st.prox_mu > 0.0 for st in settings) else None
-        bufs = [st.momentum_buffer for st in settings]
-        grads = torch.empty_like(w)
+        bufs: list[torch.Tensor | None] = [st.momentum_buffer for st in settings]
+        # uniform: the buffers as (K, *shape) blocks, one per parameter
+        held = None if not uniform or bufs[0] is None else blocks(torch.stack(
+            [buf for buf in bufs if buf is not None]))
+        block_bufs: dict[str, torch.Tensor | None] = {
+            name: None if held is None else held[name] for name, _, _, _ in layout}
+        grads = None if uniform else torch.empty_like(w)
 
         def loss_of(params: dict[str, torch.Tensor], xb: torch.Tensor,
                     yb: torch.Tensor) -> torch.Tensor:
@@ -174,16 +202,28 @@ def _train_chunk(jobs: Sequence[BatchJob]) -> list[TrainOutcome]:
             for job, st, count in zip(jobs, settings, counters, strict=True):
                 epoch, step = divmod(count + j, st.steps_per_epoch)
                 idx = torch.from_numpy(job.trainer._epoch_order(epoch)[step * b:(step + 1) * b])
-                rows.append(_as_float(job.trainer.features.index_select(0, idx)))
+                rows.append(job.trainer.features.index_select(0, idx))
                 targets.append(job.trainer.targets.index_select(0, idx))
-            params = {name: w[:, off:off + n].view(k_all, *shape)
-                      for name, off, n, shape in layout}
-            g, losses = step_fn(params, torch.stack(rows), torch.stack(targets))
+            same = all(r.dtype == rows[0].dtype for r in rows)
+            xb = _as_float(torch.stack(rows)) if same else torch.stack(
+                [_as_float(r) for r in rows])
+            g, losses = step_fn(blocks(w), xb, torch.stack(targets))
+            values = losses.tolist()
             with torch.no_grad():
+                if grads is None:  # uniform: one update per parameter block
+                    st = settings[0]
+                    w_blocks = blocks(w)
+                    a_blocks = None if anchors is None else blocks(anchors)
+                    for name, _, _, _ in layout:
+                        block_bufs[name] = st.apply(
+                            w_blocks[name], g[name], block_bufs[name],
+                            None if a_blocks is None else a_blocks[name])
+                    for k in range(k_all):
+                        totals[k] += float(values[k])
+                    continue
                 for name, off, n, _ in layout:
                     grads[:, off:off + n].copy_(g[name].reshape(k_all, n))
                 del g
-                values = losses.tolist()
                 for k, st in enumerate(settings):
                     if j >= st.steps:  # done: this gradient is discarded
                         continue
@@ -194,11 +234,16 @@ def _train_chunk(jobs: Sequence[BatchJob]) -> list[TrainOutcome]:
                     # ``grads`` is overwritten next step, so the buffer is a copy
                     bufs[k] = row.clone() if buf is row else buf
                     totals[k] += float(values[k])
+    if uniform and block_bufs[layout[0][0]] is not None:
+        stacked = torch.cat([block.reshape(k_all, -1) for block in block_bufs.values()
+                             if block is not None], dim=1)
+        bufs = list(stacked)
     out = []
     for k, (job, st) in enumerate(zip(jobs, settings, strict=True)):
         end = job.start.advance(st.steps, st.steps_per_epoch)
         buf = bufs[k]
-        out.append(TrainOutcome(w[k].numpy().copy(), None if buf is None else buf.numpy(),
+        out.append(TrainOutcome(w[k].numpy().copy(),
+                                None if buf is None else buf.numpy().copy(),
                                 totals[k] / st.steps, st.steps, end))
     return out
 
@@ -239,15 +284,15 @@ class ClientBatcher:
     ----------
     expected : int
         The calls that arrive together (the clients training at once), at least 1.
-    window : float, default=0.05
+    window : float, default=0.25
         Seconds without a new call after which a group closes.
-    max_wait : float, default=1.0
+    max_wait : float, default=5.0
         Seconds after its first call at which a group closes whatever arrives.
     timeout : float, default=600.0
         Seconds a caller waits for its group's batch before raising ``TimeoutError``.
     """
 
-    def __init__(self, expected: int, *, window: float = 0.05, max_wait: float = 1.0,
+    def __init__(self, expected: int, *, window: float = 0.25, max_wait: float = 5.0,
                  timeout: float = 600.0) -> None:
         owner = "ClientBatcher"
         self.expected = check_int(expected, "expected", owner, low=1)
