@@ -274,8 +274,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         it can, else one client at a time with an INFO log saying why (DP-SGD, the Ray
         backend, a model with local layers or buffers, a user's module ``vmap`` cannot
         run). True: the same, but a run that cannot batch is refused at ``fit``.
-        False: one client at a time, bit for bit as before. ``threads="auto"`` gives
-        the batch every core.
+        False: one client at a time, bit for bit as before. A batch is trained in
+        chunks on one thread per core, each with ``threads`` torch threads ("auto": 1).
     timeout : float, default=600.0
         Seconds the server waits for one client's update before leaving it out.
     checkpoint : path or None
@@ -731,6 +731,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         from islands.hfl.torch.learner import PooledLearner
 
         batcher = self._batcher(plan, active)
+        if batcher is not None:
+            stack.callback(batcher.close)
         learners = []
         for k, (X, y) in enumerate(data):
             tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed_, k))
@@ -772,7 +774,10 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                                         f"False or 'auto' here ({reason})", True)
             log.info("clients train one at a time: %s", reason)
             return None
-        self._batching = ClientBatcher(active, timeout=float(self.timeout))
+        # each chunk of the batch on one torch thread, one chunk per core (threads="auto")
+        per_worker = self.threads if isinstance(self.threads, int) else 1
+        self._batching = ClientBatcher(active, timeout=float(self.timeout),
+                                       workers=max(1, usable_cores() // per_worker))
         return self._batching
 
     def _ray_learners(self, stack: contextlib.ExitStack, plan: TrainingPlan,
@@ -874,9 +879,11 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                                   aggregator=aggregator, half=half,
                                   checkpoint=self.checkpoint, resume=resume,
                                   settings=settings)
-        cores = usable_cores() if self._batching is not None else usable_cores() // active
-        threads = (max(1, cores) if self.threads == "auto"
-                   else self.threads if isinstance(self.threads, int) else None)
+        if self.threads == "auto":  # batched: each of the batcher's workers on one thread
+            threads: int | None = (1 if self._batching is not None
+                                   else max(1, usable_cores() // active))
+        else:
+            threads = self.threads if isinstance(self.threads, int) else None
         try:
             with torch_threads(threads):
                 run = run_local(roles, timeout=self.timeout, transcript=transcript,

@@ -44,6 +44,7 @@ import math
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,7 +115,8 @@ def _chunks(jobs: Sequence[BatchJob], limit: int) -> list[Sequence[BatchJob]]:
     return [jobs[i:i + size] for i in range(0, len(jobs), size)]
 
 
-def train_together(jobs: Sequence[BatchJob]) -> list[TrainOutcome]:
+def train_together(jobs: Sequence[BatchJob], *, executor: Executor | None = None,
+                   parts: int = 1, timeout: float | None = None) -> list[TrainOutcome]:
     """Train every job's client as one batch; return each client's outcome, in order.
 
     Parameters
@@ -122,6 +124,15 @@ def train_together(jobs: Sequence[BatchJob]) -> list[TrainOutcome]:
     jobs : sequence of BatchJob
         At least one; every trainer of the same pool (model), task and loss, every
         settings of the same batch size, no model :func:`batch_refusal` refuses.
+    executor : Executor or None, default=None
+        Runs the chunks in parallel (None: one after the other in this thread).
+    parts : int, default=1
+        Split the batch into at least this many chunks (one per thread of
+        ``executor``, each on one torch thread: on a shared machine, one torch thread
+        per core beats torch's own threads, whose barriers stall when another process
+        holds a core).
+    timeout : float or None, default=None
+        Seconds to wait for a chunk on ``executor`` (None: no limit).
 
     Returns
     -------
@@ -139,8 +150,13 @@ def train_together(jobs: Sequence[BatchJob]) -> list[TrainOutcome]:
                 or job.settings.batch_size != b):
             raise ValueError("train_together: every job must share the model (pool), "
                              "task, loss and batch size")
-    limit = max(1, _CHUNK_BYTES // (4 * first.trainer.n_params))
-    return [out for chunk in _chunks(jobs, limit) for out in _train_chunk(chunk)]
+    limit = min(max(1, _CHUNK_BYTES // (4 * first.trainer.n_params)),
+                math.ceil(len(jobs) / max(1, parts)))
+    chunks = _chunks(jobs, limit)
+    if executor is None or len(chunks) == 1:
+        return [out for chunk in chunks for out in _train_chunk(chunk)]
+    futures = [executor.submit(_train_chunk, chunk) for chunk in chunks]
+    return [out for future in futures for out in future.result(timeout=timeout)]
 
 
 def _uniform(settings: Sequence[StepSettings]) -> bool:
@@ -290,12 +306,18 @@ class ClientBatcher:
         Seconds after its first call at which a group closes whatever arrives.
     timeout : float, default=600.0
         Seconds a caller waits for its group's batch before raising ``TimeoutError``.
+    workers : int, default=1
+        Threads that train a batch's chunks in parallel (:func:`train_together`'s
+        ``parts``); give each one torch thread. :meth:`close` stops them.
     """
 
     def __init__(self, expected: int, *, window: float = 0.25, max_wait: float = 5.0,
-                 timeout: float = 600.0) -> None:
+                 timeout: float = 600.0, workers: int = 1) -> None:
         owner = "ClientBatcher"
         self.expected = check_int(expected, "expected", owner, low=1)
+        self.workers = check_int(workers, "workers", owner, low=1)
+        self._executor = (None if self.workers == 1 else ThreadPoolExecutor(
+            self.workers, thread_name_prefix="islands-batch"))
         self.window = check_float(window, "window", owner, low=0.0)
         self.max_wait = check_float(max_wait, "max_wait", owner, low=0.0)
         self.timeout = check_float(timeout, "timeout", owner, low=0.0, low_inclusive=False)
@@ -307,6 +329,11 @@ class ClientBatcher:
         """Why batching stopped in this run (a batch that failed), or None."""
         self.batches: list[int] = []
         """The size of every batch trained, in order (calls that ran alone excluded)."""
+
+    def close(self) -> None:
+        """Stop the worker threads (a batch still running finishes on its thread)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _refusal(self, trainer: Trainer) -> str | None:
         key = id(trainer.pool)
@@ -386,7 +413,9 @@ class ClientBatcher:
                 if self.failure is not None:
                     return
                 try:
-                    outcomes = train_together([c.job for c in group.calls])
+                    outcomes = train_together([c.job for c in group.calls],
+                                              executor=self._executor, parts=self.workers,
+                                              timeout=self.timeout)
                 except Exception as exc:  # any failure: train them one at a time
                     self.failure = f"{type(exc).__name__}: {exc}"
                     log.warning("a batch of %d clients failed (%s); they and every later "
