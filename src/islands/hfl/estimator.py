@@ -87,6 +87,11 @@ __all__ = ["BACKENDS", "EpochRecord", "FederatedModel", "client_seed", "round_me
 
 log = logging.getLogger(__name__)
 
+_AUTO_BATCH = 10
+"""The fewest clients training at once that ``batch_clients="auto"`` batches (issue 24
+measured that three do not pay; a client that never calls, such as a free rider, also
+holds a small batch for the gathering window)."""
+
 Task = Literal["classification", "regression"]
 Backend = Literal["local", "ray"]
 BACKENDS: tuple[str, ...] = ("local", "ray")
@@ -271,9 +276,10 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         computation (:mod:`islands.hfl.torch.batched`): parameters stacked, one
         ``torch.func.vmap`` forward and backward over all of them per local step, each
         client's result its own training's within float32 rounding. ``"auto"``: where
-        it can, else one client at a time with an INFO log saying why (DP-SGD, the Ray
-        backend, a model with local layers or buffers, a user's module ``vmap`` cannot
-        run). True: the same, but a run that cannot batch is refused at ``fit``.
+        it can and at least 10 clients train at once, else one client at a time with
+        an INFO log saying why (DP-SGD, the Ray backend, a model with local layers or
+        buffers, a user's module ``vmap`` cannot run, fewer clients). True: the same,
+        from 2 clients, and a run that cannot batch is refused at ``fit``.
         False: one client at a time, bit for bit as before. A batch is trained in
         chunks on one thread per core, each with ``threads`` torch threads ("auto": 1).
     timeout : float, default=600.0
@@ -766,6 +772,9 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             reason: str | None = "DP-SGD clips every sample's gradient of each client"
         elif active < 2:
             reason = "one client trains at a time (concurrency 1)"
+        elif active < _AUTO_BATCH and self.batch_clients == "auto":
+            reason = (f"{active} clients train at once, fewer than {_AUTO_BATCH}: a small "
+                      "batch does not pay (batch_clients=True batches them)")
         else:
             reason = batch_refusal(plan.model)
         if reason is not None:

@@ -300,9 +300,9 @@ class ClientBatcher:
     ----------
     expected : int
         The calls that arrive together (the clients training at once), at least 1.
-    window : float, default=0.25
+    window : float, default=0.1
         Seconds without a new call after which a group closes.
-    max_wait : float, default=5.0
+    max_wait : float, default=2.0
         Seconds after its first call at which a group closes whatever arrives.
     timeout : float, default=600.0
         Seconds a caller waits for its group's batch before raising ``TimeoutError``.
@@ -311,7 +311,7 @@ class ClientBatcher:
         ``parts``); give each one torch thread. :meth:`close` stops them.
     """
 
-    def __init__(self, expected: int, *, window: float = 0.25, max_wait: float = 5.0,
+    def __init__(self, expected: int, *, window: float = 0.1, max_wait: float = 2.0,
                  timeout: float = 600.0, workers: int = 1) -> None:
         owner = "ClientBatcher"
         self.expected = check_int(expected, "expected", owner, low=1)
