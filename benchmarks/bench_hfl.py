@@ -1,6 +1,6 @@
 """HFL benchmark: federated training against centralised training, scaling, and Flower.
 
-Three benchmarks (horizontal FL issue), each baseline measured in the same run:
+Four benchmarks (horizontal FL issue), each baseline measured in the same run:
 
 1. Federation overhead. One epoch of 3-client FedAvg through ``FederatedModel.fit``
    (τ = 1, the Fashion-MNIST train rows as float32 split IID over 3 clients, b_k = 170
@@ -63,6 +63,22 @@ Three benchmarks (horizontal FL issue), each baseline measured in the same run:
    31.9 s per round, ~7 s start-up, ~1.4 GB at 1000) are printed as a reference, not
    measured in this run.
 
+4. Real-compute FedAvg round against Flower (issue 40, item 2). FedAvg of the MLP
+   784-200-10 on IID Fashion-MNIST shards (N in {10, 100}: 6000 or 600 uint8 rows each,
+   the model dividing by 255), one local epoch a round (τ = ⌊n_k/32⌋ steps of batch 32),
+   lr 0.05, no momentum, ``eval_fraction=0``, 3 rounds; seconds per round are the mean
+   of rounds 2..3 (``RoundRecord.seconds``), in one process, one after the other:
+   ``FederatedModel(batch_clients=True, concurrency=None)`` (every client in one batch,
+   ``threads="auto"``: every core), the same with ``batch_clients=False`` and the
+   default concurrency 8 (islands before batching), and a plain one-thread torch loop
+   over the same steps (``nn.Sequential`` + ``torch.optim.SGD``, each client's shard
+   in its own shuffled order, the clients one after the other, then the mean). Test
+   accuracy after the last round is printed for the three. Flower's seconds per round
+   (same setup, ``num_cpus=1`` per client) come through :func:`flower_fedavg_seconds`:
+   ``--flower-fedavg 10=S,100=S`` gives figures measured in this run by the Flower
+   peer; without it, the figures of ``MEASURED.md`` are printed as a reference, not
+   measured in this run. Target: Flower / batched >= 10 at 100 clients.
+
 Times in benchmark 1 are the median of ``--repeats`` runs (default 3 for the MLP, 1 for
 the CNN; --quick 1), contenders interleaved (order reversed every other repeat) after
 one small warm-up of each. Benchmarks 2 and 3 run once per N. Other work on the machine
@@ -72,7 +88,7 @@ share of the CPU other processes used during each benchmark is printed at the en
     python benchmarks/bench_hfl.py [--json OUT] [--quick] [--only 1,2,3] [--repeats N]
                                    [--clients 10,100,1000] [--torch-threads T]
                                    [--flower-python PATH] [--flower-script PATH]
-                                   [--blas-threads N]
+                                   [--blas-threads N] [--flower-fedavg 10=S,100=S]
 """
 
 from __future__ import annotations
@@ -130,6 +146,9 @@ SAMPLE_EVERY = 0.5
 FLOWER_PUBLISHED = {"per_round": {10: 0.21, 100: 1.33, 1000: 31.9}, "startup_s": 7.0,
                     "pss_bytes": {1000: 1.4e9}}
 DIGEST_PARTS = ("hfl", "runtime", "data")
+ROUND_CLIENTS, ROUND_BATCH, ROUND_LR, ROUND_ROUNDS = (10, 100), 32, 0.05, 3
+TARGET_FLOWER_RATIO = 10.0  # Flower s/round over batched islands', 100 clients
+FLOWER_FEDAVG_EARLIER = {10: 2.68, 100: 4.33}  # MEASURED.md, Flower 1.42, 1 CPU per client
 
 FULL = {"mlp_rows": 60000, "cnn_rows": 60000, "clients": (10, 100, 1000)}
 QUICK = {"mlp_rows": 12000, "cnn_rows": 12000, "clients": (10, 100)}
@@ -569,6 +588,116 @@ def bench_noop(counts: tuple[int, ...], flower: str | None, script: Path,
 
 
 # ---------------------------------------------------------------------------- report
+def torch_loop_round(parts: list[tuple[np.ndarray, np.ndarray]], steps: int,
+                     state: dict[str, Any], rnd: int) -> dict[str, Any]:
+    """One FedAvg round as a plain one-thread torch loop: every client's steps, then the mean."""
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(784, 200), nn.ReLU(), nn.Linear(200, 10))
+    total = {k: torch.zeros_like(v) for k, v in state.items()}
+    for k, (X, y) in enumerate(parts):
+        model.load_state_dict(state)
+        opt = torch.optim.SGD(model.parameters(), lr=ROUND_LR)
+        order = np.random.default_rng([k, rnd]).permutation(len(y))
+        Xt, yt = torch.from_numpy(X), torch.from_numpy(y.astype(np.int64))
+        for j in range(steps):
+            idx = torch.from_numpy(order[j * ROUND_BATCH:(j + 1) * ROUND_BATCH])
+            loss = nn.functional.cross_entropy(model(Xt[idx].float() / 255), yt[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        for name, v in model.state_dict().items():
+            total[name] += v
+    return {name: v / len(parts) for name, v in total.items()}
+
+
+def flower_fedavg_seconds(measured: dict[int, float] | None) -> tuple[dict[int, float], bool]:
+    """Return Flower's seconds per real-compute FedAvg round by N, and whether measured now.
+
+    ``measured``: the figures the Flower peer (``benchmarks/peers/flower_fedavg_round.py``,
+    same setup, ``num_cpus=1`` per client) measured in this run, by client count; None:
+    ``MEASURED.md``'s figures, a reference only.
+    """
+    return (dict(measured), True) if measured else (dict(FLOWER_FEDAVG_EARLIER), False)
+
+
+def bench_fedavg_round(counts: tuple[int, ...], flower: dict[int, float] | None
+                       ) -> dict[str, Any]:
+    """Benchmark 4: seconds per real-compute FedAvg round, batched, unbatched, torch loop."""
+    import torch
+
+    from islands.data import load_fashion_mnist
+    from islands.hfl import FedAvg, FederatedModel
+    from islands.hfl.torch.training import Trainer
+
+    X, y = load_uint8()
+    test = load_fashion_mnist(split="test", normalize=False)
+    X_test, y_test = np.ascontiguousarray(test.X).reshape(-1, 784), np.asarray(test.y)
+    spec = mlp_spec(255.0)
+    scorer = Trainer(spec, X_test, y_test)
+    rows = []
+    for n in counts:
+        parts = [(Xk.reshape(len(Xk), 784), yk) for Xk, yk in split(X, y, n)]
+        steps = min(len(yk) for _, yk in parts) // ROUND_BATCH
+        row: dict[str, Any] = {"clients": n, "steps": steps}
+        for name, batch, conc in (("batched", True, None), ("unbatched", False, CONCURRENCY)):
+            seconds: list[float] = []
+            fm = FederatedModel(spec, FedAvg(local_steps=steps, batch_size=ROUND_BATCH,
+                                             lr=ROUND_LR), epochs=ROUND_ROUNDS,
+                                concurrency=conc, eval_fraction=0, batch_clients=batch,
+                                callback=lambda r, _e, s=seconds: s.append(r.seconds))
+            fm.fit(parts)
+            row[name] = {"per_round": float(np.mean(seconds[1:])), "rounds": seconds,
+                         "accuracy": float(scorer.evaluate(fm.params_, X_test, y_test)),
+                         "batches": fm.batches_}
+            print(f"    round N={n:<4d} {name:<9s} {row[name]['per_round']:.3f} s/round",
+                  file=sys.stderr, flush=True)
+        model = torch.nn.Sequential(torch.nn.Linear(784, 200), torch.nn.ReLU(),
+                                    torch.nn.Linear(200, 10))
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        seconds = []
+        with torch_threads(1):
+            for rnd in range(ROUND_ROUNDS):
+                t0 = time.perf_counter()
+                state = torch_loop_round(parts, steps, state, rnd)
+                seconds.append(time.perf_counter() - t0)
+            model.load_state_dict(state)
+            with torch.no_grad():
+                pred = model(torch.from_numpy(X_test).float() / 255).argmax(1).numpy()
+        row["torch_loop"] = {"per_round": float(np.mean(seconds[1:])), "rounds": seconds,
+                             "accuracy": float(np.mean(pred == y_test))}
+        rows.append(row)
+    flower_s, measured = flower_fedavg_seconds(flower)
+    for row in rows:
+        f = flower_s.get(row["clients"])
+        row["flower_per_round"] = f
+        row["flower_over_batched"] = None if f is None else f / row["batched"]["per_round"]
+    return {"rows": rows, "flower_measured": measured, "target": TARGET_FLOWER_RATIO}
+
+
+def print_fedavg_round(res: dict[str, Any]) -> None:
+    print("4. Real-compute FedAvg round (MLP 784-200-10, IID Fashion-MNIST shards, 1 local "
+          f"epoch at batch {ROUND_BATCH}, lr {ROUND_LR}), s/round (mean of rounds "
+          f"2..{ROUND_ROUNDS}); test accuracy after {ROUND_ROUNDS} rounds:")
+    star = "" if res["flower_measured"] else "*"
+    print(f"   {'N':>4} {'steps':>5} | {'batched':>9} {'unbatched':>9} {'torch loop':>10} | "
+          f"{'unb./bat.':>9} {'loop/bat.':>9} | {'Flower':>8} {'Fl./bat.':>8} {'target':>7} | "
+          "accuracy bat. / unb. / loop")
+    for row in res["rows"]:
+        bat, unb, loop = (row[k]["per_round"] for k in ("batched", "unbatched", "torch_loop"))
+        f, ratio = row["flower_per_round"], row["flower_over_batched"]
+        ok = None if ratio is None or row["clients"] != 100 else ratio >= res["target"]
+        print(f"   {row['clients']:>4} {row['steps']:>5} | {bat:>7.3f} s {unb:>7.3f} s "
+              f"{loop:>8.3f} s | {unb / bat:>8.2f}x {loop / bat:>8.2f}x | "
+              + (f"{f:>6.2f} s{star} {ratio:>7.2f}x" if f is not None else f"{'n/a':>17}")
+              + f" {verdict(ok):>7} | " + " / ".join(
+                  f"{row[k]['accuracy']:.3f}" for k in ("batched", "unbatched", "torch_loop")))
+    if not res["flower_measured"]:
+        print("   * Flower 1.42 as measured earlier on this machine (MEASURED.md), not in "
+              "this run: pass --flower-fedavg 10=S,100=S from the Flower peer")
+
+
 def print_overhead(results: dict[str, Any]) -> None:
     header = ["benchmark", "islands", "baseline", "ratio", "target", "result", "notes"]
     rows = []
@@ -669,7 +798,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--quick", action="store_true",
                         help="small sizes (12000 rows, N in 10,100): a smoke test")
-    parser.add_argument("--only", default="1,2,3", help="comma-separated subset of 1,2,3")
+    parser.add_argument("--only", default="1,2,3,4",
+                        help="comma-separated subset of 1,2,3,4")
     parser.add_argument("--repeats", type=int, default=0,
                         help="repeats of benchmark 1 (default 3 MLP, 1 CNN; --quick 1)")
     parser.add_argument("--clients", default="",
@@ -685,6 +815,8 @@ def main() -> None:
     parser.add_argument("--pixels", choices=("uint8", "float32"), default="uint8",
                         help="2: the clients' pixels as stored (uint8, the model scales by "
                              "1/255) or converted to float32 in [0, 1] beforehand")
+    parser.add_argument("--flower-fedavg", default="",
+                        help="4: Flower's s/round measured in this run, e.g. 10=2.68,100=4.33")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -693,8 +825,13 @@ def main() -> None:
     limit_threads(args.blas_threads)
     sizes = QUICK if args.quick else FULL
     only = {int(s) for s in args.only.split(",") if s.strip()}
-    if not only <= {1, 2, 3}:
-        parser.error(f"--only takes a subset of 1,2,3; got {args.only!r}")
+    if not only <= {1, 2, 3, 4}:
+        parser.error(f"--only takes a subset of 1,2,3,4; got {args.only!r}")
+    try:
+        flower_fedavg = {int(n): float(v) for n, v in (
+            item.split("=") for item in args.flower_fedavg.split(",") if item.strip())}
+    except ValueError:
+        parser.error(f"--flower-fedavg takes N=S,N=S; got {args.flower_fedavg!r}")
     counts = (tuple(sorted(int(s) for s in args.clients.split(",") if s.strip()))
               if args.clients else sizes["clients"])
     if any(n < 1 or n > 60000 for n in counts):
@@ -718,6 +855,7 @@ def main() -> None:
         ("scale", 2, lambda: bench_scale(counts, digests, args.pixels)),
         ("noop", 3, lambda: bench_noop(counts, args.flower_python, args.flower_script,
                                        digests)),
+        ("fedavg_round", 4, lambda: bench_fedavg_round(ROUND_CLIENTS, flower_fedavg or None)),
     ]
     for key, number, job in jobs:
         if number not in only:
@@ -744,6 +882,8 @@ def main() -> None:
         print_scale(results["scale"])
     if "noop" in results:
         print_noop(results["noop"])
+    if "fedavg_round" in results:
+        print_fedavg_round(results["fedavg_round"])
     for key, reason in skipped.items():
         print(f"skipped {key}: {reason}")
     print("share of the machine's CPU other processes used meanwhile (figures are only "

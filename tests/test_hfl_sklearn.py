@@ -30,7 +30,7 @@ SPEC = ModelSpec(kind="mlp", input_shape=(6,), n_outputs=3, hidden=(8,))
 GROUPS = [["model", "strategy"],
           ["epochs", "task", "loss", "eval_fraction", "random_state"],
           ["sample_dp"],
-          ["backend", "ray_address", "concurrency", "threads", "timeout"],
+          ["backend", "ray_address", "concurrency", "threads", "batch_clients", "timeout"],
           ["checkpoint", "resume"],
           ["callback", "tracking", "keep_payloads", "contribution", "settings",
            "extra_metrics"]]
@@ -71,7 +71,8 @@ def test_signature_reads_in_groups_and_get_params_follows_it() -> None:
         "strategy": None, "epochs": 1, "task": "classification", "loss": None,
         "eval_fraction": 0.1,
         "random_state": 0, "sample_dp": None, "backend": "local", "ray_address": None,
-        "concurrency": 8, "threads": "auto", "timeout": 600.0, "checkpoint": None,
+        "concurrency": 8, "threads": "auto", "batch_clients": "auto", "timeout": 600.0,
+        "checkpoint": None,
         "resume": False, "callback": None, "tracking": None, "keep_payloads": False,
         "contribution": None, "settings": None, "extra_metrics": None}
     assert params["random_state"].default == HflConfig().seed

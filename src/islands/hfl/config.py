@@ -525,6 +525,10 @@ class HflConfig(ProtocolConfig):
                              "Seconds the server waits for one client's update.", gt=0)
     backend: Literal["local", "ray"] = setting(
         "local", "'local' or 'ray'", "Where local training runs: threads or Ray workers.")
+    batch_clients: bool | Literal["auto"] = setting(
+        "auto", "True, False or 'auto'",
+        "Train the clients of one process as one batched computation ('auto': where it "
+        "can; backend 'local').")
     ray_address: str | None = setting(
         None, "a Ray address such as 'auto', 'host:6379' or 'ray://host:10001' (or None)",
         "With backend 'ray': a running cluster (None: a local Ray).", pattern=r"^\S+$")
@@ -539,6 +543,9 @@ class HflConfig(ProtocolConfig):
         if self.ray_address is not None and self.backend != "ray":
             raise invalid_parameter("ray_address", self.OWNER, "None unless backend='ray'",
                                     self.ray_address)
+        if self.batch_clients is True and self.backend != "local":
+            raise invalid_parameter("batch_clients", self.OWNER,
+                                    "False or 'auto' unless backend='local'", True)
         return self
 
 

@@ -13,6 +13,10 @@ this machine or a Ray cluster (:mod:`islands.hfl.ray_backend`). The roles and th
 messages are the same either way, and so are the results for the same seeds and the
 same torch thread count (an int ``threads``: with ``"auto"`` each backend picks its own,
 and float sums may then round differently).
+
+With ``batch_clients`` (``"auto"`` by default) the ``"local"`` backend trains the clients
+that train at once as one batched computation (:mod:`islands.hfl.torch.batched`): each
+client's result within float32 rounding of its own training, its protections unchanged.
 """
 
 from __future__ import annotations
@@ -82,6 +86,11 @@ __all__ = ["BACKENDS", "EpochRecord", "FederatedModel", "client_seed", "round_me
            "split_local_eval"]
 
 log = logging.getLogger(__name__)
+
+_AUTO_BATCH = 10
+"""The fewest clients training at once that ``batch_clients="auto"`` batches (issue 24
+measured that three do not pay; a client that never calls, such as a free rider, also
+holds a small batch for the gathering window)."""
 
 Task = Literal["classification", "regression"]
 Backend = Literal["local", "ray"]
@@ -209,9 +218,9 @@ class FederatedModel(FederatedEstimator[HflConfig]):
     After ``model`` and ``strategy`` the parameters are keyword-only, in five groups:
     training (``epochs``, ``task``, ``loss``, ``eval_fraction``, ``random_state``),
     protections (``sample_dp``), execution (``backend``, ``ray_address``, ``concurrency``,
-    ``threads``, ``timeout``), state (``checkpoint``, ``resume``) and observation
-    (``callback``, ``tracking``, ``keep_payloads``, ``contribution``, ``settings``,
-    ``extra_metrics``).
+    ``threads``, ``batch_clients``, ``timeout``), state (``checkpoint``, ``resume``) and
+    observation (``callback``, ``tracking``, ``keep_payloads``, ``contribution``,
+    ``settings``, ``extra_metrics``).
 
     Parameters
     ----------
@@ -256,11 +265,23 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         islands must be installed. If Ray is already initialised in this process, that
         instance is used.
     concurrency : int or None, default=8
-        Clients training at the same time (None: all).
+        Clients training at the same time (None: all). With ``batch_clients`` these
+        are the clients that train as one batch: raise it (or None) to batch more.
     threads : int, "auto" or None, default="auto"
         torch intra-op threads while training: "auto" shares the cores among the clients
         that train at once (with ``backend="ray"``: 1 in each worker, which holds one
         CPU; an int sets every worker's threads).
+    batch_clients : bool or "auto", default="auto"
+        With ``backend="local"``, train the clients that train at once as one batched
+        computation (:mod:`islands.hfl.torch.batched`): parameters stacked, one
+        ``torch.func.vmap`` forward and backward over all of them per local step, each
+        client's result its own training's within float32 rounding. ``"auto"``: where
+        it can and at least 10 clients train at once, else one client at a time with
+        an INFO log saying why (DP-SGD, the Ray backend, a model with local layers or
+        buffers, a user's module ``vmap`` cannot run, fewer clients). True: the same,
+        from 2 clients, and a run that cannot batch is refused at ``fit``.
+        False: one client at a time, bit for bit as before. A batch is trained in
+        chunks on one thread per core, each with ``threads`` torch threads ("auto": 1).
     timeout : float, default=600.0
         Seconds the server waits for one client's update before leaving it out.
     checkpoint : path or None
@@ -349,6 +370,9 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         The largest sample-level (ε, δ) of any client (with ``sample_dp``), or None.
     workers_ : int
         Threads (``"local"``) or Ray workers (``"ray"``) that ran the local training.
+    batches_ : list of int
+        The number of clients in each batch trained together (``batch_clients``), in
+        order; empty when every client trained alone.
     local_states_ : dict
         Under FedBN, each client's own layers (its batch norm) by name; else empty.
     contribution_ : ContributionReport or None
@@ -380,6 +404,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         ray_address: str | None = None,
         concurrency: int | None = 8,
         threads: int | Literal["auto"] | None = "auto",
+        batch_clients: bool | Literal["auto"] = "auto",
         timeout: float = 600.0,
         # state
         checkpoint: str | os.PathLike[str] | None = None,
@@ -404,6 +429,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         self.ray_address = ray_address
         self.concurrency = concurrency
         self.threads = threads
+        self.batch_clients = batch_clients
         self.timeout = timeout
         self.checkpoint = checkpoint
         self.resume = resume
@@ -431,7 +457,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         config = HflConfig.build(owner, epochs=self.epochs, task=self.task,
                                  eval_fraction=self.eval_fraction,
                                  concurrency=self.concurrency, timeout=self.timeout,
-                                 backend=self.backend, ray_address=self.ray_address)
+                                 backend=self.backend, ray_address=self.ray_address,
+                                 batch_clients=self.batch_clients)
         if config.task is None:  # files infer it from the data set; fit has no name to go by
             raise invalid_parameter("task", owner, "'classification' or 'regression'", None)
         if not (self.loss is None or callable(self.loss) or isinstance(self.loss, str)):
@@ -630,6 +657,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         template = (copy.deepcopy(strategy) if contribution is not None
                     and "retrain" in (contribution.methods or ()) else None)
         pool = ModulePool(self.model_)
+        self._batching: Any = None
         active = len(names) if self.concurrency is None else min(len(names), self.concurrency)
         with contextlib.ExitStack() as stack:
             if self.backend == "ray":
@@ -641,6 +669,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
             tracker = self._run(learners, names, plan, pool, active, test, contribution,
                                 settings, resume)
         self.workers_ = workers
+        self.batches_: list[int] = ([] if self._batching is None
+                                    else list(self._batching.batches))
         if tracker is not None and template is not None:
             retrained = self._retrain(tracker, template, data, names, behaviour)
             report: ContributionReport | None = tracker.report(retrained, final=self.params_)
@@ -706,13 +736,17 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         """TorchLearners whose calls run on a pool of ``active`` threads."""
         from islands.hfl.torch.learner import PooledLearner
 
+        batcher = self._batcher(plan, active)
+        if batcher is not None:
+            stack.callback(batcher.close)
         learners = []
         for k, (X, y) in enumerate(data):
             tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed_, k))
             # every row trains (no local evaluation): the checked part itself, not a copy
             X_tr, y_tr = (X, y) if len(ev) == 0 else (X[tr], y[tr])
             learners.append(plan.learner(X_tr, y_tr, X[ev], y[ev],
-                                         seed=client_seed(self.seed_, k), pool=pool))
+                                         seed=client_seed(self.seed_, k), pool=pool,
+                                         batcher=batcher))
         # only the pool's threads call torch (each OS thread that does keeps ~0.6 MB)
         # twice the clients that train at once: a straggler the server gave up on keeps
         # its thread until it finishes, and must not delay the clients that follow
@@ -721,6 +755,39 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         self._local_holders = learners  # FedBN: each holds its client's local layers
         return [PooledLearner(learner, executor, timeout=float(self.timeout))
                 for learner in learners], active
+
+    def _batcher(self, plan: TrainingPlan, active: int) -> Any:
+        """Return the run's :class:`ClientBatcher`, or None where the clients train alone.
+
+        Raises
+        ------
+        ValidationError
+            With ``batch_clients=True``, naming why the clients cannot train together.
+        """
+        from islands.hfl.torch.batched import ClientBatcher, batch_refusal
+
+        if self.batch_clients is False:
+            return None
+        if plan.sample_dp is not None:
+            reason: str | None = "DP-SGD clips every sample's gradient of each client"
+        elif active < 2:
+            reason = "one client trains at a time (concurrency 1)"
+        elif active < _AUTO_BATCH and self.batch_clients == "auto":
+            reason = (f"{active} clients train at once, fewer than {_AUTO_BATCH}: a small "
+                      "batch does not pay (batch_clients=True batches them)")
+        else:
+            reason = batch_refusal(plan.model)
+        if reason is not None:
+            if self.batch_clients is True:
+                raise invalid_parameter("batch_clients", "FederatedModel",
+                                        f"False or 'auto' here ({reason})", True)
+            log.info("clients train one at a time: %s", reason)
+            return None
+        # each chunk of the batch on one torch thread, one chunk per core (threads="auto")
+        per_worker = self.threads if isinstance(self.threads, int) else 1
+        self._batching = ClientBatcher(active, timeout=float(self.timeout),
+                                       workers=max(1, usable_cores() // per_worker))
+        return self._batching
 
     def _ray_learners(self, stack: contextlib.ExitStack, plan: TrainingPlan,
                       data: list[tuple[NDArray[Any], NDArray[Any]]], names: list[str],
@@ -821,8 +888,11 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                                   aggregator=aggregator, half=half,
                                   checkpoint=self.checkpoint, resume=resume,
                                   settings=settings)
-        threads = (max(1, usable_cores() // active) if self.threads == "auto"
-                   else self.threads if isinstance(self.threads, int) else None)
+        if self.threads == "auto":  # batched: each of the batcher's workers on one thread
+            threads: int | None = (1 if self._batching is not None
+                                   else max(1, usable_cores() // active))
+        else:
+            threads = self.threads if isinstance(self.threads, int) else None
         try:
             with torch_threads(threads):
                 run = run_local(roles, timeout=self.timeout, transcript=transcript,

@@ -84,12 +84,17 @@ class TrainingPlan:
         return model_part(self.strategy, vector, self.model.n_params())
 
     def learner(self, X: NDArray[Any], y: NDArray[Any], X_eval: NDArray[Any] | None = None,
-                y_eval: NDArray[Any] | None = None, *, seed: int, pool: Any = None) -> Any:
-        """Return a client's :class:`~islands.hfl.torch.learner.TorchLearner` on its rows."""
+                y_eval: NDArray[Any] | None = None, *, seed: int, pool: Any = None,
+                batcher: Any = None) -> Any:
+        """Return a client's :class:`~islands.hfl.torch.learner.TorchLearner` on its rows.
+
+        ``batcher``: the simulation's :class:`~islands.hfl.torch.batched.ClientBatcher`
+        (its clients train together), or None.
+        """
         from islands.hfl.torch.learner import TorchLearner  # torch
 
         return TorchLearner(self.model, X, y, X_eval, y_eval, task=self.task, seed=seed,
-                            pool=pool, dp=self.sample_dp, loss=self.loss)
+                            pool=pool, dp=self.sample_dp, loss=self.loss, batcher=batcher)
 
     def client(self, learner: Learner) -> Learner:
         """Return what a client role runs around ``learner`` (SCAFFOLD's step, or as is)."""

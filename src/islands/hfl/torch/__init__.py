@@ -6,6 +6,9 @@
   and the centralised baseline;
 - :mod:`islands.hfl.torch.loss`: a user's loss function in place of the task's;
 - :mod:`islands.hfl.torch.dpsgd`: sample-level DP (DP-SGD) training;
+- :mod:`islands.hfl.torch.batched`: the clients of one process trained as one batch
+  (``torch.func.vmap``), :class:`~islands.hfl.torch.batched.ClientBatcher` gathering their
+  calls;
 - :mod:`islands.hfl.torch.learner`: the clients' local training as the roles call it
   (:class:`TorchLearner`, :class:`PooledLearner`, the :class:`FreeRider` of the
   contribution audits).

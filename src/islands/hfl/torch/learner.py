@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from concurrent.futures import Executor
 from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from islands.arrays import Vector
 from islands.errors import invalid_parameter
 from islands.hfl.protocol import LocalOutcome, WrappedLearner
 from islands.hfl.strategy import LocalConfig
+from islands.hfl.torch.batched import ClientBatcher
 from islands.hfl.torch.dpsgd import PrivateTrainer
 from islands.hfl.torch.loss import UserLoss
 from islands.hfl.torch.models import ModelSpec, ModulePool
@@ -64,16 +66,21 @@ class TorchLearner:
         accounts its own budget and refuses a call that would exceed ``target_epsilon``.
     loss
         The user's loss (:mod:`islands.hfl.torch.loss`), None for the task's.
+    batcher
+        Train together with the other clients of this process that hand their calls
+        to the same :class:`~islands.hfl.torch.batched.ClientBatcher` (simulations);
+        None: alone. Not used under DP-SGD.
     """
 
     def __init__(self, spec: ModelSpec, X: NDArray[Any], y: NDArray[Any],
                  X_eval: NDArray[Any] | None = None, y_eval: NDArray[Any] | None = None, *,
                  task: str = "classification", seed: int = 0,
                  pool: ModulePool | None = None, dp: SampleDP | None = None,
-                 loss: UserLoss | None = None) -> None:
+                 loss: UserLoss | None = None, batcher: ClientBatcher | None = None) -> None:
         self.trainer = Trainer(spec, X, y, task=task, seed=seed, pool=pool,  # type: ignore[arg-type]
                                loss=loss)
         self.dp = dp
+        self.batcher = batcher
         self._private: Any = None
         self._account: SampleAccount | None = None
         if dp is not None:
@@ -117,7 +124,9 @@ class TorchLearner:
                                        batch_size=batch_size, config=config,
                                        buffer=state)
         local, buffer = self._unpack(state)
-        out = self.trainer.train(
+        run = self.trainer.train if self.batcher is None else partial(self.batcher.train,
+                                                                       self.trainer)
+        out = run(
             params, start=Position(epoch=epoch, step=step), steps=steps,
             batch_size=batch_size, lr=config.lr, momentum=config.momentum,
             weight_decay=config.weight_decay, prox_mu=config.prox_mu,

@@ -612,7 +612,15 @@ class Trainer:
         loss gives the mean; its sum is b times the mean and its rows' losses are its
         values on each row alone (:meth:`UserLoss.per_sample`).
         """
-        out = module(xb)
+        return self.output_loss(module(xb), yb, reduction)
+
+    def output_loss(self, out: torch.Tensor, yb: torch.Tensor,
+                    reduction: str = "mean") -> torch.Tensor:
+        """Return the loss of a batch's outputs ``out`` against its targets ``yb``.
+
+        :meth:`loss` without the forward pass (as a batched forward calls it, one
+        client's outputs at a time).
+        """
         user = self.user_loss
         if user is not None:
             if self.task == "regression":
