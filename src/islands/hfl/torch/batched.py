@@ -283,6 +283,20 @@ class _Group:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+_warmed: list[bool] = []
+
+
+def _warm_up() -> None:
+    """Pay ``torch.func``'s one-off imports (sympy, torch.distributed: about 1 s) now.
+
+    Its first ``vmap`` imports them; a batcher is made before the first round, so the
+    rounds' clock does not count them.
+    """
+    if not _warmed:
+        vmap(grad_and_value(lambda w: (w * w).sum()))(torch.zeros(2, 1))
+        _warmed.append(True)
+
+
 class ClientBatcher:
     """Gather the training calls of a simulation's clients and train them as batches.
 
@@ -329,6 +343,8 @@ class ClientBatcher:
         """Why batching stopped in this run (a batch that failed), or None."""
         self.batches: list[int] = []
         """The size of every batch trained, in order (calls that ran alone excluded)."""
+        _warm_up()
+
 
     def close(self) -> None:
         """Stop the worker threads (a batch still running finishes on its thread)."""
