@@ -17,6 +17,7 @@ from islands.aggregation import harary
 from islands.aggregation import secaggplus as sp
 from islands.aggregation.base import MeanAggregator
 from islands.aggregation.secaggplus import SecureAggregationPlus
+from islands.crypto import shamir
 from islands.crypto.prg import expand
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl import FedAvg
@@ -344,3 +345,27 @@ def test_a_too_small_federation_falls_back_to_the_complete_graph() -> None:
     assert not run.failures
     with pytest.raises(ValidationError, match="'corrupt_fraction' parameter"):
         SecureAggregationPlus(corrupt_fraction=0.45, dropout=0.45, min_clients=3)
+
+
+# --------------------------------------------------------------------------- review: bounds
+@pytest.mark.parametrize("k", [10, 11, 2**32, 2**40])
+def test_a_neighbour_count_beyond_the_round_is_refused_not_a_crash(k: int) -> None:
+    # the complete graph of 10 is k = 9; a larger k (or one too wide for the roster
+    # digest's 4 bytes) is a named refusal before the nonce leaves, never an OverflowError
+    f = fed()
+    roster = f.roster(f.advertise(), k, 8)
+    with pytest.raises(ProtocolError, match=rf"k={k} neighbours in a round of 10 clients; "
+                       r"at most 9 \(the complete graph\)"):
+        f.step("c0", "roster", roster)
+    assert f.halves["c0"].stage.value == "advertised"
+    assert isinstance(f.step("c0", "roster", f.roster(f.advertise(), 9, 8)),
+                      sp.SecAggPlusReveal)
+
+
+def test_a_share_value_outside_the_field_names_its_holder() -> None:
+    bad = np.full(shamir.chunk_count(32), shamir.PRIME, dtype="<u4").tobytes()
+    with pytest.raises(ProtocolError, match=r"a malformed share from 'c3': values not below "
+                       rf"the field prime {shamir.PRIME}"):
+        sp._share_from_bytes(bad, "'c3'")
+    with pytest.raises(ProtocolError, match="a malformed share from 'c3'"):
+        sp._share_from_bytes(bad[:-4], "'c3'")

@@ -354,7 +354,11 @@ def _survivors_message(session: bytes, rnd: int, digest: bytes, bits: bytes) -> 
 def _share_from_bytes(data: Any, who: str) -> NDArray[np.uint32]:
     if not isinstance(data, bytes) or len(data) != 4 * shamir.chunk_count(KEY_BYTES):
         raise ProtocolError(f"secure aggregation+: a malformed share from {who}")
-    return np.frombuffer(data, dtype="<u4").astype(np.uint32)
+    values = np.frombuffer(data, dtype="<u4").astype(np.uint32)
+    if int(values.max()) >= shamir.PRIME:  # else combine_arrays refuses without a name
+        raise ProtocolError(f"secure aggregation+: a malformed share from {who}: values not "
+                            f"below the field prime {shamir.PRIME}")
+    return values
 
 
 # --------------------------------------------------------------------------- aggregator
@@ -601,6 +605,13 @@ class SecAggPlusClient:
         if len(set(flat)) != len(flat):
             raise self._refuse(party, server, "roster", "two clients present the same key")
         n, k, t = len(names), int(body.neighbours), int(body.threshold)
+        if not 0 <= k <= n - 1 or not 0 <= t <= n:
+            # the complete graph is k = n − 1; anything wider is no graph of this roster
+            # (and would not fit the roster digest's 4-byte fields)
+            raise self._refuse(party, server, "roster",
+                               f"parameters 'neighbours'/'threshold' (k={k}, t={t}): k={k} "
+                               f"neighbours in a round of {n} clients; at most {n - 1} (the "
+                               f"complete graph), and 0 <= t <= {n}")
         cfg = self.config
         m, reference = self._reference(party, server)
         smallest = smallest_round(cfg.dropout, m, cfg.min_clients)
@@ -625,7 +636,7 @@ class SecAggPlusClient:
                 f"{cfg.corrupt_fraction} of {reference}) and {drops} dropouts "
                 f"(dropout={cfg.dropout}): {reason}; this client accepts {accepts}")
         self._names, self._n = names, n
-        self._k, self._t = min(k, n - 1), t
+        self._k, self._t = k, t
         self._floor = round_floor(cfg.dropout, n)
         self._keys = {v: (keys[3 * j], keys[3 * j + 1]) for j, v in enumerate(names)}
         self._commits = {v: keys[3 * j + 2] for j, v in enumerate(names)}
@@ -1040,7 +1051,11 @@ class SecAggPlusRound(StreamingRound):
                 if share is None:
                     continue
                 points[i, held] = self.graph.point(owner, h)
-                values[i, held] = _share_from_bytes(share, repr(h))
+                try:
+                    values[i, held] = _share_from_bytes(share, repr(h))
+                except ProtocolError as exc:
+                    raise self._fail("unmask", f"{exc} (of {owner!r}'s {kind}-share); no "
+                                     "mean is released") from None
                 held += 1
                 if held == self.t:
                     break
