@@ -369,3 +369,44 @@ def test_a_share_value_outside_the_field_names_its_holder() -> None:
         sp._share_from_bytes(bad, "'c3'")
     with pytest.raises(ProtocolError, match="a malformed share from 'c3'"):
         sp._share_from_bytes(bad[:-4], "'c3'")
+
+
+class _WrongSelfShare(_Dies):
+    """A colluding holder: at unmask it shifts its b-share of one survivor it holds early
+    (among the first t points, which the server interpolates from)."""
+
+    victim: str | None = None
+
+    def payload(self, party: Any, **kw: Any) -> Any:
+        return self.inner.payload(party, **kw)
+
+    def on_step(self, party: Any, **kw: Any) -> Any:
+        out = self.inner.on_step(party, **kw)
+        if kw["step"].phase == "unmask":
+            inner = self.inner
+            victim = next(v for v in out.b if v != party.name
+                          and inner._graph.point(v, party.name) <= inner._t)
+            share = bytearray(out.b[victim])
+            share[0] ^= 1
+            type(self).victim = victim
+            out = sp.SecAggPlusShares(b={**out.b, victim: bytes(share)}, s=out.s)
+        return out
+
+
+def test_a_wrong_self_mask_share_fails_the_round_named_never_a_wrong_mean() -> None:
+    # one colluding holder flips a bit of its b-share of a survivor. The server rebuilt a
+    # wrong b_u and subtracted the wrong stream: a uniformly wrong sum, which the range
+    # checks of ring_mean cannot always see (with max_abs large, or a small model, it was
+    # released as the mean). Each client now sends H(b_u) with its envelopes; the rebuilt
+    # b_u must open it, or the round fails naming u
+    agg = SecureAggregationPlus(corrupt_fraction=0.05, dropout=0.1, max_abs=1e12)
+    names = [f"c{i:02d}" for i in range(12)]
+    halves = {"c03": _WrongSelfShare(agg.client_half())}
+    run, _ = _protocol(agg, 12, halves=halves)
+    exc = run.failures.get("server")
+    assert isinstance(exc, ProtocolError), (run.failures, run.results.get("server"))
+    assert exc.step == "unmask"
+    assert (f"the self-mask seed rebuilt for survivor {_WrongSelfShare.victim!r} does not "
+            "open its commitment") in str(exc), exc
+    assert "server" not in run.results
+    assert names

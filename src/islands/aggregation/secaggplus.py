@@ -27,8 +27,9 @@ stage  phase            what happens
                         itself (seed = HKDF over all r_v, Fisher–Yates), verifies its k
                         neighbours' roster signatures (they saw the same D, (k, t)), draws
                         b_u, splits s_u and b_u t-of-(k + 1) and seals one envelope per
-                        neighbour (AES-GCM, :mod:`islands.crypto.envelope`). U2 = who
-                        answered.
+                        neighbour (AES-GCM, :mod:`islands.crypto.envelope`), with
+                        H(b_u) (:func:`seed_commitment`), against which the server checks
+                        the b_u it rebuilds. U2 = who answered.
 2b     ``deliver``      server → U2: U2 ∩ N[u] and the envelopes addressed to u. The client
                         checks the set is inside its own neighbourhood and holds ≥ t.
 3      masked input     y_u = x_u + PRG(b_u) + Σ_{v∈N(u)∩U2} ±PRG(s_uv) mod 2^64.
@@ -135,6 +136,7 @@ __all__ = [
     "SecAggPlusUnmask",
     "SecureAggregationPlus",
     "client_parameters",
+    "seed_commitment",
 ]
 
 Vector = NDArray[np.float32]
@@ -143,6 +145,7 @@ _CONTEXT = b"islands secagg+ v1"
 _ENVELOPE = b"islands secagg+ shares v1"
 _ROSTER = b"islands secagg+ roster v1"
 _SELF = b"secagg+ self"
+_SEED_COMMIT = b"islands secagg+ self-mask seed v1"
 _INPUT = b"secagg+ input"
 ROSTER_PURPOSE = "secagg+ roster"
 SURVIVORS_PURPOSE = "secagg+ survivors"
@@ -199,9 +202,16 @@ class SecAggPlusReveals:
 @wire.register(name="hfl.SecAggPlusEnvelopes")
 @dataclass(frozen=True)
 class SecAggPlusEnvelopes:
-    """Stage 2, client → server: one sealed pair of shares per neighbour."""
+    """Stage 2, client → server: one sealed pair of shares per neighbour, and H(b_u).
+
+    ``seed_hash`` commits the client to its self-mask seed b_u (:func:`seed_commitment`):
+    the server checks the b_u it rebuilds against it, so a wrong share (from a colluding
+    holder, or dealt by a colluding owner) fails the round by name instead of leaving a
+    uniformly wrong sum that the range checks may not see.
+    """
 
     shares: dict[str, bytes]
+    seed_hash: bytes
 
 
 @wire.register(name="hfl.SecAggPlusDelivery")
@@ -294,6 +304,18 @@ def _roster_digest(session: bytes, rnd: int, names: Sequence[str], entries: byte
                  k.to_bytes(4, "big"), t.to_bytes(4, "big"),
                  b"\x00".join(n.encode("utf-8") for n in names), entries):
         h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.digest()
+
+
+def seed_commitment(session: bytes, rnd: int, name: str, seed: bytes) -> bytes:
+    """Return SHA-256 over (domain, session, round, name, b_u): a client's self-mask commitment.
+
+    b_u is 32 uniform bytes, so its hash shows nothing of it (nor of the mask it expands to).
+    """
+    h = hashlib.sha256()
+    for part in (_SEED_COMMIT, session, rnd.to_bytes(8, "big"), name.encode("utf-8"), seed):
+        h.update(len(part).to_bytes(4, "big"))
         h.update(part)
     return h.digest()
 
@@ -688,7 +710,8 @@ class SecAggPlusClient:
                           context=pair_context(_ENVELOPE, self._session, party.name, v),
                           aad=_aad(self._session, self.round, party.name, v))
         self.stage = ClientStage.SHARED
-        return SecAggPlusEnvelopes(shares=out)
+        return SecAggPlusEnvelopes(shares=out, seed_hash=seed_commitment(
+            self._session, self.round, party.name, self._b))
 
     def _deliver(self, party: Party, server: str, step: AggStep) -> None:
         body = step.body
@@ -950,15 +973,18 @@ class SecAggPlusRound(StreamingRound):
             v: self.roster_sigs[v] for v in self.closed[c] if v != c}) for c in self.names}
         envelopes = link.exchange(rnd, "share-keys", bodies)
         sealed: dict[str, dict[str, bytes]] = {}
+        self.seed_hashes: dict[str, bytes] = {}
         for c in self.names:
             env = envelopes.get(c)
             if env is None:
                 continue
-            if (not isinstance(env, SecAggPlusEnvelopes)
-                    or set(env.shares) != set(self.closed[c]) - {c}):
+            if (not isinstance(env, SecAggPlusEnvelopes) or not isinstance(env.shares, dict)
+                    or set(env.shares) != set(self.closed[c]) - {c}
+                    or not isinstance(env.seed_hash, bytes) or len(env.seed_hash) != 32):
                 raise self._fail("share-keys", f"client {c!r} sent shares for other clients "
-                                 "than its neighbours")
+                                 "than its neighbours, or no 32-byte self-mask commitment")
             sealed[c] = env.shares
+            self.seed_hashes[c] = env.seed_hash
         u2 = set(sealed)
         while True:  # a client whose neighbourhood keeps fewer than t holders cannot finish
             short = {c for c in u2 if sum(v in u2 for v in self.closed[c]) < self.t}
@@ -1024,6 +1050,7 @@ class SecAggPlusRound(StreamingRound):
             if (not isinstance(a, SecAggPlusShares) or not isinstance(a.b, dict)
                     or not isinstance(a.s, dict)):
                 raise self._fail("unmask", f"client {c!r} sent a malformed unmask answer")
+        self.used: dict[str, list[str]] = {}
         secrets_b = self._rebuild(u3, "b", answers)
         secrets_s = self._rebuild(dropped, "s", answers)
         total = self._total
@@ -1059,6 +1086,9 @@ class SecAggPlusRound(StreamingRound):
                 held += 1
                 if held == self.t:
                     break
+            self.used[owner] = [h for h in self.shared[owner]
+                                if (a := answers.get(h)) is not None
+                                and getattr(a, kind).get(owner) is not None][:held]
             if held < self.t:
                 what = "self-mask seed" if kind == "b" else "mask key"
                 raise self._fail(
@@ -1073,13 +1103,21 @@ class SecAggPlusRound(StreamingRound):
                 secrets_b: list[bytes], secrets_s: list[bytes]) -> None:
         """Remove the self masks and the dropped clients' masks, over a thread pool."""
         context = _round_context(self.session, self.round)
+        for u, b in zip(u3, secrets_b, strict=True):
+            if seed_commitment(self.session, self.round, u, b) != self.seed_hashes[u]:
+                raise self._fail(
+                    "unmask", f"the self-mask seed rebuilt for survivor {u!r} does not open "
+                    f"its commitment: a holder among {self.used[u]} returned a wrong share, "
+                    f"or {u!r} dealt inconsistent ones; no mean is released")
         tasks: list[tuple[str, Any]] = [("b", b) for b in secrets_b]
         for v, raw in zip(dropped, secrets_s, strict=True):
             private = X25519PrivateKey.from_private_bytes(raw)
             key = MaskingKey(private=private, public=private.public_key().public_bytes_raw())
             if key.public != self.keys[v][1]:
                 raise self._fail("unmask", f"the mask key rebuilt for dropped client {v!r} "
-                                 "does not match its public key (inconsistent shares)")
+                                 "does not match its public key: a holder among "
+                                 f"{self.used[v]} returned a wrong share, or {v!r} dealt "
+                                 "inconsistent ones; no mean is released")
             peers = {u: self.keys[u][1] for u in self.shared[v] if u != v and u in u3}
             # v's mask over its surviving neighbours is minus theirs for their pairs with v
             tasks.extend(("s", (v, key, {u: pub})) for u, pub in peers.items())
