@@ -136,6 +136,7 @@ __all__ = [
     "SecAggPlusUnmask",
     "SecureAggregationPlus",
     "client_parameters",
+    "dp_guaranteed",
     "seed_commitment",
 ]
 
@@ -276,6 +277,25 @@ def smallest_round(dropout: float, m: int, min_clients: int | None) -> int:
     return min_clients if min_clients is not None else round_floor(dropout, m)
 
 
+def dp_guaranteed(config: SecAggPlusConfig, *, n: int, m: int, k: int, t: int) -> int:
+    """Return the fewest survivors of any sum the server can unmask in a round of n at (k, t).
+
+    H(n, k) is k-connected, so fewer than k colluders and dropouts together (C = ⌊γm⌋,
+    D = ⌊δn⌋) cannot cut it: the server unmasks only the sum of all survivors, at least
+    the round's floor n − D. With C + D ≥ k it can declare runs of k/2 clients dropped
+    (colluders count too: their masks are known) and unmask an arc on its own; each
+    client of an arc keeps t survivors around it, so an arc holds at least t (played in
+    ``tests/test_hfl_attacks_secaggplus.py``). Distributed DP noise is calibrated for this
+    number, never for the floor alone. t is a lower bound: most draws allow no arc that
+    small, so the noise is conservative there.
+    """
+    corrupt, drops = _colluders(config.corrupt_fraction, m), _dropouts(config.dropout, n)
+    floor = n - drops
+    if k < n - 1 and corrupt + drops >= k:
+        return min(t, floor)
+    return floor
+
+
 def client_parameters(config: SecAggPlusConfig, n: int, m: int
                       ) -> harary.GraphParameters | None:
     """Return the (k, t) a party of ``config`` proposes for n clients (reference m), or None.
@@ -414,8 +434,9 @@ class SecureAggregationPlus:
     Notes
     -----
     Composes like ``"secagg"`` (any strategy, chaos, client-level DP; distributed DP is
-    calibrated for the round's floor n − ⌊δn⌋). See the module docstring and
-    ``docs/threat-model.md``.
+    calibrated for :func:`dp_guaranteed`: the round's floor n − ⌊δn⌋ when C + D < k,
+    else t, the smallest arc a server that declares dropouts can unmask). See the module
+    docstring and ``docs/threat-model.md``.
     """
 
     name = "secaggplus"
@@ -505,7 +526,7 @@ class SecAggPlusClient:
         self._nonce = b""
         self._commit = b""
         self._session = b""
-        self._k = self._t = self._n = self._floor = 0
+        self._k = self._t = self._n = self._floor = self._guaranteed = 0
         self._names: list[str] = []
         self._keys: dict[str, tuple[bytes, bytes]] = {}
         self._commits: dict[str, bytes] = {}
@@ -520,6 +541,15 @@ class SecAggPlusClient:
     def round_floor(self) -> int:
         """The survivors this client requires of :attr:`round` (0 before its roster)."""
         return self._floor
+
+    @property
+    def round_guaranteed(self) -> int:
+        """The fewest survivors of a sum the server can unmask this round (0 before its roster).
+
+        :func:`dp_guaranteed`: the floor when colluders and dropouts cannot cut the graph,
+        else t. Distributed DP calibrates its noise share for this.
+        """
+        return self._guaranteed
 
     @property
     def round_threshold(self) -> int:
@@ -660,6 +690,7 @@ class SecAggPlusClient:
         self._names, self._n = names, n
         self._k, self._t = k, t
         self._floor = round_floor(cfg.dropout, n)
+        self._guaranteed = dp_guaranteed(cfg, n=n, m=m, k=k, t=t)
         self._keys = {v: (keys[3 * j], keys[3 * j + 1]) for j, v in enumerate(names)}
         self._commits = {v: keys[3 * j + 2] for j, v in enumerate(names)}
         self._digest = _roster_digest(self._session, self.round, names, entries, k, t)
@@ -848,6 +879,7 @@ class SecAggPlusServer(PlainServerHalf):
         self.config = config
         self.federation: int | None = None
         self.floor = 0  # the survivors the last round's clients require
+        self.guaranteed = 0  # the fewest survivors of a sum it can unmask (dp_guaranteed)
 
     def reference(self, link: ServerLink) -> int:
         """Return m, as every client counts it (min_clients, else the federation)."""
@@ -861,6 +893,8 @@ class SecAggPlusServer(PlainServerHalf):
         agg = SecAggPlusRound(link, self, round, list(clients), weights, dim,
                               self.reference(link))
         self.floor = agg.floor
+        self.guaranteed = dp_guaranteed(self.config, n=len(agg.names), m=agg.m, k=agg.k,
+                                        t=agg.t)
         return agg
 
     def reveal(self, payload: Any) -> Vector:
@@ -874,6 +908,7 @@ class SecAggPlusRound(StreamingRound):
     def __init__(self, link: ServerLink, half: SecAggPlusServer, rnd: int,
                  clients: list[str], weights: Mapping[str, float], dim: int, m: int) -> None:
         self.link, self.round, self.dim, self.config = link, rnd, dim, half.config
+        self.m = m
         cfg = self.config
         self.smallest = smallest_round(cfg.dropout, m, cfg.min_clients)
         candidates = sorted(clients)
