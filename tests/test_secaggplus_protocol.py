@@ -213,3 +213,139 @@ def test_step_bodies_of_the_wrong_type_are_refused_at_every_stage() -> None:
             d.f.halves["c0"].on_step(d.f.views["c0"], server="server",
                                      step=AggStep(1, phase, {"not": "a message"}))
         assert info.value.step == phase
+
+
+# --------------------------------------------------------------------------- composition
+def _blobs(n: int, d: int = 6, classes: int = 3, seed: int = 0) -> tuple[Any, Any]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, size=n)
+    centres = rng.normal(size=(classes, d)) * 2
+    X = (centres[y] + rng.normal(size=(n, d))).astype(np.float32)
+    return X, y.astype(np.int64)
+
+
+def test_the_estimator_under_secaggplus_equals_the_plain_mean_run() -> None:
+    # 16 clients at γ = 0.1 (one colluder) and δ = 0.1: a sparse graph, (k, t) = (6, 5)
+    pytest.importorskip("torch")
+    from islands.aggregation import harary
+    from islands.aggregation.protect import build_aggregator
+    from islands.aggregation.secaggplus import SecureAggregationPlus
+    from islands.hfl import FedAvg, FederatedModel
+    from islands.hfl.torch.models import ModelSpec
+
+    spec = ModelSpec(kind="mlp", input_shape=(6,), n_outputs=3, hidden=(8,))
+    X, y = _blobs(16 * 30)
+    parts = [(X[30 * i:30 * (i + 1)], y[30 * i:30 * (i + 1)]) for i in range(16)]
+    assert harary.find_parameters(16, 1, 1) == harary.GraphParameters(6, 5, False)
+
+    def fit(aggregator: Any) -> Any:
+        strategy = FedAvg(local_steps=2, batch_size=10, lr=0.2, aggregator=aggregator)
+        return FederatedModel(spec, strategy, epochs=2, random_state=3).fit(parts)
+
+    plain = FederatedModel(spec, FedAvg(local_steps=2, batch_size=10, lr=0.2), epochs=2,
+                           random_state=3).fit(parts)
+    plus = fit(SecureAggregationPlus(corrupt_fraction=0.1, dropout=0.1))
+    built = fit(build_aggregator(["secaggplus"], {"secaggplus": {"corrupt_fraction": 0.1}}))
+    assert plus.aggregations_ == plain.aggregations_ > 0
+    # each upload rounds to 2^-33 per coordinate: the models stay within ~1e-8 per round
+    np.testing.assert_allclose(plus.params_, plain.params_, atol=1e-5)
+    np.testing.assert_allclose(built.params_, plain.params_, atol=1e-5)
+    tags = plus.transcript_.totals("tag")
+    assert tags != plain.transcript_.totals("tag")
+    assert plus.transcript_.totals("sender")["server"].messages > (
+        plain.transcript_.totals("sender")["server"].messages)  # the set-up's stages
+
+
+SECAGGPLUS_JOB = """
+name = "secaggplus-job"
+seed = 0
+epochs = 2
+output = "{output}"
+protect = {protect}
+{extra}
+[data]
+name = "digits"
+standardize = true
+
+[partition]
+kind = "iid"
+clients = 12
+
+[model]
+kind = "mlp"
+hidden = [16]
+
+[strategy]
+name = "fedavg"
+local_steps = 2
+batch_size = 16
+lr = 0.05
+"""
+
+
+def test_a_job_file_with_secaggplus_runs_and_matches_the_plain_run(tmp_path: Any) -> None:
+    pytest.importorskip("torch")
+    import json
+
+    from typer.testing import CliRunner
+
+    from islands.cli import app
+    from islands.hfl.job import load_job, run_job
+
+    plain_path = tmp_path / "plain.toml"
+    plain_path.write_text(SECAGGPLUS_JOB.format(output=tmp_path / "plain", protect="[]",
+                                                extra=""))
+    plain = run_job(load_job(plain_path))
+    path = tmp_path / "plus.toml"
+    path.write_text(SECAGGPLUS_JOB.format(
+        output=tmp_path / "plus", protect='["secaggplus"]',
+        extra="\n[secaggplus]\ncorrupt_fraction = 0.1\ndropout = 0.1\n"))
+    res = CliRunner().invoke(app, ["run", str(path), "--output", str(tmp_path / "p"),
+                                   "--json", str(tmp_path / "p.json")])
+    assert res.exit_code == 0, res.output
+    out = json.loads((tmp_path / "p.json").read_text())
+    assert out["protect"] == ["secaggplus"]
+    assert out["aggregations"] == plain.aggregations
+    assert abs(out["accuracy"] - plain.metrics["accuracy"]) <= 0.005
+    assert "protected by secaggplus" in " ".join(res.output.split())
+
+
+def _dp_chaos_round(n: int, dies: int, plus: dict[str, Any], dim: int) -> tuple[Any, Any]:
+    from islands.aggregation.protect import build_aggregator
+    from islands.hfl.server_audit import DiesAtUpload, play
+
+    agg = build_aggregator(["secaggplus", "chaos", "dp"], {
+        "secaggplus": plus,
+        "dp": {"clip": 1.0, "noise_multiplier": 1.0, "noise": "distributed"}})
+    assert agg.name == "dp+chaos+secaggplus"
+    dying = {f"c{i}": DiesAtUpload(agg.client_half()) for i in range(dies)}
+    result, _ = play(agg, agg, k=n, dim=dim, halves=dying)
+    assert not result.failures.get("server"), result.failures
+    srv = result.results["server"]
+    assert srv.rounds[0].survivors == n - dies
+    final = [r.params for name, r in result.results.items() if name != "server"]
+    return srv, np.asarray(final[0], np.float64)
+
+
+def test_distributed_noise_under_chaos_is_calibrated_for_the_secaggplus_floor() -> None:
+    # 20 clients, C = 2, D = 2, (k, t) = (8, 6): C + D < k, no cut exists, so the noise is
+    # calibrated for the floor n − ⌊δn⌋ = 18 (not t = 6); 2 drop, the 18 survivors' noise
+    # sums to N(0, σ²S²) exactly
+    pytest.importorskip("dp_accounting")
+    from islands.privacy import PrivacyAccountant
+
+    srv, mean = _dp_chaos_round(20, 2, {"corrupt_fraction": 0.1, "dropout": 0.1}, 30000)
+    assert abs(mean.std() * 18 - 1) < 0.03
+    acct = PrivacyAccountant(1.0, sampling_rate=1.0, delta=1e-5)
+    acct.step(1)
+    assert srv.privacy[0] == pytest.approx(acct.epsilon(), rel=1e-9)
+
+
+def test_distributed_noise_under_chaos_is_calibrated_for_t_when_an_arc_can_be_cut() -> None:
+    # 100 clients, no colluders, δ = 0.2, (k, t) = (18, 10): C + D = 20 >= k, an arc of 10
+    # can be unmasked (test_hfl_attacks_secaggplus), so each client's share is for t = 10:
+    # with 95 survivors the mean's noise is √(95/10)·σS/95, more than the floor's σS/95
+    pytest.importorskip("dp_accounting")
+    _, mean = _dp_chaos_round(100, 5, {"corrupt_fraction": 0.0, "dropout": 0.2,
+                                       "neighbours": 18, "threshold": 10}, 10000)
+    assert abs(mean.std() * 95 / np.sqrt(9.5) - 1) < 0.04
