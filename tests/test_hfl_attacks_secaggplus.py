@@ -494,3 +494,34 @@ def test_distributed_noise_is_calibrated_for_what_an_arc_can_hold() -> None:
         half.on_step(view, server="server", step=sp.AggStep(1, "dp-noise", request))
     half.on_step(view, server="server", step=sp.AggStep(
         1, "dp-noise", DPNoiseRequest(noise_multiplier=1.0, clip=1.0, guaranteed=10)))
+
+
+# --------------------------------------------------------------------------- review: binding
+def test_the_roster_digest_binds_session_round_n_k_t_names_and_entries() -> None:
+    names, entries = ["a", "b", "c"], bytes(range(96)) * 3
+    base = (b"s" * 16, 1, names, entries, 2, 2)
+    digest = sp._roster_digest(*base)
+    changed = [(b"t" * 16, 1, names, entries, 2, 2), (b"s" * 16, 2, names, entries, 2, 2),
+               (b"s" * 16, 1, ["a", "b", "d"], entries, 2, 2),
+               (b"s" * 16, 1, names, entries[:-1] + b"\x01", 2, 2),
+               (b"s" * 16, 1, names, entries, 4, 2), (b"s" * 16, 1, names, entries, 2, 3),
+               (b"s" * 16, 1, names[:2], entries[:192], 2, 2)]
+    assert len({digest, *(sp._roster_digest(*c) for c in changed)}) == len(changed) + 1
+
+
+def test_two_groups_shown_different_parameters_are_refused_by_their_neighbours() -> None:
+    # the same names and keys, but the server proposes (6, 5) to some clients and a larger
+    # (8, 7) to the others: the roster signatures bind (k, t), so a client whose drawn
+    # neighbour saw the other pair refuses before any share leaves
+    f = fed()
+    keys = f.advertise()
+    low, high = f.roster(keys, 6, 5), f.roster(keys, 8, 7)
+    group = {c: (low if i % 2 else high) for i, c in enumerate(TEN)}
+    reveals = {c: f.step(c, "roster", group[c]) for c in TEN}
+    everyone = f.draw(low, reveals)
+    victim = next(c for c in TEN if group[c] is low
+                  and any(group[v] is high for v in f.closed[c]))
+    with pytest.raises(ProtocolError, match=r"'secagg\+ roster' signature of 'c\d' does "
+                       "not verify"):
+        f.step(victim, "share-keys", f.neighbours_sigs(everyone, victim))
+    assert f.halves[victim].stage.value == "rostered"
