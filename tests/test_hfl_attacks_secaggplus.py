@@ -17,6 +17,7 @@ from islands.aggregation import harary
 from islands.aggregation import secaggplus as sp
 from islands.aggregation.base import MeanAggregator
 from islands.aggregation.secaggplus import SecureAggregationPlus
+from islands.crypto import shamir
 from islands.crypto.prg import expand
 from islands.errors import ProtocolError, ValidationError
 from islands.hfl import FedAvg
@@ -344,3 +345,183 @@ def test_a_too_small_federation_falls_back_to_the_complete_graph() -> None:
     assert not run.failures
     with pytest.raises(ValidationError, match="'corrupt_fraction' parameter"):
         SecureAggregationPlus(corrupt_fraction=0.45, dropout=0.45, min_clients=3)
+
+
+# --------------------------------------------------------------------------- review: bounds
+@pytest.mark.parametrize("k", [10, 11, 2**32, 2**40])
+def test_a_neighbour_count_beyond_the_round_is_refused_not_a_crash(k: int) -> None:
+    # the complete graph of 10 is k = 9; a larger k (or one too wide for the roster
+    # digest's 4 bytes) is a named refusal before the nonce leaves, never an OverflowError
+    f = fed()
+    roster = f.roster(f.advertise(), k, 8)
+    with pytest.raises(ProtocolError, match=rf"k={k} neighbours in a round of 10 clients; "
+                       r"at most 9 \(the complete graph\)"):
+        f.step("c0", "roster", roster)
+    assert f.halves["c0"].stage.value == "advertised"
+    assert isinstance(f.step("c0", "roster", f.roster(f.advertise(), 9, 8)),
+                      sp.SecAggPlusReveal)
+
+
+def test_a_share_value_outside_the_field_names_its_holder() -> None:
+    bad = np.full(shamir.chunk_count(32), shamir.PRIME, dtype="<u4").tobytes()
+    with pytest.raises(ProtocolError, match=r"a malformed share from 'c3': values not below "
+                       rf"the field prime {shamir.PRIME}"):
+        sp._share_from_bytes(bad, "'c3'")
+    with pytest.raises(ProtocolError, match="a malformed share from 'c3'"):
+        sp._share_from_bytes(bad[:-4], "'c3'")
+
+
+class _WrongSelfShare(_Dies):
+    """A colluding holder: at unmask it shifts its b-share of one survivor it holds early
+    (among the first t points, which the server interpolates from)."""
+
+    victim: str | None = None
+
+    def payload(self, party: Any, **kw: Any) -> Any:
+        return self.inner.payload(party, **kw)
+
+    def on_step(self, party: Any, **kw: Any) -> Any:
+        out = self.inner.on_step(party, **kw)
+        if kw["step"].phase == "unmask":
+            inner = self.inner
+            victim = next(v for v in out.b if v != party.name
+                          and inner._graph.point(v, party.name) <= inner._t)
+            share = bytearray(out.b[victim])
+            share[0] ^= 1
+            type(self).victim = victim
+            out = sp.SecAggPlusShares(b={**out.b, victim: bytes(share)}, s=out.s)
+        return out
+
+
+def test_a_wrong_self_mask_share_fails_the_round_named_never_a_wrong_mean() -> None:
+    # one colluding holder flips a bit of its b-share of a survivor. The server rebuilt a
+    # wrong b_u and subtracted the wrong stream: a uniformly wrong sum, which the range
+    # checks of ring_mean cannot always see (with max_abs large, or a small model, it was
+    # released as the mean). Each client now sends H(b_u) with its envelopes; the rebuilt
+    # b_u must open it, or the round fails naming u
+    agg = SecureAggregationPlus(corrupt_fraction=0.05, dropout=0.1, max_abs=1e12)
+    names = [f"c{i:02d}" for i in range(12)]
+    halves = {"c03": _WrongSelfShare(agg.client_half())}
+    run, _ = _protocol(agg, 12, halves=halves)
+    exc = run.failures.get("server")
+    assert isinstance(exc, ProtocolError), (run.failures, run.results.get("server"))
+    assert exc.step == "unmask"
+    assert (f"the self-mask seed rebuilt for survivor {_WrongSelfShare.victim!r} does not "
+            "open its commitment") in str(exc), exc
+    assert "server" not in run.results
+    assert names
+
+
+# --------------------------------------------------------------------------- review: arcs
+def _arc_sum(n: int, dropout: float, k: int, t: int) -> tuple[list[str], Any, Any, int]:
+    """Play a server that declares two runs of k/2 honest clients dropped around an arc of
+    k/2 + 1 and reads the arc's sum: (the arc, the sum read, the true sum, the floor)."""
+    names = [f"c{i:03d}" for i in range(n)]
+    f = SecAggPlusFederation(names, corrupt_fraction=0.0, dropout=dropout)
+    keys = f.advertise()
+    roster = f.roster(keys, k, t)
+    reveals = {c: f.step(c, "roster", roster) for c in names}
+    everyone = f.draw(roster, reveals)
+    env = {c: f.step(c, "share-keys", f.neighbours_sigs(everyone, c)) for c in names}
+    for c in names:
+        f.step(c, "deliver", sp.SecAggPlusDelivery(shared=f.closed[c], shares={
+            v: env[v].shares[c] for v in f.closed[c] if v != c}))
+    uploads = {c: f.halves[c].payload(f.views[c], server="server", round=1,
+                                      params=f.updates[c], base=np.zeros(DIM, np.float32),
+                                      weight=1.0) for c in names}
+    order, half = f.graph.order, k // 2
+    arc = order[half:2 * half + 1]  # k/2 + 1 clients between two runs of k/2
+    cut = set(order[:half]) | set(order[2 * half + 1:3 * half + 1])
+    survivors = [c for c in f.u1 if c not in cut]
+    bits = f.bits(survivors)
+    sigs = {c: f.step(c, "consistency", sp.SecAggPlusSurvivors(bitmap=bits)).sig
+            for c in survivors}
+    answers = {c: f.step(c, "unmask", f.unmask_body(c, bits, sigs)) for c in survivors}
+    total = sum((uploads[u] for u in arc), np.zeros(DIM, dtype=np.uint64))
+    context = sp._round_context(f.session, 1)
+    for u in arc:
+        b = f.rebuild(u, {h: answers[h].b[u] for h in f.closed[u] if h in answers})
+        total -= expand(b, DIM, label=sp._SELF)
+        for v in f.closed[u]:
+            if v in cut:  # the arc's only masks with the rest: its dropped neighbours'
+                raw = f.rebuild(v, {h: answers[h].s[v] for h in f.closed[v] if h in answers})
+                from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+                from islands.crypto.masking import MaskingKey, pairwise_mask
+                private = X25519PrivateKey.from_private_bytes(raw)
+                key = MaskingKey(private=private,
+                                 public=private.public_key().public_bytes_raw())
+                pairwise_mask(v, key, {u: f.halves[u]._keys[u][1]}, DIM, context=context,
+                              label=sp._INPUT, out=total)
+    read = total.view(np.int64).astype(np.float64) / 2.0**32
+    true = sum(f.updates[u].astype(np.float64) for u in arc)
+    return arc, read, true, f.halves[names[0]].round_floor
+
+
+def test_declared_dropouts_read_the_sum_of_an_arc_of_t_clients() -> None:
+    # the documented arc leak, played: 100 honest clients (no colluders), δ = 0.2. The
+    # clients accept (k, t) = (18, 10); the server declares 2 × 9 clients dropped (18 of
+    # the 20 allowed), every check passes, and it reads the sum of 10 = t clients, not of
+    # the 80 of the round's floor: distributed DP must be calibrated for t, not the floor
+    arc, read, true, floor = _arc_sum(100, 0.2, 18, 10)
+    assert len(arc) == 10 and floor == 80
+    np.testing.assert_allclose(read, true, atol=1e-6)
+
+
+def test_distributed_noise_is_calibrated_for_what_an_arc_can_hold() -> None:
+    # H(n, k) is k-connected: fewer than k colluders and dropouts cannot cut it, and the
+    # server learns only the sum of all survivors (>= the floor). With C + D >= k it can
+    # cut out an arc of t (above): the noise must then be calibrated for t
+    cfg = SecureAggregationPlus(corrupt_fraction=0.0, dropout=0.2).config
+    assert sp.dp_guaranteed(cfg, n=100, m=100, k=18, t=10) == 10  # 0 + 20 >= 18
+    assert sp.dp_guaranteed(cfg, n=100, m=100, k=24, t=13) == 80  # 0 + 20 < 24: the floor
+    cfg = SecureAggregationPlus(corrupt_fraction=0.05, dropout=0.1).config
+    assert sp.dp_guaranteed(cfg, n=1000, m=1000, k=78, t=52) == 52  # 50 + 100 >= 78
+    # the client holds it: a server asking for the floor under distributed noise is refused
+    from islands.aggregation.protect import ClientDP, DPNoiseRequest
+    names = [f"c{i:03d}" for i in range(100)]
+    f = SecAggPlusFederation(names, corrupt_fraction=0.0, dropout=0.2)
+    dp = ClientDP(f.agg, clip=1.0, noise_multiplier=1.0, noise="distributed")
+    half = dp.client_half()
+    view = f.views["c000"]
+    keys = {c: f.step(c, "advertise", sp.SecAggPlusAdvertise(session=f.session))
+            for c in names if c != "c000"}
+    keys["c000"] = half.on_step(view, server="server", step=sp.AggStep(
+        1, "advertise", sp.SecAggPlusAdvertise(session=f.session)))
+    half.on_step(view, server="server", step=sp.AggStep(1, "roster", f.roster(keys, 18, 10)))
+    request = DPNoiseRequest(noise_multiplier=1.0, clip=1.0, guaranteed=80)
+    with pytest.raises(ProtocolError, match=r"guaranteed=80.*expected an int in \[1, 10\]"):
+        half.on_step(view, server="server", step=sp.AggStep(1, "dp-noise", request))
+    half.on_step(view, server="server", step=sp.AggStep(
+        1, "dp-noise", DPNoiseRequest(noise_multiplier=1.0, clip=1.0, guaranteed=10)))
+
+
+# --------------------------------------------------------------------------- review: binding
+def test_the_roster_digest_binds_session_round_n_k_t_names_and_entries() -> None:
+    names, entries = ["a", "b", "c"], bytes(range(96)) * 3
+    base = (b"s" * 16, 1, names, entries, 2, 2)
+    digest = sp._roster_digest(*base)
+    changed = [(b"t" * 16, 1, names, entries, 2, 2), (b"s" * 16, 2, names, entries, 2, 2),
+               (b"s" * 16, 1, ["a", "b", "d"], entries, 2, 2),
+               (b"s" * 16, 1, names, entries[:-1] + b"\x01", 2, 2),
+               (b"s" * 16, 1, names, entries, 4, 2), (b"s" * 16, 1, names, entries, 2, 3),
+               (b"s" * 16, 1, names[:2], entries[:192], 2, 2)]
+    assert len({digest, *(sp._roster_digest(*c) for c in changed)}) == len(changed) + 1
+
+
+def test_two_groups_shown_different_parameters_are_refused_by_their_neighbours() -> None:
+    # the same names and keys, but the server proposes (6, 5) to some clients and a larger
+    # (8, 7) to the others: the roster signatures bind (k, t), so a client whose drawn
+    # neighbour saw the other pair refuses before any share leaves
+    f = fed()
+    keys = f.advertise()
+    low, high = f.roster(keys, 6, 5), f.roster(keys, 8, 7)
+    group = {c: (low if i % 2 else high) for i, c in enumerate(TEN)}
+    reveals = {c: f.step(c, "roster", group[c]) for c in TEN}
+    everyone = f.draw(low, reveals)
+    victim = next(c for c in TEN if group[c] is low
+                  and any(group[v] is high for v in f.closed[c]))
+    with pytest.raises(ProtocolError, match=r"'secagg\+ roster' signature of 'c\d' does "
+                       "not verify"):
+        f.step(victim, "share-keys", f.neighbours_sigs(everyone, victim))
+    assert f.halves[victim].stage.value == "rostered"

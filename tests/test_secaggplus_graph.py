@@ -14,6 +14,7 @@ import pytest
 from islands.aggregation import harary
 from islands.aggregation.secagg import colluder_bound, round_threshold
 from islands.crypto import shamir
+from islands.errors import ValidationError
 
 
 def _counts(n: int, gamma: float, delta: float) -> tuple[int, int]:
@@ -186,3 +187,21 @@ def test_the_exhaustive_search_finds_the_attack_below_the_bound() -> None:
     # it can fail: one t below the bound, the search unmasks client 0
     k, t = 4, harary.least_threshold(8, 1, 4)
     assert _leaks(8, k, t - 1, 7, 1) is not None
+
+
+def test_combine_arrays_refuses_malicious_points_and_values() -> None:
+    shares = shamir.split(b"\x07" * 32, 5, 3)
+    xs = np.array([[s.x for s in shares[:3]]])
+    ys = np.stack([s.y for s in shares[:3]])[None].astype(np.int64)
+    assert shamir.combine_arrays(xs, ys, 32) == [b"\x07" * 32]
+    bad_points = {"x = 0": [[0, 2, 3]], "x = p": [[1, 2, shamir.PRIME]], "x < 0": [[-1, 2, 3]],
+                  "a repeated x": [[1, 1, 3]]}
+    for points in bad_points.values():
+        with pytest.raises(ValidationError, match="'points' parameter"):
+            shamir.combine_arrays(np.array(points), ys, 32)
+    for values in (np.where(ys == ys.max(), shamir.PRIME, ys), -ys, ys[:, :2],
+                   ys.astype(np.float64)):
+        with pytest.raises(ValidationError, match="'values' parameter"):
+            shamir.combine_arrays(xs, values, 32)
+    with pytest.raises(ValidationError, match="'values' parameter"):
+        shamir.combine_arrays(xs, ys[..., :-1], 32)  # chunks of a shorter secret

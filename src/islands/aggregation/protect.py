@@ -453,8 +453,9 @@ class _DPClient:
                         party=party.name, step="dp-noise")
                 bound = int(t) if bound is None else min(bound, int(t))
             if isinstance(layer, SecAggPlusClient):
-                # t is per neighbourhood; the round's guaranteed survivors are its floor
-                floor = layer.round_floor
+                # the fewest survivors of any sum the server can unmask: the floor if
+                # colluders and dropouts cannot cut the graph, else t (an arc)
+                floor = layer.round_guaranteed
                 if layer.round != rnd or floor < 1:
                     raise ProtocolError(
                         f"client {party.name!r}: the server {server!r} sent the noise of "
@@ -558,8 +559,8 @@ class _DPServer(PlainServerHalf):
                 t = round_threshold(layer.threshold, round_clients,
                                     federation=layer.federation,
                                     min_clients=layer.min_clients)
-            if isinstance(layer, SecAggPlusServer) and layer.floor:
-                t = layer.floor  # the survivors its clients require (start ran first)
+            if isinstance(layer, SecAggPlusServer) and layer.guaranteed:
+                t = layer.guaranteed  # what its clients hold (start ran first)
         if cfg.guaranteed is not None:
             t = cfg.guaranteed if t is None else min(t, cfg.guaranteed)
         assert t is not None  # ClientDP refuses distributed noise without either

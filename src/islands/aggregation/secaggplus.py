@@ -27,8 +27,9 @@ stage  phase            what happens
                         itself (seed = HKDF over all r_v, Fisher–Yates), verifies its k
                         neighbours' roster signatures (they saw the same D, (k, t)), draws
                         b_u, splits s_u and b_u t-of-(k + 1) and seals one envelope per
-                        neighbour (AES-GCM, :mod:`islands.crypto.envelope`). U2 = who
-                        answered.
+                        neighbour (AES-GCM, :mod:`islands.crypto.envelope`), with
+                        H(b_u) (:func:`seed_commitment`), against which the server checks
+                        the b_u it rebuilds. U2 = who answered.
 2b     ``deliver``      server → U2: U2 ∩ N[u] and the envelopes addressed to u. The client
                         checks the set is inside its own neighbourhood and holds ≥ t.
 3      masked input     y_u = x_u + PRG(b_u) + Σ_{v∈N(u)∩U2} ±PRG(s_uv) mod 2^64.
@@ -135,6 +136,8 @@ __all__ = [
     "SecAggPlusUnmask",
     "SecureAggregationPlus",
     "client_parameters",
+    "dp_guaranteed",
+    "seed_commitment",
 ]
 
 Vector = NDArray[np.float32]
@@ -143,6 +146,7 @@ _CONTEXT = b"islands secagg+ v1"
 _ENVELOPE = b"islands secagg+ shares v1"
 _ROSTER = b"islands secagg+ roster v1"
 _SELF = b"secagg+ self"
+_SEED_COMMIT = b"islands secagg+ self-mask seed v1"
 _INPUT = b"secagg+ input"
 ROSTER_PURPOSE = "secagg+ roster"
 SURVIVORS_PURPOSE = "secagg+ survivors"
@@ -199,9 +203,16 @@ class SecAggPlusReveals:
 @wire.register(name="hfl.SecAggPlusEnvelopes")
 @dataclass(frozen=True)
 class SecAggPlusEnvelopes:
-    """Stage 2, client → server: one sealed pair of shares per neighbour."""
+    """Stage 2, client → server: one sealed pair of shares per neighbour, and H(b_u).
+
+    ``seed_hash`` commits the client to its self-mask seed b_u (:func:`seed_commitment`):
+    the server checks the b_u it rebuilds against it, so a wrong share (from a colluding
+    holder, or dealt by a colluding owner) fails the round by name instead of leaving a
+    uniformly wrong sum that the range checks may not see.
+    """
 
     shares: dict[str, bytes]
+    seed_hash: bytes
 
 
 @wire.register(name="hfl.SecAggPlusDelivery")
@@ -266,6 +277,25 @@ def smallest_round(dropout: float, m: int, min_clients: int | None) -> int:
     return min_clients if min_clients is not None else round_floor(dropout, m)
 
 
+def dp_guaranteed(config: SecAggPlusConfig, *, n: int, m: int, k: int, t: int) -> int:
+    """Return the fewest survivors of any sum the server can unmask in a round of n at (k, t).
+
+    H(n, k) is k-connected, so fewer than k colluders and dropouts together (C = ⌊γm⌋,
+    D = ⌊δn⌋) cannot cut it: the server unmasks only the sum of all survivors, at least
+    the round's floor n − D. With C + D ≥ k it can declare runs of k/2 clients dropped
+    (colluders count too: their masks are known) and unmask an arc on its own; each
+    client of an arc keeps t survivors around it, so an arc holds at least t (played in
+    ``tests/test_hfl_attacks_secaggplus.py``). Distributed DP noise is calibrated for this
+    number, never for the floor alone. t is a lower bound: most draws allow no arc that
+    small, so the noise is conservative there.
+    """
+    corrupt, drops = _colluders(config.corrupt_fraction, m), _dropouts(config.dropout, n)
+    floor = n - drops
+    if k < n - 1 and corrupt + drops >= k:
+        return min(t, floor)
+    return floor
+
+
 def client_parameters(config: SecAggPlusConfig, n: int, m: int
                       ) -> harary.GraphParameters | None:
     """Return the (k, t) a party of ``config`` proposes for n clients (reference m), or None.
@@ -294,6 +324,18 @@ def _roster_digest(session: bytes, rnd: int, names: Sequence[str], entries: byte
                  k.to_bytes(4, "big"), t.to_bytes(4, "big"),
                  b"\x00".join(n.encode("utf-8") for n in names), entries):
         h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.digest()
+
+
+def seed_commitment(session: bytes, rnd: int, name: str, seed: bytes) -> bytes:
+    """Return SHA-256 over (domain, session, round, name, b_u): a client's self-mask commitment.
+
+    b_u is 32 uniform bytes, so its hash shows nothing of it (nor of the mask it expands to).
+    """
+    h = hashlib.sha256()
+    for part in (_SEED_COMMIT, session, rnd.to_bytes(8, "big"), name.encode("utf-8"), seed):
+        h.update(len(part).to_bytes(4, "big"))
         h.update(part)
     return h.digest()
 
@@ -354,7 +396,11 @@ def _survivors_message(session: bytes, rnd: int, digest: bytes, bits: bytes) -> 
 def _share_from_bytes(data: Any, who: str) -> NDArray[np.uint32]:
     if not isinstance(data, bytes) or len(data) != 4 * shamir.chunk_count(KEY_BYTES):
         raise ProtocolError(f"secure aggregation+: a malformed share from {who}")
-    return np.frombuffer(data, dtype="<u4").astype(np.uint32)
+    values = np.frombuffer(data, dtype="<u4").astype(np.uint32)
+    if int(values.max()) >= shamir.PRIME:  # else combine_arrays refuses without a name
+        raise ProtocolError(f"secure aggregation+: a malformed share from {who}: values not "
+                            f"below the field prime {shamir.PRIME}")
+    return values
 
 
 # --------------------------------------------------------------------------- aggregator
@@ -388,8 +434,9 @@ class SecureAggregationPlus:
     Notes
     -----
     Composes like ``"secagg"`` (any strategy, chaos, client-level DP; distributed DP is
-    calibrated for the round's floor n − ⌊δn⌋). See the module docstring and
-    ``docs/threat-model.md``.
+    calibrated for :func:`dp_guaranteed`: the round's floor n − ⌊δn⌋ when C + D < k,
+    else t, the smallest arc a server that declares dropouts can unmask). See the module
+    docstring and ``docs/threat-model.md``.
     """
 
     name = "secaggplus"
@@ -479,7 +526,7 @@ class SecAggPlusClient:
         self._nonce = b""
         self._commit = b""
         self._session = b""
-        self._k = self._t = self._n = self._floor = 0
+        self._k = self._t = self._n = self._floor = self._guaranteed = 0
         self._names: list[str] = []
         self._keys: dict[str, tuple[bytes, bytes]] = {}
         self._commits: dict[str, bytes] = {}
@@ -494,6 +541,15 @@ class SecAggPlusClient:
     def round_floor(self) -> int:
         """The survivors this client requires of :attr:`round` (0 before its roster)."""
         return self._floor
+
+    @property
+    def round_guaranteed(self) -> int:
+        """The fewest survivors of a sum the server can unmask this round (0 before its roster).
+
+        :func:`dp_guaranteed`: the floor when colluders and dropouts cannot cut the graph,
+        else t. Distributed DP calibrates its noise share for this.
+        """
+        return self._guaranteed
 
     @property
     def round_threshold(self) -> int:
@@ -601,6 +657,13 @@ class SecAggPlusClient:
         if len(set(flat)) != len(flat):
             raise self._refuse(party, server, "roster", "two clients present the same key")
         n, k, t = len(names), int(body.neighbours), int(body.threshold)
+        if not 0 <= k <= n - 1 or not 0 <= t <= n:
+            # the complete graph is k = n − 1; anything wider is no graph of this roster
+            # (and would not fit the roster digest's 4-byte fields)
+            raise self._refuse(party, server, "roster",
+                               f"parameters 'neighbours'/'threshold' (k={k}, t={t}): k={k} "
+                               f"neighbours in a round of {n} clients; at most {n - 1} (the "
+                               f"complete graph), and 0 <= t <= {n}")
         cfg = self.config
         m, reference = self._reference(party, server)
         smallest = smallest_round(cfg.dropout, m, cfg.min_clients)
@@ -625,8 +688,9 @@ class SecAggPlusClient:
                 f"{cfg.corrupt_fraction} of {reference}) and {drops} dropouts "
                 f"(dropout={cfg.dropout}): {reason}; this client accepts {accepts}")
         self._names, self._n = names, n
-        self._k, self._t = min(k, n - 1), t
+        self._k, self._t = k, t
         self._floor = round_floor(cfg.dropout, n)
+        self._guaranteed = dp_guaranteed(cfg, n=n, m=m, k=k, t=t)
         self._keys = {v: (keys[3 * j], keys[3 * j + 1]) for j, v in enumerate(names)}
         self._commits = {v: keys[3 * j + 2] for j, v in enumerate(names)}
         self._digest = _roster_digest(self._session, self.round, names, entries, k, t)
@@ -677,7 +741,8 @@ class SecAggPlusClient:
                           context=pair_context(_ENVELOPE, self._session, party.name, v),
                           aad=_aad(self._session, self.round, party.name, v))
         self.stage = ClientStage.SHARED
-        return SecAggPlusEnvelopes(shares=out)
+        return SecAggPlusEnvelopes(shares=out, seed_hash=seed_commitment(
+            self._session, self.round, party.name, self._b))
 
     def _deliver(self, party: Party, server: str, step: AggStep) -> None:
         body = step.body
@@ -814,6 +879,7 @@ class SecAggPlusServer(PlainServerHalf):
         self.config = config
         self.federation: int | None = None
         self.floor = 0  # the survivors the last round's clients require
+        self.guaranteed = 0  # the fewest survivors of a sum it can unmask (dp_guaranteed)
 
     def reference(self, link: ServerLink) -> int:
         """Return m, as every client counts it (min_clients, else the federation)."""
@@ -827,6 +893,8 @@ class SecAggPlusServer(PlainServerHalf):
         agg = SecAggPlusRound(link, self, round, list(clients), weights, dim,
                               self.reference(link))
         self.floor = agg.floor
+        self.guaranteed = dp_guaranteed(self.config, n=len(agg.names), m=agg.m, k=agg.k,
+                                        t=agg.t)
         return agg
 
     def reveal(self, payload: Any) -> Vector:
@@ -840,6 +908,7 @@ class SecAggPlusRound(StreamingRound):
     def __init__(self, link: ServerLink, half: SecAggPlusServer, rnd: int,
                  clients: list[str], weights: Mapping[str, float], dim: int, m: int) -> None:
         self.link, self.round, self.dim, self.config = link, rnd, dim, half.config
+        self.m = m
         cfg = self.config
         self.smallest = smallest_round(cfg.dropout, m, cfg.min_clients)
         candidates = sorted(clients)
@@ -939,15 +1008,18 @@ class SecAggPlusRound(StreamingRound):
             v: self.roster_sigs[v] for v in self.closed[c] if v != c}) for c in self.names}
         envelopes = link.exchange(rnd, "share-keys", bodies)
         sealed: dict[str, dict[str, bytes]] = {}
+        self.seed_hashes: dict[str, bytes] = {}
         for c in self.names:
             env = envelopes.get(c)
             if env is None:
                 continue
-            if (not isinstance(env, SecAggPlusEnvelopes)
-                    or set(env.shares) != set(self.closed[c]) - {c}):
+            if (not isinstance(env, SecAggPlusEnvelopes) or not isinstance(env.shares, dict)
+                    or set(env.shares) != set(self.closed[c]) - {c}
+                    or not isinstance(env.seed_hash, bytes) or len(env.seed_hash) != 32):
                 raise self._fail("share-keys", f"client {c!r} sent shares for other clients "
-                                 "than its neighbours")
+                                 "than its neighbours, or no 32-byte self-mask commitment")
             sealed[c] = env.shares
+            self.seed_hashes[c] = env.seed_hash
         u2 = set(sealed)
         while True:  # a client whose neighbourhood keeps fewer than t holders cannot finish
             short = {c for c in u2 if sum(v in u2 for v in self.closed[c]) < self.t}
@@ -1013,6 +1085,7 @@ class SecAggPlusRound(StreamingRound):
             if (not isinstance(a, SecAggPlusShares) or not isinstance(a.b, dict)
                     or not isinstance(a.s, dict)):
                 raise self._fail("unmask", f"client {c!r} sent a malformed unmask answer")
+        self.used: dict[str, list[str]] = {}
         secrets_b = self._rebuild(u3, "b", answers)
         secrets_s = self._rebuild(dropped, "s", answers)
         total = self._total
@@ -1040,10 +1113,17 @@ class SecAggPlusRound(StreamingRound):
                 if share is None:
                     continue
                 points[i, held] = self.graph.point(owner, h)
-                values[i, held] = _share_from_bytes(share, repr(h))
+                try:
+                    values[i, held] = _share_from_bytes(share, repr(h))
+                except ProtocolError as exc:
+                    raise self._fail("unmask", f"{exc} (of {owner!r}'s {kind}-share); no "
+                                     "mean is released") from None
                 held += 1
                 if held == self.t:
                     break
+            self.used[owner] = [h for h in self.shared[owner]
+                                if (a := answers.get(h)) is not None
+                                and getattr(a, kind).get(owner) is not None][:held]
             if held < self.t:
                 what = "self-mask seed" if kind == "b" else "mask key"
                 raise self._fail(
@@ -1058,13 +1138,21 @@ class SecAggPlusRound(StreamingRound):
                 secrets_b: list[bytes], secrets_s: list[bytes]) -> None:
         """Remove the self masks and the dropped clients' masks, over a thread pool."""
         context = _round_context(self.session, self.round)
+        for u, b in zip(u3, secrets_b, strict=True):
+            if seed_commitment(self.session, self.round, u, b) != self.seed_hashes[u]:
+                raise self._fail(
+                    "unmask", f"the self-mask seed rebuilt for survivor {u!r} does not open "
+                    f"its commitment: a holder among {self.used[u]} returned a wrong share, "
+                    f"or {u!r} dealt inconsistent ones; no mean is released")
         tasks: list[tuple[str, Any]] = [("b", b) for b in secrets_b]
         for v, raw in zip(dropped, secrets_s, strict=True):
             private = X25519PrivateKey.from_private_bytes(raw)
             key = MaskingKey(private=private, public=private.public_key().public_bytes_raw())
             if key.public != self.keys[v][1]:
                 raise self._fail("unmask", f"the mask key rebuilt for dropped client {v!r} "
-                                 "does not match its public key (inconsistent shares)")
+                                 "does not match its public key: a holder among "
+                                 f"{self.used[v]} returned a wrong share, or {v!r} dealt "
+                                 "inconsistent ones; no mean is released")
             peers = {u: self.keys[u][1] for u in self.shared[v] if u != v and u in u3}
             # v's mask over its surviving neighbours is minus theirs for their pairs with v
             tasks.extend(("s", (v, key, {u: pub})) for u, pub in peers.items())

@@ -665,9 +665,9 @@ def combine_arrays(points: Any, values: Any, length: int) -> list[bytes]:
     if xs.size and (int(xs.min()) < 1 or int(xs.max()) >= PRIME):
         raise invalid_parameter("points", "combine_arrays", f"ints in [1, {PRIME - 1}]",
                                 f"values in [{int(xs.min())}, {int(xs.max())}]")
-    if ys.size and int(ys.max()) >= PRIME:
-        raise invalid_parameter("values", "combine_arrays", f"share values below {PRIME}",
-                                int(ys.max()))
+    if ys.size and (int(ys.max()) >= PRIME or int(ys.min()) < 0):
+        raise invalid_parameter("values", "combine_arrays", f"share values in [0, {PRIME})",
+                                f"values in [{int(ys.min())}, {int(ys.max())}]")
     xs = xs.astype(np.int64)
     ys = ys.astype(np.int64)
     out: list[bytes] = [b""] * xs.shape[0]
