@@ -63,3 +63,35 @@ def test_a_local_step_holds_one_gradient_and_the_copy_it_returns() -> None:
 def test_the_allocator_setting_is_made_once_and_says_whether_it_holds() -> None:
     first = large_buffers_to_os()
     assert large_buffers_to_os() is first
+
+
+def _faults_of_a_fresh_buffer(nbytes: int) -> int:
+    """Minor page faults of making, filling and freeing a ``nbytes`` array (the 2nd time)."""
+    import resource
+
+    for _ in range(2):  # the first may grow the arena; the second shows reuse
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        buf = np.empty(nbytes, dtype=np.uint8)
+        buf.fill(1)
+        del buf
+        after = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    return after - before
+
+
+def test_buffers_are_kept_inside_reuse_buffers_and_unmapped_after_it() -> None:
+    import platform
+
+    from islands.runtime.allocator import reuse_buffers
+
+    if platform.libc_ver()[0] != "glibc" or not large_buffers_to_os():
+        pytest.skip("the thresholds are glibc's, and fixed here by the environment")
+    # 512 pages: above the 1 MiB mmap threshold, below the 4 MB from which numpy asks
+    # for huge pages (whose faults would be too few to count)
+    nbytes = 2 << 20
+    assert _faults_of_a_fresh_buffer(nbytes) > 256  # mapped afresh every time
+    with reuse_buffers():
+        assert _faults_of_a_fresh_buffer(nbytes) < 64  # served again from the arena
+        with reuse_buffers():  # nested: the outer block's setting holds
+            assert _faults_of_a_fresh_buffer(nbytes) < 64
+        assert _faults_of_a_fresh_buffer(nbytes) < 64
+    assert _faults_of_a_fresh_buffer(nbytes) > 256  # the thresholds came back

@@ -78,6 +78,7 @@ from islands.hfl.ray_backend import RayWorkerPool, check_client_data, ray_sessio
 from islands.hfl.strategy import FedAvg, Strategy, check_client_rows
 from islands.reporting import write_bytes
 from islands.runtime import Role, Transcript, run_local
+from islands.runtime.allocator import reuse_buffers
 from islands.threads import torch_threads
 from islands.tracking import Tracker, TrackingConfig, run_label
 from islands.validation import describe
@@ -739,6 +740,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         batcher = self._batcher(plan, active)
         if batcher is not None:
             stack.callback(batcher.close)
+            # a batch's gradients are tens of MB, made at every step: kept, not refaulted
+            stack.enter_context(reuse_buffers())
         learners = []
         for k, (X, y) in enumerate(data):
             tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed_, k))
