@@ -100,13 +100,9 @@ import math
 import os
 import platform
 import resource
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -120,14 +116,12 @@ from common import (
     limit_threads,
     median,
     once,
-    proc_kb,
-    process_tree,
     reset_peak,
     source_digest,
     status_kb,
     verdict,
 )
-from flower import NOOP_SCRIPT, PeerError, flower_noop
+from flower import NOOP_SCRIPT, PeerError, flower_noop, parse_line, run_sampled
 from islands.hfl.estimator import torch_threads
 
 TARGET_FL_CL = 1.3  # FL / CL, one epoch
@@ -220,52 +214,9 @@ def cpu_seconds() -> tuple[float, float]:
 
 
 
-def tree_pss(pids: list[int]) -> int:
-    """PSS summed over ``pids`` (bytes), from /proc/<pid>/smaps_rollup."""
-    return sum(proc_kb("smaps_rollup", "Pss", pid) for pid in pids) * 1024
-
-
-def run_sampled(cmd: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
-    """Run ``cmd``, sampling its process tree's PSS every 0.5 s; kill it past ``timeout``."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)
-        peak = procs = samples = 0
-        timed_out = False
-        while proc.poll() is None:
-            pids = process_tree(proc.pid)
-            peak = max(peak, tree_pss(pids))
-            samples += 1
-            procs = max(procs, len(pids))
-            if time.perf_counter() - t0 > timeout:
-                timed_out = True
-                for pid in reversed(pids):  # the tree we started, by id
-                    with suppress(OSError):
-                        os.kill(pid, signal.SIGKILL)
-                proc.wait()
-                break
-            time.sleep(SAMPLE_EVERY)
-        wall = time.perf_counter() - t0
-        out.seek(0)
-        err.seek(0)
-        return {"rc": proc.returncode, "wall_s": wall, "timed_out": timed_out,
-                "stdout": out.read().decode(errors="replace"),
-                "stderr": err.read().decode(errors="replace"),
-                "pss_peak_bytes": peak if samples >= 3 else None, "pss_samples": samples,
-                "max_processes": procs}
-
-
 def fmt_mem(n: float | None) -> str:
     """Bytes, or 'n/a' where the process ended before 3 samples."""
     return "n/a" if n is None else fmt_bytes(n)
-
-
-def parse_line(stdout: str, prefix: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(prefix):
-            out: dict[str, Any] = json.loads(line[len(prefix):])
-            return out
-    return None
 
 
 # ---------------------------------------------------------------------------- 1
