@@ -593,3 +593,22 @@ def test_rows_at_the_float32_limit_are_accepted() -> None:
     X = np.ones((5, 6), np.float32)
     X[1, 1], X[4, 5] = MAX_ABS_FLOAT32, -MAX_ABS_FLOAT32
     assert Trainer(SMALL_MLP, X, np.zeros(5, np.int64)).n == 5
+
+
+def test_finite_params_skip_only_the_scan_of_values() -> None:
+    X, y = blobs()
+    trainer = Trainer(SMALL_MLP, X, y)
+    p0 = SMALL_MLP.initial_params(0)
+    kw = {"start": Position(0, 0), "steps": 2, "batch_size": 8, "lr": 0.1}
+    # the same training whether the caller vouches for the values or they are scanned
+    assert np.array_equal(trainer.train(p0, finite=True, **kw).params,
+                          trainer.train(p0, **kw).params)
+    # a vector of another type or length is still checked in full, values included
+    with pytest.raises(ValidationError, match="params"):
+        trainer.train(p0[:-1], finite=True, **kw)
+    bad = p0.astype(np.float64)
+    bad[0] = np.nan
+    with pytest.raises(ValidationError, match="finite"):
+        trainer.train(bad, finite=True, **kw)
+    with pytest.raises(ValidationError, match="finite"):
+        trainer.train(np.where(np.arange(p0.size) == 0, np.nan, p0).astype(np.float32), **kw)

@@ -540,6 +540,10 @@ class PlainClientHalf:
     ``name`` is the aggregator's, for messages (``"mean"``, ``"median"``, ...).
     """
 
+    checks_values = True
+    """:meth:`payload` refuses a NaN, an infinity and a value beyond ``max_abs`` itself, in
+    its one pass over the upload: the client role need not scan it first."""
+
     def __init__(self, max_abs: float, name: str = "mean") -> None:
         self.max_abs, self.name = max_abs, name
 
@@ -555,6 +559,9 @@ class PlainClientHalf:
                 base: Vector, weight: float) -> Vector:
         """Return ``params`` as the upload, refused beyond ``max_abs``."""
         peak = peak_abs(params)
+        if not math.isfinite(peak):
+            raise ValidationError(f"the update of client {party.name!r} holds NaN or "
+                                  "infinite values")
         if not peak <= self.max_abs:
             raise ValidationError(
                 f"the update of client {party.name!r} reaches |value| {peak:.3g}, above the "

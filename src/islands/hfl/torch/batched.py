@@ -367,7 +367,7 @@ class ClientBatcher:
     def train(self, trainer: Trainer, params: Any, *, start: Position, steps: int,
               batch_size: int, lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
               prox_mu: float = 0.0, momentum_buffer: Any = None, local: Any = None,
-              correction: Any = None) -> TrainOutcome:
+              correction: Any = None, finite: bool = False) -> TrainOutcome:
         """Train as ``trainer.train`` would, batched with the calls that arrive with it.
 
         Raises
@@ -380,7 +380,7 @@ class ClientBatcher:
         kwargs: dict[str, Any] = dict(
             start=start, steps=steps, batch_size=batch_size, lr=lr, momentum=momentum,
             weight_decay=weight_decay, prox_mu=prox_mu, momentum_buffer=momentum_buffer,
-            correction=correction)
+            correction=correction, finite=finite)
         if self.failure is not None or local is not None or self._refusal(trainer):
             return trainer.train(params, local=local, **kwargs)
         st = trainer.settings(params, owner="Trainer.train", **kwargs)

@@ -326,6 +326,12 @@ def _as_targets(
     return np.array(arr, dtype=np.float32)  # a private copy
 
 
+def _is_flat_float32(values: Any, n: int) -> bool:
+    """Whether ``values`` is a C-contiguous float32 vector of length n (not its values)."""
+    return (isinstance(values, np.ndarray) and values.dtype == np.float32
+            and values.shape == (n,) and values.flags.c_contiguous)
+
+
 def _flat_grads(tensors: tuple[nn.Parameter, ...], grad: torch.Tensor) -> torch.Tensor:
     """Make each parameter's ``.grad`` a view into ``grad`` (laid out as the flat tensor).
 
@@ -469,6 +475,7 @@ class Trainer:
         momentum_buffer: Any = None,
         local: Any = None,
         correction: Any = None,
+        finite: bool = False,
     ) -> TrainOutcome:
         """Run ``steps`` SGD steps from ``params``, starting at mini-batch ``start``.
 
@@ -498,6 +505,10 @@ class Trainer:
             model's. Only for a model with local layers (FedBN).
         correction : array-like of shape (n_trainable,) or None, default=None
             δ, added to every step's gradient (SCAFFOLD's c − c_i); None: no correction.
+        finite : bool, default=False
+            Whether the caller has already checked every value of ``params`` finite (the
+            client role checks each model it receives): a ``float32`` vector of the
+            right length is then taken without a second pass over its values.
 
         Returns
         -------
@@ -506,7 +517,7 @@ class Trainer:
         st = self.settings(params, start=start, steps=steps, batch_size=batch_size, lr=lr,
                            momentum=momentum, weight_decay=weight_decay, prox_mu=prox_mu,
                            momentum_buffer=momentum_buffer, correction=correction,
-                           owner="Trainer.train")
+                           owner="Trainer.train", finite=finite)
         b, spe, buf = st.batch_size, st.steps_per_epoch, st.momentum_buffer
         losses = 0.0
         pos = start
@@ -556,7 +567,7 @@ class Trainer:
                  lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
                  prox_mu: float = 0.0, momentum_buffer: Any = None,
                  correction: Any = None,
-                 owner: str = "Trainer.settings") -> StepSettings:
+                 owner: str = "Trainer.settings", finite: bool = False) -> StepSettings:
         """Check the arguments of :meth:`train` and return them as :class:`StepSettings`.
 
         Raises
@@ -564,7 +575,8 @@ class Trainer:
         ValidationError
             Naming the first argument out of range (see :meth:`train`).
         """
-        w0 = _check_vector(params, self.n_params, "params", owner)
+        w0 = (params if finite and _is_flat_float32(params, self.n_params)
+              else _check_vector(params, self.n_params, "params", owner))
         if not isinstance(start, Position):
             raise invalid_parameter("start", owner, "a Position", describe(start))
         steps = check_int(steps, "steps", owner, low=1)
