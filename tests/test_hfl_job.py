@@ -98,6 +98,8 @@ def test_every_example_job_parses() -> None:
     ({"model": {"kind": "mlp", "hidden": [0]}}, "'hidden' must be a list of ints >= 1"),
     ({"strategy": {"name": "fedavg", "sampling": "random"}}, "'sampling' must be"),
     ({"strategy": {"name": "apfl", "sampling": "poisson"}}, r"\['sampling'\] do not apply"),
+    ({"batch_clients": "sometimes"}, "'batch_clients' must be True, False or 'auto'"),
+    ({"batch_clients": True, "backend": "ray"}, "'batch_clients'"),
 ])
 def test_bad_job_keys_are_named(patch: dict[str, object], message: str) -> None:
     raw: dict[str, object] = {
@@ -108,6 +110,15 @@ def test_bad_job_keys_are_named(patch: dict[str, object], message: str) -> None:
     raw.update(patch)
     with pytest.raises(JobError, match=message):
         parse_job(raw)
+
+
+def test_a_job_sets_batch_clients_as_the_estimator_does() -> None:
+    raw: dict[str, object] = {"data": {"name": "digits"}, "partition": {"kind": "iid",
+                              "clients": 2}, "model": {"kind": "mlp"},
+                              "strategy": {"name": "fedavg"}}
+    assert parse_job(raw).batch_clients == "auto"  # FederatedModel's default
+    raw["batch_clients"] = False
+    assert parse_job(raw).batch_clients is False
 
 
 def test_a_job_can_ask_for_a_secret_poisson_cohort() -> None:

@@ -91,7 +91,8 @@ naming the section and key. The top-level training keys and each section are the
 configurations of :mod:`islands.hfl.config` (one default and constraint per setting,
 shared with :class:`~islands.hfl.FederatedModel` and the federation file's ``[hfl]``):
 ``task`` left out is inferred from the data set (``"regression"`` for diabetes, else
-``"classification"``), ``concurrency = "all"`` trains every client at once, and
+``"classification"``), ``concurrency = "all"`` trains every client at once
+(``batch_clients``, default ``"auto"``: as one batched computation where it can), and
 ``[contribution]`` also takes ``seed`` (default: the job's). :func:`run_job` trains the
 federation, the centralised baseline (``baseline = true``) or, for a linear regression,
 the closed-form ridge solution, and returns an :class:`HflJobResult` (its
@@ -199,11 +200,11 @@ _NO_RESUME = ("ckks", "paillier", "chaos")
 Callback = Callable[[RoundRecord, EpochRecord | None], None]
 
 _TOP = {"name", "seed", "epochs", "output", "baseline", "task", "concurrency", "timeout",
-        "eval_fraction", "data", "partition", "model", "strategy", "protect", "backend",
-        "ray_address", "contribution", "tracking", "server_optimizer", *SECTIONS}
+        "batch_clients", "eval_fraction", "data", "partition", "model", "strategy", "protect",
+        "backend", "ray_address", "contribution", "tracking", "server_optimizer", *SECTIONS}
 # the top-level keys that are HflConfig's; each section is its own configuration
 _SETTINGS = ("epochs", "seed", "task", "eval_fraction", "concurrency", "timeout", "backend",
-             "ray_address")
+             "ray_address", "batch_clients")
 _CONTRIBUTION = set(ContributionConfig.model_fields)
 _DATA = set(DataConfig.model_fields)
 _PARTITION = set(PartitionConfig.model_fields)
@@ -235,6 +236,7 @@ class Job:
     protection: Protection = field(default_factory=Protection)
     backend: str = "local"
     ray_address: str | None = None
+    batch_clients: bool | str = "auto"
     contribution: dict[str, Any] | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     tracking: dict[str, Any] | None = None
@@ -317,6 +319,7 @@ def parse_job(raw: Mapping[str, Any], *, source: str = "<job>") -> Job:
         data=dict(raw["data"]), partition=dict(raw["partition"]), model=dict(raw["model"]),
         strategy=dict(raw["strategy"]), source=source, protection=protection,
         backend=settings.backend, ray_address=settings.ray_address,
+        batch_clients=settings.batch_clients,
         contribution=contribution, tracking=tracking, server_optimizer=server_optimizer,
         training=training,
     )
@@ -960,7 +963,8 @@ def _run_job(job: Job, out: Path, resume: bool, callback: Callback | None,
                         checkpoint=checkpoints, resume=resume, callback=on_round,
                         sample_dp=plan.sample_dp,
                         backend=job.backend,  # type: ignore[arg-type]
-                        ray_address=job.ray_address, contribution=contribution,
+                        ray_address=job.ray_address, batch_clients=job.batch_clients,  # type: ignore[arg-type]
+                        contribution=contribution,
                         tracking=tracker, settings=job_settings(job), loss=plan.loss,
                         extra_metrics=prep.metrics)
     fl.fit(prep.parts, test=prep.test)
