@@ -14,7 +14,8 @@ messages are the same either way, and so are the results for the same seeds and 
 same torch thread count (an int ``threads``: with ``"auto"`` each backend picks its own,
 and float sums may then round differently).
 
-With ``batch_clients`` (``"auto"`` by default) the ``"local"`` backend trains the clients
+With ``batch_clients`` (``"auto"`` by default: from 10 clients training at once, so not
+at the default ``concurrency=8``) the ``"local"`` backend trains the clients
 that train at once as one batched computation (:mod:`islands.hfl.torch.batched`): each
 client's result within float32 rounding of its own training, its protections unchanged.
 """
@@ -78,7 +79,6 @@ from islands.hfl.ray_backend import RayWorkerPool, check_client_data, ray_sessio
 from islands.hfl.strategy import FedAvg, Strategy, check_client_rows
 from islands.reporting import write_bytes
 from islands.runtime import Role, Transcript, run_local
-from islands.runtime.allocator import reuse_buffers
 from islands.threads import torch_threads
 from islands.tracking import Tracker, TrackingConfig, run_label
 from islands.validation import describe
@@ -281,7 +281,9 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         an INFO log saying why (DP-SGD, the Ray backend, a model with local layers or
         buffers, a user's module ``vmap`` cannot run, fewer clients). True: the same,
         from 2 clients, and a run that cannot batch is refused at ``fit``.
-        False: one client at a time, bit for bit as before. A batch is trained in
+        False: one client at a time, bit for bit as before. With the default
+        ``concurrency=8`` no batch forms under ``"auto"``: set ``concurrency=None``
+        (or >= 10) to batch. A batch is trained in
         chunks on one thread per core, each with ``threads`` torch threads ("auto": 1).
     timeout : float, default=600.0
         Seconds the server waits for one client's update before leaving it out.
@@ -709,7 +711,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                 self.model_, copy.deepcopy(template), epochs=self.epochs, task=self.task,
                 eval_fraction=self.eval_fraction, random_state=self.seed_,
                 concurrency=self.concurrency, timeout=self.timeout, threads=self.threads,
-                backend=self.backend, ray_address=self.ray_address, loss=self.loss_)
+                backend=self.backend, ray_address=self.ray_address, loss=self.loss_,
+                batch_clients=self.batch_clients)
 
         coalition = coalition_trainer(make, data, tracker.utility, names=names,
                                       behaviour=behaviour)
@@ -740,8 +743,6 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         batcher = self._batcher(plan, active)
         if batcher is not None:
             stack.callback(batcher.close)
-            # a batch's gradients are tens of MB, made at every step: kept, not refaulted
-            stack.enter_context(reuse_buffers())
         learners = []
         for k, (X, y) in enumerate(data):
             tr, ev = split_local_eval(len(y), self.eval_fraction, client_seed(self.seed_, k))

@@ -41,7 +41,8 @@ import platform
 import threading
 from collections.abc import Iterator
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "large_buffers_to_os", "reuse_buffers"]
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "large_buffers_to_os", "release_arena",
+           "reuse_buffers"]
 
 MMAP_THRESHOLD = 1 << 20
 """Bytes from which a ``malloc`` block is mapped on its own."""
@@ -95,9 +96,11 @@ def reuse_buffers(up_to: int = REUSE_LIMIT) -> Iterator[None]:
     batched training of many clients (:mod:`islands.hfl.torch.batched`: a 50-client chunk
     of the 784-200-10 MLP makes a 31 MB weight gradient a step), each of which would
     otherwise be mapped and faulted in page by page. The thresholds of
-    :func:`large_buffers_to_os` come back when the last open block ends, and the arenas'
-    free memory is returned (``malloc_trim``). Process-wide, like the thresholds: other
-    threads' buffers are kept in their arenas meanwhile too.
+    :func:`large_buffers_to_os` come back when the last open block ends, and the main
+    arena's free top and every arena's free chunks are returned (``malloc_trim``). The
+    free top of another thread's arena is returned only at that thread's next large free:
+    each thread that allocated inside the block calls :func:`release_arena` after it.
+    Process-wide, like the thresholds: keep the block around the computation itself.
     """
     fixed = large_buffers_to_os()
     if not fixed:
@@ -117,6 +120,20 @@ def reuse_buffers(up_to: int = REUSE_LIMIT) -> Iterator[None]:
                 _set(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
                 _set(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
                 _trim()
+
+
+_RELEASE_BYTES = 1 << 17
+
+
+def release_arena() -> None:
+    """Return the free top of the calling thread's arena to the OS (glibc).
+
+    Freeing a block of 128 KiB (above glibc's consolidation threshold, below the mmap
+    threshold) makes glibc trim the top of the freeing thread's heap beyond the trim
+    threshold; nothing else frees it once the thread goes idle.
+    """
+    block = bytearray(_RELEASE_BYTES)
+    del block
 
 
 def _trim() -> None:

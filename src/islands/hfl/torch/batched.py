@@ -39,6 +39,7 @@ This module imports torch; ``import islands.hfl`` does not import it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -60,6 +61,7 @@ from islands.hfl.torch.training import (
     TrainOutcome,
     _as_float,
 )
+from islands.runtime.allocator import release_arena, reuse_buffers
 from islands.validation import check_float, check_int
 
 __all__ = ["BatchJob", "ClientBatcher", "batch_refusal", "train_together"]
@@ -156,7 +158,9 @@ def train_together(jobs: Sequence[BatchJob], *, executor: Executor | None = None
     if executor is None or len(chunks) == 1:
         return [out for chunk in chunks for out in _train_chunk(chunk)]
     futures = [executor.submit(_train_chunk, chunk) for chunk in chunks]
-    return [out for future in futures for out in future.result(timeout=timeout)]
+    deadline = None if timeout is None else time.monotonic() + timeout  # for all chunks
+    return [out for future in futures for out in future.result(
+        timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))]
 
 
 def _uniform(settings: Sequence[StepSettings]) -> bool:
@@ -283,6 +287,9 @@ class _Group:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+_RELEASE_WAIT = 5.0
+"""Seconds a worker waits for the others to take their share of the release."""
+
 _warmed: list[bool] = []
 
 
@@ -345,6 +352,22 @@ class ClientBatcher:
         """The size of every batch trained, in order (calls that ran alone excluded)."""
         _warm_up()
 
+
+    def _release(self) -> None:
+        """Return the memory each thread that trained the batch keeps (release_arena)."""
+        release_arena()  # this thread: the chunks ran here without an executor
+        if self._executor is None:
+            return
+        # one call on each worker: the barrier keeps a worker from taking two
+        barrier = threading.Barrier(self.workers)
+
+        def release() -> None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait(timeout=_RELEASE_WAIT)
+            release_arena()
+
+        for future in [self._executor.submit(release) for _ in range(self.workers)]:
+            future.result(timeout=2 * _RELEASE_WAIT)
 
     def close(self) -> None:
         """Stop the worker threads (a batch still running finishes on its thread)."""
@@ -429,9 +452,13 @@ class ClientBatcher:
                 if self.failure is not None:
                     return
                 try:
-                    outcomes = train_together([c.job for c in group.calls],
-                                              executor=self._executor, parts=self.workers,
-                                              timeout=self.timeout)
+                    # a step's stacked gradients are tens of MB, made anew at every step:
+                    # kept in the arenas, not mapped and faulted in each time
+                    with reuse_buffers():
+                        outcomes = train_together([c.job for c in group.calls],
+                                                  executor=self._executor,
+                                                  parts=self.workers, timeout=self.timeout)
+                    self._release()
                 except Exception as exc:  # any failure: train them one at a time
                     self.failure = f"{type(exc).__name__}: {exc}"
                     log.warning("a batch of %d clients failed (%s); they and every later "

@@ -111,8 +111,6 @@ class TorchLearner:
               config: LocalConfig, state: Vector | None) -> LocalOutcome:
         """Run the local steps (see :meth:`~islands.hfl.torch.training.Trainer.train`).
 
-        ``params``: the global model as the client role checked it (finite ``float32`` of
-        the model's length: its values are not scanned again; another array is checked).
         ``state``: the previous call's, the local layers (FedBN) then the momentum buffer.
 
         Raises
@@ -132,8 +130,7 @@ class TorchLearner:
             params, start=Position(epoch=epoch, step=step), steps=steps,
             batch_size=batch_size, lr=config.lr, momentum=config.momentum,
             weight_decay=config.weight_decay, prox_mu=config.prox_mu,
-            momentum_buffer=buffer, local=local, correction=config.correction,
-            finite=True)  # the client role checked the model it received
+            momentum_buffer=buffer, local=local, correction=config.correction)
         carried = out.momentum
         if self._n_local:
             self.local_state = out.local
