@@ -444,24 +444,17 @@ class _DPClient:
             return 1
         bound = cfg.guaranteed
         for layer in _layers(self.inner):
-            if isinstance(layer, SecAggClient):
-                t = layer.round_threshold
-                if layer.round != rnd or t < 1:
+            if isinstance(layer, (SecAggClient, SecAggPlusClient)):
+                # the fewest survivors of any sum the server can unmask: t for the full
+                # graph; for SecAgg+ its floor if colluders and dropouts cannot cut the
+                # graph, else t (an arc)
+                least = int(layer.round_guaranteed)
+                if layer.round != rnd or least < 1:
                     raise ProtocolError(
                         f"client {party.name!r}: the server {server!r} sent the noise of "
                         f"round {rnd} before secure aggregation's set-up of that round",
                         party=party.name, step="dp-noise")
-                bound = int(t) if bound is None else min(bound, int(t))
-            if isinstance(layer, SecAggPlusClient):
-                # the fewest survivors of any sum the server can unmask: the floor if
-                # colluders and dropouts cannot cut the graph, else t (an arc)
-                floor = layer.round_guaranteed
-                if layer.round != rnd or floor < 1:
-                    raise ProtocolError(
-                        f"client {party.name!r}: the server {server!r} sent the noise of "
-                        f"round {rnd} before SecAgg+'s set-up of that round",
-                        party=party.name, step="dp-noise")
-                bound = floor if bound is None else min(bound, floor)
+                bound = least if bound is None else min(bound, least)
         if bound is None:  # refused when ClientDP is built
             raise ProtocolError(f"client {party.name!r} has no guaranteed number of "
                                 "survivors for distributed noise", party=party.name,

@@ -143,6 +143,7 @@ __all__ = [
     "SecureAggregation",
     "colluder_bound",
     "least_threshold",
+    "mask_upload",
     "round_threshold",
     "threshold_for",
 ]
@@ -474,6 +475,11 @@ class SecAggClient:
         """The t this client accepted for :attr:`round` (0 before its set-up)."""
         return self._t
 
+    @property
+    def round_guaranteed(self) -> int:
+        """The fewest survivors of a sum the server can unmask this round: t (0 before)."""
+        return self._t
+
     def _expect(self, party: Party, step: AggStep, *stages: ClientStage) -> None:
         if step.round != self.round or self.stage not in stages:
             raise ProtocolError(
@@ -621,13 +627,10 @@ class SecAggClient:
         x = ring_encode(params, weight, frac_bits=self.frac_bits, headroom=len(self._u2),
                         max_abs=self.max_abs,
                         who=f"secure aggregation: client {party.name!r}")
-        n = x.size
-        add_expanded(self._b, x, label=b"secagg self")
-        peers = {v: self._keys[v][1] for v in self._u2 if v != party.name}
-        if peers:  # added into x a block at a time: no mask-sized array besides x
-            pairwise_mask(party.name, self._s, peers, n,
-                          context=_round_context(self._session, self.round),
-                          label=b"secagg input", out=x)
+        mask_upload(x, name=party.name, own=self._s, self_seed=self._b,
+                    peers={v: self._keys[v][1] for v in self._u2 if v != party.name},
+                    context=_round_context(self._session, self.round),
+                    self_label=b"secagg self", pair_label=b"secagg input")
         self.stage = ClientStage.MASKED
         return x
 
@@ -694,6 +697,20 @@ class SecAggClient:
         self.stage = ClientStage.UNMASKED
         self._envelopes = {}
         return SecAggShares(b=b_out, s=s_out)
+
+
+def mask_upload(x: NDArray[np.uint64], *, name: str, own: MaskingKey, self_seed: bytes,
+                peers: Mapping[str, bytes], context: bytes, self_label: bytes,
+                pair_label: bytes) -> None:
+    """Add the self mask PRG(b_u) and the pairwise masks ±PRG(s_uv) into ``x`` (mod 2^64).
+
+    The masked input of both secure aggregations (Bonawitz et al. 2017; Bell et al. 2020,
+    whose ``peers`` are the neighbours only): in place, a block of each stream at a time,
+    so no mask-sized array exists besides ``x``.
+    """
+    add_expanded(self_seed, x, label=self_label)
+    if peers:
+        pairwise_mask(name, own, peers, x.size, context=context, label=pair_label, out=x)
 
 
 def _pack_pair(a: bytes, b: bytes) -> bytes:

@@ -111,7 +111,14 @@ from islands.aggregation.base import (
     unexpected_step,
 )
 from islands.aggregation.config import MAX_ABS, SecAggPlusConfig
-from islands.aggregation.secagg import KEY_BYTES, _aad, _pack_pair, _share_bytes, _unpack_pair
+from islands.aggregation.secagg import (
+    KEY_BYTES,
+    _aad,
+    _pack_pair,
+    _share_bytes,
+    _unpack_pair,
+    mask_upload,
+)
 from islands.cores import usable_cores
 from islands.crypto import shamir
 from islands.crypto.envelope import open_sealed, pair_context, seal
@@ -787,12 +794,10 @@ class SecAggPlusClient:
         x = ring_encode(params, weight, frac_bits=self.config.frac_bits, headroom=self._n,
                         max_abs=self.config.max_abs,
                         who=f"secure aggregation+: client {party.name!r}")
-        add_expanded(self._b, x, label=_SELF)
-        peers = {v: self._keys[v][1] for v in self._shared if v != party.name}
-        if peers:
-            pairwise_mask(party.name, self._s, peers, x.size,
-                          context=_round_context(self._session, self.round), label=_INPUT,
-                          out=x)
+        mask_upload(x, name=party.name, own=self._s, self_seed=self._b,
+                    peers={v: self._keys[v][1] for v in self._shared if v != party.name},
+                    context=_round_context(self._session, self.round),
+                    self_label=_SELF, pair_label=_INPUT)
         self.stage = ClientStage.MASKED
         return x
 
