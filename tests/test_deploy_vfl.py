@@ -153,7 +153,7 @@ def test_unlabelled_rows_need_psi(tmp_path: Path) -> None:
 
 def test_a_federation_without_ids_still_trains_on_aligned_rows(tmp_path: Path) -> None:
     files = _federation(tmp_path, {"epochs": 1, "batch_size": 10, "key_bits": 1024,
-                                   "insecure_keys": True}, ids=False)
+                                   "insecure_keys": True, "he": "paillier"}, ids=False)
     procs = start_parties(files, extra_args=["--insecure"])
     done = wait_parties(procs, files, timeout=300)
     assert all(f.returncode == 0 for f in done.values()), {k: f.log[-2000:]

@@ -30,7 +30,8 @@ from islands.vfl.protocol import (
 
 def make_plan(objective: str, **settings: Any) -> Plan:
     """A resolved plan from VflConfig; protocol tests run every epoch (tol=None) unless told."""
-    settings = {"tol": None, "key_bits": 1024, "insecure_keys": True, **settings}
+    settings = {"tol": None, "key_bits": 1024, "insecure_keys": True, "he": "paillier",
+                **settings}
     return VflConfig.build(None, objective=objective, **settings).plan()
 
 
@@ -275,7 +276,7 @@ def test_linear_estimator_recovers_the_coefficients_and_predicts_by_table_2() ->
     y = X @ [1.0, -2.0, 0.5, 3.0, 0.0] + 1.0
     model = VerticalLinearRegression(epochs=80, learning_rate=0.1, key_bits=1024,
                                      insecure_keys=True, tol=None, random_state=0,
-                                     ).fit(X[:, :2], X[:, 2:], y)
+                                     he="paillier").fit(X[:, :2], X[:, 2:], y)
     np.testing.assert_allclose(model.coef_a_, [1.0, -2.0], atol=1e-3)
     np.testing.assert_allclose(model.coef_b_, [0.5, 3.0, 0.0], atol=1e-3)
     assert model.intercept_ == pytest.approx(1.0, abs=1e-3)

@@ -28,7 +28,8 @@ from islands.vfl.protocol import Hello, Plan, Setup, active, coordinator, passiv
 
 def make_plan(objective: str, **settings: Any) -> Plan:
     """A resolved plan from VflConfig; protocol tests run every epoch (tol=None) unless told."""
-    settings = {"tol": None, "key_bits": 1024, "insecure_keys": True, **settings}
+    settings = {"tol": None, "key_bits": 1024, "insecure_keys": True, "he": "paillier",
+                **settings}
     return VflConfig.build(None, objective=objective, **settings).plan()
 
 

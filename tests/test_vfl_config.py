@@ -78,11 +78,25 @@ def test_the_objective_comes_from_the_class_and_files_default_to_logistic() -> N
 
 @pytest.mark.parametrize("build", [estimator_config, job_config, fed_config])
 def test_he_is_a_setting_everywhere(build: Any) -> None:
-    """Only Plan had it before; the estimator and the files could not choose it."""
-    assert build().he == "paillier"
+    """Only Plan had it before; the estimator and the files could not choose it.
+
+    The default is now the secret-sharing engine; a scheme given alone selects HE, and
+    engine='he' alone takes OU (the fastest scheme at the 2048-bit floor, issue 41).
+    """
+    config = build()
+    assert (config.engine, config.he) == ("ss", None)
+    assert (config.plan().engine, config.plan().he) == ("ss", None)
     assert build(he="none").plan().he == "none"
+    assert build(he="paillier").plan().engine == "he"
     if heu.available() or build is not estimator_config:  # the estimator checks sf-heu
         assert build(he="ou").plan().he == "ou"
+        assert build(engine="he").plan().he == "ou"
+    with pytest.raises((ValidationError, JobError),
+                       match="he='paillier' applies to engine='he'; with engine='ss' leave "
+                             "he unset"):
+        build(engine="ss", he="paillier")
+    with pytest.raises((ValidationError, JobError), match=r"'engine' .*'ss' or 'he'"):
+        build(engine="spdz")
 
 
 @pytest.mark.parametrize("build", [estimator_config, job_config, fed_config])
@@ -178,7 +192,8 @@ def test_the_federation_section_takes_every_setting_and_names_bad_keys() -> None
     assert (config.key_bits, config.djn, config.max_peer_size) == (3072, False, 500)
     assert config.plan() == VflConfig.build(
         None, objective="linear", learning_rate=0.1, lam=0.5, epochs=3, batch_size=64, seed=9,
-        tol=None, feature_bits=12, score_bits=30, key_bits=3072, djn=False).plan()
+        tol=None, feature_bits=12, score_bits=30, key_bits=3072, djn=False,
+        he="paillier").plan()
     with pytest.raises(JobError, match=r"\[vfl\]: unknown key\(s\) \['objective'\]; allowed: "
                                        r"\[.*'model'"):
         VflConfig.from_federation({"objective": "linear"}, FED)
@@ -199,7 +214,8 @@ def test_the_estimator_messages_are_the_standard_ones() -> None:
         model.fit(np.ones((4, 1)), np.ones((4, 1)), np.ones(4))
     with pytest.raises(ValidationError, match=r"The 'he' parameter of "
                                               r"VerticalLogisticRegression must be 'ou', "
-                                              r"'paillier' or 'none'\. Got 'rsa' instead\."):
+                                              r"'paillier' or 'none' \(engine='he' only\), "
+                                              r"or None\. Got 'rsa' instead\."):
         estimator_config("logistic", he="rsa")
     with pytest.raises(ValidationError, match="VerticalLinearRegression has no parameter "
                                               "'objective'"):

@@ -73,7 +73,7 @@ def test_bad_jobs_name_the_key(raw: dict[str, Any], message: str) -> None:
 def test_a_two_passive_linear_job_runs_and_matches_scikit_learn() -> None:
     job = parse_vertical_job({"name": "t", "kind": "vertical", "data": {"name": "diabetes"},
                               "parties": {"b_features": 4, "passive": 2},
-                              "model": {"kind": "linear", "key_bits": 1024,
+                              "model": {"kind": "linear", "key_bits": 1024, "he": "paillier",
                                         "insecure_keys": True, "epochs": 30,
                                         "batch_size": 64}})
     r = run_vertical(job)
@@ -100,7 +100,7 @@ def test_cli_runs_a_vertical_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     job.write_text('name = "bc"\nkind = "vertical"\n[data]\nname = "breast_cancer"\n'
                    '[parties]\nb_features = 10\npsi = true\nmax_peer_size = 500\n'
                    '[model]\nkind = "logistic"\nkey_bits = 1024\ninsecure_keys = true\n'
-                   'epochs = 3\n')
+                   'epochs = 3\nhe = "paillier"\n')
     out = tmp_path / "out"
     monkeypatch.setattr(sys, "argv", ["islands", "run", str(job), "--output", str(out)])
     with pytest.warns(InsecureKeyWarning, match=re.escape(WARNING)), \

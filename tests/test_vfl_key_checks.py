@@ -197,7 +197,7 @@ def test_an_insecure_fit_warns_and_records_the_opt_in() -> None:
                                               r"VerticalLogisticRegression must be " + RULE):
         VerticalLogisticRegression(key_bits=1024).fit(x_a, x_b, y)
     model = VerticalLogisticRegression(key_bits=1024, insecure_keys=True, epochs=1,
-                                       batch_size=16, random_state=0)
+                                       batch_size=16, random_state=0, he="paillier")
     with pytest.warns(InsecureKeyWarning, match=r"^VerticalLogisticRegression: 1024-bit keys "
                                                 r"are below islands' 2048-bit floor"):
         model.fit(x_a, x_b, y)

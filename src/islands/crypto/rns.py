@@ -109,6 +109,9 @@ class RnsRing:
         self._garner = [pow(int(np.prod(self.primes[:i], dtype=object)) % p, -1, p)
                         for i, p in enumerate(self.primes)]
         self._radix = [int(np.prod(self.primes[:i], dtype=object)) for i in range(self.k)]
+        # x = Σ r_k·c_k mod P, c_k = (P/p_k)·((P/p_k)^-1 mod p_k)
+        self._crt = [self.modulus // p * pow(self.modulus // p % p, -1, p)
+                     for p in self.primes]
 
     def __repr__(self) -> str:
         return f"RnsRing({self.k} primes, P ≈ 2^{self.modulus.bit_length()})"
@@ -214,12 +217,22 @@ class RnsRing:
 
     def matvec(self, a: Residues, v: Residues) -> Residues:
         """Return aᵀv: a is (K, n, p), v is (K, n); the result (K, p)."""
-        out: Residues = self.product(a, v[:, :, None])[:, :, 0]
-        return out
+        if a.ndim != 3 or v.shape != a.shape[:2] or a.shape[0] != self.k:
+            raise ValidationError(f"rns.matvec: shapes {a.shape} and {v.shape} do not match")
+        if a.shape[1] > BLOCK_ROWS:
+            out: Residues = self.product(a, v[:, :, None])[:, :, 0]
+            return out
+        # one float block for every prime at once: a batch's products are small
+        acc = np.matmul(v.astype(np.float64)[:, None, :], a.astype(np.float64))[:, 0, :]
+        primes = self._column.astype(np.float64).reshape(self.k, 1)
+        acc -= np.floor(acc / primes) * primes
+        acc += np.where(acc < 0, primes, 0.0)
+        acc -= np.where(acc >= primes, primes, 0.0)
+        return acc.astype(np.uint32)
 
     def dot(self, a: Residues, b: Residues) -> Residues:
         """Return the inner product of two (K, n) vectors: shape (K,)."""
-        out: Residues = self.product(a[:, :, None], b[:, :, None])[:, 0, 0]
+        out: Residues = self.matvec(a[:, :, None], b)[:, 0]
         return out
 
     # ------------------------------------------------------------------- masks
@@ -264,13 +277,15 @@ class RnsRing:
 
     def decode_int(self, r: Residues) -> list[int]:
         """Reconstruct the signed integers in (−P/2, P/2) of a ring vector, as Python ints."""
-        digits = self._digits(np.asarray(r).reshape(self.k, -1)).T.tolist()
-        half = self.modulus // 2
-        out = []
-        for row in digits:
-            x = sum(d * w for d, w in zip(row, self._radix, strict=True))
-            out.append(x - self.modulus if x > half else x)
-        return out
+        flat = np.asarray(r).reshape(self.k, -1)
+        half, modulus = self.modulus // 2, self.modulus
+        if flat.shape[1] <= 256:  # a few values: the Chinese remainder sum in Python ints
+            values = [sum(c * v for c, v in zip(self._crt, column, strict=True)) % modulus
+                      for column in flat.T.tolist()]
+        else:
+            values = [sum(d * w for d, w in zip(row, self._radix, strict=True))
+                      for row in self._digits(flat).T.tolist()]
+        return [x - modulus if x > half else x for x in values]
 
     def _digits(self, r: Residues) -> NDArray[np.int64]:
         """Garner's mixed-radix digits d_k (x = Σ d_k·P_1⋯P_(k−1)), each below its prime."""

@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import ValidationInfo, field_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
 from islands.config import ProtocolConfig, setting
-from islands.errors import JobError
+from islands.errors import JobError, ValidationError
 from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.psi.config import Engine, engine_setting
 from islands.validation import check_random_state
@@ -39,23 +39,48 @@ from islands.vfl.keys import (
 )
 from islands.vfl.protocol import Plan
 
-__all__ = ["DEFAULT_LEARNING_RATE", "RENAMED", "VflConfig", "describe_he", "draw_seed"]
+__all__ = ["DEFAULT_HE", "DEFAULT_LEARNING_RATE", "RENAMED", "VflConfig", "describe_he",
+           "draw_seed", "resolve_engine"]
 
 RENAMED: Mapping[str, str] = {
     "encryption": "was renamed to 'he' ('ou', 'paillier' or 'none'; 'paillier' and 'none' "
                   "mean what 'encryption' meant)"}
 """Settings that were renamed, each with the message a file or estimator gets for it."""
 
-def describe_he(he: str, key_bits: int, djn: bool) -> str:
+DEFAULT_HE = "ou"
+"""The scheme ``engine="he"`` takes when ``he`` is None: the fastest at the 2048-bit floor."""
+
+
+def describe_he(he: str | None, key_bits: int, djn: bool) -> str:
     """Return the scheme in words, as command-line summaries print it.
 
-    Keys below the 2048-bit floor are named as such (:func:`~islands.vfl.keys.insecure_key_note`).
+    ``he`` None is the secret-sharing engine. Keys below the 2048-bit floor are named as
+    such (:func:`~islands.vfl.keys.insecure_key_note`).
     """
+    if he is None:
+        return "secret sharing over a 189-bit ring, the coordinator dealing"
     note = insecure_key_note(he, key_bits)
     return {"ou": f"{key_bits}-bit Okamoto-Uchiyama (HEU)",
             "paillier": f"{key_bits}-bit Paillier{' (DJN)' if djn else ''}",
             "none": "no encryption (a baseline)"}[he] + (
                 f" [INSECURE: {note}]" if note else "")
+
+
+def resolve_engine(engine: Any, he: Any, owner: str) -> tuple[Any, Any]:
+    """Return (engine, he) resolved: a scheme given alone means ``engine="he"``.
+
+    No engine and no scheme is ``"ss"``; ``engine="he"`` without a scheme takes
+    :data:`DEFAULT_HE`; a scheme with ``engine="ss"`` is refused (values of the wrong
+    type pass through to the fields' own checks).
+    """
+    if engine is None:
+        engine = "ss" if he is None else "he"
+    if engine == "he" and he is None:
+        he = DEFAULT_HE
+    if engine == "ss" and he is not None:
+        raise ValidationError(f"{owner}: he={he!r} applies to engine='he'; with "
+                              "engine='ss' leave he unset")
+    return engine, he
 
 
 DEFAULT_LEARNING_RATE: Mapping[str, float] = {"linear": 0.05, "logistic": 0.3}
@@ -116,11 +141,16 @@ class VflConfig(ProtocolConfig):
     score_bits: int = setting(32, "an int in [1, 32]",
                               "Fixed-point fractional bits of scores and residuals.",
                               ge=1, le=32)
-    he: Literal["ou", "paillier", "none"] = setting(
-        "paillier", "'ou', 'paillier' or 'none'",
-        "Homomorphic encryption: 'ou' (Okamoto-Uchiyama on HEU, needs sf-heu), 'paillier' "
-        "(islands' DJN Paillier); 'none' sends the same messages in the clear: a baseline "
-        "for benchmarks only, it protects nothing.")
+    engine: Literal["ss", "he"] | None = setting(
+        None, "'ss' or 'he', or None ('he' when he is given, else 'ss')",
+        "'ss': additive secret sharing, the coordinator dealing correlated randomness "
+        "(islands.vfl.ss; the same model bit for bit, far faster); 'he': the paper's "
+        "homomorphic encryption, scheme 'he'.")
+    he: Literal["ou", "paillier", "none"] | None = setting(
+        None, "'ou', 'paillier' or 'none' (engine='he' only), or None",
+        "With engine='he', the scheme: 'ou' (Okamoto-Uchiyama on HEU, needs sf-heu; the "
+        "default), 'paillier' (islands' DJN Paillier); 'none' sends the same messages in "
+        "the clear: a baseline for benchmarks only, it protects nothing.")
     max_peer_size: int | None = setting(
         None, "an int >= 1 or None",
         "With private alignment: the largest ID set a party accepts from the other; given, "
@@ -139,6 +169,15 @@ class VflConfig(ProtocolConfig):
     def _key_floor(cls, value: int, info: ValidationInfo) -> int:
         return check_key_floor(value, info.data.get("insecure_keys"))
 
+    @model_validator(mode="before")
+    @classmethod
+    def _scheme(cls, data: Any) -> Any:
+        """Resolve the engine and the scheme (see :func:`resolve_engine`)."""
+        if not isinstance(data, Mapping):
+            return data
+        engine, he = resolve_engine(data.get("engine"), data.get("he"), cls.OWNER)
+        return {**data, "engine": engine, "he": he}
+
     @property
     def step(self) -> float:
         """The learning rate the parties use: ``learning_rate``, or the objective's default."""
@@ -152,8 +191,8 @@ class VflConfig(ProtocolConfig):
                     lam=float(self.lam), epochs=self.epochs, batch_size=self.batch_size,
                     seed=self.seed, tol=None if self.tol is None else float(self.tol),
                     feature_bits=self.feature_bits, score_bits=self.score_bits,
-                    he=self.he, key_bits=self.key_bits, insecure_keys=self.insecure_keys,
-                    djn=self.djn)
+                    engine=self.engine, he=self.he, key_bits=self.key_bits,
+                    insecure_keys=self.insecure_keys, djn=self.djn)
 
     @classmethod
     def from_file(cls, table: Mapping[str, Any], where: str, *, objective_key: str,

@@ -145,7 +145,8 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
         djn: bool = True,
         feature_bits: int = 16,
         score_bits: int = 32,
-        he: str = "paillier",
+        engine: str | None = None,
+        he: str | None = None,
         max_peer_size: int | None = None,
         max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
         psi_engine: str = DEFAULT_ENGINE,
@@ -165,6 +166,7 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
         self.djn = djn
         self.feature_bits = feature_bits
         self.score_bits = score_bits
+        self.engine = engine
         self.he = he
         self.max_peer_size = max_peer_size
         self.max_peer_ratio = max_peer_ratio
@@ -349,12 +351,15 @@ class _VerticalModel(FederatedEstimator[VflConfig]):
 
 
 class VerticalLinearRegression(_VerticalModel):
-    """Least-squares regression over features split between organisations, encrypted.
+    """Least-squares regression over features split between organisations, protected.
 
     Passive parties A_1 … A_k hold features, the active party B holds features and the
-    target, and a coordinator C holds the private key; training follows Yang et al.
-    (2019), Table 1 (see :mod:`islands.vfl.protocol`): C only ever decrypts gradients
-    masked with one-time pads, and the loss. The iterates are those of centralised
+    target, and a coordinator C, who sees no data, helps; training follows Yang et al.
+    (2019), Table 1 (see :mod:`islands.vfl.protocol`). By default (``engine="ss"``) the
+    parties exchange additively masked values and C deals the correlated randomness
+    (:mod:`islands.vfl.ss`); with ``engine="he"`` C holds the private key of the paper's
+    homomorphic encryption and only ever decrypts gradients masked with one-time pads.
+    Either way C learns the loss, and the iterates are those of centralised
     mini-batch gradient descent on L = (1/b)·Σ(z − y)² + (λ/2)‖θ‖² with the features
     rounded to 2^-feature_bits and scores to 2^-score_bits
     (:func:`islands.vfl.maths.fixed_point_gd`).
@@ -376,8 +381,8 @@ class VerticalLinearRegression(_VerticalModel):
     tol : float or None, default=1e-4
         Stop when an epoch's mean loss changes by less than ``tol`` (relative).
     key_bits : int, default=2048
-        Modulus size (under OU the approximate bits of n = p²q); at least 2048 (about
-        112-bit security) unless ``insecure_keys``.
+        With ``engine="he"``: modulus size (under OU the approximate bits of n = p²q); at
+        least 2048 (about 112-bit security) unless ``insecure_keys``.
     insecure_keys : bool, default=False
         Allow ``key_bits`` from 1024 to 1792: insecure, for tests and quick reproductions
         only; ``fit`` warns (:class:`~islands.vfl.keys.InsecureKeyWarning`) and
@@ -387,13 +392,23 @@ class VerticalLinearRegression(_VerticalModel):
         encryption; see :mod:`islands.crypto.paillier`); False for textbook Paillier.
     feature_bits, score_bits : int, default=16, 32
         Fixed-point precision of features ([1, 22]) and of scores/residuals ([1, 32]).
-    he : {"ou", "paillier", "none"}, default="paillier"
-        The homomorphic encryption: "ou", Okamoto–Uchiyama on HEU (needs ``sf-heu``;
-        security rests on factoring n = p²q, about 112 bits at 2048, see
-        :mod:`islands.crypto.heu`); "paillier", islands' DJN Paillier (decisional
+    engine : {"ss", "he"} or None, default=None
+        None: "he" when ``he`` is given, else "ss". "ss": additive secret sharing over an
+        exact 189-bit ring, C dealing correlated randomness (:mod:`islands.vfl.ss`): the
+        same model bit for bit, an epoch within a small factor of training in the clear.
+        C must collude with no data party, as
+        under HE; a coalition of C and a data party would read B's features (under HE,
+        residuals and scores; ``docs/threat-model.md``). "he": the paper's homomorphic
+        encryption, scheme ``he``.
+    he : {"ou", "paillier", "none"} or None, default=None
+        The homomorphic scheme (None: "ou" under ``engine="he"``; given alone, it
+        selects ``engine="he"``): "ou", Okamoto–Uchiyama on HEU
+        (needs ``sf-heu``; security rests on factoring n = p²q, about 112 bits at 2048,
+        see :mod:`islands.crypto.heu`); "paillier", islands' DJN Paillier (decisional
         composite residuosity, about 112 bits at 2048); "none" sends the same messages
         in the clear (no key): a baseline for benchmarks only, it protects nothing.
-        (Formerly ``encryption``, which is refused with a message saying so.)
+        Given with ``engine="ss"``, it is refused. (Formerly ``encryption``, which is
+        refused with a message saying so.)
     max_peer_size : int or None, default=None
         With IDs, the largest ID set each party accepts from the other in private set
         intersection; PSI cannot tell a guessed ID from a real one, so each ID the other

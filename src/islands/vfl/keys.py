@@ -73,22 +73,25 @@ def min_peer_key_bits(key_bits: int, insecure_keys: bool) -> int:
     return key_bits if insecure_keys is True else max(key_bits, KEY_FLOOR)
 
 
-def insecure_key_note(he: str, key_bits: int) -> str | None:
-    """Return the warning a run with these keys gets, or None for keys at the floor."""
-    if he == "none" or key_bits >= KEY_FLOOR:
+def insecure_key_note(he: str | None, key_bits: int) -> str | None:
+    """Return the warning a run with these keys gets, or None for keys at the floor.
+
+    ``he`` None (secret sharing) and ``"none"`` use no key.
+    """
+    if he is None or he == "none" or key_bits >= KEY_FLOOR:
         return None
     return (f"{key_bits}-bit keys are below islands' {KEY_FLOOR}-bit floor (insecure_keys): "
             "insecure, for tests and quick reproductions only")
 
 
-def warn_insecure_keys(he: str, key_bits: int, who: str, *, stacklevel: int = 3) -> None:
+def warn_insecure_keys(he: str | None, key_bits: int, who: str, *, stacklevel: int = 3) -> None:
     """Warn (:class:`InsecureKeyWarning`) when ``who`` runs with keys below the floor."""
     note = insecure_key_note(he, key_bits)
     if note is not None:
         warnings.warn(f"{who}: {note}", InsecureKeyWarning, stacklevel=stacklevel)
 
 
-def party_security(he: str, key_bits: int, party: str) -> dict[str, str]:
+def party_security(he: str | None, key_bits: int, party: str) -> dict[str, str]:
     """Warn when a deployed party runs below the floor; return what its result records.
 
     ``{"security_warning": note}`` below the floor, else nothing; called when the party's

@@ -74,7 +74,7 @@ from islands.crypto import heu, paillier
 from islands.crypto.paillier_ops import VectorCipher, decrypt_signed
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
-from islands.vfl import maths
+from islands.vfl import maths, ss
 from islands.vfl.cleartext import ClearCipher
 from islands.vfl.keys import KEY_BITS_RULE, KEY_FLOOR, min_peer_key_bits
 from islands.vfl.maths import Objective, Precision
@@ -96,6 +96,7 @@ __all__ = [
 
 OBJECTIVES = {"linear": maths.LINEAR, "logistic": maths.LOGISTIC}
 HE = ("ou", "paillier", "none")
+ENGINES = ("ss", "he")
 
 
 @dataclass(frozen=True)
@@ -120,10 +121,14 @@ class Plan:
         runs every epoch.
     feature_bits, score_bits
         Fixed-point precision (:class:`islands.vfl.maths.Precision`).
+    engine
+        ``"ss"``: additive secret sharing with C as the dealer (:mod:`islands.vfl.ss`);
+        ``"he"``: the paper's homomorphic encryption, scheme ``he``.
     he
-        ``"ou"`` (Okamoto–Uchiyama on HEU), ``"paillier"`` (islands' DJN Paillier);
-        ``"none"`` runs the same messages in the clear (:mod:`islands.vfl.cleartext`),
-        as a baseline for benchmarks only.
+        Under ``engine="he"``: ``"ou"`` (Okamoto–Uchiyama on HEU), ``"paillier"``
+        (islands' DJN Paillier); ``"none"`` runs the same messages in the clear
+        (:mod:`islands.vfl.cleartext`), as a baseline for benchmarks only. None under
+        ``engine="ss"``.
     key_bits
         The smallest modulus every data party accepts from C: the bits of the Paillier n,
         or the approximate bits of the OU n = p²q (2048: about 112-bit security).
@@ -143,7 +148,8 @@ class Plan:
     tol: float | None
     feature_bits: int
     score_bits: int
-    he: str
+    engine: str
+    he: str | None
     key_bits: int
     insecure_keys: bool
     djn: bool
@@ -199,14 +205,17 @@ class Status:
 
 @dataclass
 class Clock:
-    """Seconds one party spent on homomorphic work, plain compute and messaging.
+    """Seconds one party spent on homomorphic work, ring work, plain compute and messaging.
 
-    ``messaging`` is the time inside send and receive, which includes waiting for peers.
+    ``he`` counts encryption and decryption (``engine="he"``), ``ring`` the share
+    arithmetic of ``engine="ss"``; ``messaging`` is the time inside send and receive,
+    which includes waiting for peers.
     """
 
     he: float = 0.0
     compute: float = 0.0
     messaging: float = 0.0
+    ring: float = 0.0
 
     @contextmanager
     def timing(self, what: str) -> Any:
@@ -264,7 +273,13 @@ def check_plan(plan: Any, owner: str) -> Plan:
     if plan.tol is not None and (isinstance(plan.tol, bool) or not isinstance(
             plan.tol, (int, float)) or not plan.tol > 0):
         raise ValidationError(f"{owner}: tol must be None or a float > 0; got {plan.tol!r}")
-    if plan.he not in HE:
+    if plan.engine not in ENGINES:
+        raise ValidationError(f"{owner}: engine must be one of {list(ENGINES)}; got "
+                              f"{plan.engine!r}")
+    if plan.engine == "ss" and plan.he is not None:
+        raise ValidationError(f"{owner}: he={plan.he!r} applies to engine='he'; under "
+                              "engine='ss' it must be None")
+    if plan.engine == "he" and plan.he not in HE:
         raise ValidationError(f"{owner}: he must be one of {list(HE)}; got {plan.he!r}")
     if not isinstance(plan.insecure_keys, bool):
         raise ValidationError(f"{owner}: insecure_keys must be a bool; got "
@@ -321,6 +336,8 @@ def _join(party: Party, clock: Clock, coordinator: str, plan: Plan, rows: int,
                             party=party.name, step="setup")
     counts = setup.features
     names = set(parties) if parties is not None else {party.name, active}
+    if plan.engine == "ss" and isinstance(counts, dict):
+        names |= set(counts)  # every data party masks for every other: all are named
     if (not isinstance(counts, dict) or not names <= set(counts)
             or (parties is not None and set(counts) != names)
             or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
@@ -335,6 +352,11 @@ def _join(party: Party, clock: Clock, coordinator: str, plan: Plan, rows: int,
     check_same_plan(plan.text(), setup.plan, party=party.name, peer=coordinator)
     min_rows = maths.check_batch_rows(plan.batch_size, counts, active, owner, rows)
     bounds = maths.value_bounds(plan.precision, plan.batch_size, len(counts) - 1)
+    if plan.engine == "ss":
+        if setup.public_key or setup.djn_base is not None:
+            raise ProtocolError(f"coordinator {coordinator!r} sent a key under engine='ss'",
+                                party=party.name, step="setup")
+        return dict(counts), min_rows, bounds
     if plan.he == "none":
         return ClearCipher(), min_rows, bounds
     where = f"party {party.name!r} (setup from {coordinator!r})"
@@ -362,6 +384,11 @@ def _join(party: Party, clock: Clock, coordinator: str, plan: Plan, rows: int,
                                 step="setup")
         djn_base = int(paillier.check_djn_base(public_key, setup.djn_base, where))
     return VectorCipher(public_key, djn_base), min_rows, bounds
+
+
+def _widths(features: dict[str, int], active: str) -> dict[str, int]:
+    """Every data party's encoded width: its feature count, B's plus the intercept."""
+    return {name: count + (name == active) for name, count in features.items()}
 
 
 def _check_room(cipher: heu.OuCipher, bounds: maths.ValueBounds, owner: str) -> None:
@@ -438,6 +465,15 @@ def passive(party: Party, X: Any, *, coordinator: str = "C", active: str = "B",
         x_enc, x_float = _encode_features(X, owner, precision, intercept=False)
     n, p = x_enc.shape
     cipher, min_rows, bounds = _join(party, clock, coordinator, plan, n, p, active)
+    if plan.engine == "ss":
+        def scores(rows: IntArray, theta: Array) -> IntArray:
+            return maths.encode(x_float[rows] @ theta, precision.score_bits,
+                                maths.MAX_ABS_SCORE, "partial scores", owner)
+
+        theta, epochs = ss.run_data_party(
+            party, clock, plan, x_enc, x_float, scores, _widths(cipher, active), active,
+            coordinator, min_rows, lambda epoch: _status(party, clock, coordinator, epoch))
+        return PartyModel(party.name, theta, epochs, clock)
     theta = np.zeros(p)
     epochs_run = 0
     for epoch in range(plan.epochs):
@@ -510,6 +546,17 @@ def active(party: Party, X: Any, y: Any, *, coordinator: str = "C",
     n, p = x_enc.shape
     cipher, min_rows, bounds = _join(party, clock, coordinator, plan, n, p - 1, party.name,
                                      [*passive, party.name])
+    if plan.engine == "ss":
+        def scores(rows: IntArray, theta: Array) -> IntArray:
+            return maths.encode(x_float[rows] @ theta - objective.label_factor * labels[rows],
+                                precision.score_bits, 4 * maths.MAX_ABS_SCORE,
+                                "partial scores", owner)
+
+        theta, epochs = ss.run_data_party(
+            party, clock, plan, x_enc, x_float, scores, _widths(cipher, party.name),
+            party.name, coordinator, min_rows,
+            lambda epoch: _status(party, clock, coordinator, epoch))
+        return PartyModel(party.name, theta, epochs, clock)
     theta = np.zeros(p)
     epochs_run = 0
     for epoch in range(plan.epochs):
@@ -604,6 +651,16 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
     features = {name: hellos[name].features for name in data_parties}
     min_rows = maths.check_batch_rows(plan.batch_size, features, active, owner, n)
     bounds = maths.value_bounds(precision, plan.batch_size, len(passive))
+    if plan.engine == "ss":
+        if keys is not None:
+            raise ValidationError(f"{owner}: keys apply to engine='he'; engine='ss' uses none")
+        ss.check_fits(bounds, owner)
+        with clock.timing("messaging"):
+            party.broadcast("setup", Setup(b"", None, plan.text(), features), to=data_parties)
+        widths = _widths(features, active)
+        batch_losses, epoch_losses, epochs_run, converged = ss.run_coordinator(
+            party, clock, plan, widths, active, n, min_rows)
+        return CoordinatorResult(batch_losses, epoch_losses, epochs_run, 0, clock, converged)
     if plan.he == "ou":
         return _ou_coordinator(party, clock, plan, hellos, features, data_parties, active,
                                n, min_rows, bounds, plan.key_bits, keys)
