@@ -228,7 +228,8 @@ class RnsRing:
         acc -= np.floor(acc / primes) * primes
         acc += np.where(acc < 0, primes, 0.0)
         acc -= np.where(acc >= primes, primes, 0.0)
-        return acc.astype(np.uint32)
+        reduced: Residues = acc.astype(np.uint32)
+        return reduced
 
     def dot(self, a: Residues, b: Residues) -> Residues:
         """Return the inner product of two (K, n) vectors: shape (K,)."""

@@ -191,7 +191,7 @@ class VflConfig(ProtocolConfig):
                     lam=float(self.lam), epochs=self.epochs, batch_size=self.batch_size,
                     seed=self.seed, tol=None if self.tol is None else float(self.tol),
                     feature_bits=self.feature_bits, score_bits=self.score_bits,
-                    engine=self.engine, he=self.he, key_bits=self.key_bits,
+                    engine=str(self.engine), he=self.he, key_bits=self.key_bits,
                     insecure_keys=self.insecure_keys, djn=self.djn)
 
     @classmethod

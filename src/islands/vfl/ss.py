@@ -115,7 +115,11 @@ def check_fits(bounds: maths.ValueBounds, owner: str) -> None:
 
 
 def _offsets(batches: Sequence[IntArray]) -> list[int]:
-    return [0, *itertools.accumulate(int(b.size) for b in batches)]
+    return _starts([int(b.size) for b in batches])
+
+
+def _starts(sizes: Sequence[int]) -> list[int]:
+    return [0, *itertools.accumulate(sizes)]
 
 
 @dataclass
@@ -313,7 +317,7 @@ def run_data_party(party: Party, clock: Any, plan: Any, x_enc: IntArray, x_float
         # [X̃_me | X̂_k …]: one product per batch gives X̃ᵀũ and every T_{k←me}
         joint = np.concatenate(blocks, axis=2)
     del blocks, own
-    cols = _offsets([np.empty(widths[k]) for k in others])
+    cols = _starts([widths[k] for k in others])
     before = names[:names.index(me)]
     theta = np.zeros(width)
     epochs_run = 0
