@@ -385,11 +385,15 @@ def _summarise_vertical(result: VerticalJobResult) -> None:
     for key in keys:
         table.add_column(key, justify="right")
     metrics = result.metrics
-    table.add_row("vertical, encrypted", *(f"{metrics[k]:.4f}" for k in keys))
+    protected = "secret-shared" if result.settings.engine == "ss" else (
+        "in the clear" if result.settings.he == "none" else "encrypted")
+    table.add_row(f"vertical, {protected}", *(f"{metrics[k]:.4f}" for k in keys))
     table.add_row("scikit-learn, joined data", *(f"{metrics['sklearn_' + k]:.4f}" for k in keys))
     console.print(table)
-    parts = ", ".join(f"{name}: HE {c.he:.2f} s, compute {c.compute:.3f} s, messaging "
-                      f"{c.messaging:.2f} s" for name, c in result.per_epoch_split.items())
+    crypto = "ring" if result.settings.engine == "ss" else "HE"
+    parts = ", ".join(f"{name}: {crypto} {c.ring + c.he:.3f} s, compute {c.compute:.3f} s, "
+                      f"messaging {c.messaging:.2f} s"
+                      for name, c in result.per_epoch_split.items())
     console.print(f"{result.epochs_run} epochs, loss {result.loss_history[0]:.4f} → "
                   f"{result.loss_history[-1]:.4f}; {np.mean(result.epoch_seconds):.2f} s per "
                   f"epoch ({parts}); {result.bytes / 1e6:.2f} MB exchanged")

@@ -481,7 +481,8 @@ def run_vertical(job: VerticalJob, *, progress: Callable[[str], None] | None = N
                          "converged": result.converged, "train_rows": result.train_rows,
                          "test_rows": result.test_rows, "aligned_ids": result.aligned_ids,
                          "bytes": result.bytes, "objective": result.settings.objective,
-                         "he": result.settings.he, "key_bits": result.settings.key_bits})
+                         "engine": result.settings.engine, "he": result.settings.he,
+                         "key_bits": result.settings.key_bits})
     tracker.close()
     return replace(result, tracking=tracker.info())
 
