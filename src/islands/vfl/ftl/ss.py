@@ -72,12 +72,15 @@ neither A nor B):
   message is checked (shape, dtype, every residue below its prime) and refused naming
   its sender and step.
 
-Why a dealer, and why by hand. The SS variants of FTL [3]_, [1]_ use Beaver triples
-(SPDZ-style preprocessing); here the dealer is the preprocessing, made per batch from
-seeds. SecretFlow's SPU offers a trusted-party Beaver provider only through a server its
-pip wheel does not ship, and pins numpy < 2; triples made between the two parties under
-HE would cost the public-key work per product term that this engine exists to avoid.
-The ring products run in float64 BLAS, exactly (:class:`~islands.crypto.rns.RnsRing`).
+Why a dealer, and why by hand. Liu et al.'s secret-sharing variant [1]_ multiplies with
+Beaver triples and Sharma et al. [3]_ build on SPDZ (a preprocessing phase, then an
+online phase); their abstracts do not say who makes the triples, and islands makes no
+claim about it. Here the dealer *is* the preprocessing, made per batch from seeds.
+SecretFlow's SPU offers a trusted-party Beaver provider only through a server its pip
+wheel does not ship (only the client stub), and pins numpy < 2; triples made between the
+two parties under HE (or OT) would cost public-key work per product term, what this
+engine exists to avoid. The ring products run in float64 BLAS, exactly
+(:class:`~islands.crypto.rns.RnsRing`).
 
 Cost per batch: the products are (b × d)(d × d) and ((b + d) × K)ᵀ((b + d) × d) per
 prime, well under a millisecond; on the wire (b + d)(2d + K) + d² + (b + K)d + 1 ring
