@@ -29,7 +29,8 @@ Measured:
    B's end-of-epoch ``status`` messages in the transcript (as
    ``FederatedTransferLearner.epoch_seconds_``); encrypted, clear, their ratio, and
    encrypted seconds per overlap row; bytes exchanged in that epoch (every message of
-   the transcript in it, the dealer's included); and where each party's time went in
+   the transcript in it, and one epoch's deal from the dealer, which deals an epoch
+   ahead); and where each party's time went in
    that epoch, as the protocol's clocks split it: homomorphic work (encoding,
    encryption, ciphertext products, decryption; under SS the ring work: encoding,
    masks, ring products, packing, reconstruction), plain compute (the networks and the
@@ -247,8 +248,13 @@ def run_once(data: tuple[np.ndarray, np.ndarray, np.ndarray], overlap: int, dim:
     status = [r.time for r in tr if r.tag == "status"]
     bounds = [start, *status]
     epoch_s = [b - a for a, b in itertools.pairwise(bounds)]
-    epoch_bytes = [sum(r.nbytes for r in tr if a < r.time <= b)
-                   for a, b in itertools.pairwise(bounds)]
+    # the dealer deals an epoch ahead: count each epoch's own deal (all epochs' deals
+    # have the same size), not the one sent during it
+    deals = [r for r in tr if r.tag == "deal"]
+    deal_bytes = sum(r.nbytes for r in deals) / max(1, len([r for r in deals
+                                                            if r.receiver == "A"]))
+    epoch_bytes = [sum(r.nbytes for r in tr if a < r.time <= b and r.tag != "deal")
+                   + deal_bytes for a, b in itertools.pairwise(bounds)]
     clocks: dict[str, dict[str, float]] = {}
     if len(marks) >= 2:  # the last epoch, cut with B's own end-of-epoch marks
         for name in ("A", "B"):
