@@ -1,4 +1,4 @@
-"""Federated transfer learning benchmark: what OU and Paillier cost per epoch (islands.vfl.ftl).
+"""Federated transfer learning benchmark: what SS, OU and Paillier cost per epoch (islands.vfl.ftl).
 
 Data: Fashion-MNIST (train split) in two views, the left and right halves of each image
 (392 pixels each). B, the source, holds the right halves and the labels of ``--rows``
@@ -11,14 +11,16 @@ The two roles of :mod:`islands.vfl.ftl.protocol` run directly (``run_local``, th
 this process, no PSI: the overlap is given), with the library defaults otherwise
 (``dim=32``, ``hidden=(128,)``, the Taylor softmax loss, anchored alignment, source
 loss β = 1, batches of 64) and ``pretrain_epochs=0``, for 2 epochs. Every
-configuration runs three times in the same process, one after the other: under
+configuration runs four times in the same process, one after the other: on secret
+shares (``engine="ss"``, the default: the dealer D of :mod:`islands.vfl.ftl.ss` as a
+third thread), under
 Okamoto–Uchiyama on HEU (``he="ou"``, a 2048-bit key per party; HEU's own thread pool),
 under Paillier (``he="paillier"``, a 2048-bit key per party with DJN fixed-base
 randomness; Paillier work on the shared pool of worker processes, one per usable core)
 and in the clear (``he="none"``: the same terms, unencrypted and unpadded). The ratios
-of each encrypted run to the clear one are the figures to read; the absolute seconds
-move with the machine's load. ``--schemes ou`` leaves Paillier out (it takes most of the
-time); without ``sf-heu`` the OU run is left out and the output says so.
+of each protected run to the clear one are the figures to read; the absolute seconds
+move with the machine's load. ``--schemes ss,ou`` leaves Paillier out (it takes most of
+the time); without ``sf-heu`` the OU run is left out and the output says so.
 
 Measured:
 
@@ -26,11 +28,14 @@ Measured:
    (the first also starts the worker processes and builds each key's DJN table), from
    B's end-of-epoch ``status`` messages in the transcript (as
    ``FederatedTransferLearner.epoch_seconds_``); encrypted, clear, their ratio, and
-   encrypted seconds per overlap row; bytes exchanged in that epoch; and where each
-   party's time went in that epoch, as the protocol's clocks split it: homomorphic
-   work (encoding, encryption, ciphertext products, decryption), plain compute (the
-   networks and the terms in floats) and messaging (inside send and receive, which
-   includes waiting for the peer). To cut the clocks at the epoch boundary, the
+   encrypted seconds per overlap row; bytes exchanged in that epoch (every message of
+   the transcript in it, and one epoch's deal from the dealer, which deals an epoch
+   ahead); and where each party's time went in
+   that epoch, as the protocol's clocks split it: homomorphic work (encoding,
+   encryption, ciphertext products, decryption; under SS the ring work: encoding,
+   masks, ring products, packing, reconstruction), plain compute (the networks and the
+   terms in floats) and messaging (inside send and receive, which includes waiting for
+   the peer). To cut the clocks at the epoch boundary, the
    benchmark swaps the protocol's ``Clock`` for a subclass that also records when each
    interval started and ended.
 2. Dimension d in (8, 16, 32) (``--dims``) at a fixed overlap (``--dim-overlap``, 64):
@@ -40,6 +45,12 @@ Measured:
    ``alignment="symmetric"``, ``source_weight=0``): symmetric alignment also sends A's
    rows ⟦U⟧ back through B's pads, b·d more encryptions for B and decryptions for A.
    ``--skip-paper`` leaves it out.
+
+4. ``FederatedTransferLearner()`` with every default (``engine="ss"``, 30 epochs,
+   5 epochs of B's pre-training) on scikit-learn's breast cancer, split as the issue
+   measured it (B: 60% of the training rows with labels; A: the rest and 30% of B's
+   rows, 82 overlap rows): the whole fit (PSI, pre-training, training), beside the same
+   fit with ``engine="he", he="none"``. ``--skip-defaults`` leaves it out.
 
 Key generation (one 2048-bit DJN key pair and one OU key, the key each party makes
 before its first message) is timed apart and is in no epoch.
@@ -56,8 +67,8 @@ the interpreter lock while the other waited.
     python benchmarks/bench_ftl.py [--quick] [--rows 5000] [--overlaps 32,64,128,256]
                                    [--dims 8,16,32] [--dim-overlap 64] [--epochs 2]
                                    [--key-bits 2048 [--insecure-keys]]
-                                   [--schemes ou,paillier]
-                                   [--skip-paper] [--json OUT]
+                                   [--schemes ss,ou,paillier]
+                                   [--skip-paper] [--skip-defaults] [--json OUT]
 """
 
 from __future__ import annotations
@@ -199,11 +210,14 @@ def run_once(data: tuple[np.ndarray, np.ndarray, np.ndarray], overlap: int, dim:
     """Train for ``args.epochs`` epochs; per-epoch seconds, bytes and clock splits."""
     from islands.runtime import run_local
     from islands.vfl.ftl.protocol import Plan, source, target
+    from islands.vfl.ftl.ss import dealer as ss_dealer
 
     x_a, x_b, y = data
     rows = np.arange(overlap)
-    plan = Plan(dim=dim, pretrain_epochs=0, epochs=args.epochs, he=he,
-                key_bits=args.key_bits, insecure_keys=args.insecure_keys, seed=0, **extra)
+    engine: dict[str, Any] = {"engine": "ss"} if he == "ss" else {"engine": "he", "he": he}
+    plan = Plan(dim=dim, pretrain_epochs=0, epochs=args.epochs, key_bits=args.key_bits,
+                insecure_keys=args.insecure_keys, seed=0, **engine, **extra)
+    dealer = "D" if he == "ss" else None
     marks: list[float] = []  # perf_counter at the end of each of B's epochs
     cpu_marks: list[tuple[float, float]] = []  # cpu_snapshot() at the same moments
 
@@ -214,11 +228,15 @@ def run_once(data: tuple[np.ndarray, np.ndarray, np.ndarray], overlap: int, dim:
     before = cpu_snapshot()
     t0 = time.perf_counter()
     with recording_clocks():
-        run = run_local({
-            "A": partial(target, X=x_a[rows], peer="B", plan=plan, init_seed=0),
+        roles: dict[str, Any] = {
+            "A": partial(target, X=x_a[rows], peer="B", plan=plan, init_seed=0,
+                         dealer=dealer),
             "B": partial(source, X=x_b, labels=y, overlap=rows, n_classes=10, peer="A",
-                         plan=plan, progress=progress, init_seed=1),
-        }, timeout=3600, blas_threads=None)
+                         plan=plan, progress=progress, init_seed=1, dealer=dealer),
+        }
+        if dealer is not None:
+            roles[dealer] = partial(ss_dealer, target="A", source="B", plan=plan)
+        run = run_local(roles, timeout=3600, blas_threads=None)
     wall = time.perf_counter() - t0
     after = cpu_snapshot()
     share = other_share(before, after, wall)
@@ -230,8 +248,13 @@ def run_once(data: tuple[np.ndarray, np.ndarray, np.ndarray], overlap: int, dim:
     status = [r.time for r in tr if r.tag == "status"]
     bounds = [start, *status]
     epoch_s = [b - a for a, b in itertools.pairwise(bounds)]
-    epoch_bytes = [sum(r.nbytes for r in tr if a < r.time <= b)
-                   for a, b in itertools.pairwise(bounds)]
+    # the dealer deals an epoch ahead: count each epoch's own deal (all epochs' deals
+    # have the same size), not the one sent during it
+    deals = [r for r in tr if r.tag == "deal"]
+    deal_bytes = sum(r.nbytes for r in deals) / max(1, len([r for r in deals
+                                                            if r.receiver == "A"]))
+    epoch_bytes = [sum(r.nbytes for r in tr if a < r.time <= b and r.tag != "deal")
+                   + deal_bytes for a, b in itertools.pairwise(bounds)]
     clocks: dict[str, dict[str, float]] = {}
     if len(marks) >= 2:  # the last epoch, cut with B's own end-of-epoch marks
         for name in ("A", "B"):
@@ -261,7 +284,7 @@ def pair(data: tuple[np.ndarray, np.ndarray, np.ndarray], overlap: int, dim: int
 
 
 # ------------------------------------------------------------------ printing
-NAMES = {"ou": "OU", "paillier": "Paillier"}
+NAMES = {"ss": "SS", "ou": "OU", "paillier": "Paillier"}
 HEAD = (f"{'scheme':>9s} {'epoch':>9s} {'clear':>9s} {'ratio':>7s} {'s/row':>8s} {'bytes':>9s}"
         "   A: he / compute / msg      B: he / compute / msg     own  others")
 
@@ -320,10 +343,12 @@ def main() -> None:
     parser.add_argument("--key-bits", type=int, default=2048)
     parser.add_argument("--insecure-keys", action="store_true",
                         help="allow --key-bits below 2048 (insecure; the results record it)")
-    parser.add_argument("--schemes", default="ou,paillier",
-                        help="encrypted schemes to run beside the clear one (ou,paillier)")
+    parser.add_argument("--schemes", default="ss,ou,paillier",
+                        help="protected engines to run beside the clear one (ss,ou,paillier)")
     parser.add_argument("--skip-paper", action="store_true",
                         help="leave out section 3 (the paper's configuration)")
+    parser.add_argument("--skip-defaults", action="store_true",
+                        help="leave out section 4 (the defaults on breast cancer)")
     args = parser.parse_args()
     args.blas_threads = None  # for finish()'s record: the libraries' defaults
     sizes = QUICK if args.quick else FULL
@@ -396,6 +421,10 @@ def main() -> None:
         print(f"[{time.perf_counter() - started:6.0f} s] paper's configuration, overlap "
               f"{dim_overlap}...", file=sys.stderr, flush=True)
         results["paper"] = pair(data, dim_overlap, 32, args, **PAPER)
+    if not args.skip_defaults:
+        print(f"[{time.perf_counter() - started:6.0f} s] FederatedTransferLearner() "
+              "defaults on breast cancer...", file=sys.stderr, flush=True)
+        results["defaults"] = defaults_fit()
     results["total_s"] = time.perf_counter() - started
     digests.add(source_digest(PARTS))
 
@@ -413,13 +442,15 @@ def main() -> None:
           + " (each party makes one per run, before training: in no epoch)")
     if missing:
         print(missing)
-    print(f"OU: {args.key_bits}-bit Okamoto-Uchiyama on HEU (he=\"ou\"); Paillier: "
+    print(f"SS: engine=\"ss\" (ring Z_P, P ≈ 2^189, dealer D in a third thread); OU: "
+          f"{args.key_bits}-bit Okamoto-Uchiyama on HEU (he=\"ou\"); Paillier: "
           f"{args.key_bits}-bit DJN (he=\"paillier\"); clear: he=\"none\", same run. "
           "ratio: the scheme's epoch / the clear epoch. s/row: the scheme's seconds per "
-          "overlap row. bytes: exchanged in that epoch. A/B: seconds of the scheme's epoch "
-          "per party, homomorphic work / plain compute / messaging. own: CPU share of the "
-          "machine this run's processes used in that epoch (roles and worker processes). "
-          "others: CPU share of other processes in that run.")
+          "overlap row. bytes: exchanged in that epoch (every message, the dealer's "
+          "included). A/B: seconds of the scheme's epoch per party, homomorphic or ring "
+          "work / plain compute / messaging. own: CPU share of the machine this run's "
+          "processes used in that epoch (roles and worker processes). others: CPU share "
+          "of other processes in that run.")
     print_overlaps(overlap_rows, args.epochs, args.schemes)
     print_dims(dim_rows, dim_overlap, args.epochs, args.schemes)
     if "paper" in results:
@@ -431,7 +462,51 @@ def main() -> None:
                   for he in args.schemes) + ")"))
         for he in args.schemes:
             print("   " + line(results["paper"], 32, he))
+    if "defaults" in results:
+        fit = results["defaults"]
+        print(f"4. FederatedTransferLearner() defaults, breast cancer, whole fit: "
+              f"{fit['ss']['fit_s']:.2f} s ({fit['ss']['overlap']} overlap rows, "
+              f"{fit['ss']['epochs']} epochs, median epoch {fmt_s(fit['ss']['epoch_s'])}, "
+              f"{fmt_bytes(fit['ss']['epoch_bytes'])} per epoch, accuracy "
+              f"{fit['ss']['accuracy']:.3f}); engine=\"he\", he=\"none\": "
+              f"{fit['none']['fit_s']:.2f} s (median epoch {fmt_s(fit['none']['epoch_s'])}, "
+              f"accuracy {fit['none']['accuracy']:.3f})")
     write_json("ftl", args, digests, results, {})
+
+
+def defaults_fit() -> dict[str, Any]:
+    """FederatedTransferLearner() defaults on breast cancer: whole fit, SS and clear."""
+    import statistics
+
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.preprocessing import StandardScaler
+
+    from islands.vfl import FederatedTransferLearner
+
+    X, y = load_breast_cancer(return_X_y=True)
+    perm = np.random.default_rng(0).permutation(y.size)
+    test, train = perm[:114], perm[114:]
+    nb = round(0.6 * train.size)
+    b_rows, a_only = train[:nb], train[nb:]
+    a_rows = np.concatenate([a_only, b_rows[:round(0.3 * nb)]])
+    xs = StandardScaler().fit_transform(X)
+    out: dict[str, Any] = {}
+    runs: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("ss", {}), ("none", {"engine": "he", "he": "none"}))
+    for name, params in runs:
+        model = FederatedTransferLearner(random_state=0, **params)
+        t0 = time.perf_counter()
+        model.fit(xs[a_rows, :15], xs[b_rows, 15:], y[b_rows], a_rows.tolist(),
+                  b_rows.tolist())
+        fit_s = time.perf_counter() - t0
+        marks = [r.time for r in model.transcript_ if r.tag == "status"]
+        sizes = [sum(r.nbytes for r in model.transcript_ if lo < r.time <= hi)
+                 for lo, hi in itertools.pairwise(marks)]
+        out[name] = {"fit_s": fit_s, "overlap": model.n_overlap_, "epochs": model.n_epochs_,
+                     "epoch_s": statistics.median(model.epoch_seconds_),
+                     "epoch_bytes": statistics.median(sizes) if sizes else 0,
+                     "accuracy": model.score(xs[test, :15], y[test])}
+    return out
 
 
 if __name__ == "__main__":

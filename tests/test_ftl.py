@@ -124,8 +124,8 @@ def test_encrypted_equals_plain(alignment: str, loss: str, classes: int) -> None
     """Same seed: Paillier and clear runs give the same losses and scores to ~2^-24."""
     common = dict(dim=3, hidden=(6,), epochs=2, batch_size=10, pretrain_epochs=1,
                   alignment=alignment, loss=loss, key_bits=1024, insecure_keys=True, seed=5)
-    plain = Plan(he="none", **common)  # type: ignore[arg-type]
-    secret = Plan(he="paillier", **common)  # type: ignore[arg-type]
+    plain = Plan(engine="he", he="none", **common)  # type: ignore[arg-type]
+    secret = Plan(engine="he", he="paillier", **common)  # type: ignore[arg-type]
     a0, b0 = _train(plain, classes)
     a1, b1 = _train(secret, classes)
     np.testing.assert_allclose(b0.epoch_losses, b1.epoch_losses, rtol=1e-6)  # type: ignore[attr-defined]
@@ -145,8 +145,8 @@ def test_encrypted_equals_plain(alignment: str, loss: str, classes: int) -> None
 
 def test_plans_must_agree() -> None:
     x_a, x_b, labels, overlap = _data()
-    plan = Plan(he="none", dim=3, hidden=(4,), epochs=1, pretrain_epochs=0)
-    other = Plan(he="none", dim=3, hidden=(4,), epochs=2, pretrain_epochs=0)
+    plan = Plan(engine="he", he="none", dim=3, hidden=(4,), epochs=1, pretrain_epochs=0)
+    other = Plan(engine="he", he="none", dim=3, hidden=(4,), epochs=2, pretrain_epochs=0)
     with pytest.raises(ValidationError, match=r"plan differs.*'epochs': \((1, 2|2, 1)\)"):
         run_local({"A": partial(target, X=x_a, plan=plan),
                    "B": partial(source, X=x_b, labels=labels, overlap=overlap, n_classes=2,
@@ -159,7 +159,7 @@ def test_plans_must_agree() -> None:
     ("dim", 0, "an int in [1, 1024]"), ("hidden", (0,), "a tuple of layer widths in [1, 65536]"),
     ("hidden", ("8",), "a tuple of layer widths in [1, 65536]"),
     ("alpha", 0.0, "a float in (0, 1e6] (it weights the label loss A learns from)"),
-    ("he", "rsa", "'ou', 'paillier' or 'none'"),
+    ("he", "rsa", "None, 'ou', 'paillier' or 'none'"),
     ("key_bits", 1000, _KEY_RULE), ("key_bits", 2100, _KEY_RULE),
     ("key_bits", 1024, _KEY_RULE),  # below the 2048-bit floor without insecure_keys
     ("frac_bits", 60, "an int in [8, 32]"), ("tol", float("inf"), "None or a float in (0, inf)"),
@@ -223,7 +223,7 @@ def test_estimator_learns_and_follows_sklearn_conventions(cancer: dict[str, np.n
     X, y, a, b, test = cancer["X"], cancer["y"], cancer["a"], cancer["b"], cancer["test"]
     labels = np.where(y == 1, "benign", "malignant")
     model = FederatedTransferLearner(dim=8, hidden=(16,), epochs=15, batch_size=16,
-                                     he="none", random_state=0)
+                                     engine="he", he="none", random_state=0)
     assert "he='none'" in repr(model)
     model.fit(X[a][:, :15], X[b][:, 15:], labels[b], _ids(a), _ids(b))
     assert model.n_overlap_ == 60 and sorted(model.overlap_ids_) == sorted(_ids(a[:60]))
@@ -241,7 +241,7 @@ def test_estimator_encrypted_equals_plain(cancer: dict[str, np.ndarray]) -> None
     X, y, a, b, test = cancer["X"], cancer["y"], cancer["a"], cancer["b"], cancer["test"]
     kw = dict(dim=4, hidden=(8,), epochs=2, batch_size=30, pretrain_epochs=1, key_bits=1024,
               insecure_keys=True, random_state=3)
-    fits = [FederatedTransferLearner(he=enc, **kw).fit(  # type: ignore[arg-type]
+    fits = [FederatedTransferLearner(engine="he", he=enc, **kw).fit(  # type: ignore[arg-type]
         X[a][:, :15], X[b][:, 15:], y[b], _ids(a), _ids(b)) for enc in ("none", "paillier")]
     np.testing.assert_allclose(fits[0].loss_history_, fits[1].loss_history_, rtol=1e-6)
     np.testing.assert_allclose(fits[0].decision_function(X[test][:20, :15]),
@@ -252,7 +252,7 @@ def test_estimator_encrypted_equals_plain(cancer: dict[str, np.ndarray]) -> None
 def test_estimator_errors(cancer: dict[str, np.ndarray]) -> None:
     X, y, a, b = cancer["X"], cancer["y"], cancer["a"], cancer["b"]
     x_a, x_b = X[a][:, :15], X[b][:, 15:]
-    model = FederatedTransferLearner(he="none", epochs=1)
+    model = FederatedTransferLearner(engine="he", he="none", epochs=1)
     with pytest.raises(RuntimeError, match="not fitted"):
         model.predict(x_a)
     with pytest.raises(ValidationError, match=r"(?i)intersect|share|common"):
@@ -284,7 +284,7 @@ def test_numpy_ids_and_numpy_parameters(cancer: dict[str, np.ndarray]) -> None:
     """IDs as numpy arrays and numpy-typed parameters work (and hash like Python ones)."""
     X, y, a, b = cancer["X"], cancer["y"], cancer["a"], cancer["b"]
     model = FederatedTransferLearner(dim=np.int64(4), hidden=(np.int64(8),), epochs=1,
-                                     alpha=np.float64(1), he="none", random_state=0)
+                                     alpha=np.float64(1), engine="he", he="none", random_state=0)
     model.fit(X[a][:, :15], X[b][:, 15:], y[b], np.asarray(a), np.asarray(b))
     assert model.n_overlap_ == 60
     assert check_plan(Plan(alpha=1), "t").text() == check_plan(Plan(alpha=1.0), "t").text()
@@ -294,7 +294,7 @@ def test_no_batch_of_k_rows_or_fewer() -> None:
     """A last batch of at most K rows joins the previous one; tiny overlaps are refused."""
     from islands.vfl.ftl.protocol import _batches, check_rows
 
-    plan = Plan(batch_size=20, he="none")
+    plan = Plan(batch_size=20, engine="he", he="none")
     sizes = [r.size for r in _batches(61, plan, 0, 3)]
     assert sizes == [20, 20, 21] and sum(sizes) == 61
     assert [r.size for r in _batches(64, plan, 0, 3)] == [20, 20, 20, 4]
@@ -306,7 +306,7 @@ def test_no_batch_of_k_rows_or_fewer() -> None:
 
 def test_tol_stops_both_parties_at_the_same_epoch() -> None:
     plan = Plan(dim=3, hidden=(6,), epochs=30, batch_size=12, pretrain_epochs=0, tol=0.5,
-                he="none")
+                engine="he", he="none")
     model_a, model_b = _train(plan)
     assert model_b.epochs < 30 and model_b.converged  # type: ignore[attr-defined]
     assert model_a.epochs == model_b.epochs  # type: ignore[attr-defined]
@@ -326,7 +326,7 @@ def test_psi_refuses_a_target_party_with_20x_the_source_ids(
         cancer: dict[str, np.ndarray]) -> None:
     x_a, x_b, y_b, ids_a, ids_b = _unbalanced(cancer)
     model = FederatedTransferLearner(dim=4, hidden=(8,), epochs=1, batch_size=10,
-                                     pretrain_epochs=0, he="none", random_state=0)
+                                     pretrain_epochs=0, engine="he", he="none", random_state=0)
     with pytest.raises(ProtocolError) as info:
         model.fit(x_a, x_b, y_b, ids_a, ids_b)
     message = str(info.value)
@@ -337,7 +337,7 @@ def test_psi_refuses_a_target_party_with_20x_the_source_ids(
     model.set_params(max_peer_ratio=20).fit(x_a, x_b, y_b, ids_a, ids_b)
     assert model.n_overlap_ == 20
     assert FederatedTransferLearner(max_peer_size=500, dim=4, hidden=(8,), epochs=1,
-                                    batch_size=10, pretrain_epochs=0, he="none",
+                                    batch_size=10, pretrain_epochs=0, engine="he", he="none",
                                     ).fit(x_a, x_b, y_b, ids_a, ids_b).n_overlap_ == 20
 
 
@@ -354,7 +354,7 @@ def test_bad_psi_limits_are_refused_before_any_message(cancer: dict[str, np.ndar
     runs: list[object] = []
     monkeypatch.setattr(est, "run_local", lambda *a, **k: runs.append(a))
     x_a, x_b, y_b, ids_a, ids_b = _unbalanced(cancer)
-    model = FederatedTransferLearner(he="none").set_params(**{key: value})
+    model = FederatedTransferLearner(engine="he", he="none").set_params(**{key: value})
     with pytest.raises(ValidationError,
                        match=f"The '{key}' parameter of FederatedTransferLearner must be"):
         model.fit(x_a, x_b, y_b, ids_a, ids_b)

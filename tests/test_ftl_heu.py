@@ -75,7 +75,7 @@ def test_an_ou_run_trains_the_paillier_model_and_the_clear_one(alignment: str, l
                                                                 classes: int) -> None:
     common = dict(dim=3, hidden=(6,), epochs=2, batch_size=10, pretrain_epochs=1,
                   alignment=alignment, loss=loss, key_bits=1024, insecure_keys=True, seed=5)
-    plans = {he: Plan(he=he, **common) for he in ("none", "paillier", "ou")}  # type: ignore[arg-type]
+    plans = {he: Plan(engine="he", he=he, **common) for he in ("none", "paillier", "ou")}  # type: ignore[arg-type]
     runs = {he: train(plan, classes, keep_payloads=he == "ou") for he, plan in plans.items()}
     x_new = data(classes)[0][:6]
     got = {he: scores(runs[he], x_new, plans[he]) for he in plans}
@@ -107,7 +107,7 @@ def test_the_estimator_under_ou_equals_the_clear_run() -> None:
     ids_b = [f"id{i}" for i in range(x_b.shape[0])]
     kw = dict(dim=3, hidden=(6,), epochs=2, batch_size=12, pretrain_epochs=1, key_bits=1024,
               insecure_keys=True, random_state=4)
-    fits = {he: FederatedTransferLearner(he=he, **kw).fit(  # type: ignore[arg-type]
+    fits = {he: FederatedTransferLearner(engine="he", he=he, **kw).fit(  # type: ignore[arg-type]
         x_a, x_b, labels, ids_b[:40], ids_b) for he in ("none", "ou")}
     np.testing.assert_allclose(fits["ou"].loss_history_, fits["none"].loss_history_,
                                rtol=1e-6)
@@ -128,18 +128,18 @@ def test_encryption_was_renamed_to_he_everywhere() -> None:
     with pytest.raises(JobError, match=rf"^federation file f.toml \[ftl\]: {said}"):
         SPEC.settings({"source": "B", "encryption": "none"}, "federation file f.toml [ftl]",
                       ("A", "B"))
-    fed = SPEC.settings({"source": "B", "he": "ou", "key_bits": 3072},
+    fed = SPEC.settings({"source": "B", "engine": "he", "he": "ou", "key_bits": 3072},
                         "federation file f.toml [ftl]", ("A", "B"))
     assert fed.plan.he == "ou" and fed.scheme == "3072-bit Okamoto-Uchiyama (HEU)"
-    with pytest.raises(ValidationError, match=r"'he' parameter .* must be 'ou', 'paillier' or "
-                       r"'none'. Got 'rsa'"):
+    with pytest.raises(ValidationError, match=r"'he' parameter .* must be None, 'ou', "
+                       r"'paillier' or 'none'. Got 'rsa'"):
         FtlConfig.build(None, he="rsa")
-    assert FtlConfig().he == "paillier"  # the default vertical regression chose
+    assert FtlConfig().he is None and FtlConfig(engine="he").he == "ou"  # OU: the fastest HE
 
 
 # ---------------------------------------------------------------- deviating peers
 
-PLAN = Plan(he="ou", dim=2, hidden=(4,), epochs=1, batch_size=10, pretrain_epochs=0,
+PLAN = Plan(engine="he", he="ou", dim=2, hidden=(4,), epochs=1, batch_size=10, pretrain_epochs=0,
             key_bits=1024, insecure_keys=True, seed=3)
 ROWS, B_ROWS, FEATURES = 20, 10, 6  # the first batch of the plan has 10 rows
 

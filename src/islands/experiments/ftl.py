@@ -339,7 +339,7 @@ def _fashion(s: _Settings, say: Progress) -> FashionResults:
         row: dict[str, Any] = {"overlap_fraction": fraction, "overlap_rows": n_ov,
                                "a_rows": int(a_rows.size), "b_rows": s.b_rows, "epochs": epochs,
                                "steps": steps}
-        base = {**FASHION_MODEL, "epochs": epochs, "he": "none",
+        base = {**FASHION_MODEL, "epochs": epochs, "engine": "he", "he": "none",
                 "random_state": s.seed}
         say(f"{tag} FTL (defaults): PSI, then {epochs} epochs on {n_ov} overlap rows")
         model, seconds = _fit_ftl(x_a, x_b, y_b, ids_a, ids_b, base)
@@ -410,7 +410,7 @@ def _tabular(s: _Settings, say: Progress) -> TabularResults:
             x_a, x_test = _standardise(x[a_rows][:, :15], x[test][:, :15])
             ids_a = [int(i) for i in a_rows]
             is_shared = np.isin(a_rows, shared)
-            base = {**TABULAR_MODEL, "epochs": s.tab_epochs, "he": "none",
+            base = {**TABULAR_MODEL, "epochs": s.tab_epochs, "engine": "he", "he": "none",
                     "random_state": s.seed + repeat}
             say(f"{tag} FTL")
             model, sec = _fit_ftl(x_a, x_b, y[b_rows], ids_a, ids_b, base)
@@ -473,7 +473,7 @@ def _encrypted_check(s: _Settings, say: Progress) -> dict[str, Any]:
     for mode in ("paillier", "none"):
         say(f"[encrypted check] {mode}: 2 epochs on {shared.size} overlap rows")
         model, sec = _fit_ftl(x_a, x_b, y[b_rows], [int(i) for i in a_rows],
-                              [int(i) for i in b_rows], {**params, "he": mode})
+                              [int(i) for i in b_rows], {**params, "engine": "he", "he": mode})
         proba[mode] = model.predict_proba(x_test)
         out[f"{mode}_seconds"] = sec
         out[f"{mode}_loss"] = [float(v) for v in model.loss_history_]

@@ -8,8 +8,9 @@ scored against B's class directions.
 - :class:`FederatedTransferLearner`: the estimator (PSI alignment, training, inference).
 - :class:`FtlConfig` (:mod:`islands.vfl.ftl.config`): every setting, once; the
   estimator and the federation file's ``[ftl]`` section build it.
-- :mod:`islands.vfl.ftl.protocol`: the two roles, encrypted under each party's Paillier
-  key or in the clear, and federated inference.
+- :mod:`islands.vfl.ftl.protocol`: the two roles and federated inference, dispatching
+  on the plan's ``engine``: secret shares with a dealer (:mod:`islands.vfl.ftl.ss`, the
+  default) or each party's homomorphic key (OU, Paillier) or the clear.
 - :mod:`islands.vfl.ftl.maths`: the Taylor losses, gradients and fixed point.
 """
 

@@ -1,7 +1,8 @@
 """Federated transfer learning's settings, declared once for the estimator and ``[ftl]``.
 
 - :class:`FtlConfig`: every protocol setting (the networks, the losses, training, the
-  homomorphic scheme ``he``, the PSI limits and ``psi_engine``).
+  ``engine``: secret sharing with a dealer or the homomorphic scheme ``he``, the PSI
+  limits and ``psi_engine``).
   :class:`~islands.vfl.ftl.FederatedTransferLearner` builds it from its parameters at
   ``fit``; ``islands party`` from the ``[ftl]`` section.
 - :class:`Plan`: what both parties must share to train, made by :meth:`FtlConfig.plan`
@@ -13,9 +14,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from islands.config import ProtocolConfig, setting
+from islands.errors import ValidationError
 from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.psi.config import Engine, engine_setting
 from islands.validation import check_random_state
@@ -23,10 +25,13 @@ from islands.vfl.config import RENAMED
 from islands.vfl.ftl.maths import LOSSES
 from islands.vfl.keys import check_key_floor, insecure_keys_setting, key_bits_setting
 
-__all__ = ["ALIGNMENTS", "RENAMED", "FtlConfig", "FtlSettings", "Plan", "PlanSettings",
-           "draw_seeds"]
+__all__ = ["ALIGNMENTS", "ENGINES", "RENAMED", "FtlConfig", "FtlSettings", "Plan",
+           "PlanSettings", "draw_seeds"]
 
 ALIGNMENTS = ("anchored", "symmetric")
+ENGINES = ("ss", "he")
+DEFAULT_HE = "ou"
+"""The scheme ``he=None`` resolves to under ``engine="he"``: the fastest at the 2048-bit floor."""
 
 Width = Annotated[int, Field(ge=1, le=65536)]
 
@@ -70,17 +75,39 @@ class _Training(ProtocolConfig):
     # weights are int64 in fixed point: |v|·2^f < 2^62
     frac_bits: int = setting(24, "an int in [8, 32]", "Fixed-point fraction bits f.",
                              ge=8, le=32)
-    he: Literal["ou", "paillier", "none"] = setting(
-        "paillier", "'ou', 'paillier' or 'none'",
-        "Homomorphic encryption of each party's key: 'ou' (Okamoto-Uchiyama on HEU, needs "
-        "sf-heu), 'paillier' (islands' DJN Paillier); 'none' sends the same terms in the "
-        "clear: a baseline for measurements only, it protects nothing.")
+    engine: Literal["ss", "he"] = setting(
+        "ss", "'ss' or 'he'",
+        "'ss': secret sharing over an exact ring with a third-party dealer "
+        "(islands.vfl.ftl.ss; the dealer must collude with neither party); 'he': Liu et "
+        "al.'s two-party flow under each party's homomorphic key ('he').")
+    he: Literal["ou", "paillier", "none"] | None = setting(
+        None, "None, 'ou', 'paillier' or 'none'",
+        "With engine='he': the homomorphic scheme of each party's key, 'ou' "
+        "(Okamoto-Uchiyama on HEU, needs sf-heu; what None means), 'paillier' (islands' DJN "
+        "Paillier) or 'none' (the same terms in the clear: a baseline for measurements "
+        "only, it protects nothing). With engine='ss': None.")
     insecure_keys: bool = insecure_keys_setting()
     key_bits: int = key_bits_setting(
         "Size of each party's modulus (under OU the approximate bits of n = p²q); each "
-        "party refuses a shorter key from the other.")
+        "party refuses a shorter key from the other. Unused under engine='ss'.")
     djn: bool = setting(True, "a bool", "With he='paillier': DJN fixed-base encryption "
                         "(faster); False for textbook Paillier.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_he(cls, data: Any) -> Any:
+        """Under engine='he', he=None means :data:`DEFAULT_HE`."""
+        if isinstance(data, dict) and data.get("engine") == "he" and data.get("he") is None:
+            return {**data, "he": DEFAULT_HE}
+        return data
+
+    @model_validator(mode="after")
+    def _he_needs_its_engine(self) -> _Training:
+        if self.engine == "ss" and self.he is not None:
+            raise ValidationError(
+                f"he={self.he!r} applies to engine='he'; engine='ss' (the default) "
+                "uses no homomorphic key: set engine='he' to use it, or leave he unset")
+        return self
 
     @field_validator("key_bits")
     @classmethod
@@ -170,7 +197,8 @@ class Plan:
     seed: int = 0
     tol: float | None = _default("tol")
     frac_bits: int = _default("frac_bits")
-    he: str = _default("he")
+    engine: str = _default("engine")
+    he: str | None = _default("he")
     insecure_keys: bool = _default("insecure_keys")
     key_bits: int = _default("key_bits")
     djn: bool = _default("djn")

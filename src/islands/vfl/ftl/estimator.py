@@ -1,12 +1,14 @@
 """``FederatedTransferLearner``: the user API of federated transfer learning.
 
-``fit(X_a, X_b, y_b, ids_a, ids_b)`` simulates both parties in this process: private set
+``fit(X_a, X_b, y_b, ids_a, ids_b)`` simulates the parties in this process: private set
 intersection (:func:`islands.psi.align`, on ``psi_engine``) finds the shared rows, then
 B (labels) and A run the roles of :mod:`islands.vfl.ftl.protocol` in threads, every
-message encoded to bytes. ``predict_proba(X_a)`` runs federated inference: A's rows are
-scored against B's class directions under B's key. In a deployment each organisation
-runs only its own role and keeps only its own network; the estimator holds both because
-it plays both parties.
+message encoded to bytes; under ``engine="ss"`` (the default) a third role, the dealer
+"D" of :mod:`islands.vfl.ftl.ss`, runs beside them. ``predict_proba(X_a)`` runs
+federated inference: A's rows are scored against B's class directions (a commodity
+product with D, or under B's key). In a deployment each organisation runs only its own
+role and keeps only its own network; the estimator holds both because it plays every
+party.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from islands.psi.config import DEFAULT_ENGINE
 from islands.psi.spu_engine import spu_python
 from islands.runtime import Transcript, run_local
 from islands.validation import check_array, unique_labels
-from islands.vfl.ftl import maths
+from islands.vfl.ftl import maths, ss
 from islands.vfl.ftl.config import RENAMED, FtlConfig, Plan, draw_seeds
 from islands.vfl.ftl.protocol import (
     SourceModel,
@@ -66,9 +68,14 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
     labelled rows, A unlabelled rows with other features, and a few rows are held by
     both. Each party trains a network into a common ``dim``-dimensional space; B's
     labelled representations give one direction per class, Φ; A's rows are scored by
-    Φ·Net_A(x). Training exchanges the gradient terms under each party's Paillier key
-    with one-time pads (:mod:`islands.vfl.ftl.protocol`, which also lists what each
-    party learns).
+    Φ·Net_A(x). By default (``engine="ss"``) every product of A's and B's terms is
+    secret-shared over an exact ring with correlated randomness from a dealer
+    (:mod:`islands.vfl.ftl.ss`): two round trips per batch, the same integers as the HE
+    flow. This estimator plays the dealer "D" in-process; a deployment needs a third
+    organisation as the dealer, one that colludes with neither party (``[ftl] dealer``).
+    ``engine="he"`` runs Liu et al.'s two-party flow instead, each party's gradient terms
+    under the other's homomorphic key with one-time pads
+    (:mod:`islands.vfl.ftl.protocol`, which also lists what each party learns).
 
     The protocol's settings are :class:`~islands.vfl.ftl.config.FtlConfig`'s (the
     federation file's ``[ftl]`` section takes the same ones); ``classes``, ``timeout``,
@@ -98,20 +105,27 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
     tol
         Stop when an epoch's loss improves by less than ``tol`` (relative); None: run
         every epoch.
+    engine
+        ``"ss"`` (default): secret sharing with a dealer (:mod:`islands.vfl.ftl.ss`),
+        which adds the assumption that the dealer colludes with neither party; ``"he"``:
+        the two-party homomorphic flow, which needs no third party.
     he
-        The homomorphic scheme of each party's key: ``"paillier"`` (default, islands'
-        DJN Paillier), ``"ou"`` (Okamoto–Uchiyama on HEU, needs ``sf-heu``; about ten
-        times faster, see ``docs/vfl.md``) or ``"none"``: the same terms in the clear, as
-        the baseline for measurements only. (``encryption`` was its old name.)
+        With ``engine="he"``, the homomorphic scheme of each party's key: ``"ou"`` (what
+        None means: Okamoto–Uchiyama on HEU, needs ``sf-heu``), ``"paillier"`` (islands'
+        DJN Paillier, about five times slower) or ``"none"``: the same terms in the
+        clear, as the baseline for measurements only. With ``engine="ss"`` it must stay
+        None. (``encryption`` was its old name.)
     key_bits, djn
         Modulus size of each party's key (a multiple of 256 in [2048, 16384]; under OU
         the approximate bits of n = p²q); DJN fixed-base encryption (Paillier only).
+        Unused under ``engine="ss"``.
     insecure_keys
         Allow ``key_bits`` from 1024 to 1792: insecure, for tests and quick reproductions
         only; ``fit`` warns (:class:`~islands.vfl.keys.InsecureKeyWarning`) and ``plan_``
         records it (:mod:`islands.vfl.keys`).
     frac_bits
-        Fixed-point fraction bits; encrypted and clear training agree to about 2^-frac_bits.
+        Fixed-point fraction bits; the SS and encrypted runs compute the same integers,
+        and agree with the clear run (``he="none"``) to about 2^-frac_bits.
     classes
         The classes to expect (None: those of ``y_b``); a listed class with no
         labelled row is an error.
@@ -148,8 +162,8 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
     epoch_seconds_ : list of float
         Wall time of every epoch.
     timing_ : dict
-        Each party's :class:`~islands.vfl.protocol.Clock` (homomorphic work, plain
-        compute, messaging).
+        Each data party's :class:`~islands.vfl.protocol.Clock` (homomorphic or ring work
+        in ``he``, plain compute, messaging).
     net_a_ : torch.nn.Module
         A's network (what A keeps).
     phi_ : ndarray
@@ -159,7 +173,7 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
 
     Examples
     --------
-    >>> ftl = FederatedTransferLearner(he="none", epochs=5)  # doctest: +SKIP
+    >>> ftl = FederatedTransferLearner(epochs=5)  # doctest: +SKIP
     >>> ftl.fit(X_a, X_b, y_b, ids_a, ids_b).predict(X_a_new)        # doctest: +SKIP
     """
 
@@ -179,7 +193,8 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
         learning_rate: float = 1e-3,
         weight_decay: float = 1e-4,
         tol: float | None = None,
-        he: str = "paillier",
+        engine: str = "ss",
+        he: str | None = None,
         key_bits: int = paillier.DEFAULT_KEY_BITS,
         insecure_keys: bool = False,
         djn: bool = True,
@@ -207,6 +222,7 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
         self.learning_rate = learning_rate
         self.weight_decay = weight_decay
         self.tol = tol
+        self.engine = engine
         self.he = he
         self.key_bits = key_bits
         self.insecure_keys = insecure_keys
@@ -231,7 +247,9 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
     def _plan(self) -> tuple[FtlConfig, Plan, tuple[int, int]]:
         """Return the settings, the shared plan and each party's private weights seed."""
         config = self._config()
-        warn_insecure_keys(config.he, config.key_bits, OWNER, stacklevel=4)
+        if config.engine == "he":
+            assert config.he is not None
+            warn_insecure_keys(config.he, config.key_bits, OWNER, stacklevel=4)
         self._run_settings()
         seed_a, seed_b, seed = draw_seeds(self.random_state)
         return config, config.plan(seed), (seed_a, seed_b)
@@ -308,12 +326,16 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
             if self.verbose:
                 print(f"epoch {epoch}/{epochs}: loss {value:.6f}", flush=True)
 
+        dealer = "D" if plan.engine == "ss" else None
         roles: dict[str, Any] = {
-            "A": partial(target, X=x_a[overlap_a], peer="B", plan=plan, init_seed=seeds[0]),
+            "A": partial(target, X=x_a[overlap_a], peer="B", plan=plan, init_seed=seeds[0],
+                         dealer=dealer),
             "B": partial(source, X=x_b, labels=codes, overlap=overlap_b,
                          n_classes=classes.size, peer="A", plan=plan, progress=progress,
-                         init_seed=seeds[1]),
+                         init_seed=seeds[1], dealer=dealer),
         }
+        if dealer is not None:
+            roles[dealer] = partial(ss.dealer, target="A", source="B", plan=plan)
         run = run_local(roles, timeout=float(self.timeout), blas_threads=None)
         model_a: TargetModel = run.results["A"]
         model_b: SourceModel = run.results["B"]
@@ -345,22 +367,27 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
                                "call fit(X_a, X_b, y_b, ids_a, ids_b) first.")
 
     def _scores(self, X_a: ArrayLike) -> Array:
-        """Return Φ·Net_A(x) (n × K) for A's rows, by federated inference under B's key."""
+        """Return Φ·Net_A(x) (n × K) for A's rows, by federated inference."""
         self._check_fitted()
         x = _matrix(X_a, "X_a")
         if x.shape[1] != self.n_features_a_:
             raise ValidationError(f"X_a must have {self.n_features_a_} features, as in fit; "
                                   f"got {x.shape[1]}")
+        dealer = "D" if self.plan_.engine == "ss" else None
         roles: dict[str, Any] = {
-            "A": partial(infer_target, net=self.net_a_, X=x, peer="B", plan=self.plan_),
-            "B": partial(infer_source, phi=self.phi_, peer="A", plan=self.plan_)}
+            "A": partial(infer_target, net=self.net_a_, X=x, peer="B", plan=self.plan_,
+                         dealer=dealer),
+            "B": partial(infer_source, phi=self.phi_, peer="A", plan=self.plan_,
+                         dealer=dealer)}
+        if dealer is not None:
+            roles[dealer] = partial(ss.infer_dealer, target="A", source="B", plan=self.plan_)
         run = run_local(roles, timeout=float(self.timeout), blas_threads=None)
         self.inference_transcript_ = run.transcript
         scores: Array = run.results["A"]
         return scores
 
     def decision_function(self, X_a: ArrayLike) -> Array:
-        """Scores Φ·Net_A(x) for A's rows, by federated inference under B's key.
+        """Scores Φ·Net_A(x) for A's rows, by federated inference (SS or under B's key).
 
         Shape (n,) for the paper's binary logistic loss (one score), else (n, K).
         """

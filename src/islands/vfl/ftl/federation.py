@@ -11,10 +11,15 @@ of one run, each a call of the role functions the estimator uses:
    :func:`~islands.vfl.ftl.protocol.source` on the overlap rows, in PSI's agreed order.
 3. **Inference**: the source B sends its class labels (``classes``), then A's chosen rows
    are scored by :func:`~islands.vfl.ftl.protocol.infer_target` against B's class
-   directions under B's key (:func:`~islands.vfl.ftl.protocol.infer_source`).
+   directions (:func:`~islands.vfl.ftl.protocol.infer_source`): a commodity product
+   with the dealer under ``engine="ss"``, under B's key under ``engine="he"``.
+
+Under ``engine="ss"`` a third party, the dealer D (:func:`dealer_party`), deals the
+correlated randomness of training and inference (:mod:`islands.vfl.ftl.ss`); it takes
+no part in PSI and holds no data.
 
 What each party learns beyond what those stages document: A learns B's class labels
-(what its predictions are worth nothing without) and B the number of rows A scores.
+(what its predictions are worth nothing without), B and D the number of rows A scores.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.psi.config import DEFAULT_ENGINE, Engine
 from islands.psi.protocol import initiator, responder
 from islands.runtime import Party
+from islands.vfl.ftl import ss
 from islands.vfl.ftl.config import Plan
 from islands.vfl.ftl.maths import TaylorLoss
 from islands.vfl.ftl.protocol import (
@@ -43,7 +49,8 @@ from islands.vfl.ftl.protocol import (
     target,
 )
 
-__all__ = ["SourceOutcome", "TargetOutcome", "source_party", "target_party"]
+__all__ = ["DealerOutcome", "SourceOutcome", "TargetOutcome", "dealer_party", "source_party",
+           "target_party"]
 
 
 
@@ -86,6 +93,14 @@ class SourceOutcome:
     scored: int
 
 
+@dataclass
+class DealerOutcome:
+    """What D ends with: what it saw in training and in inference (sizes only)."""
+
+    training: ss.DealerRecord
+    inference: ss.DealerRecord
+
+
 def _classes(value: Any, peer: str, party: Party) -> Array:
     classes = np.asarray(value)
     if (classes.ndim != 1 or classes.size < 2 or classes.dtype.kind not in "iuf"
@@ -101,7 +116,7 @@ def target_party(party: Party, X: Any, ids: Sequence[Any], *, peer: str, plan: P
                  max_peer_size: int | None = None,
                  max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
                  psi_engine: Engine = DEFAULT_ENGINE, spu: tuple[str, str] | None = None,
-                 workers: int | None = None) -> TargetOutcome:
+                 workers: int | None = None, dealer: str | None = None) -> TargetOutcome:
     """Play A (no labels): align with B, train, then score ``rows`` of X by inference.
 
     Parameters
@@ -123,16 +138,19 @@ def target_party(party: Party, X: Any, ids: Sequence[Any], *, peer: str, plan: P
     psi_engine, spu
         PSI's engine and, for ``"spu"``, the SPU addresses of A (the initiator) and B
         (:func:`islands.psi.initiator`'s ``engine`` and ``spu``).
+    dealer
+        D's name (``engine="ss"``).
     """
     x = np.asarray(X, dtype=np.float64)
     pair = initiator(party, peer=peer, ids=list(ids), workers=workers,
                      max_peer_size=max_peer_size, max_peer_ratio=max_peer_ratio,
                      engine=psi_engine, spu=spu)
-    model = target(party, X=x[pair.rows], peer=peer, plan=plan, init_seed=init_seed)
+    model = target(party, X=x[pair.rows], peer=peer, plan=plan, init_seed=init_seed,
+                   dealer=dealer)
     classes = _classes(party.recv(peer, "classes"), peer, party)
     chosen = (np.arange(x.shape[0], dtype=np.int64) if rows is None
               else np.asarray(rows, dtype=np.int64))
-    scores = infer_target(party, model.net, x[chosen], peer=peer, plan=plan)
+    scores = infer_target(party, model.net, x[chosen], peer=peer, plan=plan, dealer=dealer)
     loss = TaylorLoss(plan.loss, classes.size)
     if scores.shape != (chosen.size, loss.scores):
         raise ProtocolError(f"party {peer!r} holds {scores.shape[1]} class directions for "
@@ -145,7 +163,7 @@ def source_party(party: Party, X: Any, labels: Any, ids: Sequence[Any], *, peer:
                  max_peer_size: int | None = None,
                  max_peer_ratio: float | None = DEFAULT_MAX_PEER_RATIO,
                  psi_engine: Engine = DEFAULT_ENGINE, spu: tuple[str, str] | None = None,
-                 workers: int | None = None) -> SourceOutcome:
+                 workers: int | None = None, dealer: str | None = None) -> SourceOutcome:
     """Play B (labels): align with A, train, then serve A's inference.
 
     Parameters
@@ -158,7 +176,7 @@ def source_party(party: Party, X: Any, labels: Any, ids: Sequence[Any], *, peer:
         The IDs of X's rows.
     classes
         The K class labels (numbers, ascending) the codes stand for; A gets them.
-    init_seed, max_peer_size, max_peer_ratio, psi_engine, spu, workers
+    init_seed, max_peer_size, max_peer_ratio, psi_engine, spu, workers, dealer
         As for :func:`target_party`.
     """
     x = np.asarray(X, dtype=np.float64)
@@ -167,7 +185,18 @@ def source_party(party: Party, X: Any, labels: Any, ids: Sequence[Any], *, peer:
                      max_peer_size=max_peer_size, max_peer_ratio=max_peer_ratio,
                      engine=psi_engine, spu=spu)
     model = source(party, X=x, labels=labels, overlap=pair.rows, n_classes=names.size,
-                   peer=peer, plan=plan, init_seed=init_seed)
+                   peer=peer, plan=plan, init_seed=init_seed, dealer=dealer)
     party.send(peer, "classes", names)
-    scored = infer_source(party, model.phi, peer=peer, plan=plan)
+    scored = infer_source(party, model.phi, peer=peer, plan=plan, dealer=dealer)
     return SourceOutcome(model, list(pair.ids), scored)
+
+
+def dealer_party(party: Party, *, target: str, source: str, plan: Plan) -> DealerOutcome:
+    """Play D (``engine="ss"``): deal training's randomness, then inference's.
+
+    D holds no data and sees only the seeds, the plan, the overlap and scored row counts
+    and K (:mod:`islands.vfl.ftl.ss`).
+    """
+    training = ss.dealer(party, target=target, source=source, plan=plan)
+    inference = ss.infer_dealer(party, target=target, source=source, plan=plan)
+    return DealerOutcome(training, inference)

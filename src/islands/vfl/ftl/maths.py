@@ -75,6 +75,7 @@ __all__ = [
     "batch_loss",
     "decode",
     "encode",
+    "encode_array",
     "phi_gradient",
     "prototypes",
     "target_terms",
@@ -198,25 +199,40 @@ def batch_loss(loss: TaylorLoss, phi: Array, t: Array, u_a: Array, u_b: Array, *
                   + gamma * np.sum((u_a - u_b) ** 2)) / b)
 
 
-def encode(values: ArrayLike, frac_bits: int, what: str, owner: str) -> list[int]:
-    """Round to multiples of 2^-frac_bits and return the integer numerators.
+def encode_array(values: ArrayLike, frac_bits: int, what: str, owner: str) -> Array:
+    """Round to multiples of 2^-frac_bits; return the numerators as exact integral floats.
 
-    Python ints, so that numerators at scale 2^(2·frac_bits) are exact too.
+    The one rounding of every FTL engine: :func:`encode` (Python ints, for the HE flows)
+    and the secret-sharing engine's ring encoding (:mod:`islands.vfl.ftl.ss`) both read
+    it, so they carry the same integers. The shape is kept.
 
     Raises
     ------
     ValidationError
         If a value is not finite or above :data:`MAX_ABS_VALUE` (training diverged).
     """
-    arr = np.asarray(values, dtype=np.float64).ravel()
+    arr = np.asarray(values, dtype=np.float64)
 
     def diverged(_index: int, _value: float) -> ValidationError:
         return ValidationError(f"{owner}: {what} is not finite or above 2^30 in magnitude; "
                                "training has diverged (lower the learning rate)")
 
     # floats, not int64: at scale 2^(2f) the numerators can pass 2^63, and each is exact
-    scaled = round_scaled(arr, frac_bits, bound=MAX_ABS_VALUE, fail=diverged)
-    return [int(v) for v in scaled]
+    return round_scaled(arr, frac_bits, bound=MAX_ABS_VALUE, fail=diverged)
+
+
+def encode(values: ArrayLike, frac_bits: int, what: str, owner: str) -> list[int]:
+    """Round to multiples of 2^-frac_bits and return the integer numerators.
+
+    Python ints, so that numerators at scale 2^(2·frac_bits) are exact too
+    (:func:`encode_array`).
+
+    Raises
+    ------
+    ValidationError
+        If a value is not finite or above :data:`MAX_ABS_VALUE` (training diverged).
+    """
+    return [int(v) for v in encode_array(values, frac_bits, what, owner).ravel()]
 
 
 def value_bits(terms: int, frac_bits: int) -> int:

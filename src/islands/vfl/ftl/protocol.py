@@ -98,7 +98,7 @@ from islands.crypto.paillier_ops import VectorCipher, decrypt_many, modular_unma
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
 from islands.vfl import maths as vfl_maths
-from islands.vfl.ftl import maths
+from islands.vfl.ftl import maths, ss
 from islands.vfl.ftl.config import ALIGNMENTS, Plan
 from islands.vfl.ftl.maths import TaylorLoss
 from islands.vfl.keys import min_peer_key_bits
@@ -240,8 +240,9 @@ class _Keys:
     """One party's key pair and ciphers for its own and its peer's public key."""
 
     def __init__(self, plan: Plan, party: str) -> None:
-        self.he = plan.he
-        self.plain = plan.he == "none"
+        self.he = plan.he or "none"
+        # engine="ss" (:mod:`islands.vfl.ftl.ss`) uses no key either
+        self.plain = plan.he == "none" or plan.engine == "ss"
         self.djn = plan.djn
         self.min_peer_bits = min_peer_key_bits(plan.key_bits, plan.insecure_keys)
         self.mine: Cipher | None = None
@@ -271,7 +272,7 @@ class _Keys:
         if self.plain:
             if hello.public_key is not None:
                 raise ValidationError(f"party {me!r}: peer {peer!r} encrypts but this party "
-                                      "runs in the clear")
+                                      "runs without a key (engine='ss' or he='none')")
             return
         self.peer = _peer_cipher(hello, peer, me, self.he, self.min_peer_bits, self.djn)
         if isinstance(self.peer, heu.OuCipher):
@@ -444,6 +445,20 @@ def _batches(rows: int, plan: Plan, epoch: int, scores: int) -> list[IntArray]:
     return vfl_maths.batch_plan(rows, plan.batch_size, epoch, plan.seed, min_rows=scores + 1)
 
 
+def _check_dealer(plan: Plan, dealer: str | None, me: str, peer: str) -> None:
+    """engine="ss" needs a dealer, a third party; engine="he" none."""
+    if plan.engine == "ss":
+        if dealer is None:
+            raise ValidationError(f"party {me!r}: engine='ss' needs a dealer: name a dealer "
+                                  "that colludes with neither party, or set engine='he'")
+        if dealer in (me, peer):
+            raise ValidationError(f"party {me!r}: the dealer {dealer!r} must be a third "
+                                  f"party, neither {me!r} nor {peer!r}")
+    elif dealer is not None:
+        raise ValidationError(f"party {me!r}: a dealer ({dealer!r}) serves engine='ss' only; "
+                              f"the plan says engine={plan.engine!r}")
+
+
 def check_rows(rows: int, plan: Plan, scores: int, owner: str) -> None:
     """Refuse overlaps or batches of at most K rows (see :func:`_batches`)."""
     if rows <= scores or plan.batch_size <= scores:
@@ -463,7 +478,7 @@ def _improved(losses: list[float], tol: float | None) -> bool:
 
 # ------------------------------------------------------------------ roles
 def target(party: Party, X: Any, *, peer: str = "B", plan: Plan,
-           init_seed: int | None = None) -> TargetModel:
+           init_seed: int | None = None, dealer: str | None = None) -> TargetModel:
     """Play A, the target party: features of the overlap rows, no labels.
 
     Parameters
@@ -479,6 +494,8 @@ def target(party: Party, X: Any, *, peer: str = "B", plan: Plan,
         The shared :class:`Plan`.
     init_seed
         A's private seed for its initial weights (None: fresh random bits).
+    dealer
+        D's name, needed by ``engine="ss"`` (:mod:`islands.vfl.ftl.ss`).
 
     Returns
     -------
@@ -488,6 +505,7 @@ def target(party: Party, X: Any, *, peer: str = "B", plan: Plan,
     x = np.asarray(X, dtype=np.float64)
     if x.ndim != 2 or not np.all(np.isfinite(x)):
         raise ValidationError(f"party {party.name!r}: X must be a finite 2-D array")
+    _check_dealer(plan, dealer, party.name, peer)
     clock = Clock()
     keys = _Keys(plan, party.name)
     hello = _hello(party, peer, Hello(x.shape[0], x.shape[1], plan.text(), keys.public_key,
@@ -498,6 +516,8 @@ def target(party: Party, X: Any, *, peer: str = "B", plan: Plan,
         raise ProtocolError(f"peer {peer!r} announced {k!r} scores", party=party.name,
                             step="hello")
     check_rows(x.shape[0], plan, k, f"party {party.name!r}")
+    session = None if dealer is None else ss.TargetSession(party, peer, dealer, plan,
+                                                           x.shape[0], k, clock)
     net = make_net(x.shape[1], plan, init_seed)
     opt = _optimizer(net, plan)
     d = plan.dim
@@ -505,12 +525,16 @@ def target(party: Party, X: Any, *, peer: str = "B", plan: Plan,
     losses: list[float] = []
     epoch = 0
     for epoch in range(plan.epochs):
-        for rows in _batches(x.shape[0], plan, epoch, k):
+        if session is not None:
+            session.start_epoch(epoch)
+        for index, rows in enumerate(_batches(x.shape[0], plan, epoch, k)):
             b = rows.size
             with clock.timing("compute"):
                 u_t = net(xt[rows])
                 u = u_t.detach().numpy().astype(np.float64)
-            if keys.plain:
+            if session is not None:
+                g = session.step(u, epoch, index)
+            elif keys.plain:
                 with clock.timing("messaging"):
                     party.send(peer, "reps", Pair(u, u.T @ u))
                     terms = party.recv(peer, "terms")
@@ -596,7 +620,7 @@ def _room(plan: Plan, rows: int, scores: int) -> int:
 
 def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
            peer: str = "A", plan: Plan, progress: Any = None,
-           init_seed: int | None = None) -> SourceModel:
+           init_seed: int | None = None, dealer: str | None = None) -> SourceModel:
     """Play B, the source party: features and labels of all its rows.
 
     Parameters
@@ -620,6 +644,9 @@ def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
     init_seed
         B's private seed for its initial weights and pre-training order (None: fresh
         random bits).
+    dealer
+        D's name, needed by ``engine="ss"`` (:mod:`islands.vfl.ftl.ss`); D must collude
+        with neither party.
 
     Returns
     -------
@@ -646,6 +673,7 @@ def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
         raise ValidationError(f"{owner}: overlap must index distinct rows of X")
     loss = TaylorLoss(plan.loss, n_classes)
     check_rows(rows_o.size, plan, loss.scores, owner)
+    _check_dealer(plan, dealer, party.name, peer)
     m = loss.curvature()
     w_all = maths.prototypes(loss, y)
     t_all = loss.targets(y)
@@ -669,12 +697,17 @@ def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
                                       keys.djn_base, loss.scores), clock)
     keys.attach_peer(hello, peer, party.name, _room(plan, rows_o.size, loss.scores))
     d, k = plan.dim, loss.scores
+    session = None if dealer is None else ss.SourceSession(party, peer, dealer, plan,
+                                                           rows_o.size, k, clock)
     epoch_losses: list[float] = []
     batch_losses: list[float] = []
     epoch, converged = 0, False
     for epoch in range(plan.epochs):
         start = len(batch_losses)
-        for rows in _batches(rows_o.size, plan, epoch, k):
+        batches = _batches(rows_o.size, plan, epoch, k)
+        if session is not None:
+            session.start_epoch(epoch, len(batches))
+        for index, rows in enumerate(batches):
             b = rows.size
             idx = rows_o[rows]
             with clock.timing("compute"):
@@ -687,7 +720,9 @@ def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
                 p_tilde = plan.alpha * p - 2 * plan.gamma * u_b
                 q_tilde = plan.alpha * q
             u_a: Array | None
-            if keys.plain:
+            if session is not None:
+                g, u_a, fed = session.step(p_tilde, q_tilde, phi, t, m, u_b, c0, epoch, index)
+            elif keys.plain:
                 with clock.timing("messaging"):
                     party.send(peer, "terms", Pair(p_tilde, q_tilde))
                     reps = party.recv(peer, "reps")
@@ -716,6 +751,8 @@ def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
         converged = not _improved(epoch_losses, plan.tol)
         with clock.timing("messaging"):
             party.send(peer, "status", Status(epoch, epoch_losses[-1], go_on))
+        if session is not None:
+            session.end_epoch(epoch, go_on)
         if progress is not None:
             progress(epoch + 1, plan.epochs, epoch_losses[-1])
         if not go_on:
@@ -813,13 +850,17 @@ def _source_encrypted(party: Party, peer: str, keys: _Keys, clock: Clock, p_tild
 
 
 # ------------------------------------------------------------------ inference
-def infer_source(party: Party, phi: Any, *, peer: str = "A", plan: Plan) -> int:
+def infer_source(party: Party, phi: Any, *, peer: str = "A", plan: Plan,
+                 dealer: str | None = None) -> int:
     """B's side of inference: send ⟦Φ⟧_B, decrypt A's masked scores; returns rows served.
 
     A learns Φu for its rows; after d rows with independent representations it could
-    solve for Φ (see the module docstring). B learns nothing about A's rows.
+    solve for Φ (see the module docstring). B learns nothing about A's rows. Under
+    ``engine="ss"`` the scores are one commodity product with ``dealer``
+    (:func:`islands.vfl.ftl.ss.infer_source`).
     """
     plan = check_plan(plan, f"party {party.name!r}")
+    _check_dealer(plan, dealer, party.name, peer)
     phi_arr = np.asarray(phi, dtype=np.float64)
     k, d = phi_arr.shape
     keys = _Keys(plan, party.name)
@@ -828,6 +869,9 @@ def infer_source(party: Party, phi: Any, *, peer: str = "A", plan: Plan) -> int:
     hello = party.recv(peer, "hello")
     _check_hello(party, peer, hello, with_key.plan)
     rows = hello.rows
+    if dealer is not None:
+        ss.infer_source(party, phi_arr, peer=peer, dealer=dealer, plan=plan, rows=rows)
+        return int(rows)
     if keys.plain:
         party.send(peer, "phi", phi_arr)
         return int(rows)
@@ -845,11 +889,17 @@ def infer_source(party: Party, phi: Any, *, peer: str = "A", plan: Plan) -> int:
     return int(rows)
 
 
-def infer_target(party: Party, net: Any, X: Any, *, peer: str = "B", plan: Plan) -> Array:
-    """A's side of inference: the scores Φu (rows × K) for its rows ``X``."""
+def infer_target(party: Party, net: Any, X: Any, *, peer: str = "B", plan: Plan,
+                 dealer: str | None = None) -> Array:
+    """A's side of inference: the scores Φu (rows × K) for its rows ``X``.
+
+    Under ``engine="ss"``, one commodity product with ``dealer``
+    (:func:`islands.vfl.ftl.ss.infer_target`).
+    """
     import torch
 
     plan = check_plan(plan, f"party {party.name!r}")
+    _check_dealer(plan, dealer, party.name, peer)
     x = np.asarray(X, dtype=np.float64)
     with torch.no_grad():
         u = net(_tensor(x)).numpy().astype(np.float64)
@@ -857,10 +907,13 @@ def infer_target(party: Party, net: Any, X: Any, *, peer: str = "B", plan: Plan)
     hello = party.recv(peer, "hello")
     _check_hello(party, peer, hello, plan.text())
     k, d, f = hello.scores, plan.dim, plan.frac_bits
+    if dealer is not None:
+        return ss.infer_target(party, u, peer=peer, dealer=dealer, plan=plan, scores=k)
     if plan.he == "none":
         phi = _array(party.recv(peer, "phi"), (k, d), "phi", party.name)
         return np.asarray(u @ phi.T)
     # A needs no key of its own here
+    assert plan.he is not None  # engine="he": check_plan resolved it
     theirs = _peer_cipher(hello, peer, party.name, plan.he,
                           min_peer_key_bits(plan.key_bits, plan.insecure_keys), plan.djn)
     bits = _target_bits(plan)

@@ -1,28 +1,33 @@
 """Federated transfer learning as ``islands party`` runs it: PSI, training, inference.
 
-Two parties. The federation file's ``[ftl]`` section names the ``source`` party (the one
-with labels; the other is the target) and holds :class:`~islands.vfl.ftl.config.FtlConfig`'s
-settings and ``seed`` (the public batch order, default 0)::
+Two data parties, and under ``engine = "ss"`` (the default) a third, the dealer. The
+federation file's ``[ftl]`` section names the ``source`` party (the one with labels; the
+other data party is the target), the ``dealer`` (``engine = "ss"``: a third organisation
+that colludes with neither data party; it holds no data and deals correlated randomness,
+:mod:`islands.vfl.ftl.ss`) and holds :class:`~islands.vfl.ftl.config.FtlConfig`'s settings
+and ``seed`` (the public batch order, default 0)::
 
     [ftl]
     source = "bank"
+    dealer = "notary"  # engine = "ss" (the default): the dealer, a third party
     dim = 16
     hidden = [32]
     epochs = 20
-    he = "paillier"    # or "ou" (Okamoto-Uchiyama on HEU), "none" (in the clear)
-    key_bits = 2048
+    # engine = "he"    # Liu et al.'s two-party flow instead (no dealer), with:
+    # he = "ou"        # or "paillier", "none" (in the clear); and key_bits = 2048
     # psi_engine = "spu"   # SecretFlow SPU's RR22 for the PSI (`make spu`), with:
-    # [ftl.spu]            # each party's SPU address, where its SPU listens
+    # [ftl.spu]            # each data party's SPU address, where its SPU listens
     # bank = "10.0.0.1:9447"
     # shop = "10.0.0.2:9447"
 
-Each party's file gives ``data`` (its features, standardised, one row per ID) and ``ids``
+Each data party's file gives ``data`` (its features, standardised, one row per ID) and ``ids``
 (one ID per line); the source gives its labels in ``labels`` or as the last column of
 ``data``; the target may give ``predict``, the IDs of its rows to score (default: every
 row). The run is :mod:`islands.vfl.ftl.federation`: PSI on the ID files, training on the
 shared rows, then the target's rows scored by federated inference. The target writes
 ``predictions.csv`` (``id``, ``label`` and one probability column per class), both write
-``result.json`` and ``aligned-ids.txt``, the source its class directions ``phi.npy``.
+``result.json`` and ``aligned-ids.txt``, the source its class directions ``phi.npy``. The
+dealer's file names no data; it writes ``result.json`` with the sizes it saw.
 
 Each party draws its network's initial weights from its CSPRNG. ``random_state`` (an int,
 instead of ``seed``) derives the public seed and both parties' initial weights as
@@ -61,7 +66,14 @@ from islands.validation import check_array
 from islands.vfl.config import describe_he
 from islands.vfl.ftl import maths
 from islands.vfl.ftl.config import RENAMED, FtlSettings, Plan, draw_seeds
-from islands.vfl.ftl.federation import SourceOutcome, TargetOutcome, source_party, target_party
+from islands.vfl.ftl.federation import (
+    DealerOutcome,
+    SourceOutcome,
+    TargetOutcome,
+    dealer_party,
+    source_party,
+    target_party,
+)
 from islands.vfl.keys import party_security
 
 __all__ = ["SPEC"]
@@ -73,6 +85,8 @@ class _Federated:
     target: str
     config: FtlSettings
     init_seeds: Mapping[str, int | None]
+    dealer: str | None = None
+    """The dealer (``engine = "ss"``)."""
     spu: tuple[str, str] | None = None
     """The target's and the source's SPU addresses (``psi_engine = "spu"``)."""
 
@@ -82,7 +96,9 @@ class _Federated:
 
     @property
     def scheme(self) -> str:
-        """The homomorphic scheme in words (``he``, ``key_bits``, ``djn``)."""
+        """The engine in words (the dealer, or ``he``, ``key_bits``, ``djn``)."""
+        if self.config.he is None:
+            return f"secret sharing with dealer {self.dealer!r}"
         return describe_he(self.config.he, self.config.key_bits, self.config.djn)
 
     @property
@@ -92,6 +108,8 @@ class _Federated:
 
     def security(self, party: str) -> dict[str, str]:
         """Warn below the key floor; return what the party's result records then."""
+        if self.config.he is None:  # engine="ss": no key
+            return {}
         return party_security(self.config.he, self.config.key_bits, party)
 
     def limits(self) -> dict[str, Any]:
@@ -102,14 +120,31 @@ class _Federated:
 
 def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) -> _Federated:
     check_section(options, where,
-                  {"source", "random_state", "spu", *FtlSettings.model_fields},
+                  {"source", "dealer", "random_state", "spu", *FtlSettings.model_fields},
                   renamed=RENAMED)
-    if len(parties) != 2:
-        raise JobError(f"{where}: federated transfer learning runs between exactly two "
-                       f"parties; [parties] names {len(parties)}")
+    table = {k: v for k, v in options.items()
+             if k not in ("source", "dealer", "random_state", "spu")}
+    engine = FtlSettings.from_table(table, where).engine  # every setting checked first
+    dealer = None
+    if engine == "ss":
+        if "dealer" not in options:
+            raise JobError(f"{where}: engine = 'ss' (the default) needs a third party to deal "
+                           "its correlated randomness: name a dealer that colludes with "
+                           "neither party (dealer = \"<party>\"), or set engine = 'he'")
+        dealer = party_key(options, "dealer", parties, where)
+    elif "dealer" in options:
+        raise JobError(f"{where}: 'dealer' applies only with engine = 'ss'; engine = 'he' is "
+                       "the two-party flow")
+    data_parties = [p for p in parties if p != dealer]
+    if len(data_parties) != 2:
+        raise JobError(f"{where}: federated transfer learning runs between exactly two data "
+                       f"parties{' and the dealer' if dealer else ''}; [parties] names "
+                       f"{len(parties)}")
     src = party_key(options, "source", parties, where)
-    tgt = next(p for p in parties if p != src)
-    table = {k: v for k, v in options.items() if k not in ("source", "random_state", "spu")}
+    if src == dealer:
+        raise JobError(f"{where}: the dealer {dealer!r} cannot be the source: it must "
+                       "collude with neither data party")
+    tgt = next(p for p in data_parties if p != src)
     seeds: dict[str, int | None] = {src: None, tgt: None}
     if "random_state" in options:
         state = options["random_state"]
@@ -124,14 +159,15 @@ def _settings(options: Mapping[str, Any], where: str, parties: tuple[str, ...]) 
     if config.psi_engine != "spu":
         if "spu" in options:
             raise JobError(f"{where}: [ftl.spu] applies only with psi_engine = 'spu'")
-        return _Federated(src, tgt, config, seeds)
+        return _Federated(src, tgt, config, seeds, dealer)
     hosts = spu_addresses(options.get("spu"), [src, tgt], where, "ftl.spu",
                           "psi_engine = 'spu'")
-    return _Federated(src, tgt, config, seeds, (hosts[tgt], hosts[src]))
+    return _Federated(src, tgt, config, seeds, dealer, (hosts[tgt], hosts[src]))
 
 
 def _assign(fed: _Federated, parties: tuple[str, ...]) -> dict[str, str]:
-    return {p: "source" if p == fed.source else "target" for p in parties}
+    return {p: "dealer" if p == fed.dealer else "source" if p == fed.source else "target"
+            for p in parties}
 
 
 def _read(dep: Deployment, *, labelled: bool
@@ -197,7 +233,7 @@ def _bind_target(dep: Deployment, fed: _Federated) -> Prepared:
                              {"predicted": int(result.rows.size), **security})
 
     role = partial(target_party, X=X, ids=ids, peer=fed.source, plan=fed.plan, rows=rows,
-                   init_seed=fed.init_seeds[dep.party], **fed.limits())
+                   init_seed=fed.init_seeds[dep.party], dealer=fed.dealer, **fed.limits())
     scored = X.shape[0] if rows is None else len(rows)
     return Prepared(role=role, write=write,
                     description=f"federated transfer learning, target, {X.shape[1]} columns, "
@@ -222,19 +258,40 @@ def _bind_source(dep: Deployment, fed: _Federated) -> Prepared:
                               **security})
 
     role = partial(source_party, X=X, labels=codes, ids=ids, peer=fed.target, plan=fed.plan,
-                   classes=classes, init_seed=fed.init_seeds[dep.party], **fed.limits())
+                   classes=classes, init_seed=fed.init_seeds[dep.party], dealer=fed.dealer,
+                   **fed.limits())
     return Prepared(role=role, write=write,
                     description=f"federated transfer learning, source, {X.shape[1]} columns, "
                                 f"{classes.size} classes, {fed.scheme}{fed.engine}")
 
 
+def _bind_dealer(dep: Deployment, fed: _Federated) -> Prepared:
+    def write(result: DealerOutcome, out: Path) -> dict[str, Any]:
+        summary = {"role": "dealer", "target": result.training.target,
+                   "source": result.training.source,
+                   "aligned_rows": result.training.rows, "scores": result.training.scores,
+                   "epochs_dealt": result.training.epochs_dealt,
+                   "scored_rows": result.inference.rows}
+        save_json(out / "result.json", summary)
+        return summary
+
+    role = partial(dealer_party, target=fed.target, source=fed.source, plan=fed.plan)
+    return Prepared(role=role, write=write,
+                    description="federated transfer learning, dealer (correlated randomness "
+                                "only: no data; sees the seeds and the sizes)")
+
+
 SPEC = ProtocolSpec(
     name="ftl",
-    title="Federated transfer learning: PSI, encrypted training of two networks, inference",
+    title="Federated transfer learning: PSI, secret-shared or encrypted training of two "
+          "networks, inference",
     settings=_settings, assign=_assign,
     roles={"source": RoleSpec("source", _bind_source,
                               "Holds labelled rows (data, ids; labels or the last column)."),
            "target": RoleSpec("target", _bind_target,
                               "Holds unlabelled rows with other features (data, ids; "
                               "predict: optional IDs to score)."),
+           "dealer": RoleSpec("dealer", _bind_dealer,
+                              "engine = 'ss' only: deals correlated randomness; no data, "
+                              "sees only seeds and sizes; colludes with neither party."),
            })
