@@ -139,9 +139,13 @@ def test_ftl_section_and_files_are_checked_before_connecting(tmp_path: Path) -> 
          "'dealer' must name a party of [parties]; got 'notary'"),
         ({"source": "bank", "dealer": "hospital", **MODEL}, a,
          "exactly two data parties and the dealer; [parties] names 2"),
-        ({"source": "bank", "dealer": "bank", "he": "ou", **MODEL}, a,
+        ({"source": "bank", "dealer": "bank", "engine": "ss", "he": "ou", **MODEL}, a,
          "he='ou' applies to engine='he'"),
-        ({**good, "engine": "mpc"}, a, "'engine' must be 'ss' or 'he'; got 'mpc'"),
+        # a scheme alone selects the HE flow, which has no dealer
+        ({"source": "bank", "dealer": "bank", "he": "ou", **MODEL}, a,
+         "'dealer' applies only with engine = 'ss'"),
+        ({**good, "engine": "mpc"}, a,
+         "'engine' must be 'ss' or 'he', or None ('he' when he is given, else 'ss'); got 'mpc'"),
         ({**good, "key_bits": 1000}, a, "federation file f.toml [ftl]: 'key_bits' must be an "
          "int in [2048, 16384] and a multiple of 256 (from 1024 only with insecure_keys, for "
          "tests); got 1000"),

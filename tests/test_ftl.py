@@ -180,8 +180,9 @@ def test_one_config_holds_every_default() -> None:
     signature = inspect.signature(FederatedTransferLearner.__init__).parameters
     assert set(signature) - {"self", "renamed"} == set(FtlConfig.model_fields) | set(
         FederatedTransferLearner.runtime)
-    for name, value in config:
-        assert signature[name].default == value, name
+    for name, field in FtlConfig.model_fields.items():  # engine's None resolves to "ss"
+        assert signature[name].default == field.default, name
+    assert config.engine == Plan().engine == "ss"
     plan = config.plan(7)
     assert plan == Plan(seed=7)
     assert check_plan(plan, "t") == plan and plan.text() == Plan(seed=7).text()

@@ -223,12 +223,15 @@ def test_engine_and_he_settings() -> None:
     assert (config.engine, config.he) == ("ss", None)
     assert FtlConfig(engine="he").he == "ou"  # None resolves to OU under engine='he'
     assert FtlConfig(engine="he", he="paillier").he == "paillier"
-    with pytest.raises(ValidationError, match=r"^he='paillier' applies to engine='he'"):
-        FederatedTransferLearner(he="paillier")._config()
+    with pytest.raises(ValidationError, match=r"^FederatedTransferLearner: he='paillier' "
+                                              r"applies to engine='he'"):
+        FederatedTransferLearner(engine="ss", he="paillier")._config()
     with pytest.raises(ValidationError, match="he='none' applies to engine='he'"):
-        FtlConfig.build(None, he="none")
+        FtlConfig.build(None, engine="ss", he="none")
+    # a scheme given alone selects the HE flow (as vertical regression does)
+    assert FederatedTransferLearner(he="paillier")._config().engine == "he"
     with pytest.raises(ValidationError, match=r"The 'engine' parameter of .* must be 'ss' or "
-                       r"'he'. Got 'mpc' instead."):
+                       r"'he', or None"):
         FtlConfig.build(None, engine="mpc")
     assert '"engine":"ss"' in Plan().text() and Plan().text() != Plan(engine="he").text()
 

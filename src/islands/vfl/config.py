@@ -27,15 +27,17 @@ from typing import Any, ClassVar, Literal
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from islands.config import ProtocolConfig, setting
-from islands.errors import JobError, ValidationError
+from islands.errors import JobError
 from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.psi.config import Engine, engine_setting
 from islands.validation import check_random_state
 from islands.vfl.keys import (
+    DEFAULT_HE,
     check_key_floor,
     insecure_key_note,
     insecure_keys_setting,
     key_bits_setting,
+    resolve_engine,
 )
 from islands.vfl.protocol import Plan
 
@@ -46,10 +48,6 @@ RENAMED: Mapping[str, str] = {
     "encryption": "was renamed to 'he' ('ou', 'paillier' or 'none'; 'paillier' and 'none' "
                   "mean what 'encryption' meant)"}
 """Settings that were renamed, each with the message a file or estimator gets for it."""
-
-DEFAULT_HE = "ou"
-"""The scheme ``engine="he"`` takes when ``he`` is None: the fastest at the 2048-bit floor."""
-
 
 def describe_he(he: str | None, key_bits: int, djn: bool) -> str:
     """Return the scheme in words, as command-line summaries print it.
@@ -64,23 +62,6 @@ def describe_he(he: str | None, key_bits: int, djn: bool) -> str:
             "paillier": f"{key_bits}-bit Paillier{' (DJN)' if djn else ''}",
             "none": "no encryption (a baseline)"}[he] + (
                 f" [INSECURE: {note}]" if note else "")
-
-
-def resolve_engine(engine: Any, he: Any, owner: str) -> tuple[Any, Any]:
-    """Return (engine, he) resolved: a scheme given alone means ``engine="he"``.
-
-    No engine and no scheme is ``"ss"``; ``engine="he"`` without a scheme takes
-    :data:`DEFAULT_HE`; a scheme with ``engine="ss"`` is refused (values of the wrong
-    type pass through to the fields' own checks).
-    """
-    if engine is None:
-        engine = "ss" if he is None else "he"
-    if engine == "he" and he is None:
-        he = DEFAULT_HE
-    if engine == "ss" and he is not None:
-        raise ValidationError(f"{owner}: he={he!r} applies to engine='he'; with "
-                              "engine='ss' leave he unset")
-    return engine, he
 
 
 DEFAULT_LEARNING_RATE: Mapping[str, float] = {"linear": 0.05, "logistic": 0.3}

@@ -18,10 +18,11 @@ from typing import Any
 
 from islands.config import setting
 from islands.crypto import paillier
+from islands.errors import ValidationError
 
-__all__ = ["KEY_BITS_RULE", "KEY_FLOOR", "InsecureKeyWarning", "check_key_floor",
+__all__ = ["DEFAULT_HE", "KEY_BITS_RULE", "KEY_FLOOR", "InsecureKeyWarning", "check_key_floor",
            "insecure_key_note", "insecure_keys_setting", "key_bits_setting",
-           "min_peer_key_bits", "party_security", "warn_insecure_keys"]
+           "min_peer_key_bits", "party_security", "resolve_engine", "warn_insecure_keys"]
 
 KEY_FLOOR = 2048
 """The smallest ``key_bits`` accepted without ``insecure_keys`` (about 112-bit security)."""
@@ -100,3 +101,24 @@ def party_security(he: str | None, key_bits: int, party: str) -> dict[str, str]:
     warn_insecure_keys(he, key_bits, f"party {party!r}")
     note = insecure_key_note(he, key_bits)
     return {} if note is None else {"security_warning": note}
+
+
+DEFAULT_HE = "ou"
+"""The scheme ``engine="he"`` takes when ``he`` is None: the fastest at the 2048-bit floor."""
+
+
+def resolve_engine(engine: Any, he: Any, owner: str) -> tuple[Any, Any]:
+    """Return (engine, he) resolved: a scheme given alone means ``engine="he"``.
+
+    No engine and no scheme is ``"ss"``; ``engine="he"`` without a scheme takes
+    :data:`DEFAULT_HE`; a scheme with ``engine="ss"`` is refused (values of the wrong
+    type pass through to the fields' own checks).
+    """
+    if engine is None:
+        engine = "ss" if he is None else "he"
+    if engine == "he" and he is None:
+        he = DEFAULT_HE
+    if engine == "ss" and he in ("ou", "paillier", "none"):  # other values: the field's check
+        raise ValidationError(f"{owner}: he={he!r} applies to engine='he'; with "
+                              "engine='ss' leave he unset")
+    return engine, he

@@ -17,21 +17,23 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from islands.config import ProtocolConfig, setting
-from islands.errors import ValidationError
 from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.psi.config import Engine, engine_setting
 from islands.validation import check_random_state
 from islands.vfl.config import RENAMED
 from islands.vfl.ftl.maths import LOSSES
-from islands.vfl.keys import check_key_floor, insecure_keys_setting, key_bits_setting
+from islands.vfl.keys import (
+    check_key_floor,
+    insecure_keys_setting,
+    key_bits_setting,
+    resolve_engine,
+)
 
 __all__ = ["ALIGNMENTS", "ENGINES", "RENAMED", "FtlConfig", "FtlSettings", "Plan",
            "PlanSettings", "draw_seeds"]
 
 ALIGNMENTS = ("anchored", "symmetric")
 ENGINES = ("ss", "he")
-DEFAULT_HE = "ou"
-"""The scheme ``he=None`` resolves to under ``engine="he"``: the fastest at the 2048-bit floor."""
 
 Width = Annotated[int, Field(ge=1, le=65536)]
 
@@ -75,8 +77,8 @@ class _Training(ProtocolConfig):
     # weights are int64 in fixed point: |v|·2^f < 2^62
     frac_bits: int = setting(24, "an int in [8, 32]", "Fixed-point fraction bits f.",
                              ge=8, le=32)
-    engine: Literal["ss", "he"] = setting(
-        "ss", "'ss' or 'he'",
+    engine: Literal["ss", "he"] | None = setting(
+        None, "'ss' or 'he', or None ('he' when he is given, else 'ss')",
         "'ss': secret sharing over an exact ring with a third-party dealer "
         "(islands.vfl.ftl.ss; the dealer must collude with neither party); 'he': Liu et "
         "al.'s two-party flow under each party's homomorphic key ('he').")
@@ -95,19 +97,13 @@ class _Training(ProtocolConfig):
 
     @model_validator(mode="before")
     @classmethod
-    def _resolve_he(cls, data: Any) -> Any:
-        """Under engine='he', he=None means :data:`DEFAULT_HE`."""
-        if isinstance(data, dict) and data.get("engine") == "he" and data.get("he") is None:
-            return {**data, "he": DEFAULT_HE}
-        return data
-
-    @model_validator(mode="after")
-    def _he_needs_its_engine(self) -> _Training:
-        if self.engine == "ss" and self.he is not None:
-            raise ValidationError(
-                f"he={self.he!r} applies to engine='he'; engine='ss' (the default) "
-                "uses no homomorphic key: set engine='he' to use it, or leave he unset")
-        return self
+    def _resolve_engine(cls, data: Any) -> Any:
+        """Resolve the engine: a scheme given alone means engine="he" (resolve_engine)."""
+        if not isinstance(data, dict):
+            return data
+        engine, he = resolve_engine(data.get("engine"), data.get("he"), cls.OWNER or
+                                    cls.__name__)
+        return {**data, "engine": engine, "he": he}
 
     @field_validator("key_bits")
     @classmethod
@@ -197,7 +193,7 @@ class Plan:
     seed: int = 0
     tol: float | None = _default("tol")
     frac_bits: int = _default("frac_bits")
-    engine: str = _default("engine")
+    engine: str = "ss"
     he: str | None = _default("he")
     insecure_keys: bool = _default("insecure_keys")
     key_bits: int = _default("key_bits")

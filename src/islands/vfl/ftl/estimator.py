@@ -106,15 +106,16 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
         Stop when an epoch's loss improves by less than ``tol`` (relative); None: run
         every epoch.
     engine
-        ``"ss"`` (default): secret sharing with a dealer (:mod:`islands.vfl.ftl.ss`),
-        which adds the assumption that the dealer colludes with neither party; ``"he"``:
-        the two-party homomorphic flow, which needs no third party.
+        ``"ss"`` (what None means unless ``he`` is given): secret sharing with a dealer
+        (:mod:`islands.vfl.ftl.ss`), which adds the assumption that the dealer colludes
+        with neither party; ``"he"`` (what None means when ``he`` is given): the
+        two-party homomorphic flow, which needs no third party.
     he
         With ``engine="he"``, the homomorphic scheme of each party's key: ``"ou"`` (what
         None means: Okamoto–Uchiyama on HEU, needs ``sf-heu``), ``"paillier"`` (islands'
         DJN Paillier, about five times slower) or ``"none"``: the same terms in the
-        clear, as the baseline for measurements only. With ``engine="ss"`` it must stay
-        None. (``encryption`` was its old name.)
+        clear, as the baseline for measurements only. Refused with ``engine="ss"``.
+        (``encryption`` was its old name.)
     key_bits, djn
         Modulus size of each party's key (a multiple of 256 in [2048, 16384]; under OU
         the approximate bits of n = p²q); DJN fixed-base encryption (Paillier only).
@@ -193,7 +194,7 @@ class FederatedTransferLearner(FederatedEstimator[FtlConfig]):
         learning_rate: float = 1e-3,
         weight_decay: float = 1e-4,
         tol: float | None = None,
-        engine: str = "ss",
+        engine: str | None = None,
         he: str | None = None,
         key_bits: int = paillier.DEFAULT_KEY_BITS,
         insecure_keys: bool = False,
