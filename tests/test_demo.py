@@ -49,9 +49,9 @@ def test_demo_command_runs_parts_and_writes_the_folder(tmp_path: Path) -> None:
     assert "over 1000× (secure)" in doc["parts"]["pca"]["key_figure"]
     assert "e+" not in doc["parts"]["pca"]["key_figure"]
     assert "What leaks" in doc["parts"]["vfl"]["summary"]
-    # --quick opts into 1024-bit keys: named in the part's results and warned at the run
-    assert doc["parts"]["vfl"]["details"]["security_warning"].startswith("1024-bit keys")
-    assert "InsecureKeyWarning" in run.stderr
+    # the default engine: secret shares, no keys (so no key-size warning)
+    assert doc["parts"]["vfl"]["details"]["engine"] == "ss"
+    assert "security_warning" not in doc["parts"]["vfl"]["details"]
     report = (out / "report.md").read_text()
     assert "| part |" in report and "## pca" in report and "![pca](pca.png)" in report
     page = (out / "report.html").read_text()  # islands.run_report, written by the demo

@@ -410,10 +410,6 @@ def hfl_part(s: Settings) -> PartResult:
 # ---------------------------------------------------------------- vfl
 
 
-def _he() -> str:
-    return "ou" if importlib.util.find_spec("heu") is not None else "paillier"
-
-
 def _he_name(he: str) -> str:
     return {"ou": "Okamoto-Uchiyama", "paillier": "Paillier", "none": "no encryption"}[he]
 
@@ -429,7 +425,6 @@ def vfl_part(s: Settings) -> PartResult:
     from sklearn.metrics import roc_auc_score
 
     from islands.vfl import VerticalLogisticRegression
-    from islands.vfl.keys import insecure_key_note
 
     start = time.perf_counter()
     ds = load_sklearn("breast_cancer")
@@ -442,17 +437,13 @@ def vfl_part(s: Settings) -> PartResult:
     rows_a = rng.permutation(train[rng.random(train.size) > 0.05])
     rows_b = rng.permutation(train[rng.random(train.size) > 0.05])
     ids = np.array([f"patient-{i:04d}" for i in range(X.shape[0])])
-    he = _he()
     s.say(f"PSI on {rows_a.size} and {rows_b.size} unaligned IDs, then logistic regression "
-          f"under {'HEU OU' if he == 'ou' else 'Paillier'}")
+          "on secret shares, the coordinator dealing")
     model = VerticalLogisticRegression(epochs=3 if s.quick else 5, learning_rate=0.3,
-                                       key_bits=1024 if s.quick else 2048,
-                                       insecure_keys=s.quick, he=he,
                                        random_state=s.seed)
     model.fit(X[rows_a, 20:], X[rows_b, :10], y[rows_b], ids_a=list(ids[rows_a]),
               ids_b=list(ids[rows_b]))
     nbytes = int(model.transcript_.total_bytes)
-    note = insecure_key_note(he, model.config_.key_bits)
     s.say(f"federated inference on {new.size} new IDs (aligned by PSI first)")
     new_a = rng.permutation(new)
     new_b = rng.permutation(new)
@@ -466,29 +457,31 @@ def vfl_part(s: Settings) -> PartResult:
     fig = new_figure(6.4, 4.0)
     ax = fig.subplots()
     ax.plot(range(1, len(model.loss_history_) + 1), model.loss_history_, "o-")
-    ax.set(xlabel="epoch", ylabel="Taylor loss (decrypted by the coordinator)",
-           title="Vertical logistic regression, breast cancer, encrypted")
+    ax.set(xlabel="epoch", ylabel="Taylor loss (read by the coordinator)",
+           title="Vertical logistic regression, breast cancer, secret-shared")
     figure = save_figure(fig, s.out / "vfl.png").name
     return PartResult(
-        name="vfl", ran=(f"PSI + vertical logistic regression ({_he_name(he)}), breast cancer, "
-                         f"A 20 / B 10 features"),
+        name="vfl", ran=("PSI + vertical logistic regression (secret sharing), breast "
+                         "cancer, A 20 / B 10 features"),
         key_figure=f"{aligned} rows aligned privately; AUC {auc:.3f} on {rows.size} new IDs",
         figures_of_merit={"aligned_rows": float(aligned), "auc_new_ids": auc},
         seconds=time.perf_counter() - start, bytes_exchanged=nbytes, figures=[figure],
         summary=("Two organisations hold different columns about overlapping people, "
                  "listed in different orders. Private set intersection finds the people both "
                  "hold without revealing the others; then a logistic regression trains "
-                 "across the columns with every exchanged gradient encrypted, and a "
-                 "coordinator decrypts only masked gradients and the loss. New people are "
+                 "across the columns on secret shares: every value exchanged is masked, a "
+                 "coordinator deals the correlated randomness and reads only the loss "
+                 "(engine='he' runs the paper's homomorphic encryption instead, the same "
+                 "model 50-400x slower). New people are "
                  "scored the same way: aligned by PSI, each party computes its partial "
                  "score, and the coordinator adds them. What leaks: each party learns "
                  "which of its IDs the other holds and the other's set size; the "
                  "coordinator sees every batch's loss and, at inference, the partial "
-                 "scores in the clear, as in the paper (docs/vfl.md lists it all). Cost: "
-                 f"{_bytes(nbytes)} exchanged under {_he_name(he)} encryption."),
-        details={"he": he, "key_bits": model.config_.key_bits,
-                 **({"security_warning": note} if note else {}),
-                 "train_ids_a": int(rows_a.size), "train_ids_b": int(rows_b.size),
+                 "scores in the clear, as in the paper; the coordinator must collude with "
+                 "no data party (docs/vfl.md lists it all). Cost: "
+                 f"{_bytes(nbytes)} exchanged."),
+        details={"engine": model.plan_.engine, "train_ids_a": int(rows_a.size),
+                 "train_ids_b": int(rows_b.size),
                  "loss_history": [float(v) for v in model.loss_history_],
                  "new_ids": int(rows.size)})
 
@@ -565,10 +558,9 @@ def ftl_part(s: Settings) -> PartResult:
     b_rows = rows[:300]
     a_rows = np.concatenate([rows[:60], rows[300:480]])
     test = rows[480:]
-    he = "none" if s.quick else _he()  # quick (tests): the same messages in the clear
-    s.say(f"transfer learning: B labels 300 people, A 240 (60 shared), under {he}")
+    s.say("transfer learning: B labels 300 people, A 240 (60 shared), on secret shares")
     ftl = FederatedTransferLearner(dim=8, hidden=(16,), epochs=2 if s.quick else 12,
-                                   batch_size=32, he=he, random_state=s.seed)
+                                   batch_size=32, random_state=s.seed)
     ftl.fit(X[a_rows][:, :15], X[b_rows][:, 15:], y[b_rows],
             [f"person-{i}" for i in a_rows], [f"person-{i}" for i in b_rows])
     accuracy = float(ftl.score(X[test][:, :15], y[test]))
@@ -598,15 +590,15 @@ def ftl_part(s: Settings) -> PartResult:
     curve, bars = fig.subplots(1, 2, width_ratios=[1, 1.4])
     curve.plot(range(1, len(ftl.loss_history_) + 1), ftl.loss_history_, marker="o")
     curve.set(xlabel="epoch", ylabel="B's training loss",
-              title=f"Transfer learning ({_he_name(he)})")
+              title="Transfer learning (secret sharing)")
     names = [f"{c}{' (noisy labels)' if i == 3 else ''}" for i, c in enumerate(rep.clients)]
     bars.bar(names, list(shares.values()), color=["tab:blue"] * 3 + ["tab:red"])
     bars.set(ylabel="reward share (GTG-Shapley)", title="Who contributed what (FedAvg, digits)")
     figure = save_figure(fig, s.out / "ftl.png").name
     noisy = rep.clients[3]
     return PartResult(
-        name="ftl", ran=(f"FTL ({_he_name(he)}), breast cancer; contribution of 4 FedAvg "
-                         "clients"),
+        name="ftl", ran=("FTL (secret sharing, a third party dealing), breast cancer; "
+                         "contribution of 4 FedAvg clients"),
         key_figure=(f"FTL accuracy {accuracy:.3f} on A's new rows ({ftl.n_overlap_} shared); "
                     f"noisy client's share {shares[noisy]:.2f}"),
         figures_of_merit={"ftl_accuracy": accuracy, "overlap": float(ftl.n_overlap_),
@@ -615,13 +607,15 @@ def ftl_part(s: Settings) -> PartResult:
         summary=("Transfer learning: B has labels, A has other features of mostly other "
                  "people and no labels; through the few people both hold, A learns a "
                  "classifier for its own rows from B's labels, with the exchanged terms "
-                 "encrypted; but the gradients A decrypts leak B's labels of the shared "
+                 "secret-shared and a third party dealing the correlated randomness; but "
+                 "the gradients A reads leak B's labels of the shared "
                  "rows, a leak not defended (docs/ftl.md). Contribution: the server values "
                  "every client of a federation "
                  "from the updates it aggregates (Shapley values, no retraining); the client "
                  "whose labels are shuffled gets the smallest reward share. Cost: "
                  f"{_bytes(nbytes)} exchanged in all."),
-        details={"he": he, "ftl_epochs": 2 if s.quick else 12, "shares": shares,
+        details={"engine": ftl.plan_.engine, "ftl_epochs": 2 if s.quick else 12,
+                 "shares": shares,
                  "scores": {m: list(v) for m, v in rep.scores.items()}})
 
 
