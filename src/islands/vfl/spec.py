@@ -352,16 +352,16 @@ def _write_predictions(path: Path, result: ActiveResult, model: str,
 
 SPEC = ProtocolSpec(
     name="vfl",
-    title="Vertical linear/logistic regression: PSI, encrypted training (OU or Paillier) "
-          "with a coordinator, "
-          "inference",
+    title="Vertical linear/logistic regression: PSI, training on secret shares (or under "
+          "OU or Paillier) with a coordinator, inference",
     settings=_settings,
     assign=lambda fed, parties: {p: ("coordinator" if p == fed.coordinator else
                                      "active" if p == fed.active else "passive")
                                  for p in parties},
     roles={
         "coordinator": RoleSpec("coordinator", _bind_coordinator,
-                                "Holds the private key; no data file."),
+                                "Deals the masks (engine = 'ss') or holds the private "
+                                "key (engine = 'he'); no data file."),
         "active": RoleSpec("active", _bind_active,
                            "Holds features and the labels (data, labels; ids and predict "
                            "with psi)."),
