@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from islands.errors import JobError, ValidationError
+from islands.errors import JobError, ProtocolError, ValidationError
 from islands.runtime import run_local
 from islands.vfl import VerticalLinearRegression, VerticalLogisticRegression, maths, ss
 from islands.vfl.config import VflConfig
@@ -171,6 +171,32 @@ def test_a_party_refuses_a_partial_score_beyond_2_to_the_5() -> None:
                                          r"reaches sigmoid='poly5''s limit 2\^5 = 32 per "
                                          r"party .*lower learning_rate"):
         run_roles(blocks, y, plan)
+
+
+class _ShortOpen:
+    """A party whose ``open`` messages lose their last element."""
+
+    def __init__(self, party: Any) -> None:
+        self._party = party
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._party, name)
+
+    def send(self, to: str, tag: str, payload: Any) -> None:
+        self._party.send(to, tag, payload[:-1] if tag == "open" else payload)
+
+
+def test_a_malformed_opening_is_refused_naming_its_sender() -> None:
+    blocks, y = data(60, (2, 2))
+    plan = make_plan(epochs=1, batch_size=30)
+    roles: dict[str, Any] = {
+        "C": partial(coordinator, active="B", passive=["A"], plan=plan),
+        "B": partial(active, X=blocks[1], y=y, passive=["A"], plan=plan),
+        "A": lambda party: passive(_ShortOpen(party), X=blocks[0], plan=plan),
+    }
+    with pytest.raises(ProtocolError, match=r"party 'B' \(from 'A'\): open must be a uint64 "
+                                            r"array of shape \(30, 3\); got uint64 \(29, 3\)"):
+        run_local(roles, timeout=30, blas_threads=None)
 
 
 # -------------------------------------------------------------------------- settings

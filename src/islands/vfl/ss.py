@@ -108,6 +108,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from islands.arrays import Array, IntArray
 from islands.crypto.prg import SEED_BYTES
@@ -173,55 +174,71 @@ def _epoch_masks(seed: bytes, epoch: int, n: int, batches: int,
                    for k, w in widths.items()})
 
 
-def _own_powers(seed: bytes, epoch: int, n: int, count: int) -> list[Residues]:
-    """Draw a party's shares of a, a², … (``count`` of them) for the epoch's n row positions."""
-    return [RING.uniform(seed, (n,), label=_label("pow", i, epoch)) for i in range(1, count + 1)]
+def _own_powers(seed: bytes, epoch: int, n: int, higher: bool) -> Residues:
+    """Draw a party's shares of a (and, if ``higher``, of a², …, a⁶): (K, 1 or 6, n)."""
+    first = RING.uniform(seed, (1, n), label=_label("a", epoch))
+    if not higher:
+        return first
+    return np.concatenate([first, RING.uniform(seed, (5, n), label=_label("pow", epoch))],
+                          axis=1)
 
 
-def _sum(v: Residues) -> Residues:
-    """Σ over the last axis of a (K, b) ring vector: shape (K,)."""
-    primes = np.array(RING.primes, dtype=np.uint64)
-    total: Residues = (v.astype(np.uint64).sum(axis=-1) % primes).astype(np.uint32)
-    return total
+def _ring_constants(values: Sequence[int]) -> NDArray[np.uint64]:
+    """Residues of Python integers (any size, any sign): shape (K, len(values), 1)."""
+    return np.array([[[v % p] for v in values] for p in RING.primes], dtype=np.uint64)
 
 
-def _power_shares(d: Residues, a: Residues, lead: bool) -> list[Residues]:
-    """Shares of z², …, z⁶ from the opened d = z − a and shares ``a`` (K, 6, b) of a … a⁶.
+_PRIMES = np.array(RING.primes, dtype=np.uint64).reshape(RING.k, 1, 1)
+# z^m = Σ_{i=0}^{m} C(m, i)·d^(m−i)·a^i: for m = 2 … 6 the 15 terms with 0 < i < m, grouped by m
+_TERMS = [(m, i) for m in range(2, 7) for i in range(1, m)]
+_D_POWER = [m - i - 1 for m, i in _TERMS]  # index of d^(m−i) in [d, d², …]
+_A_POWER = [i - 1 for _, i in _TERMS]  # index of a^i in [a, a², …]
+_GROUPS = [0, 1, 3, 6, 10]  # where each m's terms start
+_BINOMIALS = _ring_constants([math.comb(m, i) for m, i in _TERMS])
+_K1, _K3, _K5 = maths.POLY5
+_F = maths.POLY5_SCORE_BITS
+_RESIDUAL = _ring_constants([_K1 << 4 * _F, _K3 << 2 * _F, _K5, -maths.POLY5_RESIDUAL_SCALE // 2])
+_LOSS = _ring_constants([6 * _K1 << 4 * _F, 3 * _K3 << 2 * _F, 2 * _K5,
+                         -6 * maths.POLY5_RESIDUAL_SCALE])
+
+
+def _power_shares(d: Residues, a: Residues, lead: bool) -> NDArray[np.uint64]:
+    """Shares of z², …, z⁶ (K, 5, b) from the opened d = z − a and shares ``a`` (K, 6, b) of a … a⁶.
 
     z^m = Σ_i C(m, i)·d^(m−i)·a^i, where the i = 0 term d^m is added by one party (``lead``).
+    Every product below 2^42 and every sum of residues below 2^24: exact in uint64.
     """
-    powers = [d]
-    for _ in range(5):
-        powers.append(RING.mul(powers[-1], d))
-    out = []
-    for m in range(2, 7):
-        acc = a[:, m - 1]
-        for i in range(1, m):
-            acc = RING.add(acc, RING.scale(RING.mul(powers[m - i - 1], a[:, i - 1]),
-                                           math.comb(m, i)))
-        out.append(RING.add(acc, powers[m - 1]) if lead else acc)
+    b = d.shape[-1]
+    powers = np.empty((RING.k, 6, b), dtype=np.uint64)
+    powers[:, 0] = d
+    for j in range(1, 6):
+        np.remainder(powers[:, j - 1] * powers[:, 0], _PRIMES[:, 0], out=powers[:, j])
+    wide = a.astype(np.uint64)
+    terms = powers[:, _D_POWER] * wide[:, _A_POWER] % _PRIMES * _BINOMIALS % _PRIMES
+    out: NDArray[np.uint64] = np.add.reduceat(terms, _GROUPS, axis=1) + wide[:, 1:]
+    if lead:
+        out += powers[:, 1:]
+    out %= _PRIMES
     return out
 
 
-def _poly5_shares(q: Residues, z: list[Residues], label: Residues | None,
+def _poly5_shares(q: Residues, z: NDArray[np.uint64], label: Residues | None,
                   label_term: Residues) -> tuple[Residues, Residues]:
     """Return a party's shares of r̃ (b) and of the batch's poly5 loss sum (one element).
 
     ``q`` its share of z̃ (its own partial scores), ``z`` its shares of z̃², …, z̃⁶;
     ``label`` B's labels ±1 (None elsewhere) and ``label_term`` this party's share of
-    Σ y·z̃ (the integers of :func:`~islands.vfl.maths.poly5_residual` and
-    :func:`~islands.vfl.maths.poly5_loss_sum`).
+    Σ y·z̃. r̃ = K1·2^64·z̃ + K3·2^32·z̃³ + K5·z̃⁵ − y·2^107 and the loss sum
+    Σ (6K1·2^64·z̃² + 3K3·2^32·z̃⁴ + 2K5·z̃⁶) − 6·2^108·Σ y·z̃: the integers of
+    :func:`~islands.vfl.maths.poly5_residual` and :func:`~islands.vfl.maths.poly5_loss_sum`.
     """
-    k1, k3, k5 = maths.POLY5
-    f = maths.POLY5_SCORE_BITS
-    r = RING.add(RING.add(RING.scale(q, k1 << 4 * f), RING.scale(z[1], k3 << 2 * f)),
-                 RING.scale(z[3], k5))
-    if label is not None:
-        r = RING.sub(r, RING.scale(label, maths.POLY5_RESIDUAL_SCALE // 2))
-    per_row = RING.add(RING.add(RING.scale(z[0], 6 * k1 << 4 * f),
-                                RING.scale(z[2], 3 * k3 << 2 * f)), RING.scale(z[4], 2 * k5))
-    loss = RING.sub(_sum(per_row), RING.scale(label_term, 6 * maths.POLY5_RESIDUAL_SCALE))
-    return r, loss
+    parts = [q.astype(np.uint64), z[:, 1], z[:, 3]] + ([] if label is None else [label])
+    stacked = np.stack(parts, axis=1)
+    r = (stacked * _RESIDUAL[:, :len(parts)] % _PRIMES).sum(axis=1) % _PRIMES[:, 0]
+    per_row = z[:, 0::2] * _LOSS[:, :3] % _PRIMES
+    loss = (per_row.sum(axis=(1, 2)) + label_term * _LOSS[:, 3, 0] % _PRIMES[:, 0, 0]) \
+        % _PRIMES[:, 0, 0]
+    return r.astype(np.uint32), loss.astype(np.uint32)
 
 
 def _pair_masks(seed: bytes, epoch: int, batches: int) -> Residues:
@@ -358,35 +375,31 @@ def run_coordinator(party: Party, clock: Any, plan: Any, widths: dict[str, int],
 
 def _deal_powers(seeds: dict[str, bytes], names: list[str], active: str, epoch: int, n: int,
                  batches: Sequence[IntArray], mask_y: Residues) -> tuple[Residues, Residues]:
-    """poly5: B's shares of a², …, a⁶ (5 × n) and C's part of every batch's loss sum.
+    """poly5: C's part of every batch's loss sum and B's shares of a², …, a⁶ (5 × n).
 
     a = Σ_j a_j over every data party's seeded share; the other parties' shares of the
     higher powers come from their seeds, so B's are a^i − Σ_{j≠B} (their shares). C's loss
-    part is 6·2^108·Σ_{j≠B} (R_y·a_j) per batch: the passive parties' products with the
+    part is 6·2^108·R_y·Σ_{j≠B} a_j per batch: the passive parties' products with the
     masked labels ŷ = y + R_y carry −6·2^108·R_y·a_j (:func:`_poly5_shares`).
     """
-    at = _offsets(batches)
-    drawn = {j: _own_powers(seeds[j], epoch, n, 1 if j == active else 6) for j in names}
-    a = drawn[names[0]][0]
-    for j in names[1:]:
-        a = RING.add(a, drawn[j][0])
-    power = a
-    rows_b = []
-    for i in range(2, 7):
-        power = RING.mul(power, a)
-        share = power
-        for j in names:
-            if j != active:
-                share = RING.sub(share, drawn[j][i - 1])
-        rows_b.append(share)
-    cross = np.zeros((RING.k, len(batches)), dtype=np.uint32)
-    for j in names:
-        if j == active:
-            continue
-        for t, rows in enumerate(batches):
-            cross[:, t] = RING.add(cross[:, t], RING.dot(mask_y[:, rows],
-                                                         drawn[j][0][:, at[t]:at[t + 1]]))
-    return RING.scale(cross, 6 * maths.POLY5_RESIDUAL_SCALE), np.stack(rows_b, axis=1)
+    drawn = {j: _own_powers(seeds[j], epoch, n, j != active) for j in names}
+    others = [j for j in names if j != active]
+    a = drawn[active][:, 0]
+    for j in others:
+        a = RING.add(a, drawn[j][:, 0])
+    wide = a.astype(np.uint64)
+    powers = np.empty((RING.k, 6, n), dtype=np.uint64)
+    powers[:, 0] = wide
+    for i in range(1, 6):
+        np.remainder(powers[:, i - 1] * wide, _PRIMES[:, 0], out=powers[:, i])
+    theirs = sum((drawn[j].astype(np.uint64) for j in others), start=np.zeros_like(powers))
+    share_b = (powers[:, 1:] + (len(others) * _PRIMES - theirs[:, 1:])) % _PRIMES
+    rows = np.concatenate(list(batches))
+    products = mask_y[:, rows].astype(np.uint64) * (theirs[:, 0] % _PRIMES[:, 0]) \
+        % _PRIMES[:, 0]
+    cross = np.add.reduceat(products, _offsets(batches)[:-1], axis=1) % _PRIMES[:, 0]
+    return (RING.scale(cross.astype(np.uint32), 6 * maths.POLY5_RESIDUAL_SCALE),
+            share_b.astype(np.uint32))
 
 
 # ----------------------------------------------------------------------- data party
@@ -478,10 +491,9 @@ def run_data_party(party: Party, clock: Any, plan: Any, x_enc: IntArray, x_float
             dealt_powers = (_unpack(party, recv(coordinator, "powers"), (5, n), "powers",
                                     coordinator) if lead else None)
             with clock.timing("ring"):
-                own_a = _own_powers(seed, epoch, n, 1 if lead else 6)
+                powers = _own_powers(seed, epoch, n, not lead)  # (K, 6, n): a … a⁶
                 if dealt_powers is not None:
-                    own_a += list(np.moveaxis(dealt_powers, 1, 0))
-                powers = np.stack(own_a, axis=1)  # (K, 6, n): shares of a … a⁶
+                    powers = np.concatenate([powers, dealt_powers], axis=1)
         with clock.timing("ring"):
             drawn = _epoch_masks(seed, epoch, n, len(batches),
                                  {k: widths[k] for k in others})
