@@ -183,18 +183,38 @@ def _own_powers(seed: bytes, epoch: int, n: int, higher: bool) -> Residues:
                           axis=1)
 
 
-def _ring_constants(values: Sequence[int]) -> NDArray[np.uint64]:
-    """Residues of Python integers (any size, any sign): shape (K, len(values), 1)."""
-    return np.array([[[v % p] for v in values] for p in RING.primes], dtype=np.uint64)
+def _ring_constants(values: Sequence[int]) -> NDArray[np.float64]:
+    """Residues of Python integers (any size, any sign), as floats: shape (K, len(values), 1)."""
+    return np.array([[[v % p] for v in values] for p in RING.primes], dtype=np.float64)
 
 
-_PRIMES = np.array(RING.primes, dtype=np.uint64).reshape(RING.k, 1, 1)
+_PRIMES = np.array(RING.primes, dtype=np.float64).reshape(RING.k, 1, 1)
+_INVERSES = 1.0 / _PRIMES
+
+
+def _reduce(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """X mod p in place, for integral floats |x| < 2^52 (x of shape (K, …, ≥1)).
+
+    ⌊x/p⌋ computed in float64 may be one off; x − ⌊x/p⌋·p is then exact and within one
+    prime of [0, p), and the two corrections bring it there (as :class:`RnsRing` does).
+    """
+    shape = (RING.k,) + (1,) * (x.ndim - 1)
+    p, inv = _PRIMES.reshape(shape), _INVERSES.reshape(shape)
+    t = x * inv
+    np.floor(t, out=t)
+    t *= p
+    x -= t
+    np.add(x, p, out=x, where=x < 0)
+    np.subtract(x, p, out=x, where=x >= p)
+    return x
+
+
 # z^m = Σ_{i=0}^{m} C(m, i)·d^(m−i)·a^i: for m = 2 … 6 the 15 terms with 0 < i < m, grouped by m
 _TERMS = [(m, i) for m in range(2, 7) for i in range(1, m)]
 _D_POWER = [m - i - 1 for m, i in _TERMS]  # index of d^(m−i) in [d, d², …]
 _A_POWER = [i - 1 for _, i in _TERMS]  # index of a^i in [a, a², …]
 _GROUPS = [0, 1, 3, 6, 10]  # where each m's terms start
-_BINOMIALS = _ring_constants([math.comb(m, i) for m, i in _TERMS])
+_BINOMIALS = np.array([math.comb(m, i) for m, i in _TERMS], dtype=np.float64).reshape(1, -1, 1)
 _K1, _K3, _K5 = maths.POLY5
 _F = maths.POLY5_SCORE_BITS
 _RESIDUAL = _ring_constants([_K1 << 4 * _F, _K3 << 2 * _F, _K5, -maths.POLY5_RESIDUAL_SCALE // 2])
@@ -202,27 +222,28 @@ _LOSS = _ring_constants([6 * _K1 << 4 * _F, 3 * _K3 << 2 * _F, 2 * _K5,
                          -6 * maths.POLY5_RESIDUAL_SCALE])
 
 
-def _power_shares(d: Residues, a: Residues, lead: bool) -> NDArray[np.uint64]:
+def _power_shares(d: Residues, a: Residues, lead: bool) -> NDArray[np.float64]:
     """Shares of z², …, z⁶ (K, 5, b) from the opened d = z − a and shares ``a`` (K, 6, b) of a … a⁶.
 
     z^m = Σ_i C(m, i)·d^(m−i)·a^i, where the i = 0 term d^m is added by one party (``lead``).
-    Every product below 2^42 and every sum of residues below 2^24: exact in uint64.
+    In float64: every product of residues is below 2^42 and every sum below 2^28, exact.
     """
-    b = d.shape[-1]
-    powers = np.empty((RING.k, 6, b), dtype=np.uint64)
+    powers = np.empty((RING.k, 6, d.shape[-1]))
     powers[:, 0] = d
     for j in range(1, 6):
-        np.remainder(powers[:, j - 1] * powers[:, 0], _PRIMES[:, 0], out=powers[:, j])
-    wide = a.astype(np.uint64)
-    terms = powers[:, _D_POWER] * wide[:, _A_POWER] % _PRIMES * _BINOMIALS % _PRIMES
-    out: NDArray[np.uint64] = np.add.reduceat(terms, _GROUPS, axis=1) + wide[:, 1:]
+        np.multiply(powers[:, j - 1], powers[:, 0], out=powers[:, j])
+        _reduce(powers[:, j])
+    wide = a.astype(np.float64)
+    terms = _reduce(powers[:, _D_POWER] * wide[:, _A_POWER])
+    terms *= _BINOMIALS  # C(m, i) ≤ 20
+    out: NDArray[np.float64] = np.add.reduceat(terms, _GROUPS, axis=1)
+    out += wide[:, 1:]
     if lead:
         out += powers[:, 1:]
-    out %= _PRIMES
-    return out
+    return _reduce(out)
 
 
-def _poly5_shares(q: Residues, z: NDArray[np.uint64], label: Residues | None,
+def _poly5_shares(q: Residues, z: NDArray[np.float64], label: Residues | None,
                   label_term: Residues) -> tuple[Residues, Residues]:
     """Return a party's shares of r̃ (b) and of the batch's poly5 loss sum (one element).
 
@@ -232,13 +253,13 @@ def _poly5_shares(q: Residues, z: NDArray[np.uint64], label: Residues | None,
     Σ (6K1·2^64·z̃² + 3K3·2^32·z̃⁴ + 2K5·z̃⁶) − 6·2^108·Σ y·z̃: the integers of
     :func:`~islands.vfl.maths.poly5_residual` and :func:`~islands.vfl.maths.poly5_loss_sum`.
     """
-    parts = [q.astype(np.uint64), z[:, 1], z[:, 3]] + ([] if label is None else [label])
-    stacked = np.stack(parts, axis=1)
-    r = (stacked * _RESIDUAL[:, :len(parts)] % _PRIMES).sum(axis=1) % _PRIMES[:, 0]
-    per_row = z[:, 0::2] * _LOSS[:, :3] % _PRIMES
-    loss = (per_row.sum(axis=(1, 2)) + label_term * _LOSS[:, 3, 0] % _PRIMES[:, 0, 0]) \
-        % _PRIMES[:, 0, 0]
-    return r.astype(np.uint32), loss.astype(np.uint32)
+    parts: list[NDArray[Any]] = [q, z[:, 1], z[:, 3]] + ([] if label is None else [label])
+    stacked = np.stack(parts, axis=1).astype(np.float64)
+    # four products below 2^42 each: their sum is exact
+    r = _reduce((stacked * _RESIDUAL[:, :len(parts)]).sum(axis=1))
+    per_row = _reduce(z[:, 0::2] * _LOSS[:, :3])
+    loss = per_row.sum(axis=(1, 2)) + label_term * _LOSS[:, 3, 0]
+    return r.astype(np.uint32), _reduce(loss).astype(np.uint32)
 
 
 def _pair_masks(seed: bytes, epoch: int, batches: int) -> Residues:
@@ -384,22 +405,23 @@ def _deal_powers(seeds: dict[str, bytes], names: list[str], active: str, epoch: 
     """
     drawn = {j: _own_powers(seeds[j], epoch, n, j != active) for j in names}
     others = [j for j in names if j != active]
-    a = drawn[active][:, 0]
-    for j in others:
-        a = RING.add(a, drawn[j][:, 0])
-    wide = a.astype(np.uint64)
-    powers = np.empty((RING.k, 6, n), dtype=np.uint64)
-    powers[:, 0] = wide
-    for i in range(1, 6):
-        np.remainder(powers[:, i - 1] * wide, _PRIMES[:, 0], out=powers[:, i])
-    theirs = sum((drawn[j].astype(np.uint64) for j in others), start=np.zeros_like(powers))
-    share_b = (powers[:, 1:] + (len(others) * _PRIMES - theirs[:, 1:])) % _PRIMES
-    rows = np.concatenate(list(batches))
-    products = mask_y[:, rows].astype(np.uint64) * (theirs[:, 0] % _PRIMES[:, 0]) \
-        % _PRIMES[:, 0]
-    cross = np.add.reduceat(products, _offsets(batches)[:-1], axis=1) % _PRIMES[:, 0]
-    return (RING.scale(cross.astype(np.uint32), 6 * maths.POLY5_RESIDUAL_SCALE),
-            share_b.astype(np.uint32))
+    share_b = np.empty((RING.k, 5, n), dtype=np.uint32)
+    cross = np.empty((RING.k, len(batches)), dtype=np.uint32)
+    at = _offsets(batches)
+    for t, rows in enumerate(batches):  # a batch at a time: small arrays stay in cache
+        s = slice(at[t], at[t + 1])
+        theirs = sum((drawn[j][:, :, s].astype(np.float64) for j in others),
+                     start=np.zeros((RING.k, 6, rows.size)))
+        a = _reduce(theirs[:, 0] + drawn[active][:, 0, s])
+        powers = np.empty((RING.k, 5, rows.size))
+        previous = a
+        for i in range(5):
+            np.multiply(previous, a, out=powers[:, i])
+            previous = _reduce(powers[:, i])
+        share_b[:, :, s] = _reduce(powers - theirs[:, 1:])
+        products = _reduce(mask_y[:, rows] * _reduce(theirs[:, 0]))
+        cross[:, t] = _reduce(products.sum(axis=1))
+    return RING.scale(cross, 6 * maths.POLY5_RESIDUAL_SCALE), share_b
 
 
 # ----------------------------------------------------------------------- data party
