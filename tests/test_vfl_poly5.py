@@ -192,7 +192,7 @@ def test_a_malformed_opening_is_refused_naming_its_sender() -> None:
     roles: dict[str, Any] = {
         "C": partial(coordinator, active="B", passive=["A"], plan=plan),
         "B": partial(active, X=blocks[1], y=y, passive=["A"], plan=plan),
-        "A": lambda party: passive(_ShortOpen(party), X=blocks[0], plan=plan),
+        "A": lambda party: passive(_ShortOpen(party), X=blocks[0], plan=plan),  # type: ignore[arg-type]
     }
     with pytest.raises(ProtocolError, match=r"party 'B' \(from 'A'\): open must be a uint64 "
                                             r"array of shape \(30, 3\); got uint64 \(29, 3\)"):

@@ -253,7 +253,9 @@ def _poly5_shares(q: Residues, z: NDArray[np.float64], label: Residues | None,
     Σ (6K1·2^64·z̃² + 3K3·2^32·z̃⁴ + 2K5·z̃⁶) − 6·2^108·Σ y·z̃: the integers of
     :func:`~islands.vfl.maths.poly5_residual` and :func:`~islands.vfl.maths.poly5_loss_sum`.
     """
-    parts: list[NDArray[Any]] = [q, z[:, 1], z[:, 3]] + ([] if label is None else [label])
+    parts: list[NDArray[Any]] = [q, z[:, 1], z[:, 3]]
+    if label is not None:
+        parts.append(label)
     stacked = np.stack(parts, axis=1).astype(np.float64)
     # four products below 2^42 each: their sum is exact
     r = _reduce((stacked * _RESIDUAL[:, :len(parts)]).sum(axis=1))
