@@ -39,7 +39,7 @@ from islands.vfl.keys import (
     key_bits_setting,
     resolve_engine,
 )
-from islands.vfl.protocol import Plan
+from islands.vfl.protocol import POLY5_NEEDS, Plan
 
 __all__ = ["DEFAULT_HE", "DEFAULT_LEARNING_RATE", "RENAMED", "VflConfig", "describe_he",
            "draw_seed", "resolve_engine"]
@@ -132,6 +132,11 @@ class VflConfig(ProtocolConfig):
         "With engine='he', the scheme: 'ou' (Okamoto-Uchiyama on HEU, needs sf-heu; the "
         "default), 'paillier' (islands' DJN Paillier); 'none' sends the same messages in "
         "the clear: a baseline for benchmarks only, it protects nothing.")
+    sigmoid: Literal["taylor", "poly5"] = setting(
+        "taylor", "'taylor' or 'poly5'",
+        "The logistic loss: 'taylor', the paper's second-order Taylor expansion; 'poly5' "
+        "(engine='ss' only), a degree-5 polynomial sigmoid fitted on [-8, 8]: better "
+        "calibrated probabilities, one more round per batch (islands.vfl.maths.POLY5).")
     max_peer_size: int | None = setting(
         None, "an int >= 1 or None",
         "With private alignment: the largest ID set a party accepts from the other; given, "
@@ -159,6 +164,14 @@ class VflConfig(ProtocolConfig):
         engine, he = resolve_engine(data.get("engine"), data.get("he"), cls.OWNER)
         return {**data, "engine": engine, "he": he}
 
+    @model_validator(mode="after")
+    def _poly5_needs_ss(self) -> VflConfig:
+        if self.sigmoid == "poly5" and (self.engine != "ss" or self.objective != "logistic"):
+            got = (f"engine={self.engine!r}" if self.engine != "ss"
+                   else f"objective={self.objective!r}")
+            raise ValidationError(f"{self.OWNER}: {POLY5_NEEDS}; got {got}")
+        return self
+
     @property
     def step(self) -> float:
         """The learning rate the parties use: ``learning_rate``, or the objective's default."""
@@ -173,7 +186,7 @@ class VflConfig(ProtocolConfig):
                     seed=self.seed, tol=None if self.tol is None else float(self.tol),
                     feature_bits=self.feature_bits, score_bits=self.score_bits,
                     engine=str(self.engine), he=self.he, key_bits=self.key_bits,
-                    insecure_keys=self.insecure_keys, djn=self.djn)
+                    insecure_keys=self.insecure_keys, djn=self.djn, sigmoid=self.sigmoid)
 
     @classmethod
     def from_file(cls, table: Mapping[str, Any], where: str, *, objective_key: str,

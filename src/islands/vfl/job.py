@@ -40,6 +40,8 @@ A vertical job is a TOML file with ``kind = "vertical"``::
     djn = true
     # feature_bits = 16, score_bits = 32, he = "paillier" ("ou": HEU's Okamoto-Uchiyama;
     # "none": benchmarks only)
+    # sigmoid = "poly5"          # logistic, engine "ss": a degree-5 polynomial sigmoid
+                                 # instead of the Taylor loss (better calibrated)
 
     [tracking]                   # optional, as a horizontal job's (islands.tracking)
     tensorboard = true           # event files in <output>/tensorboard/<run name>

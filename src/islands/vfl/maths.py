@@ -30,6 +30,15 @@ reference on the same rounded data (tests check both this and the distance to fl
 gradient descent). Magnitudes are bounded so that no sum can approach n/2 (2048-bit n):
 |x| < 2^30, |score| < 2^28, b < 2^31.
 
+``sigmoid="poly5"`` (secret sharing only) replaces the Taylor loss by the degree-5
+least-squares approximation s(z) = ½ + c1·z + c3·z³ + c5·z⁵ of σ on [−8, 8] [3]_
+(:data:`POLY5`): the residual is r = s(z) − y01 with y01 = (y + 1)/2, the gradient
+(1/b)·Xᵀr + λθ and the loss its antiderivative ℓ(z) = log 2 + (½ − y01)·z + c1z²/2 +
+c3z⁴/4 + c5z⁶/6, so that the loss falls along the gradient. Partial scores are rounded to
+2^-16 and bounded by 2^5 per party; the integers r̃ = 2^108·r and 12·2^124·(ℓ − log 2)
+are exact (:func:`fixed_point_step_poly`), and :func:`poly5_bounds` keeps the gradient sums
+and the loss inside the 189-bit ring of :mod:`islands.vfl.ss`.
+
 References
 ----------
 .. [1] Q. Yang, Y. Liu, T. Chen, Y. Tong. "Federated Machine Learning: Concept and
@@ -37,6 +46,9 @@ References
 .. [2] S. Hardy, W. Henecka, H. Ivey-Law, R. Nock, G. Patrini, G. Smith, B. Thorne.
    "Private federated learning on vertically partitioned data via entity resolution and
    additively homomorphic encryption." arXiv:1711.10677, 2017, §3.
+.. [3] A. Kim, Y. Song, M. Kim, K. Lee, J. H. Cheon. "Logistic regression model training
+   based on the approximate homomorphic encryption." BMC Medical Genomics 11(4):83, 2018
+   (least-squares polynomials of degree 3, 5 and 7 for σ on [−8, 8]).
 """
 
 from __future__ import annotations
@@ -46,7 +58,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 from islands.arrays import Array, IntArray
 from islands.crypto.fixedpoint import quantize
@@ -58,16 +70,34 @@ __all__ = [
     "LOGISTIC",
     "MAX_ABS_FEATURE",
     "MAX_ABS_SCORE",
+    "POLY5",
+    "POLY5_COEF_BITS",
+    "POLY5_LOSS_SCALE",
+    "POLY5_MAX_SCORE",
+    "POLY5_RESIDUAL_SCALE",
+    "POLY5_SCORE_BITS",
     "Objective",
     "Precision",
     "ValueBounds",
     "batch_plan",
     "centralised_gd",
+    "centralised_gd_poly",
     "check_batch_rows",
     "encode",
     "encode_features",
     "fixed_point_gd",
+    "fixed_point_gd_poly",
+    "fixed_point_step_poly",
     "min_batch_rows",
+    "poly5",
+    "poly5_bounds",
+    "poly5_decode_loss",
+    "poly5_gradient_from_sum",
+    "poly5_loss",
+    "poly5_loss_sum",
+    "poly5_penalty_units",
+    "poly5_residual",
+    "poly5_scores",
     "sigmoid",
     "value_bounds",
 ]
@@ -414,6 +444,230 @@ def centralised_gd(blocks: list[Array], y: Array, *, objective: Objective, lam: 
             new = []
             for i, (b, th) in enumerate(zip(blocks, thetas, strict=True)):
                 g = objective.c1 * (b[rows].T @ e) / b_n + lam * th
+                if i == len(blocks) - 1:
+                    g[-1] -= lam * th[-1]
+                new.append(th - learning_rate * g)
+            thetas = new
+    return thetas, losses
+
+
+# ------------------------------------------------------------------- sigmoid="poly5"
+
+POLY5_COEF_BITS = 28
+"""Fractional bits of the poly5 coefficients: s(z) = ½ + Σ_m (K_m/2^28)·z^m."""
+
+POLY5 = (49599933, -1095985, 9289)
+"""(K1, K3, K5): c1 = 0.184774, c3 = −0.004083, c5 = 3.46e−5 rounded to multiples of 2^-28.
+
+The odd least-squares fit of σ(z) − ½ by c1·z + c3·z³ + c5·z⁵ at the 4000 Chebyshev
+nodes 8·cos(π(k + ½)/4000) of [−8, 8] (``numpy.linalg.lstsq``; a test recomputes it). Its
+largest error on [−8, 8] is 0.055. Stored as integers so that every party computes the
+same polynomial on any platform. The leading coefficient is positive: beyond the fitted
+interval s(z) − y01 keeps the sign of z − y, so gradient descent pulls z back, where a
+cubic fit or an unclamped degree-7 fit (negative leading term) diverges.
+"""
+
+POLY5_SCORE_BITS = 16
+"""Fractional bits of the partial scores under poly5 (``score_bits`` applies to the Taylor loss)."""
+
+POLY5_MAX_SCORE = 32.0
+"""|x·θ| < 2^5 for every party's partial score under poly5: the powers z⁵, z⁶ stay in the ring."""
+
+POLY5_RESIDUAL_SCALE = 1 << (POLY5_COEF_BITS + 5 * POLY5_SCORE_BITS)
+"""2^108: the scale of the integer residual r̃ (coefficients at 2^28 times z⁵ at 2^80)."""
+
+POLY5_LOSS_SCALE = 12 << (POLY5_COEF_BITS + 6 * POLY5_SCORE_BITS)
+"""12·2^124: the scale of the integer loss (12 clears the antiderivative's ½, ¼ and ⅙)."""
+
+
+def poly5(z: ArrayLike) -> Array:
+    """Return s(z) = ½ + c1·z + c3·z³ + c5·z⁵ with the coefficients of :data:`POLY5`."""
+    z = np.asarray(z, dtype=np.float64)
+    k1, k3, k5 = (k / 2.0**POLY5_COEF_BITS for k in POLY5)
+    out: Array = 0.5 + z * (k1 + z * z * (k3 + z * z * k5))
+    return out
+
+
+def poly5_loss(z: ArrayLike, y: ArrayLike) -> Array:
+    """Return ℓ(z) = log 2 + (½ − y01)·z + c1z²/2 + c3z⁴/4 + c5z⁶/6 for labels y = ±1.
+
+    ℓ' = s(z) − y01 with y01 = (y + 1)/2: the loss whose gradient poly5 descends, equal to
+    log(1 + e^(−yz)) at z = 0 with the same slope.
+    """
+    z = np.asarray(z, dtype=np.float64)
+    k1, k3, k5 = (k / 2.0**POLY5_COEF_BITS for k in POLY5)
+    z2 = z * z
+    out: Array = (math.log(2.0) - 0.5 * np.asarray(y, dtype=np.float64) * z
+                  + z2 * (k1 / 2 + z2 * (k3 / 4 + z2 * k5 / 6)))
+    return out
+
+
+def poly5_scores(values: ArrayLike, owner: str) -> IntArray:
+    """Encode a party's partial scores for poly5: numerators at 2^-16, refused from 2^5 on.
+
+    Raises
+    ------
+    ValidationError
+        Naming ``owner`` and the limit when |x·θ| ≥ 2^5 (or a score is not finite).
+    """
+    arr = np.asarray(values, dtype=np.float64)
+
+    def beyond(_index: int, value: float) -> ValidationError:
+        if not math.isfinite(value):
+            return ValidationError(f"{owner}: the partial scores hold NaN or infinite values "
+                                   "(training diverged); lower learning_rate")
+        return ValidationError(
+            f"{owner}: a partial score |x·θ| = {abs(value):.3g} reaches sigmoid='poly5''s "
+            f"limit 2^5 = {POLY5_MAX_SCORE:g} per party (the powers z⁵ and z⁶ must stay "
+            "inside the ring); lower learning_rate, raise lam or standardise the features")
+
+    return quantize(arr, POLY5_SCORE_BITS, bound=POLY5_MAX_SCORE, inclusive=False,
+                    fail=beyond)
+
+
+def poly5_residual(z: NDArray[np.object_], y: Array) -> NDArray[np.object_]:
+    """Return r̃ = 2^108·(s(z) − y01) exactly, from the integer sum z̃ = 2^16·z (Python ints).
+
+    Each term at the common scale: K1·z̃·2^64 + K3·z̃³·2^32 + K5·z̃⁵ + (½ − y01)·2^108,
+    with (½ − y01) = −y/2.
+    """
+    k1, k3, k5 = POLY5
+    f = POLY5_SCORE_BITS
+    z3 = z * z * z
+    labels = np.asarray([int(v) for v in y], dtype=object)
+    out: NDArray[np.object_] = (k1 * z * (1 << 4 * f) + k3 * z3 * (1 << 2 * f)
+                                + k5 * z3 * z * z - labels * (POLY5_RESIDUAL_SCALE // 2))
+    return out
+
+
+def poly5_loss_sum(z: NDArray[np.object_], y: Array) -> int:
+    """Return Σ_i 12·2^124·(ℓ(z_i) − log 2) exactly, from the integers z̃ = 2^16·z.
+
+    Per row 6K1·z̃²·2^64 + 3K3·z̃⁴·2^32 + 2K5·z̃⁶ − 6·y·z̃·2^108.
+    """
+    k1, k3, k5 = POLY5
+    f = POLY5_SCORE_BITS
+    z2 = z * z
+    labels = np.asarray([int(v) for v in y], dtype=object)
+    terms = (6 * k1 * z2 * (1 << 4 * f) + 3 * k3 * z2 * z2 * (1 << 2 * f)
+             + 2 * k5 * z2 * z2 * z2 - 6 * labels * z * POLY5_RESIDUAL_SCALE)
+    return int(sum(terms.tolist()))
+
+
+def poly5_bounds(precision: Precision, batch_size: int, passive: int) -> ValueBounds:
+    """Return the :class:`ValueBounds` of a poly5 plan with ``passive`` passive parties.
+
+    Every party's |ũ_j| ≤ 2^21 (:func:`poly5_scores`), so |z̃| ≤ m·2^21 for m = passive
+    + 1 data parties; then |r̃| ≤ K1·|z̃|·2^64 + |K3|·|z̃|³·2^32 + K5·|z̃|⁵ + 2^107, the
+    gradient sums |G| ≤ rows·2^(30+f)·|r̃| (rows < 2·batch_size, |x̃| ≤ 2^(30+f)), and the
+    loss |T| ≤ rows·(6K1·z̃²·2^64 + 3|K3|·z̃⁴·2^32 + 2K5·z̃⁶ + 6·|z̃|·2^108). For two data
+    parties, f = 16 and batches of 256 the gradient needs 179 bits (the ring holds 187).
+    """
+    k1, k3, k5 = (abs(k) for k in POLY5)
+    f = POLY5_SCORE_BITS
+    z = (passive + 1) << (5 + f)
+    rows = 2 * batch_size - 1
+    residual = k1 * z * (1 << 4 * f) + k3 * z**3 * (1 << 2 * f) + k5 * z**5 \
+        + POLY5_RESIDUAL_SCALE // 2
+    gradient = rows * (1 << (30 + precision.feature_bits)) * residual
+    loss = rows * (6 * k1 * z**2 * (1 << 4 * f) + 3 * k3 * z**4 * (1 << 2 * f)
+                   + 2 * k5 * z**6 + 6 * z * POLY5_RESIDUAL_SCALE)
+    bits = loss.bit_length()
+    return ValueBounds(gradient_bits=gradient.bit_length(), penalty_bits=bits,
+                       loss_bits=bits + (passive + 2).bit_length())
+
+
+def poly5_penalty_units(theta: Array, lam: float, batch: int) -> int:
+    """Integer to add to the poly5 loss sum so that the decoded loss includes (λ/2)‖θ‖²."""
+    return round(batch * lam * float(theta @ theta) / 2.0 * POLY5_LOSS_SCALE)
+
+
+def poly5_decode_loss(total: int, batch: int) -> float:
+    """L = log 2 + T/(b·12·2^124) from the integer T (loss sums and penalties)."""
+    return math.log(2.0) + total / (batch * POLY5_LOSS_SCALE)
+
+
+def poly5_gradient_from_sum(g_sum: IntArray | list[int], theta: Array, lam: float,
+                            batch: int, precision: Precision,
+                            intercept: bool = False) -> Array:
+    """∂L/∂θ = (1/b)·Xᵀ(s(z) − y01) + λθ from the integer sums G_j = Σ_i r̃_i·x̃_ij."""
+    g = np.asarray([float(v) for v in g_sum], dtype=np.float64)
+    scale = float(batch) * float(POLY5_RESIDUAL_SCALE << precision.feature_bits)
+    grad: Array = g / scale + lam * theta
+    if intercept:
+        grad[-1] -= lam * theta[-1]
+    return grad
+
+
+def fixed_point_step_poly(xs: list[IntArray], thetas: list[Array], y: Array, lam: float,
+                          precision: Precision) -> tuple[list[Array], float]:
+    """One poly5 gradient step's gradients and loss, in the integers the SS flow computes.
+
+    As :func:`fixed_point_step`: ``xs`` the encoded blocks ``[x̃_1, …, x̃_k, x̃_B]`` (B's
+    with the intercept column), ``thetas`` the weights, ``y`` the labels (±1).
+    """
+    scale = float(2**precision.feature_bits)
+    owner = "fixed_point_step_poly"
+    u = [poly5_scores((x.astype(np.float64) / scale) @ th, owner)
+         for x, th in zip(xs, thetas, strict=True)]
+    z = sum((v.astype(object) for v in u[1:]), start=u[0].astype(object))
+    r = poly5_residual(z, y)
+    batch = int(y.size)
+    grads = []
+    for i, (x, th) in enumerate(zip(xs, thetas, strict=True)):
+        sums = [int(s) for s in x.astype(object).T @ r]
+        grads.append(poly5_gradient_from_sum(sums, th, lam, batch, precision,
+                                             intercept=i == len(xs) - 1))
+    total = poly5_loss_sum(z, y)
+    for i, th in enumerate(thetas):
+        total += poly5_penalty_units(th[:-1] if i == len(thetas) - 1 else th, lam, batch)
+    return grads, poly5_decode_loss(total, batch)
+
+
+def fixed_point_gd_poly(blocks: list[Array], y: Array, *, lam: float, learning_rate: float,
+                        epochs: int, batch_size: int, seed: int,
+                        precision: Precision) -> tuple[list[Array], list[float]]:
+    """Centralised mini-batch gradient descent on the poly5 loss with the SS flow's integers.
+
+    As :func:`fixed_point_gd` (logistic, labels ±1), with :func:`fixed_point_step_poly`.
+    """
+    n = int(y.size)
+    xs = [encode_features(b, precision, intercept=i == len(blocks) - 1,
+                          owner="fixed_point_gd_poly") for i, b in enumerate(blocks)]
+    thetas = [np.zeros(x.shape[1]) for x in xs]
+    min_rows = min_batch_rows([b.shape[1] for b in blocks[:-1]], blocks[-1].shape[1])
+    losses = []
+    for epoch in range(epochs):
+        for rows in batch_plan(n, batch_size, epoch, seed, min_rows):
+            grads, loss = fixed_point_step_poly([x[rows] for x in xs], thetas, y[rows], lam,
+                                                precision)
+            losses.append(loss)
+            thetas = [th - learning_rate * g for th, g in zip(thetas, grads, strict=True)]
+    return thetas, losses
+
+
+def centralised_gd_poly(blocks: list[Array], y: Array, *, lam: float, learning_rate: float,
+                        epochs: int, batch_size: int,
+                        seed: int) -> tuple[list[Array], list[float]]:
+    """Run the same poly5 mini-batch gradient descent in float64 on the joined data, unrounded."""
+    n = int(y.size)
+    blocks = [np.asarray(b, dtype=np.float64) for b in blocks]
+    min_rows = min_batch_rows([b.shape[1] for b in blocks[:-1]], blocks[-1].shape[1])
+    blocks[-1] = np.hstack([blocks[-1], np.ones((n, 1))])
+    thetas = [np.zeros(b.shape[1]) for b in blocks]
+    y01 = (np.asarray(y, dtype=np.float64) + 1.0) / 2.0
+    losses = []
+    for epoch in range(epochs):
+        for rows in batch_plan(n, batch_size, epoch, seed, min_rows):
+            z = sum(b[rows] @ th for b, th in zip(blocks, thetas, strict=True))
+            r = poly5(z) - y01[rows]
+            b_n = rows.size
+            penalty = sum(float(th @ th) for th in thetas[:-1]) + float(
+                thetas[-1][:-1] @ thetas[-1][:-1])
+            losses.append(float(poly5_loss(z, y[rows]).mean()) + lam / 2 * penalty)
+            new = []
+            for i, (b, th) in enumerate(zip(blocks, thetas, strict=True)):
+                g = (b[rows].T @ r) / b_n + lam * th
                 if i == len(blocks) - 1:
                     g[-1] -= lam * th[-1]
                 new.append(th - learning_rate * g)

@@ -97,6 +97,8 @@ __all__ = [
 OBJECTIVES = {"linear": maths.LINEAR, "logistic": maths.LOGISTIC}
 HE = ("ou", "paillier", "none")
 ENGINES = ("ss", "he")
+SIGMOIDS = ("taylor", "poly5")
+POLY5_NEEDS = "sigmoid='poly5' needs engine='ss' and the logistic objective"
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,10 @@ class Plan:
     djn
         Paillier: whether C may hand out a DJN base h_s for short-exponent encryption;
         False makes the parties refuse a base and encrypt with textbook randomness r^n.
+    sigmoid
+        ``"taylor"``: the second-order Taylor loss of the paper; ``"poly5"`` (logistic,
+        ``engine="ss"`` only): the degree-5 polynomial of :data:`islands.vfl.maths.POLY5`,
+        one more round per batch (:mod:`islands.vfl.ss`).
     """
 
     objective: str
@@ -153,6 +159,7 @@ class Plan:
     key_bits: int
     insecure_keys: bool
     djn: bool
+    sigmoid: str
 
     @property
     def loss(self) -> Objective:
@@ -291,6 +298,12 @@ def check_plan(plan: Any, owner: str) -> Plan:
                               f"{plan.key_bits!r}")
     if not isinstance(plan.djn, bool):
         raise ValidationError(f"{owner}: djn must be a bool; got {plan.djn!r}")
+    if plan.sigmoid not in SIGMOIDS:
+        raise ValidationError(f"{owner}: sigmoid must be one of {list(SIGMOIDS)}; got "
+                              f"{plan.sigmoid!r}")
+    if plan.sigmoid == "poly5" and (plan.engine != "ss" or plan.objective != "logistic"):
+        raise ValidationError(f"{owner}: {POLY5_NEEDS}; got engine={plan.engine!r} and "
+                              f"objective={plan.objective!r}")
     plan.precision  # noqa: B018 - validates the bit counts
     return plan
 
@@ -467,6 +480,8 @@ def passive(party: Party, X: Any, *, coordinator: str = "C", active: str = "B",
     cipher, min_rows, bounds = _join(party, clock, coordinator, plan, n, p, active)
     if plan.engine == "ss":
         def scores(rows: IntArray, theta: Array) -> IntArray:
+            if plan.sigmoid == "poly5":
+                return maths.poly5_scores(x_float[rows] @ theta, owner)
             return maths.encode(x_float[rows] @ theta, precision.score_bits,
                                 maths.MAX_ABS_SCORE, "partial scores", owner)
 
@@ -548,6 +563,8 @@ def active(party: Party, X: Any, y: Any, *, coordinator: str = "C",
                                      [*passive, party.name])
     if plan.engine == "ss":
         def scores(rows: IntArray, theta: Array) -> IntArray:
+            if plan.sigmoid == "poly5":  # the labels enter the residual on shares
+                return maths.poly5_scores(x_float[rows] @ theta, owner)
             return maths.encode(x_float[rows] @ theta - objective.label_factor * labels[rows],
                                 precision.score_bits, 4 * maths.MAX_ABS_SCORE,
                                 "partial scores", owner)
@@ -555,7 +572,7 @@ def active(party: Party, X: Any, y: Any, *, coordinator: str = "C",
         theta, epochs = ss.run_data_party(
             party, clock, plan, x_enc, x_float, scores, _widths(cipher, party.name),
             party.name, coordinator, min_rows,
-            lambda epoch: _status(party, clock, coordinator, epoch))
+            lambda epoch: _status(party, clock, coordinator, epoch), labels=labels)
         return PartyModel(party.name, theta, epochs, clock)
     theta = np.zeros(p)
     epochs_run = 0
@@ -654,7 +671,7 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
     if plan.engine == "ss":
         if keys is not None:
             raise ValidationError(f"{owner}: keys apply to engine='he'; engine='ss' uses none")
-        ss.check_fits(bounds, owner)
+        ss.check_fits(ss.plan_bounds(plan, len(passive)), owner)
         with clock.timing("messaging"):
             party.broadcast("setup", Setup(b"", None, plan.text(), features), to=data_parties)
         widths = _widths(features, active)
