@@ -293,12 +293,13 @@ def test_numpy_ids_and_numpy_parameters(cancer: dict[str, np.ndarray]) -> None:
 
 def test_no_batch_of_k_rows_or_fewer() -> None:
     """A last batch of at most K rows joins the previous one; tiny overlaps are refused."""
-    from islands.vfl.ftl.protocol import _batches, check_rows
+    from islands.vfl.ftl.config import batch_order
+    from islands.vfl.ftl.protocol import check_rows
 
     plan = Plan(batch_size=20, engine="he", he="none")
-    sizes = [r.size for r in _batches(61, plan, 0, 3)]
+    sizes = [r.size for r in batch_order(61, plan, 0, 3)]
     assert sizes == [20, 20, 21] and sum(sizes) == 61
-    assert [r.size for r in _batches(64, plan, 0, 3)] == [20, 20, 20, 4]
+    assert [r.size for r in batch_order(64, plan, 0, 3)] == [20, 20, 20, 4]
     with pytest.raises(ValidationError, match="more than K = 3 overlap rows"):
         check_rows(3, plan, 3, "party 'B'")
     with pytest.raises(ValidationError, match="batch_size > 10"):

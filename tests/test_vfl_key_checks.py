@@ -103,7 +103,7 @@ def test_an_ftl_peer_with_a_key_shorter_than_the_plan_is_refused() -> None:
     from islands.vfl.ftl.protocol import Hello, target
 
     plan = FtlConfig.build(None, key_bits=1280, insecure_keys=True, dim=2, hidden=(4,), epochs=1,
-                           batch_size=8).plan(0)
+                           batch_size=8, he="paillier").plan(0)
     short, _, base = djn_keys_1024()
 
     def deviating_source(party: Any) -> None:
@@ -216,7 +216,7 @@ def test_an_insecure_ftl_fit_warns_before_anything_runs() -> None:
         FederatedTransferLearner(key_bits=1024).fit(x, x, np.arange(10) % 2, None, None)
     with pytest.warns(InsecureKeyWarning, match=r"^FederatedTransferLearner: 1024-bit keys"), \
             pytest.raises(ValidationError, match="ids_a must hold one ID per row"):
-        FederatedTransferLearner(key_bits=1024, insecure_keys=True).fit(
+        FederatedTransferLearner(key_bits=1024, insecure_keys=True, he="paillier").fit(
             x, x, np.arange(10) % 2, None, None)
     with warnings.catch_warnings():
         warnings.simplefilter("error", InsecureKeyWarning)  # none at the floor

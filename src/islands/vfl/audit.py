@@ -29,6 +29,7 @@ import numpy as np
 from islands.arrays import Array
 from islands.crypto.rns import SS_RING
 from islands.validation import check_random_state
+from islands.vfl.estimator import VerticalLinearRegression, VerticalLogisticRegression
 
 __all__ = ["COORDINATOR_TAGS", "SsViewCheck", "ss_view_check"]
 
@@ -107,8 +108,6 @@ def ss_view_check(X_a: Any, X_b: Any, y: Any, *, objective: str = "logistic",
     SsViewCheck
     """
     from scipy import stats
-
-    from islands.vfl.estimator import VerticalLinearRegression, VerticalLogisticRegression
 
     rng = check_random_state(random_state, "ss_view_check")
     x_b, target = np.asarray(X_b, dtype=np.float64), np.asarray(y)

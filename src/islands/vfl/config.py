@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from islands.config import ProtocolConfig, setting
-from islands.errors import JobError
+from islands.errors import JobError, ValidationError
 from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.psi.config import Engine, engine_setting
 from islands.validation import check_random_state

@@ -676,7 +676,9 @@ def coordinator(party: Party, *, active: str = "B", passive: Sequence[str] = ("A
             party.broadcast("setup", Setup(b"", None, plan.text(), features), to=data_parties)
         widths = _widths(features, active)
         batch_losses, epoch_losses, epochs_run, converged = ss.run_coordinator(
-            party, clock, plan, widths, active, n, min_rows)
+            party, clock, plan, widths, active, n, min_rows,
+            lambda epoch, go_on: party.broadcast("status", Status(epoch, go_on),
+                                                 to=data_parties))
         return CoordinatorResult(batch_losses, epoch_losses, epochs_run, 0, clock, converged)
     if plan.he == "ou":
         return _ou_coordinator(party, clock, plan, hellos, features, data_parties, active,

@@ -103,7 +103,7 @@ from __future__ import annotations
 import itertools
 import math
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -287,7 +287,8 @@ def _unpack(party: Party, value: Any, shape: tuple[int, ...], tag: str,
 
 
 def run_coordinator(party: Party, clock: Any, plan: Any, widths: dict[str, int],
-                    active: str, n: int, min_rows: int) -> tuple[list[float], list[float],
+                    active: str, n: int, min_rows: int,
+                    announce: Callable[[int, bool], Any]) -> tuple[list[float], list[float],
                                                                   int, bool]:
     """C under ``engine="ss"``, after the setup: deal every epoch, decode every batch loss.
 
@@ -295,13 +296,13 @@ def run_coordinator(party: Party, clock: Any, plan: Any, widths: dict[str, int],
     ----------
     widths
         Every data party's encoded width (B's includes the intercept).
+    announce
+        ``announce(epoch, go_on)`` sends C's end-of-epoch status to every data party.
 
     Returns
     -------
     (batch losses, epoch losses, epochs run, converged)
     """
-    from islands.vfl.protocol import Status  # the message classes live with the HE flow
-
     names = order(list(widths), active)
     bounds = plan_bounds(plan, len(names) - 1)
     poly = plan.sigmoid == "poly5"
@@ -389,7 +390,7 @@ def run_coordinator(party: Party, clock: Any, plan: Any, widths: dict[str, int],
             converged = abs(prev - cur) <= plan.tol * abs(prev)
         go_on = epoch + 1 < plan.epochs and not converged
         with clock.timing("messaging"):
-            party.broadcast("status", Status(epoch, go_on), to=names)
+            announce(epoch, go_on)
         if not go_on:
             break
         send_deal(pending[1], pending[3])

@@ -16,10 +16,13 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from islands.arrays import IntArray
 from islands.config import ProtocolConfig, setting
+from islands.errors import ValidationError
 from islands.psi import DEFAULT_MAX_PEER_RATIO
 from islands.psi.config import Engine, engine_setting
 from islands.validation import check_random_state
+from islands.vfl import maths as vfl_maths
 from islands.vfl.config import RENAMED
 from islands.vfl.ftl.maths import LOSSES
 from islands.vfl.keys import (
@@ -30,7 +33,7 @@ from islands.vfl.keys import (
 )
 
 __all__ = ["ALIGNMENTS", "ENGINES", "RENAMED", "FtlConfig", "FtlSettings", "Plan",
-           "PlanSettings", "draw_seeds"]
+           "PlanSettings", "batch_order", "check_plan", "draw_seeds"]
 
 ALIGNMENTS = ("anchored", "symmetric")
 ENGINES = ("ss", "he")
@@ -206,3 +209,23 @@ class Plan:
     def text(self) -> str:
         """Return the plan as canonical JSON: what the parties exchange and compare."""
         return self.settings().plan_text()
+
+def check_plan(plan: Any, owner: str) -> Plan:
+    """Validate a :class:`Plan`; return it normalised (Python numbers, a tuple of widths).
+
+    Errors are islands' standard message for the first refused field, naming ``owner``
+    (the constraints are :class:`~islands.vfl.ftl.config.FtlConfig`'s).
+    """
+    if not isinstance(plan, Plan):
+        raise ValidationError(f"{owner}: plan must be an islands.vfl.ftl.Plan")
+    return Plan(**plan.settings(owner).model_dump())
+
+
+def batch_order(rows: int, plan: Plan, epoch: int, scores: int) -> list[IntArray]:
+    """Return the public batch order; a last batch of at most K rows joins the one before.
+
+    From the aggregate G = Σ_i (t_i + MΦu_i)u_iᵀ of a batch of b ≤ K − 1 rows B could
+    solve for A's rows (a review recovered u exactly from a one-row batch), so no batch
+    has fewer than K + 1 rows (:func:`check_rows`).
+    """
+    return vfl_maths.batch_plan(rows, plan.batch_size, epoch, plan.seed, min_rows=scores + 1)

@@ -46,7 +46,7 @@ own ciphertexts without pads, reads them in the clear; nothing here defends that
   to one sign. This leak is not defended.
 - B sees A's rows only encrypted and decrypts the aggregate G (K × d) and the loss.
   From a batch of b ≤ K − 1 rows B could solve G for A's rows (a review recovered u
-  exactly from a one-row batch), so every batch has more than K rows (:func:`_batches`,
+  exactly from a one-row batch), so every batch has more than K rows (:func:`batch_order`,
   :func:`check_rows`). With symmetric alignment (the paper's loss) B's own gradient is
   (2γ/b)(u_i^B − u_i^A) on the batch rows, so B learns A's representations u_i^A of
   every overlap row exactly: any protocol that lets B back-propagate its own per-row
@@ -97,9 +97,8 @@ from islands.crypto import heu, paillier
 from islands.crypto.paillier_ops import VectorCipher, decrypt_many, modular_unmask
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
-from islands.vfl import maths as vfl_maths
 from islands.vfl.ftl import maths, ss
-from islands.vfl.ftl.config import ALIGNMENTS, Plan
+from islands.vfl.ftl.config import ALIGNMENTS, Plan, batch_order, check_plan
 from islands.vfl.ftl.maths import TaylorLoss
 from islands.vfl.keys import min_peer_key_bits
 from islands.vfl.protocol import Clock
@@ -118,15 +117,6 @@ __all__ = [
 ]
 
 
-def check_plan(plan: Any, owner: str) -> Plan:
-    """Validate a :class:`Plan`; return it normalised (Python numbers, a tuple of widths).
-
-    Errors are islands' standard message for the first refused field, naming ``owner``
-    (the constraints are :class:`~islands.vfl.ftl.config.FtlConfig`'s).
-    """
-    if not isinstance(plan, Plan):
-        raise ValidationError(f"{owner}: plan must be an islands.vfl.ftl.Plan")
-    return Plan(**plan.settings(owner).model_dump())
 
 
 @wire.register(name="ftl.Hello")
@@ -435,14 +425,6 @@ def _hello(party: Party, peer: str, mine: Hello, clock: Clock) -> Hello:
     return theirs
 
 
-def _batches(rows: int, plan: Plan, epoch: int, scores: int) -> list[IntArray]:
-    """Return the public batch order; a last batch of at most K rows joins the one before.
-
-    From the aggregate G = Σ_i (t_i + MΦu_i)u_iᵀ of a batch of b ≤ K − 1 rows B could
-    solve for A's rows (a review recovered u exactly from a one-row batch), so no batch
-    has fewer than K + 1 rows (:func:`check_rows`).
-    """
-    return vfl_maths.batch_plan(rows, plan.batch_size, epoch, plan.seed, min_rows=scores + 1)
 
 
 def _check_dealer(plan: Plan, dealer: str | None, me: str, peer: str) -> None:
@@ -460,7 +442,7 @@ def _check_dealer(plan: Plan, dealer: str | None, me: str, peer: str) -> None:
 
 
 def check_rows(rows: int, plan: Plan, scores: int, owner: str) -> None:
-    """Refuse overlaps or batches of at most K rows (see :func:`_batches`)."""
+    """Refuse overlaps or batches of at most K rows (see :func:`batch_order`)."""
     if rows <= scores or plan.batch_size <= scores:
         raise ValidationError(f"{owner}: FTL needs more than K = {scores} overlap rows and "
                               f"batch_size > {scores} (B could otherwise solve a batch's "
@@ -527,7 +509,7 @@ def target(party: Party, X: Any, *, peer: str = "B", plan: Plan,
     for epoch in range(plan.epochs):
         if session is not None:
             session.start_epoch(epoch)
-        for index, rows in enumerate(_batches(x.shape[0], plan, epoch, k)):
+        for index, rows in enumerate(batch_order(x.shape[0], plan, epoch, k)):
             b = rows.size
             with clock.timing("compute"):
                 u_t = net(xt[rows])
@@ -704,7 +686,7 @@ def source(party: Party, X: Any, labels: Any, *, overlap: Any, n_classes: int,
     epoch, converged = 0, False
     for epoch in range(plan.epochs):
         start = len(batch_losses)
-        batches = _batches(rows_o.size, plan, epoch, k)
+        batches = batch_order(rows_o.size, plan, epoch, k)
         if session is not None:
             session.start_epoch(epoch, len(batches))
         for index, rows in enumerate(batches):

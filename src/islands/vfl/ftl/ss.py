@@ -113,7 +113,7 @@ from islands.crypto.rns import SS_RING, Residues
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import Party, wire
 from islands.vfl.ftl import maths
-from islands.vfl.ftl.config import Plan
+from islands.vfl.ftl.config import Plan, batch_order, check_plan
 from islands.vfl.protocol import Clock
 
 __all__ = [
@@ -636,8 +636,6 @@ def dealer(party: Party, *, target: str = "A", source: str = "B", plan: Plan
 
     Every wait is the run's timeout (:meth:`islands.runtime.Party.recv`).
     """
-    from islands.vfl.ftl.protocol import _batches, check_plan
-
     plan = check_plan(plan, f"dealer {party.name!r}")
     _check_dealer(party, target, source)
     if plan.engine != "ss":
@@ -648,7 +646,7 @@ def dealer(party: Party, *, target: str = "A", source: str = "B", plan: Plan
 
     def deal_epoch(epoch: int) -> None:
         ras, rgs, rls = [], [], []
-        for i, batch in enumerate(_batches(rows, plan, epoch, k)):
+        for i, batch in enumerate(batch_order(rows, plan, epoch, k)):
             b = batch.size
             ra, rg, rl = deal(target_masks(seed_a, epoch, i, b, d, k),
                               source_masks(seed_b, epoch, i, b, d, k), b)
@@ -693,8 +691,6 @@ def infer_masks_source(seed: bytes, rows: int, d: int, k: int) -> tuple[Residues
 def infer_dealer(party: Party, *, target: str = "A", source: str = "B", plan: Plan
                  ) -> DealerRecord:
     """Play D in inference: deal A r_a = R_UR_Φ − r_B for its scores UΦᵀ."""
-    from islands.vfl.ftl.protocol import check_plan
-
     plan = check_plan(plan, f"dealer {party.name!r}")
     _check_dealer(party, target, source)
     seed_a, seed_b, rows, k = _seeds(party, target, source, plan, "infer")
