@@ -330,6 +330,17 @@ def check_batch_rows(batch_size: int, features: Mapping[str, int], active: str, 
     return need
 
 
+def settled(epoch_losses: Sequence[float], tol: float | None) -> bool:
+    """Whether the last epoch's mean loss moved by at most ``tol`` (relative) from the one before.
+
+    The coordinator's stopping rule (``tol`` None: never).
+    """
+    if tol is None or len(epoch_losses) < 2:
+        return False
+    prev, cur = epoch_losses[-2], epoch_losses[-1]
+    return abs(prev - cur) <= tol * abs(prev)
+
+
 def penalty_units(theta: Array, lam: float, batch: int, objective: Objective,
                   precision: Precision) -> int:
     """Integer to add to Σẽ² so that the decoded loss includes (λ/2)‖θ‖².

@@ -790,9 +790,7 @@ def _coordinate(party: Party, clock: Clock, plan: Plan, setup: Setup, cipher: An
             count += batch.size
         epoch_losses.append(total / count)
         epochs_run = epoch + 1
-        if plan.tol is not None and epoch > 0:
-            prev, cur = epoch_losses[-2], epoch_losses[-1]
-            converged = abs(prev - cur) <= plan.tol * abs(prev)
+        converged = maths.settled(epoch_losses, plan.tol)
         go_on = epoch + 1 < plan.epochs and not converged
         with clock.timing("messaging"):
             party.broadcast("status", Status(epoch, go_on), to=data_parties)

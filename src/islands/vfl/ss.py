@@ -385,9 +385,7 @@ def run_coordinator(party: Party, clock: Any, plan: Any, widths: dict[str, int],
             weighted += loss * rows.size
         epoch_losses.append(weighted / n)
         epochs_run = epoch + 1
-        if plan.tol is not None and epoch > 0:
-            prev, cur = epoch_losses[-2], epoch_losses[-1]
-            converged = abs(prev - cur) <= plan.tol * abs(prev)
+        converged = maths.settled(epoch_losses, plan.tol)
         go_on = epoch + 1 < plan.epochs and not converged
         with clock.timing("messaging"):
             announce(epoch, go_on)
