@@ -253,6 +253,12 @@ def test_each_partys_ring_messages_are_uniform_and_independent_of_the_data(
     assert set(check.coordinator_tags) <= COORDINATOR_TAGS
     assert {key.rsplit("/", 1)[0] for key in check.pvalues} == {
         "A/xhat", "A/m", "A/deal", "B/xhat", "B/m", "B/deal", "C/lossshare"}
+    # poly5's openings, masked labels and power tuples too
+    check = ss_view_check(*breast_cancer_views, sigmoid="poly5", random_state=2)
+    assert check.indistinguishable and check.models_differ
+    assert set(check.coordinator_tags) <= COORDINATOR_TAGS
+    assert {"A/open", "B/open", "A/yhat", "B/powers"} <= {
+        key.rsplit("/", 1)[0] for key in check.pvalues}
 
 
 def test_the_view_check_catches_masks_that_are_not_there(

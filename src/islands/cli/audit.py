@@ -352,6 +352,9 @@ def audit_vfl_command(
         help="'breast_cancer' (B holds 10 columns and the labels, A the other 20).")]
     = "breast_cancer",
     epochs: Annotated[int, typer.Option(min=1, help="Epochs of each run.")] = 2,
+    sigmoid: Annotated[str, typer.Option(
+        help="'taylor' (the paper's) or 'poly5' (adds the power tuples and openings).")]
+    = "taylor",
     seed: Annotated[int, typer.Option(help="Seed of the permutation and the batches.")] = 0,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write every p-value as JSON.")
@@ -364,6 +367,8 @@ def audit_vfl_command(
 
     if dataset != "breast_cancer":
         raise typer.BadParameter("use 'breast_cancer'", param_hint="--dataset")
+    if sigmoid not in ("taylor", "poly5"):
+        raise typer.BadParameter("use 'taylor' or 'poly5'", param_hint="--sigmoid")
     with stop_on_error(2):
         ds = load_sklearn("breast_cancer")
     x = StandardScaler().fit_transform(ds.X)
@@ -373,7 +378,8 @@ def audit_vfl_command(
                   "by their prime to [0, 1), against uniform noise and against the other "
                   "run (Kolmogorov-Smirnov).")
     with stop_on_error(1):
-        check = ss_view_check(x[:, 10:], x[:, :10], ds.y, epochs=epochs, random_state=seed)
+        check = ss_view_check(x[:, 10:], x[:, :10], ds.y, sigmoid=sigmoid, epochs=epochs,
+                              random_state=seed)
     table = Table(title="p-values (small: the view tells the data apart)")
     for col in ("party", "message", "vs uniform", "vs the other run"):
         table.add_column(col)

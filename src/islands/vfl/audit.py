@@ -36,7 +36,7 @@ __all__ = ["COORDINATOR_TAGS", "SsViewCheck", "ss_view_check"]
 COORDINATOR_TAGS = frozenset({"hello", "seed", "lossshare"})
 """The only tags C may receive under ``engine="ss"``: no share of data reaches it."""
 
-_RING_TAGS = ("xhat", "m", "deal", "lossshare")
+_RING_TAGS = ("xhat", "m", "deal", "lossshare", "open", "yhat", "powers")
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,8 @@ def _view(transcript: Any, party: str) -> dict[str, Array]:
 
 
 def ss_view_check(X_a: Any, X_b: Any, y: Any, *, objective: str = "logistic",
-                  alpha: float = 0.01, epochs: int = 2, batch_size: int = 64,
+                  sigmoid: str = "taylor", alpha: float = 0.01, epochs: int = 2,
+                  batch_size: int = 64,
                   random_state: int | np.random.Generator | None = 0,
                   parties: Sequence[str] = ("A", "B", "C")) -> SsViewCheck:
     """Train twice under ``engine="ss"`` (B's data permuted the second time); compare views.
@@ -96,6 +97,9 @@ def ss_view_check(X_a: Any, X_b: Any, y: Any, *, objective: str = "logistic",
         rows aligned.
     objective
         ``"logistic"`` (labels of two classes) or ``"linear"``.
+    sigmoid
+        The logistic model's ``"taylor"`` or ``"poly5"`` (whose power-tuple messages,
+        masked labels and openings are checked too).
     alpha
         The family-wise level.
     epochs, batch_size
@@ -114,8 +118,9 @@ def ss_view_check(X_a: Any, X_b: Any, y: Any, *, objective: str = "logistic",
     order = rng.permutation(x_b.shape[0])
     seed = int(rng.integers(0, 2**31 - 1))
     kind = VerticalLogisticRegression if objective == "logistic" else VerticalLinearRegression
+    extra: dict[str, Any] = {"sigmoid": sigmoid} if objective == "logistic" else {}
     runs = [kind(engine="ss", epochs=epochs, batch_size=batch_size, tol=None,
-                 keep_payloads=True, random_state=seed).fit(X_a, xb, t)
+                 keep_payloads=True, random_state=seed, **extra).fit(X_a, xb, t)
             for xb, t in ((x_b, target), (x_b[order], target[order]))]
     pvalues: dict[str, float] = {}
     for party in parties:
