@@ -388,3 +388,35 @@ def test_defaults_fit_breast_cancer_in_seconds() -> None:
           f"{accuracy:.3f})")
     assert model.n_overlap_ == 82 and model.n_epochs_ == 30
     assert accuracy > 0.85
+
+
+def _ring_arrays(payload: Any) -> list[np.ndarray]:
+    """Every packed ring array a message carries (uint64, one row of words per element)."""
+    import dataclasses
+
+    values = ([getattr(payload, f.name) for f in dataclasses.fields(payload)]
+              if dataclasses.is_dataclass(payload) else [payload])
+    return [v for v in values if isinstance(v, np.ndarray) and v.dtype == np.uint64
+            and v.ndim >= 1 and v.shape[-1] == SS_RING.words]
+
+
+def test_each_partys_ring_messages_look_uniform() -> None:
+    """A's and B's view under engine='ss': every residue they receive, scaled by its prime,
+    is uniform (Kolmogorov–Smirnov), in training and in inference."""
+    from scipy import stats
+
+    plan = Plan(**COMMON, alignment="symmetric", loss="logistic")
+    run = run_local(_roles(plan, 2), timeout=120, blas_threads=None, keep_payloads=True)
+    infer = _scores(run, _data()[0][:5], plan, keep_payloads=True)
+    for party in ("A", "B"):
+        seen = []
+        for transcript in (run.transcript, infer.transcript):
+            for record in transcript.received_by(party):
+                for arr in _ring_arrays(record.payload):
+                    residues = SS_RING.unpack(arr, arr.shape[:-1], record.tag, party)
+                    seen.append(residues.reshape(SS_RING.k, -1))
+        assert seen, party
+        res = np.concatenate(seen, axis=1)
+        assert res.shape[1] > 200  # small plan: a few hundred elements each
+        for k, p in enumerate(SS_RING.primes):
+            assert stats.kstest(res[k] / p, "uniform").pvalue > 1e-4, (party, k)
