@@ -396,3 +396,83 @@ def audit_vfl_command(
                   f"{'cannot' if check.indistinguishable else 'CAN'} be told from uniform "
                   "noise or from a run on other data.")
     _save_report(json_path, dataset, check.to_dict())
+
+
+@audit_app.command("dp")
+def audit_dp_command(
+    mechanism: Annotated[str, typer.Option(
+        help="The mechanism audited: 'gaussian' (islands' clip, CSPRNG Gaussian noise and "
+             "Poisson sampling; the attacker sees every release).")] = "gaussian",
+    canaries: Annotated[int, typer.Option(min=2, help="m, the number of canaries.")] = 20_000,
+    noise_multiplier: Annotated[float, typer.Option(help="σ, the noise multiplier.")] = 6.0,
+    clip: Annotated[float, typer.Option(help="S, the clipping norm.")] = 1.0,
+    rounds: Annotated[int, typer.Option(min=1, help="T, releases composed.")] = 10,
+    sampling_rate: Annotated[float, typer.Option(
+        help="q, each release's Poisson sampling rate, in (0, 1].")] = 1.0,
+    delta: Annotated[float, typer.Option(help="δ of the claim and the bounds.")] = 1e-5,
+    accountant: Annotated[str, typer.Option(help="'rdp' or 'pld'.")] = "rdp",
+    confidence: Annotated[float, typer.Option(help="1 − β of every bound.")] = 0.95,
+    sweep: Annotated[str | None, typer.Option(
+        help="Also plot the bound against 'canaries' (m) or 'noise' (σ), one run per "
+             "point.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Write results.json, report.md and (with --sweep) dp_audit.png here.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the audit as JSON.")] = None,
+) -> None:
+    """Measure a lower bound on the ε a DP mechanism really gives, in one run (Steinke et al.).
+
+    Exits 1 when a bound contradicts the accountant's ε.
+    """
+    from islands.experiments.dp_audit import (
+        DESCRIPTIONS,
+        MECHANISMS,
+        AuditSettings,
+        audit_dp,
+        verdict,
+        write_dp_audit,
+    )
+    from islands.privacy.audit import ceiling
+
+    if mechanism not in MECHANISMS:
+        raise typer.BadParameter(f"use one of {', '.join(sorted(MECHANISMS))}",
+                                 param_hint="--mechanism")
+    if sweep not in (None, "canaries", "noise"):
+        raise typer.BadParameter("use 'canaries' or 'noise'", param_hint="--sweep")
+    if accountant not in ("rdp", "pld"):
+        raise typer.BadParameter("use 'rdp' or 'pld'", param_hint="--accountant")
+    settings = AuditSettings(canaries=canaries, confidence=confidence, delta=delta,
+                             accountant=accountant, noise_multiplier=noise_multiplier,
+                             clip=clip, rounds=rounds, sampling_rate=sampling_rate)
+    console.print(f"One-run DP audit (Steinke, Nasr and Jagielski 2023) of "
+                  f"{DESCRIPTIONS[mechanism]}: σ = {noise_multiplier:g}, S = {clip:g}, "
+                  f"T = {rounds}, q = {sampling_rate:g}; {canaries} canaries, each included "
+                  "with probability 1/2 from the CSPRNG.")
+    with stop_on_error(2), console.status("auditing") as status:
+        result = audit_dp(mechanism, settings, sweep=sweep,
+                          progress=lambda msg: status.update(escape(msg)))
+    table = Table(title=f"ε at δ = {delta:g}; bounds at {confidence:.0%} confidence")
+    for col in ("view", "accountant ε", "bound", "curve bound", "estimate", "guesses",
+                "right", "ceiling"):
+        table.add_column(col, justify="left" if col == "view" else "right")
+    for name, a in result.views.items():
+        table.add_row(name, f"{a.claimed_epsilon:.3f}", f"{a.lower_bound:.3f}",
+                      "n/a (sampled)" if a.gaussian_curve_bound is None
+                      else f"{a.gaussian_curve_bound:.3f}",
+                      "n/a" if a.estimate is None else f"{a.estimate:.3f}",
+                      str(a.guesses), str(a.correct),
+                      f"{ceiling(canaries, delta, confidence):.2f}")
+    console.print(table)
+    console.print("bound: Steinke et al.'s lower bound on ε; curve bound: against the "
+                  "Gaussian trade-off curve (Mahloujifar et al.), where the claim is an "
+                  "unsampled Gaussian composition; estimate: Andrew et al.'s, with no "
+                  "confidence; ceiling: the most this many canaries can show.")
+    console.print(verdict(result))
+    if out is not None:
+        with stop_on_error(2):
+            written = write_dp_audit(result, out)
+        console.print("wrote " + ", ".join(escape(str(p)) for p in written))
+    if json_path is not None:
+        save_json(json_path, result.to_json())
+    if result.contradicted:
+        raise typer.Exit(1)

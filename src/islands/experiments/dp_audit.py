@@ -1,0 +1,269 @@
+"""``islands audit dp``: the ε a DP mechanism really gives, measured in one run.
+
+The accountant's ε is an upper bound *if* the mechanism is implemented as analysed. This
+module runs islands' DP mechanisms once with m canaries, each included with probability ½
+from the CSPRNG, scores them from what the attacker sees, and reports Steinke, Nasr and
+Jagielski's one-run lower bound on ε beside the accountant's ε
+(:mod:`islands.privacy.audit`, where the statistics and what they mean are documented).
+A bound above the accountant's ε says the implementation or its accounting is wrong (or
+an event of probability at most β happened); a bound below it does not certify anything.
+
+Mechanisms are registered in :data:`MECHANISMS` (name → runner); each runner takes the
+plain settings of :class:`AuditSettings` and returns its views' audits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from islands.errors import ValidationError
+from islands.privacy.audit import OneRunAudit, audit_gaussian, ceiling
+from islands.reporting import ResultSet, new_figure
+
+__all__ = ["MECHANISMS", "AuditSettings", "DpAuditResult", "audit_dp", "write_dp_audit"]
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """What one audit runs (the mechanism's own settings and the audit's).
+
+    Attributes
+    ----------
+    canaries
+        m, the number of canaries.
+    confidence
+        1 − β of every bound.
+    delta
+        δ of the claim and of the bounds.
+    accountant
+        ``"rdp"`` or ``"pld"``: the accountant whose ε is compared.
+    noise_multiplier, clip, rounds, sampling_rate
+        The Gaussian mechanism's σ, S, T and Poisson rate q (the defaults give ε ≈ 2 at
+        δ = 1e-5).
+    """
+
+    canaries: int = 20_000
+    confidence: float = 0.95
+    delta: float = 1e-5
+    accountant: str = "rdp"
+    noise_multiplier: float = 6.0
+    clip: float = 1.0
+    rounds: int = 10
+    sampling_rate: float = 1.0
+
+
+Runner = Callable[[AuditSettings], dict[str, OneRunAudit]]
+
+
+def _gaussian(s: AuditSettings) -> dict[str, OneRunAudit]:
+    """Audit the Gaussian mechanism (clip, Gaussian noise, Poisson sampling), white-box."""
+    return {"white-box": audit_gaussian(
+        noise_multiplier=s.noise_multiplier, rounds=s.rounds, canaries=s.canaries,
+        clip=s.clip, sampling_rate=s.sampling_rate, delta=s.delta, accountant=s.accountant,
+        confidence=s.confidence)}
+
+
+MECHANISMS: Mapping[str, Runner] = {"gaussian": _gaussian}
+"""Every auditable mechanism, by the name ``islands audit dp --mechanism`` takes."""
+
+DESCRIPTIONS: Mapping[str, str] = {
+    "gaussian": "islands' Gaussian mechanism (clip_l2, CSPRNG Gaussian noise, Poisson "
+                "sampling), T releases, the attacker sees every release (white-box), "
+                "Dirac canaries"}
+
+
+@dataclass(frozen=True)
+class DpAuditResult:
+    """One audit, and the sweep around it if asked for.
+
+    Attributes
+    ----------
+    mechanism
+        Its name in :data:`MECHANISMS`.
+    settings
+        What ran.
+    views
+        Each view's :class:`~islands.privacy.audit.OneRunAudit`.
+    by_canaries, by_noise
+        The sweep's points (one independent run each), or None.
+    seconds
+        Wall time of the audit and its sweep.
+    """
+
+    mechanism: str
+    settings: AuditSettings
+    views: dict[str, OneRunAudit]
+    by_canaries: dict[str, list[float]] | None = None
+    by_noise: dict[str, list[float]] | None = None
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def contradicted(self) -> bool:
+        """Whether any view's rigorous bound exceeds the accountant's ε."""
+        return any(a.contradicted or a.curve_contradicted for a in self.views.values())
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``results.json``'s ``dp_audit`` object."""
+        s = self.settings
+        out: dict[str, Any] = {
+            "mechanism": self.mechanism, "description": DESCRIPTIONS[self.mechanism],
+            "delta": s.delta, "confidence": s.confidence, "accountant": s.accountant,
+            "settings": vars(s).copy(), "canaries": s.canaries,
+            "views": {name: a.to_dict() for name, a in self.views.items()},
+            "ceiling": ceiling(s.canaries, s.delta, s.confidence),
+            "contradicted": self.contradicted}
+        if self.by_canaries is not None:
+            out["by_canaries"] = self.by_canaries
+        if self.by_noise is not None:
+            out["by_noise"] = self.by_noise
+        out["seconds"] = self.seconds
+        return {"dp_audit": {**out, **self.extra}}
+
+
+def _sweep_canaries(run: Runner, s: AuditSettings, points: Sequence[int],
+                    say: Callable[[str], None]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"m": [], "lower_bound": [], "ceiling": [],
+                                   "accountant_epsilon": []}
+    for m in points:
+        say(f"sweep: {m} canaries")
+        audit = next(iter(run(replace(s, canaries=m)).values()))
+        out["m"].append(float(m))
+        out["lower_bound"].append(audit.lower_bound)
+        out["ceiling"].append(audit.ceiling)
+        out["accountant_epsilon"].append(float(audit.claimed_epsilon or 0.0))
+    return out
+
+
+def _sweep_noise(run: Runner, s: AuditSettings, points: Sequence[float],
+                 say: Callable[[str], None]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"noise_multiplier": [], "lower_bound": [],
+                                   "accountant_epsilon": [], "gaussian_curve_bound": []}
+    for sigma in points:
+        say(f"sweep: noise multiplier {sigma:g}")
+        audit = next(iter(run(replace(s, noise_multiplier=sigma)).values()))
+        out["noise_multiplier"].append(float(sigma))
+        out["lower_bound"].append(audit.lower_bound)
+        out["accountant_epsilon"].append(float(audit.claimed_epsilon or 0.0))
+        out["gaussian_curve_bound"].append(
+            float("nan") if audit.gaussian_curve_bound is None else audit.gaussian_curve_bound)
+    return out
+
+
+SWEEP_CANARIES = (500, 1_000, 2_000, 5_000, 10_000, 20_000)
+"""The canary counts of ``--sweep canaries``."""
+
+SWEEP_NOISE = (2.0, 3.0, 4.0, 6.0, 9.0, 12.0)
+"""The noise multipliers of ``--sweep noise``."""
+
+
+def audit_dp(mechanism: str = "gaussian", settings: AuditSettings | None = None, *,
+             sweep: str | None = None,
+             progress: Callable[[str], None] | None = None) -> DpAuditResult:
+    """Audit one mechanism once; with ``sweep``, also against m or σ (one run per point).
+
+    Parameters
+    ----------
+    mechanism
+        A name in :data:`MECHANISMS`.
+    settings
+        What to run (default :class:`AuditSettings`).
+    sweep
+        None, ``"canaries"`` (:data:`SWEEP_CANARIES`) or ``"noise"`` (:data:`SWEEP_NOISE`).
+    progress
+        Called with a short message at each step.
+
+    Raises
+    ------
+    ValidationError
+        For an unknown mechanism or sweep, or a setting out of range (naming it).
+    """
+    if mechanism not in MECHANISMS:
+        raise ValidationError(f"mechanism must be one of {sorted(MECHANISMS)}; got "
+                              f"{mechanism!r}")
+    if sweep not in (None, "canaries", "noise"):
+        raise ValidationError(f"sweep must be 'canaries', 'noise' or None; got {sweep!r}")
+    s = settings if settings is not None else AuditSettings()
+    say = progress if progress is not None else (lambda _m: None)
+    run = MECHANISMS[mechanism]
+    start = time.perf_counter()
+    say(f"auditing {mechanism} with {s.canaries} canaries")
+    views = run(s)
+    by_canaries = _sweep_canaries(run, s, SWEEP_CANARIES, say) if sweep == "canaries" \
+        else None
+    by_noise = _sweep_noise(run, s, SWEEP_NOISE, say) if sweep == "noise" else None
+    return DpAuditResult(mechanism, s, views, by_canaries, by_noise,
+                         time.perf_counter() - start)
+
+
+def _report(result: DpAuditResult) -> str:
+    s = result.settings
+    lines = [f"# DP audit: {result.mechanism}", "", DESCRIPTIONS[result.mechanism] + ".", "",
+             f"{s.canaries} canaries, δ = {s.delta:g}, confidence {s.confidence:g}, "
+             f"accountant {s.accountant}; the most any one-run audit with this many canaries "
+             f"can show: ε = {ceiling(s.canaries, s.delta, s.confidence):.2f}.", "",
+             "| view | accountant ε | lower bound | Gaussian-curve bound | estimate (no "
+             "confidence) | guesses | correct |", "|---|---|---|---|---|---|---|"]
+    for name, a in result.views.items():
+        curve = "n/a" if a.gaussian_curve_bound is None else f"{a.gaussian_curve_bound:.3f}"
+        estimate = "n/a" if a.estimate is None else f"{a.estimate:.3f}"
+        lines.append(f"| {name} | {a.claimed_epsilon:.3f} | {a.lower_bound:.3f} | {curve} | "
+                     f"{estimate} | {a.guesses} | {a.correct} |")
+    lines += ["", verdict(result), ""]
+    if result.by_canaries is not None or result.by_noise is not None:
+        lines += ["![the bound against the sweep](dp_audit.png)", ""]
+    return "\n".join(lines)
+
+
+def verdict(result: DpAuditResult) -> str:
+    """One sentence: contradicted, or consistent (and the ceiling that limits it)."""
+    s = result.settings
+    if result.contradicted:
+        return (f"**The reported ε is contradicted at {s.confidence:.0%} confidence**: the "
+                "implementation or its accounting gives less privacy than it reports.")
+    top = ceiling(s.canaries, s.delta, s.confidence)
+    return (f"No bound exceeds the accountant's ε: consistent. A one-run audit with "
+            f"{s.canaries} canaries cannot contradict an ε above {top:.2f}, and a bound below "
+            "the accountant's ε does not certify the mechanism.")
+
+
+def _figure(result: DpAuditResult) -> Any:
+    fig = new_figure(6.4, 4.2)
+    ax = fig.subplots()
+    if result.by_canaries is not None:
+        b = result.by_canaries
+        ax.plot(b["m"], b["lower_bound"], "o-", label="lower bound (one run each)")
+        ax.plot(b["m"], b["ceiling"], "--", color="grey", label="ceiling (every guess right)")
+        ax.plot(b["m"], b["accountant_epsilon"], "-", color="tab:red", label="accountant's ε")
+        ax.set(xscale="log", xlabel="canaries m", ylabel="ε")
+    else:
+        assert result.by_noise is not None
+        b = result.by_noise
+        ax.plot(b["noise_multiplier"], b["accountant_epsilon"], "-", color="tab:red",
+                label="accountant's ε")
+        ax.plot(b["noise_multiplier"], b["lower_bound"], "o-", label="lower bound")
+        ax.plot(b["noise_multiplier"], b["gaussian_curve_bound"], "s-",
+                label="Gaussian-curve bound")
+        ax.set(xlabel="noise multiplier σ", ylabel="ε")
+    ax.set_title(f"One-run DP audit: {result.mechanism}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return fig
+
+
+def write_dp_audit(result: DpAuditResult, out: str | Path) -> list[Path]:
+    """Write ``results.json``, ``report.md`` and, with a sweep, ``dp_audit.png`` into ``out``.
+
+    The files are published together (:class:`~islands.reporting.ResultSet`): a failure
+    leaves the folder's previous results as they were.
+    """
+    with ResultSet(out) as files:
+        files.add_json("results.json", result.to_json())
+        files.add_text("report.md", _report(result) + "\n")
+        if result.by_canaries is not None or result.by_noise is not None:
+            files.add_figure("dp_audit.png", _figure(result))
+    return files.published

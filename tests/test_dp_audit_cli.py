@@ -1,0 +1,65 @@
+"""``islands audit dp``: the Gaussian mechanism audited from the command line (issue 42)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from dp_faults import releases_without_clip
+from islands.cli import app
+from islands.experiments import dp_audit
+from islands.experiments.dp_audit import AuditSettings, audit_dp, write_dp_audit
+from islands.privacy.audit import audit_gaussian
+
+
+def test_the_real_mechanism_is_consistent_and_the_files_say_so(tmp_path: Path) -> None:
+    result = audit_dp("gaussian", AuditSettings(canaries=2_000, noise_multiplier=4.0),
+                      sweep="canaries")
+    audit = result.views["white-box"]
+    assert not result.contradicted and audit.claimed_epsilon is not None
+    assert 0 < audit.lower_bound < audit.claimed_epsilon
+    assert result.by_canaries is not None and len(result.by_canaries["m"]) >= 4
+    written = write_dp_audit(result, tmp_path / "out")
+    assert {p.name for p in written} >= {"results.json", "report.md", "dp_audit.png"}
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())["dp_audit"]
+    assert doc["mechanism"] == "gaussian" and doc["contradicted"] is False
+    assert doc["views"]["white-box"]["lower_bound"] == audit.lower_bound
+    assert "consistent" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_the_command_prints_the_bound_and_exits_1_on_a_planted_fault(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
+    ok = runner.invoke(app, ["audit", "dp", "--canaries", "2000", "--json",
+                             str(tmp_path / "ok.json")])
+    assert ok.exit_code == 0, ok.output
+    text = " ".join(ok.output.split())
+    assert "consistent" in text and "white-box" in text
+    assert json.loads((tmp_path / "ok.json").read_text())["dp_audit"]["contradicted"] is False
+
+    def faulty(s: AuditSettings) -> dict[str, Any]:  # the clip skipped, canaries 10× S
+        return {"white-box": audit_gaussian(
+            noise_multiplier=s.noise_multiplier, rounds=s.rounds, canaries=s.canaries,
+            clip=s.clip, sampling_rate=s.sampling_rate, delta=s.delta,
+            accountant=s.accountant, confidence=s.confidence, canary_norm=10 * s.clip,
+            mechanism=releases_without_clip)}
+
+    monkeypatch.setitem(dp_audit.MECHANISMS, "gaussian", faulty)
+    bad = runner.invoke(app, ["audit", "dp", "--canaries", "2000", "--noise-multiplier", "4"])
+    assert bad.exit_code == 1, bad.output
+    assert "contradicted" in " ".join(bad.output.split())
+
+
+@pytest.mark.parametrize(("args", "hint"), [
+    (["--mechanism", "laplace"], "--mechanism"),
+    (["--sweep", "rounds"], "--sweep"),
+    (["--accountant", "gdp"], "--accountant"),
+    (["--sampling-rate", "1.5"], "sampling_rate"),
+])
+def test_bad_settings_are_named(args: list[str], hint: str) -> None:
+    result = CliRunner().invoke(app, ["audit", "dp", "--canaries", "100", *args])
+    assert result.exit_code == 2 and hint in " ".join(result.output.split()), result.output
