@@ -432,8 +432,6 @@ def audit_dp_command(
         verdict,
         write_dp_audit,
     )
-    from islands.privacy.audit import ceiling
-
     if mechanism not in MECHANISMS:
         raise typer.BadParameter(f"use one of {', '.join(sorted(MECHANISMS))}",
                                  param_hint="--mechanism")
@@ -461,7 +459,7 @@ def audit_dp_command(
                       else f"{a.gaussian_curve_bound:.3f}",
                       "n/a" if a.estimate is None else f"{a.estimate:.3f}",
                       str(a.guesses), str(a.correct),
-                      f"{ceiling(canaries, delta, confidence):.2f}")
+                      f"{a.ceiling:.2f}")
     console.print(table)
     console.print("bound: Steinke et al.'s lower bound on ε; curve bound: against the "
                   "Gaussian trade-off curve (Mahloujifar et al.), where the claim is an "
