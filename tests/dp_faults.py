@@ -75,3 +75,56 @@ def releases_noise_halved(canaries: DiracCanaries, included: NDArray[np.bool_], 
         release[coords[sampled]] += clipped[0] * signs[sampled]
         releases[t] = release
     return releases
+
+
+# --- PCA ---
+# Faulty copies of federated DP-PCA's noise source, :func:`islands.pca.protocol._noise`
+# (each site's and the curator's draws go through it, one label per use: "mean <site>",
+# "moment <site>"; "mean", "moment" at the central curator), and of its row sums,
+# :func:`islands.pca.protocol._sums`. A test installs a copy with pytest's ``monkeypatch``
+# for the duration of one audit (``audit_pca_dp``); the real functions are never edited.
+
+from collections.abc import Callable  # noqa: E402
+
+from islands.crypto.prg import csprng_normal, keyed_normal  # noqa: E402
+from islands.data.sources import BlockSource  # noqa: E402
+from islands.pca import maths as pca_maths  # noqa: E402
+from islands.pca.protocol import PcaConfig, _reproducible_key  # noqa: E402
+
+PcaNoise = Callable[[PcaConfig, str], pca_maths.NormalSource]
+
+
+def pca_noise_without(kind: str) -> PcaNoise:
+    """``_noise`` whose draws for one release (labels starting with ``kind``) are zero."""
+
+    def _noise(config: PcaConfig, label: str) -> pca_maths.NormalSource:
+        if label.startswith(kind):  # FAULT: this release's noise is forgotten
+            return lambda count, sigma: np.zeros(count)
+        if config.noise_seed is None:
+            return lambda count, sigma: csprng_normal((count,), sigma)
+        key = _reproducible_key(config.noise_seed, label)
+        return lambda count, sigma: keyed_normal(key, (count,), sigma, label=b"pca")
+
+    return _noise
+
+
+def pca_noise_scaled(factor: float) -> PcaNoise:
+    """``_noise`` drawing ``factor`` times the s.d. it is asked for (e.g. ½: noise halved)."""
+
+    def _noise(config: PcaConfig, label: str) -> pca_maths.NormalSource:
+        if config.noise_seed is None:
+            return lambda count, sigma: csprng_normal((count,), factor * sigma)  # FAULT
+        key = _reproducible_key(config.noise_seed, label)
+        return lambda count, sigma: keyed_normal(key, (count,), factor * sigma, label=b"pca")
+
+    return _noise
+
+
+def pca_sums_unnormalized(source: BlockSource, *, normalize: bool) -> tuple[np.ndarray, int]:
+    """``_sums`` that forgets to scale rows to unit norm: the mean's sensitivity is unbounded."""
+    total = np.zeros(source.n_features)
+    rows = 0
+    for block in source.blocks():
+        total += block.sum(axis=0)  # FAULT: normalize ignored
+        rows += block.shape[0]
+    return total, rows
