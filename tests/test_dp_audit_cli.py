@@ -63,3 +63,19 @@ def test_the_command_prints_the_bound_and_exits_1_on_a_planted_fault(
 def test_bad_settings_are_named(args: list[str], hint: str) -> None:
     result = CliRunner().invoke(app, ["audit", "dp", "--canaries", "100", *args])
     assert result.exit_code == 2 and hint in " ".join(result.output.split()), result.output
+
+
+def test_pca_secure_is_consistent_and_elfedpca_as_published_is_contradicted(
+        tmp_path: Path) -> None:
+    """ELFedPCA's first site knows the others' noise E (its published protocol sends it),
+    so the audit's bound exceeds the configured ε; the secure mode is consistent."""
+    runner = CliRunner()
+    ok = runner.invoke(app, ["audit", "dp", "--mechanism", "pca", "--canaries", "500",
+                             "--json", str(tmp_path / "pca.json")])
+    assert ok.exit_code == 0, ok.output
+    doc = json.loads((tmp_path / "pca.json").read_text())["dp_audit"]
+    assert set(doc["views"]) == {"white-box", "black-box"} and not doc["contradicted"]
+    bad = runner.invoke(app, ["audit", "dp", "--mechanism", "pca", "--mode", "elfedpca",
+                              "--canaries", "500"])
+    assert bad.exit_code == 1, bad.output
+    assert "contradicted" in " ".join(bad.output.split())

@@ -402,19 +402,28 @@ def audit_vfl_command(
 def audit_dp_command(
     mechanism: Annotated[str, typer.Option(
         help="The mechanism audited: 'gaussian' (islands' clip, CSPRNG Gaussian noise and "
-             "Poisson sampling; the attacker sees every release).")] = "gaussian",
-    canaries: Annotated[int, typer.Option(min=2, help="m, the number of canaries.")] = 20_000,
-    noise_multiplier: Annotated[float, typer.Option(help="σ, the noise multiplier.")] = 6.0,
-    clip: Annotated[float, typer.Option(help="S, the clipping norm.")] = 1.0,
-    rounds: Annotated[int, typer.Option(min=1, help="T, releases composed.")] = 10,
+             "Poisson sampling; the attacker sees every release) or 'pca' (federated DP-PCA, "
+             "canary rows in one site).")] = "gaussian",
+    canaries: Annotated[int | None, typer.Option(
+        min=2, help="m, the number of canaries (default: gaussian 20000, pca 1000).")] = None,
+    noise_multiplier: Annotated[float, typer.Option(
+        help="gaussian: σ, the noise multiplier.")] = 6.0,
+    clip: Annotated[float, typer.Option(help="gaussian: S, the clipping norm.")] = 1.0,
+    rounds: Annotated[int, typer.Option(min=1, help="gaussian: T, releases composed.")] = 10,
     sampling_rate: Annotated[float, typer.Option(
-        help="q, each release's Poisson sampling rate, in (0, 1].")] = 1.0,
+        help="gaussian: q, each release's Poisson sampling rate, in (0, 1].")] = 1.0,
+    mode: Annotated[str, typer.Option(
+        help="pca: 'secure', 'central', 'dpdispca' or 'elfedpca'.")] = "secure",
+    epsilon: Annotated[float, typer.Option(help="pca: the configured ε, in (0, 1).")] = 0.9,
+    dataset: Annotated[str, typer.Option(help="pca: a scikit-learn data set.")] = "digits",
+    sites: Annotated[int, typer.Option(min=2, help="pca: sites the rows are split into.")]
+    = 3,
     delta: Annotated[float, typer.Option(help="δ of the claim and the bounds.")] = 1e-5,
-    accountant: Annotated[str, typer.Option(help="'rdp' or 'pld'.")] = "rdp",
+    accountant: Annotated[str, typer.Option(help="gaussian: 'rdp' or 'pld'.")] = "rdp",
     confidence: Annotated[float, typer.Option(help="1 − β of every bound.")] = 0.95,
     sweep: Annotated[str | None, typer.Option(
-        help="Also plot the bound against 'canaries' (m) or 'noise' (σ), one run per "
-             "point.")] = None,
+        help="Also plot the bound against 'canaries' (m) or, for gaussian, 'noise' (σ), one "
+             "run per point.")] = None,
     out: Annotated[Path | None, typer.Option(
         help="Write results.json, report.md and (with --sweep) dp_audit.png here.")] = None,
     json_path: Annotated[
@@ -422,9 +431,10 @@ def audit_dp_command(
 ) -> None:
     """Measure a lower bound on the ε a DP mechanism really gives, in one run (Steinke et al.).
 
-    Exits 1 when a bound contradicts the accountant's ε.
+    Exits 1 when a bound contradicts the ε the mechanism reports.
     """
     from islands.experiments.dp_audit import (
+        DEFAULT_CANARIES,
         DESCRIPTIONS,
         MECHANISMS,
         AuditSettings,
@@ -432,39 +442,45 @@ def audit_dp_command(
         verdict,
         write_dp_audit,
     )
+
     if mechanism not in MECHANISMS:
         raise typer.BadParameter(f"use one of {', '.join(sorted(MECHANISMS))}",
                                  param_hint="--mechanism")
-    if sweep not in (None, "canaries", "noise"):
-        raise typer.BadParameter("use 'canaries' or 'noise'", param_hint="--sweep")
+    if sweep not in (None, "canaries", "noise") or (sweep == "noise" and mechanism != "gaussian"):
+        raise typer.BadParameter("use 'canaries' (or 'noise' with --mechanism gaussian)",
+                                 param_hint="--sweep")
     if accountant not in ("rdp", "pld"):
         raise typer.BadParameter("use 'rdp' or 'pld'", param_hint="--accountant")
-    settings = AuditSettings(canaries=canaries, confidence=confidence, delta=delta,
+    m = DEFAULT_CANARIES[mechanism] if canaries is None else canaries
+    settings = AuditSettings(canaries=m, confidence=confidence, delta=delta,
                              accountant=accountant, noise_multiplier=noise_multiplier,
-                             clip=clip, rounds=rounds, sampling_rate=sampling_rate)
+                             clip=clip, rounds=rounds, sampling_rate=sampling_rate, mode=mode,
+                             epsilon=epsilon, dataset=dataset, sites=sites)
+    what = (f"σ = {noise_multiplier:g}, S = {clip:g}, T = {rounds}, q = {sampling_rate:g}"
+            if mechanism == "gaussian" else
+            f"mode {mode}, ε = {epsilon:g}, {dataset} in {sites} sites")
     console.print(f"One-run DP audit (Steinke, Nasr and Jagielski 2023) of "
-                  f"{DESCRIPTIONS[mechanism]}: σ = {noise_multiplier:g}, S = {clip:g}, "
-                  f"T = {rounds}, q = {sampling_rate:g}; {canaries} canaries, each included "
-                  "with probability 1/2 from the CSPRNG.")
+                  f"{DESCRIPTIONS[mechanism]}: {what}; {m} canaries, each included with "
+                  "probability 1/2 from the CSPRNG.")
     with stop_on_error(2), console.status("auditing") as status:
         result = audit_dp(mechanism, settings, sweep=sweep,
                           progress=lambda msg: status.update(escape(msg)))
     table = Table(title=f"ε at δ = {delta:g}; bounds at {confidence:.0%} confidence")
-    for col in ("view", "accountant ε", "bound", "curve bound", "estimate", "guesses",
-                "right", "ceiling"):
+    for col in ("view", "claimed ε", "bound", "curve bound", "estimate", "guesses", "right",
+                "ceiling"):
         table.add_column(col, justify="left" if col == "view" else "right")
     for name, a in result.views.items():
         table.add_row(name, f"{a.claimed_epsilon:.3f}", f"{a.lower_bound:.3f}",
                       "n/a (sampled)" if a.gaussian_curve_bound is None
                       else f"{a.gaussian_curve_bound:.3f}",
                       "n/a" if a.estimate is None else f"{a.estimate:.3f}",
-                      str(a.guesses), str(a.correct),
-                      f"{a.ceiling:.2f}")
+                      str(a.guesses), str(a.correct), f"{a.plan_ceiling:.2f}")
     console.print(table)
-    console.print("bound: Steinke et al.'s lower bound on ε; curve bound: against the "
-                  "Gaussian trade-off curve (Mahloujifar et al.), where the claim is an "
-                  "unsampled Gaussian composition; estimate: Andrew et al.'s, with no "
-                  "confidence; ceiling: the most this many canaries can show.")
+    console.print("claimed ε: the accountant's (gaussian) or the configured one (pca); bound: "
+                  "Steinke et al.'s lower bound on ε; curve bound: against the Gaussian "
+                  "trade-off curve (Mahloujifar et al.), where the claim is an unsampled "
+                  "Gaussian composition; estimate: Andrew et al.'s, with no confidence; "
+                  "ceiling: the most these guesses can show.")
     console.print(verdict(result))
     if out is not None:
         with stop_on_error(2):

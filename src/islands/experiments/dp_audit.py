@@ -20,11 +20,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from islands.data import load_sklearn
 from islands.errors import ValidationError
+from islands.pca.dp_audit import audit_pca_dp
 from islands.privacy.audit import OneRunAudit, audit_gaussian, ceiling
 from islands.reporting import ResultSet, new_figure
 
-__all__ = ["MECHANISMS", "AuditSettings", "DpAuditResult", "audit_dp", "write_dp_audit"]
+__all__ = ["DEFAULT_CANARIES", "MECHANISMS", "AuditSettings", "DpAuditResult", "audit_dp",
+           "write_dp_audit"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,10 @@ class AuditSettings:
     noise_multiplier, clip, rounds, sampling_rate
         The Gaussian mechanism's σ, S, T and Poisson rate q (the defaults give ε ≈ 2 at
         δ = 1e-5).
+    mode, epsilon, dataset, sites
+        Federated DP-PCA's mode (:data:`islands.pca.dp_audit.AUDITED_MODES`), its configured
+        ε, the scikit-learn data set split into ``sites`` sites (the canaries go to the
+        second site; the first aggregates and observes).
     """
 
     canaries: int = 20_000
@@ -54,6 +63,14 @@ class AuditSettings:
     clip: float = 1.0
     rounds: int = 10
     sampling_rate: float = 1.0
+    mode: str = "secure"
+    epsilon: float = 0.9
+    dataset: str = "digits"
+    sites: int = 3
+
+
+DEFAULT_CANARIES: Mapping[str, int] = {"gaussian": 20_000, "pca": 1_000}
+"""Each mechanism's m when none is given (PCA: at most d(d+1)/2 − 8 canaries fit)."""
 
 
 Runner = Callable[[AuditSettings], dict[str, OneRunAudit]]
@@ -67,13 +84,24 @@ def _gaussian(s: AuditSettings) -> dict[str, OneRunAudit]:
         confidence=s.confidence)}
 
 
-MECHANISMS: Mapping[str, Runner] = {"gaussian": _gaussian}
+def _pca(s: AuditSettings) -> dict[str, OneRunAudit]:
+    """Audit federated DP-PCA with canary rows in one site, white- and black-box."""
+    data = load_sklearn(s.dataset)
+    parts = np.array_split(data.X.astype(np.float64), s.sites)
+    audit = audit_pca_dp(parts, mode=s.mode, epsilon=s.epsilon, delta=s.delta,
+                         canaries=s.canaries, confidence=s.confidence)
+    return {"white-box": audit.white_box, "black-box": audit.black_box}
+
+
+MECHANISMS: Mapping[str, Runner] = {"gaussian": _gaussian, "pca": _pca}
 """Every auditable mechanism, by the name ``islands audit dp --mechanism`` takes."""
 
 DESCRIPTIONS: Mapping[str, str] = {
     "gaussian": "islands' Gaussian mechanism (clip_l2, CSPRNG Gaussian noise, Poisson "
                 "sampling), T releases, the attacker sees every release (white-box), "
-                "Dirac canaries"}
+                "Dirac canaries",
+    "pca": "federated DP-PCA (islands.pca): canary rows in one site; white-box, the "
+           "aggregating site's noisy moments; black-box, the released components"}
 
 
 @dataclass(frozen=True)
@@ -154,11 +182,13 @@ def _sweep_noise(run: Runner, s: AuditSettings, points: Sequence[float],
     return out
 
 
-SWEEP_CANARIES = (500, 1_000, 2_000, 5_000, 10_000, 20_000)
-"""The canary counts of ``--sweep canaries``."""
+SWEEP_CANARIES: Mapping[str, tuple[int, ...]] = {
+    "gaussian": (500, 1_000, 2_000, 5_000, 10_000, 20_000),
+    "pca": (50, 100, 250, 500, 1_000, 2_000)}
+"""Each mechanism's canary counts for ``--sweep canaries``."""
 
 SWEEP_NOISE = (2.0, 3.0, 4.0, 6.0, 9.0, 12.0)
-"""The noise multipliers of ``--sweep noise``."""
+"""The noise multipliers of ``--sweep noise`` (the Gaussian mechanism's σ)."""
 
 
 def audit_dp(mechanism: str = "gaussian", settings: AuditSettings | None = None, *,
@@ -173,7 +203,8 @@ def audit_dp(mechanism: str = "gaussian", settings: AuditSettings | None = None,
     settings
         What to run (default :class:`AuditSettings`).
     sweep
-        None, ``"canaries"`` (:data:`SWEEP_CANARIES`) or ``"noise"`` (:data:`SWEEP_NOISE`).
+        None, ``"canaries"`` (:data:`SWEEP_CANARIES`) or, for the Gaussian mechanism,
+        ``"noise"`` (:data:`SWEEP_NOISE`).
     progress
         Called with a short message at each step.
 
@@ -185,16 +216,18 @@ def audit_dp(mechanism: str = "gaussian", settings: AuditSettings | None = None,
     if mechanism not in MECHANISMS:
         raise ValidationError(f"mechanism must be one of {sorted(MECHANISMS)}; got "
                               f"{mechanism!r}")
-    if sweep not in (None, "canaries", "noise"):
-        raise ValidationError(f"sweep must be 'canaries', 'noise' or None; got {sweep!r}")
+    if sweep not in (None, "canaries", "noise") or (sweep == "noise"
+                                                     and mechanism != "gaussian"):
+        raise ValidationError(f"sweep must be 'canaries', 'noise' (the Gaussian mechanism "
+                              f"only) or None; got {sweep!r} for {mechanism!r}")
     s = settings if settings is not None else AuditSettings()
     say = progress if progress is not None else (lambda _m: None)
     run = MECHANISMS[mechanism]
     start = time.perf_counter()
     say(f"auditing {mechanism} with {s.canaries} canaries")
     views = run(s)
-    by_canaries = _sweep_canaries(run, s, SWEEP_CANARIES, say) if sweep == "canaries" \
-        else None
+    by_canaries = (_sweep_canaries(run, s, SWEEP_CANARIES[mechanism], say)
+                   if sweep == "canaries" else None)
     by_noise = _sweep_noise(run, s, SWEEP_NOISE, say) if sweep == "noise" else None
     return DpAuditResult(mechanism, s, views, by_canaries, by_noise,
                          time.perf_counter() - start)
@@ -226,7 +259,7 @@ def verdict(result: DpAuditResult) -> str:
         return (f"**The reported ε is contradicted at {s.confidence:.0%} confidence**: the "
                 "implementation or its accounting gives less privacy than it reports.")
     top = ceiling(s.canaries, s.delta, s.confidence)
-    return (f"No bound exceeds the accountant's ε: consistent. A one-run audit with "
+    return (f"No bound exceeds the claimed ε: consistent. A one-run audit with "
             f"{s.canaries} canaries cannot contradict an ε above {top:.2f}, and a bound below "
             "the accountant's ε does not certify the mechanism.")
 
