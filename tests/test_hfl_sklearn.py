@@ -32,8 +32,8 @@ GROUPS = [["model", "strategy"],
           ["sample_dp"],
           ["backend", "ray_address", "concurrency", "threads", "batch_clients", "timeout"],
           ["checkpoint", "resume"],
-          ["callback", "tracking", "keep_payloads", "contribution", "settings",
-           "extra_metrics"]]
+          ["callback", "round_observer", "tracking", "keep_payloads", "contribution",
+           "settings", "extra_metrics"]]
 ORDER = [name for group in GROUPS for name in group]
 
 
@@ -73,8 +73,8 @@ def test_signature_reads_in_groups_and_get_params_follows_it() -> None:
         "random_state": 0, "sample_dp": None, "backend": "local", "ray_address": None,
         "concurrency": 8, "threads": "auto", "batch_clients": "auto", "timeout": 600.0,
         "checkpoint": None,
-        "resume": False, "callback": None, "tracking": None, "keep_payloads": False,
-        "contribution": None, "settings": None, "extra_metrics": None}
+        "resume": False, "callback": None, "round_observer": None, "tracking": None,
+        "keep_payloads": False, "contribution": None, "settings": None, "extra_metrics": None}
     assert params["random_state"].default == HflConfig().seed
 
 

@@ -220,8 +220,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
     training (``epochs``, ``task``, ``loss``, ``eval_fraction``, ``random_state``),
     protections (``sample_dp``), execution (``backend``, ``ray_address``, ``concurrency``,
     ``threads``, ``batch_clients``, ``timeout``), state (``checkpoint``, ``resume``) and
-    observation (``callback``, ``tracking``, ``keep_payloads``, ``contribution``,
-    ``settings``, ``extra_metrics``).
+    observation (``callback``, ``round_observer``, ``tracking``, ``keep_payloads``,
+    ``contribution``, ``settings``, ``extra_metrics``).
 
     Parameters
     ----------
@@ -301,6 +301,13 @@ class FederatedModel(FederatedEstimator[HflConfig]):
     callback : callable or None
         ``callback(record: RoundRecord, epoch: EpochRecord | None)`` after every round
         (``epoch`` set at the end of an epoch): progress bars, logging.
+    round_observer : callable or None
+        ``round_observer(record: RoundRecord, params: numpy.ndarray)`` after every round,
+        with the round's global model as a client opens it (the flat float32 vector
+        :attr:`params_` has at the end; under CKKS, Paillier or the chaos permutation
+        opened once more per round for it): the white-box view of empirical privacy
+        audits (:mod:`islands.hfl.dp_audit`). Not a setting: it changes nothing the run
+        sends, is not written into checkpoints and is not part of a resume's checks.
     tracking : TrackingConfig, dict, Tracker or None
         Log every round (τ, loss, local accuracy, ε spent, bytes), each epoch's test
         metrics and the final model's summary to TensorBoard and/or MLflow
@@ -414,6 +421,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         resume: bool = False,
         # observation
         callback: Callable[[RoundRecord, EpochRecord | None], None] | None = None,
+        round_observer: Callable[[RoundRecord, Vector], None] | None = None,
         tracking: TrackingConfig | Mapping[str, Any] | Tracker | None = None,
         keep_payloads: bool = False,
         contribution: Any = None,
@@ -437,6 +445,7 @@ class FederatedModel(FederatedEstimator[HflConfig]):
         self.checkpoint = checkpoint
         self.resume = resume
         self.callback = callback
+        self.round_observer = round_observer
         self.tracking = tracking
         self.keep_payloads = keep_payloads
         self.contribution = contribution
@@ -473,6 +482,9 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                                     describe(self.sample_dp))
         if self.resume and self.checkpoint is None:
             raise invalid_parameter("resume", owner, "False when 'checkpoint' is None", True)
+        if self.round_observer is not None and not callable(self.round_observer):
+            raise invalid_parameter("round_observer", owner, "None or a callable "
+                                    "fn(record, params)", describe(self.round_observer))
         if self.settings is not None and not (
                 isinstance(self.settings, Mapping)
                 and all(isinstance(k, str) for k in self.settings)):
@@ -877,6 +889,8 @@ class FederatedModel(FederatedEstimator[HflConfig]):
                                        epoch_rec.epoch)
             if self.callback is not None:
                 self.callback(record, epoch_rec)
+            if self.round_observer is not None:
+                self.round_observer(record, plan.model_part(halves[0].open(payload)))
 
         roles: dict[str, Role] = {
             "server": partial(server, clients=names, strategy=strategy, initial=initial,
