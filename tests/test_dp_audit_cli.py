@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -12,7 +11,7 @@ from typer.testing import CliRunner
 from dp_faults import releases_without_clip
 from islands.cli import app
 from islands.experiments import dp_audit
-from islands.experiments.dp_audit import AuditSettings, audit_dp, write_dp_audit
+from islands.experiments.dp_audit import AuditSettings, Views, audit_dp, write_dp_audit
 from islands.privacy.audit import audit_gaussian
 
 
@@ -41,12 +40,13 @@ def test_the_command_prints_the_bound_and_exits_1_on_a_planted_fault(
     assert "consistent" in text and "white-box" in text
     assert json.loads((tmp_path / "ok.json").read_text())["dp_audit"]["contradicted"] is False
 
-    def faulty(s: AuditSettings) -> dict[str, Any]:  # the clip skipped, canaries 10× S
-        return {"white-box": audit_gaussian(
-            noise_multiplier=s.noise_multiplier, rounds=s.rounds, canaries=s.canaries,
-            clip=s.clip, sampling_rate=s.sampling_rate, delta=s.delta,
+    def faulty(s: AuditSettings) -> Views:  # the clip skipped, canaries 10× S
+        return Views({"white-box": audit_gaussian(
+            noise_multiplier=float(s.noise_multiplier or 0), rounds=int(s.rounds or 0),
+            canaries=int(s.canaries or 0), clip=s.clip,
+            sampling_rate=float(s.sampling_rate or 0), delta=s.delta,
             accountant=s.accountant, confidence=s.confidence, canary_norm=10 * s.clip,
-            mechanism=releases_without_clip)}
+            mechanism=releases_without_clip)}, {"white-box": "the accountant"})
 
     monkeypatch.setitem(dp_audit.MECHANISMS, "gaussian", faulty)
     bad = runner.invoke(app, ["audit", "dp", "--canaries", "2000", "--noise-multiplier", "4"])
@@ -79,3 +79,58 @@ def test_pca_secure_is_consistent_and_elfedpca_as_published_is_contradicted(
                               "--canaries", "500"])
     assert bad.exit_code == 1, bad.output
     assert "contradicted" in " ".join(bad.output.split())
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(("mechanism", "views"), [
+    ("client-dp", {"aggregate", "final", "uploads"}),
+    ("dp-sgd", {"steps", "final"}),
+])
+def test_the_protocol_and_trainer_mechanisms_run_from_the_command_line(
+        tmp_path: Path, mechanism: str, views: set[str]) -> None:
+    out = tmp_path / "audit.json"
+    result = CliRunner().invoke(app, ["audit", "dp", "--mechanism", mechanism, "--canaries",
+                                      "100" if mechanism == "client-dp" else "1000",
+                                      "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())["dp_audit"]
+    assert set(doc["views"]) == views and doc["contradicted"] is False
+    assert all(v["compared_with"] for v in doc["views"].values())
+
+
+def test_the_dp_sgd_example_job_is_audited_at_the_mechanism_level(tmp_path: Path) -> None:
+    out = tmp_path / "audit"
+    result = CliRunner().invoke(app, ["audit", "dp",
+                                      str(ROOT / "examples/fedavg-secagg-dpsgd-quick.toml"),
+                                      "--canaries", "1000", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "audited at the mechanism level" in text and "consistent" in text
+    doc = json.loads((out / "results.json").read_text())["dp_audit"]
+    assert doc["job"] == "fedavg-secagg-dpsgd-quick" and doc["mechanism"] == "dp-sgd"
+    assert "not run" in doc["scope"]
+
+
+@pytest.mark.slow
+def test_the_client_dp_example_job_runs_with_canary_clients(tmp_path: Path) -> None:
+    out = tmp_path / "audit.json"
+    result = CliRunner().invoke(app, ["audit", "dp",
+                                      str(ROOT / "examples/apfl-secagg-dp-quick.toml"),
+                                      "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())["dp_audit"]
+    assert doc["mechanism"] == "job" and set(doc["views"]) == {"aggregate", "final"}
+    # APFL's batch rule leaves room for this many extra clients: the default shrinks to it
+    assert 2 <= doc["canaries"] <= 128 and doc["contradicted"] is False
+
+
+def test_a_job_without_dp_and_both_forms_at_once_are_refused(tmp_path: Path) -> None:
+    runner = CliRunner()
+    both = runner.invoke(app, ["audit", "dp", str(ROOT / "examples/fedprox-dirichlet.toml"),
+                               "--mechanism", "gaussian"])
+    assert both.exit_code == 2 and "not both" in " ".join(both.output.split())
+    plain = runner.invoke(app, ["audit", "dp", str(ROOT / "examples/fedprox-dirichlet.toml")])
+    assert plain.exit_code == 2
+    assert "protect holds 'dp'" in " ".join(plain.output.split())

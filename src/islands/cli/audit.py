@@ -400,18 +400,36 @@ def audit_vfl_command(
 
 @audit_app.command("dp")
 def audit_dp_command(
-    mechanism: Annotated[str, typer.Option(
-        help="The mechanism audited: 'gaussian' (islands' clip, CSPRNG Gaussian noise and "
-             "Poisson sampling; the attacker sees every release) or 'pca' (federated DP-PCA, "
-             "canary rows in one site).")] = "gaussian",
+    job_file: Annotated[Path | None, typer.Argument(
+        help="An HFL job file with client-level DP (protect holds \"dp\"): canary clients "
+             "are added to its run. Without it, --mechanism is audited.", show_default=False)]
+    = None,
+    overrides: Annotated[list[str] | None, typer.Option(
+        "--set", help="KEY=VALUE overrides of the job file, as islands run takes them.")]
+    = None,
+    mechanism: Annotated[str | None, typer.Option(
+        help="Without a job: 'gaussian' (islands' clip, CSPRNG noise and Poisson sampling; "
+             "the default), 'client-dp' (canary clients through the real FL protocol), "
+             "'dp-sgd' (canary rows through the real PrivateTrainer) or 'pca' (federated "
+             "DP-PCA, canary rows in one site).", show_default=False)] = None,
     canaries: Annotated[int | None, typer.Option(
-        min=2, help="m, the number of canaries (default: gaussian 20000, pca 1000).")] = None,
-    noise_multiplier: Annotated[float, typer.Option(
-        help="gaussian: σ, the noise multiplier.")] = 6.0,
-    clip: Annotated[float, typer.Option(help="gaussian: S, the clipping norm.")] = 1.0,
-    rounds: Annotated[int, typer.Option(min=1, help="gaussian: T, releases composed.")] = 10,
-    sampling_rate: Annotated[float, typer.Option(
-        help="gaussian: q, each release's Poisson sampling rate, in (0, 1].")] = 1.0,
+        min=2, help="m, the number of canaries (default per mechanism: gaussian 20000, "
+                    "client-dp 200, dp-sgd 5000, pca 1000; a job: 128 under a hiding "
+                    "protection, else 512).", show_default=False)] = None,
+    noise_multiplier: Annotated[float | None, typer.Option(
+        help="σ (gaussian 6, client-dp 8, dp-sgd 2).", show_default=False)] = None,
+    clip: Annotated[float, typer.Option(help="S, the clipping norm.")] = 1.0,
+    rounds: Annotated[int | None, typer.Option(
+        min=1, help="Releases: gaussian T (10), client-dp rounds (5), dp-sgd steps (200).",
+        show_default=False)] = None,
+    sampling_rate: Annotated[float | None, typer.Option(
+        help="q, the Poisson sampling rate, in (0, 1] (gaussian 1, dp-sgd 0.05).",
+        show_default=False)] = None,
+    noise: Annotated[str, typer.Option(
+        help="client-dp: 'local' or 'distributed' noise.")] = "local",
+    base: Annotated[str, typer.Option(
+        help="client-dp: the aggregation under the noise: 'mean', 'secagg', 'secaggplus' or "
+             "'additive'.")] = "mean",
     mode: Annotated[str, typer.Option(
         help="pca: 'secure', 'central', 'dpdispca' or 'elfedpca'.")] = "secure",
     epsilon: Annotated[float, typer.Option(help="pca: the configured ε, in (0, 1).")] = 0.9,
@@ -419,7 +437,7 @@ def audit_dp_command(
     sites: Annotated[int, typer.Option(min=2, help="pca: sites the rows are split into.")]
     = 3,
     delta: Annotated[float, typer.Option(help="δ of the claim and the bounds.")] = 1e-5,
-    accountant: Annotated[str, typer.Option(help="gaussian: 'rdp' or 'pld'.")] = "rdp",
+    accountant: Annotated[str, typer.Option(help="'rdp' or 'pld'.")] = "rdp",
     confidence: Annotated[float, typer.Option(help="1 − β of every bound.")] = 0.95,
     sweep: Annotated[str | None, typer.Option(
         help="Also plot the bound against 'canaries' (m) or, for gaussian, 'noise' (σ), one "
@@ -433,54 +451,82 @@ def audit_dp_command(
 
     Exits 1 when a bound contradicts the ε the mechanism reports.
     """
+    import logging
+
     from islands.experiments.dp_audit import (
-        DEFAULT_CANARIES,
         DESCRIPTIONS,
         MECHANISMS,
         AuditSettings,
         audit_dp,
+        audit_dp_job,
         verdict,
         write_dp_audit,
     )
 
-    if mechanism not in MECHANISMS:
+    if job_file is not None and mechanism is not None:
+        raise typer.BadParameter("give a job file or --mechanism, not both",
+                                 param_hint="--mechanism")
+    if job_file is None and overrides:
+        raise typer.BadParameter("--set applies to a job file", param_hint="--set")
+    name = mechanism or "gaussian"
+    if name not in MECHANISMS:
         raise typer.BadParameter(f"use one of {', '.join(sorted(MECHANISMS))}",
                                  param_hint="--mechanism")
-    if sweep not in (None, "canaries", "noise") or (sweep == "noise" and mechanism != "gaussian"):
-        raise typer.BadParameter("use 'canaries' (or 'noise' with --mechanism gaussian)",
-                                 param_hint="--sweep")
+    if sweep not in (None, "canaries", "noise") or (sweep == "noise" and name != "gaussian") \
+            or (sweep is not None and job_file is not None):
+        raise typer.BadParameter("use 'canaries' (or 'noise' with --mechanism gaussian); "
+                                 "a job file takes no sweep", param_hint="--sweep")
     if accountant not in ("rdp", "pld"):
         raise typer.BadParameter("use 'rdp' or 'pld'", param_hint="--accountant")
-    m = DEFAULT_CANARIES[mechanism] if canaries is None else canaries
-    settings = AuditSettings(canaries=m, confidence=confidence, delta=delta,
-                             accountant=accountant, noise_multiplier=noise_multiplier,
-                             clip=clip, rounds=rounds, sampling_rate=sampling_rate, mode=mode,
-                             epsilon=epsilon, dataset=dataset, sites=sites)
-    what = (f"σ = {noise_multiplier:g}, S = {clip:g}, T = {rounds}, q = {sampling_rate:g}"
-            if mechanism == "gaussian" else
-            f"mode {mode}, ε = {epsilon:g}, {dataset} in {sites} sites")
-    console.print(f"One-run DP audit (Steinke, Nasr and Jagielski 2023) of "
-                  f"{DESCRIPTIONS[mechanism]}: {what}; {m} canaries, each included with "
-                  "probability 1/2 from the CSPRNG.")
-    with stop_on_error(2), console.status("auditing") as status:
-        result = audit_dp(mechanism, settings, sweep=sweep,
-                          progress=lambda msg: status.update(escape(msg)))
-    table = Table(title=f"ε at δ = {delta:g}; bounds at {confidence:.0%} confidence")
+    # every canary client reports no training loss; the server's per-client warning is noise
+    logging.getLogger("islands.hfl.protocol").setLevel(logging.ERROR)
+    if job_file is not None:
+        from islands.hfl.job import load_job
+
+        with stop_on_error(2):
+            job = load_job(job_file, overrides or ())
+        console.print(f"One-run DP audit (Steinke, Nasr and Jagielski 2023) of job "
+                      f"{escape(job.name)}. Client-level DP: {DESCRIPTIONS['job']}; the "
+                      "canaries change the run (more clients) and it is compared with its "
+                      "own accountant.")
+        with stop_on_error(2), console.status("auditing") as status:
+            result = audit_dp_job(job, canaries=canaries, confidence=confidence,
+                                  progress=lambda msg: status.update(escape(msg)))
+        if "scope" in result.extra:
+            console.print(f"DP-SGD job: audited at the mechanism level, {result.extra['scope']}.")
+    else:
+        settings = AuditSettings(
+            canaries=canaries, confidence=confidence, delta=delta, accountant=accountant,
+            noise_multiplier=noise_multiplier, clip=clip, rounds=rounds,
+            sampling_rate=sampling_rate, noise=noise, base=base, mode=mode, epsilon=epsilon,
+            dataset=dataset, sites=sites).resolved(name)
+        what = (f"mode {mode}, ε = {epsilon:g}, {dataset} in {sites} sites" if name == "pca"
+                else f"σ = {settings.noise_multiplier:g}, S = {clip:g}, T = "
+                     f"{settings.rounds}, q = {settings.sampling_rate:g}"
+                     + (f", {noise} noise over {base}" if name == "client-dp" else ""))
+        console.print(f"One-run DP audit (Steinke, Nasr and Jagielski 2023) of "
+                      f"{DESCRIPTIONS[name]}: {what}; {settings.canaries} canaries, each "
+                      "included with probability 1/2 from the CSPRNG.")
+        with stop_on_error(2), console.status("auditing") as status:
+            result = audit_dp(name, settings, sweep=sweep,
+                              progress=lambda msg: status.update(escape(msg)))
+    table = Table(title=f"ε at δ = {result.settings.delta:g}; bounds at {confidence:.0%} "
+                        "confidence")
     for col in ("view", "claimed ε", "bound", "curve bound", "estimate", "guesses", "right",
                 "ceiling"):
         table.add_column(col, justify="left" if col == "view" else "right")
-    for name, a in result.views.items():
-        table.add_row(name, f"{a.claimed_epsilon:.3f}", f"{a.lower_bound:.3f}",
-                      "n/a (sampled)" if a.gaussian_curve_bound is None
+    for view, a in result.views.items():
+        table.add_row(view, f"{a.claimed_epsilon:.3f}", f"{a.lower_bound:.3f}",
+                      "n/a" if a.gaussian_curve_bound is None
                       else f"{a.gaussian_curve_bound:.3f}",
                       "n/a" if a.estimate is None else f"{a.estimate:.3f}",
                       str(a.guesses), str(a.correct), f"{a.plan_ceiling:.2f}")
     console.print(table)
-    console.print("claimed ε: the accountant's (gaussian) or the configured one (pca); bound: "
-                  "Steinke et al.'s lower bound on ε; curve bound: against the Gaussian "
-                  "trade-off curve (Mahloujifar et al.), where the claim is an unsampled "
-                  "Gaussian composition; estimate: Andrew et al.'s, with no confidence; "
-                  "ceiling: the most these guesses can show.")
+    console.print("claimed ε: what the mechanism's accountant reports (" + "; ".join(
+        f"{v}: {c}" for v, c in result.compared_with.items()) + "); bound: Steinke et al.'s "
+        "lower bound on ε; curve bound: against the Gaussian trade-off curve (Mahloujifar "
+        "et al.), only where the claim is an unsampled Gaussian composition; estimate: "
+        "Andrew et al.'s, with no confidence; ceiling: the most these guesses can show.")
     console.print(verdict(result))
     if out is not None:
         with stop_on_error(2):

@@ -24,17 +24,19 @@ import numpy as np
 
 from islands.data import load_sklearn
 from islands.errors import ValidationError
+from islands.hfl.dp_audit import audit_client_dp, audit_dpsgd, audit_job
+from islands.hfl.job import Job, prepare
 from islands.pca.dp_audit import audit_pca_dp
 from islands.privacy.audit import OneRunAudit, audit_gaussian, ceiling
 from islands.reporting import ResultSet, new_figure
 
-__all__ = ["DEFAULT_CANARIES", "MECHANISMS", "AuditSettings", "DpAuditResult", "audit_dp",
-           "write_dp_audit"]
+__all__ = ["DEFAULTS", "DEFAULT_CANARIES", "MECHANISMS", "AuditSettings", "DpAuditResult",
+           "Views", "audit_dp", "audit_dp_job", "write_dp_audit"]
 
 
 @dataclass(frozen=True)
 class AuditSettings:
-    """What one audit runs (the mechanism's own settings and the audit's).
+    """What one audit runs; None takes the mechanism's default (:data:`DEFAULTS`).
 
     Attributes
     ----------
@@ -47,61 +49,121 @@ class AuditSettings:
     accountant
         ``"rdp"`` or ``"pld"``: the accountant whose ε is compared.
     noise_multiplier, clip, rounds, sampling_rate
-        The Gaussian mechanism's σ, S, T and Poisson rate q (the defaults give ε ≈ 2 at
-        δ = 1e-5).
+        σ, S, the releases T (rounds of FL for client-level DP, steps for DP-SGD) and the
+        Poisson rate q (gaussian, dp-sgd).
+    noise, base
+        Client-level DP: ``"local"`` or ``"distributed"`` noise, over ``"mean"`` or a
+        hiding aggregation (``"secagg"``, ``"secaggplus"``, ``"additive"``).
     mode, epsilon, dataset, sites
         Federated DP-PCA's mode (:data:`islands.pca.dp_audit.AUDITED_MODES`), its configured
         ε, the scikit-learn data set split into ``sites`` sites (the canaries go to the
         second site; the first aggregates and observes).
     """
 
-    canaries: int = 20_000
+    canaries: int | None = None
     confidence: float = 0.95
     delta: float = 1e-5
     accountant: str = "rdp"
-    noise_multiplier: float = 6.0
+    noise_multiplier: float | None = None
     clip: float = 1.0
-    rounds: int = 10
-    sampling_rate: float = 1.0
+    rounds: int | None = None
+    sampling_rate: float | None = None
+    noise: str = "local"
+    base: str = "mean"
     mode: str = "secure"
     epsilon: float = 0.9
     dataset: str = "digits"
     sites: int = 3
 
-
-DEFAULT_CANARIES: Mapping[str, int] = {"gaussian": 20_000, "pca": 1_000}
-"""Each mechanism's m when none is given (PCA: at most d(d+1)/2 − 8 canaries fit)."""
-
-
-Runner = Callable[[AuditSettings], dict[str, OneRunAudit]]
+    def resolved(self, mechanism: str) -> AuditSettings:
+        """Return these settings with every None replaced by ``mechanism``'s default."""
+        given = {k: v for k, v in DEFAULTS[mechanism].items() if getattr(self, k) is None}
+        return replace(self, **given)
 
 
-def _gaussian(s: AuditSettings) -> dict[str, OneRunAudit]:
+DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "gaussian": {"canaries": 20_000, "noise_multiplier": 6.0, "rounds": 10,
+                 "sampling_rate": 1.0},
+    "client-dp": {"canaries": 200, "noise_multiplier": 8.0, "rounds": 5, "sampling_rate": 1.0},
+    "dp-sgd": {"canaries": 5_000, "noise_multiplier": 2.0, "rounds": 200,
+               "sampling_rate": 0.05},
+    "pca": {"canaries": 1_000, "noise_multiplier": 0.0, "rounds": 1, "sampling_rate": 1.0},
+}
+"""Each mechanism's defaults: each gives a claimed ε of about 1–2 at δ = 1e-5 (PCA's is
+set by ``epsilon``), and m within what the mechanism can hold and audit in seconds."""
+
+DEFAULT_CANARIES: Mapping[str, int] = {name: int(d["canaries"]) for name, d in DEFAULTS.items()}
+"""Each mechanism's m when none is given."""
+
+
+@dataclass(frozen=True)
+class Views:
+    """What a runner returns: each view's audit, and which accountant value each compares with."""
+
+    audits: dict[str, OneRunAudit]
+    compared_with: dict[str, str]
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+Runner = Callable[[AuditSettings], Views]
+
+
+def _gaussian(s: AuditSettings) -> Views:
     """Audit the Gaussian mechanism (clip, Gaussian noise, Poisson sampling), white-box."""
-    return {"white-box": audit_gaussian(
-        noise_multiplier=s.noise_multiplier, rounds=s.rounds, canaries=s.canaries,
-        clip=s.clip, sampling_rate=s.sampling_rate, delta=s.delta, accountant=s.accountant,
-        confidence=s.confidence)}
+    audit = audit_gaussian(
+        noise_multiplier=float(s.noise_multiplier or 0.0), rounds=int(s.rounds or 0),
+        canaries=int(s.canaries or 0), clip=s.clip, sampling_rate=float(s.sampling_rate or 0),
+        delta=s.delta, accountant=s.accountant, confidence=s.confidence)
+    return Views({"white-box": audit}, {"white-box": f"PrivacyAccountant ({s.accountant})"})
 
 
-def _pca(s: AuditSettings) -> dict[str, OneRunAudit]:
+def _client_dp(s: AuditSettings) -> Views:
+    """Audit client-level DP through the real FL protocol, with canary clients."""
+    run = audit_client_dp(canaries=int(s.canaries or 0), rounds=int(s.rounds or 0),
+                          noise_multiplier=float(s.noise_multiplier or 0.0), clip=s.clip,
+                          noise=s.noise, base=s.base, delta=s.delta, accountant=s.accountant,
+                          confidence=s.confidence)
+    return Views(dict(run.views), dict(run.accountant), {"run": dict(run.settings)})
+
+
+def _dp_sgd(s: AuditSettings) -> Views:
+    """Audit DP-SGD on the real PrivateTrainer, with canary rows."""
+    run = audit_dpsgd(canaries=int(s.canaries or 0), steps=int(s.rounds or 0),
+                      noise_multiplier=float(s.noise_multiplier or 0.0), clip=s.clip,
+                      sampling_rate=float(s.sampling_rate or 0.0), delta=s.delta,
+                      accountant=s.accountant, confidence=s.confidence)
+    return Views(dict(run.views), dict(run.accountant), {"run": dict(run.settings)})
+
+
+def _pca(s: AuditSettings) -> Views:
     """Audit federated DP-PCA with canary rows in one site, white- and black-box."""
     data = load_sklearn(s.dataset)
     parts = np.array_split(data.X.astype(np.float64), s.sites)
     audit = audit_pca_dp(parts, mode=s.mode, epsilon=s.epsilon, delta=s.delta,
-                         canaries=s.canaries, confidence=s.confidence)
-    return {"white-box": audit.white_box, "black-box": audit.black_box}
+                         canaries=int(s.canaries or 0), confidence=s.confidence)
+    return Views({"white-box": audit.white_box, "black-box": audit.black_box},
+                 {"white-box": "the configured ε", "black-box": "the configured ε"})
 
 
-MECHANISMS: Mapping[str, Runner] = {"gaussian": _gaussian, "pca": _pca}
+MECHANISMS: Mapping[str, Runner] = {"gaussian": _gaussian, "client-dp": _client_dp,
+                                    "dp-sgd": _dp_sgd, "pca": _pca}
 """Every auditable mechanism, by the name ``islands audit dp --mechanism`` takes."""
 
 DESCRIPTIONS: Mapping[str, str] = {
     "gaussian": "islands' Gaussian mechanism (clip_l2, CSPRNG Gaussian noise, Poisson "
                 "sampling), T releases, the attacker sees every release (white-box), "
                 "Dirac canaries",
+    "client-dp": "client-level DP through the real FL protocol: canary clients, each "
+                 "uploading a Dirac update or the model unchanged; the server's released "
+                 "models (and, without hiding, single uploads) white-box, the final model "
+                 "black-box",
+    "dp-sgd": "sample-level DP-SGD on islands' PrivateTrainer (Opacus per-sample clipping, "
+              "Poisson batches): canary rows each on a column of its own; every step "
+              "white-box, the final model black-box",
     "pca": "federated DP-PCA (islands.pca): canary rows in one site; white-box, the "
-           "aggregating site's noisy moments; black-box, the released components"}
+           "aggregating site's noisy moments; black-box, the released components",
+    "job": "an HFL job file with client-level DP: canary clients added, every round's "
+           "global model observed (white-box), the final model (black-box)"}
 
 
 @dataclass(frozen=True)
@@ -111,20 +173,25 @@ class DpAuditResult:
     Attributes
     ----------
     mechanism
-        Its name in :data:`MECHANISMS`.
+        Its name in :data:`MECHANISMS`, or ``"job"``.
     settings
-        What ran.
+        What ran (resolved).
     views
         Each view's :class:`~islands.privacy.audit.OneRunAudit`.
+    compared_with
+        Each view's accountant value (what its ``claimed_epsilon`` is).
     by_canaries, by_noise
         The sweep's points (one independent run each), or None.
     seconds
         Wall time of the audit and its sweep.
+    extra
+        The runner's details (the audited run's own settings, a job's name).
     """
 
     mechanism: str
     settings: AuditSettings
     views: dict[str, OneRunAudit]
+    compared_with: dict[str, str] = field(default_factory=dict)
     by_canaries: dict[str, list[float]] | None = None
     by_noise: dict[str, list[float]] | None = None
     seconds: float = 0.0
@@ -142,8 +209,9 @@ class DpAuditResult:
             "mechanism": self.mechanism, "description": DESCRIPTIONS[self.mechanism],
             "delta": s.delta, "confidence": s.confidence, "accountant": s.accountant,
             "settings": vars(s).copy(), "canaries": s.canaries,
-            "views": {name: a.to_dict() for name, a in self.views.items()},
-            "ceiling": ceiling(s.canaries, s.delta, s.confidence),
+            "views": {name: {**a.to_dict(), "compared_with": self.compared_with.get(name)}
+                      for name, a in self.views.items()},
+            "ceiling": ceiling(int(s.canaries or 2), s.delta, s.confidence),
             "contradicted": self.contradicted}
         if self.by_canaries is not None:
             out["by_canaries"] = self.by_canaries
@@ -159,7 +227,7 @@ def _sweep_canaries(run: Runner, s: AuditSettings, points: Sequence[int],
                                    "accountant_epsilon": []}
     for m in points:
         say(f"sweep: {m} canaries")
-        audit = next(iter(run(replace(s, canaries=m)).values()))
+        audit = next(iter(run(replace(s, canaries=m)).audits.values()))
         out["m"].append(float(m))
         out["lower_bound"].append(audit.lower_bound)
         out["ceiling"].append(audit.ceiling)
@@ -173,7 +241,7 @@ def _sweep_noise(run: Runner, s: AuditSettings, points: Sequence[float],
                                    "accountant_epsilon": [], "gaussian_curve_bound": []}
     for sigma in points:
         say(f"sweep: noise multiplier {sigma:g}")
-        audit = next(iter(run(replace(s, noise_multiplier=sigma)).values()))
+        audit = next(iter(run(replace(s, noise_multiplier=sigma)).audits.values()))
         out["noise_multiplier"].append(float(sigma))
         out["lower_bound"].append(audit.lower_bound)
         out["accountant_epsilon"].append(float(audit.claimed_epsilon or 0.0))
@@ -184,6 +252,8 @@ def _sweep_noise(run: Runner, s: AuditSettings, points: Sequence[float],
 
 SWEEP_CANARIES: Mapping[str, tuple[int, ...]] = {
     "gaussian": (500, 1_000, 2_000, 5_000, 10_000, 20_000),
+    "client-dp": (50, 100, 200, 400),
+    "dp-sgd": (500, 1_000, 2_000, 5_000),
     "pca": (50, 100, 250, 500, 1_000, 2_000)}
 """Each mechanism's canary counts for ``--sweep canaries``."""
 
@@ -220,7 +290,7 @@ def audit_dp(mechanism: str = "gaussian", settings: AuditSettings | None = None,
                                                      and mechanism != "gaussian"):
         raise ValidationError(f"sweep must be 'canaries', 'noise' (the Gaussian mechanism "
                               f"only) or None; got {sweep!r} for {mechanism!r}")
-    s = settings if settings is not None else AuditSettings()
+    s = (settings if settings is not None else AuditSettings()).resolved(mechanism)
     say = progress if progress is not None else (lambda _m: None)
     run = MECHANISMS[mechanism]
     start = time.perf_counter()
@@ -229,23 +299,86 @@ def audit_dp(mechanism: str = "gaussian", settings: AuditSettings | None = None,
     by_canaries = (_sweep_canaries(run, s, SWEEP_CANARIES[mechanism], say)
                    if sweep == "canaries" else None)
     by_noise = _sweep_noise(run, s, SWEEP_NOISE, say) if sweep == "noise" else None
-    return DpAuditResult(mechanism, s, views, by_canaries, by_noise,
-                         time.perf_counter() - start)
+    return DpAuditResult(mechanism, s, views.audits, views.compared_with, by_canaries,
+                         by_noise, time.perf_counter() - start, views.details)
+
+
+def audit_dp_job(job: Job, *, canaries: int | None = None, confidence: float = 0.95,
+                 progress: Callable[[str], None] | None = None) -> DpAuditResult:
+    """Audit an HFL job with client-level DP once: canary clients added to the job's run.
+
+    The job runs as ``islands run`` runs it, with m canary clients
+    (:func:`islands.hfl.dp_audit.audit_job`); each view is compared with the audited run's
+    own accountant (its cohort includes the canaries).
+
+    A job with sample-level DP-SGD (``protect`` holds ``"dp-sgd"``) is audited at the
+    mechanism level: islands' :class:`~islands.hfl.torch.dpsgd.PrivateTrainer` with canary
+    rows (:func:`islands.hfl.dp_audit.audit_dpsgd`) under the job's σ, C, δ, accountant,
+    sampling rate (the batch over the median client's rows) and steps (epochs × local
+    steps); the job's own model is not run, which the result says.
+
+    Raises
+    ------
+    ValidationError
+        If the job has neither client-level DP nor DP-SGD, naming it.
+    """
+    say = progress if progress is not None else (lambda _m: None)
+    start = time.perf_counter()
+    if "dp-sgd" in job.protect:
+        return _job_dp_sgd(job, canaries, confidence, say, start)
+    say(f"running {job.name} with canary clients")
+    run = audit_job(job, canaries, confidence=confidence)
+    m = next(iter(run.views.values())).canaries
+    settings = AuditSettings(canaries=m, confidence=confidence,
+                             delta=float(run.settings.get("delta", 1e-5)))
+    return DpAuditResult("job", settings, dict(run.views), dict(run.accountant),
+                         seconds=time.perf_counter() - start,
+                         extra={"job": job.name, "run": dict(run.settings)})
+
+
+def _job_dp_sgd(job: Job, canaries: int | None, confidence: float,
+                say: Callable[[str], None], start: float) -> DpAuditResult:
+    """Audit a DP-SGD job's settings on the PrivateTrainer canary harness."""
+    prep = prepare(job)
+    sample_dp = prep.plan.sample_dp
+    assert sample_dp is not None  # "dp-sgd" in protect
+    strategy = prep.plan.strategy
+    sizes = sorted(len(y) for _, y in prep.parts)
+    rows = sizes[len(sizes) // 2]
+    batch = getattr(strategy, "batch_size", None) or rows
+    settings = AuditSettings(
+        canaries=canaries, confidence=confidence, delta=sample_dp.delta,
+        accountant=sample_dp.accountant, noise_multiplier=sample_dp.noise_multiplier,
+        clip=sample_dp.clip, rounds=job.epochs * strategy.local_steps(),
+        sampling_rate=sample_dp.sampling_rate(min(batch, rows), rows)).resolved("dp-sgd")
+    say(f"auditing {job.name}'s DP-SGD settings with {settings.canaries} canary rows")
+    views = _dp_sgd(settings)
+    scope = ("the job's DP-SGD settings (σ, C, δ, q = batch/rows of its median client, "
+             "T = epochs × local steps) on islands' PrivateTrainer with canary rows; the "
+             "job's own model and data are not run")
+    return DpAuditResult("dp-sgd", settings, views.audits, views.compared_with,
+                         seconds=time.perf_counter() - start,
+                         extra={"job": job.name, "scope": scope, **views.details})
 
 
 def _report(result: DpAuditResult) -> str:
     s = result.settings
-    lines = [f"# DP audit: {result.mechanism}", "", DESCRIPTIONS[result.mechanism] + ".", "",
-             f"{s.canaries} canaries, δ = {s.delta:g}, confidence {s.confidence:g}, "
-             f"accountant {s.accountant}; the most any one-run audit with this many canaries "
-             f"can show: ε = {ceiling(s.canaries, s.delta, s.confidence):.2f}.", "",
-             "| view | accountant ε | lower bound | Gaussian-curve bound | estimate (no "
-             "confidence) | guesses | correct |", "|---|---|---|---|---|---|---|"]
+    m = int(s.canaries or 2)
+    lines = [f"# DP audit: {result.extra.get('job', result.mechanism)}", "",
+             DESCRIPTIONS[result.mechanism] + ".", "",
+             f"{m} canaries, δ = {s.delta:g}, confidence {s.confidence:g}; the most any "
+             f"one-run audit with this many canaries can show: ε = "
+             f"{ceiling(m, s.delta, s.confidence):.2f}.", "",
+             "| view | claimed ε (compared with) | lower bound | Gaussian-curve bound | "
+             "estimate (no confidence) | guesses | correct |", "|---|---|---|---|---|---|---|"]
     for name, a in result.views.items():
         curve = "n/a" if a.gaussian_curve_bound is None else f"{a.gaussian_curve_bound:.3f}"
         estimate = "n/a" if a.estimate is None else f"{a.estimate:.3f}"
-        lines.append(f"| {name} | {a.claimed_epsilon:.3f} | {a.lower_bound:.3f} | {curve} | "
-                     f"{estimate} | {a.guesses} | {a.correct} |")
+        lines.append(f"| {name} | {a.claimed_epsilon:.3f} ({result.compared_with.get(name)}) | "
+                     f"{a.lower_bound:.3f} | {curve} | {estimate} | {a.guesses} | "
+                     f"{a.correct} |")
+    if "scope" in result.extra:
+        lines += ["", f"Scope: {result.extra['scope']}."]
     lines += ["", verdict(result), ""]
     if result.by_canaries is not None or result.by_noise is not None:
         lines += ["![the bound against the sweep](dp_audit.png)", ""]
@@ -258,9 +391,10 @@ def verdict(result: DpAuditResult) -> str:
     if result.contradicted:
         return (f"**The reported ε is contradicted at {s.confidence:.0%} confidence**: the "
                 "implementation or its accounting gives less privacy than it reports.")
-    top = ceiling(s.canaries, s.delta, s.confidence)
+    m = int(s.canaries or 2)
+    top = ceiling(m, s.delta, s.confidence)
     return (f"No bound exceeds the claimed ε: consistent. A one-run audit with "
-            f"{s.canaries} canaries cannot contradict an ε above {top:.2f}, and a bound below "
+            f"{m} canaries cannot contradict an ε above {top:.2f}, and a bound below "
             "the accountant's ε does not certify the mechanism.")
 
 

@@ -735,6 +735,19 @@ JOB_VIEWS = ("aggregate", "final")
 """The views of a job audit: every round's released model (white-box), the final one."""
 
 
+def _batch_rule_room(strategy: Any, sizes: Sequence[int], canary_rows: int) -> int:
+    """How many canary clients of ``canary_rows`` samples APFL's batch rule leaves room for.
+
+    With ``mbs`` every client's batch is int(b·n_k/N) (:func:`~islands.hfl.maths.
+    apfl_batch_sizes`); each canary adds ``canary_rows`` to N, and the smallest client's
+    batch must stay at least 1. Without the rule: no limit.
+    """
+    if not getattr(strategy, "mbs", False):
+        return 1 << 30
+    batch = int(strategy.batch_size)
+    return (batch * min(sizes) - sum(sizes)) // max(canary_rows, 1)
+
+
 def _job_canaries(job: Job) -> int:
     hiding = {"secagg", "secaggplus", "additive", "ckks", "paillier"}
     return 128 if hiding & set(job.protect) else 512
@@ -804,8 +817,19 @@ def audit_job(job: Job, canaries: int | None = None, views: Sequence[str] | None
         raise invalid_parameter("job", owner, "a job whose aggregator stack is ClientDP",
                                 describe(dp))
     dim = int(plan.model.n_params())
-    m = _job_canaries(job) if canaries is None else check_int(
-        canaries, "canaries", owner, low=2, high=max(2, dim - 64))
+    sizes = [len(y) for _, y in prep.parts]
+    median = prep.parts[int(np.argsort(sizes, kind="stable")[len(sizes) // 2])]
+    room = _batch_rule_room(strategy, sizes, len(median[1]))
+    if canaries is None:
+        m = min(_job_canaries(job), room)
+        if m < 2:
+            raise ValidationError(
+                f"{owner}: APFL's batch rule (mbs) gives client {int(np.argmin(sizes)) + 1} "
+                f"a batch of 0 with {max(room, 0) + 2} or more extra clients of "
+                f"{len(median[1])} samples, so no canary client fits; set the strategy's "
+                "mbs to false or raise its batch_size to audit this job")
+    else:
+        m = check_int(canaries, "canaries", owner, low=2, high=max(2, min(dim - 64, room)))
     norm = 4.0 * dp.clip if canary_norm is None else check_float(
         canary_norm, "canary_norm", owner, low=0.0, low_inclusive=False)
     rate = strategy.secret_sampling_rate or 1.0
@@ -816,8 +840,6 @@ def audit_job(job: Job, canaries: int | None = None, views: Sequence[str] | None
 
     dirac = dirac_canaries(dim, m)
     included = draw_membership(m)
-    sizes = [len(y) for _, y in prep.parts]
-    median = prep.parts[int(np.argsort(sizes, kind="stable")[len(sizes) // 2])]
     names = [f"client-{k + 1}" for k in range(len(prep.parts))]
     canary_names = [f"canary-{i + 1}" for i in range(m)]
 
