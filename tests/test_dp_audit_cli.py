@@ -23,7 +23,9 @@ def test_the_real_mechanism_is_consistent_and_the_files_say_so(tmp_path: Path) -
     assert 0 < audit.lower_bound < audit.claimed_epsilon
     assert result.by_canaries is not None and len(result.by_canaries["m"]) >= 4
     written = write_dp_audit(result, tmp_path / "out")
-    assert {p.name for p in written} >= {"results.json", "report.md", "dp_audit.png"}
+    assert {p.name for p in written} >= {"results.json", "report.md", "dp_audit.png",
+                                         "report.html"}
+    assert "the one-run lower bound on ε" in (tmp_path / "out" / "report.html").read_text()
     doc = json.loads((tmp_path / "out" / "results.json").read_text())["dp_audit"]
     assert doc["mechanism"] == "gaussian" and doc["contradicted"] is False
     assert doc["views"]["white-box"]["lower_bound"] == audit.lower_bound

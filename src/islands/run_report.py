@@ -333,7 +333,7 @@ def _node_figures(node: Mapping[str, Any], path: str) -> Iterator[tuple[str, Fig
     where = path.rstrip(".")
     prefix = f"{where}: " if where else ""
     drawers = (_curves, _local_accuracy, _loss, _tau, _epsilon, _bytes, _confusion,
-               _contribution)
+               _contribution, _dp_audit)
     for draw in drawers:
         drawn = draw(node)
         if drawn is not None:
@@ -444,6 +444,52 @@ def _epsilon(node: Mapping[str, Any]) -> tuple[str, Figure] | None:
     ax.grid(alpha=0.3)
     ax.legend()
     return "ε spent per round", fig
+
+
+def _dp_audit(node: Mapping[str, Any]) -> tuple[str, Figure] | None:
+    """Draw a DP audit's sweep (``islands audit dp --sweep``): the bound against m or σ."""
+    by_m, by_sigma = node.get("by_canaries"), node.get("by_noise")
+    if not isinstance(by_m, Mapping) and not isinstance(by_sigma, Mapping):
+        return None
+    fig = dp_audit_figure(by_m if isinstance(by_m, Mapping) else None,
+                          by_sigma if isinstance(by_sigma, Mapping) else None,
+                          str(node.get("mechanism", "")))
+    return None if fig is None else ("the one-run lower bound on ε", fig)
+
+
+def dp_audit_figure(by_canaries: Mapping[str, Any] | None, by_noise: Mapping[str, Any] | None,
+                    mechanism: str) -> Figure | None:
+    """Draw a DP audit's sweep: bound, ceiling and claimed ε against m, or against σ."""
+    fig = new_figure(6.4, 4.2)
+    ax = fig.subplots()
+    if by_canaries is not None:
+        m = _numbers(by_canaries.get("m"))
+        if m is None:
+            return None
+        for key, label, style in (("lower_bound", "lower bound (one run each)", "o-"),
+                                  ("ceiling", "ceiling (every guess right)", "--"),
+                                  ("accountant_epsilon", "claimed ε", "-")):
+            values = _numbers(by_canaries.get(key))
+            if values is not None:
+                ax.plot(m, values, style, label=label)
+        ax.set(xscale="log", xlabel="canaries m", ylabel="ε")
+    elif by_noise is not None:
+        sigma = _numbers(by_noise.get("noise_multiplier"))
+        if sigma is None:
+            return None
+        for key, label, style in (("accountant_epsilon", "claimed ε", "-"),
+                                  ("lower_bound", "lower bound", "o-"),
+                                  ("gaussian_curve_bound", "Gaussian-curve bound", "s-")):
+            values = _numbers(by_noise.get(key))
+            if values is not None:
+                ax.plot(sigma, values, style, label=label)
+        ax.set(xlabel="noise multiplier σ", ylabel="ε")
+    else:
+        return None
+    ax.set_title(f"One-run DP audit: {mechanism}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return fig
 
 
 def _bytes(node: Mapping[str, Any]) -> tuple[str, Figure] | None:

@@ -28,7 +28,8 @@ from islands.hfl.dp_audit import audit_client_dp, audit_dpsgd, audit_job
 from islands.hfl.job import Job, prepare
 from islands.pca.dp_audit import audit_pca_dp
 from islands.privacy.audit import OneRunAudit, audit_gaussian, ceiling
-from islands.reporting import ResultSet, new_figure
+from islands.reporting import ResultSet
+from islands.run_report import dp_audit_figure, write_html
 
 __all__ = ["DEFAULTS", "DEFAULT_CANARIES", "MECHANISMS", "AuditSettings", "DpAuditResult",
            "Views", "audit_dp", "audit_dp_job", "write_dp_audit"]
@@ -398,39 +399,17 @@ def verdict(result: DpAuditResult) -> str:
             "the accountant's ε does not certify the mechanism.")
 
 
-def _figure(result: DpAuditResult) -> Any:
-    fig = new_figure(6.4, 4.2)
-    ax = fig.subplots()
-    if result.by_canaries is not None:
-        b = result.by_canaries
-        ax.plot(b["m"], b["lower_bound"], "o-", label="lower bound (one run each)")
-        ax.plot(b["m"], b["ceiling"], "--", color="grey", label="ceiling (every guess right)")
-        ax.plot(b["m"], b["accountant_epsilon"], "-", color="tab:red", label="accountant's ε")
-        ax.set(xscale="log", xlabel="canaries m", ylabel="ε")
-    else:
-        assert result.by_noise is not None
-        b = result.by_noise
-        ax.plot(b["noise_multiplier"], b["accountant_epsilon"], "-", color="tab:red",
-                label="accountant's ε")
-        ax.plot(b["noise_multiplier"], b["lower_bound"], "o-", label="lower bound")
-        ax.plot(b["noise_multiplier"], b["gaussian_curve_bound"], "s-",
-                label="Gaussian-curve bound")
-        ax.set(xlabel="noise multiplier σ", ylabel="ε")
-    ax.set_title(f"One-run DP audit: {result.mechanism}")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return fig
-
-
 def write_dp_audit(result: DpAuditResult, out: str | Path) -> list[Path]:
-    """Write ``results.json``, ``report.md`` and, with a sweep, ``dp_audit.png`` into ``out``.
+    """Write the audit's files into ``out``.
 
+    ``results.json``, ``report.md``, ``report.html`` and, with a sweep, ``dp_audit.png``.
     The files are published together (:class:`~islands.reporting.ResultSet`): a failure
     leaves the folder's previous results as they were.
     """
     with ResultSet(out) as files:
         files.add_json("results.json", result.to_json())
         files.add_text("report.md", _report(result) + "\n")
-        if result.by_canaries is not None or result.by_noise is not None:
-            files.add_figure("dp_audit.png", _figure(result))
-    return files.published
+        fig = dp_audit_figure(result.by_canaries, result.by_noise, result.mechanism)
+        if fig is not None:
+            files.add_figure("dp_audit.png", fig)
+    return [*files.published, write_html(files.folder)]
