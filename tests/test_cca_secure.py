@@ -79,12 +79,15 @@ def test_encode_in_chunks_equals_the_integer_reference_and_names_the_global_entr
             rns.encode(y, 29, bound=1.0, what="x")
 
 
-def test_a_longer_mask_from_one_seed_extends_the_shorter() -> None:
-    """Rejected words are skipped in stream order: both holders of a seed agree."""
+def test_both_holders_of_a_seed_draw_one_mask_and_shapes_share_no_values() -> None:
+    """Rejected words are skipped in stream order: both holders of a seed agree; the
+    shape is part of the label, so a draw of another shape shares no values with it."""
     seed = secrets.token_bytes(32)
     short = rns.uniform(seed, (400_000,), label=b"x")
+    assert np.array_equal(short, rns.uniform(seed, (400_000,), label=b"x"))
     longer = rns.uniform(seed, (1_000_000,), label=b"x")
-    assert np.array_equal(longer[:, :400_000], short)
+    assert not np.array_equal(longer[:, :400_000], short)
+    assert np.mean(longer[:, :400_000] == short) < 1e-3
 
 
 def test_pack_with_plus_packs_the_ring_sum() -> None:

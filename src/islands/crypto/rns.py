@@ -14,9 +14,10 @@ float products.
 
 * the module-level functions are the three-prime ring (P ≈ 2^63) of secure Swarm CCA
   (:mod:`islands.cca.secure`);
-* :data:`SS_RING`, nine primes (P ≈ 2^189), holds the exact integers of vertical
-  regression's secret-sharing engine (:mod:`islands.vfl.ss`), whose gradient sums need up
-  to 121 bits (:func:`islands.vfl.maths.value_bounds`).
+* :data:`SS_RING`, nine primes (P ≈ 2^189), holds the exact integers of the vertical
+  secret-sharing engines (:mod:`islands.vfl.ss`, :mod:`islands.vfl.ftl.ss`): the Taylor
+  flow's sums need up to about 140 bits (:func:`islands.vfl.maths.value_bounds`), the
+  poly5 sigmoid's up to 187 (:func:`islands.vfl.maths.poly5_bounds`).
 
 * Fixed point: a real x is round(x·2^f) (:func:`islands.crypto.fixedpoint.quantize`), its
   residues taken modulo each prime (:meth:`RnsRing.encode`); integers come in as int64
@@ -242,10 +243,13 @@ class RnsRing:
         """Draw ring elements uniform modulo P from a 32-byte seed, the same wherever expanded.
 
         Residue k reads the ChaCha20 stream of :func:`~islands.crypto.prg.expand` (label
-        ``label + k``) as 32-bit words, keeps their low 21 bits and drops the values not
-        below its prime: exactly uniform, rejecting about 1e-5 of them.
+        ``label``, the shape and ``k``) as 32-bit words, keeps their low 21 bits and drops
+        the values not below its prime: exactly uniform, rejecting at most 6e-5 of them
+        (primes just below 2^21). The shape is part of the label, so two draws of one
+        label with different shapes share no values.
         """
         count = int(np.prod(shape))
+        label = label + b"/" + ",".join(str(int(d)) for d in shape).encode() + b"/"
         out = np.empty((self.k, count), dtype=np.uint32)
         for k, p in enumerate(self.primes):
             want = count + count // 4096 + 64

@@ -399,8 +399,9 @@ class VerticalLinearRegression(_VerticalModel):
         exact 189-bit ring, C dealing correlated randomness (:mod:`islands.vfl.ss`): the
         same model bit for bit, an epoch within a small factor of training in the clear.
         C must collude with no data party, as
-        under HE; a coalition of C and a data party would read B's features (under HE,
-        residuals and scores; ``docs/threat-model.md``). "he": the paper's homomorphic
+        under HE; a coalition of C and one data party would read the other data
+        parties' features and B's labels (under HE, residuals and scores;
+        ``docs/threat-model.md``). "he": the paper's homomorphic
         encryption, scheme ``he``.
     he : {"ou", "paillier", "none"} or None, default=None
         The homomorphic scheme (None: "ou" under ``engine="he"``; given alone, it

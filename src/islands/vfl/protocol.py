@@ -350,7 +350,14 @@ def _join(party: Party, clock: Clock, coordinator: str, plan: Plan, rows: int,
     counts = setup.features
     names = set(parties) if parties is not None else {party.name, active}
     if plan.engine == "ss" and isinstance(counts, dict):
-        names |= set(counts)  # every data party masks for every other: all are named
+        # every data party sends its masked block to every other: the roster must be the
+        # federation's, confirmed by B (_confirm_roster), and never hold C, who knows the
+        # masks
+        if coordinator in counts:
+            raise ProtocolError(f"coordinator {coordinator!r} named itself a data party in "
+                                "the setup (it would read the masked features it dealt)",
+                                party=party.name, step="setup")
+        names |= set(counts)
     if (not isinstance(counts, dict) or not names <= set(counts)
             or (parties is not None and set(counts) != names)
             or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
@@ -363,6 +370,8 @@ def _join(party: Party, clock: Clock, coordinator: str, plan: Plan, rows: int,
                             f"{party.name!r}: expected {features} (the count it sent), got "
                             f"{counts[party.name]}", party=party.name, step="setup")
     check_same_plan(plan.text(), setup.plan, party=party.name, peer=coordinator)
+    if plan.engine == "ss" and parties is None:
+        _confirm_roster(party, clock, coordinator, active, counts)
     min_rows = maths.check_batch_rows(plan.batch_size, counts, active, owner, rows)
     bounds = maths.value_bounds(plan.precision, plan.batch_size, len(counts) - 1)
     if plan.engine == "ss":
@@ -397,6 +406,26 @@ def _join(party: Party, clock: Clock, coordinator: str, plan: Plan, rows: int,
                                 step="setup")
         djn_base = int(paillier.check_djn_base(public_key, setup.djn_base, where))
     return VectorCipher(public_key, djn_base), min_rows, bounds
+
+
+def _confirm_roster(party: Party, clock: Clock, coordinator: str, active: str,
+                    counts: Any) -> None:
+    """Refuse, as a passive party under ``engine="ss"``, a roster B does not confirm.
+
+    C relays the data parties' names in its setup, and each one receives this party's
+    masked block; C knows the masks, so a name C added (itself under another name, or an
+    organisation working with it) would read the features. B names the federation's data
+    parties itself (``roster``) before any share leaves this party.
+    """
+    roster = _recv(party, clock, active, "roster")
+    if not (isinstance(roster, list) and all(isinstance(v, str) for v in roster)):
+        raise ProtocolError(f"party {active!r} sent a malformed roster", party=party.name,
+                            step="roster")
+    if not isinstance(counts, dict) or set(roster) != set(counts):
+        raise ProtocolError(f"coordinator {coordinator!r} named the data parties "
+                            f"{sorted(counts) if isinstance(counts, dict) else counts!r}, "
+                            f"but party {active!r} names {sorted(roster)}: no share is sent",
+                            party=party.name, step="roster")
 
 
 def _widths(features: dict[str, int], active: str) -> dict[str, int]:
@@ -562,6 +591,8 @@ def active(party: Party, X: Any, y: Any, *, coordinator: str = "C",
     cipher, min_rows, bounds = _join(party, clock, coordinator, plan, n, p - 1, party.name,
                                      [*passive, party.name])
     if plan.engine == "ss":
+        for a in passive:  # B's own roster: each passive party checks C's against it
+            _send(party, clock, a, "roster", sorted([*passive, party.name]))
         def scores(rows: IntArray, theta: Array) -> IntArray:
             if plan.sigmoid == "poly5":  # the labels enter the residual on shares
                 return maths.poly5_scores(x_float[rows] @ theta, owner)

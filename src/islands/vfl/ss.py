@@ -23,6 +23,7 @@ tag         sender → to       payload (every ring element packed, 3 words)
 ==========  ================  ==============================================================
 hello       A_k, B → C        rows and features, as under HE
 setup       C → all           :class:`~islands.vfl.protocol.Setup` with no key
+roster      B → every A_k     the data parties' names, which A_k compares with C's setup
 seed        A_k, B → C        32 bytes from the CSPRNG
 pair        j → l (j < l)     32 bytes from the CSPRNG: the pair's zero-sum loss masks
 xhat        j → every k       X̂_j = X̃_j + R_j (n × p_j), once
@@ -71,9 +72,14 @@ sender's seed), and B's ``powers`` by the other parties' seeded shares.
 C receives seeds and loss shares masked by the pairs' zero-sum masks, and learns the
 batch losses; it never receives a data share (tests check the transcript). Secrecy is
 that of the ChaCha20 stream the masks are drawn from. Who must not collude: C with any
-data party, as under HE, but the coalition gains more here: C and A_k remove R_B from
-X̂_B and read **B's features**, where under HE they read residuals and scores. Data
-parties colluding without C gain nothing from C's side. Nothing defends against a party
+data party, as under HE, but the coalition gains more here: C and any one data party
+remove the masks from the blocks that party received and read **every other data
+party's features**, and B's labels (from ŷ, or from û_B in the first batch), where
+under HE they read residuals and scores. Data parties colluding without C gain nothing
+from C's side. A passive party learns the data parties' names from C's setup and sends
+its masked block to each: it first checks them against the roster B sends it
+(``roster``, :func:`islands.vfl.protocol._confirm_roster`), so C cannot add a name of
+its own. Nothing defends against a party
 that deviates (a wrong correction corrupts a step; values outside the plan's bounds are
 refused, naming the step).
 
