@@ -67,6 +67,7 @@ from islands.privacy.audit import (
     OneRunAudit,
     audit_scores,
     bonferroni_plans,
+    check_confidence,
     curve_plan_for_gaussian,
     default_plans,
     dirac_canaries,
@@ -380,13 +381,6 @@ def _check_views(views: Sequence[str] | None, allowed: Sequence[str], default: S
     return tuple(dict.fromkeys(views))
 
 
-def _check_confidence(confidence: Any, owner: str) -> float:
-    c = check_float(confidence, "confidence", owner, low=0.0, low_inclusive=False)
-    if c >= 1.0:
-        raise invalid_parameter("confidence", owner, "a float in (0, 1)", c)
-    return c
-
-
 # --------------------------------------------------------------------------- client-level
 
 
@@ -460,7 +454,7 @@ def audit_client_dp(*, canaries: int = 200, rounds: int = 5, noise_multiplier: f
     m = check_int(canaries, "canaries", owner, low=2)
     rounds = check_int(rounds, "rounds", owner, low=1)
     real = check_int(real_clients, "real_clients", owner, low=1)
-    conf = _check_confidence(confidence, owner)
+    conf = check_confidence(confidence, owner)
     if base not in ("mean", "secagg", "secaggplus", "additive"):
         raise invalid_parameter("base", owner, "one of 'mean', 'secagg', 'secaggplus', "
                                 "'additive'", base)
@@ -667,7 +661,7 @@ def audit_dpsgd(*, canaries: int = 1000, steps: int = 200, noise_multiplier: flo
     q = check_float(sampling_rate, "sampling_rate", owner, low=0.0, low_inclusive=False)
     if q > 1.0:
         raise invalid_parameter("sampling_rate", owner, "a float in (0, 1]", q)
-    conf = _check_confidence(confidence, owner)
+    conf = check_confidence(confidence, owner)
     chosen = _check_views(views, DPSGD_VIEWS, DPSGD_VIEWS, owner)
     dp = SampleDP(clip=clip, noise_multiplier=noise_multiplier, delta=delta,
                   accountant=accountant)
@@ -807,7 +801,7 @@ def audit_job(job: Job, canaries: int | None = None, views: Sequence[str] | None
         raise invalid_parameter("job", owner, "a job whose protect holds 'dp' (client-level "
                                 "DP; a 'dp-sgd' job is audited at the mechanism level by "
                                 "audit_dpsgd)", job.protect)
-    conf = _check_confidence(confidence, owner)
+    conf = check_confidence(confidence, owner)
     chosen = _check_views(views, JOB_VIEWS, JOB_VIEWS, owner)
     prep = prepare(job)
     plan = prep.plan

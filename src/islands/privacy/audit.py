@@ -100,6 +100,7 @@ __all__ = [
     "audit_scores",
     "bonferroni_plans",
     "ceiling",
+    "check_confidence",
     "curve_plan_for_gaussian",
     "default_plans",
     "dirac_canaries",
@@ -146,7 +147,8 @@ def _check_delta(delta: Any, owner: str, *, zero: bool = True) -> float:
     return d
 
 
-def _check_confidence(confidence: Any, owner: str) -> float:
+def check_confidence(confidence: Any, owner: str) -> float:
+    """Return a confidence 1 − β in (0, 1), or raise an error naming ``owner``."""
     c = check_float(confidence, "confidence", owner, low=0.0, low_inclusive=False)
     if c >= 1.0:
         raise invalid_parameter("confidence", owner, "a float in (0, 1)", c)
@@ -313,7 +315,7 @@ def one_run_lower_bound(m: int, r: int, v: int, delta: float, confidence: float 
     owner = "one_run_lower_bound"
     m, r, v = _check_counts(m, r, v, owner)
     delta = _check_delta(delta, owner)
-    beta = 1.0 - _check_confidence(confidence, owner)
+    beta = 1.0 - check_confidence(confidence, owner)
     return _lower_bound(m, r, v, delta, beta)
 
 
@@ -372,7 +374,7 @@ def ceiling(m: int, delta: float, confidence: float = 0.95) -> float:
     owner = "ceiling"
     m = check_int(m, "m", owner, low=1)
     delta = _check_delta(delta, owner)
-    return _ceiling(m, delta, 1.0 - _check_confidence(confidence, owner))
+    return _ceiling(m, delta, 1.0 - check_confidence(confidence, owner))
 
 
 # ------------------------------------------------------------ Gaussian DP profile
@@ -604,7 +606,7 @@ def gaussian_curve_lower_bound(m: int, r: int, v: int, delta: float,
     owner = "gaussian_curve_lower_bound"
     m, r, v = _check_counts(m, r, v, owner)
     delta = _check_delta(delta, owner, zero=False)
-    beta = 1.0 - _check_confidence(confidence, owner)
+    beta = 1.0 - check_confidence(confidence, owner)
     return _curve_bound(m, r, v, delta, beta)
 
 
@@ -836,7 +838,7 @@ def _check_plan_args(mu: Any, m: Any, delta: Any, confidence: Any, plans: Any, o
     mu = check_float(mu, "mu", owner, low=0.0)
     m = check_int(m, "m", owner, low=2)
     delta = _check_delta(delta, owner, zero=zero)
-    beta = (1.0 - _check_confidence(confidence, owner)) / check_int(plans, "plans", owner,
+    beta = (1.0 - check_confidence(confidence, owner)) / check_int(plans, "plans", owner,
                                                                      low=1)
     return mu, m, delta, beta
 
@@ -1134,7 +1136,7 @@ def audit_scores(scores: ArrayLike, included: ArrayLike, *, delta: float,
                                 describe(included))
     m = values.size
     delta = _check_delta(delta, owner, zero=not claim_is_gaussian)
-    conf = _check_confidence(confidence, owner)
+    conf = check_confidence(confidence, owner)
     beta = 1.0 - conf
     plan_list = list(plans) if isinstance(plans, Sequence) else []
     if not plan_list or not all(isinstance(p, GuessPlan) and p.guesses <= m for p in plan_list):
@@ -1503,7 +1505,7 @@ def audit_gaussian(*, noise_multiplier: float, rounds: int, canaries: int, clip:
     if q > 1.0:
         raise invalid_parameter("sampling_rate", owner, "a float in (0, 1]", q)
     delta = _check_delta(delta, owner, zero=False)
-    conf = _check_confidence(confidence, owner)
+    conf = check_confidence(confidence, owner)
     norm = clip if canary_norm is None else check_float(canary_norm, "canary_norm", owner,
                                                         low=0.0, low_inclusive=False)
     claim = _accountant_epsilon(sigma, q, delta, rounds, accountant)
