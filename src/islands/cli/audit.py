@@ -356,6 +356,10 @@ def audit_vfl_command(
         help="'taylor' (the paper's) or 'poly5' (adds the power tuples and openings).")]
     = "taylor",
     seed: Annotated[int, typer.Option(help="Seed of the permutation and the batches.")] = 0,
+    alpha: Annotated[float, typer.Option(
+        min=1e-12, max=0.5,
+        help="Family-wise level of the tests (Bonferroni): a correct run is flagged with "
+             "at most this probability.")] = 0.01,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write every p-value as JSON.")
     ] = None,
@@ -379,7 +383,7 @@ def audit_vfl_command(
                   "run (Kolmogorov-Smirnov).")
     with stop_on_error(1):
         check = ss_view_check(x[:, 10:], x[:, :10], ds.y, sigmoid=sigmoid, epochs=epochs,
-                              random_state=seed)
+                              alpha=alpha, random_state=seed)
     table = Table(title="p-values (small: the view tells the data apart)")
     for col in ("party", "message", "vs uniform", "vs the other run"):
         table.add_column(col)
