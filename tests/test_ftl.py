@@ -10,6 +10,7 @@ import torch
 from sklearn.datasets import load_breast_cancer
 from sklearn.preprocessing import StandardScaler
 
+from ftl_data import overlap_data
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import run_local
 from islands.vfl import FederatedTransferLearner
@@ -93,17 +94,10 @@ def test_encode_refuses_divergence() -> None:
 
 
 # ------------------------------------------------------------------ protocol
-def _data(n_b: int = 120, n_o: int = 24, classes: int = 2) -> tuple[np.ndarray, ...]:
-    rng = np.random.default_rng(1)
-    z = rng.normal(size=(n_b, 3))
-    labels = (np.argmax(z @ rng.normal(size=(3, classes)), axis=1)).astype(np.int64)
-    x_b = np.hstack([z, rng.normal(size=(n_b, 2))]) + 0.1 * rng.normal(size=(n_b, 5))
-    x_a = np.hstack([z[:n_o] @ rng.normal(size=(3, 4)), rng.normal(size=(n_o, 2))])
-    return x_a, x_b, labels, np.arange(n_o)
 
 
 def _train(plan: Plan, classes: int = 2) -> tuple[object, object]:
-    x_a, x_b, labels, overlap = _data(classes=classes)
+    x_a, x_b, labels, overlap = overlap_data(classes=classes)
     run = run_local({"A": partial(target, X=x_a, plan=plan, init_seed=1),
                      "B": partial(source, X=x_b, labels=labels, overlap=overlap,
                                   n_classes=classes, plan=plan, init_seed=2)}, timeout=120,
@@ -130,7 +124,7 @@ def test_encrypted_equals_plain(alignment: str, loss: str, classes: int) -> None
     a1, b1 = _train(secret, classes)
     np.testing.assert_allclose(b0.epoch_losses, b1.epoch_losses, rtol=1e-6)  # type: ignore[attr-defined]
     np.testing.assert_allclose(a0.epoch_losses, b0.epoch_losses)  # type: ignore[attr-defined]
-    x_new = _data(classes=classes)[0][:6]
+    x_new = overlap_data(classes=classes)[0][:6]
     s0, s1 = _scores(a0, b0, x_new, plain), _scores(a1, b1, x_new, secret)
     np.testing.assert_allclose(s0, s1, atol=1e-5)
     with torch.no_grad():  # inference returns Φ·Net_A(x), in the clear and encrypted
@@ -144,7 +138,7 @@ def test_encrypted_equals_plain(alignment: str, loss: str, classes: int) -> None
 
 
 def test_plans_must_agree() -> None:
-    x_a, x_b, labels, overlap = _data()
+    x_a, x_b, labels, overlap = overlap_data()
     plan = Plan(engine="he", he="none", dim=3, hidden=(4,), epochs=1, pretrain_epochs=0)
     other = Plan(engine="he", he="none", dim=3, hidden=(4,), epochs=2, pretrain_epochs=0)
     with pytest.raises(ValidationError, match=r"plan differs.*'epochs': \((1, 2|2, 1)\)"):

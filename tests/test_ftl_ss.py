@@ -19,6 +19,7 @@ import torch
 from sklearn.datasets import load_breast_cancer
 from sklearn.preprocessing import StandardScaler
 
+from ftl_data import overlap_data
 from islands.crypto.rns import SS_RING
 from islands.errors import ProtocolError, ValidationError
 from islands.runtime import run_local
@@ -92,19 +93,12 @@ def test_every_mask_is_fresh_per_batch_and_the_same_at_the_dealer() -> None:
 
 
 # ------------------------------------------------------------------ the protocol
-def _data(n_b: int = 120, n_o: int = 24, classes: int = 2) -> tuple[np.ndarray, ...]:
-    rng = np.random.default_rng(1)
-    z = rng.normal(size=(n_b, 3))
-    labels = (np.argmax(z @ rng.normal(size=(3, classes)), axis=1)).astype(np.int64)
-    x_b = np.hstack([z, rng.normal(size=(n_b, 2))]) + 0.1 * rng.normal(size=(n_b, 5))
-    x_a = np.hstack([z[:n_o] @ rng.normal(size=(3, 4)), rng.normal(size=(n_o, 2))])
-    return x_a, x_b, labels, np.arange(n_o)
 
 
 def _roles(plan: Plan, classes: int, *, a: Any = None, b: Any = None, d: Any = None
            ) -> dict[str, Any]:
     """The three roles of a run (a, b, d: replacements, e.g. tampered parties)."""
-    x_a, x_b, labels, overlap = _data(classes=classes)
+    x_a, x_b, labels, overlap = overlap_data(classes=classes)
     dealer = "D" if plan.engine == "ss" else None
     roles: dict[str, Any] = {
         "A": a or partial(target, X=x_a, plan=plan, init_seed=1, dealer=dealer),
@@ -151,7 +145,7 @@ def test_ss_trains_the_paillier_networks_bit_for_bit(alignment: str, loss: str,
     assert got["A"].epoch_losses == got["B"].epoch_losses == pa["B"].epoch_losses
     # the ring work is counted as the clock's 'he' (cryptographic) time
     assert got["A"].clock.he > 0 and got["B"].clock.he > 0
-    x_new = _data(classes=classes)[0][:6]
+    x_new = overlap_data(classes=classes)[0][:6]
     scores = {name: _scores(runs[name], x_new, plans[name]).results["A"] for name in plans}
     np.testing.assert_array_equal(scores["ss"], scores["paillier"])
     np.testing.assert_allclose(got["B"].epoch_losses, runs["none"].results["B"].epoch_losses,
@@ -186,7 +180,7 @@ def test_the_estimators_ss_fit_predicts_as_the_paillier_one() -> None:
 def test_the_dealer_receives_only_seeds_and_never_a_data_share() -> None:
     plan = Plan(**COMMON, alignment="symmetric", loss="logistic")
     run = run_local(_roles(plan, 2), timeout=120, blas_threads=None, keep_payloads=True)
-    infer = _scores(run, _data()[0][:5], plan, keep_payloads=True)
+    infer = _scores(run, overlap_data()[0][:5], plan, keep_payloads=True)
     for transcript in (run.transcript, infer.transcript):
         to_d = [r for r in transcript if r.receiver == "D"]
         assert to_d and all(r.tag in ss.DEALER_TAGS for r in to_d)
@@ -237,7 +231,7 @@ def test_engine_and_he_settings() -> None:
 
 
 def test_a_plan_differing_in_engine_is_refused_at_hello() -> None:
-    x_a, x_b, labels, overlap = _data()
+    x_a, x_b, labels, overlap = overlap_data()
     with pytest.raises(ValidationError, match=r"plan differs.*'engine'"):
         run_local({"A": partial(target, X=x_a, plan=Plan(**COMMON), dealer="D"),
                    "B": partial(source, X=x_b, labels=labels, overlap=overlap, n_classes=2,
@@ -246,7 +240,7 @@ def test_a_plan_differing_in_engine_is_refused_at_hello() -> None:
 
 
 def test_ss_needs_a_third_party_as_dealer() -> None:
-    x_a = _data()[0]
+    x_a = overlap_data()[0]
     with pytest.raises(ValidationError, match=r"engine='ss' needs a dealer: name a dealer that "
                        r"colludes with neither party, or set engine='he'"):
         run_local({"A": partial(target, X=x_a, plan=Plan(**COMMON))}, timeout=10)
@@ -349,7 +343,7 @@ def test_malformed_ring_messages_are_refused_naming_sender_and_step(
 
 def test_malformed_inference_messages_are_refused() -> None:
     run = run_local(_roles(PLAN, 2), timeout=120, blas_threads=None)
-    x = _data()[0][:4]
+    x = overlap_data()[0][:4]
     net, phi = run.results["A"].net, run.results["B"].phi
     cases = [("B", "products", lambda m: replace(m, phi=None), r"malformed Φ̂", "A"),
              ("A", "reps", lambda m: replace(m, y=_drop_row(m.y)), r"malformed Û", "B"),
@@ -407,7 +401,7 @@ def test_each_partys_ring_messages_look_uniform() -> None:
 
     plan = Plan(**COMMON, alignment="symmetric", loss="logistic")
     run = run_local(_roles(plan, 2), timeout=120, blas_threads=None, keep_payloads=True)
-    infer = _scores(run, _data()[0][:5], plan, keep_payloads=True)
+    infer = _scores(run, overlap_data()[0][:5], plan, keep_payloads=True)
     for party in ("A", "B"):
         seen = []
         for transcript in (run.transcript, infer.transcript):

@@ -76,7 +76,7 @@ def test_every_iterate_and_loss_equal_the_fixed_point_reference_bit_for_bit(
 
 def test_the_estimator_trains_the_model_of_the_clear_baseline() -> None:
     blocks, y = data(120, (3, 4), seed=2, logistic=True)
-    kw = dict(epochs=4, batch_size=32, tol=None, random_state=3)
+    kw: dict[str, Any] = dict(epochs=4, batch_size=32, tol=None, random_state=3)
     ss = VerticalLogisticRegression(**kw).fit(blocks[0], blocks[1], y)
     clear = VerticalLogisticRegression(he="none", **kw).fit(blocks[0], blocks[1], y)
     assert ss.plan_.engine == "ss" and clear.plan_.engine == "he"
@@ -297,37 +297,43 @@ def test_the_audit_command_prints_the_view_check(tmp_path: Any) -> None:
     assert report["dataset"] == "breast_cancer" and report["indistinguishable"] is True
 
 
-def _deviating_coordinator(extra: str, plan: Plan, received: list[str]) -> Any:
-    """A C honest to B that adds ``extra`` to A's data parties, to read A's masked block."""
+def _deviating_coordinator(change: str, plan: Plan, received: list[Any]) -> Any:
+    """A C honest to B that changes A1's roster: adds itself or an accomplice X (to read
+    A1's masked block, whose mask C knows), or drops A2 (to split the federation)."""
     from islands.vfl.protocol import Setup
 
     def role(party: Any) -> None:
-        hellos = {n: party.recv(n, "hello") for n in ("A", "B")}
+        hellos = {n: party.recv(n, "hello") for n in ("A1", "A2", "B")}
         counts = {n: h.features for n, h in hellos.items()}
-        party.send("B", "setup", Setup(b"", None, plan.text(), counts))
-        party.send("A", "setup", Setup(b"", None, plan.text(), {**counts, extra: 1}))
-        received.append(party.recv("A", "seed", timeout=5))
+        for name in ("A2", "B"):
+            party.send(name, "setup", Setup(b"", None, plan.text(), counts))
+        told = ({k: v for k, v in counts.items() if k != "A2"} if change == "drop"
+                else {**counts, change: 1})
+        party.send("A1", "setup", Setup(b"", None, plan.text(), told))
+        received.append(party.recv("A1", "seed", timeout=120))
     return role
 
 
-@pytest.mark.parametrize("extra", ["C", "X"])
-def test_a_passive_party_sends_no_share_to_a_data_party_b_does_not_name(extra: str) -> None:
-    """C knows every mask: a data party it adds to A's roster (itself, or an accomplice X)
-    would receive A's masked block and read A's features. A checks the roster against B's
-    before its seed, pair or block leaves it."""
-    blocks, y = data(40, (3, 3), seed=12)
+@pytest.mark.parametrize("change", ["C", "X", "drop"])
+def test_a_passive_party_sends_no_share_to_a_data_party_b_does_not_name(change: str) -> None:
+    """C knows every mask: a data party it adds to A1's roster (itself, or an accomplice X)
+    would receive A1's masked block and read A1's features; a roster without A2 would
+    split the federation. A1 checks the roster against B's before its seed, pair or block
+    leaves it."""
+    blocks, y = data(40, (3, 2, 3), seed=12)
     plan = make_plan("linear", epochs=1, batch_size=10)
-    received: list[str] = []
+    received: list[Any] = []
     roles: dict[str, Any] = {
-        "C": _deviating_coordinator(extra, plan, received),
-        "A": partial(passive, X=blocks[0], plan=plan),
-        "B": partial(active, X=blocks[1], y=y, plan=plan)}
-    if extra == "X":
-        roles["X"] = lambda party: party.recv("A", "xhat", timeout=5)
+        "C": _deviating_coordinator(change, plan, received),
+        "A1": partial(passive, X=blocks[0], plan=plan),
+        "A2": partial(passive, X=blocks[1], plan=plan),
+        "B": partial(active, X=blocks[2], y=y, passive=["A1", "A2"], plan=plan)}
+    if change == "X":
+        roles["X"] = lambda party: received.append(party.recv("A1", "xhat", timeout=120))
     with pytest.raises(ProtocolError) as info:
-        run_local(roles, timeout=10, keep_payloads=True)
-    assert info.value.party == "A"
-    assert info.value.step == ("setup" if extra == "C" else "roster")
+        run_local(roles, timeout=180)
+    assert info.value.party == "A1"
+    assert info.value.step == ("setup" if change == "C" else "roster")
     assert "named itself a data party" in str(info.value) or "no share is sent" in str(
         info.value)
-    assert not received  # A sent C no seed, and X nothing
+    assert not received  # A1 sent C no seed, and X nothing
