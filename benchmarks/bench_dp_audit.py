@@ -59,6 +59,7 @@ def job_section() -> dict[str, Any]:
 
 def gaussian_section() -> dict[str, Any]:
     from islands.privacy.audit import (
+        CurveClaim,
         audit_scores,
         default_plans,
         dirac_canaries,
@@ -82,7 +83,8 @@ def gaussian_section() -> dict[str, Any]:
         mechanism_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         audit = audit_scores(scores, included, delta=1e-5, confidence=0.95,
-                             plans=default_plans(mu, m, 1e-5, 0.95), claim_is_gaussian=True,
+                             plans=default_plans(mu, m, 1e-5, 0.95),
+                             curve=CurveClaim.gaussian(mu),
                              claimed_epsilon=gaussian_epsilon(mu, 1e-5))
         stats_s = time.perf_counter() - t0
         out[str(m)] = {"mechanism_s": mechanism_s, "statistics_s": stats_s,

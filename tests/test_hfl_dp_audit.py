@@ -112,7 +112,8 @@ def test_client_dp_audit_runs_the_protocol_and_compares_each_view_with_its_accou
     assert result.accountant == {"aggregate": "spent", "final": "spent",
                                  "uploads": "spent_against_server"}
     for audit in result.views.values():  # q = 1: an unsampled Gaussian claim
-        assert audit.canaries == 60 and audit.gaussian_curve_bound is not None
+        assert audit.canaries == 60 and audit.curve == "Gaussian"
+        assert audit.curve_bound is not None
         assert audit.plans == 3 and 0.0 <= audit.lower_bound <= audit.plan_ceiling
     # plain values for a CLI's --json
     back = json.loads(json.dumps(result.to_dict()))
@@ -211,7 +212,9 @@ def test_dpsgd_audit_runs_the_real_trainer_and_reports_the_clients_account() -> 
     assert s["sampling_rate"] == pytest.approx(s["batch_size"] / s["rows"])
     for audit in result.views.values():
         assert audit.claimed_epsilon == s["epsilon"] > 0
-        assert audit.gaussian_curve_bound is None  # sampled: no Gaussian-curve bound
+        # sampled: the curve of 20 Poisson-subsampled Gaussian steps at the run's q
+        assert audit.curve == "Poisson-subsampled Gaussian (PLD)"
+        assert audit.curve_bound is not None and audit.curve_guesses is not None
     json.dumps(result.to_dict())
     with pytest.raises(ValidationError, match="'sampling_rate' parameter of audit_dpsgd"):
         audit_dpsgd(sampling_rate=1.5)
@@ -220,6 +223,7 @@ def test_dpsgd_audit_runs_the_real_trainer_and_reports_the_clients_account() -> 
 # σ = 2, q = 0.05, T = 200, m = 5,000 (ε 1.72), the brief's §6.2: measured bounds 4.17
 # (clip skipped: all 348 right), 2.68–3.14 (4q sampled, q accounted: 336–342 of 348),
 # 2.39 (one noiseless step: plan (c)'s 62 one-sided guesses all right). ~10–20 s each.
+# Noise halved is caught by the curve bound only (below).
 DPSGD_FAULT = {"canaries": 5000, "steps": 200, "noise_multiplier": 2.0,
                "sampling_rate": 0.05, "views": ["steps"]}
 
@@ -241,17 +245,33 @@ def test_dpsgd_faults_are_detected(fault: str) -> None:
 
 
 @pytest.mark.slow
+def test_dpsgd_noise_halved_is_detected_against_the_sampled_curve() -> None:
+    # The real PrivateTrainer's steps with the noise s.d. halved (σ = 1 drawn, σ = 2
+    # accounted, PLD claim 1.56), m = 20,000 canary rows. Measured (3 runs): curve bound
+    # 2.49–2.74, Steinke's (ε, δ) bound 1.89–1.99; the correct trainer's curve bound 0.85.
+    # ~25 s.
+    pytest.importorskip("opacus")
+    train = partial(dp_faults.dpsgd_train, noise_scale=0.5)
+    audit = audit_dpsgd(canaries=20_000, steps=200, noise_multiplier=2.0, sampling_rate=0.05,
+                        accountant="pld", views=["steps"], train=train).views["steps"]
+    assert audit.claimed_epsilon == pytest.approx(1.56, abs=0.01)
+    assert audit.curve_contradicted, audit
+
+
+@pytest.mark.slow
 def test_dpsgd_copy_without_a_fault_is_never_above_over_k_runs() -> None:
     pytest.importorskip("opacus")
     # the real PrivateTrainer and the test copy with no fault, K = 20 runs between them;
     # σ = 1.5, q = 0.05, T = 100, m = 1,000: measured 0.4–0.6 against ε ≈ 1.8
-    exceed = 0
+    exceed = curve_exceed = 0
     for k in range(NEVER_ABOVE_RUNS):
         train = None if k % 2 else dp_faults.dpsgd_train
         result = audit_dpsgd(canaries=1000, steps=100, noise_multiplier=1.5,
                              sampling_rate=0.05, train=train)
         exceed += result.contradicted
+        curve_exceed += any(a.curve_contradicted for a in result.views.values())
     assert exceed <= NEVER_ABOVE_MAX
+    assert curve_exceed <= NEVER_ABOVE_MAX
 
 
 # --------------------------------------------------------------------------- jobs

@@ -102,7 +102,8 @@ def test_audit_reports_both_views_against_the_configured_epsilon(parts: list[np.
     assert 1797 <= result.n <= 1797 + 200
     for view in (result.white_box, result.black_box):
         assert view.claimed_epsilon == EPSILON and view.delta == DELTA
-        assert view.gaussian_curve_bound is not None  # two unsampled Gaussian releases
+        # two unsampled Gaussian releases
+        assert view.curve == "Gaussian" and view.curve_bound is not None
         assert view.ceiling == pytest.approx(4.19, abs=0.01)  # m = 200
     assert result.white_box.plans == 2 and result.black_box.plans == 5
     claimed = result.noise["claimed"]

@@ -479,7 +479,7 @@ def dp_audit_figure(by_canaries: Mapping[str, Any] | None, by_noise: Mapping[str
             return None
         for key, label, style in (("accountant_epsilon", "claimed ε", "-"),
                                   ("lower_bound", "lower bound", "o-"),
-                                  ("gaussian_curve_bound", "Gaussian-curve bound", "s-")):
+                                  ("curve_bound", "curve bound", "s-")):
             values = _numbers(by_noise.get(key))
             if values is not None:
                 ax.plot(sigma, values, style, label=label)

@@ -521,15 +521,15 @@ def audit_dp_command(
         table.add_column(col, justify="left" if col == "view" else "right")
     for view, a in result.views.items():
         table.add_row(view, f"{a.claimed_epsilon:.3f}", f"{a.lower_bound:.3f}",
-                      "n/a" if a.gaussian_curve_bound is None
-                      else f"{a.gaussian_curve_bound:.3f}",
+                      "n/a" if a.curve_bound is None else f"{a.curve_bound:.3f}",
                       "n/a" if a.estimate is None else f"{a.estimate:.3f}",
                       str(a.guesses), str(a.correct), f"{a.plan_ceiling:.2f}")
     console.print(table)
     console.print("claimed ε: what the mechanism's accountant reports (" + "; ".join(
         f"{v}: {c}" for v, c in result.compared_with.items()) + "); bound: Steinke et al.'s "
-        "lower bound on ε; curve bound: against the Gaussian trade-off curve (Mahloujifar "
-        "et al.), only where the claim is an unsampled Gaussian composition; estimate: "
+        "lower bound on ε; curve bound: against the claim's whole trade-off curve "
+        "(Mahloujifar et al.; Gaussian, or Poisson-subsampled Gaussian from its privacy "
+        "profile); estimate: "
         "Andrew et al.'s, with no confidence; ceiling: the most these guesses can show.")
     console.print(verdict(result))
     if out is not None:

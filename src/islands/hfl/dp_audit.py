@@ -1,9 +1,10 @@
 """Empirical DP audits of horizontal FL in one run: canary clients, canary rows, observers.
 
 The statistics are :mod:`islands.privacy.audit`'s (Steinke, Nasr and Jagielski's one-run
-bound [1]_, the Gaussian-curve bound of Mahloujifar et al. [2]_ where the claim is an
-unsampled Gaussian composition, Andrew et al.'s estimate [3]_); this module runs islands'
-real mechanisms with canaries and scores them. Nothing here touches a mechanism's code:
+bound [1]_, the bound of Mahloujifar et al. [2]_ against the claim's whole trade-off
+curve, Gaussian or Poisson-subsampled Gaussian, Andrew et al.'s estimate [3]_); this
+module runs islands' real mechanisms with canaries and scores them. Nothing here touches
+a mechanism's code:
 
 * **client-level DP** (:func:`audit_client_dp`): m canary *clients*
   (:class:`CanaryClient`, a learner wrapper like the poisoning clients) join a federation
@@ -62,13 +63,13 @@ from islands.hfl.job import Job, prepare
 from islands.hfl.protocol import LocalOutcome, RoundRecord, WrappedLearner, client, server
 from islands.hfl.strategy import FedAvg, LocalConfig
 from islands.privacy.audit import (
+    CurveClaim,
     DiracCanaries,
     GuessPlan,
     OneRunAudit,
     audit_scores,
     bonferroni_plans,
     check_confidence,
-    curve_plan_for_gaussian,
     default_plans,
     dirac_canaries,
     draw_membership,
@@ -360,14 +361,11 @@ def _plans(mu: float, m: int, delta: float, confidence: float, rate: float
     return default_plans(mu, m, delta, confidence, sampling_rate=rate)
 
 
-def _audit(scores: NDArray[np.float64], included: NDArray[np.bool_], *, mu: float,
-           claim: float, delta: float, confidence: float, gaussian: bool, rate: float = 1.0
-           ) -> OneRunAudit:
-    m = scores.size
-    curve = curve_plan_for_gaussian(mu, m, delta, confidence) if gaussian else None
-    return audit_scores(scores, included, delta=delta, confidence=confidence,
-                        plans=_plans(mu, m, delta, confidence, rate), claimed_epsilon=claim,
-                        claim_is_gaussian=gaussian, curve_plan=curve)
+def _audit(scores: NDArray[np.float64], included: NDArray[np.bool_], *, curve: CurveClaim,
+           claim: float, delta: float, confidence: float) -> OneRunAudit:
+    plans = _plans(curve.mu, scores.size, delta, confidence, curve.sampling_rate)
+    return audit_scores(scores, included, delta=delta, confidence=confidence, plans=plans,
+                        claimed_epsilon=claim, curve=curve)
 
 
 def _check_views(views: Sequence[str] | None, allowed: Sequence[str], default: Sequence[str],
@@ -403,8 +401,8 @@ def audit_client_dp(*, canaries: int = 200, rounds: int = 5, noise_multiplier: f
     noise read from canary-free coordinates), the final model black-box
     (⟨w_T − w_0, u_i⟩), and each view is audited against its accountant value: the run's
     ``spent()`` for models, ``spent_against_server()`` for uploads (the accountant of the
-    server result). Every round is an unsampled Gaussian release, so the Gaussian-curve
-    bound is reported too.
+    server result). Every round is an unsampled Gaussian release, so the curve bound is
+    against the Gaussian curve.
 
     Parameters
     ----------
@@ -526,28 +524,28 @@ def audit_client_dp(*, canaries: int = 200, rounds: int = 5, noise_multiplier: f
                               "its releases cannot be scored")
     spent, against = result.privacy, result.privacy_against_server
     contribution = min(norm, s)
-    mu = math.sqrt(rounds) * contribution / (sigma * s)
+    curve = CurveClaim(sigma * s / contribution, rounds)
     out: dict[str, OneRunAudit] = {}
     which: dict[str, str] = {}
     if "aggregate" in chosen:
         releases = models.releases(scale=True)
         scores = white_box_scores(releases, dirac, clip=s, sampling_rate=1.0,
                                   canary_norm=norm)
-        out["aggregate"] = _audit(scores, included, mu=mu, claim=spent[0], delta=dlt,
-                                  confidence=conf, gaussian=True)
+        out["aggregate"] = _audit(scores, included, curve=curve, claim=spent[0], delta=dlt,
+                                  confidence=conf)
         which["aggregate"] = "spent"
     if "final" in chosen:
         total = models.models[-1] - models.models[0]
         scores = total[dirac.coordinates] * dirac.signs
-        out["final"] = _audit(scores, included, mu=mu, claim=spent[0], delta=dlt,
-                              confidence=conf, gaussian=True)
+        out["final"] = _audit(scores, included, curve=curve, claim=spent[0], delta=dlt,
+                              confidence=conf)
         which["final"] = "spent"
     if uploads is not None:
         scores = gaussian_llr_scores(np.stack(uploads.values),
                                      np.maximum(np.stack(uploads.noise_sd), 1e-12 * s),
                                      contribution=contribution)
-        out["uploads"] = _audit(scores, included, mu=mu, claim=against[0], delta=dlt,
-                                confidence=conf, gaussian=True)
+        out["uploads"] = _audit(scores, included, curve=curve, claim=against[0], delta=dlt,
+                                confidence=conf)
         which["uploads"] = "spent_against_server"
     settings = {"canaries": m, "rounds": rounds, "noise_multiplier": sigma, "clip": s,
                 "noise": aggregator.noise, "aggregator": aggregator.name,
@@ -608,9 +606,9 @@ def audit_dpsgd(*, canaries: int = 1000, steps: int = 200, noise_multiplier: flo
     Poisson-subsampled Gaussian mechanism (rate q, each step's noise read from the zero
     columns, :func:`~islands.privacy.audit.white_box_scores`); the black-box score
     (``"final"``) is (θ_0 − θ_T)_j. Both are compared with the client's own DP-SGD
-    account (:class:`~islands.aggregation.protect.SampleAccount` for n and b). With
-    q < 1 the claim is not a Gaussian composition: no Gaussian-curve bound; with q = 1
-    (full-batch DP-SGD) it is, and the bound is added.
+    account (:class:`~islands.aggregation.protect.SampleAccount` for n and b), and
+    the curve bound against the whole curve of T Poisson-subsampled Gaussian steps at the
+    run's q = b/n (:func:`~islands.privacy.audit.curve_lower_bound`; Gaussian for q = 1).
 
     The plans are fixed from the nominal setting (n = real rows + m/2), never from the
     drawn membership. The learning rate is 0.05·b/α², small enough that even an unclipped
@@ -672,12 +670,11 @@ def audit_dpsgd(*, canaries: int = 1000, steps: int = 200, noise_multiplier: flo
     b_nominal = max(1, min(n_nominal, round(q * n_nominal)))
     planned = dp.new_accountant(b_nominal, n_nominal)
     planned.step(steps)
-    mu = gaussian_mu(planned.epsilon(), dp.delta)
     contribution = dp.clip * _AMPLITUDE / math.sqrt(_AMPLITUDE**2 + 1.0)
-    if q >= 1.0:
-        mu = math.sqrt(steps) * contribution / (dp.noise_multiplier * dp.clip)
+    curve = CurveClaim(dp.noise_multiplier * dp.clip / contribution, steps,
+                       planned.sampling_rate)
+    mu = curve.mu if q >= 1.0 else gaussian_mu(planned.epsilon(), dp.delta)
     plans = _plans(mu, m, dp.delta, conf, q)
-    curve = curve_plan_for_gaussian(mu, m, dp.delta, conf) if q >= 1.0 else None
 
     included = draw_membership(m)
     X, y = _dpsgd_data(m, real, features, dp.clip, included)
@@ -701,19 +698,17 @@ def audit_dpsgd(*, canaries: int = 1000, steps: int = 200, noise_multiplier: flo
     account.step(steps)
     claim = account.spent()[0]
     dirac = DiracCanaries(dim - features, np.arange(m, dtype=np.int64), np.ones(m))
-    gaussian = q >= 1.0
+    curve = dataclasses.replace(curve, sampling_rate=rate)  # the run's b/n, not the plan's
     results: dict[str, OneRunAudit] = {}
     if "steps" in chosen:
         scores = white_box_scores(releases, dirac, clip=dp.clip, sampling_rate=rate,
                                   canary_norm=contribution)
         results["steps"] = audit_scores(scores, included, delta=dp.delta, plans=plans,
-                                        confidence=conf, claimed_epsilon=claim,
-                                        claim_is_gaussian=gaussian, curve_plan=curve)
+                                        confidence=conf, claimed_epsilon=claim, curve=curve)
     if "final" in chosen:
         scores = (first[view][:m].astype(np.float64) - params[view][:m]) * (b / lr)
         results["final"] = audit_scores(scores, included, delta=dp.delta, plans=plans,
-                                        confidence=conf, claimed_epsilon=claim,
-                                        claim_is_gaussian=gaussian, curve_plan=curve)
+                                        confidence=conf, claimed_epsilon=claim, curve=curve)
     settings = {"canaries": m, "steps": steps, "noise_multiplier": dp.noise_multiplier,
                 "clip": dp.clip, "sampling_rate": rate, "nominal_sampling_rate": q,
                 "batch_size": b, "rows": n, "real_rows": real, "features": features,
@@ -827,10 +822,8 @@ def audit_job(job: Job, canaries: int | None = None, views: Sequence[str] | None
     norm = 4.0 * dp.clip if canary_norm is None else check_float(
         canary_norm, "canary_norm", owner, low=0.0, low_inclusive=False)
     rate = strategy.secret_sampling_rate or 1.0
-    mu = math.sqrt(job.epochs) * min(norm, dp.clip) / (dp.noise_multiplier * dp.clip)
-    plans = (*_plans(mu, m, dp.delta, conf, rate), *bonferroni_plans(m))
-    gaussian = rate >= 1.0
-    curve = curve_plan_for_gaussian(mu, m, dp.delta, conf) if gaussian else None
+    curve = CurveClaim(dp.noise_multiplier * dp.clip / min(norm, dp.clip), job.epochs, rate)
+    plans = (*_plans(curve.mu, m, dp.delta, conf, rate), *bonferroni_plans(m))
 
     dirac = dirac_canaries(dim, m)
     included = draw_membership(m)
@@ -862,14 +855,12 @@ def audit_job(job: Job, canaries: int | None = None, views: Sequence[str] | None
         scores = white_box_scores(observer.releases(scale=True), dirac, clip=dp.clip,
                                   sampling_rate=rate, canary_norm=norm)
         out["aggregate"] = audit_scores(scores, included, delta=dp.delta, plans=plans,
-                                        confidence=conf, claimed_epsilon=claim,
-                                        claim_is_gaussian=gaussian, curve_plan=curve)
+                                        confidence=conf, claimed_epsilon=claim, curve=curve)
     if "final" in chosen:
         total = observer.models[-1] - observer.models[0]
         out["final"] = audit_scores(total[dirac.coordinates] * dirac.signs, included,
                                     delta=dp.delta, plans=plans, confidence=conf,
-                                    claimed_epsilon=claim, claim_is_gaussian=gaussian,
-                                    curve_plan=curve)
+                                    claimed_epsilon=claim, curve=curve)
     X_test, y_test = prep.test
     metrics = fl.metrics(X_test, y_test)
     score_key = "accuracy" if "accuracy" in metrics else "r2"

@@ -50,7 +50,11 @@ release without noise (either half), known noise (``noise_seed``), the rows' uni
 skipped (canaries of norm 100) and ``elfedpca`` give perfect guesses: the bound is the
 plans' ceiling (5.50 at m = 1,000; 2.33 at m = 56), far above ε < 1. A noiseless *mean*
 is decoded only while m ≤ d − 8: d numbers cannot carry more canaries' bits to a linear
-decoder. Noise halved is **not** detectable: its true ε is about the claim.
+decoder. Noise halved is **not** detectable. Its true ε (tight, μ = 0.255) is 0.95, about
+the configured 0.9; against the curve of the noise actually configured (μ = 0.128, ε 0.44)
+it would be a violation, but a one-run curve bound reaches 0.44 for a μ = 0.255 mechanism
+only with about 10⁴ canaries that do not interfere, and the second moment holds at most
+d(d + 1)/2 numbers that rank-one canary rows share (2,080 for digits).
 
 References
 ----------
@@ -88,6 +92,7 @@ from islands.pca.protocol import (
     elfedpca_noise,
 )
 from islands.privacy.audit import (
+    CurveClaim,
     GuessPlan,
     OneRunAudit,
     audit_scores,
@@ -521,13 +526,14 @@ def audit_pca_dp(parts: Sequence[ArrayLike], *, mode: str = "secure", epsilon: f
     scores, sds = white_box_scores([
         (canary_sum_rows, r_mean, claimed_mean, _FLOOR * ref_mean),
         (_upper_outer(canary_centred), r_moment, claimed_moment, _FLOOR * ref_moment)])
+    curve = CurveClaim.gaussian(gaussian_mu(eps, delta))  # the curve through (ε, δ)
     white = audit_scores(scores, included, delta=delta, plans=white_plans, confidence=conf,
-                         claimed_epsilon=eps, claim_is_gaussian=True)
+                         claimed_epsilon=eps, curve=curve)
 
     # black box: the canary's variance in the released subspace
     captured = np.sum((canary_centred @ model.components_.T) ** 2, axis=1)
     black = audit_scores(captured, included, delta=delta, plans=black_plans, confidence=conf,
-                         claimed_epsilon=eps, claim_is_gaussian=True)
+                         claimed_epsilon=eps, curve=curve)
     return PcaDpAudit(
         mode=mode, epsilon=eps, delta=delta, dp_guarantee=bool(model.dp_guarantee_),
         canaries=m, site=site,

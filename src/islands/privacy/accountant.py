@@ -95,6 +95,7 @@ __all__ = [
     "RDP_ORDERS",
     "PrivacyAccountant",
     "calibrate_noise",
+    "privacy_profile",
 ]
 
 RDP_ORDERS: tuple[float, ...] = (
@@ -175,6 +176,65 @@ def _epsilon(sigma: float, rate: float, delta: float, steps: int, method: str) -
     accountant = _fresh_accountant(method)
     accountant.compose(_event(sigma, rate, steps))
     return float(accountant.get_epsilon(delta))
+
+
+@functools.lru_cache(maxsize=512)
+def _composed_pld(sigma: float, rate: float, steps: int) -> Any:
+    """dp-accounting's PLD of ``steps`` (subsampled) Gaussian releases, add or remove one."""
+    pld = _dp().pld.privacy_loss_distribution.from_gaussian_mechanism(
+        standard_deviation=sigma, sensitivity=1.0, sampling_prob=rate,
+        value_discretization_interval=PLD_DISCRETIZATION, pessimistic_estimate=True)
+    return pld.self_compose(steps) if steps > 1 else pld
+
+
+def privacy_profile(noise_multiplier: float, sampling_rate: float, steps: int,
+                    epsilons: Any, delta: float) -> tuple[np.ndarray, float]:
+    """Return δ(ε) at every ε given, and ε at ``delta``, of T (subsampled) Gaussian releases.
+
+    The privacy profile [4]_ of the composition, from ``dp-accounting``'s privacy loss
+    distribution (pessimistic discretisation, :data:`PLD_DISCRETIZATION`; the larger of
+    the add and remove directions), so every δ(ε) returned is at least the true one:
+    each (ε, δ(ε)) is a guarantee the mechanism has, and together they give its trade-off
+    curve, which :mod:`islands.privacy.audit` tests in one run. Cached per (σ, q, T):
+    tens of milliseconds for hundreds of steps, seconds for σ < 0.3 (ε in the hundreds).
+
+    Parameters
+    ----------
+    noise_multiplier
+        σ, a float > 0.
+    sampling_rate
+        q in (0, 1].
+    steps
+        T, an int >= 1.
+    epsilons
+        1-D finite ε values >= 0.
+    delta
+        δ in (0, 1) at which ε is returned.
+
+    Returns
+    -------
+    tuple
+        δ(ε) as float64 (same length as ``epsilons``), and ε at ``delta`` (the PLD's
+        value, at most the RDP accountant's).
+
+    Raises
+    ------
+    ValidationError
+        If a parameter is out of range.
+    """
+    owner = "privacy_profile"
+    sigma = check_float(noise_multiplier, "noise_multiplier", owner, low=0.0,
+                        low_inclusive=False)
+    rate = _check_rate(sampling_rate, owner)
+    steps = check_int(steps, "steps", owner, low=1)
+    dlt = _check_delta(delta, owner)
+    eps = np.asarray(epsilons, dtype=np.float64)
+    if eps.ndim != 1 or eps.size == 0 or not np.all(np.isfinite(eps)) or np.any(eps < 0):
+        raise invalid_parameter("epsilons", owner, "a non-empty 1-D array of finite floats "
+                                ">= 0", describe(epsilons))
+    pld = _composed_pld(sigma, rate, steps)
+    deltas = np.asarray(pld.get_delta_for_epsilon(eps), dtype=np.float64)
+    return np.clip(deltas, 0.0, 1.0), float(pld.get_epsilon_for_delta(dlt))
 
 
 class PrivacyAccountant:

@@ -17,9 +17,13 @@ whatever the mechanism, score or data, as long as r is fixed before the run
 p-value of the claim "(ε, δ)-DP" (:func:`one_run_p_value`); the lower bound
 (:func:`one_run_lower_bound`) is the smallest ε no longer rejected at level β = 1 − confidence.
 
-Where the claim is an unsampled composition of Gaussian releases, its whole trade-off curve
-is known, and the one-run test of Mahloujifar, Melis and Chaudhuri [2]_ against the Gaussian
-curve through (ε, δ) (:func:`gaussian_curve_lower_bound`) is much tighter. Andrew et al.'s
+Where the claim is a composition of Gaussian releases, its whole trade-off curve is known,
+and the one-run test of Mahloujifar, Melis and Chaudhuri [2]_ against that curve
+(:class:`CurveClaim`, :func:`curve_lower_bound`) is much tighter: the Gaussian curve G_μ
+for unsampled releases (:func:`gaussian_curve_lower_bound`), and for Poisson-sampled ones
+(DP-SGD) the curve of the accountant's own privacy profile (dp-accounting's PLD, every
+(ε, δ(ε)) it guarantees), searched over the noise multiplier. The latter is what detects a
+noise multiplier halved in DP-SGD, which (ε, δ) bounds alone miss. Andrew et al.'s
 two-Gaussian fit [3]_ (:func:`andrew_estimate`) is printed beside the bounds as an
 *estimate*: it has no confidence level and is never used to decide anything.
 
@@ -38,9 +42,11 @@ and weak attacks give low bounds. A one-run bound cannot exceed a ceiling that d
 on m, δ and β (:func:`ceiling`: 5.78 at m = 1,000 and 8.2 for m ≥ 20,000 at δ = 1e-5,
 β = 0.05), so a claim above the ceiling cannot be contradicted. The δ term 2mδ does not
 shrink with the level, so a single run cannot be made arbitrarily confident (at
-δ = 1e-5 no ε is ever rejected at β = 1e-6). The Gaussian-curve bound is valid only for
-claims whose true trade-off curve is at least the Gaussian one (unsampled Gaussian
-compositions); for Poisson-sampled mechanisms it must not be reported.
+δ = 1e-5 no ε is ever rejected at β = 1e-6). A curve bound is valid only for the curve
+the mechanism claims: the Gaussian one for unsampled Gaussian compositions, the
+subsampled one (with the run's q and T) for Poisson-sampled releases. Each bound is one
+test at level β; an audit that reports several (views, the (ε, δ) and the curve bound)
+makes several tests, and its verdict says so.
 
 Why written here
 ----------------
@@ -85,12 +91,13 @@ from numpy.typing import ArrayLike, NDArray
 
 from islands.crypto.prg import csprng_normal, csprng_uniform
 from islands.errors import invalid_parameter
-from islands.privacy.accountant import PrivacyAccountant
+from islands.privacy.accountant import PrivacyAccountant, privacy_profile
 from islands.privacy.mechanisms import clip_l2, gaussian_noise
 from islands.validation import check_float, check_int, describe
 
 __all__ = [
     "EPSILON_CAP",
+    "CurveClaim",
     "DiracCanaries",
     "GaussianMechanism",
     "GuessPlan",
@@ -101,6 +108,7 @@ __all__ = [
     "bonferroni_plans",
     "ceiling",
     "check_confidence",
+    "curve_lower_bound",
     "curve_plan_for_gaussian",
     "default_plans",
     "dirac_canaries",
@@ -114,6 +122,7 @@ __all__ = [
     "one_run_lower_bound",
     "one_run_p_value",
     "plan_for_gaussian",
+    "sampled_curve_plans",
     "white_box_scores",
 ]
 
@@ -523,26 +532,36 @@ def gaussian_mu(epsilon: float, delta: float) -> float:
 # --------------------------------------------------- Mahloujifar, Melis, Chaudhuri
 
 
-def _curve_excess(m: int, r: int, v: int, mu: float, beta: float) -> float:
-    """Mahloujifar et al.'s recursion for the Gaussian curve G_μ; > 0 rejects the claim.
+def _recursion_excess(m: int, r: int, v: int, beta: float,
+                      forced: Callable[[float], float]) -> float:
+    """Mahloujifar et al.'s recursion for a claimed trade-off curve; > 0 rejects the claim.
 
-    Under the claim, a set of outputs the "in" world puts mass x on gets mass at least
-    Φ(Φ⁻¹(x) − μ) from the "out" world (the Neyman–Pearson region of N(μ, 1) against
-    N(0, 1)). Starting from the masses that v correct and r − v wrong guesses carry if
-    they happen with probability β, the recursion (their "audit with cap") walks down the
-    number of correct guesses and accumulates the least mass the curve then forces on the
-    guesses; more than the r/m the attacker actually spends is impossible for a
-    G_μ-DP mechanism, i.e. the claim is rejected.
+    ``forced(x)`` is the least mass the "out" world must put on a set of outputs the "in"
+    world puts mass x on, under the claim. Starting from the masses that v correct and
+    r − v wrong guesses carry if they happen with probability β, the recursion (their
+    "audit with cap") walks down the number of correct guesses and accumulates the least
+    mass the curve then forces on the guesses; more than the r/m the attacker actually
+    spends is impossible for a mechanism with that curve, i.e. the claim is rejected.
     """
     correct = beta * v / m
     wrong = beta * (r - v) / m
     for i in range(v - 1, -1, -1):
-        forced = 1.0 if correct >= 1.0 else _NORMAL.cdf(_NORMAL.inv_cdf(correct) - mu)
-        if forced <= wrong:  # nothing changes from here on
+        least = 1.0 if correct >= 1.0 else forced(correct)
+        if least <= wrong:  # nothing changes from here on
             break
-        correct = min(1.0, correct + i / (r - i) * (forced - wrong))
-        wrong = forced
+        correct = min(1.0, correct + i / (r - i) * (least - wrong))
+        wrong = least
     return correct + wrong - r / m
+
+
+def _curve_excess(m: int, r: int, v: int, mu: float, beta: float) -> float:
+    """Run the recursion for the Gaussian curve G_μ; > 0 rejects the claim.
+
+    Under G_μ a set the "in" world puts mass x on gets mass at least Φ(Φ⁻¹(x) − μ) from
+    the "out" world (the Neyman–Pearson region of N(μ, 1) against N(0, 1)).
+    """
+    return _recursion_excess(m, r, v, beta,
+                             lambda x: _NORMAL.cdf(_NORMAL.inv_cdf(x) - mu) if x > 0 else 0.0)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -608,6 +627,231 @@ def gaussian_curve_lower_bound(m: int, r: int, v: int, delta: float,
     delta = _check_delta(delta, owner, zero=False)
     beta = 1.0 - check_confidence(confidence, owner)
     return _curve_bound(m, r, v, delta, beta)
+
+
+# ------------------------------------------------------------ the claim's whole curve
+
+_PROFILE_EPSILONS = np.concatenate([np.linspace(0.0, 4.0, 801),
+                                    np.geomspace(4.005, 4 * EPSILON_CAP, 1200)])
+_SIGMA_TOP = 256.0  # the most private claim of the sampled family the search probes
+_SIGMA_RATIO = 1.005  # the family's grid: σ_i = 256 / 1.005^i; a bound errs low by one step
+_SIGMA_OCTAVE = round(math.log(2.0) / math.log(_SIGMA_RATIO))  # grid steps per halving of σ
+_SIGMA_LAST = round(math.log(_SIGMA_TOP * 16) / math.log(_SIGMA_RATIO))  # σ = 1/16
+
+
+@dataclasses.dataclass(frozen=True)
+class CurveClaim:
+    """A claim as a whole trade-off curve: T Gaussian releases, each on a Poisson sample.
+
+    The accountant's (ε, δ) summarises this curve at one δ; the one-run test of
+    Mahloujifar, Melis and Chaudhuri uses all of it. ``noise_multiplier`` is relative to
+    what one canary can contribute (σ·S/min(M, S) for a canary of norm M under clip S),
+    so that the curve is the canary's own. With q = 1 the curve is G_μ, μ = √T/σ (Dong,
+    Roth and Su); with q < 1 it is the Poisson-subsampled Gaussian's, computed from its
+    privacy profile (:func:`~islands.privacy.accountant.privacy_profile`).
+
+    Parameters
+    ----------
+    noise_multiplier
+        σ, a float > 0.
+    steps
+        T, an int >= 1.
+    sampling_rate
+        q in (0, 1].
+    """
+
+    noise_multiplier: float
+    steps: int = 1
+    sampling_rate: float = 1.0
+
+    def __post_init__(self) -> None:
+        owner = "CurveClaim"
+        check_float(self.noise_multiplier, "noise_multiplier", owner, low=0.0,
+                    low_inclusive=False)
+        check_int(self.steps, "steps", owner, low=1)
+        q = check_float(self.sampling_rate, "sampling_rate", owner, low=0.0,
+                        low_inclusive=False)
+        if q > 1.0:
+            raise invalid_parameter("sampling_rate", owner, "a float in (0, 1]", q)
+
+    @classmethod
+    def gaussian(cls, mu: float) -> CurveClaim:
+        """Return the claim "G_μ-DP": one unsampled release with σ = 1/μ."""
+        return cls(1.0 / check_float(mu, "mu", "CurveClaim.gaussian", low=0.0,
+                                     low_inclusive=False))
+
+    @property
+    def sampled(self) -> bool:
+        """Whether releases are Poisson-sampled (q < 1): the curve is then not Gaussian."""
+        return self.sampling_rate < 1.0
+
+    @property
+    def mu(self) -> float:
+        """√T/σ: the curve's μ when unsampled (for q < 1, the μ of T unsampled releases)."""
+        return math.sqrt(self.steps) / self.noise_multiplier
+
+    @property
+    def name(self) -> str:
+        """What the curve is, for reports."""
+        return "Poisson-subsampled Gaussian (PLD)" if self.sampled else "Gaussian"
+
+
+@functools.lru_cache(maxsize=1024)
+def _family_member(index: int, rate: float, steps: int, delta: float
+                   ) -> tuple[NDArray[np.float64], float]:
+    """δ(ε) on :data:`_PROFILE_EPSILONS`, and ε at δ, of the family's member σ_index."""
+    return privacy_profile(_SIGMA_TOP * _SIGMA_RATIO ** -index, rate, steps,
+                           _PROFILE_EPSILONS, delta)
+
+
+def _profile_forced(deltas: NDArray[np.float64]) -> Callable[[float], float]:
+    """Return x ↦ the least "out" mass every (ε, δ(ε)) of a profile forces on "in" mass x.
+
+    In both directions, P_in(S) ≤ e^ε P_out(S) + δ(ε) and 1 − P_out(S) ≤
+    e^ε (1 − P_in(S)) + δ(ε); the profile is sampled on finitely many ε, which only
+    drops constraints (the forced mass errs low, the test towards not rejecting).
+    """
+    grow, shrink = np.exp(_PROFILE_EPSILONS), np.exp(-_PROFILE_EPSILONS)
+    rest = 1.0 - deltas
+
+    def forced(x: float) -> float:
+        return max(0.0, float(np.max((x - deltas) * shrink)),
+                   float(np.max(rest - grow * (1.0 - x))))
+
+    return forced
+
+
+@functools.lru_cache(maxsize=4096)
+def _sampled_curve_bound(m: int, r: int, v: int, rate: float, steps: int, delta: float,
+                         beta: float) -> float:
+    """First crossing over the family σ_i = 256/1.005^i of (q, T) sampled Gaussian claims.
+
+    Claims are tested from the most private (σ = 256) towards less private ones: the
+    bracket halves σ until a claim is not rejected (or its ε reaches the cap), bisection
+    finds the first member not rejected, eight members below it are checked, and the
+    bound is the ε (at δ, PLD) of the member just before the first one not rejected.
+    """
+    if v == 0 or _recursion_excess(m, r, v, beta, lambda x: x) <= 0.0:
+        return 0.0  # not even "no information at all" is rejected
+
+    def rejected(i: int) -> bool:
+        return _recursion_excess(m, r, v, beta,
+                                 _profile_forced(_family_member(i, rate, steps, delta)[0])) > 0
+
+    def epsilon(i: int) -> float:
+        return 0.0 if i < 0 else min(EPSILON_CAP, _family_member(i, rate, steps, delta)[1])
+
+    lo, hi = -1, 0
+    while rejected(hi):
+        if epsilon(hi) >= EPSILON_CAP or hi == _SIGMA_LAST:
+            return epsilon(hi)
+        lo, hi = hi, min(_SIGMA_LAST, hi + _SIGMA_OCTAVE)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if rejected(mid) else (lo, mid)
+    for point in np.unique(np.linspace(0, hi, 10).astype(int))[:-1]:
+        if not rejected(int(point)):  # a crossing the bracket missed: stop below it
+            return epsilon(int(point) - 1)
+    return epsilon(hi - 1)
+
+
+def curve_lower_bound(m: int, r: int, v: int, claim: CurveClaim, delta: float,
+                      confidence: float = 0.95) -> float:
+    """Return the one-run lower bound on ε against a family of curves like the claim's.
+
+    With q = 1 this is :func:`gaussian_curve_lower_bound` (the family G_μ). With q < 1
+    the null hypothesis for member σ' is "the mechanism is as private as T releases of the
+    Poisson-subsampled Gaussian at rate q with noise σ'": its whole trade-off curve, from
+    the privacy profile (:func:`~islands.privacy.accountant.privacy_profile`), tested by
+    Mahloujifar, Melis and Chaudhuri's recursion [1]_. Members from σ' = 256 down (a grid
+    of ratio 1.005) are rejected until the first one that is not; the bound is the ε, at
+    δ, of the last member rejected before it (PLD), so it errs low by one grid step.
+    If the mechanism is as the claim says, a bound above the claim's ε means a member at
+    least as private as the claim was rejected: probability ≤ β. Where one-run bounds
+    built on (ε, δ) alone stay far below the ε of sampled mechanisms (DP-SGD), this one
+    detects a noise multiplier halved.
+
+    Parameters
+    ----------
+    m, r, v
+        Canaries, "in" guesses (one-sided, fixed before the run) and correct guesses.
+    claim
+        The claimed curve: T and q are kept, σ varies over the family.
+    delta
+        δ, a float in (0, 1), at which members are expressed as ε.
+    confidence
+        1 − β, a float in (0, 1).
+
+    Returns
+    -------
+    float
+        The bound, in [0, :data:`EPSILON_CAP`].
+
+    Raises
+    ------
+    ValidationError
+        If a parameter is out of range.
+
+    Notes
+    -----
+    Cost: some 25 privacy profiles (dp-accounting PLDs, cached per (σ', q, T): 0.05–0.2 s
+    each for hundreds of steps with σ' ≥ 1) and one O(v) recursion per member probed.
+
+    References
+    ----------
+    .. [1] S. Mahloujifar, L. Melis, K. Chaudhuri. "Auditing f-Differential Privacy in
+       One Run." ICML 2025, arXiv:2410.22235.
+    """
+    owner = "curve_lower_bound"
+    m, r, v = _check_counts(m, r, v, owner)
+    if not isinstance(claim, CurveClaim):
+        raise invalid_parameter("claim", owner, "a CurveClaim", describe(claim))
+    delta = _check_delta(delta, owner, zero=False)
+    beta = 1.0 - check_confidence(confidence, owner)
+    return _claim_bound(m, r, v, claim, delta, beta)
+
+
+def _claim_bound(m: int, r: int, v: int, claim: CurveClaim, delta: float, beta: float
+                 ) -> float:
+    if claim.sampled:
+        return _sampled_curve_bound(m, r, v, claim.sampling_rate, claim.steps, delta, beta)
+    return _curve_bound(m, r, v, delta, beta)
+
+
+def sampled_curve_plans(m: int, fractions: Sequence[float] = (0.01, 0.02, 0.05)
+                        ) -> tuple[GuessPlan, ...]:
+    """Return one-sided plans for a sampled curve: "in" guesses on fractions of the m canaries.
+
+    The audit Bonferroni-corrects over them. Fixed fractions, not a plan from expected
+    scores: a sampled claim's scores are not Gaussian. Measured on the Gaussian harness
+    (q = 0.05, T = 200, m = 5,000 to 10,000): with σ halved, every plan from 1% to 10%
+    rejects the claim.
+
+    Parameters
+    ----------
+    m
+        Canaries, an int >= 2.
+    fractions
+        Fractions of m, each in (0, 1].
+
+    Returns
+    -------
+    tuple of GuessPlan
+        (k, 0) with k = max(1, round(f·m)), duplicates removed.
+
+    Raises
+    ------
+    ValidationError
+        If a parameter is out of range.
+    """
+    owner = "sampled_curve_plans"
+    m = check_int(m, "m", owner, low=2)
+    if len(fractions) == 0 or not all(
+            isinstance(f, (int, float)) and 0.0 < f <= 1.0 for f in fractions):
+        raise invalid_parameter("fractions", owner, "a non-empty sequence of floats in (0, 1]",
+                                fractions)
+    ks = sorted({max(1, round(f * m)) for f in fractions})
+    return tuple(GuessPlan(k, 0, f"one-sided, {k} of {m} (sampled curve)") for k in ks)
 
 
 # ------------------------------------------------------------------ the estimate
@@ -1024,9 +1268,12 @@ class OneRunAudit:
     p_value_at_claim
         Bonferroni-adjusted p-value of "(claimed ε, δ)-DP" (the smallest level at which
         this audit rejects the accountant), or None.
-    gaussian_curve_bound
-        Mahloujifar et al.'s bound against the Gaussian curve, at level β on its own plan,
-        or None where the claim is not an unsampled Gaussian composition.
+    curve_bound
+        Mahloujifar et al.'s bound against the claim's whole trade-off curve
+        (:class:`CurveClaim`: Gaussian, or Poisson-subsampled Gaussian), at level β over
+        its own one-sided plans, or None where no curve was claimed.
+    curve
+        Which curve that was (:attr:`CurveClaim.name`), or None.
     curve_guesses, curve_correct
         r and v of that bound, or None.
     estimate, estimate_method
@@ -1050,7 +1297,8 @@ class OneRunAudit:
     plans: int
     claimed_epsilon: float | None
     p_value_at_claim: float | None
-    gaussian_curve_bound: float | None
+    curve_bound: float | None
+    curve: str | None
     curve_guesses: int | None
     curve_correct: int | None
     estimate: float | None
@@ -1065,9 +1313,9 @@ class OneRunAudit:
 
     @property
     def curve_contradicted(self) -> bool:
-        """Whether the Gaussian-curve bound exceeds the claimed ε (False where not computed)."""
-        return (self.claimed_epsilon is not None and self.gaussian_curve_bound is not None
-                and self.gaussian_curve_bound > self.claimed_epsilon)
+        """Whether the curve bound exceeds the claimed ε (False where not computed)."""
+        return (self.claimed_epsilon is not None and self.curve_bound is not None
+                and self.curve_bound > self.claimed_epsilon)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the fields and both verdicts as plain JSON-ready values."""
@@ -1086,15 +1334,16 @@ def _guess_counts(order: NDArray[np.intp], included: NDArray[np.bool_], plan: Gu
 
 def audit_scores(scores: ArrayLike, included: ArrayLike, *, delta: float,
                  plans: Sequence[GuessPlan], confidence: float = 0.95,
-                 claimed_epsilon: float | None = None, claim_is_gaussian: bool = False,
-                 curve_plan: GuessPlan | None = None) -> OneRunAudit:
+                 claimed_epsilon: float | None = None, curve: CurveClaim | None = None,
+                 curve_plans: Sequence[GuessPlan] | None = None) -> OneRunAudit:
     """Audit one run from the canaries' scores and their (secret) membership bits.
 
     Higher scores mean "more likely included". For each plan the top ``k_pos`` are
     guessed in and the bottom ``k_neg`` out (ties broken by canary index, which is
     independent of membership); each plan's bound is taken at level β/G and the largest
-    is reported (Bonferroni). With ``claim_is_gaussian`` the Gaussian-curve bound is
-    added on ``curve_plan`` at level β: a separate test, reported beside the first.
+    is reported (Bonferroni). With a ``curve`` the curve bound (:func:`curve_lower_bound`)
+    is added, over ``curve_plans`` at level β/G': a separate test, reported beside the
+    first.
 
     Parameters
     ----------
@@ -1103,19 +1352,19 @@ def audit_scores(scores: ArrayLike, included: ArrayLike, *, delta: float,
     included
         Membership bits (True: included), same shape; from :func:`draw_membership`.
     delta
-        δ, a float in [0, 1) (in (0, 1) with ``claim_is_gaussian``): the accountant's δ.
+        δ, a float in [0, 1) (in (0, 1) with a ``curve``): the accountant's δ.
     plans
         The G plans fixed before the run, each with k_pos + k_neg <= m.
     confidence
         1 − β, a float in (0, 1).
     claimed_epsilon
         The accountant's ε at ``delta``, a float >= 0, or None.
-    claim_is_gaussian
-        Whether the claim is an unsampled Gaussian composition (then the Gaussian-curve
-        bound is valid and computed).
-    curve_plan
-        One-sided plan (k_neg = 0) for the Gaussian-curve bound; by default
-        :func:`curve_plan_for_gaussian` for μ = :func:`gaussian_mu` (claimed ε, δ).
+    curve
+        The claim's whole curve (:class:`CurveClaim`), where it is known, or None.
+    curve_plans
+        One-sided plans (k_neg = 0) for the curve bound, fixed before the run; by default
+        :func:`curve_plan_for_gaussian` for the curve's μ when unsampled,
+        :func:`sampled_curve_plans` otherwise.
 
     Returns
     -------
@@ -1125,8 +1374,7 @@ def audit_scores(scores: ArrayLike, included: ArrayLike, *, delta: float,
     Raises
     ------
     ValidationError
-        If a parameter is out of range, or ``claim_is_gaussian`` without ``curve_plan``
-        nor ``claimed_epsilon``.
+        If a parameter is out of range.
     """
     owner = "audit_scores"
     values = _scores(scores, "scores", owner, 2)
@@ -1135,7 +1383,9 @@ def audit_scores(scores: ArrayLike, included: ArrayLike, *, delta: float,
         raise invalid_parameter("included", owner, f"a bool array of shape {values.shape}",
                                 describe(included))
     m = values.size
-    delta = _check_delta(delta, owner, zero=not claim_is_gaussian)
+    if curve is not None and not isinstance(curve, CurveClaim):
+        raise invalid_parameter("curve", owner, "a CurveClaim or None", describe(curve))
+    delta = _check_delta(delta, owner, zero=curve is None)
     conf = check_confidence(confidence, owner)
     beta = 1.0 - conf
     plan_list = list(plans) if isinstance(plans, Sequence) else []
@@ -1159,33 +1409,39 @@ def audit_scores(scores: ArrayLike, included: ArrayLike, *, delta: float,
             p_claim = p if p_claim is None else min(p_claim, p)
     assert best is not None  # plan_list is not empty
 
-    curve = curve_r = curve_v = None
-    if claim_is_gaussian:
-        if curve_plan is None:
-            if claim is None:
-                raise invalid_parameter("claimed_epsilon", owner, "a float >= 0 when "
-                                        "claim_is_gaussian and no curve_plan is given", None)
-            curve_plan = curve_plan_for_gaussian(_gaussian_mu(claim, delta), m, delta, conf)
-        if not isinstance(curve_plan, GuessPlan) or curve_plan.k_neg or curve_plan.k_pos > m:
-            raise invalid_parameter("curve_plan", owner, f"a one-sided GuessPlan (k_neg = 0) "
-                                    f"with k_pos <= {m}", curve_plan)
-        curve_r, curve_v = _guess_counts(order, bits, curve_plan)
-        curve = _curve_bound(m, curve_r, curve_v, delta, beta)
+    curve_bound = curve_r = curve_v = None
+    if curve is not None:
+        if curve_plans is None:
+            curve_plans = (sampled_curve_plans(m) if curve.sampled
+                           else (curve_plan_for_gaussian(curve.mu, m, delta, conf),))
+        chosen = list(curve_plans) if isinstance(curve_plans, Sequence) else []
+        if not chosen or not all(isinstance(p, GuessPlan) and not p.k_neg and p.k_pos <= m
+                                 for p in chosen):
+            raise invalid_parameter("curve_plans", owner, f"a non-empty sequence of one-sided "
+                                    f"GuessPlan (k_neg = 0) with k_pos <= {m}",
+                                    describe(curve_plans))
+        for plan in chosen:
+            r, v = _guess_counts(order, bits, plan)
+            bound = _claim_bound(m, r, v, curve, delta, beta / len(chosen))
+            if curve_bound is None or bound > curve_bound:
+                curve_bound, curve_r, curve_v = bound, r, v
 
+    gaussian = curve is not None and not curve.sampled
     estimate = method = None
     if delta > 0.0 and 2 <= int(bits.sum()) <= m - 2:
         # a Gaussian claim says both groups have the noise's spread: pool it (less variance)
-        estimate = _fit_estimate(values[bits], values[~bits], delta, pooled=claim_is_gaussian)
-        method = ("two Gaussians, pooled variance" if claim_is_gaussian
+        estimate = _fit_estimate(values[bits], values[~bits], delta, pooled=gaussian)
+        method = ("two Gaussians, pooled variance" if gaussian
                   else "two Gaussians (Andrew et al.)")
     plan_ceiling = max(_lower_bound(m, p.guesses, p.guesses, delta, level) for p in plan_list)
     bound, r, v, plan = best
     return OneRunAudit(
         canaries=m, delta=delta, confidence=conf, lower_bound=bound, guesses=r, correct=v,
         k_pos=plan.k_pos, k_neg=plan.k_neg, plan=plan.label, plans=len(plan_list),
-        claimed_epsilon=claim, p_value_at_claim=p_claim, gaussian_curve_bound=curve,
-        curve_guesses=curve_r, curve_correct=curve_v, estimate=estimate,
-        estimate_method=method, ceiling=_ceiling(m, delta, beta), plan_ceiling=plan_ceiling)
+        claimed_epsilon=claim, p_value_at_claim=p_claim, curve_bound=curve_bound,
+        curve=None if curve is None else curve.name, curve_guesses=curve_r,
+        curve_correct=curve_v, estimate=estimate, estimate_method=method,
+        ceiling=_ceiling(m, delta, beta), plan_ceiling=plan_ceiling)
 
 
 # ------------------------------------------------------------------ canaries
@@ -1454,8 +1710,8 @@ def audit_gaussian(*, noise_multiplier: float, rounds: int, canaries: int, clip:
     Draws m Dirac canaries in R^(m + 1024) and their membership bits (CSPRNG), runs T
     releases of the mechanism (:func:`gaussian_releases`), scores every canary from all
     releases (:func:`white_box_scores`), and compares the bounds with the ε that
-    :class:`~islands.privacy.PrivacyAccountant` reports for σ, q, T at δ. With q = 1 the
-    claim is an unsampled Gaussian composition and the Gaussian-curve bound is added.
+    :class:`~islands.privacy.PrivacyAccountant` reports for σ, q, T at δ, and the curve
+    bound with the same: against G_μ when q = 1, against the subsampled curve otherwise.
 
     Parameters
     ----------
@@ -1521,7 +1777,6 @@ def audit_gaussian(*, noise_multiplier: float, rounds: int, canaries: int, clip:
     releases = run(dirac, included, noise_multiplier=sigma, clip=clip, rounds=rounds,
                    sampling_rate=q, canary_norm=norm)
     scores = white_box_scores(releases, dirac, clip=clip, sampling_rate=q, canary_norm=norm)
-    curve_plan = curve_plan_for_gaussian(mu, m, delta, conf) if q == 1.0 else None
+    curve = CurveClaim(sigma * clip / min(norm, clip), rounds, q)
     return audit_scores(scores, included, delta=delta, plans=chosen, confidence=conf,
-                        claimed_epsilon=claim, claim_is_gaussian=q == 1.0,
-                        curve_plan=curve_plan)
+                        claimed_epsilon=claim, curve=curve)
