@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 
@@ -299,3 +300,28 @@ def test_calibrate_noise_validation_names_the_parameter(
 ) -> None:
     with pytest.raises(ValidationError, match=f"'{name}' parameter of calibrate_noise"):
         calibrate_noise(*args, **kwargs)
+
+
+def test_privacy_profile_is_the_accountants_curve_at_every_epsilon() -> None:
+    # δ(ε) from dp-accounting's PLD: decreasing in ε, and at the PLD accountant's ε for
+    # δ = 1e-5 it is (about) 1e-5; the ε it returns is that accountant's, to discretisation.
+    eps = np.linspace(0.0, 8.0, 81)
+    deltas, at = accountant_module.privacy_profile(2.0, 0.05, 200, eps, 1e-5)
+    assert deltas.shape == eps.shape and np.all(np.diff(deltas) <= 1e-15)
+    assert 0.0 <= deltas.min() and deltas.max() <= 1.0
+    acct = PrivacyAccountant(2.0, sampling_rate=0.05, delta=1e-5, method="pld")
+    acct.step(200)
+    assert at == pytest.approx(acct.epsilon(), abs=0.01)
+    crossing = float(np.interp(at, eps, deltas))
+    assert 0.5e-5 < crossing < 2e-5
+    # unsampled: the Gaussian mechanism's exact profile (Balle and Wang), from above
+    mu = math.sqrt(10) / 3.0
+    normal = statistics.NormalDist()
+    for e in (0.5, 1.0, 2.0):
+        exact = normal.cdf(-e / mu + mu / 2) - math.exp(e) * normal.cdf(-e / mu - mu / 2)
+        got = accountant_module.privacy_profile(3.0, 1.0, 10, [e], 1e-5)[0][0]
+        assert exact - 1e-9 <= got <= exact + 5e-3 * exact + 1e-9
+    with pytest.raises(ValidationError, match="'epsilons' parameter of privacy_profile"):
+        accountant_module.privacy_profile(1.0, 1.0, 1, [-1.0], 1e-5)
+    with pytest.raises(ValidationError, match="'sampling_rate' parameter of privacy_profile"):
+        accountant_module.privacy_profile(1.0, 0.0, 1, [1.0], 1e-5)
