@@ -384,8 +384,8 @@ def _job_dp_sgd(job: Job, canaries: int | None, confidence: float,
     return DpAuditResult("dp-sgd-job", settings, views, compared,
                          seconds=time.perf_counter() - start,
                          extra={"job": job.name, "scope": scope, "run": dict(run.settings),
-                                "mechanism": {"canaries": harness.canaries,
-                                              **mech.details}})
+                                "harness": {"canaries": harness.canaries,
+                                            **mech.details}})
 
 
 def _report(result: DpAuditResult) -> str:
