@@ -179,7 +179,7 @@ class DpAuditResult:
     Attributes
     ----------
     mechanism
-        Its name in :data:`MECHANISMS`, or ``"job"``.
+        Its name in :data:`MECHANISMS`, ``"job"`` or ``"dp-sgd-job"``.
     settings
         What ran (resolved).
     views
