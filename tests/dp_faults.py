@@ -242,12 +242,14 @@ class FirstCallNoiseless:
 
 
 def dpsgd_train(trainer: Any, params: Any, *, start: Any, steps: int, batch_size: int,
-                lr: float, sample: Any = None, clipped_sum: Any = None,
-                noiseless: Any = None, noise_scale: float = 1.0) -> Any:
-    """Copy of ``PrivateTrainer.train`` (momentum 0) with its pieces as parameters.
+                lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
+                prox_mu: float = 0.0, momentum_buffer: Any = None, correction: Any = None,
+                sample: Any = None, clipped_sum: Any = None, noiseless: Any = None,
+                noise_scale: float = 1.0) -> Any:
+    """Copy of ``PrivateTrainer.train`` with its pieces as parameters.
 
-    ``noise_scale`` multiplies the noise's s.d. (0.5: the noise halved); ``noiseless``,
-    called once per step, drops the step's noise when it returns True.
+    ``noise_scale`` multiplies the noise's s.d. (0.5: the noise halved, 0: removed);
+    ``noiseless``, called once per step, drops the step's noise when it returns True.
     """
     import torch
 
@@ -259,13 +261,16 @@ def dpsgd_train(trainer: Any, params: Any, *, start: Any, steps: int, batch_size
     sample = poisson_sample if sample is None else sample
     summing = type(trainer).clipped_sum if clipped_sum is None else clipped_sum
     st = trainer.trainer.settings(params, start=start, steps=steps, batch_size=batch_size,
-                                  lr=lr, owner="dpsgd_train")
+                                  lr=lr, momentum=momentum, weight_decay=weight_decay,
+                                  prox_mu=prox_mu, momentum_buffer=momentum_buffer,
+                                  correction=correction, owner="dpsgd_train")
     rate = trainer.dp.sampling_rate(st.batch_size, trainer.trainer.n)
     std = trainer.dp.noise_multiplier * trainer.dp.clip
     buf = st.momentum_buffer
     with trainer._lock:
         _load_checked(trainer._module, st.params)
         flat = _flat_tensor(trainer._module)
+        anchor = flat.clone() if st.prox_mu > 0.0 else None
         for _ in range(st.steps):
             summed, _ = summing(trainer, sample(trainer.trainer.n, rate))
             with torch.no_grad():
@@ -273,7 +278,7 @@ def dpsgd_train(trainer: Any, params: Any, *, start: Any, steps: int, batch_size
                 noise = torch.from_numpy(csprng_normal(summed.numel(), std) * scale).to(
                     summed.dtype)
                 g = (summed + noise) / st.batch_size
-                buf = st.apply(flat, g, buf, None)
+                buf = st.apply(flat, g, buf, anchor)
         out = flat_parameters(trainer._module)
     end = start.advance(st.steps, st.steps_per_epoch)
-    return TrainOutcome(out, None, float("nan"), st.steps, end)
+    return TrainOutcome(out, None if buf is None else buf.numpy(), float("nan"), st.steps, end)

@@ -102,17 +102,70 @@ def test_the_protocol_and_trainer_mechanisms_run_from_the_command_line(
     assert all(v["compared_with"] for v in doc["views"].values())
 
 
-def test_the_dp_sgd_example_job_is_audited_at_the_mechanism_level(tmp_path: Path) -> None:
+DIGITS_DPSGD_TOML = """
+name = "digits-dpsgd"
+seed = 0
+epochs = 2
+baseline = false
+protect = ["dp-sgd"]
+
+[dp-sgd]
+clip = 1.0
+noise_multiplier = 1.0
+
+[data]
+name = "digits"
+
+[partition]
+kind = "iid"
+clients = 3
+
+[model]
+kind = "mlp"
+hidden = [16]
+
+[strategy]
+name = "fedavg"
+local_steps = 5
+batch_size = 32
+lr = 0.1
+"""
+
+
+def test_a_dp_sgd_job_is_audited_in_its_own_model_and_at_the_mechanism_level(
+        tmp_path: Path) -> None:
+    job = tmp_path / "digits-dpsgd.toml"
+    job.write_text(DIGITS_DPSGD_TOML)
+    out = tmp_path / "audit"
+    runner = CliRunner()
+    result = runner.invoke(app, ["audit", "dp", str(job), "--canaries", "60", "--out",
+                                 str(out)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "own model and data" in text and "consistent" in text
+    doc = json.loads((out / "results.json").read_text())["dp_audit"]
+    assert doc["job"] == "digits-dpsgd" and doc["mechanism"] == "dp-sgd-job"
+    assert set(doc["views"]) == {"aggregate", "final", "mechanism-steps", "mechanism-final"}
+    assert doc["canaries"] == 60 and doc["run"]["holder"] in doc["scope"]
+    assert doc["views"]["aggregate"]["claimed_epsilon"] == doc["run"]["epsilon"]
+    assert "canary holder" in doc["views"]["aggregate"]["compared_with"]
+    assert doc["views"]["mechanism-steps"]["canaries"] == 5000
+    too_many = runner.invoke(app, ["audit", "dp", str(job), "--canaries", "100000"])
+    assert too_many.exit_code == 2
+    assert "'canaries' parameter of audit_dpsgd_job" in " ".join(too_many.output.split())
+
+
+@pytest.mark.slow
+def test_the_dp_sgd_example_job_is_audited_in_its_own_model(tmp_path: Path) -> None:
     out = tmp_path / "audit"
     result = CliRunner().invoke(app, ["audit", "dp",
                                       str(ROOT / "examples/fedavg-secagg-dpsgd-quick.toml"),
-                                      "--canaries", "1000", "--out", str(out)])
+                                      "--out", str(out)])
     assert result.exit_code == 0, result.output
-    text = " ".join(result.output.split())
-    assert "audited at the mechanism level" in text and "consistent" in text
     doc = json.loads((out / "results.json").read_text())["dp_audit"]
-    assert doc["job"] == "fedavg-secagg-dpsgd-quick" and doc["mechanism"] == "dp-sgd"
-    assert "not run" in doc["scope"]
+    assert doc["job"] == "fedavg-secagg-dpsgd-quick" and doc["mechanism"] == "dp-sgd-job"
+    assert doc["canaries"] == 256 and doc["contradicted"] is False
+    assert doc["run"]["test_accuracy_with_canaries"] > 0.6
 
 
 @pytest.mark.slow

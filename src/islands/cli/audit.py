@@ -405,8 +405,9 @@ def audit_vfl_command(
 @audit_app.command("dp")
 def audit_dp_command(
     job_file: Annotated[Path | None, typer.Argument(
-        help="An HFL job file with client-level DP (protect holds \"dp\"): canary clients "
-             "are added to its run. Without it, --mechanism is audited.", show_default=False)]
+        help="An HFL job file with client-level DP (protect holds \"dp\": canary clients "
+             "are added to its run) or DP-SGD (\"dp-sgd\": canary rows are added to one "
+             "client's data). Without it, --mechanism is audited.", show_default=False)]
     = None,
     overrides: Annotated[list[str] | None, typer.Option(
         "--set", help="KEY=VALUE overrides of the job file, as islands run takes them.")]
@@ -418,8 +419,9 @@ def audit_dp_command(
              "DP-PCA, canary rows in one site).", show_default=False)] = None,
     canaries: Annotated[int | None, typer.Option(
         min=2, help="m, the number of canaries (default per mechanism: gaussian 20000, "
-                    "client-dp 200, dp-sgd 5000, pca 1000; a job: 128 under a hiding "
-                    "protection, else 512).", show_default=False)] = None,
+                    "client-dp 200, dp-sgd 5000, pca 1000; a client-level DP job: 128 "
+                    "under a hiding protection, else 512; a DP-SGD job: 256 canary rows, at "
+                    "most the holder's training rows).", show_default=False)] = None,
     noise_multiplier: Annotated[float | None, typer.Option(
         help="σ (gaussian 6, client-dp 8, dp-sgd 2).", show_default=False)] = None,
     clip: Annotated[float, typer.Option(help="S, the clipping norm.")] = 1.0,
@@ -489,15 +491,18 @@ def audit_dp_command(
 
         with stop_on_error(2):
             job = load_job(job_file, overrides or ())
+        what = (f"DP-SGD: {DESCRIPTIONS['dp-sgd-job']}; the canary rows change the "
+                "holder's data (more rows) and it is compared with its own account"
+                if "dp-sgd" in job.protect else
+                f"Client-level DP: {DESCRIPTIONS['job']}; the canaries change the run (more "
+                "clients) and it is compared with its own accountant")
         console.print(f"One-run DP audit (Steinke, Nasr and Jagielski 2023) of job "
-                      f"{escape(job.name)}. Client-level DP: {DESCRIPTIONS['job']}; the "
-                      "canaries change the run (more clients) and it is compared with its "
-                      "own accountant.")
+                      f"{escape(job.name)}. {what}.")
         with stop_on_error(2), console.status("auditing") as status:
             result = audit_dp_job(job, canaries=canaries, confidence=confidence,
                                   progress=lambda msg: status.update(escape(msg)))
         if "scope" in result.extra:
-            console.print(f"DP-SGD job: audited at the mechanism level, {result.extra['scope']}.")
+            console.print(f"Audited: {escape(result.extra['scope'])}.")
     else:
         settings = AuditSettings(
             canaries=canaries, confidence=confidence, delta=delta, accountant=accountant,

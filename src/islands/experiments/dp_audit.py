@@ -24,7 +24,7 @@ import numpy as np
 
 from islands.data import load_sklearn
 from islands.errors import ValidationError
-from islands.hfl.dp_audit import audit_client_dp, audit_dpsgd, audit_job
+from islands.hfl.dp_audit import audit_client_dp, audit_dpsgd, audit_dpsgd_job, audit_job
 from islands.hfl.job import Job, prepare
 from islands.pca.dp_audit import audit_pca_dp
 from islands.privacy.audit import OneRunAudit, audit_gaussian, ceiling
@@ -164,7 +164,12 @@ DESCRIPTIONS: Mapping[str, str] = {
     "pca": "federated DP-PCA (islands.pca): canary rows in one site; white-box, the "
            "aggregating site's noisy moments; black-box, the released components",
     "job": "an HFL job file with client-level DP: canary clients added, every round's "
-           "global model observed (white-box), the final model (black-box)"}
+           "global model observed (white-box), the final model (black-box)",
+    "dp-sgd-job": "an HFL job file with sample-level DP-SGD, run in its own model and data: "
+                  "input-space canary rows added to one client; every round's global model "
+                  "along each canary's clipped gradient (white-box), its loss drop in the "
+                  "final model (black-box); views prefixed 'mechanism-' are the job's "
+                  "DP-SGD settings on the PrivateTrainer canary harness"}
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,7 @@ class DpAuditResult:
     Attributes
     ----------
     mechanism
-        Its name in :data:`MECHANISMS`, or ``"job"``.
+        Its name in :data:`MECHANISMS`, ``"job"`` or ``"dp-sgd-job"``.
     settings
         What ran (resolved).
     views
@@ -305,18 +310,24 @@ def audit_dp(mechanism: str = "gaussian", settings: AuditSettings | None = None,
 
 
 def audit_dp_job(job: Job, *, canaries: int | None = None, confidence: float = 0.95,
+                 mechanism_canaries: int | None = None,
                  progress: Callable[[str], None] | None = None) -> DpAuditResult:
-    """Audit an HFL job with client-level DP once: canary clients added to the job's run.
+    """Audit an HFL job with DP once: canaries added to the job's own run.
 
-    The job runs as ``islands run`` runs it, with m canary clients
+    Client-level DP (``protect`` holds ``"dp"``): m canary clients
     (:func:`islands.hfl.dp_audit.audit_job`); each view is compared with the audited run's
     own accountant (its cohort includes the canaries).
 
-    A job with sample-level DP-SGD (``protect`` holds ``"dp-sgd"``) is audited at the
-    mechanism level: islands' :class:`~islands.hfl.torch.dpsgd.PrivateTrainer` with canary
-    rows (:func:`islands.hfl.dp_audit.audit_dpsgd`) under the job's σ, C, δ, accountant,
-    sampling rate (the batch over the median client's rows) and steps (epochs × local
-    steps); the job's own model is not run, which the result says.
+    Sample-level DP-SGD (``protect`` holds ``"dp-sgd"``): the job's own model and data run
+    as ``islands run`` runs them, with m input-space canary rows in the client of median
+    size (:func:`islands.hfl.dp_audit.audit_dpsgd_job`, views ``"aggregate"`` and
+    ``"final"``, compared with that client's own DP-SGD account). Beside them, the job's
+    DP-SGD settings (σ, C, δ, accountant, q = batch/rows of the median client, T = epochs
+    × local steps) are audited on islands' :class:`~islands.hfl.torch.dpsgd.PrivateTrainer`
+    with feature-column canary rows (:func:`islands.hfl.dp_audit.audit_dpsgd`, views
+    ``"mechanism-steps"`` and ``"mechanism-final"``, ``mechanism_canaries`` of them,
+    default 5,000): the mechanism with the strongest canaries, where the job's model gives
+    much weaker ones.
 
     Raises
     ------
@@ -326,7 +337,7 @@ def audit_dp_job(job: Job, *, canaries: int | None = None, confidence: float = 0
     say = progress if progress is not None else (lambda _m: None)
     start = time.perf_counter()
     if "dp-sgd" in job.protect:
-        return _job_dp_sgd(job, canaries, confidence, say, start)
+        return _job_dp_sgd(job, canaries, confidence, mechanism_canaries, say, start)
     say(f"running {job.name} with canary clients")
     run = audit_job(job, canaries, confidence=confidence)
     m = next(iter(run.views.values())).canaries
@@ -338,8 +349,12 @@ def audit_dp_job(job: Job, *, canaries: int | None = None, confidence: float = 0
 
 
 def _job_dp_sgd(job: Job, canaries: int | None, confidence: float,
-                say: Callable[[str], None], start: float) -> DpAuditResult:
-    """Audit a DP-SGD job's settings on the PrivateTrainer canary harness."""
+                mechanism_canaries: int | None, say: Callable[[str], None],
+                start: float) -> DpAuditResult:
+    """Audit a DP-SGD job in its own model, and its settings on the PrivateTrainer harness."""
+    say(f"running {job.name} with canary rows in one client")
+    run = audit_dpsgd_job(job, canaries, confidence=confidence)
+    m = next(iter(run.views.values())).canaries
     prep = prepare(job)
     sample_dp = prep.plan.sample_dp
     assert sample_dp is not None  # "dp-sgd" in protect
@@ -347,19 +362,30 @@ def _job_dp_sgd(job: Job, canaries: int | None, confidence: float,
     sizes = sorted(len(y) for _, y in prep.parts)
     rows = sizes[len(sizes) // 2]
     batch = getattr(strategy, "batch_size", None) or rows
-    settings = AuditSettings(
-        canaries=canaries, confidence=confidence, delta=sample_dp.delta,
+    harness = AuditSettings(
+        canaries=mechanism_canaries, confidence=confidence, delta=sample_dp.delta,
         accountant=sample_dp.accountant, noise_multiplier=sample_dp.noise_multiplier,
         clip=sample_dp.clip, rounds=job.epochs * strategy.local_steps(),
         sampling_rate=sample_dp.sampling_rate(min(batch, rows), rows)).resolved("dp-sgd")
-    say(f"auditing {job.name}'s DP-SGD settings with {settings.canaries} canary rows")
-    views = _dp_sgd(settings)
-    scope = ("the job's DP-SGD settings (σ, C, δ, q = batch/rows of its median client, "
-             "T = epochs × local steps) on islands' PrivateTrainer with canary rows; the "
-             "job's own model and data are not run")
-    return DpAuditResult("dp-sgd", settings, views.audits, views.compared_with,
+    say(f"auditing {job.name}'s DP-SGD settings with {harness.canaries} canary rows")
+    mech = _dp_sgd(harness)
+    views = {**run.views, **{f"mechanism-{k}": v for k, v in mech.audits.items()}}
+    compared = {**run.accountant,
+                **{f"mechanism-{k}": v for k, v in mech.compared_with.items()}}
+    scope = (f"the job's own model and data, run as islands run runs them, with {m} "
+             f"input-space canary rows in {run.settings['holder']} (views aggregate, final; "
+             "compared with that client's own DP-SGD account); and the job's DP-SGD settings "
+             "(σ, C, δ, q = batch/rows of its median client, T = epochs × local steps) on "
+             f"islands' PrivateTrainer with {harness.canaries} feature-column canary rows "
+             "(views mechanism-steps, mechanism-final)")
+    settings = AuditSettings(canaries=m, confidence=confidence, delta=sample_dp.delta,
+                             accountant=sample_dp.accountant,
+                             noise_multiplier=sample_dp.noise_multiplier, clip=sample_dp.clip)
+    return DpAuditResult("dp-sgd-job", settings, views, compared,
                          seconds=time.perf_counter() - start,
-                         extra={"job": job.name, "scope": scope, **views.details})
+                         extra={"job": job.name, "scope": scope, "run": dict(run.settings),
+                                "harness": {"canaries": harness.canaries,
+                                            **mech.details}})
 
 
 def _report(result: DpAuditResult) -> str:

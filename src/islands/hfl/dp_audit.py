@@ -19,9 +19,9 @@ a mechanism's code:
 * **DP-SGD** (:func:`audit_dpsgd`): m canary *rows* for islands' real
   :class:`~islands.hfl.torch.dpsgd.PrivateTrainer` (Opacus per-sample clipping), each on
   a feature column of its own of a linear model, observed after every step;
-* **jobs** (:func:`audit_job`): canary clients (client-level DP) or canary rows (DP-SGD)
-  added to a parsed job, run as ``islands run`` runs it, observed through
-  ``FederatedModel(round_observer=...)``.
+* **jobs**: canary clients (client-level DP, :func:`audit_job`) or input-space canary
+  rows in one client (DP-SGD, :func:`audit_dpsgd_job`) added to a parsed job, run as
+  ``islands run`` runs it, observed through ``FederatedModel(round_observer=...)``.
 
 Each view is compared with the accountant's ε that covers it: the run's ``spent()`` for
 released models, ``spent_against_server()`` for single uploads, the canary-holding
@@ -43,7 +43,9 @@ References
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -56,9 +58,11 @@ from numpy.typing import NDArray
 from islands.aggregation.base import Aggregator
 from islands.aggregation.protect import ClientDP, SampleAccount, SampleDP, build_aggregator
 from islands.arrays import Vector
+from islands.crypto.prg import csprng_uniform
 from islands.errors import ValidationError, invalid_parameter
+from islands.hfl.config import resolve_seed
 from islands.hfl.contribution.tracker import check_compatible
-from islands.hfl.estimator import FederatedModel
+from islands.hfl.estimator import FederatedModel, client_seed, split_local_eval
 from islands.hfl.job import Job, prepare
 from islands.hfl.protocol import LocalOutcome, RoundRecord, WrappedLearner, client, server
 from islands.hfl.strategy import FedAvg, LocalConfig
@@ -82,12 +86,14 @@ from islands.validation import check_float, check_int, describe
 __all__ = [
     "CLIENT_VIEWS",
     "DPSGD_VIEWS",
+    "JOB_DPSGD_VIEWS",
     "JOB_VIEWS",
     "CanaryClient",
     "DPAudit",
     "UploadObserver",
     "audit_client_dp",
     "audit_dpsgd",
+    "audit_dpsgd_job",
     "audit_job",
     "gaussian_llr_scores",
 ]
@@ -785,8 +791,8 @@ def audit_job(job: Job, canaries: int | None = None, views: Sequence[str] | None
     Raises
     ------
     ValidationError
-        If the job has no client-level DP (``"dp-sgd"`` jobs: use :func:`audit_dpsgd`,
-        the mechanism-level audit), or a setting is out of range.
+        If the job has no client-level DP (``"dp-sgd"`` jobs: use
+        :func:`audit_dpsgd_job`), or a setting is out of range.
     """
     t0 = time.perf_counter()
     owner = "audit_job"
@@ -794,8 +800,8 @@ def audit_job(job: Job, canaries: int | None = None, views: Sequence[str] | None
         raise invalid_parameter("job", owner, "a Job (load_job)", describe(job))
     if "dp" not in job.protect:
         raise invalid_parameter("job", owner, "a job whose protect holds 'dp' (client-level "
-                                "DP; a 'dp-sgd' job is audited at the mechanism level by "
-                                "audit_dpsgd)", job.protect)
+                                "DP; a 'dp-sgd' job is audited by audit_dpsgd_job)",
+                                job.protect)
     conf = check_confidence(confidence, owner)
     chosen = _check_views(views, JOB_VIEWS, JOB_VIEWS, owner)
     prep = prepare(job)
@@ -877,3 +883,261 @@ def audit_job(job: Job, canaries: int | None = None, views: Sequence[str] | None
                 "federated_seconds": fl.wall_time_, "bytes": fl.transcript_.total_bytes}
     which = {k: "spent" for k in out}
     return DPAudit("job", out, settings, which, time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------- DP-SGD jobs
+
+JOB_DPSGD_VIEWS = ("aggregate", "final")
+"""The views of a DP-SGD job audit: every round's released model (white-box), the final one."""
+
+
+def _job_dpsgd_canaries(rows: int) -> int:
+    """Return the default m of a DP-SGD job: 256, at most the holder's training rows."""
+    return max(2, min(256, rows))
+
+
+def _input_canaries(X: NDArray[Any], y: NDArray[Any], m: int, task: str, n_outputs: int
+                    ) -> tuple[NDArray[Any], NDArray[Any]]:
+    """Draw m canary rows in the input space of ``X``: sparse random patterns, random labels.
+
+    Each canary is the data's smallest value everywhere but on k = max(1, d/16) features
+    drawn at random (of d), where it takes the data's largest value (e.g. 49 white
+    pixels on black in a 28 × 28 image); its label is uniform over the classes
+    (mislabelled canaries, Steinke et al. §6) or, for regression, its target uniform on
+    [min y, max y]. Patterns, labels: from the CSPRNG. Sparse patterns rather than
+    uniform noise: two canaries' supports barely overlap, so their gradients are nearly
+    orthogonal (a first layer's gradient is the row times the back-propagated error)
+    and one canary's inclusion does not raise the others' scores (uniform-noise rows are
+    all alike to the model: their gradients align and no canary stands out).
+    """
+    lo, hi = float(np.min(X)), float(np.max(X))
+    d = int(np.prod(X.shape[1:]))
+    k = max(1, d // 16)
+    keys = csprng_uniform((m, d))
+    on = np.argsort(keys, axis=1)[:, :k]  # k distinct features per canary, uniformly
+    values = np.full((m, d), lo)
+    np.put_along_axis(values, on, hi, axis=1)
+    X_can = values.reshape((m, *X.shape[1:])).astype(X.dtype)
+    if task == "classification":
+        y_can = np.minimum(np.floor(csprng_uniform(m) * n_outputs), n_outputs - 1).astype(
+            y.dtype)
+    else:
+        y_lo, y_hi = float(np.min(y)), float(np.max(y))
+        y_can = (y_lo + (y_hi - y_lo) * csprng_uniform(m)).astype(y.dtype)
+    return X_can, y_can
+
+
+def _with_rows(X: NDArray[Any], y: NDArray[Any], X_add: NDArray[Any], y_add: NDArray[Any],
+               fraction: float, seed: int) -> tuple[NDArray[Any], NDArray[Any]]:
+    """``X, y`` with the rows ``X_add, y_add`` placed where the client's training rows are.
+
+    A client keeps ``fraction`` of its rows for local evaluation
+    (:func:`~islands.hfl.estimator.split_local_eval`, by its count and seed); the added
+    rows go to positions it trains on, the real rows fill the others in order.
+    """
+    n = len(y) + len(y_add)
+    train, _ = split_local_eval(n, fraction, seed)
+    if len(train) < len(y_add):
+        raise ValidationError(f"the canary holder trains on {len(train)} of its {n} rows, "
+                              f"fewer than the {len(y_add)} canary rows; lower eval_fraction")
+    at = np.zeros(n, dtype=bool)
+    at[train[len(train) - len(y_add):]] = True
+    X_out = np.empty((n, *X.shape[1:]), dtype=X.dtype)
+    y_out = np.empty(n, dtype=y.dtype)
+    X_out[at], y_out[at] = X_add, y_add
+    X_out[~at], y_out[~at] = X, y
+    return X_out, y_out
+
+
+class _Holder:
+    """Keeps the canary holder's learner (its own DP-SGD account); ``train`` swaps its step."""
+
+    def __init__(self, train: Callable[..., Any] | None) -> None:
+        self.train = train
+        self.learner: Any = None
+
+    def __call__(self, learner: Any) -> Any:
+        self.learner = learner
+        if self.train is not None:
+            from islands.hfl.torch.dpsgd import PrivateTrainer  # torch
+            from islands.hfl.torch.learner import PooledLearner, TorchLearner
+
+            inner = learner.inner if isinstance(learner, PooledLearner) else learner
+            private = getattr(inner, "_private", None)
+            if not isinstance(inner, TorchLearner) or not isinstance(private, PrivateTrainer):
+                raise invalid_parameter("train", "audit_dpsgd_job", "None unless the job "
+                                        "runs DP-SGD in this process (backend 'local')",
+                                        describe(inner))
+            inner._private = _Step(private, self.train)
+        return learner
+
+    def spent(self) -> tuple[float, float]:
+        spent = getattr(self.learner, "spent", None)
+        out = None if spent is None else spent()
+        if out is None:
+            raise ValidationError("audit_dpsgd_job: the canary holder kept no DP-SGD account")
+        return float(out[0]), float(out[1])
+
+
+class _Step:
+    """A :class:`PrivateTrainer` whose ``train`` is ``step(private, params, **kw)``."""
+
+    def __init__(self, private: Any, step: Callable[..., Any]) -> None:
+        self.private, self.step = private, step
+
+    def train(self, params: Any, **kw: Any) -> Any:
+        return self.step(self.private, params, **kw)
+
+
+def audit_dpsgd_job(job: Job, canaries: int | None = None, views: Sequence[str] | None = None,
+                    confidence: float = 0.95, *, train: Callable[..., Any] | None = None
+                    ) -> DPAudit:
+    """Audit a DP-SGD job once inside its own model: m input-space canary rows in one client.
+
+    The job's data are prepared as ``islands run`` prepares them
+    (:func:`~islands.hfl.job.prepare`); the client with the median row count (the
+    *holder*) gets m canary rows in the input space of its features
+    (:func:`_input_canaries`: uniform values between the data's smallest and largest,
+    a label drawn uniformly, so mostly mislabelled; Steinke, Nasr and Jagielski [1]_
+    §6), each included with probability ½ (:func:`~islands.privacy.audit.draw_membership`;
+    values, labels and bits from the CSPRNG). :class:`~islands.hfl.estimator.FederatedModel`
+    then runs as the job runs (same plan, strategy, protections, seed; no checkpoints,
+    trackers or contribution), its ``round_observer`` keeping every released model
+    θ₀, …, θ_R. Views:
+
+    * ``"aggregate"`` (white-box, what the server sees): Σ_r ⟨θ_{r−1} − θ_r, ḡᵢ(θ_{r−1})⟩ /
+      ‖θ_{r−1} − θ_r‖, the round's model change along canary i's gradient at the round's
+      start, clipped to C as DP-SGD clips it (:class:`~islands.hfl.torch.per_example.
+      PerExample`);
+    * ``"final"`` (black-box): the loss drop ℓᵢ(θ₀) − ℓᵢ(θ_R).
+
+    Both are compared with the holder's own DP-SGD account (its n counts the included
+    canaries; the account its learner keeps, :class:`~islands.aggregation.protect.
+    SampleAccount`). The claim is Poisson-subsampled (q < 1 in general): no Gaussian-curve
+    bound. The plans are fixed before the run from public settings only:
+    :func:`~islands.privacy.audit.default_plans` for the nominal μ (the ε of the holder's
+    account for n = its rows + m/2 and the job's steps) and :func:`~islands.privacy.audit.
+    bonferroni_plans` (1, 5, 20 % of the canaries), G = 6.
+
+    Parameters
+    ----------
+    job
+        A parsed job (:func:`~islands.hfl.job.load_job`) whose ``protect`` holds ``"dp-sgd"``.
+    canaries
+        m, an int in [2, the holder's training rows] (default 256, at most that).
+    views
+        Among ``"aggregate"`` and ``"final"`` (default both).
+    confidence
+        1 − β, a float in (0, 1).
+    train
+        The holder's DP-SGD step, called as ``train(private_trainer, params, start=,
+        steps=, batch_size=, lr=, momentum=, weight_decay=, prox_mu=, momentum_buffer=,
+        correction=)``; default :meth:`PrivateTrainer.train` (tests pass faulty copies;
+        the local backend only).
+
+    Returns
+    -------
+    DPAudit
+        ``mechanism="dp-sgd-job"``; ``settings`` holds the holder, its rows, σ, C, q, the
+        steps, the claimed ε, the test accuracy with canaries and the wall time.
+
+    Raises
+    ------
+    ValidationError
+        If the job has no DP-SGD, or a setting is out of range (named, with its limit).
+
+    References
+    ----------
+    .. [1] T. Steinke, M. Nasr, M. Jagielski. "Privacy Auditing with One (1) Training
+       Run." NeurIPS 2023, arXiv:2305.08846.
+    """
+    from islands.hfl.torch.per_example import PerExample  # torch
+
+    t0 = time.perf_counter()
+    owner = "audit_dpsgd_job"
+    if not isinstance(job, Job):
+        raise invalid_parameter("job", owner, "a Job (load_job)", describe(job))
+    if "dp-sgd" not in job.protect:
+        raise invalid_parameter("job", owner, "a job whose protect holds 'dp-sgd'",
+                                job.protect)
+    conf = check_confidence(confidence, owner)
+    chosen = _check_views(views, JOB_DPSGD_VIEWS, JOB_DPSGD_VIEWS, owner)
+    prep = prepare(job)
+    plan = prep.plan
+    dp = plan.sample_dp
+    if dp is None:
+        raise invalid_parameter("job", owner, "a job with DP-SGD settings", job.protect)
+    strategy = plan.strategy
+    seed = resolve_seed(plan.seed, owner)
+    sizes = [len(y) for _, y in prep.parts]
+    holder = int(np.argsort(sizes, kind="stable")[len(sizes) // 2])
+    X_real, y_real = prep.parts[holder]
+    real_train = len(split_local_eval(len(y_real), job.eval_fraction,
+                                      client_seed(seed, holder))[0])
+    m = (_job_dpsgd_canaries(real_train) if canaries is None
+         else check_int(canaries, "canaries", owner, low=2, high=max(2, real_train)))
+
+    # the plans, from public settings only: the holder's nominal n = its rows + m/2
+    names = [f"client-{k + 1}" for k in range(len(prep.parts))]
+    counts = {name: len(split_local_eval(s, job.eval_fraction, client_seed(seed, k))[0])
+              for k, (name, s) in enumerate(zip(names, sizes, strict=True))}
+    counts[names[holder]] += m // 2
+    batches = copy.deepcopy(strategy).setup(counts)
+    steps_nominal = job.epochs * min(counts[c] // batches[c] for c in counts)
+    nominal = dp.new_accountant(int(batches[names[holder]]), counts[names[holder]])
+    nominal.step(steps_nominal)
+    mu = gaussian_mu(nominal.epsilon(), dp.delta)
+    q_nominal = dp.sampling_rate(int(batches[names[holder]]), counts[names[holder]])
+    plans = (*default_plans(mu, m, dp.delta, conf, sampling_rate=q_nominal),
+             *bonferroni_plans(m))
+
+    included = draw_membership(m)
+    X_can, y_can = _input_canaries(X_real, y_real, m, plan.task, int(plan.model.n_outputs))
+    parts = list(prep.parts)
+    parts[holder] = _with_rows(X_real, y_real, X_can[included], y_can[included],
+                               job.eval_fraction, client_seed(seed, holder))
+    keeper = _Holder(train)
+    observer = _ModelObserver(plan.model_part(plan.initial()).astype(np.float64))
+    fl = FederatedModel(plan.model, strategy, epochs=job.epochs, task=plan.task,  # type: ignore[arg-type]
+                        eval_fraction=job.eval_fraction, random_state=seed,
+                        concurrency=job.concurrency, timeout=job.timeout, sample_dp=dp,
+                        backend=job.backend,  # type: ignore[arg-type]
+                        ray_address=job.ray_address,
+                        batch_clients=job.batch_clients,  # type: ignore[arg-type]
+                        loss=plan.loss, extra_metrics=prep.metrics, round_observer=observer)
+    fl.fit(parts, test=prep.test, names=names, behaviour={names[holder]: keeper})
+    if not observer.survivors:
+        raise ValidationError(f"{owner}: the audited run released no model "
+                              f"({fl.stopped_ or 'no round'})")
+    claim, delta = keeper.spent()
+    rows = keeper.learner.n_train
+    batch = int(strategy.setup({**counts, names[holder]: rows})[names[holder]])
+    per = PerExample(plan.model, X_can, y_can, task=plan.task, loss=fl.loss_, clip=dp.clip)
+    out: dict[str, OneRunAudit] = {}
+    if "aggregate" in chosen:
+        scores = np.zeros(m)
+        for before, after in itertools.pairwise(observer.models):
+            scores += per.alignment(before, before - after)
+        out["aggregate"] = audit_scores(scores, included, delta=delta, plans=plans,
+                                        confidence=conf, claimed_epsilon=claim)
+    if "final" in chosen:
+        scores = per.losses(observer.models[0]) - per.losses(observer.models[-1])
+        out["final"] = audit_scores(scores, included, delta=delta, plans=plans,
+                                    confidence=conf, claimed_epsilon=claim)
+    X_test, y_test = prep.test
+    metrics = fl.metrics(X_test, y_test)
+    score_key = "accuracy" if "accuracy" in metrics else "r2"
+    settings = {"job": job.name, "canaries": m, "included": int(included.sum()),
+                "holder": names[holder], "holder_rows": rows, "holder_real_rows": real_train,
+                "batch_size": batch, "sampling_rate": dp.sampling_rate(batch, rows),
+                "rounds": len(fl.rounds_), "steps": int(sum(r.steps for r in fl.rounds_)),
+                "noise_multiplier": dp.noise_multiplier, "clip": dp.clip, "delta": delta,
+                "accountant": dp.accountant, "confidence": conf,
+                "canary_design": "input-space rows (sparse random patterns, random labels)",
+                "epsilon": claim, "sample_epsilon_largest": (
+                    None if fl.sample_privacy_ is None else float(fl.sample_privacy_[0])),
+                "nominal_mu": mu, "plans": len(plans), "dimension": per.dim,
+                f"test_{score_key}_with_canaries": float(metrics[score_key]),
+                "federated_seconds": fl.wall_time_}
+    which = {k: f"{names[holder]}'s own DP-SGD account (canary holder)" for k in out}
+    return DPAudit("dp-sgd-job", out, settings, which, time.perf_counter() - t0)
