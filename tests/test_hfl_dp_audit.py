@@ -387,7 +387,7 @@ def test_a_dpsgd_job_is_audited_in_its_own_model_against_the_holders_account() -
     assert 0 < s["epsilon"] <= s["sample_epsilon_largest"] + 1e-12
     for audit in result.views.values():
         assert audit.claimed_epsilon == s["epsilon"] and audit.canaries == 60
-        assert audit.gaussian_curve_bound is None  # Poisson-subsampled: no curve bound
+        assert audit.curve_bound is None  # releases mix steps and clients: no curve
         assert 0.0 <= audit.lower_bound <= audit.plan_ceiling
     assert 0.0 <= s["test_accuracy_with_canaries"] <= 1.0
     assert "holder" in result.accountant["aggregate"]

@@ -308,7 +308,7 @@ def test_privacy_profile_is_the_accountants_curve_at_every_epsilon() -> None:
     eps = np.linspace(0.0, 8.0, 81)
     deltas, at = accountant_module.privacy_profile(2.0, 0.05, 200, eps, 1e-5)
     assert deltas.shape == eps.shape and np.all(np.diff(deltas) <= 1e-15)
-    assert 0.0 <= deltas.min() and deltas.max() <= 1.0
+    assert deltas.min() >= 0.0 and deltas.max() <= 1.0
     acct = PrivacyAccountant(2.0, sampling_rate=0.05, delta=1e-5, method="pld")
     acct.step(200)
     assert at == pytest.approx(acct.epsilon(), abs=0.01)
