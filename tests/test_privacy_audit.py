@@ -8,6 +8,7 @@ on this harness (the numbers in each test's comment).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -35,6 +36,7 @@ from islands.privacy.audit import (
     GuessPlan,
     andrew_estimate,
     audit_gaussian,
+    audit_prefix,
     audit_scores,
     bonferroni_plans,
     ceiling,
@@ -423,6 +425,31 @@ def test_audit_scores_adds_the_curve_bound_for_a_gaussian_claim() -> None:
         audit_scores(scores, included, delta=DELTA, plans=[GuessPlan(4000, 2000)])
     with pytest.raises(ValidationError, match="'scores' parameter of audit_scores"):
         audit_scores(np.full(5000, np.nan), included, delta=DELTA, plans=[GuessPlan(5)])
+
+
+def test_a_prefix_of_the_canaries_is_audited_from_the_same_run() -> None:
+    rng = np.random.default_rng(7)
+    mu = gaussian_mu(4.0, DELTA)
+    scores, included = ideal_scores(mu, 8000, rng)
+    plans = [GuessPlan(400, 400, "a"), GuessPlan(80, 0, "b")]
+    full = audit_scores(scores, included, delta=DELTA, plans=plans, claimed_epsilon=4.0,
+                        curve=CurveClaim.gaussian(mu))
+    record = full.to_dict()
+    assert "evidence" not in record and json.loads(json.dumps(record))["canaries"] == 8000
+    same = audit_prefix(full, 8000)
+    assert (same.lower_bound, same.curve_bound) == (full.lower_bound, full.curve_bound)
+    half = audit_prefix(full, 2000)  # plans scaled by 1/4, fixed before the run
+    expected = audit_scores(scores[:2000], included[:2000], delta=DELTA,
+                            plans=[GuessPlan(100, 100), GuessPlan(20, 0)], claimed_epsilon=4.0,
+                            curve=CurveClaim.gaussian(mu),
+                            curve_plans=[GuessPlan(round(full.curve_guesses / 4))])
+    assert half.canaries == 2000 and half.lower_bound == expected.lower_bound
+    assert half.curve_bound == expected.curve_bound and half.curve == "Gaussian"
+    assert half.lower_bound <= full.lower_bound + 0.5  # fewer canaries: a lower ceiling
+    with pytest.raises(ValidationError, match="'m' parameter of audit_prefix"):
+        audit_prefix(full, 8001)
+    with pytest.raises(ValidationError, match="'audit' parameter of audit_prefix"):
+        audit_prefix(dataclasses.replace(full, evidence=None), 100)
 
 
 def test_membership_and_canaries_come_from_the_csprng() -> None:

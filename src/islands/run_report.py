@@ -466,7 +466,10 @@ def dp_audit_figure(by_canaries: Mapping[str, Any] | None, by_noise: Mapping[str
         m = _numbers(by_canaries.get("m"))
         if m is None:
             return None
-        for key, label, style in (("lower_bound", "lower bound (one run each)", "o-"),
+        nested = "curve_bound" in by_canaries  # one run, nested subsets of its canaries
+        for key, label, style in (("lower_bound", "lower bound (nested subsets of one run)"
+                                   if nested else "lower bound (one run each)", "o-"),
+                                  ("curve_bound", "curve bound", "s-"),
                                   ("ceiling", "ceiling (every guess right)", "--"),
                                   ("accountant_epsilon", "claimed ε", "-")):
             values = _numbers(by_canaries.get(key))

@@ -446,8 +446,8 @@ def audit_dp_command(
     accountant: Annotated[str, typer.Option(help="'rdp' or 'pld'.")] = "rdp",
     confidence: Annotated[float, typer.Option(help="1 − β of every bound.")] = 0.95,
     sweep: Annotated[str | None, typer.Option(
-        help="Also plot the bound against 'canaries' (m) or, for gaussian, 'noise' (σ), one "
-             "run per point.")] = None,
+        help="Also plot the bound against 'canaries' (m: nested subsets of one run) or, for "
+             "gaussian, 'noise' (σ: one run per point).")] = None,
     out: Annotated[Path | None, typer.Option(
         help="Write results.json, report.md and (with --sweep) dp_audit.png here.")] = None,
     json_path: Annotated[

@@ -27,7 +27,7 @@ from islands.errors import ValidationError
 from islands.hfl.dp_audit import audit_client_dp, audit_dpsgd, audit_dpsgd_job, audit_job
 from islands.hfl.job import Job, prepare
 from islands.pca.dp_audit import audit_pca_dp
-from islands.privacy.audit import OneRunAudit, audit_gaussian, ceiling
+from islands.privacy.audit import OneRunAudit, audit_gaussian, audit_prefix, ceiling
 from islands.reporting import ResultSet
 from islands.run_report import dp_audit_figure, write_html
 
@@ -229,15 +229,20 @@ class DpAuditResult:
 
 def _sweep_canaries(run: Runner, s: AuditSettings, points: Sequence[int],
                     say: Callable[[str], None]) -> dict[str, list[float]]:
+    """One run with the most canaries; every smaller m audits its first m (nested)."""
     out: dict[str, list[float]] = {"m": [], "lower_bound": [], "ceiling": [],
-                                   "accountant_epsilon": []}
-    for m in points:
-        say(f"sweep: {m} canaries")
-        audit = next(iter(run(replace(s, canaries=m)).audits.values()))
-        out["m"].append(float(m))
+                                   "accountant_epsilon": [], "curve_bound": []}
+    top = max(points)
+    say(f"sweep: one run with {top} canaries, audited on nested subsets")
+    full = next(iter(run(replace(s, canaries=top)).audits.values()))
+    for m in sorted(points):
+        audit = full if m == full.canaries else audit_prefix(full, min(m, full.canaries))
+        out["m"].append(float(audit.canaries))
         out["lower_bound"].append(audit.lower_bound)
         out["ceiling"].append(audit.ceiling)
         out["accountant_epsilon"].append(float(audit.claimed_epsilon or 0.0))
+        out["curve_bound"].append(
+            float("nan") if audit.curve_bound is None else audit.curve_bound)
     return out
 
 
@@ -270,7 +275,11 @@ SWEEP_NOISE = (2.0, 3.0, 4.0, 6.0, 9.0, 12.0)
 def audit_dp(mechanism: str = "gaussian", settings: AuditSettings | None = None, *,
              sweep: str | None = None,
              progress: Callable[[str], None] | None = None) -> DpAuditResult:
-    """Audit one mechanism once; with ``sweep``, also against m or σ (one run per point).
+    """Audit one mechanism once; with ``sweep``, also against m or σ.
+
+    ``sweep="canaries"`` runs the mechanism once more with the largest m of
+    :data:`SWEEP_CANARIES` and audits nested subsets of its canaries
+    (:func:`~islands.privacy.audit.audit_prefix`); ``"noise"`` runs once per σ.
 
     Parameters
     ----------

@@ -104,6 +104,7 @@ __all__ = [
     "OneRunAudit",
     "andrew_estimate",
     "audit_gaussian",
+    "audit_prefix",
     "audit_scores",
     "bonferroni_plans",
     "ceiling",
@@ -1247,6 +1248,17 @@ def bonferroni_plans(m: int, fractions: Sequence[float] = (0.01, 0.05, 0.2)
 
 
 @dataclasses.dataclass(frozen=True)
+class _Evidence:
+    """What :func:`audit_scores` was given: enough to audit a prefix of the canaries."""
+
+    scores: NDArray[np.float64]
+    included: NDArray[np.bool_]
+    plans: tuple[GuessPlan, ...]
+    curve: CurveClaim | None
+    curve_plans: tuple[GuessPlan, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class OneRunAudit:
     """The outcome of one audit: bounds, the guesses behind them, and what they compare with.
 
@@ -1283,6 +1295,10 @@ class OneRunAudit:
         The most any plan could give with m canaries (:func:`ceiling`).
     plan_ceiling
         The most *these* plans could give (every guess right).
+    evidence
+        The scores, membership bits, plans and curve this audit rests on (not in
+        :meth:`to_dict`: the bits are the audit's secret); :func:`audit_prefix` re-audits
+        the first canaries from them.
     """
 
     canaries: int
@@ -1305,6 +1321,7 @@ class OneRunAudit:
     estimate_method: str | None
     ceiling: float
     plan_ceiling: float
+    evidence: _Evidence | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def contradicted(self) -> bool:
@@ -1318,8 +1335,9 @@ class OneRunAudit:
                 and self.curve_bound > self.claimed_epsilon)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the fields and both verdicts as plain JSON-ready values."""
-        out = dataclasses.asdict(self)
+        """Return the fields and both verdicts as plain JSON-ready values (no scores)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name != "evidence"}
         out["contradicted"] = self.contradicted
         out["curve_contradicted"] = self.curve_contradicted
         return out
@@ -1410,6 +1428,7 @@ def audit_scores(scores: ArrayLike, included: ArrayLike, *, delta: float,
     assert best is not None  # plan_list is not empty
 
     curve_bound = curve_r = curve_v = None
+    chosen: list[GuessPlan] = []
     if curve is not None:
         if curve_plans is None:
             curve_plans = (sampled_curve_plans(m) if curve.sampled
@@ -1441,7 +1460,55 @@ def audit_scores(scores: ArrayLike, included: ArrayLike, *, delta: float,
         claimed_epsilon=claim, p_value_at_claim=p_claim, curve_bound=curve_bound,
         curve=None if curve is None else curve.name, curve_guesses=curve_r,
         curve_correct=curve_v, estimate=estimate, estimate_method=method,
-        ceiling=_ceiling(m, delta, beta), plan_ceiling=plan_ceiling)
+        ceiling=_ceiling(m, delta, beta), plan_ceiling=plan_ceiling,
+        evidence=_Evidence(values, bits, tuple(plan_list), curve, tuple(chosen)))
+
+
+def _scaled(plan: GuessPlan, m: int, total: int) -> GuessPlan:
+    k_pos = round(plan.k_pos * m / total)
+    k_neg = round(plan.k_neg * m / total)
+    if k_pos + k_neg == 0:
+        k_pos, k_neg = (1, 0) if plan.k_pos else (0, 1)
+    return GuessPlan(k_pos, k_neg, plan.label)
+
+
+def audit_prefix(audit: OneRunAudit, m: int) -> OneRunAudit:
+    """Audit the first m canaries of a finished audit: a point of a nested sweep over m.
+
+    The canaries beyond the first m stay in the run, as data whose membership is drawn
+    independently of the audited ones (Steinke et al.'s theorem holds whatever the rest
+    of the input is); every plan's k is scaled by m/M, still a function of public
+    parameters only. One run thus gives the bound against m, as nested subsets of its
+    canaries, instead of one run per point.
+
+    Parameters
+    ----------
+    audit
+        An audit made by :func:`audit_scores` (it keeps its evidence).
+    m
+        Canaries to keep, an int in [2, audit.canaries].
+
+    Returns
+    -------
+    OneRunAudit
+        The audit of those m canaries, with the same δ, confidence, claim and curve.
+
+    Raises
+    ------
+    ValidationError
+        If ``audit`` kept no evidence or ``m`` is out of range.
+    """
+    owner = "audit_prefix"
+    if not isinstance(audit, OneRunAudit) or audit.evidence is None:
+        raise invalid_parameter("audit", owner, "a OneRunAudit made by audit_scores",
+                                describe(audit))
+    m = check_int(m, "m", owner, low=2, high=audit.canaries)
+    ev, total = audit.evidence, audit.canaries
+    return audit_scores(
+        ev.scores[:m], ev.included[:m], delta=audit.delta,
+        plans=[_scaled(p, m, total) for p in ev.plans], confidence=audit.confidence,
+        claimed_epsilon=audit.claimed_epsilon, curve=ev.curve,
+        curve_plans=[_scaled(p, m, total) for p in ev.curve_plans] if ev.curve else None)
 
 
 # ------------------------------------------------------------------ canaries
