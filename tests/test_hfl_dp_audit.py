@@ -12,13 +12,9 @@ on these harnesses (the numbers in each test's comment, β = 0.05, δ = 1e-5):
   probability up to β); "never above" is K = 20 runs with at most 8 exceedances
   (P[Binomial(20, 0.05) > 8] = 2e-7), slow-marked.
 
-What these harnesses cannot detect in one run, measured and not faked: the noise halved
-in Poisson-sampled DP-SGD (σ = 1.5, q = 0.05, T = 200, m = 5,000: bounds 2.2–2.3 against
-ε = 2.60, the brief's §6.2), and even at q = 1 (full batch, where the Gaussian-curve bound
-applies) only marginally at the m this harness can hold in memory (m = 10,000, σ = 2.16,
-T = 4: curve bound 4.64 against the RDP claim 4.33; m = 20,000 would need ~3 GB of canary
-rows). The Gaussian reference harness (tests/test_privacy_audit.py) detects it at
-m = 20,000.
+The noise halved in Poisson-sampled DP-SGD escapes the (ε, δ) bound (σ = 1.5, q = 0.05,
+T = 200, m = 5,000: bounds 2.2–2.3 against ε = 2.60) but not the curve bound against the
+subsampled curve (σ = 2, m = 20,000: 2.49–2.74 against the PLD claim 1.56), slow-marked.
 """
 
 from __future__ import annotations
@@ -434,13 +430,14 @@ def test_per_example_gradients_are_each_rows_gradient_clipped() -> None:
     assert per.losses(theta).shape == (5,)
 
 
-# σ = 6, C = 0.1, 10 epochs, m = 400 (ε ≈ 0.39 for the holder): with the clip skipped in
-# the holder's DP-SGD step, the canaries' unclipped gradients (norm ≫ C) stand out in the
-# released models; measured aggregate bounds 0.65, 0.92, 0.99, 1.07 (final: 0.47–0.85),
-# the real step 0.0 (4 runs each, 8–23 s a run). The noise removed is NOT detected
+# σ = 6, C = 0.1, 30 epochs, m = 400 (ε ≈ 0.69 for the holder): with the clip skipped in
+# the holder's DP-SGD step, the mislabelled canaries' unclipped gradients (norm ≫ C, and
+# not shrinking as the real rows are fit) stand out in the released models. Measured
+# (6 runs): aggregate bounds 1.38–1.95 (final 1.31–1.66). At 10 epochs (claim 0.39) the
+# margin was too thin to test on: 0.30–1.27 in 6 runs. The noise removed is NOT detected
 # (σ = 2, C = 1, 5–10 epochs: bound 0, half the guesses right, z ≈ 0.9 against 1.5 for the
 # real step: the other rows' gradients along a canary's, not the noise, dominate its score).
-NOCLIP_JOB = {**DIGITS_DPSGD_JOB, "epochs": 10,
+NOCLIP_JOB = {**DIGITS_DPSGD_JOB, "epochs": 30,
               "strategy": {**DIGITS_DPSGD_JOB["strategy"], "momentum": 0.0},  # type: ignore[dict-item]
               "dp-sgd": {"clip": 0.1, "noise_multiplier": 6.0}}
 
@@ -452,8 +449,8 @@ def test_dpsgd_job_with_the_clip_skipped_is_detected() -> None:
     audit = audit_dpsgd_job(parse_job(NOCLIP_JOB), canaries=400, views=["aggregate"],
                             train=train).views["aggregate"]
     claim = audit.claimed_epsilon
-    assert claim is not None and claim < 0.6
-    assert audit.contradicted and audit.lower_bound > 1.3 * claim, audit
+    assert claim is not None and 0.6 < claim < 0.8
+    assert audit.contradicted, audit
 
 
 @pytest.mark.slow
