@@ -521,21 +521,22 @@ def audit_dp_command(
                               progress=lambda msg: status.update(escape(msg)))
     table = Table(title=f"ε at δ = {result.settings.delta:g}; bounds at {confidence:.0%} "
                         "confidence")
-    for col in ("view", "claimed ε", "bound", "curve bound", "estimate", "guesses", "right",
+    # two-line headers and right/guesses in one column: the table fits 80 columns
+    for col in ("view", "claimed\nε", "bound", "curve\nbound", "estimate", "right of\nguesses",
                 "ceiling"):
-        table.add_column(col, justify="left" if col == "view" else "right")
+        table.add_column(col, justify="left" if col == "view" else "right", no_wrap=True)
     for view, a in result.views.items():
         table.add_row(view, f"{a.claimed_epsilon:.3f}", f"{a.lower_bound:.3f}",
                       "n/a" if a.curve_bound is None else f"{a.curve_bound:.3f}",
                       "n/a" if a.estimate is None else f"{a.estimate:.3f}",
-                      str(a.guesses), str(a.correct), f"{a.plan_ceiling:.2f}")
+                      f"{a.correct} / {a.guesses}", f"{a.plan_ceiling:.2f}")
     console.print(table)
     console.print("claimed ε: what the mechanism's accountant reports (" + "; ".join(
         f"{v}: {c}" for v, c in result.compared_with.items()) + "); bound: Steinke et al.'s "
         "lower bound on ε; curve bound: against the claim's whole trade-off curve "
         "(Mahloujifar et al.; Gaussian, or Poisson-subsampled Gaussian from its privacy "
-        "profile); estimate: "
-        "Andrew et al.'s, with no confidence; ceiling: the most these guesses can show.")
+        "profile); estimate: Andrew et al.'s, with no confidence; right of guesses and "
+        "ceiling: the bound's guesses, and the most they can show.")
     console.print(verdict(result))
     if out is not None:
         with stop_on_error(2):
