@@ -446,6 +446,9 @@ def test_a_prefix_of_the_canaries_is_audited_from_the_same_run() -> None:
     assert half.canaries == 2000 and half.lower_bound == expected.lower_bound
     assert half.curve_bound == expected.curve_bound and half.curve == "Gaussian"
     assert half.lower_bound <= full.lower_bound + 0.5  # fewer canaries: a lower ceiling
+    # plans that nearly fill M still fit a prefix after rounding (found by a review)
+    tiny = audit_scores(scores[:4], included[:4], delta=DELTA, plans=[GuessPlan(2, 2)])
+    assert audit_prefix(tiny, 3).guesses == 3
     with pytest.raises(ValidationError, match="'m' parameter of audit_prefix"):
         audit_prefix(full, 8001)
     with pytest.raises(ValidationError, match="'audit' parameter of audit_prefix"):

@@ -1465,8 +1465,8 @@ def audit_scores(scores: ArrayLike, included: ArrayLike, *, delta: float,
 
 
 def _scaled(plan: GuessPlan, m: int, total: int) -> GuessPlan:
-    k_pos = round(plan.k_pos * m / total)
-    k_neg = round(plan.k_neg * m / total)
+    k_pos = min(m, round(plan.k_pos * m / total))
+    k_neg = min(m - k_pos, round(plan.k_neg * m / total))  # 1.5 + 1.5 rounds to 4 > 3
     if k_pos + k_neg == 0:
         k_pos, k_neg = (1, 0) if plan.k_pos else (0, 1)
     return GuessPlan(k_pos, k_neg, plan.label)
