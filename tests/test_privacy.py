@@ -27,6 +27,7 @@ from islands.privacy import (
     mechanisms,
 )
 from islands.privacy import accountant as accountant_module
+from islands.validation import check_float
 
 DPSGD_RATE = 256 / 60000
 DPSGD_STEPS = 14_062
@@ -325,3 +326,15 @@ def test_privacy_profile_is_the_accountants_curve_at_every_epsilon() -> None:
         accountant_module.privacy_profile(1.0, 1.0, 1, [-1.0], 1e-5)
     with pytest.raises(ValidationError, match="'sampling_rate' parameter of privacy_profile"):
         accountant_module.privacy_profile(1.0, 0.0, 1, [1.0], 1e-5)
+
+
+def test_check_float_bounds_both_ends_and_words_the_interval() -> None:
+    assert check_float(1.0, "q", "f", low=0.0, low_inclusive=False, high=1.0) == 1.0
+    for value, expected in ((1.5, r"\(0, 1\]"), (0.0, r"\(0, 1\]")):
+        with pytest.raises(ValidationError,
+                           match=f"'q' parameter of f must be a float in {expected}"):
+            check_float(value, "q", "f", low=0.0, low_inclusive=False, high=1.0)
+    with pytest.raises(ValidationError, match=r"a float in \[0, 1\)"):
+        check_float(1.0, "d", "f", low=0.0, high=1.0, high_inclusive=False)
+    with pytest.raises(ValidationError, match=r"a float in \[0, inf\)"):
+        check_float(-1.0, "x", "f", low=0.0)

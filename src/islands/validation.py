@@ -283,17 +283,23 @@ def check_float(
     *,
     low: float = -math.inf,
     low_inclusive: bool = True,
+    high: float = math.inf,
+    high_inclusive: bool = True,
 ) -> float:
-    """Return ``value`` as a finite ``float`` after checking it lies above ``low``."""
+    """Return ``value`` as a finite ``float`` after checking it lies in [low, high]."""
     ok = isinstance(value, (numbers.Real, np.floating, np.integer)) and not isinstance(
         value, (bool, np.bool_)
     )
     if ok:
         as_float = float(value)
-        ok = math.isfinite(as_float) and (as_float >= low if low_inclusive else as_float > low)
+        ok = (math.isfinite(as_float)
+              and (as_float >= low if low_inclusive else as_float > low)
+              and (as_float <= high if high_inclusive else as_float < high))
     if not ok:
         bracket = "[" if low_inclusive else "("
-        raise invalid_parameter(name, owner, f"a float in {bracket}{low:g}, inf)", describe(value))
+        close = "]" if high_inclusive and math.isfinite(high) else ")"
+        raise invalid_parameter(name, owner, f"a float in {bracket}{low:g}, {high:g}{close}",
+                                describe(value))
     return float(value)
 
 

@@ -227,14 +227,19 @@ class DpAuditResult:
         return {"dp_audit": {**out, **self.extra}}
 
 
-def _sweep_canaries(run: Runner, s: AuditSettings, points: Sequence[int],
+def _sweep_canaries(run: Runner, s: AuditSettings, points: Sequence[int], main: OneRunAudit,
                     say: Callable[[str], None]) -> dict[str, list[float]]:
-    """One run with the most canaries; every smaller m audits its first m (nested)."""
+    """One run with the most canaries; every smaller m audits its first m (nested).
+
+    The main run ``main`` serves when it has at least the sweep's largest m.
+    """
     out: dict[str, list[float]] = {"m": [], "lower_bound": [], "ceiling": [],
                                    "accountant_epsilon": [], "curve_bound": []}
     top = max(points)
-    say(f"sweep: one run with {top} canaries, audited on nested subsets")
-    full = next(iter(run(replace(s, canaries=top)).audits.values()))
+    full = main
+    if main.canaries < top:
+        say(f"sweep: one run with {top} canaries, audited on nested subsets")
+        full = next(iter(run(replace(s, canaries=top)).audits.values()))
     for m in sorted(points):
         audit = full if m == full.canaries else audit_prefix(full, min(m, full.canaries))
         out["m"].append(float(audit.canaries))
@@ -277,9 +282,10 @@ def audit_dp(mechanism: str = "gaussian", settings: AuditSettings | None = None,
              progress: Callable[[str], None] | None = None) -> DpAuditResult:
     """Audit one mechanism once; with ``sweep``, also against m or σ.
 
-    ``sweep="canaries"`` runs the mechanism once more with the largest m of
-    :data:`SWEEP_CANARIES` and audits nested subsets of its canaries
-    (:func:`~islands.privacy.audit.audit_prefix`); ``"noise"`` runs once per σ.
+    ``sweep="canaries"`` audits nested subsets of one run's canaries
+    (:func:`~islands.privacy.audit.audit_prefix`): the main run's, when it has at least
+    the largest m of :data:`SWEEP_CANARIES`, else one more run with that m; ``"noise"``
+    runs once per σ.
 
     Parameters
     ----------
@@ -311,7 +317,8 @@ def audit_dp(mechanism: str = "gaussian", settings: AuditSettings | None = None,
     start = time.perf_counter()
     say(f"auditing {mechanism} with {s.canaries} canaries")
     views = run(s)
-    by_canaries = (_sweep_canaries(run, s, SWEEP_CANARIES[mechanism], say)
+    by_canaries = (_sweep_canaries(run, s, SWEEP_CANARIES[mechanism],
+                                   next(iter(views.audits.values())), say)
                    if sweep == "canaries" else None)
     by_noise = _sweep_noise(run, s, SWEEP_NOISE, say) if sweep == "noise" else None
     return DpAuditResult(mechanism, s, views.audits, views.compared_with, by_canaries,

@@ -662,9 +662,8 @@ def audit_dpsgd(*, canaries: int = 1000, steps: int = 200, noise_multiplier: flo
     steps = check_int(steps, "steps", owner, low=1)
     real = check_int(real_rows, "real_rows", owner, low=1)
     features = check_int(features, "features", owner, low=1)
-    q = check_float(sampling_rate, "sampling_rate", owner, low=0.0, low_inclusive=False)
-    if q > 1.0:
-        raise invalid_parameter("sampling_rate", owner, "a float in (0, 1]", q)
+    q = check_float(sampling_rate, "sampling_rate", owner, low=0.0, low_inclusive=False,
+                    high=1.0)
     conf = check_confidence(confidence, owner)
     chosen = _check_views(views, DPSGD_VIEWS, DPSGD_VIEWS, owner)
     dp = SampleDP(clip=clip, noise_multiplier=noise_multiplier, delta=delta,
@@ -997,9 +996,9 @@ def audit_dpsgd_job(job: Job, canaries: int | None = None, views: Sequence[str] 
     The job's data are prepared as ``islands run`` prepares them
     (:func:`~islands.hfl.job.prepare`); the client with the median row count (the
     *holder*) gets m canary rows in the input space of its features
-    (:func:`_input_canaries`: uniform values between the data's smallest and largest,
-    a label drawn uniformly, so mostly mislabelled; Steinke, Nasr and Jagielski [1]_
-    §6), each included with probability ½ (:func:`~islands.privacy.audit.draw_membership`;
+    (:func:`_input_canaries`: the data's smallest value but on d/16 random features set
+    to its largest, a label drawn uniformly, so mostly mislabelled; Steinke, Nasr and
+    Jagielski [1]_ §6), each included with probability ½ (:func:`~islands.privacy.audit.draw_membership`;
     values, labels and bits from the CSPRNG). :class:`~islands.hfl.estimator.FederatedModel`
     then runs as the job runs (same plan, strategy, protections, seed; no checkpoints,
     trackers or contribution), its ``round_observer`` keeping every released model

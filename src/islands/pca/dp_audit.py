@@ -97,6 +97,7 @@ from islands.privacy.audit import (
     OneRunAudit,
     audit_scores,
     bonferroni_plans,
+    check_confidence,
     draw_membership,
     gaussian_mu,
     isotropic_canaries,
@@ -475,9 +476,7 @@ def audit_pca_dp(parts: Sequence[ArrayLike], *, mode: str = "secure", epsilon: f
     m = check_int(canaries, "canaries", owner, low=2, high=d * (d + 1) // 2 - _SPARE_DOF)
     site = check_int(site, "site", owner, low=1, high=s - 1)
     k = check_int(n_components, "n_components", owner, low=1, high=d)
-    conf = check_float(confidence, "confidence", owner, low=0.0, low_inclusive=False)
-    if conf >= 1.0:
-        raise invalid_parameter("confidence", owner, "a float in (0, 1)", conf)
+    conf = check_confidence(confidence, owner)
     norm = check_float(canary_norm, "canary_norm", owner, low=0.0, low_inclusive=False)
     if noise_seed is not None:
         check_int(noise_seed, "noise_seed", owner, low=0)

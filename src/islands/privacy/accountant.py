@@ -125,17 +125,12 @@ def _check_method(method: Any, owner: str) -> str:
 
 
 def _check_rate(rate: Any, owner: str) -> float:
-    q = check_float(rate, "sampling_rate", owner, low=0.0, low_inclusive=False)
-    if q > 1.0:
-        raise invalid_parameter("sampling_rate", owner, "a float in (0, 1]", q)
-    return q
+    return check_float(rate, "sampling_rate", owner, low=0.0, low_inclusive=False, high=1.0)
 
 
 def _check_delta(delta: Any, owner: str) -> float:
-    d = check_float(delta, "delta", owner, low=0.0, low_inclusive=False)
-    if d >= 1.0:
-        raise invalid_parameter("delta", owner, "a float in (0, 1)", d)
-    return d
+    return check_float(delta, "delta", owner, low=0.0, low_inclusive=False, high=1.0,
+                       high_inclusive=False)
 
 
 def _event(sigma: float, rate: float, steps: int) -> Any:

@@ -150,19 +150,14 @@ def _optimize() -> Any:
 
 
 def _check_delta(delta: Any, owner: str, *, zero: bool = True) -> float:
-    d = check_float(delta, "delta", owner, low=0.0, low_inclusive=zero)
-    if d >= 1.0:
-        raise invalid_parameter("delta", owner, "a float in [0, 1)" if zero else
-                                "a float in (0, 1)", d)
-    return d
+    return check_float(delta, "delta", owner, low=0.0, low_inclusive=zero, high=1.0,
+                       high_inclusive=False)
 
 
 def check_confidence(confidence: Any, owner: str) -> float:
     """Return a confidence 1 − β in (0, 1), or raise an error naming ``owner``."""
-    c = check_float(confidence, "confidence", owner, low=0.0, low_inclusive=False)
-    if c >= 1.0:
-        raise invalid_parameter("confidence", owner, "a float in (0, 1)", c)
-    return c
+    return check_float(confidence, "confidence", owner, low=0.0, low_inclusive=False,
+                       high=1.0, high_inclusive=False)
 
 
 def _check_counts(m: Any, r: Any, v: Any, owner: str) -> tuple[int, int, int]:
@@ -634,6 +629,7 @@ def gaussian_curve_lower_bound(m: int, r: int, v: int, delta: float,
 
 _PROFILE_EPSILONS = np.concatenate([np.linspace(0.0, 4.0, 801),
                                     np.geomspace(4.005, 4 * EPSILON_CAP, 1200)])
+_PROFILE_GROW, _PROFILE_SHRINK = np.exp(_PROFILE_EPSILONS), np.exp(-_PROFILE_EPSILONS)
 _SIGMA_TOP = 256.0  # the most private claim of the sampled family the search probes
 _SIGMA_RATIO = 1.005  # the family's grid: σ_i = 256 / 1.005^i; a bound errs low by one step
 _SIGMA_OCTAVE = round(math.log(2.0) / math.log(_SIGMA_RATIO))  # grid steps per halving of σ
@@ -670,10 +666,8 @@ class CurveClaim:
         check_float(self.noise_multiplier, "noise_multiplier", owner, low=0.0,
                     low_inclusive=False)
         check_int(self.steps, "steps", owner, low=1)
-        q = check_float(self.sampling_rate, "sampling_rate", owner, low=0.0,
-                        low_inclusive=False)
-        if q > 1.0:
-            raise invalid_parameter("sampling_rate", owner, "a float in (0, 1]", q)
+        check_float(self.sampling_rate, "sampling_rate", owner, low=0.0, low_inclusive=False,
+                    high=1.0)
 
     @classmethod
     def gaussian(cls, mu: float) -> CurveClaim:
@@ -712,12 +706,11 @@ def _profile_forced(deltas: NDArray[np.float64]) -> Callable[[float], float]:
     e^ε (1 − P_in(S)) + δ(ε); the profile is sampled on finitely many ε, which only
     drops constraints (the forced mass errs low, the test towards not rejecting).
     """
-    grow, shrink = np.exp(_PROFILE_EPSILONS), np.exp(-_PROFILE_EPSILONS)
     rest = 1.0 - deltas
 
     def forced(x: float) -> float:
-        return max(0.0, float(np.max((x - deltas) * shrink)),
-                   float(np.max(rest - grow * (1.0 - x))))
+        return max(0.0, float(np.max((x - deltas) * _PROFILE_SHRINK)),
+                   float(np.max(rest - _PROFILE_GROW * (1.0 - x))))
 
     return forced
 
@@ -1198,9 +1191,8 @@ def default_plans(mu: float, m: int, delta: float, confidence: float = 0.95, *,
         If a parameter is out of range.
     """
     owner = "default_plans"
-    q = check_float(sampling_rate, "sampling_rate", owner, low=0.0, low_inclusive=False)
-    if q > 1.0:
-        raise invalid_parameter("sampling_rate", owner, "a float in (0, 1]", q)
+    q = check_float(sampling_rate, "sampling_rate", owner, low=0.0, low_inclusive=False,
+                    high=1.0)
     mu, m, delta, _ = _check_plan_args(mu, m, delta, confidence, 1, owner)
     k_one = max(1, math.floor(q * m / 4) if q < 1.0 else m // 20)
     return (plan_for_gaussian(mu, m, delta, confidence, plans=3, label="(a) planned for the claim"),
@@ -1824,9 +1816,8 @@ def audit_gaussian(*, noise_multiplier: float, rounds: int, canaries: int, clip:
     rounds = check_int(rounds, "rounds", owner, low=1)
     m = check_int(canaries, "canaries", owner, low=2)
     clip = check_float(clip, "clip", owner, low=0.0, low_inclusive=False)
-    q = check_float(sampling_rate, "sampling_rate", owner, low=0.0, low_inclusive=False)
-    if q > 1.0:
-        raise invalid_parameter("sampling_rate", owner, "a float in (0, 1]", q)
+    q = check_float(sampling_rate, "sampling_rate", owner, low=0.0, low_inclusive=False,
+                    high=1.0)
     delta = _check_delta(delta, owner, zero=False)
     conf = check_confidence(confidence, owner)
     norm = clip if canary_norm is None else check_float(canary_norm, "canary_norm", owner,
