@@ -28,10 +28,7 @@ import argparse
 import json
 import os
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 os.environ["YACL_NUM_THREADS"] = "1"  # HEU's pool: read once, before its first use
 
@@ -40,23 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import numpy as np
 
-from common import environment, median, source_digest
+from common import environment, source_digest, timed
 
 ROWS, COLS, WINDOW, DECRYPTS = 256, 20, 5, 21
 
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms"
-
-
-def timed(fn: Callable[[], Any], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return median(times)
 
 
 def heu_engine(schema: str, bits: int, repeats: int, rng: np.random.Generator

@@ -113,6 +113,17 @@ def once(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
+def timed(fn: Callable[[], Any], repeats: int) -> float:
+    """Median seconds of ``repeats`` calls of ``fn``, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return median(times)
+
+
 def fmt_s(seconds: float) -> str:
     """Seconds for a table."""
     return f"{seconds:.3f} s" if seconds < 100 else f"{seconds:.1f} s"

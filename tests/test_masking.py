@@ -333,3 +333,35 @@ def test_length_zero_mask() -> None:
 def test_cancellation_for_arbitrary_names(names: list[str], n: int, label: bytes) -> None:
     masks = _masks(names, n, label)
     np.testing.assert_array_equal(reconstruct(list(masks.values())), np.zeros(n, np.uint64))
+
+
+def test_envelope_key_serves_both_directions_and_seal_and_open_agree() -> None:
+    from islands.crypto.envelope import (
+        envelope_key,
+        open_sealed,
+        open_with,
+        pair_context,
+        seal,
+        seal_with,
+    )
+
+    a, b = generate_key(), generate_key()
+    context = pair_context(b"env", b"session", "alice", "bob")
+    key = envelope_key(a, b.public, context=context)
+    # one key per unordered pair: what a sealed with it b opens with its own derivation
+    assert key == envelope_key(b, a.public, context=pair_context(b"env", b"session", "bob",
+                                                                   "alice"))
+    sealed = seal_with(key, b"shares", aad=b"a->b")
+    assert open_sealed(b, a.public, sealed, context=context, aad=b"a->b") == b"shares"
+    back = seal(b, a.public, b"reply", context=context, aad=b"b->a")
+    assert open_with(key, back, aad=b"b->a") == b"reply"
+    with pytest.raises(ValidationError, match="does not authenticate"):
+        open_with(key, sealed, aad=b"b->a", sender="'alice'")
+    tampered = sealed[:-1] + bytes([sealed[-1] ^ 1])
+    with pytest.raises(ValidationError, match="from 'alice' does not authenticate"):
+        open_with(key, tampered, aad=b"a->b", sender="'alice'")
+    with pytest.raises(ValidationError, match="malformed"):
+        open_with(key, b"short", aad=b"a->b")
+    other = envelope_key(a, generate_key().public, context=context)
+    with pytest.raises(ValidationError, match="does not authenticate"):
+        open_with(other, sealed, aad=b"a->b")

@@ -205,3 +205,26 @@ def test_combine_arrays_refuses_malicious_points_and_values() -> None:
             shamir.combine_arrays(xs, values, 32)
     with pytest.raises(ValidationError, match="'values' parameter"):
         shamir.combine_arrays(xs, ys[..., :-1], 32)  # chunks of a shorter secret
+
+
+def test_commitments_of_a_roster_equal_each_commitment() -> None:
+    import hashlib
+    import os
+
+    session = os.urandom(16)
+    names = ["c0", "c1", "ü-2", "c" * 40]
+    nonces = [os.urandom(harary.NONCE_BYTES) for _ in names]
+    batch = harary.commitments(session, 7, names, nonces)
+    assert batch == [harary.commitment(session, 7, v, r) for v, r in zip(names, nonces,
+                                                                         strict=True)]
+    assert len(set(batch)) == len(names)
+    # SHA-256 over the five length-prefixed parts, as the module states
+    parts = [harary._COMMIT, session, (7).to_bytes(8, "big"), "ü-2".encode(), nonces[2]]
+    framed = b"".join(len(p).to_bytes(4, "big") + p for p in parts)
+    assert batch[2] == hashlib.sha256(framed).digest()
+    # bound to the round, the session and the name
+    assert harary.commitments(session, 8, names, nonces) != batch
+    assert harary.commitments(os.urandom(16), 7, names, nonces)[0] != batch[0]
+    assert harary.commitment(session, 7, "c1", nonces[0]) != batch[0]
+    with pytest.raises(ValueError):
+        harary.commitments(session, 7, names, nonces[:-1])

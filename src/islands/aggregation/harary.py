@@ -71,6 +71,7 @@ __all__ = [
     "GraphParameters",
     "check_parameters",
     "commitment",
+    "commitments",
     "connectivity_holds",
     "correctness_holds",
     "find_parameters",
@@ -95,8 +96,23 @@ def _framed(*parts: bytes) -> bytes:
 
 def commitment(session: bytes, rnd: int, name: str, nonce: bytes) -> bytes:
     """Return SHA-256 of (domain, session, round, name, nonce): a client's commitment."""
-    return hashlib.sha256(_framed(_COMMIT, session, rnd.to_bytes(8, "big"),
-                                  name.encode("utf-8"), nonce)).digest()
+    return commitments(session, rnd, [name], [nonce])[0]
+
+
+def commitments(session: bytes, rnd: int, names: Sequence[str],
+                nonces: Sequence[bytes]) -> list[bytes]:
+    """Return :func:`commitment` of each (name, nonce) pair of one round.
+
+    Every client opens the whole roster's commitments, n a round: the framed round prefix
+    is hashed once and each pair continues a copy of that state.
+    """
+    prefix = hashlib.sha256(_framed(_COMMIT, session, rnd.to_bytes(8, "big")))
+    out = []
+    for name, nonce in zip(names, nonces, strict=True):
+        h = prefix.copy()
+        h.update(_framed(name.encode("utf-8"), nonce))
+        out.append(h.digest())
+    return out
 
 
 def graph_seed(session: bytes, rnd: int, roster_digest: bytes,

@@ -123,7 +123,7 @@ from islands.aggregation.base import (
 )
 from islands.aggregation.config import MAX_ABS, SecAggConfig
 from islands.crypto import shamir
-from islands.crypto.envelope import open_sealed, pair_context, seal
+from islands.crypto.envelope import envelope_key, open_with, pair_context, seal_with
 from islands.crypto.masking import MaskingKey, generate_key, pairwise_mask
 from islands.crypto.prg import add_expanded
 from islands.errors import ProtocolError, ValidationError, invalid_parameter
@@ -469,6 +469,7 @@ class SecAggClient:
         self._u2: list[str] = []
         self._u3: list[str] = []
         self._envelopes: dict[str, bytes] = {}
+        self._sealing: dict[str, bytes] = {}  # envelope keys: secret, dropped after stage 4
 
     @property
     def round_threshold(self) -> int:
@@ -520,7 +521,7 @@ class SecAggClient:
         self.round, self._session, self._t = step.round, session, int(body.threshold)
         self._c, self._s = generate_key(), generate_key()
         self._b = None
-        self._envelopes = {}
+        self._envelopes, self._sealing = {}, {}
         self.stage = ClientStage.ADVERTISED
         # signed with the client's identity, so a server cannot put its own keys in
         # another client's place ([1]_ §6, the active-server variant)
@@ -587,9 +588,11 @@ class SecAggClient:
             if v == party.name:
                 self._envelopes[v] = plain  # its own shares stay with it, unsealed
                 continue
-            out[v] = seal(self._c, self._keys[v][0], plain,
-                          context=pair_context(_ENVELOPE, self._session, party.name, v),
-                          aad=_aad(self._session, self.round, party.name, v))
+            # kept for stage 4: v's envelope to this client opens under the same key
+            key = self._sealing[v] = envelope_key(
+                self._c, self._keys[v][0],
+                context=pair_context(_ENVELOPE, self._session, party.name, v))
+            out[v] = seal_with(key, plain, aad=_aad(self._session, self.round, party.name, v))
         self.stage = ClientStage.SHARED
         return SecAggEnvelopes(shares=out)
 
@@ -685,17 +688,16 @@ class SecAggClient:
         for v in self._u2:
             plain = self._envelopes[v]
             if v != party.name:
-                plain = open_sealed(
-                    self._c, self._keys[v][0], plain,
-                    context=pair_context(_ENVELOPE, self._session, party.name, v),
-                    aad=_aad(self._session, self.round, v, party.name), sender=repr(v))
+                plain = open_with(self._sealing[v], plain,
+                                  aad=_aad(self._session, self.round, v, party.name),
+                                  sender=repr(v))
             s_share, b_share = _unpack_pair(plain)
             if v in survivors:
                 b_out[v] = b_share
             else:
                 s_out[v] = s_share
         self.stage = ClientStage.UNMASKED
-        self._envelopes = {}
+        self._envelopes, self._sealing = {}, {}
         return SecAggShares(b=b_out, s=s_out)
 
 

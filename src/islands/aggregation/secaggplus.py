@@ -121,7 +121,7 @@ from islands.aggregation.secagg import (
 )
 from islands.cores import usable_cores
 from islands.crypto import shamir
-from islands.crypto.envelope import open_sealed, pair_context, seal
+from islands.crypto.envelope import envelope_key, open_with, pair_context, seal_with
 from islands.crypto.masking import MaskingKey, generate_key, pairwise_mask
 from islands.crypto.prg import add_expanded
 from islands.errors import ProtocolError, ValidationError, invalid_parameter
@@ -542,6 +542,7 @@ class SecAggPlusClient:
         self._closed: list[str] = []
         self._shared: list[str] = []
         self._envelopes: dict[str, bytes] = {}
+        self._sealing: dict[str, bytes] = {}  # envelope keys: secret, dropped after stage 4
         self._signed = b""
 
     @property
@@ -719,8 +720,9 @@ class SecAggPlusClient:
                                f"{len(body.nonces) // size} nonces for a roster of "
                                f"{self._n}: the graph needs every client's")
         nonces = [body.nonces[size * j:size * (j + 1)] for j in range(self._n)]
-        for v, r in zip(self._names, nonces, strict=True):
-            if harary.commitment(self._session, self.round, v, r) != self._commits[v]:
+        opened = harary.commitments(self._session, self.round, self._names, nonces)
+        for v, c in zip(self._names, opened, strict=True):
+            if c != self._commits[v]:
                 raise self._refuse(party, server, "share-keys",
                                    f"the nonce of {v!r} does not open its commitment")
         graph = _draw(self._session, self.round, self._digest, self._names, nonces, self._k)
@@ -744,9 +746,11 @@ class SecAggPlusClient:
             if v == party.name:
                 self._envelopes[v] = plain
                 continue
-            out[v] = seal(self._c, self._keys[v][0], plain,
-                          context=pair_context(_ENVELOPE, self._session, party.name, v),
-                          aad=_aad(self._session, self.round, party.name, v))
+            # kept for stage 4: v's envelope to this client opens under the same key
+            key = self._sealing[v] = envelope_key(
+                self._c, self._keys[v][0],
+                context=pair_context(_ENVELOPE, self._session, party.name, v))
+            out[v] = seal_with(key, plain, aad=_aad(self._session, self.round, party.name, v))
         self.stage = ClientStage.SHARED
         return SecAggPlusEnvelopes(shares=out, seed_hash=seed_commitment(
             self._session, self.round, party.name, self._b))
@@ -862,17 +866,16 @@ class SecAggPlusClient:
         for v in self._shared:  # one kind of share per client: v survived or it did not
             plain = self._envelopes[v]
             if v != party.name:
-                plain = open_sealed(
-                    self._c, self._keys[v][0], plain,
-                    context=pair_context(_ENVELOPE, self._session, party.name, v),
-                    aad=_aad(self._session, self.round, v, party.name), sender=repr(v))
+                plain = open_with(self._sealing[v], plain,
+                                  aad=_aad(self._session, self.round, v, party.name),
+                                  sender=repr(v))
             s_share, b_share = _unpack_pair(plain)
             if v in u3:
                 b_out[v] = b_share
             else:
                 s_out[v] = s_share
         self.stage = ClientStage.UNMASKED
-        self._envelopes = {}
+        self._envelopes, self._sealing = {}, {}
         return SecAggPlusShares(b=b_out, s=s_out)
 
 

@@ -41,7 +41,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from islands.crypto.masking import MaskingKey, pair_seed
 from islands.errors import ValidationError
 
-__all__ = ["NONCE_BYTES", "open_sealed", "pair_context", "seal"]
+__all__ = ["NONCE_BYTES", "envelope_key", "open_sealed", "open_with", "pair_context", "seal",
+           "seal_with"]
 
 NONCE_BYTES = 12
 _TAG_BYTES = 16
@@ -76,7 +77,21 @@ def seal(own: MaskingKey, peer_public: bytes, plaintext: bytes, *, context: byte
     bytes
         nonce (12 bytes) ‖ AES-256-GCM ciphertext ‖ tag (16 bytes).
     """
-    key = pair_seed(own, peer_public, context=context)
+    return seal_with(envelope_key(own, peer_public, context=context), plaintext, aad=aad)
+
+
+def envelope_key(own: MaskingKey, peer_public: bytes, *, context: bytes) -> bytes:
+    """Return the AES-256-GCM key :func:`seal` and :func:`open_sealed` derive for a pair.
+
+    The key is the same at both ends and in both directions (``context`` names the pair
+    unordered), so a party that seals for a peer and later opens what the peer sealed
+    for it derives it once: one X25519 agreement instead of two.
+    """
+    return pair_seed(own, peer_public, context=context)
+
+
+def seal_with(key: bytes, plaintext: bytes, *, aad: bytes) -> bytes:
+    """Seal under a key from :func:`envelope_key`; a fresh random nonce every call."""
     nonce = secrets.token_bytes(NONCE_BYTES)
     return nonce + AESGCM(key).encrypt(nonce, plaintext, aad)
 
@@ -89,7 +104,14 @@ def open_sealed(own: MaskingKey, peer_public: bytes, sealed: bytes, *, context: 
     """
     if not isinstance(sealed, bytes) or len(sealed) < NONCE_BYTES + _TAG_BYTES:
         raise ValidationError(f"the sealed message from {sender} is malformed")
-    key = pair_seed(own, peer_public, context=context)
+    return open_with(envelope_key(own, peer_public, context=context), sealed, aad=aad,
+                     sender=sender)
+
+
+def open_with(key: bytes, sealed: bytes, *, aad: bytes, sender: str = "the sender") -> bytes:
+    """Open what :func:`seal_with` (or :func:`seal`) made under ``key``; as :func:`open_sealed`."""
+    if not isinstance(sealed, bytes) or len(sealed) < NONCE_BYTES + _TAG_BYTES:
+        raise ValidationError(f"the sealed message from {sender} is malformed")
     try:
         return AESGCM(key).decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], aad)
     except InvalidTag as exc:

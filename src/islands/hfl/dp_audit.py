@@ -998,8 +998,9 @@ def audit_dpsgd_job(job: Job, canaries: int | None = None, views: Sequence[str] 
     *holder*) gets m canary rows in the input space of its features
     (:func:`_input_canaries`: the data's smallest value but on d/16 random features set
     to its largest, a label drawn uniformly, so mostly mislabelled; Steinke, Nasr and
-    Jagielski [1]_ §6), each included with probability ½ (:func:`~islands.privacy.audit.draw_membership`;
-    values, labels and bits from the CSPRNG). :class:`~islands.hfl.estimator.FederatedModel`
+    Jagielski [1]_ §6), each included with probability ½
+    (:func:`~islands.privacy.audit.draw_membership`; values, labels and bits from the
+    CSPRNG). :class:`~islands.hfl.estimator.FederatedModel`
     then runs as the job runs (same plan, strategy, protections, seed; no checkpoints,
     trackers or contribution), its ``round_observer`` keeping every released model
     θ₀, …, θ_R. Views:
