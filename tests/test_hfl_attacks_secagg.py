@@ -24,6 +24,7 @@ from islands.aggregation.base import AggStep, ring_encode
 from islands.aggregation.secagg import (
     KEY_BYTES,
     SecAggAdvertise,
+    SecAggDelivery,
     SecAggKeyList,
     SecAggKeys,
     SecAggSurvivors,
@@ -101,6 +102,17 @@ def test_without_the_threshold_bound_the_split_view_reads_the_update(
                        context=secagg._round_context(half._session, 1), label=b"secagg input")
     read = y.view(np.int64).astype(np.float64) / 2.0**32
     np.testing.assert_allclose(read, fed.updates["v"], atol=1e-8)
+
+
+def test_a_delivery_that_counts_a_client_twice_is_refused() -> None:
+    # two of five shared keys, listed as three: below t = 3 once counted by name
+    fed = federation()
+    keys = fed.advertise(3)
+    envelopes = {c: fed.step(c, "share-keys", SecAggKeyList(keys=keys)) for c in ("v", "a1")}
+    with pytest.raises(ProtocolError, match="malformed share delivery"):
+        fed.step("v", "deliver", SecAggDelivery(u2=["v", "a1", "a1"],
+                                                shares={"a1": envelopes["a1"].shares["v"]}))
+    assert fed.halves["v"].stage.value == "shared"
 
 
 def test_a_client_refuses_keys_the_server_put_in_another_clients_place() -> None:

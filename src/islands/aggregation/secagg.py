@@ -601,7 +601,7 @@ class SecAggClient:
         u2, envelopes = ((body.u2, body.shares) if isinstance(body, SecAggDelivery)
                          else (None, None))
         if (not isinstance(u2, list) or party.name not in u2 or not set(u2) <= set(self._u1)
-                or not isinstance(envelopes, dict)
+                or len(set(u2)) != len(u2) or not isinstance(envelopes, dict)
                 or set(envelopes) != set(u2) - {party.name}):
             raise ProtocolError("secure aggregation: malformed share delivery",
                                 party=party.name, step="deliver")
