@@ -216,6 +216,15 @@ def bench_noop_slope() -> dict[str, Any]:
     return res
 
 
+def _plus_parameters(n: int) -> tuple[int, int]:
+    """SecAgg+'s (k, t) at islands' defaults for a round of n (the bench's dropout)."""
+    from islands.aggregation.secaggplus import SecureAggregationPlus, client_parameters
+
+    params = client_parameters(SecureAggregationPlus(dropout=SECURE_DROPOUT).config, n, n)
+    assert params is not None
+    return params.neighbours, params.threshold
+
+
 def secure_floor(n: int) -> dict[str, Any]:
     """The cryptography of one SecAgg+ client at n clients' (k, t), timed now (seconds)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -224,12 +233,9 @@ def secure_floor(n: int) -> dict[str, Any]:
         X25519PublicKey,
     )
 
-    from islands.aggregation.secaggplus import SecureAggregationPlus, client_parameters
     from islands.crypto.prg import add_expanded
 
-    params = client_parameters(SecureAggregationPlus(dropout=SECURE_DROPOUT).config, n, n)
-    assert params is not None
-    k, t = params.neighbours, params.threshold
+    k, t = _plus_parameters(n)
     own, peer = X25519PrivateKey.generate(), X25519PrivateKey.generate().public_key()
     peer_raw = peer.public_bytes_raw()
     signer = Ed25519PrivateKey.generate()
@@ -251,12 +257,8 @@ def server_streams(n: int) -> float:
     |U3| self masks plus, for each dropped client, its pairwise masks with its surviving
     neighbours: (1 − δ)n + δn·k(1 − δ) in expectation (Bell et al. 2020, §3).
     """
-    from islands.aggregation.secaggplus import SecureAggregationPlus, client_parameters
-
-    params = client_parameters(SecureAggregationPlus(dropout=SECURE_DROPOUT).config, n, n)
-    assert params is not None
     live = 1.0 - SECURE_DROPOUT
-    return live * n + SECURE_DROPOUT * n * params.neighbours * live
+    return live * n + SECURE_DROPOUT * n * _plus_parameters(n)[0] * live
 
 
 def fedavg_floor(clients: int, steps: int, batch: int) -> dict[str, Any]:

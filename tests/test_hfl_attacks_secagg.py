@@ -104,14 +104,20 @@ def test_without_the_threshold_bound_the_split_view_reads_the_update(
     np.testing.assert_allclose(read, fed.updates["v"], atol=1e-8)
 
 
-def test_a_delivery_that_counts_a_client_twice_is_refused() -> None:
-    # two of five shared keys, listed as three: below t = 3 once counted by name
+@pytest.mark.parametrize("u2", [
+    ["v", "a1", "a1"],          # a colluder counted twice to reach t = 3
+    ["v", "v", "a1"],           # the victim itself counted twice
+    ["v", "a1", "a1", "a1"],    # padded past t
+    ["v", "a1", "zz"],          # a name outside the round
+    ["v", "a1"],                # honest count, below t
+])
+def test_a_delivery_that_counts_fewer_than_t_clients_is_refused(u2: list[str]) -> None:
+    # two of five shared keys: however the server lists them, fewer than t = 3 clients
     fed = federation()
     keys = fed.advertise(3)
     envelopes = {c: fed.step(c, "share-keys", SecAggKeyList(keys=keys)) for c in ("v", "a1")}
-    with pytest.raises(ProtocolError, match="malformed share delivery"):
-        fed.step("v", "deliver", SecAggDelivery(u2=["v", "a1", "a1"],
-                                                shares={"a1": envelopes["a1"].shares["v"]}))
+    with pytest.raises(ProtocolError, match=r"malformed share delivery|below the threshold t=3"):
+        fed.step("v", "deliver", SecAggDelivery(u2=u2, shares={"a1": envelopes["a1"].shares["v"]}))
     assert fed.halves["v"].stage.value == "shared"
 
 

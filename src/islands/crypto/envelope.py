@@ -102,8 +102,6 @@ def open_sealed(own: MaskingKey, peer_public: bytes, sealed: bytes, *, context: 
 
     ``sender`` only names the other party in the error message.
     """
-    if not isinstance(sealed, bytes) or len(sealed) < NONCE_BYTES + _TAG_BYTES:
-        raise ValidationError(f"the sealed message from {sender} is malformed")
     return open_with(envelope_key(own, peer_public, context=context), sealed, aad=aad,
                      sender=sender)
 

@@ -812,6 +812,16 @@ def _claim_bound(m: int, r: int, v: int, claim: CurveClaim, delta: float, beta: 
     return _curve_bound(m, r, v, delta, beta)
 
 
+def _check_fractions(m: Any, fractions: Sequence[float], owner: str) -> int:
+    """Check a plan maker's m (an int >= 2) and fractions (each in (0, 1]); return m."""
+    count: int = check_int(m, "m", owner, low=2)
+    if len(fractions) == 0 or not all(
+            isinstance(f, (int, float)) and 0.0 < f <= 1.0 for f in fractions):
+        raise invalid_parameter("fractions", owner, "a non-empty sequence of floats in (0, 1]",
+                                fractions)
+    return count
+
+
 def sampled_curve_plans(m: int, fractions: Sequence[float] = (0.01, 0.02, 0.05)
                         ) -> tuple[GuessPlan, ...]:
     """Return one-sided plans for a sampled curve: "in" guesses on fractions of the m canaries.
@@ -838,12 +848,7 @@ def sampled_curve_plans(m: int, fractions: Sequence[float] = (0.01, 0.02, 0.05)
     ValidationError
         If a parameter is out of range.
     """
-    owner = "sampled_curve_plans"
-    m = check_int(m, "m", owner, low=2)
-    if len(fractions) == 0 or not all(
-            isinstance(f, (int, float)) and 0.0 < f <= 1.0 for f in fractions):
-        raise invalid_parameter("fractions", owner, "a non-empty sequence of floats in (0, 1]",
-                                fractions)
+    m = _check_fractions(m, fractions, "sampled_curve_plans")
     ks = sorted({max(1, round(f * m)) for f in fractions})
     return tuple(GuessPlan(k, 0, f"one-sided, {k} of {m} (sampled curve)") for k in ks)
 
@@ -1226,12 +1231,7 @@ def bonferroni_plans(m: int, fractions: Sequence[float] = (0.01, 0.05, 0.2)
     ValidationError
         If a parameter is out of range.
     """
-    owner = "bonferroni_plans"
-    m = check_int(m, "m", owner, low=2)
-    if len(fractions) == 0 or not all(
-            isinstance(f, (int, float)) and 0.0 < f <= 1.0 for f in fractions):
-        raise invalid_parameter("fractions", owner, "a non-empty sequence of floats in (0, 1]",
-                                fractions)
+    m = _check_fractions(m, fractions, "bonferroni_plans")
     return tuple(GuessPlan(max(1, round(f * m / 2)), max(1, round(f * m / 2)),
                            f"two-sided, {f:g} of the canaries") for f in fractions)
 
