@@ -41,6 +41,7 @@ from islands.crypto import rns
 from islands.errors import ValidationError
 from islands.progress import ProgressOption, check_progress, task
 from islands.runtime import Record, Transcript
+from islands.validation import check_float
 
 __all__ = [
     "SccaAuditReport",
@@ -346,7 +347,7 @@ def simulation_check(X: Array, Y: Array, *, alpha: float = 0.01, reg: float = 0.
 def audit_scca(
     X: Array, Y: Array, *, rank_tol: float | None = 1e-10, reg: float = 0.0,
     random_state: int | np.random.Generator | None = 0, extra_rows: int = 10,
-    protocol: str = "paper", progress: ProgressOption = None,
+    protocol: str = "paper", alpha: float = 0.01, progress: ProgressOption = None,
 ) -> SccaAuditReport:
     """Fit SCCA (perturbed, as the paper recommends) and run every attack on it.
 
@@ -366,11 +367,14 @@ def audit_scca(
     protocol
         ``"paper"`` (perturbed) or ``"secure"``: the same attacks on the messages in the
         same places, and :func:`simulation_check`.
+    alpha
+        The simulation check's family-wise level, a float in (0, 0.5] (secure protocol).
     progress
         One step per stage (``True``: a bar; a callable gets each
         :class:`~islands.progress.ProgressUpdate`).
     """
     sink = check_progress(progress, "audit_scca")
+    alpha = check_float(alpha, "alpha", "audit_scca", low=0.0, low_inclusive=False, high=0.5)
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
     if protocol not in ("paper", "secure"):
@@ -415,8 +419,8 @@ def audit_scca(
         simulation = None
         if secure:
             running.update(2, "the simulation check: the protocol twice more, on Y and on a Y′")
-            simulation = simulation_check(s1_data, s2_data, reg=reg, rank_tol=rank_tol,
-                                          random_state=random_state)
+            simulation = simulation_check(s1_data, s2_data, alpha=alpha, reg=reg,
+                                          rank_tol=rank_tol, random_state=random_state)
         rng = np.random.default_rng(random_state)
         n = s2_data.shape[0]
         order = rng.permutation(n).astype(np.intp)

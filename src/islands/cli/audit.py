@@ -20,6 +20,10 @@ audit_app = typer.Typer(help="Attacks that show what each protocol really reveal
 app.add_typer(audit_app, name="audit")
 
 _DATASETS = ("fashion_mnist", "digits")
+_Alpha = Annotated[float, typer.Option(
+    min=1e-12, max=0.5,
+    help="Family-wise level of the tests (Bonferroni): a correct run is flagged with at most "
+         "this probability (the masks come from the CSPRNG, so every run differs).")]
 
 
 def _check_dataset(dataset: str) -> None:
@@ -55,6 +59,7 @@ def audit_scca_command(
     protocol: Annotated[str, typer.Option(
         help="'paper' (Li and Du, perturbed as the paper recommends) or 'secure' "
              "(islands.cca.secure, with a dealer).")] = "paper",
+    alpha: _Alpha = 0.01,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the recovery errors as JSON.")
     ] = None,
@@ -74,7 +79,7 @@ def audit_scca_command(
                   f"{how}; attacks use only received messages.")
     with stop_on_error(1):
         report = audit_scca(left, right, random_state=seed, extra_rows=extra_rows,
-                            protocol=protocol, progress=progress_option())
+                            protocol=protocol, alpha=alpha, progress=progress_option())
     table = Table(title="What each peer recovers (relative errors; 0 = exact)")
     for col in ("attacker", "recovers", "error"):
         table.add_column(col)
@@ -356,10 +361,7 @@ def audit_vfl_command(
         help="'taylor' (the paper's) or 'poly5' (adds the power tuples and openings).")]
     = "taylor",
     seed: Annotated[int, typer.Option(help="Seed of the permutation and the batches.")] = 0,
-    alpha: Annotated[float, typer.Option(
-        min=1e-12, max=0.5,
-        help="Family-wise level of the tests (Bonferroni): a correct run is flagged with "
-             "at most this probability.")] = 0.01,
+    alpha: _Alpha = 0.01,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write every p-value as JSON.")
     ] = None,
